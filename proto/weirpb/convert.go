@@ -1,0 +1,85 @@
+// Package weirpb holds Weir's protobuf messages and gRPC services (generated
+// from the .proto files beside this one by `make proto`) and the hand-written
+// conversions between them and the stream package's types. Only the gRPC
+// adapters (jobmanager, taskmanager, dataflow's network exchange, the CLI
+// client) import it.
+package weirpb
+
+import (
+	"fmt"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// FromSchema converts a stream schema (nil stays nil).
+func FromSchema(s *stream.Schema) *Schema {
+	if s == nil {
+		return nil
+	}
+	out := &Schema{Fields: make([]*Field, len(s.Fields))}
+	for i, f := range s.Fields {
+		out.Fields[i] = &Field{Name: f.Name, Type: FieldType(f.Type)}
+	}
+	return out
+}
+
+// ToSchema converts a schema message (nil stays nil).
+func ToSchema(s *Schema) (*stream.Schema, error) {
+	if s == nil {
+		return nil, nil
+	}
+	fields := make([]stream.Field, len(s.Fields))
+	for i, f := range s.GetFields() {
+		fields[i] = stream.Field{Name: f.GetName(), Type: stream.Type(f.GetType())}
+	}
+	return stream.NewSchema(fields...)
+}
+
+// FromGraph converts a job graph.
+func FromGraph(g *stream.JobGraph) *JobGraph {
+	out := &JobGraph{Name: g.Name, Parallelism: int32(g.Parallelism), MaxParallelism: int32(g.MaxParallelism)}
+	for _, v := range g.Vertices {
+		out.Vertices = append(out.Vertices, FromVertex(v))
+	}
+	for _, e := range g.Edges {
+		out.Edges = append(out.Edges, &Edge{From: int32(e.From), To: int32(e.To), Input: int32(e.Input),
+			Partitioning: Partitioning(e.Partitioning), KeyFields: e.KeyFields})
+	}
+	return out
+}
+
+// FromVertex converts one vertex.
+func FromVertex(v *stream.Vertex) *Vertex {
+	return &Vertex{Id: int32(v.ID), Uid: v.UID, Name: v.Name, Type: v.Type, Config: v.Config,
+		Parallelism: int32(v.Parallelism), OutSchema: FromSchema(v.OutSchema)}
+}
+
+// ToVertex converts one vertex message.
+func ToVertex(v *Vertex) (*stream.Vertex, error) {
+	s, err := ToSchema(v.GetOutSchema())
+	if err != nil {
+		return nil, fmt.Errorf("operator %q: output schema: %w", v.GetUid(), err)
+	}
+	return &stream.Vertex{ID: int(v.GetId()), UID: v.GetUid(), Name: v.GetName(), Type: v.GetType(),
+		Config: v.GetConfig(), Parallelism: int(v.GetParallelism()), OutSchema: s}, nil
+}
+
+// ToGraph converts a job graph message.
+func ToGraph(g *JobGraph) (*stream.JobGraph, error) {
+	if g == nil {
+		return nil, fmt.Errorf("no job graph")
+	}
+	out := &stream.JobGraph{Name: g.GetName(), Parallelism: int(g.GetParallelism()), MaxParallelism: int(g.GetMaxParallelism())}
+	for _, v := range g.GetVertices() {
+		sv, err := ToVertex(v)
+		if err != nil {
+			return nil, err
+		}
+		out.Vertices = append(out.Vertices, sv)
+	}
+	for _, e := range g.GetEdges() {
+		out.Edges = append(out.Edges, &stream.Edge{From: int(e.GetFrom()), To: int(e.GetTo()), Input: int(e.GetInput()),
+			Partitioning: stream.Partitioning(e.GetPartitioning()), KeyFields: e.GetKeyFields()})
+	}
+	return out, nil
+}

@@ -1,0 +1,12 @@
+// Package stream is Weir's user API: the record model (schemas and columnar
+// batches), the operator contracts that built-in and custom operators
+// implement, the operator registry, key-group arithmetic, and the JobGraph
+// with a builder that programs use to describe a job.
+//
+// A JobGraph written with the builder and one parsed from a YAML job spec
+// (package jobspec) are the same value; Plan checks it against a Registry and
+// fills in every vertex's output schema.
+//
+// stream imports the standard library only. Everything else in Weir may
+// import it; it imports nothing of Weir's.
+package stream

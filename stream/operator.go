@@ -1,0 +1,110 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+)
+
+// MaxWatermark is the watermark that says no more records will arrive. A
+// source task emits it when its input ends, so event-time windows fire.
+const MaxWatermark int64 = math.MaxInt64
+
+// MinWatermark is the watermark before any has been seen.
+const MinWatermark int64 = math.MinInt64
+
+// Collector receives an operator's output. It is called only from the task
+// goroutine that calls the operator, never concurrently.
+type Collector interface {
+	// Collect passes b downstream; b belongs to the callee from then on.
+	// Empty batches may be dropped.
+	Collect(b *Batch)
+	// EmitWatermark passes a watermark downstream: no later record will carry
+	// an event time at or below wm. Watermarks must not decrease.
+	EmitWatermark(wm int64)
+}
+
+// OperatorContext describes where an operator instance runs. It is filled by
+// the task runtime before Open and is read-only for the operator.
+type OperatorContext struct {
+	JobID       string
+	TaskName    string // for logs, e.g. "window (2/4)"
+	OperatorUID string
+	// Subtask is this instance's index in [0, Parallelism).
+	Subtask        int
+	Parallelism    int
+	MaxParallelism int
+	// KeyGroups is the key-group range this subtask owns when its input is
+	// keyed.
+	KeyGroups KeyGroupRange
+	// InputSchemas has one schema per input; InputKeys the key fields of each
+	// input when it arrives over a hash (keyBy) edge, else nil.
+	InputSchemas []*Schema
+	InputKeys    [][]string
+	// OutputSchema is what Plan returned (nil for sinks).
+	OutputSchema *Schema
+	Config       []byte // the operator's JSON config
+	Logger       *slog.Logger
+}
+
+// Operator is a transformation or a sink. The task runtime calls its methods
+// from one goroutine, in this order: Open once; ProcessBatch and
+// ProcessWatermark any number of times; Finish once when every input has
+// ended (not when the task is cancelled or fails); Close once, always, even
+// after an error.
+//
+// An error from any method fails the task.
+type Operator interface {
+	Open(ctx context.Context, octx *OperatorContext) error
+	// ProcessBatch handles a batch from input number input (0 for operators
+	// with one input). The batch belongs to the operator.
+	ProcessBatch(input int, b *Batch, out Collector) error
+	// ProcessWatermark is called when the task's combined watermark (the
+	// minimum over its inputs) advances. The operator must forward it (or a
+	// watermark of its own) with out.EmitWatermark after emitting any results
+	// it triggers.
+	ProcessWatermark(wm int64, out Collector) error
+	// Finish flushes buffered results at the end of bounded input.
+	Finish(out Collector) error
+	Close() error
+}
+
+// PollStatus tells the task runtime what a Source.Poll call did.
+type PollStatus int
+
+const (
+	// PollEmitted: the source emitted data; call Poll again.
+	PollEmitted PollStatus = iota
+	// PollIdle: nothing available now (an unbounded source waiting for data
+	// or for its rate limit); the runtime may do other work and poll again.
+	PollIdle
+	// PollEnd: the source is exhausted; Poll will not be called again.
+	PollEnd
+)
+
+// Source produces the records of one subtask of a source vertex. Its methods
+// are called from one goroutine: Open, then Poll until it returns PollEnd or
+// the task stops, then Close. Between two Poll calls the runtime may inject
+// barriers and watermarks, so a Poll call should emit at most about one batch
+// and must not block for long (it should return PollIdle instead).
+type Source interface {
+	Open(ctx context.Context, octx *OperatorContext) error
+	Poll(ctx context.Context, out Collector) (PollStatus, error)
+	Close() error
+}
+
+// BaseOperator gives an Operator the default behaviour of the optional
+// methods: watermarks are forwarded, Finish and Close do nothing. Embed it and
+// implement Open and ProcessBatch.
+type BaseOperator struct{}
+
+func (BaseOperator) ProcessWatermark(wm int64, out Collector) error {
+	out.EmitWatermark(wm)
+	return nil
+}
+func (BaseOperator) Finish(Collector) error { return nil }
+func (BaseOperator) Close() error           { return nil }
+
+// ErrConfig marks an operator configuration error found at planning time.
+var ErrConfig = errors.New("stream: invalid operator config")

@@ -1,0 +1,140 @@
+package stream
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Kind says what role an operator type plays in a graph.
+type Kind int
+
+const (
+	KindSource Kind = iota + 1
+	KindTransform
+	KindSink
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindSource:
+		return "source"
+	case KindTransform:
+		return "transform"
+	case KindSink:
+		return "sink"
+	}
+	return "invalid"
+}
+
+// PlanInput is one input of a vertex as Plan sees it.
+type PlanInput struct {
+	Schema *Schema
+	// KeyFields are the key of a hash (keyBy) edge, else nil.
+	KeyFields []string
+}
+
+// PlanContext is what an OperatorType's Plan function is given.
+type PlanContext struct {
+	UID         string
+	Config      []byte // JSON; nil or "null" when the spec has none
+	Inputs      []PlanInput
+	Parallelism int
+}
+
+// DecodeConfig decodes the JSON config into v, rejecting unknown fields so
+// that a misspelt option is an error rather than silently ignored. An empty
+// config leaves v unchanged.
+func DecodeConfig(config []byte, v any) error {
+	config = bytes.TrimSpace(config)
+	if len(config) == 0 || bytes.Equal(config, []byte("null")) {
+		return nil
+	}
+	d := json.NewDecoder(bytes.NewReader(config))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("config: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return nil
+}
+
+// OperatorType is a registered kind of operator: how to check its config
+// against its inputs and how to build instances.
+type OperatorType struct {
+	Name string
+	Kind Kind
+	// Inputs is the number of inputs a transform or sink takes (1 unless set);
+	// ignored for sources.
+	Inputs int
+	// Plan validates the config against the inputs and returns the output
+	// schema (nil for sinks). It runs at submit time on the client and on the
+	// jobmanager, so it must be pure.
+	Plan func(p *PlanContext) (*Schema, error)
+	// NewSource builds a source instance (KindSource only).
+	NewSource func(config []byte) (Source, error)
+	// NewOperator builds a transform or sink instance.
+	NewOperator func(config []byte) (Operator, error)
+	// Doc is one line for `weir operators`.
+	Doc string
+}
+
+// Registry maps operator type names to types. It is safe for concurrent use.
+type Registry struct {
+	mu    sync.RWMutex
+	types map[string]*OperatorType
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{types: make(map[string]*OperatorType)} }
+
+// Register adds t. It panics if the name is taken or the type is incomplete:
+// registration happens at start-up and a clash is a programming error.
+func (r *Registry) Register(t OperatorType) {
+	if t.Name == "" || t.Plan == nil {
+		panic("stream: operator type needs a name and a Plan function")
+	}
+	switch t.Kind {
+	case KindSource:
+		if t.NewSource == nil {
+			panic("stream: source type " + t.Name + " has no NewSource")
+		}
+	case KindTransform, KindSink:
+		if t.NewOperator == nil {
+			panic("stream: operator type " + t.Name + " has no NewOperator")
+		}
+		if t.Inputs == 0 {
+			t.Inputs = 1
+		}
+	default:
+		panic("stream: operator type " + t.Name + " has no kind")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.types[t.Name]; dup {
+		panic("stream: operator type " + t.Name + " registered twice")
+	}
+	r.types[t.Name] = &t
+}
+
+// Lookup returns the type called name.
+func (r *Registry) Lookup(name string) (*OperatorType, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.types[name]
+	return t, ok
+}
+
+// Names returns the registered type names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.types))
+	for n := range r.types {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
