@@ -158,7 +158,21 @@ func Plan(g *JobGraph, reg *Registry) error {
 			return &VertexError{v.UID, errors.New("uid is used by another operator; uids must be unique")}
 		}
 		uids[v.UID] = true
-		t, ok := reg.Lookup(v.Type)
+		hasInputs := false
+		for _, e := range g.Edges {
+			hasInputs = hasInputs || e.To == i
+		}
+		t, ok := reg.Lookup(v.Type, !hasInputs)
+		if !ok && !hasInputs {
+			if _, isOp := reg.Lookup(v.Type, false); isOp {
+				return &VertexError{v.UID, fmt.Errorf("%q needs an input, but nothing feeds this operator", v.Type)}
+			}
+		}
+		if !ok && hasInputs {
+			if _, isSrc := reg.Lookup(v.Type, true); isSrc {
+				return &VertexError{v.UID, fmt.Errorf("%q is a source and takes no input", v.Type)}
+			}
+		}
 		if !ok {
 			return &VertexError{v.UID, fmt.Errorf("unknown operator type %q (known types: %s)", v.Type, strings.Join(reg.Names(), ", "))}
 		}

@@ -81,14 +81,19 @@ type OperatorType struct {
 	Doc string
 }
 
-// Registry maps operator type names to types. It is safe for concurrent use.
+// Registry maps operator type names to types. A source and a non-source type
+// may share a name (the "file" source and the "file" sink): a vertex without
+// inputs resolves to the source. It is safe for concurrent use.
 type Registry struct {
-	mu    sync.RWMutex
-	types map[string]*OperatorType
+	mu      sync.RWMutex
+	sources map[string]*OperatorType
+	types   map[string]*OperatorType
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{types: make(map[string]*OperatorType)} }
+func NewRegistry() *Registry {
+	return &Registry{sources: make(map[string]*OperatorType), types: make(map[string]*OperatorType)}
+}
 
 // Register adds t. It panics if the name is taken or the type is incomplete:
 // registration happens at start-up and a clash is a programming error.
@@ -113,17 +118,26 @@ func (r *Registry) Register(t OperatorType) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, dup := r.types[t.Name]; dup {
+	m := r.types
+	if t.Kind == KindSource {
+		m = r.sources
+	}
+	if _, dup := m[t.Name]; dup {
 		panic("stream: operator type " + t.Name + " registered twice")
 	}
-	r.types[t.Name] = &t
+	m[t.Name] = &t
 }
 
-// Lookup returns the type called name.
-func (r *Registry) Lookup(name string) (*OperatorType, bool) {
+// Lookup returns the type called name for a vertex that is a source (has no
+// inputs) or not.
+func (r *Registry) Lookup(name string, source bool) (*OperatorType, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	t, ok := r.types[name]
+	m := r.types
+	if source {
+		m = r.sources
+	}
+	t, ok := m[name]
 	return t, ok
 }
 
@@ -131,8 +145,15 @@ func (r *Registry) Lookup(name string) (*OperatorType, bool) {
 func (r *Registry) Names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]string, 0, len(r.types))
+	seen := make(map[string]bool)
 	for n := range r.types {
+		seen[n] = true
+	}
+	for n := range r.sources {
+		seen[n] = true
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
 		out = append(out, n)
 	}
 	sort.Strings(out)
