@@ -6,11 +6,33 @@ export PATH := $(BIN):$(PATH)
 BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+STATICCHECK_VERSION := 2026.1
 
-.PHONY: build run test bench proto lint clean
+# Packages whose tests run in `make test`. The -race test run covers every
+# package; the process-level integration tests live in ./test.
+PKGS := ./...
+
+.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean
+
+all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+# Starts a local cluster (a jobmanager and two taskmanagers), submits the
+# example window job, waits for it and shows its output.
+run: build
+	./scripts/run.sh
+
+test: vet
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+bench: build
+	./scripts/bench.sh
 
 $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -18,9 +40,19 @@ $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(BIN)/protoc-gen-go-grpc:
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(BIN)/staticcheck:
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+# Regenerates the protobuf code from proto/weirpb/*.proto.
 proto: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 	cd proto && $(BIN)/buf generate
+
+# Fails if the committed generated code is not what `make proto` produces.
+proto-check: proto
+	git diff --exit-code -- proto/
+
+lint: vet $(BIN)/staticcheck
+	$(BIN)/staticcheck ./...
 
 clean:
 	rm -rf $(BIN) .run

@@ -1,0 +1,23 @@
+// Package builtin assembles the registry of Weir's built-in operator types:
+// the connectors (datagen, file, print, discard), the row transforms (map,
+// filter, project) and the event-time operators (watermarks, windows).
+//
+// A custom taskmanager binary starts from Registry() and registers its own
+// types on top (see stream.Registry).
+package builtin
+
+import (
+	"github.com/weirstream/weir/connectors"
+	"github.com/weirstream/weir/operators"
+	"github.com/weirstream/weir/operators/window"
+	"github.com/weirstream/weir/stream"
+)
+
+// Registry returns a new registry holding every built-in operator type.
+func Registry() *stream.Registry {
+	r := stream.NewRegistry()
+	connectors.Register(r)
+	operators.Register(r)
+	window.Register(r)
+	return r
+}

@@ -1,0 +1,317 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weirstream/weir/builtin"
+	"github.com/weirstream/weir/jobspec"
+	"github.com/weirstream/weir/proto/weirpb"
+)
+
+// clientConfig is what every client command shares.
+type clientConfig struct {
+	jobmanager string
+	output     string
+	timeout    time.Duration
+}
+
+func (c *clientConfig) bind(cmd *cobra.Command) {
+	def := os.Getenv("WEIR_JOBMANAGER")
+	if def == "" {
+		def = "127.0.0.1:6123"
+	}
+	cmd.PersistentFlags().StringVar(&c.jobmanager, "jobmanager", def, "jobmanager gRPC address (env WEIR_JOBMANAGER)")
+	cmd.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
+	cmd.PersistentFlags().DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the jobmanager to answer")
+}
+
+func (c *clientConfig) validate() error {
+	if c.output != "table" && c.output != "json" {
+		return fmt.Errorf("--output %q: want table or json", c.output)
+	}
+	return nil
+}
+
+// dial returns a JobService client. grpc connects lazily; errors surface on
+// the first call and are explained by callErr.
+func (c *clientConfig) dial() (weirpb.JobServiceClient, func(), error) {
+	if err := c.validate(); err != nil {
+		return nil, nil, err
+	}
+	conn, err := grpc.NewClient(c.jobmanager, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("jobmanager address %q: %v (want host:port)", c.jobmanager, err)
+	}
+	return weirpb.NewJobServiceClient(conn), func() { conn.Close() }, nil
+}
+
+// callErr turns an RPC error into one message that says what to do.
+func (c *clientConfig) callErr(what string, err error) error {
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return fmt.Errorf("%s: cannot reach the jobmanager at %s (%s); start a cluster with `weir local` or pass --jobmanager / WEIR_JOBMANAGER",
+			what, c.jobmanager, st.Message())
+	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists, codes.ResourceExhausted:
+		return fmt.Errorf("%s: %s", what, st.Message())
+	}
+	return fmt.Errorf("%s: %v", what, err)
+}
+
+func (c *clientConfig) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, c.timeout)
+}
+
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+func table(w io.Writer, header string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+func fmtTime(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).Local().Format("2006-01-02 15:04:05")
+}
+
+func trimEnum(s, prefix string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }
+
+func jobState(s weirpb.JobState) string   { return trimEnum(s.String(), "JOB_STATE_") }
+func taskState(s weirpb.TaskState) string { return trimEnum(s.String(), "TASK_STATE_") }
+
+func terminalJob(s weirpb.JobState) bool {
+	return s == weirpb.JobState_JOB_STATE_FINISHED || s == weirpb.JobState_JOB_STATE_CANCELED || s == weirpb.JobState_JOB_STATE_FAILED
+}
+
+func newSubmitCommand(cc *clientConfig) *cobra.Command {
+	var wait bool
+	var slotWait time.Duration
+	cmd := &cobra.Command{
+		Use:   "submit FILE",
+		Short: "Check a YAML job spec and submit it to the jobmanager",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			g, err := jobspec.Load(args[0], builtin.Registry())
+			if err != nil {
+				return err
+			}
+			client, closeFn, err := cc.dial()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := cc.ctx(cmd.Context())
+			defer cancel()
+			resp, err := client.SubmitJob(ctx, &weirpb.SubmitJobRequest{Graph: weirpb.FromGraph(g), SlotWaitMs: slotWait.Milliseconds()})
+			if err != nil {
+				return cc.callErr("submit "+args[0], err)
+			}
+			if cc.output == "json" {
+				if err := printJSON(cmd.OutOrStdout(), resp); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "submitted job %q as %s\n", g.Name, resp.GetJobId())
+			}
+			if !wait {
+				return nil
+			}
+			return waitJob(cmd, cc, client, resp.GetJobId())
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the job ends; exit non-zero unless it finished")
+	cmd.Flags().DurationVar(&slotWait, "slot-wait", 0, "how long the job may wait for free slots (0: the jobmanager's default)")
+	return cmd
+}
+
+// waitJob polls the job until it reaches a terminal state.
+func waitJob(cmd *cobra.Command, cc *clientConfig, client weirpb.JobServiceClient, id string) error {
+	for {
+		ctx, cancel := cc.ctx(cmd.Context())
+		resp, err := client.GetJob(ctx, &weirpb.GetJobRequest{JobId: id})
+		cancel()
+		if err != nil {
+			return cc.callErr("job "+id, err)
+		}
+		j := resp.GetJob()
+		if terminalJob(j.GetState()) {
+			if cc.output == "table" {
+				fmt.Fprintf(cmd.OutOrStdout(), "job %s %s\n", id, jobState(j.GetState()))
+			}
+			if j.GetState() != weirpb.JobState_JOB_STATE_FINISHED {
+				msg := j.GetError()
+				if msg == "" {
+					msg = "no error recorded"
+				}
+				return fmt.Errorf("job %s %s: %s", id, jobState(j.GetState()), msg)
+			}
+			return nil
+		}
+		select {
+		case <-cmd.Context().Done():
+			return cmd.Context().Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func newJobsCommand(cc *clientConfig) *cobra.Command {
+	cmd := &cobra.Command{Use: "jobs", Short: "List, inspect and cancel jobs"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List jobs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, closeFn, err := cc.dial()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := cc.ctx(cmd.Context())
+			defer cancel()
+			resp, err := client.ListJobs(ctx, &weirpb.ListJobsRequest{})
+			if err != nil {
+				return cc.callErr("list jobs", err)
+			}
+			if cc.output == "json" {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			var rows [][]string
+			for _, j := range resp.GetJobs() {
+				rows = append(rows, []string{j.GetJobId(), j.GetName(), jobState(j.GetState()),
+					fmt.Sprintf("%d/%d", j.GetTasksRunning(), j.GetTasksTotal()), fmtTime(j.GetStartTimeMs()), fmtTime(j.GetEndTimeMs())})
+			}
+			return table(cmd.OutOrStdout(), "ID\tNAME\tSTATE\tTASKS RUNNING\tSTARTED\tENDED", rows)
+		},
+	})
+	var wait bool
+	statusCmd := &cobra.Command{
+		Use:   "status ID",
+		Short: "Show a job and its tasks",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, closeFn, err := cc.dial()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if wait {
+				if err := waitJob(cmd, cc, client, args[0]); err != nil {
+					return err
+				}
+			}
+			ctx, cancel := cc.ctx(cmd.Context())
+			defer cancel()
+			resp, err := client.GetJob(ctx, &weirpb.GetJobRequest{JobId: args[0]})
+			if err != nil {
+				return cc.callErr("job "+args[0], err)
+			}
+			if cc.output == "json" {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			j := resp.GetJob()
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "job %s (%s): %s, started %s, ended %s\n", j.GetJobId(), j.GetName(), jobState(j.GetState()),
+				fmtTime(j.GetStartTimeMs()), fmtTime(j.GetEndTimeMs()))
+			if j.GetError() != "" {
+				fmt.Fprintf(w, "error: %s\n", j.GetError())
+			}
+			var rows [][]string
+			for _, t := range resp.GetTasks() {
+				rows = append(rows, []string{t.GetName(), taskState(t.GetState()), t.GetTaskmanagerId(),
+					fmt.Sprint(t.GetRecordsIn()), fmt.Sprint(t.GetRecordsOut()), t.GetError()})
+			}
+			return table(w, "TASK\tSTATE\tTASKMANAGER\tRECORDS IN\tRECORDS OUT\tERROR", rows)
+		},
+	}
+	statusCmd.Flags().BoolVar(&wait, "wait", false, "wait until the job ends; exit non-zero unless it finished")
+	cmd.AddCommand(statusCmd)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a job",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, closeFn, err := cc.dial()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := cc.ctx(cmd.Context())
+			defer cancel()
+			if _, err := client.CancelJob(ctx, &weirpb.CancelJobRequest{JobId: args[0]}); err != nil {
+				return cc.callErr("cancel job "+args[0], err)
+			}
+			if cc.output == "json" {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]string{"jobId": args[0], "state": "canceling"})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "cancelling job %s\n", args[0])
+			return nil
+		},
+	})
+	return cmd
+}
+
+func newTaskManagersCommand(cc *clientConfig) *cobra.Command {
+	cmd := &cobra.Command{Use: "taskmanagers", Short: "Show the cluster's taskmanagers"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List taskmanagers with their slots and last heartbeat",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, closeFn, err := cc.dial()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := cc.ctx(cmd.Context())
+			defer cancel()
+			resp, err := client.ListTaskManagers(ctx, &weirpb.ListTaskManagersRequest{})
+			if err != nil {
+				return cc.callErr("list taskmanagers", err)
+			}
+			if cc.output == "json" {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			var rows [][]string
+			for _, t := range resp.GetTaskmanagers() {
+				state := "lost"
+				if t.GetLive() {
+					state = "live"
+				}
+				used := t.GetSlotsTotal() - t.GetSlotsFree()
+				rows = append(rows, []string{t.GetTaskmanagerId(), t.GetAddress(), state,
+					fmt.Sprint(used), fmt.Sprint(t.GetSlotsFree()), fmtTime(t.GetLastHeartbeatMs())})
+			}
+			return table(cmd.OutOrStdout(), "ID\tADDRESS\tSTATE\tSLOTS USED\tSLOTS FREE\tLAST HEARTBEAT", rows)
+		},
+	})
+	return cmd
+}

@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/weirstream/weir/builtin"
+	"github.com/weirstream/weir/jobmanager"
+	"github.com/weirstream/weir/taskmanager"
+)
+
+// loadConfigFile decodes a YAML config file into v, rejecting unknown keys.
+func loadConfigFile(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("config file %s: %v", path, err)
+	}
+	return nil
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// jobManagerFile is the jobmanager's YAML config file.
+type jobManagerFile struct {
+	RPCAddress        string `yaml:"rpcAddress"`
+	RESTAddress       string `yaml:"restAddress"`
+	HeartbeatInterval string `yaml:"heartbeatInterval"`
+	HeartbeatTimeout  string `yaml:"heartbeatTimeout"`
+	SlotWaitTimeout   string `yaml:"slotWaitTimeout"`
+}
+
+// NewJobManagerCommand returns the jobmanager process command.
+func NewJobManagerCommand() *cobra.Command {
+	cfg := jobmanager.DefaultConfig()
+	var configPath, logLevel string
+	cmd := &cobra.Command{
+		Use:           "jobmanager",
+		Short:         "Run the jobmanager: scheduler, cluster membership and the job API",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configPath != "" {
+				var f jobManagerFile
+				if err := loadConfigFile(configPath, &f); err != nil {
+					return err
+				}
+				if err := applyJobManagerFile(cmd, &cfg, f); err != nil {
+					return fmt.Errorf("config file %s: %w", configPath, err)
+				}
+			}
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			jm, err := jobmanager.New(cfg, builtin.Registry())
+			if err != nil {
+				return err
+			}
+			return jm.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "YAML config file (flags override it)")
+	f.StringVar(&cfg.RPCAddress, "rpc-address", cfg.RPCAddress, "gRPC listen address for taskmanagers and clients")
+	f.StringVar(&cfg.RESTAddress, "rest-address", cfg.RESTAddress, "HTTP listen address of the read-only REST API (empty disables it)")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "how often taskmanagers heartbeat")
+	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "silence after which a taskmanager is lost")
+	f.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", cfg.SlotWaitTimeout, "how long a job waits for enough free slots")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func applyJobManagerFile(cmd *cobra.Command, cfg *jobmanager.Config, f jobManagerFile) error {
+	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
+	if f.RPCAddress != "" && !set("rpc-address") {
+		cfg.RPCAddress = f.RPCAddress
+	}
+	if f.RESTAddress != "" && !set("rest-address") {
+		cfg.RESTAddress = f.RESTAddress
+	}
+	for _, d := range []struct {
+		flag, val string
+		dst       *time.Duration
+	}{
+		{"heartbeat-interval", f.HeartbeatInterval, &cfg.HeartbeatInterval},
+		{"heartbeat-timeout", f.HeartbeatTimeout, &cfg.HeartbeatTimeout},
+		{"slot-wait-timeout", f.SlotWaitTimeout, &cfg.SlotWaitTimeout},
+	} {
+		if d.val == "" || set(d.flag) {
+			continue
+		}
+		v, err := time.ParseDuration(d.val)
+		if err != nil {
+			return fmt.Errorf("%s: %v", strings.ReplaceAll(d.flag, "-", " "), err)
+		}
+		*d.dst = v
+	}
+	return nil
+}
+
+// taskManagerFile is the taskmanager's YAML config file.
+type taskManagerFile struct {
+	ID                string `yaml:"id"`
+	JobManager        string `yaml:"jobmanager"`
+	RPCAddress        string `yaml:"rpcAddress"`
+	AdvertiseAddress  string `yaml:"advertiseAddress"`
+	Slots             int    `yaml:"slots"`
+	CreditsPerChannel int    `yaml:"creditsPerChannel"`
+}
+
+// NewTaskManagerCommand returns the taskmanager process command.
+func NewTaskManagerCommand() *cobra.Command {
+	cfg := taskmanager.DefaultConfig()
+	if env := os.Getenv("WEIR_JOBMANAGER"); env != "" {
+		cfg.JobManagerAddress = env
+	}
+	var configPath, logLevel string
+	cmd := &cobra.Command{
+		Use:           "taskmanager",
+		Short:         "Run a taskmanager: offers slots to the jobmanager and runs tasks",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configPath != "" {
+				var f taskManagerFile
+				if err := loadConfigFile(configPath, &f); err != nil {
+					return err
+				}
+				set := func(flag string) bool { return cmd.Flags().Changed(flag) }
+				if f.ID != "" && !set("id") {
+					cfg.ID = f.ID
+				}
+				if f.JobManager != "" && !set("jobmanager") && os.Getenv("WEIR_JOBMANAGER") == "" {
+					cfg.JobManagerAddress = f.JobManager
+				}
+				if f.RPCAddress != "" && !set("rpc-address") {
+					cfg.RPCAddress = f.RPCAddress
+				}
+				if f.AdvertiseAddress != "" && !set("advertise-address") {
+					cfg.AdvertiseAddress = f.AdvertiseAddress
+				}
+				if f.Slots != 0 && !set("slots") {
+					cfg.Slots = f.Slots
+				}
+				if f.CreditsPerChannel != 0 && !set("credits-per-channel") {
+					cfg.CreditsPerChannel = f.CreditsPerChannel
+				}
+			}
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			tm, err := taskmanager.New(cfg, builtin.Registry())
+			if err != nil {
+				return err
+			}
+			return tm.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "YAML config file (flags and WEIR_JOBMANAGER override it)")
+	f.StringVar(&cfg.ID, "id", cfg.ID, "taskmanager id")
+	f.StringVar(&cfg.JobManagerAddress, "jobmanager", cfg.JobManagerAddress, "jobmanager gRPC address (env WEIR_JOBMANAGER)")
+	f.StringVar(&cfg.RPCAddress, "rpc-address", cfg.RPCAddress, "listen address for the jobmanager and other taskmanagers")
+	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", cfg.AdvertiseAddress, "address others reach this taskmanager at (default: the listen address)")
+	f.IntVar(&cfg.Slots, "slots", cfg.Slots, "number of task slots")
+	f.IntVar(&cfg.CreditsPerChannel, "credits-per-channel", cfg.CreditsPerChannel, "batches buffered per input channel (flow-control credits)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

@@ -1,0 +1,7 @@
+// Command jobmanager runs the Weir jobmanager: cluster membership, the
+// scheduler and the job API. See `jobmanager --help`.
+package main
+
+import "github.com/weirstream/weir/cmd/internal/cli"
+
+func main() { cli.Main(cli.NewJobManagerCommand()) }

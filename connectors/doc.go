@@ -1,0 +1,59 @@
+// Package connectors owns Weir's built-in sources and sinks: the datagen and
+// file sources and the print, file and discard sinks. Register adds them to a
+// stream.Registry.
+//
+// Every connector is configured by JSON decoded with stream.DecodeConfig into
+// a Config struct with camelCase tags (YAML job specs are converted to that
+// JSON). Each type's Plan function validates the config at submit time and
+// returns the output schema; errors name the option, the reason and what is
+// allowed, and match stream.ErrConfig with errors.Is.
+//
+// Sources emit at most one batch per Poll and fill whole columns at a time;
+// nothing on the per-record path uses reflection or JSON libraries. Source
+// positions (Datagen.Position, FileSource.Splits) are exported so that
+// checkpoints can snapshot and restore them.
+//
+// connectors imports the standard library and package stream only.
+package connectors
+
+import "github.com/weirstream/weir/stream"
+
+// Register adds the built-in connectors to r: the sources "datagen" and
+// "file", and the sinks "print", "file" and "discard".
+func Register(r *stream.Registry) {
+	r.Register(stream.OperatorType{
+		Name:      "datagen",
+		Kind:      stream.KindSource,
+		Plan:      planDatagen,
+		NewSource: newDatagenSource,
+		Doc:       "deterministic generated rows (fields or the Nexmark-like \"bid\" preset), optionally rate-limited",
+	})
+	r.Register(stream.OperatorType{
+		Name:      "file",
+		Kind:      stream.KindSource,
+		Plan:      planFileSource,
+		NewSource: newFileSource,
+		Doc:       "reads files (a file, a directory or a glob) as lines or JSON lines",
+	})
+	r.Register(stream.OperatorType{
+		Name:        "print",
+		Kind:        stream.KindSink,
+		Plan:        planPrint,
+		NewOperator: newPrintOperator,
+		Doc:         "writes rows to stdout as text or JSON",
+	})
+	r.Register(stream.OperatorType{
+		Name:        "file",
+		Kind:        stream.KindSink,
+		Plan:        planFileSink,
+		NewOperator: newFileSinkOperator,
+		Doc:         "writes rows to <path>/part-<subtask> as CSV or JSON lines",
+	})
+	r.Register(stream.OperatorType{
+		Name:        "discard",
+		Kind:        stream.KindSink,
+		Plan:        planDiscard,
+		NewOperator: newDiscardOperator,
+		Doc:         "drops rows, counting them (for benchmarks)",
+	})
+}

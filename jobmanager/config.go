@@ -1,0 +1,63 @@
+package jobmanager
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a JobManager. Start from DefaultConfig.
+type Config struct {
+	// RPCAddress is the host:port the gRPC server (ClusterService and
+	// JobService) listens on. Default "127.0.0.1:6123"; port 0 picks a free
+	// port (see JobManager.RPCAddr).
+	RPCAddress string
+	// RESTAddress is the host:port of the read-only JSON REST API. Default
+	// "127.0.0.1:8081"; "" disables it.
+	RESTAddress string
+	// HeartbeatInterval is how often taskmanagers are told to heartbeat.
+	// Default 1s.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long a taskmanager may stay silent before it
+	// is declared lost and its tasks failed. Default 10s. Flink's default is
+	// 50s; Weir picks 10s because its taskmanagers are small processes whose
+	// death should be noticed quickly. It must exceed HeartbeatInterval. It
+	// also bounds how long a cancelling or failing job waits for its tasks
+	// to confirm cancellation.
+	HeartbeatTimeout time.Duration
+	// SlotWaitTimeout is how long a submitted job waits for enough free
+	// slots before it fails. Default 30s. A submit request may override it.
+	SlotWaitTimeout time.Duration
+	// Logger receives the jobmanager's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the default configuration.
+func DefaultConfig() Config {
+	return Config{
+		RPCAddress:        "127.0.0.1:6123",
+		RESTAddress:       "127.0.0.1:8081",
+		HeartbeatInterval: time.Second,
+		HeartbeatTimeout:  10 * time.Second,
+		SlotWaitTimeout:   30 * time.Second,
+	}
+}
+
+// Validate reports the first invalid setting, naming the field and the fix.
+func (c *Config) Validate() error {
+	if c.RPCAddress == "" {
+		return errors.New("jobmanager config: RPCAddress is empty; set a host:port such as 127.0.0.1:6123")
+	}
+	if c.HeartbeatInterval <= 0 {
+		return fmt.Errorf("jobmanager config: HeartbeatInterval %s must be positive", c.HeartbeatInterval)
+	}
+	if c.HeartbeatTimeout <= c.HeartbeatInterval {
+		return fmt.Errorf("jobmanager config: HeartbeatTimeout %s must exceed HeartbeatInterval %s; use several intervals (default 10s vs 1s)",
+			c.HeartbeatTimeout, c.HeartbeatInterval)
+	}
+	if c.SlotWaitTimeout <= 0 {
+		return fmt.Errorf("jobmanager config: SlotWaitTimeout %s must be positive", c.SlotWaitTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,53 @@
+package jobmanager
+
+import (
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// buildDeployment describes subtask of task t of a planned graph for the
+// taskmanager that runs it. slotAddrs[i] is the address of the taskmanager
+// hosting shared slot i, and so every task's subtask i.
+func buildDeployment(jobID string, g *stream.JobGraph, t *taskSpec, subtask int, attempt int64, slotAddrs []string) *weirpb.TaskDeployment {
+	d := &weirpb.TaskDeployment{
+		Id: &weirpb.ExecutionID{JobId: jobID, VertexId: int32(t.Head), Subtask: int32(subtask), Attempt: attempt},
+		TaskName:       t.SubtaskName(subtask),
+		Parallelism:    int32(t.Parallelism),
+		MaxParallelism: int32(g.MaxParallelism),
+	}
+	for _, id := range t.Chain {
+		op := &weirpb.ChainedOperator{Vertex: weirpb.FromVertex(g.Vertices[id])}
+		for _, e := range g.Inputs(id) {
+			op.InputSchemas = append(op.InputSchemas, weirpb.FromSchema(g.Vertices[e.From].OutSchema))
+			kf := &weirpb.KeyFields{}
+			if e.Partitioning == stream.Hash {
+				kf.Fields = append([]string(nil), e.KeyFields...)
+			}
+			op.InputKeys = append(op.InputKeys, kf)
+		}
+		d.Chain = append(d.Chain, op)
+	}
+	for _, e := range g.Inputs(t.Head) {
+		d.Inputs = append(d.Inputs, &weirpb.InputGate{
+			Input:               int32(e.Input),
+			UpstreamVertex:      int32(e.From),
+			UpstreamParallelism: int32(g.Vertices[e.From].Parallelism),
+			Partitioning:        weirpb.Partitioning(e.Partitioning),
+		})
+	}
+	for _, e := range g.Outputs(t.Last()) {
+		down := g.Vertices[e.To].Parallelism
+		out := &weirpb.OutputSpec{
+			DownstreamVertex:      int32(e.To),
+			DownstreamInput:       int32(e.Input),
+			DownstreamParallelism: int32(down),
+			Partitioning:          weirpb.Partitioning(e.Partitioning),
+			Targets:               append([]string(nil), slotAddrs[:down]...),
+		}
+		if e.Partitioning == stream.Hash {
+			out.KeyFields = append([]string(nil), e.KeyFields...)
+		}
+		d.Outputs = append(d.Outputs, out)
+	}
+	return d
+}

@@ -1,0 +1,85 @@
+// Package jobspec turns a YAML job spec into a checked stream.JobGraph.
+//
+// It owns the spec format: its keys, how operators are wired together when
+// the spec does not say, and how every problem is reported as one error that
+// names the file and line ("job.yaml:14: operator "counts": keyBy: no field
+// "user" (the input has key, value, ts)"). It imports stream, the standard
+// library and go.yaml.in/yaml/v3, and nothing else of Weir's: operator types
+// come from the stream.Registry the caller passes in.
+//
+// # Format
+//
+//	name: window-counts          # required
+//	parallelism: 4               # default for operators that set none (default 1)
+//	maxParallelism: 128          # number of key groups, 1..32768 (default 128)
+//	operators:                   # required, non-empty, in order
+//	  - uid: events              # required, unique, stable across versions (state is keyed by it)
+//	    name: Events             # optional display name (default: the uid)
+//	    type: datagen            # a registered operator type
+//	    parallelism: 2           # optional, at least 1
+//	    config: {rows: 1000}     # operator-specific mapping, passed to the operator as JSON
+//	  - uid: stamped
+//	    type: watermarks
+//	    config: {timestampField: ts, maxOutOfOrderness: 500ms}
+//	  - uid: counts
+//	    type: tumbling_window
+//	    keyBy: [key]             # input arrives hash-partitioned by these fields
+//	    config: {size: 10s, aggregates: [{fn: count, as: n}]}
+//	  - uid: out
+//	    type: file
+//	    config: {path: /tmp/weir-out, format: csv}
+//
+// Unknown keys are errors at the top level, in operator entries and in input
+// entries. YAML anchors, aliases and merge keys (<<) may be used anywhere.
+//
+// # Config
+//
+// An operator's config is converted to JSON for stream.Vertex.Config, keeping
+// the order of keys: mapping keys must be strings, YAML integers and floats
+// become JSON numbers, true/false become booleans, null becomes null and
+// everything else (durations such as 500ms, timestamps, quoted numbers)
+// becomes a JSON string. An absent or null config is nil. The operator type's
+// Plan function checks the config; its error is reported at the config: line.
+//
+// # Inputs
+//
+// Each operator's inputs are decided in this order:
+//
+//  1. input: <uid> names one input; inputs: [...] names several (input 0,
+//     1, ...). An entry of inputs is a uid or a mapping
+//     {from: <uid>, keyBy: [f, ...], partitioning: p}. inputs: [] says
+//     explicitly that the operator has no input (it is a source).
+//  2. Otherwise the first operator in the list has no input.
+//  3. Otherwise an operator whose type is registered only as a source (like
+//     datagen) has no input, wherever it appears: a job may start several
+//     pipelines, each at a source.
+//  4. Otherwise, if the previous operator in the list is a sink, an operator
+//     whose type is also registered as a source (like file, which is both a
+//     source and a sink) is a source; any other operator is an error
+//     ("operator "x" has no input: the previous operator "y" is a sink; ...").
+//  5. Otherwise the operator reads the previous operator in the list. This is
+//     how a file sink at the end of a pipeline reads the operator above it.
+//
+// The previous operator is a sink when it has inputs and its type resolves to
+// a stream.KindSink type. An explicit input may name any operator, before or
+// after in the list; cycles are errors.
+//
+// # Partitioning
+//
+// An edge is forward by default (Plan turns a forward edge between operators
+// of different parallelism into rebalance). keyBy: [f, ...] (or keyBy: f)
+// makes it hash-partitioned by those fields; partitioning: is one of forward,
+// rebalance, broadcast or hash (hash needs keyBy; keyBy with any other
+// partitioning is an error). keyBy and partitioning on the operator apply to
+// all its inputs; on an entry of inputs they apply to that input only and
+// replace the operator's settings for it. A source takes neither.
+//
+// # Errors
+//
+// Parse returns the first problem only, as an *Error whose message starts
+// with "file:line: ". Errors about one operator read "operator "uid": ..." and
+// point at the most precise line known: the offending key or value, the
+// config: line for config errors from the operator type, the keyBy: line for
+// missing key fields, else the operator's entry. Errors about the whole job
+// point at the relevant top-level key.
+package jobspec

@@ -1,0 +1,22 @@
+// Package window owns Weir's built-in event-time operators:
+//
+//   - "watermarks" assigns each record's event time (Batch.Times) from a
+//     timestamp field and emits bounded-out-of-orderness watermarks;
+//   - "tumbling_window" and "sliding_window" aggregate keyed records into
+//     event-time windows (count, sum, min, max, avg) and emit one row per key
+//     and window when the watermark passes the window's end.
+//
+// Register adds the three operator types to a stream.Registry. Their Plan
+// functions check a config against the input schema at submit time and return
+// the output schema; the operators themselves are built per subtask by the
+// task runtime.
+//
+// Window semantics follow Apache Flink's event-time windows with the default
+// event-time trigger: window starts are aligned to offset modulo slide, a
+// window [start, end) fires when the watermark reaches end-1, its state is
+// kept until the watermark reaches end-1+allowedLateness (a record arriving in
+// that time re-fires the window with the updated result), and a record all of
+// whose windows are past that point is dropped and counted.
+//
+// The package imports the standard library and package stream only.
+package window

@@ -1,0 +1,74 @@
+package taskmanager
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+)
+
+// Config configures a TaskManager.
+type Config struct {
+	// ID names the taskmanager in the cluster. Default: host-pid.
+	ID string
+	// JobManagerAddress is the jobmanager's gRPC address (host:port).
+	// Default "127.0.0.1:6123".
+	JobManagerAddress string
+	// RPCAddress is where this taskmanager listens for the jobmanager and for
+	// other taskmanagers' data (host:port; port 0 picks one).
+	// Default "127.0.0.1:0".
+	RPCAddress string
+	// AdvertiseAddress is the address others use to reach RPCAddress.
+	// Default: the bound listen address.
+	AdvertiseAddress string
+	// Slots is the number of task slots offered. Default 2.
+	Slots int
+	// CreditsPerChannel is the number of batches a receiver buffers per
+	// input channel (credit-based flow control). Default 4.
+	CreditsPerChannel int
+	// RegisterRetry is the pause between attempts to reach the jobmanager.
+	// Default 1s.
+	RegisterRetry time.Duration
+	Logger        *slog.Logger
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "taskmanager"
+	}
+	return Config{
+		ID:                fmt.Sprintf("%s-%d", host, os.Getpid()),
+		JobManagerAddress: "127.0.0.1:6123",
+		RPCAddress:        "127.0.0.1:0",
+		Slots:             2,
+		CreditsPerChannel: 4,
+		RegisterRetry:     time.Second,
+	}
+}
+
+// Validate reports the first invalid setting.
+func (c *Config) Validate() error {
+	if c.ID == "" {
+		return errors.New("taskmanager config: id is empty")
+	}
+	if _, _, err := net.SplitHostPort(c.JobManagerAddress); err != nil {
+		return fmt.Errorf("taskmanager config: jobmanager address %q: %v (want host:port)", c.JobManagerAddress, err)
+	}
+	if _, _, err := net.SplitHostPort(c.RPCAddress); err != nil {
+		return fmt.Errorf("taskmanager config: rpc address %q: %v (want host:port)", c.RPCAddress, err)
+	}
+	if c.Slots < 1 {
+		return fmt.Errorf("taskmanager config: slots %d: must be at least 1", c.Slots)
+	}
+	if c.CreditsPerChannel < 1 {
+		return fmt.Errorf("taskmanager config: credits per channel %d: must be at least 1", c.CreditsPerChannel)
+	}
+	if c.RegisterRetry <= 0 {
+		return fmt.Errorf("taskmanager config: register retry %v: must be positive", c.RegisterRetry)
+	}
+	return nil
+}

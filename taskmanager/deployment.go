@@ -1,0 +1,64 @@
+package taskmanager
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/weirstream/weir/dataflow"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// toTaskSpec converts a deployment message into the runtime's task spec.
+func toTaskSpec(d *weirpb.TaskDeployment) (*dataflow.TaskSpec, error) {
+	id := d.GetId()
+	if len(d.GetChain()) == 0 {
+		return nil, errors.New("deployment has no operators")
+	}
+	spec := &dataflow.TaskSpec{
+		JobID:          id.GetJobId(),
+		Attempt:        id.GetAttempt(),
+		VertexID:       int(id.GetVertexId()),
+		Subtask:        int(id.GetSubtask()),
+		Parallelism:    int(d.GetParallelism()),
+		MaxParallelism: int(d.GetMaxParallelism()),
+		TaskName:       d.GetTaskName(),
+	}
+	for _, co := range d.GetChain() {
+		v, err := weirpb.ToVertex(co.GetVertex())
+		if err != nil {
+			return nil, err
+		}
+		c := dataflow.ChainedOperator{Vertex: v}
+		for i, s := range co.GetInputSchemas() {
+			in, err := weirpb.ToSchema(s)
+			if err != nil {
+				return nil, fmt.Errorf("operator %q: input %d schema: %w", v.UID, i, err)
+			}
+			c.InputSchemas = append(c.InputSchemas, in)
+		}
+		for _, k := range co.GetInputKeys() {
+			c.InputKeys = append(c.InputKeys, k.GetFields())
+		}
+		spec.Chain = append(spec.Chain, c)
+	}
+	for _, in := range d.GetInputs() {
+		spec.Inputs = append(spec.Inputs, dataflow.InputGate{
+			Input:               int(in.GetInput()),
+			UpstreamVertex:      int(in.GetUpstreamVertex()),
+			UpstreamParallelism: int(in.GetUpstreamParallelism()),
+			Partitioning:        stream.Partitioning(in.GetPartitioning()),
+		})
+	}
+	for _, out := range d.GetOutputs() {
+		spec.Outputs = append(spec.Outputs, dataflow.Output{
+			DownstreamVertex:      int(out.GetDownstreamVertex()),
+			DownstreamInput:       int(out.GetDownstreamInput()),
+			DownstreamParallelism: int(out.GetDownstreamParallelism()),
+			Partitioning:          stream.Partitioning(out.GetPartitioning()),
+			KeyFields:             out.GetKeyFields(),
+			Targets:               out.GetTargets(),
+		})
+	}
+	return spec, nil
+}

@@ -1,0 +1,366 @@
+package taskmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/weirstream/weir/dataflow"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// TaskManager runs deployed tasks. Create it with New and start it with Run.
+type TaskManager struct {
+	cfg   Config
+	reg   *stream.Registry
+	log   *slog.Logger
+	ready chan struct{}
+	addr  string // advertised address, set before ready is closed
+
+	mu struct {
+		sync.Mutex
+		tasks map[taskKey]*runningTask
+		// hbInterval and hbTimeout are what the jobmanager asked for.
+		hbInterval, hbTimeout time.Duration
+	}
+	wg sync.WaitGroup // running tasks
+
+	exchange *dataflow.Exchange
+	client   weirpb.ClusterServiceClient
+}
+
+type taskKey struct {
+	job     string
+	vertex  int32
+	subtask int32
+}
+
+type runningTask struct {
+	id     *weirpb.ExecutionID
+	name   string
+	task   *dataflow.Task
+	cancel context.CancelFunc
+	state  weirpb.TaskState
+	err    string
+}
+
+// New returns a TaskManager; it does nothing until Run.
+func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	tm := &TaskManager{cfg: cfg, reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID), ready: make(chan struct{})}
+	tm.mu.tasks = make(map[taskKey]*runningTask)
+	tm.mu.hbInterval = time.Second
+	tm.mu.hbTimeout = 10 * time.Second
+	return tm, nil
+}
+
+// Ready is closed once the taskmanager listens; Addr is valid from then on.
+func (tm *TaskManager) Ready() <-chan struct{} { return tm.ready }
+
+// Addr returns the advertised address of the taskmanager's gRPC server.
+func (tm *TaskManager) Addr() string { return tm.addr }
+
+// Run listens, registers with the jobmanager, heartbeats and runs tasks until
+// ctx is cancelled. It returns after every task and goroutine has stopped.
+func (tm *TaskManager) Run(ctx context.Context) error {
+	lis, err := net.Listen("tcp", tm.cfg.RPCAddress)
+	if err != nil {
+		return fmt.Errorf("taskmanager: listen on %s: %w (is another process using the port?)", tm.cfg.RPCAddress, err)
+	}
+	tm.addr = lis.Addr().String()
+	if tm.cfg.AdvertiseAddress != "" {
+		tm.addr = tm.cfg.AdvertiseAddress
+	}
+	conn, err := grpc.NewClient(tm.cfg.JobManagerAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("taskmanager: jobmanager address %s: %w", tm.cfg.JobManagerAddress, err)
+	}
+	defer conn.Close()
+	tm.client = weirpb.NewClusterServiceClient(conn)
+
+	tm.exchange = dataflow.NewExchange(dataflow.ExchangeConfig{
+		SelfAddress:       tm.addr,
+		CreditsPerChannel: tm.cfg.CreditsPerChannel,
+		DialOptions:       []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		Logger:            tm.log,
+	})
+	srv := grpc.NewServer()
+	weirpb.RegisterTaskExecutorServiceServer(srv, &executorServer{tm: tm})
+	tm.exchange.Register(srv)
+	close(tm.ready)
+	tm.log.Info("taskmanager listening", "address", tm.addr, "slots", tm.cfg.Slots, "jobmanager", tm.cfg.JobManagerAddress)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("taskmanager: serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		tm.membership(gctx)
+		tm.cancelAll()
+		tm.wg.Wait()
+		tm.exchange.Close()
+		srv.Stop()
+		return nil
+	})
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// membership registers with the jobmanager and heartbeats until ctx ends,
+// registering again whenever the jobmanager asks or stops answering.
+func (tm *TaskManager) membership(ctx context.Context) {
+	for ctx.Err() == nil {
+		if !tm.register(ctx) {
+			return
+		}
+		tm.heartbeat(ctx)
+	}
+}
+
+func (tm *TaskManager) register(ctx context.Context) bool {
+	req := &weirpb.RegisterTaskManagerRequest{
+		TaskmanagerId: tm.cfg.ID, Address: tm.addr, Slots: int32(tm.cfg.Slots), OperatorTypes: tm.reg.Names(),
+	}
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := tm.client.RegisterTaskManager(rctx, req)
+		cancel()
+		if err == nil {
+			tm.mu.Lock()
+			if d := time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond; d > 0 {
+				tm.mu.hbInterval = d
+			}
+			if d := time.Duration(resp.GetHeartbeatTimeoutMs()) * time.Millisecond; d > 0 {
+				tm.mu.hbTimeout = d
+			}
+			tm.mu.Unlock()
+			tm.log.Info("registered with jobmanager", "jobmanager", tm.cfg.JobManagerAddress, "jobmanager_id", resp.GetJobmanagerId())
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if attempt%10 == 0 {
+			tm.log.Warn("cannot register with the jobmanager; retrying (check that it runs and that --jobmanager is right)",
+				"jobmanager", tm.cfg.JobManagerAddress, "err", err)
+		}
+		if !sleepCtx(ctx, tm.cfg.RegisterRetry) {
+			return false
+		}
+	}
+}
+
+// heartbeat reports task states every interval. It returns when the
+// jobmanager asks the taskmanager to register again, or when the
+// jobmanager has not answered for the heartbeat timeout: then the
+// taskmanager's tasks are cancelled, since the jobmanager will have
+// declared them lost.
+func (tm *TaskManager) heartbeat(ctx context.Context) {
+	lastOK := time.Now()
+	for {
+		tm.mu.Lock()
+		interval, timeout := tm.mu.hbInterval, tm.mu.hbTimeout
+		tm.mu.Unlock()
+		if !sleepCtx(ctx, interval) {
+			return
+		}
+		req := &weirpb.HeartbeatRequest{TaskmanagerId: tm.cfg.ID, Tasks: tm.statuses(true)}
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := tm.client.Heartbeat(hctx, req)
+		cancel()
+		switch {
+		case err == nil && resp.GetReregister():
+			tm.log.Warn("jobmanager does not know this taskmanager; cancelling tasks and registering again")
+			tm.cancelAll()
+			return
+		case err == nil:
+			lastOK = time.Now()
+			tm.forgetReported(req.GetTasks())
+		case ctx.Err() != nil:
+			return
+		case time.Since(lastOK) > timeout:
+			tm.log.Warn("jobmanager unreachable for longer than the heartbeat timeout; cancelling tasks and registering again",
+				"timeout", timeout, "err", err)
+			tm.cancelAll()
+			return
+		}
+	}
+}
+
+// statuses returns every known task's status; with metrics, counters too.
+func (tm *TaskManager) statuses(metrics bool) []*weirpb.TaskStatus {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	out := make([]*weirpb.TaskStatus, 0, len(tm.mu.tasks))
+	for _, rt := range tm.mu.tasks {
+		st := &weirpb.TaskStatus{Id: rt.id, State: rt.state, Error: rt.err}
+		if metrics && rt.task != nil {
+			m := rt.task.Metrics()
+			st.RecordsIn, st.RecordsOut = m.RecordsIn.Load(), m.RecordsOut.Load()
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// forgetReported drops terminal tasks whose final state the jobmanager has
+// now seen in a heartbeat.
+func (tm *TaskManager) forgetReported(sent []*weirpb.TaskStatus) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, st := range sent {
+		if !terminal(st.GetState()) {
+			continue
+		}
+		k := keyOf(st.GetId())
+		if rt, ok := tm.mu.tasks[k]; ok && rt.id.GetAttempt() == st.GetId().GetAttempt() && terminal(rt.state) {
+			delete(tm.mu.tasks, k)
+		}
+	}
+}
+
+func terminal(s weirpb.TaskState) bool {
+	return s == weirpb.TaskState_TASK_STATE_FINISHED || s == weirpb.TaskState_TASK_STATE_CANCELED || s == weirpb.TaskState_TASK_STATE_FAILED
+}
+
+func keyOf(id *weirpb.ExecutionID) taskKey {
+	return taskKey{job: id.GetJobId(), vertex: id.GetVertexId(), subtask: id.GetSubtask()}
+}
+
+func (tm *TaskManager) cancelAll() {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, rt := range tm.mu.tasks {
+		if rt.cancel != nil {
+			rt.cancel()
+		}
+	}
+}
+
+// submit starts a deployed task.
+func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
+	spec, err := toTaskSpec(d)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "task %s: %v", d.GetTaskName(), err)
+	}
+	task, err := dataflow.NewTask(spec, tm.reg, tm.exchange, tm.log)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "task %s: %v", d.GetTaskName(), err)
+	}
+	k := keyOf(d.GetId())
+	tm.mu.Lock()
+	if old, ok := tm.mu.tasks[k]; ok && !terminal(old.state) {
+		if old.id.GetAttempt() >= d.GetId().GetAttempt() {
+			tm.mu.Unlock()
+			return status.Errorf(codes.AlreadyExists, "task %s attempt %d is already running here", d.GetTaskName(), old.id.GetAttempt())
+		}
+		old.cancel() // an older attempt: it is stale
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rt := &runningTask{id: d.GetId(), name: d.GetTaskName(), task: task, cancel: cancel, state: weirpb.TaskState_TASK_STATE_RUNNING}
+	tm.mu.tasks[k] = rt
+	tm.wg.Add(1)
+	tm.mu.Unlock()
+
+	tm.log.Info("task deployed", "task", d.GetTaskName(), "job", d.GetId().GetJobId(), "attempt", d.GetId().GetAttempt())
+	go tm.runTask(ctx, rt)
+	return nil
+}
+
+func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
+	defer tm.wg.Done()
+	tm.report(rt.id, weirpb.TaskState_TASK_STATE_RUNNING, "")
+	err := rt.task.Run(ctx)
+	state, msg := weirpb.TaskState_TASK_STATE_FINISHED, ""
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		state = weirpb.TaskState_TASK_STATE_CANCELED
+	default:
+		state, msg = weirpb.TaskState_TASK_STATE_FAILED, err.Error()
+		tm.log.Error("task failed", "task", rt.name, "err", err)
+	}
+	rt.cancel()
+	tm.mu.Lock()
+	rt.state, rt.err = state, msg
+	tm.mu.Unlock()
+	tm.log.Info("task ended", "task", rt.name, "state", state.String())
+	tm.report(rt.id, state, msg)
+}
+
+// report tells the jobmanager about a state change. A lost report is not
+// fatal: heartbeats carry every task's state too.
+func (tm *TaskManager) report(id *weirpb.ExecutionID, state weirpb.TaskState, msg string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := tm.client.UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{
+		TaskmanagerId: tm.cfg.ID,
+		Status:        &weirpb.TaskStatus{Id: id, State: state, Error: msg},
+	})
+	if err != nil {
+		tm.log.Debug("task state report failed; the next heartbeat carries it", "err", err)
+	}
+}
+
+func (tm *TaskManager) cancel(id *weirpb.ExecutionID) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if rt, ok := tm.mu.tasks[keyOf(id)]; ok && rt.id.GetAttempt() == id.GetAttempt() {
+		rt.cancel()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// executorServer adapts TaskManager to the generated gRPC service.
+type executorServer struct {
+	weirpb.UnimplementedTaskExecutorServiceServer
+	tm *TaskManager
+}
+
+func (s *executorServer) SubmitTask(_ context.Context, req *weirpb.SubmitTaskRequest) (*weirpb.SubmitTaskResponse, error) {
+	if req.GetTask() == nil || req.GetTask().GetId() == nil {
+		return nil, status.Error(codes.InvalidArgument, "submit task: no task deployment")
+	}
+	if err := s.tm.submit(req.GetTask()); err != nil {
+		return nil, err
+	}
+	return &weirpb.SubmitTaskResponse{}, nil
+}
+
+func (s *executorServer) CancelTask(_ context.Context, req *weirpb.CancelTaskRequest) (*weirpb.CancelTaskResponse, error) {
+	s.tm.cancel(req.GetId())
+	return &weirpb.CancelTaskResponse{}, nil
+}
