@@ -22,26 +22,39 @@ func (e *configError) Error() string { return e.path + ": " + e.msg }
 
 // toJSON converts a YAML node to JSON, keeping the order of mapping keys.
 func toJSON(n *yaml.Node) (json.RawMessage, error) {
-	var b bytes.Buffer
-	if err := writeJSON(&b, n, "config", 0); err != nil {
+	c := converter{budget: maxNodes}
+	if err := c.write(n, "config", 0); err != nil {
 		return nil, err
 	}
-	return json.RawMessage(b.Bytes()), nil
+	return json.RawMessage(c.b.Bytes()), nil
 }
 
-// maxDepth bounds nesting (and alias expansion) so a hostile spec cannot
-// exhaust the stack.
-const maxDepth = 64
+// maxDepth bounds nesting so a hostile spec cannot exhaust the stack, and
+// maxNodes bounds the nodes written so that aliases cannot expand a small
+// spec into a huge config ("billion laughs").
+const (
+	maxDepth = 64
+	maxNodes = 1 << 18
+)
 
-func writeJSON(b *bytes.Buffer, n *yaml.Node, path string, depth int) error {
+type converter struct {
+	b      bytes.Buffer
+	budget int
+}
+
+func (c *converter) write(n *yaml.Node, path string, depth int) error {
 	if depth > maxDepth {
 		return &configError{n, path, fmt.Sprintf("nested more than %d levels deep", maxDepth)}
 	}
+	if c.budget--; c.budget < 0 {
+		return &configError{n, path, fmt.Sprintf("expands to more than %d values (through aliases?)", maxNodes)}
+	}
+	b := &c.b
 	orig := n
 	n = deref(n)
 	switch n.Kind {
 	case yaml.MappingNode:
-		ps, at, err := pairs(n)
+		ps, at, err := pairsBudget(n, &c.budget)
 		if err != nil {
 			return &configError{at, path, err.Error()}
 		}
@@ -56,7 +69,7 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, path string, depth int) error {
 			}
 			writeString(b, k)
 			b.WriteByte(':')
-			if err := writeJSON(b, p.val, path+"."+k, depth+1); err != nil {
+			if err := c.write(p.val, path+"."+k, depth+1); err != nil {
 				return err
 			}
 		}
@@ -67,7 +80,7 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, path string, depth int) error {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			if err := writeJSON(b, e, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
+			if err := c.write(e, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
 				return err
 			}
 		}
@@ -124,6 +137,6 @@ func writeScalar(b *bytes.Buffer, n *yaml.Node, path string) error {
 func writeString(b *bytes.Buffer, s string) {
 	e := json.NewEncoder(b)
 	e.SetEscapeHTML(false)
-	_ = e.Encode(s) // a string always encodes
+	_ = e.Encode(s)         // a string always encodes
 	b.Truncate(b.Len() - 1) // Encode appends a newline
 }

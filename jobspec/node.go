@@ -60,14 +60,25 @@ func isNull(n *yaml.Node) bool {
 // ones, and earlier merged mappings win over later ones. A key written twice
 // in n is an error at the second occurrence.
 func pairs(n *yaml.Node) ([]pair, *yaml.Node, error) {
+	budget := maxNodes
+	return pairsBudget(n, &budget)
+}
+
+// pairsBudget is pairs charging every key it visits, merged ones included,
+// to *budget, so that merge keys through aliases cannot take exponential
+// time.
+func pairsBudget(n *yaml.Node, budget *int) ([]pair, *yaml.Node, error) {
 	n = deref(n)
+	if *budget -= len(n.Content)/2 + 1; *budget < 0 {
+		return nil, n, fmt.Errorf("mapping expands to more than %d keys (through merge keys and aliases?)", maxNodes)
+	}
 	var out []pair
 	seen := make(map[string]*yaml.Node)
 	var merged [][]pair
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-			ms, at, err := mergeSources(v)
+			ms, at, err := mergeSources(v, budget)
 			if err != nil {
 				return nil, at, err
 			}
@@ -100,7 +111,7 @@ func pairs(n *yaml.Node) ([]pair, *yaml.Node, error) {
 
 // mergeSources returns the mappings a merge key's value names, in priority
 // order.
-func mergeSources(v *yaml.Node) ([][]pair, *yaml.Node, error) {
+func mergeSources(v *yaml.Node, budget *int) ([][]pair, *yaml.Node, error) {
 	d := deref(v)
 	var srcs []*yaml.Node
 	switch d.Kind {
@@ -116,7 +127,7 @@ func mergeSources(v *yaml.Node) ([][]pair, *yaml.Node, error) {
 		if deref(s).Kind != yaml.MappingNode {
 			return nil, s, fmt.Errorf("<<: merge key needs a mapping or a list of mappings, got %s", describe(s))
 		}
-		ps, at, err := pairs(s)
+		ps, at, err := pairsBudget(s, budget)
 		if err != nil {
 			return nil, at, err
 		}
@@ -195,8 +206,10 @@ func suggest(s string, candidates []string) string {
 	return fmt.Sprintf(" (did you mean %q?)", best)
 }
 
-// editDistance is the Levenshtein distance between a and b, over bytes.
+// editDistance is the optimal-string-alignment distance between a and b
+// (Levenshtein plus transposition of adjacent bytes).
 func editDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -210,8 +223,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1) // transposition
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }

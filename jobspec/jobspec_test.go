@@ -1,0 +1,1203 @@
+package jobspec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// spec trims the leading newline of a raw string literal, so that the first
+// line of the literal's text is line 1.
+func spec(s string) []byte { return []byte(strings.TrimPrefix(s, "\n")) }
+
+// describeGraph renders g's vertices, edges and configs in a form that is easy
+// to compare and to read in a failure.
+func describeGraph(g *stream.JobGraph) (vertices, edges []string, configs map[string]string) {
+	configs = make(map[string]string)
+	for _, v := range g.Vertices {
+		vertices = append(vertices, fmt.Sprintf("%s:%s:%s:p%d", v.UID, v.Name, v.Type, v.Parallelism))
+		if v.Config != nil {
+			configs[v.UID] = string(v.Config)
+		}
+	}
+	for _, e := range g.Edges {
+		s := fmt.Sprintf("%s->%s#%d %v", g.Vertices[e.From].UID, g.Vertices[e.To].UID, e.Input, e.Partitioning)
+		if e.KeyFields != nil {
+			s += "[" + strings.Join(e.KeyFields, ",") + "]"
+		}
+		edges = append(edges, s)
+	}
+	return vertices, edges, configs
+}
+
+func TestParseValid(t *testing.T) {
+	tests := []struct {
+		name     string
+		spec     string
+		jobPar   int
+		maxPar   int
+		vertices []string
+		edges    []string
+		configs  map[string]string
+		schemas  map[string]string // uid -> OutSchema.String(), optional
+	}{
+		{
+			name: "linear pipeline",
+			spec: `
+name: counts
+parallelism: 4
+maxParallelism: 64
+operators:
+  - uid: events
+    name: Events
+    type: gen
+    parallelism: 2
+    config: {rows: 100}
+  - uid: enrich
+    type: mapx
+    config: {set: [{name: score, type: float64}]}
+  - uid: counts
+    type: agg
+    keyBy: [key]
+  - uid: out
+    type: sink
+`,
+			jobPar: 4, maxPar: 64,
+			vertices: []string{"events:Events:gen:p2", "enrich:enrich:mapx:p4", "counts:counts:agg:p4", "out:out:sink:p4"},
+			// gen (2) -> mapx (4) differ in parallelism: Plan makes it rebalance.
+			edges:   []string{"events->enrich#0 rebalance", "enrich->counts#0 hash[key]", "counts->out#0 forward"},
+			configs: map[string]string{"events": `{"rows":100}`, "enrich": `{"set":[{"name":"score","type":"float64"}]}`},
+			schemas: map[string]string{
+				"enrich": "(key string, value int64, ts timestamp, score float64)",
+				"counts": "(key string, n int64)",
+			},
+		},
+		{
+			name: "defaults",
+			spec: `
+name: tiny
+operators:
+  - {uid: g, type: gen}
+  - {uid: s, type: sink}
+`,
+			jobPar: 1, maxPar: stream.DefaultMaxParallelism,
+			vertices: []string{"g:g:gen:p1", "s:s:sink:p1"},
+			edges:    []string{"g->s#0 forward"},
+			configs:  map[string]string{},
+		},
+		{
+			name: "config conversion keeps order and types",
+			spec: `
+name: conv
+operators:
+  - uid: g
+    type: gen
+    config: {rows: 5}
+  - uid: m
+    type: sink
+    config:
+      zeta: 1
+      alpha: -7
+      big: 18446744073709551615
+      hex: 0x1F
+      ratio: 0.5
+      exp: 1e6
+      on: true
+      off: false
+      nothing: null
+      tilde: ~
+      size: 10s
+      lateness: 500ms
+      quoted: "42"
+      expr: price > 10 && a < b
+      date: 2024-01-02
+      list: [1, two, 3.5, [x], {k: v}]
+      nested:
+        deep: {deeper: [a, b]}
+      empty: {}
+      emptyList: []
+`,
+			jobPar: 1, maxPar: 128,
+			vertices: []string{"g:g:gen:p1", "m:m:sink:p1"},
+			edges:    []string{"g->m#0 forward"},
+			configs: map[string]string{
+				"g": `{"rows":5}`,
+				"m": `{"zeta":1,"alpha":-7,"big":18446744073709551615,"hex":31,"ratio":0.5,"exp":1e+06,` +
+					`"on":true,"off":false,"nothing":null,"tilde":null,"size":"10s","lateness":"500ms","quoted":"42",` +
+					`"expr":"price > 10 && a < b","date":"2024-01-02","list":[1,"two",3.5,["x"],{"k":"v"}],` +
+					`"nested":{"deep":{"deeper":["a","b"]}},"empty":{},"emptyList":[]}`,
+			},
+		},
+		{
+			name: "anchors aliases and merge keys",
+			spec: `
+name: anchors
+operators:
+  - uid: g
+    type: gen
+    config: &base {rows: 3}
+  - uid: s
+    type: sink
+    config:
+      <<: *base
+      extra: &x yes-string
+      again: *x
+  - <<: {type: gen, parallelism: 2}
+    uid: g2
+  - uid: s2
+    type: sink
+    config: {<<: [{a: 1, b: 1}, {b: 2, c: 2}], c: 3}
+`,
+			jobPar: 1, maxPar: 128,
+			vertices: []string{"g:g:gen:p1", "s:s:sink:p1", "g2:g2:gen:p2", "s2:s2:sink:p1"},
+			edges:    []string{"g->s#0 forward", "g2->s2#0 rebalance"},
+			configs: map[string]string{
+				"g":  `{"rows":3}`,
+				"s":  `{"extra":"yes-string","again":"yes-string","rows":3}`,
+				"s2": `{"c":3,"a":1,"b":1}`,
+			},
+		},
+		{
+			name: "second source later in the list and a two-input join",
+			spec: `
+name: join
+parallelism: 2
+operators:
+  - uid: left
+    type: gen
+  - uid: lkeyed
+    type: mapx
+  - uid: right
+    type: gen
+    parallelism: 1
+  - uid: joined
+    type: join
+    inputs:
+      - {from: lkeyed, keyBy: key}
+      - {from: right, keyBy: [key, value]}
+  - uid: out
+    type: sink
+`,
+			jobPar: 2, maxPar: 128,
+			vertices: []string{"left:left:gen:p2", "lkeyed:lkeyed:mapx:p2", "right:right:gen:p1", "joined:joined:join:p2", "out:out:sink:p2"},
+			edges: []string{
+				"left->lkeyed#0 forward",
+				"lkeyed->joined#0 hash[key]", "right->joined#1 hash[key,value]",
+				"joined->out#0 forward",
+			},
+			configs: map[string]string{},
+		},
+		{
+			name: "operator keyBy applies to every input, an input entry overrides it",
+			spec: `
+name: override
+operators:
+  - uid: a
+    type: gen
+  - uid: b
+    type: gen
+  - uid: c
+    type: gen
+  - uid: j1
+    type: join
+    keyBy: [key]
+    inputs: [a, b]
+  - uid: j2
+    type: join
+    partitioning: broadcast
+    inputs: [j1, {from: c, partitioning: rebalance}]
+  - uid: out
+    type: sink
+    input: j2
+`,
+			jobPar: 1, maxPar: 128,
+			vertices: []string{"a:a:gen:p1", "b:b:gen:p1", "c:c:gen:p1", "j1:j1:join:p1", "j2:j2:join:p1", "out:out:sink:p1"},
+			edges: []string{
+				"a->j1#0 hash[key]", "b->j1#1 hash[key]",
+				"j1->j2#0 broadcast", "c->j2#1 rebalance",
+				"j2->out#0 forward",
+			},
+			configs: map[string]string{},
+		},
+		{
+			name: "a type that is also a source continues the pipeline, or starts one after a sink",
+			spec: `
+name: files
+operators:
+  - uid: in
+    type: file
+  - uid: upper
+    type: mapx
+  - uid: out
+    type: file
+  - uid: in2
+    type: file
+  - uid: out2
+    type: sink
+  - uid: in3
+    type: file
+    inputs: []
+  - uid: fan
+    type: sink
+    input: upper
+    partitioning: hash
+    keyBy: line
+`,
+			jobPar: 1, maxPar: 128,
+			vertices: []string{"in:in:file:p1", "upper:upper:mapx:p1", "out:out:file:p1", "in2:in2:file:p1", "out2:out2:sink:p1", "in3:in3:file:p1", "fan:fan:sink:p1"},
+			edges: []string{
+				"in->upper#0 forward", "upper->out#0 forward",
+				"in2->out2#0 forward",
+				"upper->fan#0 hash[line]",
+			},
+			configs: map[string]string{},
+			schemas: map[string]string{"in": "(line string)", "in2": "(line string)", "in3": "(line string)", "out": "<nil>"},
+		},
+		{
+			name: "an input may name an operator further down",
+			spec: `
+name: forward-ref
+operators:
+  - uid: out
+    type: sink
+    input: src
+  - uid: src
+    type: gen
+`,
+			jobPar: 1, maxPar: 128,
+			vertices: []string{"out:out:sink:p1", "src:src:gen:p1"},
+			edges:    []string{"src->out#0 forward"},
+			configs:  map[string]string{},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := Parse("job.yaml", spec(tc.spec), testRegistry())
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if g.Parallelism != tc.jobPar || g.MaxParallelism != tc.maxPar {
+				t.Errorf("parallelism %d, maxParallelism %d; want %d, %d", g.Parallelism, g.MaxParallelism, tc.jobPar, tc.maxPar)
+			}
+			vs, es, cs := describeGraph(g)
+			if got, want := strings.Join(vs, "\n"), strings.Join(tc.vertices, "\n"); got != want {
+				t.Errorf("vertices:\n%s\nwant:\n%s", got, want)
+			}
+			if got, want := strings.Join(es, "\n"), strings.Join(tc.edges, "\n"); got != want {
+				t.Errorf("edges:\n%s\nwant:\n%s", got, want)
+			}
+			if len(cs) != len(tc.configs) {
+				t.Errorf("configs %v, want %v", cs, tc.configs)
+			}
+			for uid, want := range tc.configs {
+				if cs[uid] != want {
+					t.Errorf("config of %s:\n %s\nwant\n %s", uid, cs[uid], want)
+				}
+			}
+			for uid, want := range tc.schemas {
+				var got string
+				for _, v := range g.Vertices {
+					if v.UID == uid {
+						got = fmt.Sprint(v.OutSchema)
+					}
+				}
+				if got != want {
+					t.Errorf("schema of %s = %s, want %s", uid, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		spec string
+		want string // the whole message, or its beginning when it ends in "..."
+	}{
+		{
+			name: "malformed YAML",
+			spec: `
+name: bad
+operators:
+  - uid: a
+    type: gen
+   config: {rows: 1}
+`,
+			want: "job.yaml:5: invalid YAML: did not find expected '-' indicator",
+		},
+		{
+			name: "unclosed flow mapping",
+			spec: `
+name: bad
+operators:
+  - {uid: a, type: gen
+`,
+			want: "job.yaml:3: invalid YAML: did not find expected ',' or '}'",
+		},
+		{
+			name: "mapping value in the wrong place",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen: datagen
+`,
+			want: "job.yaml:4: invalid YAML: mapping values are not allowed in this context",
+		},
+		{
+			name: "unknown anchor",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    config: *nothing
+`,
+			want: "job.yaml:5: invalid YAML: unknown anchor 'nothing' referenced",
+		},
+		{
+			name: "tab indentation",
+			spec: "name: x\noperators:\n  - uid: a\n\ttype: gen\n",
+			want: "job.yaml:4: invalid YAML: found a tab character that violates indentation",
+		},
+		{
+			name: "empty file",
+			spec: "",
+			want: "job.yaml:1: the job spec is empty; want a mapping with name and operators",
+		},
+		{
+			name: "not a mapping",
+			spec: "- a\n- b\n",
+			want: "job.yaml:1: a job spec must be a mapping with name and operators, got a list",
+		},
+		{
+			name: "two documents",
+			spec: "name: a\noperators: [{uid: a, type: gen}]\n---\nname: b\n",
+			want: "job.yaml:3: a job spec is one YAML document, but a second one starts here",
+		},
+		{
+			name: "missing name",
+			spec: `
+parallelism: 2
+operators:
+  - {uid: a, type: gen}
+`,
+			want: `job.yaml:1: missing required key "name" (the job's name)`,
+		},
+		{
+			name: "missing operators",
+			spec: `
+name: x
+parallelism: 2
+`,
+			want: `job.yaml:1: missing required key "operators" (the list of the job's operators)`,
+		},
+		{
+			name: "empty operators",
+			spec: `
+name: x
+operators: []
+`,
+			want: "job.yaml:2: operators: the list is empty; a job needs at least one operator",
+		},
+		{
+			name: "operators not a list",
+			spec: `
+name: x
+operators:
+  a: b
+`,
+			want: "job.yaml:3: operators: must be a list of operators, got a mapping",
+		},
+		{
+			name: "unknown top-level key with suggestion",
+			spec: `
+name: x
+paralelism: 2
+operators: [{uid: a, type: gen}]
+`,
+			want: `job.yaml:2: unknown key "paralelism" (did you mean "parallelism"?); a job spec has name, parallelism, maxParallelism, operators`,
+		},
+		{
+			name: "duplicate top-level key",
+			spec: `
+name: x
+operators: [{uid: a, type: gen}]
+name: y
+`,
+			want: "job.yaml:3: name: key is already set at line 1",
+		},
+		{
+			name: "name of the wrong type",
+			spec: `
+name: [a]
+operators: [{uid: a, type: gen}]
+`,
+			want: "job.yaml:1: name: must be a string, got a list",
+		},
+		{
+			name: "parallelism of the wrong type",
+			spec: `
+name: x
+parallelism: four
+operators: [{uid: a, type: gen}]
+`,
+			want: `job.yaml:2: parallelism: must be an integer, got string "four"`,
+		},
+		{
+			name: "job parallelism 0",
+			spec: `
+name: x
+parallelism: 0
+operators: [{uid: a, type: gen}]
+`,
+			want: "job.yaml:2: parallelism: must be at least 1, got 0",
+		},
+		{
+			name: "maxParallelism out of range",
+			spec: `
+name: x
+maxParallelism: 100000
+operators: [{uid: a, type: gen}]
+`,
+			want: "job.yaml:2: maxParallelism: must be between 1 and 32768, got 100000",
+		},
+		{
+			name: "job parallelism above maxParallelism",
+			spec: `
+name: x
+parallelism: 8
+maxParallelism: 4
+operators: [{uid: a, type: gen}]
+`,
+			want: "job.yaml:2: parallelism 8 exceeds maxParallelism 4; lower it or raise maxParallelism",
+		},
+		{
+			name: "operator parallelism above maxParallelism set later in the file",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    parallelism: 16
+maxParallelism: 8
+`,
+			want: `job.yaml:5: operator "a": parallelism 16 exceeds maxParallelism 8; lower it or raise maxParallelism`,
+		},
+		{
+			name: "operator parallelism 0",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    parallelism: 0
+`,
+			want: `job.yaml:5: operator "a": parallelism: must be at least 1, got 0`,
+		},
+		{
+			name: "operator parallelism negative",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    parallelism: -3
+`,
+			want: `job.yaml:5: operator "a": parallelism: must be at least 1, got -3`,
+		},
+		{
+			name: "operator parallelism of the wrong type",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    parallelism: 1.5
+`,
+			want: `job.yaml:5: operator "a": parallelism: must be an integer, got number 1.5`,
+		},
+		{
+			name: "operator entry not a mapping",
+			spec: `
+name: x
+operators:
+  - {uid: a, type: gen}
+  - just-a-string
+`,
+			want: `job.yaml:4: operator #2: must be a mapping with uid and type, got string "just-a-string"`,
+		},
+		{
+			name: "missing uid",
+			spec: `
+name: x
+operators:
+  - {uid: a, type: gen}
+  - type: sink
+    name: Out
+`,
+			want: `job.yaml:4: operator #2: missing required key "uid" (a unique name that stays the same across versions of the job)`,
+		},
+		{
+			name: "missing type",
+			spec: `
+name: x
+operators:
+  - uid: a
+    config: {rows: 1}
+`,
+			want: `job.yaml:3: operator "a": missing required key "type" (known types: agg, file, gen, join, mapx, sink)`,
+		},
+		{
+			name: "uid of the wrong type",
+			spec: `
+name: x
+operators:
+  - uid: {a: b}
+    type: gen
+`,
+			want: `job.yaml:3: operator #1: uid: must be a string, got a mapping`,
+		},
+		{
+			name: "uid not allowed by Plan",
+			spec: `
+name: x
+operators:
+  - type: gen
+    uid: "has space"
+`,
+			want: `job.yaml:4: operator "has space": uid must be 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit`,
+		},
+		{
+			name: "duplicate uid",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: a
+    type: sink
+`,
+			want: `job.yaml:5: operator "a": uid: "a" is already the uid of the operator at line 3; uids must be unique`,
+		},
+		{
+			name: "unknown operator key",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    paralelism: 2
+`,
+			want: `job.yaml:5: operator "a": unknown key "paralelism" (did you mean "parallelism"?); an operator has uid, name, type, parallelism, config, keyBy, partitioning, input, inputs`,
+		},
+		{
+			name: "unknown key without a close match",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    window: 10s
+`,
+			want: `job.yaml:5: operator "a": unknown key "window"; an operator has uid, name, type, parallelism, config, keyBy, partitioning, input, inputs`,
+		},
+		{
+			name: "key_by suggests keyBy",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: b
+    type: agg
+    key_by: [key]
+`,
+			want: `job.yaml:7: operator "b": unknown key "key_by" (did you mean "keyBy"?); ...`,
+		},
+		{
+			name: "unknown operator type",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: b
+    type: mapp
+`,
+			want: `job.yaml:6: operator "b": type: unknown operator type "mapp" (did you mean "mapx"?); known types: agg, file, gen, join, mapx, sink`,
+		},
+		{
+			name: "config of the wrong type",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    config: [1, 2]
+`,
+			want: `job.yaml:5: operator "a": config: must be a mapping, got a list`,
+		},
+		{
+			name: "config with a non-string key",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    config:
+      fields:
+        - 1: one
+`,
+			want: `job.yaml:7: operator "a": config.fields[0]: mapping keys must be strings, got integer 1`,
+		},
+		{
+			name: "config with infinity",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    config:
+      rate: .inf
+`,
+			want: `job.yaml:6: operator "a": config.rate: .inf cannot be represented in JSON; quote it to pass a string`,
+		},
+		{
+			name: "config with a duplicate key",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    config:
+      rows: 1
+      rows: 2
+`,
+			want: `job.yaml:7: operator "a": config: rows: key is already set at line 6`,
+		},
+		{
+			name: "bad config rejected by Plan",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    config:
+      rows: -5
+  - uid: b
+    type: sink
+`,
+			want: `job.yaml:5: operator "a": config: rows must be at least 0, got -5`,
+		},
+		{
+			name: "unknown config field rejected by Plan",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+    config: {rowz: 5}
+`,
+			want: `job.yaml:5: operator "a": config: unknown field "rowz"`,
+		},
+		{
+			name: "config error marked with stream.ErrConfig",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: m
+    type: mapx
+    parallelism: 1
+    config:
+      set: [{type: int64}]
+`,
+			want: `job.yaml:8: operator "m": mapx: set[0]: missing name`,
+		},
+		{
+			name: "keyBy on a transform that has no input",
+			spec: `
+name: x
+operators:
+  - uid: counts
+    type: agg
+    keyBy: [key]
+`,
+			want: `job.yaml:3: operator "counts": "agg" needs an input, but nothing feeds this operator`,
+		},
+		{
+			name: "inputs: [] on a transform",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: m
+    type: mapx
+    inputs: []
+`,
+			want: `job.yaml:7: operator "m": "mapx" needs an input, but nothing feeds this operator`,
+		},
+		{
+			name: "inputs: null",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: m
+    type: mapx
+    inputs:
+`,
+			want: `job.yaml:7: operator "m": inputs: must be a list (use inputs: [] for an operator without inputs)`,
+		},
+		{
+			name: "keyBy on a field that does not exist",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: counts
+    type: agg
+    keyBy: [user]
+`,
+			want: `job.yaml:7: operator "counts": keyBy: no field "user" (the input has key, value, ts)`,
+		},
+		{
+			name: "keyBy on an input entry on a field that does not exist",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: b
+    type: gen
+  - uid: j
+    type: join
+    inputs:
+      - a
+      - from: b
+        keyBy: [nope]
+`,
+			want: `job.yaml:12: operator "j": keyBy: no field "nope" (the input has key, value, ts)`,
+		},
+		{
+			name: "keyed operator without keyBy",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: counts
+    type: agg
+`,
+			want: `job.yaml:5: operator "counts": agg needs a keyed input; set keyBy`,
+		},
+		{
+			name: "keyBy of the wrong type",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: counts
+    type: agg
+    keyBy: {key: 1}
+`,
+			want: `job.yaml:7: operator "counts": keyBy: must be a list of field names, got a mapping`,
+		},
+		{
+			name: "keyBy with an empty list",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: counts
+    type: agg
+    keyBy: []
+`,
+			want: `job.yaml:7: operator "counts": keyBy: must name at least one field`,
+		},
+		{
+			name: "keyBy with rebalance",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: counts
+    type: agg
+    keyBy: [key]
+    partitioning: rebalance
+`,
+			want: `job.yaml:8: operator "counts": partitioning: rebalance cannot be used with keyBy (keyBy means hash partitioning); remove one of them`,
+		},
+		{
+			name: "hash without keyBy",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: counts
+    type: agg
+    partitioning: hash
+`,
+			want: `job.yaml:7: operator "counts": partitioning: hash needs keyBy: [field, ...]`,
+		},
+		{
+			name: "unknown partitioning",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: b
+    type: sink
+    partitioning: brodcast
+`,
+			want: `job.yaml:7: operator "b": partitioning: unknown partitioning "brodcast" (did you mean "broadcast"?) (want forward, hash, rebalance or broadcast)`,
+		},
+		{
+			name: "keyBy on a source",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: b
+    type: gen
+    keyBy: [key]
+`,
+			want: `job.yaml:7: operator "b": keyBy: this operator has no input (it is a source); set keyBy or partitioning on the operator that reads it`,
+		},
+		{
+			name: "unknown input",
+			spec: `
+name: x
+operators:
+  - uid: events
+    type: gen
+  - uid: b
+    type: sink
+    input: evnts
+`,
+			want: `job.yaml:7: operator "b": input: no operator has uid "evnts" (did you mean "events"?)`,
+		},
+		{
+			name: "unknown input in a list",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: j
+    type: join
+    inputs:
+      - a
+      - {from: zzz}
+`,
+			want: `job.yaml:9: operator "j": inputs[1]: no operator has uid "zzz"`,
+		},
+		{
+			name: "unknown key in an input entry",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: j
+    type: sink
+    inputs:
+      - {form: a}
+`,
+			want: `job.yaml:8: operator "j": inputs[0]: unknown key "form" (did you mean "from"?); an input has from, keyBy, partitioning`,
+		},
+		{
+			name: "input entry without from",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: j
+    type: sink
+    inputs:
+      - keyBy: [key]
+`,
+			want: `job.yaml:8: operator "j": inputs[0]: missing required key "from" (the uid of the operator to read)`,
+		},
+		{
+			name: "input and inputs together",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: j
+    type: sink
+    input: a
+    inputs: [a]
+`,
+			want: `job.yaml:8: operator "j": inputs: set together with input; use one of them`,
+		},
+		{
+			name: "input of the wrong type",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: j
+    type: sink
+    input: [a]
+`,
+			want: `job.yaml:7: operator "j": input: must be the uid of an operator, got a list; use inputs: for several`,
+		},
+		{
+			name: "wrong number of inputs",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: j
+    type: join
+`,
+			want: `job.yaml:5: operator "j": "join" takes 2 input(s), got 1`,
+		},
+		{
+			name: "explicit input on a source",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: b
+    type: gen
+    input: a
+`,
+			want: `job.yaml:7: operator "b": "gen" is a source and takes no input`,
+		},
+		{
+			name: "first operator is not a source",
+			spec: `
+name: x
+operators:
+  - uid: m
+    type: mapx
+`,
+			want: `job.yaml:3: operator "m": "mapx" needs an input, but nothing feeds this operator`,
+		},
+		{
+			name: "reading a sink",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: out
+    type: sink
+  - uid: more
+    type: sink
+    input: out
+`,
+			want: `job.yaml:9: operator "more": input: "out" is a sink and has no output; read the operator that feeds it instead`,
+		},
+		{
+			name: "sink followed by a non-source with no input",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: out
+    type: sink
+  - uid: more
+    type: mapx
+  - uid: out2
+    type: sink
+`,
+			want: `job.yaml:7: operator "more" has no input: the previous operator "out" is a sink; name the operator to read with input: <uid>`,
+		},
+		{
+			name: "dual type after a sink is a source, and then a sink after it is fine but a transform after file sink is not",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: out
+    type: file
+  - uid: m
+    type: mapx
+`,
+			want: `job.yaml:7: operator "m" has no input: the previous operator "out" is a sink; name the operator to read with input: <uid>`,
+		},
+		{
+			name: "self input",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: j
+    type: join
+    inputs: [a, j]
+`,
+			want: `job.yaml:7: operator "j": inputs[1]: an operator cannot read its own output`,
+		},
+		{
+			name: "cycle",
+			spec: `
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: j
+    type: join
+    inputs: [a, m2]
+  - uid: m1
+    type: mapx
+  - uid: m2
+    type: mapx
+`,
+			want: `job.yaml:7: operator "j": inputs[1]: reading "m2" makes a cycle (j reads m2 reads m1 reads j); a job graph must be acyclic`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := Parse("job.yaml", spec(tc.spec), testRegistry())
+			if err == nil {
+				t.Fatalf("Parse succeeded with %d vertices; want error %q", len(g.Vertices), tc.want)
+			}
+			got := err.Error()
+			if prefix, ok := strings.CutSuffix(tc.want, "..."); ok {
+				if !strings.HasPrefix(got, prefix) {
+					t.Fatalf("error\n %s\nwant prefix\n %s", got, prefix)
+				}
+			} else if got != tc.want {
+				t.Fatalf("error\n %s\nwant\n %s", got, tc.want)
+			}
+			var se *Error
+			if !errors.As(err, &se) || se.File != "job.yaml" || se.Line < 1 {
+				t.Fatalf("error %#v is not a *jobspec.Error with file and line", err)
+			}
+		})
+	}
+}
+
+// The line of a planning error is the operator's entry, or its config: line,
+// and the *stream.VertexError stays reachable.
+func TestPlanErrorIsVertexError(t *testing.T) {
+	src := spec(`
+name: x
+operators:
+  - uid: a
+    type: gen
+  - uid: counts
+    type: agg
+    config:
+      bogus: 1
+`)
+	_, err := Parse("j.yaml", src, testRegistry())
+	var ve *stream.VertexError
+	if !errors.As(err, &ve) || ve.UID != "counts" {
+		t.Fatalf("error %v: want a *stream.VertexError for counts", err)
+	}
+	var se *Error
+	if !errors.As(err, &se) || se.Line != 7 {
+		t.Fatalf("error %v: want line 7 (the config: line)", err)
+	}
+}
+
+// Parse does not keep or modify state between calls: the same registry parses
+// many specs, concurrently.
+func TestParseConcurrent(t *testing.T) {
+	reg := testRegistry()
+	src := spec(`
+name: c
+operators:
+  - {uid: a, type: gen}
+  - {uid: b, type: agg, keyBy: key}
+  - {uid: c, type: sink}
+`)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			g, err := Parse("c.yaml", src, reg)
+			if err == nil && len(g.Edges) != 2 {
+				err = fmt.Errorf("got %d edges", len(g.Edges))
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, spec(`
+name: g
+operators:
+  - {uid: a, type: gen}
+  - {uid: b, type: sink}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: g\noperators:\n  - {uid: a, type: nope}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Load(good, testRegistry())
+	if err != nil || g.Name != "g" || len(g.Vertices) != 2 {
+		t.Fatalf("Load(good) = %v, %v", g, err)
+	}
+	if _, err := Load(bad, testRegistry()); err == nil || !strings.HasPrefix(err.Error(), bad+":3: operator \"a\": type: unknown operator type \"nope\"") {
+		t.Fatalf("Load(bad) error %v", err)
+	}
+	missing := filepath.Join(dir, "missing.yaml")
+	if _, err := Load(missing, testRegistry()); err == nil || err.Error() != "job spec "+missing+": no such file; check the path" {
+		t.Fatalf("Load(missing) error %v", err)
+	}
+	if _, err := Load(dir, testRegistry()); err == nil || !strings.HasPrefix(err.Error(), "job spec "+dir+": cannot read: ") {
+		t.Fatalf("Load(dir) error %v", err)
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	cands := []string{"parallelism", "maxParallelism", "keyBy", "input", "inputs"}
+	tests := []struct{ in, want string }{
+		{"paralelism", "parallelism"},
+		{"keyby", "keyBy"},
+		{"key_by", "keyBy"},
+		{"inptus", "inputs"},
+		{"zzz", ""},
+		{"input", ""}, // exact: no suggestion
+	}
+	for _, tc := range tests {
+		got := suggest(tc.in, cands)
+		want := ""
+		if tc.want != "" {
+			want = fmt.Sprintf(" (did you mean %q?)", tc.want)
+		}
+		if got != want {
+			t.Errorf("suggest(%q) = %q, want %q", tc.in, got, want)
+		}
+	}
+}
