@@ -10,7 +10,7 @@ import (
 // hosting shared slot i, and so every task's subtask i.
 func buildDeployment(jobID string, g *stream.JobGraph, t *taskSpec, subtask int, attempt int64, slotAddrs []string) *weirpb.TaskDeployment {
 	d := &weirpb.TaskDeployment{
-		Id: &weirpb.ExecutionID{JobId: jobID, VertexId: int32(t.Head), Subtask: int32(subtask), Attempt: attempt},
+		Id:             &weirpb.ExecutionID{JobId: jobID, VertexId: int32(t.Head), Subtask: int32(subtask), Attempt: attempt},
 		TaskName:       t.SubtaskName(subtask),
 		Parallelism:    int32(t.Parallelism),
 		MaxParallelism: int32(g.MaxParallelism),

@@ -1,0 +1,284 @@
+package jobmanager
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+const (
+	// rpcTimeout bounds one SubmitTask or CancelTask call.
+	rpcTimeout = 10 * time.Second
+	// shutdownTimeout bounds the best-effort cancellation of running tasks
+	// and the draining of servers when Run stops.
+	shutdownTimeout = 5 * time.Second
+)
+
+// JobManager is the cluster master. Create it with New and start it with
+// Run; its methods are safe for concurrent use.
+type JobManager struct {
+	cfg     Config
+	reg     *stream.Registry
+	log     *slog.Logger
+	id      string
+	now     func() time.Time
+	started atomic.Bool
+	ready   chan struct{}
+	addrs   struct {
+		sync.Mutex
+		rpc, rest string
+	}
+	mu struct {
+		sync.Mutex
+		core *core
+	}
+	// queue holds actions the core returned, for the dispatcher.
+	queue struct {
+		sync.Mutex
+		pending []action
+		signal  chan struct{} // capacity 1
+	}
+}
+
+// New returns a JobManager for cfg whose jobs are planned against reg. It
+// has no side effects: nothing listens until Run.
+func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if reg == nil {
+		return nil, errors.New("jobmanager: no operator registry; pass the registry the taskmanagers use")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	jm := &JobManager{cfg: cfg, reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{})}
+	jm.mu.core = newCore(coreConfig{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout, Logger: log})
+	jm.queue.signal = make(chan struct{}, 1)
+	return jm, nil
+}
+
+// randomID returns 16 random hex characters.
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails
+	return hex.EncodeToString(b[:])
+}
+
+// Ready is closed once Run listens on both addresses.
+func (jm *JobManager) Ready() <-chan struct{} { return jm.ready }
+
+// RPCAddr returns the address the gRPC server is bound to, or "" before
+// Ready is closed.
+func (jm *JobManager) RPCAddr() string {
+	jm.addrs.Lock()
+	defer jm.addrs.Unlock()
+	return jm.addrs.rpc
+}
+
+// RESTAddr returns the address the REST API is bound to, or "" before Ready
+// is closed or when it is disabled.
+func (jm *JobManager) RESTAddr() string {
+	jm.addrs.Lock()
+	defer jm.addrs.Unlock()
+	return jm.addrs.rest
+}
+
+// Run listens, serves gRPC (ClusterService and JobService) and REST until
+// ctx is cancelled, then cancels the running jobs' tasks (best effort,
+// bounded by a few seconds) and returns after all its goroutines exit. It
+// returns nil after a cancelled ctx, or the error that stopped it.
+func (jm *JobManager) Run(ctx context.Context) error {
+	if !jm.started.CompareAndSwap(false, true) {
+		return errors.New("jobmanager: Run called twice; create a new JobManager")
+	}
+	rpcLis, err := net.Listen("tcp", jm.cfg.RPCAddress)
+	if err != nil {
+		return fmt.Errorf("jobmanager: listen for gRPC on %s: %w; is another jobmanager running? pick another RPCAddress", jm.cfg.RPCAddress, err)
+	}
+	var restLis net.Listener
+	if jm.cfg.RESTAddress != "" {
+		restLis, err = net.Listen("tcp", jm.cfg.RESTAddress)
+		if err != nil {
+			rpcLis.Close()
+			return fmt.Errorf("jobmanager: listen for REST on %s: %w; pick another RESTAddress or disable REST with an empty one", jm.cfg.RESTAddress, err)
+		}
+	}
+	execs := newGRPCTaskExecutors()
+	defer execs.Close()
+
+	gs := grpc.NewServer()
+	weirpb.RegisterClusterServiceServer(gs, &clusterServer{jm: jm})
+	weirpb.RegisterJobServiceServer(gs, &jobServer{jm: jm})
+	hs := &http.Server{Handler: jm.restHandler(), ReadHeaderTimeout: 10 * time.Second}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := gs.Serve(rpcLis); err != nil {
+			return fmt.Errorf("jobmanager: gRPC server: %w", err)
+		}
+		return nil
+	})
+	if restLis != nil {
+		g.Go(func() error {
+			if err := hs.Serve(restLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("jobmanager: REST server: %w", err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { jm.tickLoop(gctx); return nil })
+	g.Go(func() error { jm.dispatch(gctx, execs); return nil })
+
+	jm.addrs.Lock()
+	jm.addrs.rpc = rpcLis.Addr().String()
+	if restLis != nil {
+		jm.addrs.rest = restLis.Addr().String()
+	}
+	jm.addrs.Unlock()
+	jm.log.Info("jobmanager started", "id", jm.id, "rpc", jm.RPCAddr(), "rest", jm.RESTAddr())
+	close(jm.ready)
+
+	<-gctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	jm.stopServers(stopCtx, gs, hs, restLis != nil)
+	err = g.Wait()
+
+	// Best-effort: tell taskmanagers to stop this jobmanager's tasks.
+	jm.mu.Lock()
+	cancels := jm.mu.core.shutdown(jm.now())
+	jm.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, a := range cancels {
+		wg.Go(func() {
+			ca := a.(cancelAction)
+			if err := execs.CancelTask(stopCtx, ca.Addr, executionID(ca.JobID, ca.Vertex, ca.Subtask, ca.Attempt)); err != nil {
+				jm.log.Warn("cancelling task at shutdown failed", "job", ca.JobID, "taskmanager", ca.TaskManager, "error", err)
+			}
+		})
+	}
+	wg.Wait()
+	jm.log.Info("jobmanager stopped", "id", jm.id)
+	if ctx.Err() != nil && err == nil {
+		return nil
+	}
+	return err
+}
+
+func (jm *JobManager) stopServers(ctx context.Context, gs *grpc.Server, hs *http.Server, rest bool) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		gs.Stop()
+		<-done
+	}
+	if rest {
+		if err := hs.Shutdown(ctx); err != nil {
+			hs.Close()
+		}
+	}
+}
+
+// tickInterval is how often deadlines (heartbeats, slot waits, cancel
+// confirmations) are checked.
+func (jm *JobManager) tickInterval() time.Duration {
+	return min(max(min(jm.cfg.HeartbeatTimeout, jm.cfg.SlotWaitTimeout)/20, 5*time.Millisecond), 100*time.Millisecond)
+}
+
+func (jm *JobManager) tickLoop(ctx context.Context) {
+	t := time.NewTicker(jm.tickInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			jm.step(func(c *core, now time.Time) []action { return c.tick(now) })
+		}
+	}
+}
+
+// step runs fn on the core under the lock and queues the actions it
+// returns.
+func (jm *JobManager) step(fn func(c *core, now time.Time) []action) {
+	jm.mu.Lock()
+	acts := fn(jm.mu.core, jm.now())
+	jm.mu.Unlock()
+	jm.enqueue(acts)
+}
+
+func (jm *JobManager) enqueue(acts []action) {
+	if len(acts) == 0 {
+		return
+	}
+	jm.queue.Lock()
+	jm.queue.pending = append(jm.queue.pending, acts...)
+	jm.queue.Unlock()
+	select {
+	case jm.queue.signal <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch performs queued actions, each in its own goroutine, until ctx is
+// done; it returns after they all finished.
+func (jm *JobManager) dispatch(ctx context.Context, execs taskExecutors) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-jm.queue.signal:
+		}
+		jm.queue.Lock()
+		acts := jm.queue.pending
+		jm.queue.pending = nil
+		jm.queue.Unlock()
+		for _, a := range acts {
+			wg.Go(func() { jm.perform(ctx, execs, a) })
+		}
+	}
+}
+
+func executionID(jobID string, vertex, subtask int, attempt int64) *weirpb.ExecutionID {
+	return &weirpb.ExecutionID{JobId: jobID, VertexId: int32(vertex), Subtask: int32(subtask), Attempt: attempt}
+}
+
+func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action) {
+	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	switch a := a.(type) {
+	case deployAction:
+		d := buildDeployment(a.JobID, a.Graph, a.Task, a.Subtask, a.Attempt, a.SlotAddrs)
+		err := execs.SubmitTask(ctx, a.Addr, d)
+		if err != nil {
+			jm.log.Warn("deploying task failed", "job", a.JobID, "task", d.TaskName, "taskmanager", a.TaskManager, "error", err)
+		}
+		jm.step(func(c *core, now time.Time) []action { return c.deployDone(a, err, now) })
+	case cancelAction:
+		err := execs.CancelTask(ctx, a.Addr, executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt))
+		gone := status.Code(err) == codes.NotFound
+		jm.step(func(c *core, now time.Time) []action { return c.cancelDone(a, err, gone, now) })
+	}
+}

@@ -1,0 +1,85 @@
+package jobmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/weirstream/weir/proto/weirpb"
+)
+
+// taskExecutors calls the TaskExecutorService of taskmanagers by address.
+// Safe for concurrent use.
+type taskExecutors interface {
+	SubmitTask(ctx context.Context, addr string, d *weirpb.TaskDeployment) error
+	CancelTask(ctx context.Context, addr string, id *weirpb.ExecutionID) error
+	Close() error
+}
+
+var _ taskExecutors = (*grpcTaskExecutors)(nil)
+
+// grpcTaskExecutors keeps one client connection per taskmanager address.
+// Connections use insecure credentials: the cluster runs on a trusted
+// network (loopback in tests); TLS is future work.
+type grpcTaskExecutors struct {
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+func newGRPCTaskExecutors() *grpcTaskExecutors {
+	return &grpcTaskExecutors{conns: make(map[string]*grpc.ClientConn)}
+}
+
+func (g *grpcTaskExecutors) client(addr string) (weirpb.TaskExecutorServiceClient, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, errors.New("jobmanager: shutting down")
+	}
+	cc := g.conns[addr]
+	if cc == nil {
+		var err error
+		cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("connect to taskmanager at %s: %w", addr, err)
+		}
+		g.conns[addr] = cc
+	}
+	return weirpb.NewTaskExecutorServiceClient(cc), nil
+}
+
+func (g *grpcTaskExecutors) SubmitTask(ctx context.Context, addr string, d *weirpb.TaskDeployment) error {
+	c, err := g.client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: d})
+	return err
+}
+
+func (g *grpcTaskExecutors) CancelTask(ctx context.Context, addr string, id *weirpb.ExecutionID) error {
+	c, err := g.client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.CancelTask(ctx, &weirpb.CancelTaskRequest{Id: id})
+	return err
+}
+
+// Close closes every connection; later calls fail.
+func (g *grpcTaskExecutors) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	var errs []error
+	for addr, cc := range g.conns {
+		errs = append(errs, cc.Close())
+		delete(g.conns, addr)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,332 @@
+// Package clustertest starts a real Weir cluster for tests: a jobmanager and
+// taskmanagers as separate operating-system processes, built from ./cmd with
+// the race detector, listening on loopback ports chosen by the kernel. It
+// offers what fault tests need: submit a job, wait for a state, kill and
+// restart a taskmanager. Every process is stopped by t.Cleanup, and the tail
+// of each process's log is printed when a test fails.
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// Binaries builds jobmanager, taskmanager and weir once per test binary (with
+// the race detector when the test binary has it) and returns their directory.
+func Binaries(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildDir, err = os.MkdirTemp("", "weir-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		args := []string{"build", "-o", buildDir + "/"}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./cmd/jobmanager", "./cmd/taskmanager", "./cmd/weir")...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("clustertest: %v", buildErr)
+	}
+	return buildDir
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the weir module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// Options shape a cluster.
+type Options struct {
+	TaskManagers int // default 2
+	Slots        int // per taskmanager, default 2
+	// HeartbeatTimeout for the jobmanager (default 10s).
+	HeartbeatTimeout time.Duration
+	// SlotWaitTimeout for the jobmanager (default 30s).
+	SlotWaitTimeout time.Duration
+}
+
+// Process is one running Weir process.
+type Process struct {
+	Name string
+	cmd  *exec.Cmd
+	log  string
+	args []string
+	done chan struct{}
+}
+
+// Cluster is a running jobmanager with its taskmanagers.
+type Cluster struct {
+	t       testing.TB
+	bin     string
+	dir     string
+	opts    Options
+	RPCAddr string
+	REST    string
+	JM      *Process
+	TMs     []*Process
+	conn    *grpc.ClientConn
+	Client  weirpb.JobServiceClient
+}
+
+// Start launches a cluster and waits until every taskmanager registered.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.TaskManagers == 0 {
+		opts.TaskManagers = 2
+	}
+	if opts.Slots == 0 {
+		opts.Slots = 2
+	}
+	c := &Cluster{t: t, bin: Binaries(t), dir: t.TempDir(), opts: opts}
+	t.Cleanup(c.stop)
+
+	addrFile := filepath.Join(c.dir, "jobmanager.addr")
+	args := []string{"--rpc-address", "127.0.0.1:0", "--rest-address", "127.0.0.1:0", "--address-file", addrFile, "--log-level", "debug"}
+	if opts.HeartbeatTimeout > 0 {
+		args = append(args, "--heartbeat-timeout", opts.HeartbeatTimeout.String())
+	}
+	if opts.SlotWaitTimeout > 0 {
+		args = append(args, "--slot-wait-timeout", opts.SlotWaitTimeout.String())
+	}
+	c.JM = c.spawn("jobmanager", filepath.Join(c.bin, "jobmanager"), args)
+	Eventually(t, 60*time.Second, "jobmanager writes its address file", func() bool {
+		data, err := os.ReadFile(addrFile)
+		if err != nil {
+			return false
+		}
+		var a map[string]string
+		if json.Unmarshal(data, &a) != nil {
+			return false
+		}
+		c.RPCAddr, c.REST = a["rpc"], a["rest"]
+		return c.RPCAddr != ""
+	})
+	conn, err := grpc.NewClient(c.RPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.conn = conn
+	c.Client = weirpb.NewJobServiceClient(conn)
+	for i := 0; i < opts.TaskManagers; i++ {
+		c.TMs = append(c.TMs, c.startTaskManager(i))
+	}
+	c.WaitLiveTaskManagers(opts.TaskManagers)
+	return c
+}
+
+func (c *Cluster) startTaskManager(i int) *Process {
+	id := "tm-" + strconv.Itoa(i)
+	return c.spawn(id, filepath.Join(c.bin, "taskmanager"), []string{"--id", id, "--jobmanager", c.RPCAddr,
+		"--rpc-address", "127.0.0.1:0", "--slots", strconv.Itoa(c.opts.Slots), "--log-level", "debug"})
+}
+
+func (c *Cluster) spawn(name, exe string, args []string) *Process {
+	c.t.Helper()
+	logPath := filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
+	f, err := os.Create(logPath)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		c.t.Fatalf("start %s: %v", name, err)
+	}
+	p := &Process{Name: name, cmd: cmd, log: logPath, args: args, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	return p
+}
+
+// Log returns what the process has written so far.
+func (p *Process) Log() string {
+	data, _ := os.ReadFile(p.log)
+	return string(data)
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// KillTaskManager sends SIGKILL to taskmanager i and waits for it to die.
+func (c *Cluster) KillTaskManager(i int) {
+	p := c.TMs[i]
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// RestartTaskManager starts taskmanager i again with the same id.
+func (c *Cluster) RestartTaskManager(i int) {
+	if !c.TMs[i].Exited() {
+		c.KillTaskManager(i)
+	}
+	c.TMs[i] = c.startTaskManager(i)
+}
+
+// WaitLiveTaskManagers waits until the jobmanager lists n live taskmanagers.
+func (c *Cluster) WaitLiveTaskManagers(n int) {
+	c.t.Helper()
+	Eventually(c.t, 60*time.Second, fmt.Sprintf("%d live taskmanagers", n), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := c.Client.ListTaskManagers(ctx, &weirpb.ListTaskManagersRequest{})
+		if err != nil {
+			return false
+		}
+		live := 0
+		for _, tm := range resp.GetTaskmanagers() {
+			if tm.GetLive() {
+				live++
+			}
+		}
+		return live >= n
+	})
+}
+
+// Submit submits a planned or unplanned graph and returns the job id.
+func (c *Cluster) Submit(g *stream.JobGraph) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Client.SubmitJob(ctx, &weirpb.SubmitJobRequest{Graph: weirpb.FromGraph(g)})
+	if err != nil {
+		c.t.Fatalf("submit %s: %v", g.Name, err)
+	}
+	return resp.GetJobId()
+}
+
+// Job returns the job's current detail.
+func (c *Cluster) Job(id string) (*weirpb.GetJobResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Client.GetJob(ctx, &weirpb.GetJobRequest{JobId: id})
+}
+
+// WaitJob waits until the job reaches a terminal state and returns it.
+func (c *Cluster) WaitJob(id string, timeout time.Duration) *weirpb.GetJobResponse {
+	c.t.Helper()
+	var last *weirpb.GetJobResponse
+	Eventually(c.t, timeout, "job "+id+" ends", func() bool {
+		resp, err := c.Job(id)
+		if err != nil {
+			return false
+		}
+		last = resp
+		switch resp.GetJob().GetState() {
+		case weirpb.JobState_JOB_STATE_FINISHED, weirpb.JobState_JOB_STATE_CANCELED, weirpb.JobState_JOB_STATE_FAILED:
+			return true
+		}
+		return false
+	})
+	return last
+}
+
+// Weir runs the weir CLI against the cluster and returns its combined
+// output and exit error.
+func (c *Cluster) Weir(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(c.bin, "weir"), append([]string{"--jobmanager", c.RPCAddr}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func (c *Cluster) stop() {
+	if c.conn != nil {
+		c.conn.Close()
+	}
+	procs := append([]*Process{}, c.TMs...)
+	if c.JM != nil {
+		procs = append(procs, c.JM)
+	}
+	for _, p := range procs {
+		if !p.Exited() {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	if c.t.Failed() {
+		for _, p := range procs {
+			c.t.Logf("---- %s log (tail) ----\n%s", p.Name, tail(p.Log(), 60))
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Eventually polls cond every 50ms until it holds or timeout passes, then
+// fails the test naming what it waited for.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
