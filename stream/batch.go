@@ -12,7 +12,8 @@ const DefaultBatchSize = 1024
 // Column is one field's values for every row of a Batch. Exactly one of the
 // value slices is used, chosen by Type; its length is the batch's row count.
 // Nulls is a bitmap (bit i of Nulls[i/64] set means row i is null); a nil
-// Nulls means the column has no nulls. The value slot of a null row holds the
+// Nulls means the column has no nulls, and rows past the bitmap's end are not
+// null. The value slot of a null row holds the
 // type's zero value.
 type Column struct {
 	Type   Type
@@ -25,7 +26,8 @@ type Column struct {
 
 // IsNull reports whether row i is null.
 func (c *Column) IsNull(i int) bool {
-	return c.Nulls != nil && c.Nulls[i>>6]&(1<<(uint(i)&63)) != 0
+	w := i >> 6
+	return w < len(c.Nulls) && c.Nulls[w]&(1<<(uint(i)&63)) != 0
 }
 
 // SetNull marks row i null; n is the column's row count.

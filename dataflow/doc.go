@@ -1,0 +1,20 @@
+// Package dataflow is Weir's task runtime. It owns:
+//
+//   - Task: one deployed subtask, a chain of operators called directly one
+//     after another (no goroutine or queue between chained operators), fed
+//     by a Source or by its input gate, and writing to its outputs through
+//     partitioners (forward, hash, rebalance, broadcast);
+//   - the input gate: the task's view of every channel it reads, with
+//     per-channel watermarks combined into one operator watermark;
+//   - Exchange: the movement of batches and in-band events (watermarks,
+//     end-of-partition, checkpoint barriers) between tasks, through bounded
+//     in-memory channels inside one taskmanager and over one multiplexed gRPC
+//     stream per pair of taskmanagers otherwise, with credit-based flow
+//     control per logical channel so that backpressure reaches the sources.
+//
+// Wire format of batches is package dataflow/batchcodec.
+//
+// dataflow imports stream, dataflow/batchcodec, the generated proto/weirpb
+// messages (used only by the network exchange adapter, remote.go), gRPC and
+// the standard library. It must not import the taskmanager or jobmanager.
+package dataflow

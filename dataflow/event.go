@@ -1,0 +1,95 @@
+package dataflow
+
+import (
+	"github.com/weirstream/weir/stream"
+)
+
+// eventKind is what travels on a channel. Events of one channel are delivered
+// in order.
+type eventKind uint8
+
+const (
+	eventBatch eventKind = iota + 1
+	eventWatermark
+	eventEndOfPartition
+	// eventBarrier is reserved for checkpoint barriers (value is the
+	// checkpoint id); barrier alignment arrives with the next milestone.
+	eventBarrier
+	// eventError is not sent by producers: the exchange injects it when the
+	// stream feeding a channel breaks, so that the consuming task fails.
+	eventError
+)
+
+func (k eventKind) String() string {
+	switch k {
+	case eventBatch:
+		return "batch"
+	case eventWatermark:
+		return "watermark"
+	case eventEndOfPartition:
+		return "end-of-partition"
+	case eventBarrier:
+		return "barrier"
+	case eventError:
+		return "error"
+	}
+	return "invalid"
+}
+
+// event is one item of a channel. A batch event carries either a batch
+// (in-memory channels, passed by pointer) or its encoding (network channels,
+// decoded by the consuming task's goroutine).
+type event struct {
+	kind    eventKind
+	batch   *stream.Batch
+	payload []byte
+	value   int64 // watermark timestamp or checkpoint id
+	err     error
+}
+
+// release frees what an event holds when it is dropped.
+func (e *event) release() {
+	if e.batch != nil {
+		e.batch.Release()
+		e.batch = nil
+	}
+	e.payload = nil
+}
+
+// ring is a FIFO queue that reuses its buffer.
+type ring[T any] struct {
+	buf        []T
+	head, size int
+}
+
+func (q *ring[T]) len() int { return q.size }
+
+func (q *ring[T]) push(v T) {
+	if q.size == len(q.buf) {
+		buf := make([]T, max(8, 2*len(q.buf)))
+		for i := 0; i < q.size; i++ {
+			buf[i] = q.buf[(q.head+i)%len(q.buf)]
+		}
+		q.buf, q.head = buf, 0
+	}
+	q.buf[(q.head+q.size)%len(q.buf)] = v
+	q.size++
+}
+
+// last returns the newest element, or nil.
+func (q *ring[T]) last() *T {
+	if q.size == 0 {
+		return nil
+	}
+	return &q.buf[(q.head+q.size-1)%len(q.buf)]
+}
+
+// pop removes and returns the oldest element; the queue must not be empty.
+func (q *ring[T]) pop() T {
+	var zero T
+	v := q.buf[q.head]
+	q.buf[q.head] = zero
+	q.head = (q.head + 1) % len(q.buf)
+	q.size--
+	return v
+}

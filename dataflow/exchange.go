@@ -1,0 +1,283 @@
+package dataflow
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// ExchangeConfig configures an Exchange.
+type ExchangeConfig struct {
+	// SelfAddress is the host:port at which other taskmanagers reach this
+	// exchange (the gRPC server Register was called with). An output target
+	// equal to it is an in-memory channel.
+	SelfAddress string
+	// CreditsPerChannel is the number of batches a channel may hold in flight
+	// (queued at the sender, on the wire and buffered at the receiver
+	// together). Default 4.
+	CreditsPerChannel int
+	// MaxFrameBytes bounds the batch bytes coalesced into one network frame.
+	// A single batch larger than this travels alone in its frame, so the
+	// receiving gRPC server must accept messages of the largest batch
+	// (grpc.MaxRecvMsgSize). Default 1 MiB.
+	MaxFrameBytes int
+	// DialOptions are used to dial peers. Default: plaintext (insecure
+	// transport credentials), for a cluster-internal network.
+	DialOptions []grpc.DialOption
+	// Logger receives exchange events. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Default values of ExchangeConfig.
+const (
+	DefaultCreditsPerChannel = 4
+	DefaultMaxFrameBytes     = 1 << 20
+)
+
+// DefaultExchangeConfig returns the defaults for an exchange reachable at
+// selfAddress.
+func DefaultExchangeConfig(selfAddress string) ExchangeConfig {
+	return ExchangeConfig{
+		SelfAddress:       selfAddress,
+		CreditsPerChannel: DefaultCreditsPerChannel,
+		MaxFrameBytes:     DefaultMaxFrameBytes,
+	}
+}
+
+// Validate reports a configuration NewExchange would not run as given.
+func (c ExchangeConfig) Validate() error {
+	if c.SelfAddress == "" {
+		return errors.New("dataflow: exchange config: SelfAddress is empty; set it to the host:port other taskmanagers dial")
+	}
+	if c.CreditsPerChannel < 0 {
+		return fmt.Errorf("dataflow: exchange config: CreditsPerChannel %d is negative; use at least 1 (default %d)", c.CreditsPerChannel, DefaultCreditsPerChannel)
+	}
+	if c.MaxFrameBytes < 0 {
+		return fmt.Errorf("dataflow: exchange config: MaxFrameBytes %d is negative (default %d)", c.MaxFrameBytes, DefaultMaxFrameBytes)
+	}
+	return nil
+}
+
+func (c ExchangeConfig) withDefaults() ExchangeConfig {
+	if c.CreditsPerChannel <= 0 {
+		c.CreditsPerChannel = DefaultCreditsPerChannel
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if c.DialOptions == nil {
+		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// ErrExchangeClosed is returned by operations on a closed Exchange.
+var ErrExchangeClosed = errors.New("dataflow: exchange closed")
+
+// channelKey names one logical channel.
+type channelKey struct {
+	JobID            string
+	Attempt          int64
+	UpstreamVertex   int
+	UpstreamSubtask  int
+	DownstreamVertex int
+	DownstreamInput  int
+	DownstreamSub    int
+}
+
+func (k channelKey) String() string {
+	return fmt.Sprintf("job %s attempt %d: vertex %d subtask %d -> vertex %d input %d subtask %d",
+		k.JobID, k.Attempt, k.UpstreamVertex, k.UpstreamSubtask, k.DownstreamVertex, k.DownstreamInput, k.DownstreamSub)
+}
+
+// endpoint joins the two ends of a channel arriving at this exchange: the
+// consuming task's input channel and the producer's credit sink (a local
+// output channel or a network stream). Whichever registers first waits for
+// the other; when both exist the consumer grants the initial credits.
+type endpoint struct {
+	in   atomic.Pointer[inputChannel]
+	sink creditSink // guarded by Exchange.mu
+}
+
+// Exchange moves batches and events between the tasks of one taskmanager and
+// to and from other taskmanagers. One Exchange serves every task of a
+// taskmanager; its methods are safe for concurrent use.
+type Exchange struct {
+	cfg     ExchangeConfig
+	log     *slog.Logger
+	closing chan struct{}
+	wg      sync.WaitGroup // goroutines of peer streams
+
+	mu struct {
+		sync.Mutex
+		closed    bool
+		endpoints map[channelKey]*endpoint
+		peers     map[string]*peerConn
+	}
+}
+
+// NewExchange returns an exchange; it has no side effects. Zero config
+// fields take their defaults.
+func NewExchange(cfg ExchangeConfig) *Exchange {
+	cfg = cfg.withDefaults()
+	x := &Exchange{cfg: cfg, log: cfg.Logger, closing: make(chan struct{})}
+	x.mu.endpoints = make(map[channelKey]*endpoint)
+	x.mu.peers = make(map[string]*peerConn)
+	return x
+}
+
+// Close closes the streams this exchange opened to peers, failing the tasks
+// that were sending on them, and waits for their goroutines. Streams that
+// peers opened to this exchange end when those peers close them or when the
+// gRPC server stops. Close is idempotent.
+func (x *Exchange) Close() error {
+	x.mu.Lock()
+	if x.mu.closed {
+		x.mu.Unlock()
+		return nil
+	}
+	x.mu.closed = true
+	close(x.closing)
+	peers := make([]*peerConn, 0, len(x.mu.peers))
+	for _, c := range x.mu.peers {
+		peers = append(peers, c)
+	}
+	x.mu.Unlock()
+	for _, c := range peers {
+		c.fail(ErrExchangeClosed)
+	}
+	x.wg.Wait()
+	return nil
+}
+
+func (x *Exchange) endpointLocked(key channelKey) *endpoint {
+	e := x.mu.endpoints[key]
+	if e == nil {
+		e = &endpoint{}
+		x.mu.endpoints[key] = e
+	}
+	return e
+}
+
+// registerInput makes in receive the data of its channel.
+func (x *Exchange) registerInput(in *inputChannel) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.mu.closed {
+		return ErrExchangeClosed
+	}
+	e := x.endpointLocked(in.key)
+	if e.in.Load() != nil {
+		return fmt.Errorf("dataflow: channel %v is already read by another task; a subtask was deployed twice with the same attempt", in.key)
+	}
+	e.in.Store(in)
+	if e.sink != nil {
+		in.gate.setSink(in, e.sink)
+		e.sink.connect(in, x.cfg.CreditsPerChannel)
+	}
+	return nil
+}
+
+func (x *Exchange) unregisterInput(in *inputChannel) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.mu.endpoints[in.key]
+	if e == nil || e.in.Load() != in {
+		return
+	}
+	e.in.Store(nil)
+	if e.sink == nil {
+		delete(x.mu.endpoints, in.key)
+	}
+}
+
+// attachSink makes s the producer end of channel key.
+func (x *Exchange) attachSink(key channelKey, s creditSink) (*endpoint, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.mu.closed {
+		return nil, ErrExchangeClosed
+	}
+	e := x.endpointLocked(key)
+	if e.sink != nil {
+		return nil, fmt.Errorf("dataflow: channel %v already has a producer; a subtask was deployed twice with the same attempt", key)
+	}
+	e.sink = s
+	if in := e.in.Load(); in != nil {
+		in.gate.setSink(in, s)
+		s.connect(in, x.cfg.CreditsPerChannel)
+	}
+	return e, nil
+}
+
+func (x *Exchange) detachSink(key channelKey, s creditSink) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.mu.endpoints[key]
+	if e == nil || e.sink != s {
+		return
+	}
+	e.sink = nil
+	if e.in.Load() == nil {
+		delete(x.mu.endpoints, key)
+	}
+}
+
+// openOutput creates the producing end of channel key, whose consumer runs
+// on the taskmanager whose exchange address is target.
+func (x *Exchange) openOutput(key channelKey, target string) (*outputChannel, error) {
+	o := &outputChannel{key: key, wake: make(chan struct{}, 1)}
+	if target == x.cfg.SelfAddress {
+		if _, err := x.attachSink(key, o); err != nil {
+			return nil, err
+		}
+		return o, nil
+	}
+	c, err := x.peer(target)
+	if err != nil {
+		return nil, err
+	}
+	o.conn = c
+	c.openChannel(o)
+	return o, nil
+}
+
+// closeOutput retires o. The returned channel is closed when everything sent
+// on o has been handed to the network (at once for in-memory channels).
+func (x *Exchange) closeOutput(o *outputChannel) <-chan struct{} {
+	if o.conn == nil {
+		x.detachSink(o.key, o)
+		if in := o.localConsumer(); in != nil && !o.sentEnd {
+			in.gate.push(in, event{kind: eventError, err: errUpstreamGone(o.key)})
+		}
+		return closedChan
+	}
+	return o.conn.closeChannel(o)
+}
+
+// errUpstreamGone is what a consumer sees when its producer stops without
+// ending the channel.
+func errUpstreamGone(k channelKey) error {
+	return fmt.Errorf("dataflow: channel %v: the upstream task stopped (failed or was cancelled) before it ended the channel", k)
+}
+
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// numEndpoints reports how many channels are registered, for leak tests.
+func (x *Exchange) numEndpoints() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.mu.endpoints)
+}

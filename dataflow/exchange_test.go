@@ -1,0 +1,234 @@
+package dataflow
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// TestNetworkExchange runs sources of parallelism 2 and sinks of
+// parallelism 2 on two exchanges, each with its own gRPC server on
+// loopback; source s runs on node s and sink d on node 1-d, so every sink
+// reads one channel in memory and one over the network.
+func TestNetworkExchange(t *testing.T) {
+	const rows = 20000
+	for _, tc := range []struct {
+		name         string
+		edge         func(*stream.Stream) *stream.Stream
+		everySubtask bool // every sink subtask receives every row
+	}{
+		{"hash", func(s *stream.Stream) *stream.Stream { return s.KeyBy("key") }, false},
+		{"rebalance", func(s *stream.Stream) *stream.Stream { return s.Rebalance() }, false},
+		{"broadcast", func(s *stream.Stream) *stream.Stream { return s.Broadcast() }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := []*testNode{startNode(t, 3), startNode(t, 3)}
+			st := newTestState()
+			reg := newTestRegistry(st)
+			b := stream.NewBuilder("net").Parallelism(2).MaxParallelism(32)
+			tc.edge(b.Source("src", "gen", genConfig{Rows: rows, Batch: 128, Keys: 101})).Then("sink", "collect", nil)
+			g := plan(t, b, reg)
+			placeOf := func(v, s int) int {
+				if v == 0 {
+					return s
+				}
+				return 1 - s
+			}
+			specs := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, s int) string { return nodes[placeOf(v, s)].addr })
+			tasks, errs := runTasks(t.Context(), t, specs, reg, func(s *TaskSpec) *Exchange { return nodes[placeOf(s.VertexID, s.Subtask)].x })
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("task %s: %v", tasks[i].Name(), err)
+				}
+			}
+			var want []sinkRow
+			for id := int64(0); id < rows; id++ {
+				r := sinkRow{id: id, key: id % 101, name: "n" + itoa(id%101)}
+				want = append(want, r)
+				if tc.everySubtask {
+					r.subtask = 1
+					want = append(want, r)
+				}
+			}
+			got := st.rows["sink"]
+			perSubtask := map[int]int{}
+			for i := range got {
+				perSubtask[got[i].subtask]++
+				if tc.name == "hash" {
+					if owner := keyOwner(t, got[i].key, 32, 2); owner != got[i].subtask {
+						t.Fatalf("key %d at subtask %d, owner %d", got[i].key, got[i].subtask, owner)
+					}
+				}
+				if !tc.everySubtask {
+					got[i].subtask = 0 // compare as one multiset
+				}
+			}
+			sortRows(got)
+			sortRows(want)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("sinks received %d rows, want %d (or contents differ)", len(got), len(want))
+			}
+			if perSubtask[0] == 0 || perSubtask[1] == 0 {
+				t.Fatalf("rows per sink subtask %v: want both used", perSubtask)
+			}
+			for _, n := range nodes {
+				waitFor(t, "channels to be unregistered", func() bool { return n.x.numEndpoints() == 0 })
+			}
+		})
+	}
+}
+
+func itoa(v int64) string {
+	if v == 0 {
+		return "0"
+	}
+	var buf [20]byte
+	i := len(buf)
+	for v > 0 {
+		i--
+		buf[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(buf[i:])
+}
+
+// TestBackpressure runs an unbounded fast source into a slow sink across
+// the network and checks that the source is held to the sink's pace: the
+// rows emitted but not yet consumed never exceed what the channel's credits
+// allow in flight.
+func TestBackpressure(t *testing.T) {
+	const credits, batch = 4, 100
+	for _, tc := range []struct {
+		name   string
+		remote bool
+	}{{"network", true}, {"in-memory", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := []*testNode{startNode(t, credits), startNode(t, credits)}
+			nodeOf := func(v int) *testNode {
+				if tc.remote {
+					return nodes[v]
+				}
+				return nodes[0]
+			}
+			st := newTestState()
+			reg := newTestRegistry(st)
+			b := stream.NewBuilder("bp").Parallelism(1)
+			b.Source("src", "gen", genConfig{Rows: -1, Batch: batch}).Rebalance().Then("sink", "collect", nil)
+			g := plan(t, b, reg)
+			specs := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string { return nodeOf(v).addr })
+
+			// In flight: at most `credits` batches between the source's
+			// channel and the sink task's buffer, plus the batch the sink is
+			// processing and the one the source emitted and waits to send.
+			const bound = (credits + 2) * batch
+			var worst atomic.Int64
+			sample := func() {
+				if d := st.emitted.Load() - st.consumed.Load(); d > worst.Load() {
+					worst.Store(d)
+				}
+			}
+			st.slowSink = func() {
+				sample()
+				time.Sleep(500 * time.Microsecond)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			go func() {
+				// Stop after the sink consumed 200 batches, sampling meanwhile.
+				for st.consumed.Load() < 200*batch && ctx.Err() == nil {
+					sample()
+					time.Sleep(100 * time.Microsecond)
+				}
+				cancel()
+			}()
+			_, errs := runTasks(ctx, t, specs, reg, func(s *TaskSpec) *Exchange { return nodeOf(s.VertexID).x })
+			for _, err := range errs {
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("task ended with %v, want context.Canceled", err)
+				}
+			}
+			if c := st.consumed.Load(); c < 200*batch {
+				t.Fatalf("sink consumed only %d rows", c)
+			}
+			if w := worst.Load(); w > bound {
+				t.Fatalf("source ran %d rows ahead of the sink; credits allow at most %d", w, bound)
+			} else {
+				t.Logf("source ran at most %d rows ahead of the sink (bound %d); emitted %d, consumed %d", w, bound, st.emitted.Load(), st.consumed.Load())
+			}
+			for _, n := range nodes {
+				waitFor(t, "channels to be unregistered", func() bool { return n.x.numEndpoints() == 0 })
+			}
+		})
+	}
+}
+
+func TestCancelBlockedNetworkTasks(t *testing.T) {
+	nodes := []*testNode{startNode(t, 2), startNode(t, 2)}
+	st := newTestState()
+	reg := newTestRegistry(st)
+	b := stream.NewBuilder("cancel").Parallelism(1)
+	b.Source("src", "gen", genConfig{Rows: -1, Batch: 10}).Rebalance().Then("sink", "collect", nil)
+	g := plan(t, b, reg)
+	specs := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string { return nodes[v].addr })
+	for i, spec := range specs { // each alone: the other end never appears
+		task, err := NewTask(spec, reg, nodes[spec.VertexID].x, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- task.Run(ctx) }()
+		if i == 0 {
+			waitFor(t, "the source to emit", func() bool { return task.Metrics().RecordsIn.Load() > 0 })
+			waitFor(t, "the channel announcement to reach the peer", func() bool { return nodes[1].x.numEndpoints() == 1 })
+		} else {
+			waitFor(t, "the sink to register", func() bool { return nodes[1].x.numEndpoints() == 1 })
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("task %s: Run returned %v, want context.Canceled", task.Name(), err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("task %s: Run did not return after cancellation", task.Name())
+		}
+		for _, n := range nodes {
+			waitFor(t, "channels to be unregistered", func() bool { return n.x.numEndpoints() == 0 })
+		}
+	}
+}
+
+// TestBrokenStreamFailsTasks stops the receiving taskmanager's gRPC server
+// mid-run: the sending task fails with an error naming the receiver's
+// address, and the receiving task one naming the sender's.
+func TestBrokenStreamFailsTasks(t *testing.T) {
+	nodes := []*testNode{startNode(t, 2), startNode(t, 2)}
+	st := newTestState()
+	reg := newTestRegistry(st)
+	b := stream.NewBuilder("broken").Parallelism(1)
+	b.Source("src", "gen", genConfig{Rows: -1, Batch: 10}).Rebalance().Then("sink", "collect", nil)
+	g := plan(t, b, reg)
+	specs := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string { return nodes[v].addr })
+	go func() {
+		for st.consumed.Load() < 1000 {
+			time.Sleep(time.Millisecond)
+		}
+		nodes[1].srv.Stop()
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	_, errs := runTasks(ctx, t, specs, reg, func(s *TaskSpec) *Exchange { return nodes[s.VertexID].x })
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), nodes[1].addr) {
+		t.Fatalf("sender: %v; want an error naming the receiver %s", errs[0], nodes[1].addr)
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), nodes[0].addr) {
+		t.Fatalf("receiver: %v; want an error naming the sender %s", errs[1], nodes[0].addr)
+	}
+}

@@ -1,0 +1,184 @@
+package dataflow
+
+import (
+	"context"
+	"sync"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// creditSink is the producing end of a channel as its consumer sees it: it
+// receives the credits the consumer grants, one per batch the consuming task
+// takes out of the channel's buffer. Implementations must not call back into
+// the gate or the exchange.
+type creditSink interface {
+	// connect is called once, when both ends of the channel exist: in is the
+	// consumer's channel and credits the initial grant.
+	connect(in *inputChannel, credits int)
+	// grant gives the producer n more credits.
+	grant(n int)
+}
+
+// inputChannel is one channel a task reads: its buffer in the input gate, the
+// credit sink of its producer, and the task-side state of the channel.
+type inputChannel struct {
+	gate   *inputGate
+	idx    int // position in gate.channels
+	input  int // operator input number
+	key    channelKey
+	schema *stream.Schema
+
+	// Guarded by gate.mu.
+	q      ring[event]
+	queued bool // idx is in gate.mu.avail
+	// blocked channels are not read: barrier alignment blocks a channel
+	// whose barrier has arrived until all channels have delivered it.
+	blocked bool
+	sink    creditSink
+
+	// Task goroutine only.
+	ended bool
+}
+
+// inputGate is a task's view of all the channels it reads, of every input.
+// Producers push events into channel buffers from any goroutine; the task
+// goroutine takes them out one at a time with next, visiting channels with
+// data round-robin. The buffer of a channel is bounded by the credits its
+// consumer grants: a producer pushes a batch only with a credit, and a credit
+// returns when next takes a batch. Watermarks queued back to back are merged.
+type inputGate struct {
+	channels []*inputChannel
+	notify   chan struct{} // capacity 1; signalled when a channel becomes available
+
+	mu struct {
+		sync.Mutex
+		avail  ring[int] // channels with data to read, in arrival order
+		closed bool
+	}
+}
+
+func newInputGate() *inputGate {
+	return &inputGate{notify: make(chan struct{}, 1)}
+}
+
+// add creates a channel of the gate; only before the gate is used.
+func (g *inputGate) add(key channelKey, input int, schema *stream.Schema) *inputChannel {
+	ch := &inputChannel{gate: g, idx: len(g.channels), input: input, key: key, schema: schema}
+	g.channels = append(g.channels, ch)
+	return ch
+}
+
+// push appends e to ch's buffer. It never blocks: the caller holds the credit
+// a batch needs. Events pushed after close are dropped.
+func (g *inputGate) push(ch *inputChannel, e event) {
+	g.mu.Lock()
+	if g.mu.closed {
+		g.mu.Unlock()
+		e.release()
+		return
+	}
+	if e.kind == eventWatermark {
+		if last := ch.q.last(); last != nil && last.kind == eventWatermark {
+			last.value = max(last.value, e.value)
+			g.mu.Unlock()
+			return
+		}
+	}
+	ch.q.push(e)
+	signal := false
+	if !ch.queued && !ch.blocked {
+		ch.queued = true
+		g.mu.avail.push(ch.idx)
+		signal = g.mu.avail.len() == 1
+	}
+	g.mu.Unlock()
+	if signal {
+		select {
+		case g.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// next returns the next event of an unblocked channel, waiting for one until
+// ctx is done. It grants the producer a credit back when it takes a batch.
+// Only the task goroutine calls it.
+func (g *inputGate) next(ctx context.Context) (event, *inputChannel, error) {
+	// Checked even when data is waiting, so that a task whose inputs never
+	// run dry still notices cancellation.
+	if err := ctx.Err(); err != nil {
+		return event{}, nil, err
+	}
+	for {
+		g.mu.Lock()
+		for g.mu.avail.len() > 0 {
+			ch := g.channels[g.mu.avail.pop()]
+			if ch.blocked || ch.q.len() == 0 {
+				ch.queued = false
+				continue
+			}
+			e := ch.q.pop()
+			if ch.q.len() > 0 {
+				g.mu.avail.push(ch.idx) // round-robin between channels
+			} else {
+				ch.queued = false
+			}
+			var sink creditSink
+			if e.kind == eventBatch {
+				sink = ch.sink
+			}
+			g.mu.Unlock()
+			if sink != nil {
+				sink.grant(1)
+			}
+			return e, ch, nil
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.notify:
+		case <-ctx.Done():
+			return event{}, nil, ctx.Err()
+		}
+	}
+}
+
+// setBlocked blocks or unblocks reading ch (for barrier alignment). Events
+// keep arriving into a blocked channel's buffer, bounded by its credits, so
+// its producer is backpressured.
+func (g *inputGate) setBlocked(ch *inputChannel, blocked bool) {
+	g.mu.Lock()
+	ch.blocked = blocked
+	signal := false
+	if !blocked && !ch.queued && ch.q.len() > 0 {
+		ch.queued = true
+		g.mu.avail.push(ch.idx)
+		signal = true
+	}
+	g.mu.Unlock()
+	if signal {
+		select {
+		case g.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// setSink records the producer end of ch, which receives credit returns.
+func (g *inputGate) setSink(ch *inputChannel, s creditSink) {
+	g.mu.Lock()
+	ch.sink = s
+	g.mu.Unlock()
+}
+
+// close drops everything buffered and makes later pushes drop their events.
+func (g *inputGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mu.closed = true
+	for _, ch := range g.channels {
+		for ch.q.len() > 0 {
+			e := ch.q.pop()
+			e.release()
+		}
+	}
+}

@@ -1,0 +1,515 @@
+package dataflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/weirstream/weir/dataflow/batchcodec"
+	"github.com/weirstream/weir/proto/weirpb"
+)
+
+// This file is the network adapter of the exchange: the only code that sees
+// gRPC streams and weirpb messages.
+
+// Register registers the exchange's gRPC service (weir.v1.ExchangeService)
+// on s, through which peers deliver data for this taskmanager's tasks.
+func (x *Exchange) Register(s *grpc.Server) {
+	weirpb.RegisterExchangeServiceServer(s, &exchangeServer{x: x})
+}
+
+type exchangeServer struct {
+	weirpb.UnimplementedExchangeServiceServer
+	x *Exchange
+}
+
+func (s *exchangeServer) Connect(stream weirpb.ExchangeService_ConnectServer) error {
+	return s.x.serveInbound(stream)
+}
+
+func keyToProto(k channelKey) *weirpb.ChannelKey {
+	return &weirpb.ChannelKey{
+		JobId: k.JobID, Attempt: k.Attempt,
+		UpstreamVertex: int32(k.UpstreamVertex), UpstreamSubtask: int32(k.UpstreamSubtask),
+		DownstreamVertex: int32(k.DownstreamVertex), DownstreamInput: int32(k.DownstreamInput),
+		DownstreamSubtask: int32(k.DownstreamSub),
+	}
+}
+
+func keyFromProto(k *weirpb.ChannelKey) channelKey {
+	return channelKey{
+		JobID: k.GetJobId(), Attempt: k.GetAttempt(),
+		UpstreamVertex: int(k.GetUpstreamVertex()), UpstreamSubtask: int(k.GetUpstreamSubtask()),
+		DownstreamVertex: int(k.GetDownstreamVertex()), DownstreamInput: int(k.GetDownstreamInput()),
+		DownstreamSub: int(k.GetDownstreamSubtask()),
+	}
+}
+
+var payloadPool = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10); return &b }}
+
+// ---- sending side ----
+
+// peerConn is the one stream from this exchange to a peer's. It is opened
+// lazily by the first channel to that peer and lives until it breaks or the
+// exchange closes.
+type peerConn struct {
+	x      *Exchange
+	addr   string
+	cc     *grpc.ClientConn
+	cancel context.CancelFunc
+	wake   chan struct{}
+
+	done     chan struct{}
+	failOnce sync.Once
+	err      error // set before done is closed
+
+	mu struct {
+		sync.Mutex
+		queue  []outItem
+		spare  []outItem
+		nextID uint32
+		chans  map[uint32]*outputChannel
+	}
+}
+
+// outItem is one queued piece of a frame: a channel opening, an event or a
+// channel closing.
+type outItem struct {
+	id      uint32
+	open    *weirpb.ChannelKey
+	close   chan struct{} // closed once the closing is handed to gRPC
+	kind    eventKind
+	payload *[]byte
+	value   int64
+}
+
+func (x *Exchange) peer(addr string) (*peerConn, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.mu.closed {
+		return nil, ErrExchangeClosed
+	}
+	if c := x.mu.peers[addr]; c != nil {
+		return c, nil
+	}
+	cc, err := grpc.NewClient(addr, x.cfg.DialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("dataflow: exchange address %q of a downstream taskmanager: %w", addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &peerConn{x: x, addr: addr, cc: cc, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.mu.chans = make(map[uint32]*outputChannel)
+	x.mu.peers[addr] = c
+	x.wg.Add(1)
+	go c.run(ctx)
+	return c, nil
+}
+
+func (c *peerConn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *peerConn) openChannel(o *outputChannel) {
+	c.mu.Lock()
+	o.id = c.mu.nextID
+	c.mu.nextID++
+	c.mu.chans[o.id] = o
+	c.mu.queue = append(c.mu.queue, outItem{id: o.id, open: keyToProto(o.key)})
+	c.mu.Unlock()
+	c.signal()
+}
+
+func (c *peerConn) closeChannel(o *outputChannel) <-chan struct{} {
+	flushed := make(chan struct{})
+	c.mu.Lock()
+	delete(c.mu.chans, o.id)
+	c.mu.queue = append(c.mu.queue, outItem{id: o.id, close: flushed})
+	c.mu.Unlock()
+	c.signal()
+	return flushed
+}
+
+// enqueue queues e for sending; the caller holds the credit a batch needs.
+// A batch is encoded here, on the sending task's goroutine, and released.
+func (c *peerConn) enqueue(o *outputChannel, e event) error {
+	select {
+	case <-c.done:
+		e.release()
+		return c.err
+	default:
+	}
+	it := outItem{id: o.id, kind: e.kind, value: e.value}
+	if e.kind == eventBatch {
+		buf := payloadPool.Get().(*[]byte)
+		*buf = batchcodec.Append((*buf)[:0], e.batch)
+		e.batch.Release()
+		it.payload = buf
+	}
+	c.mu.Lock()
+	c.mu.queue = append(c.mu.queue, it)
+	c.mu.Unlock()
+	c.signal()
+	return nil
+}
+
+// fail ends the stream for good; later sends on its channels return err.
+func (c *peerConn) fail(err error) {
+	c.failOnce.Do(func() {
+		if errors.Is(err, ErrExchangeClosed) {
+			c.err = fmt.Errorf("dataflow: network stream to taskmanager %s closed: %w", c.addr, err)
+		} else {
+			c.err = fmt.Errorf("dataflow: network stream to taskmanager %s broke: %w; the tasks sending to it fail and are restarted", c.addr, err)
+		}
+		close(c.done)
+		c.cancel()
+		c.x.mu.Lock()
+		if c.x.mu.peers[c.addr] == c {
+			delete(c.x.mu.peers, c.addr)
+		}
+		c.x.mu.Unlock()
+		c.mu.Lock()
+		for _, it := range c.mu.queue {
+			if it.payload != nil {
+				payloadPool.Put(it.payload)
+			}
+		}
+		c.mu.queue = nil
+		c.mu.Unlock()
+		c.x.log.Warn("exchange stream to peer ended", "peer", c.addr, "err", err)
+	})
+}
+
+func (c *peerConn) run(ctx context.Context) {
+	defer c.x.wg.Done()
+	defer c.cc.Close()
+	stream, err := weirpb.NewExchangeServiceClient(c.cc).Connect(ctx)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.x.wg.Add(1)
+	go c.readCredits(stream)
+	c.writeLoop(stream)
+}
+
+func (c *peerConn) readCredits(stream weirpb.ExchangeService_ConnectClient) {
+	defer c.x.wg.Done()
+	type grant struct {
+		o *outputChannel
+		n int
+	}
+	var grants []grant
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if err == io.EOF {
+				err = errors.New("the peer ended the stream")
+			}
+			c.fail(err)
+			return
+		}
+		grants = grants[:0]
+		c.mu.Lock()
+		for _, g := range resp.GetGrants() {
+			if o := c.mu.chans[g.GetChannel()]; o != nil {
+				grants = append(grants, grant{o, int(g.GetCredits())})
+			}
+		}
+		c.mu.Unlock()
+		for _, g := range grants {
+			g.o.grant(g.n)
+		}
+	}
+}
+
+// take removes the items for the next frame: whatever is queued, up to
+// MaxFrameBytes of batch data (at least one item).
+func (c *peerConn) take() []outItem {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.mu.queue
+	if len(q) == 0 {
+		return nil
+	}
+	size, k := 0, 0
+	for k < len(q) {
+		if q[k].payload != nil {
+			s := len(*q[k].payload)
+			if k > 0 && size+s > c.x.cfg.MaxFrameBytes {
+				break
+			}
+			size += s
+		}
+		k++
+	}
+	if k == len(q) {
+		c.mu.queue = c.mu.spare[:0]
+		c.mu.spare = nil
+		return q
+	}
+	out := append([]outItem(nil), q[:k]...)
+	n := copy(q, q[k:])
+	clear(q[n:])
+	c.mu.queue = q[:n]
+	return out
+}
+
+func (c *peerConn) writeLoop(stream weirpb.ExchangeService_ConnectClient) {
+	first := true
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		for {
+			items := c.take()
+			if len(items) == 0 {
+				break
+			}
+			req := &weirpb.ConnectRequest{}
+			if first {
+				req.SenderAddress = c.x.cfg.SelfAddress
+				first = false
+			}
+			for i := range items {
+				it := &items[i]
+				switch {
+				case it.open != nil:
+					req.Opens = append(req.Opens, &weirpb.ChannelOpen{Channel: it.id, Key: it.open})
+				case it.close != nil:
+					req.Closes = append(req.Closes, it.id)
+				default:
+					ev := &weirpb.ChannelEvent{Channel: it.id, Kind: kindToProto(it.kind), Value: it.value}
+					if it.payload != nil {
+						ev.Batch = *it.payload
+					}
+					req.Events = append(req.Events, ev)
+				}
+			}
+			err := stream.Send(req)
+			for i := range items {
+				it := &items[i]
+				if it.payload != nil {
+					payloadPool.Put(it.payload)
+				}
+				if it.close != nil && err == nil {
+					close(it.close)
+				}
+				*it = outItem{}
+			}
+			c.mu.Lock()
+			if c.mu.spare == nil && cap(items) <= 4096 {
+				c.mu.spare = items[:0]
+			}
+			c.mu.Unlock()
+			if err != nil {
+				c.fail(err)
+				return
+			}
+		}
+	}
+}
+
+func kindToProto(k eventKind) weirpb.ChannelEventKind {
+	switch k {
+	case eventBatch:
+		return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BATCH
+	case eventWatermark:
+		return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_WATERMARK
+	case eventEndOfPartition:
+		return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_END_OF_PARTITION
+	case eventBarrier:
+		return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BARRIER
+	}
+	return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_UNSPECIFIED
+}
+
+// ---- receiving side ----
+
+// inboundStream is a stream a peer opened to this exchange.
+type inboundStream struct {
+	x    *Exchange
+	peer string // the sender's exchange address
+	wake chan struct{}
+	ids  map[uint32]*inboundChannel // receive goroutine only
+
+	mu struct {
+		sync.Mutex
+		grants map[uint32]uint32
+		closed bool
+	}
+}
+
+type inboundChannel struct {
+	key   channelKey
+	e     *endpoint
+	sink  *remoteSink
+	ended bool
+}
+
+// remoteSink sends a channel's credit grants back on the stream it arrives on.
+type remoteSink struct {
+	s  *inboundStream
+	id uint32
+}
+
+var _ creditSink = (*remoteSink)(nil)
+
+func (r *remoteSink) connect(_ *inputChannel, credits int) { r.grant(credits) }
+
+func (r *remoteSink) grant(n int) {
+	s := r.s
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.grants[r.id] += uint32(n)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (x *Exchange) serveInbound(stream weirpb.ExchangeService_ConnectServer) error {
+	s := &inboundStream{x: x, wake: make(chan struct{}, 1), ids: make(map[uint32]*inboundChannel)}
+	s.mu.grants = make(map[uint32]uint32)
+	if p, ok := peer.FromContext(stream.Context()); ok {
+		s.peer = p.Addr.String()
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		s.writeGrants(ctx, stream)
+	}()
+	err := s.readLoop(stream)
+	cancel()
+	<-writerDone
+	s.teardown(err)
+	if status.Code(err) != codes.Canceled {
+		x.log.Warn("exchange stream from peer ended", "peer", s.peer, "err", err)
+	}
+	return err
+}
+
+func (s *inboundStream) readLoop(stream weirpb.ExchangeService_ConnectServer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if err == io.EOF {
+				return errors.New("the peer ended the stream")
+			}
+			return err
+		}
+		if req.GetSenderAddress() != "" {
+			s.peer = req.GetSenderAddress()
+		}
+		if err := s.apply(req); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *inboundStream) apply(req *weirpb.ConnectRequest) error {
+	for _, op := range req.GetOpens() {
+		key := keyFromProto(op.GetKey())
+		sink := &remoteSink{s: s, id: op.GetChannel()}
+		e, err := s.x.attachSink(key, sink)
+		if err != nil {
+			return status.Errorf(codes.FailedPrecondition, "taskmanager %s opening channel %v: %v", s.peer, key, err)
+		}
+		s.ids[op.GetChannel()] = &inboundChannel{key: key, e: e, sink: sink}
+	}
+	for _, ev := range req.GetEvents() {
+		ic := s.ids[ev.GetChannel()]
+		if ic == nil {
+			return status.Errorf(codes.InvalidArgument, "taskmanager %s sent an event on channel %d, which it did not open", s.peer, ev.GetChannel())
+		}
+		var e event
+		switch ev.GetKind() {
+		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BATCH:
+			e = event{kind: eventBatch, payload: ev.GetBatch()}
+		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_WATERMARK:
+			e = event{kind: eventWatermark, value: ev.GetValue()}
+		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_END_OF_PARTITION:
+			e = event{kind: eventEndOfPartition}
+			ic.ended = true
+		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BARRIER:
+			e = event{kind: eventBarrier, value: ev.GetValue()}
+		default:
+			return status.Errorf(codes.InvalidArgument, "taskmanager %s sent an event of unknown kind %v on channel %v; the taskmanagers run incompatible versions", s.peer, ev.GetKind(), ic.key)
+		}
+		if in := ic.e.in.Load(); in != nil {
+			in.gate.push(in, e)
+		}
+	}
+	for _, id := range req.GetCloses() {
+		if ic := s.ids[id]; ic != nil {
+			delete(s.ids, id)
+			s.x.detachSink(ic.key, ic.sink)
+			if in := ic.e.in.Load(); in != nil && !ic.ended {
+				in.gate.push(in, event{kind: eventError, err: fmt.Errorf("taskmanager %s: %w", s.peer, errUpstreamGone(ic.key))})
+			}
+		}
+	}
+	return nil
+}
+
+func (s *inboundStream) writeGrants(ctx context.Context, stream weirpb.ExchangeService_ConnectServer) {
+	spare := make(map[uint32]uint32)
+	for {
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return
+		}
+		s.mu.Lock()
+		pending := s.mu.grants
+		s.mu.grants = spare
+		s.mu.Unlock()
+		if len(pending) == 0 {
+			spare = pending
+			continue
+		}
+		resp := &weirpb.ConnectResponse{Grants: make([]*weirpb.CreditGrant, 0, len(pending))}
+		for id, n := range pending {
+			resp.Grants = append(resp.Grants, &weirpb.CreditGrant{Channel: id, Credits: n})
+		}
+		clear(pending)
+		spare = pending
+		if err := stream.Send(resp); err != nil {
+			return // the stream is broken; the receive loop sees it too
+		}
+	}
+}
+
+// teardown fails the channels the stream left unfinished.
+func (s *inboundStream) teardown(cause error) {
+	s.mu.Lock()
+	s.mu.closed = true
+	s.mu.Unlock()
+	for id, ic := range s.ids {
+		delete(s.ids, id)
+		s.x.detachSink(ic.key, ic.sink)
+		if ic.ended {
+			continue
+		}
+		if in := ic.e.in.Load(); in != nil {
+			in.gate.push(in, event{kind: eventError, err: fmt.Errorf(
+				"dataflow: network stream from taskmanager %s broke before channel %v ended: %w; the upstream task or its taskmanager failed", s.peer, ic.key, cause)})
+		}
+	}
+}

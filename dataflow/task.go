@@ -1,0 +1,657 @@
+package dataflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/weirstream/weir/dataflow/batchcodec"
+	"github.com/weirstream/weir/stream"
+)
+
+// ChainedOperator is one operator of a task's chain.
+type ChainedOperator struct {
+	Vertex *stream.Vertex
+	// InputSchemas has one schema per input of the operator (the head's
+	// inputs arrive through the task's input gates; a chained operator has
+	// one input, the previous operator's output).
+	InputSchemas []*stream.Schema
+	// InputKeys holds the key fields of inputs that arrive over a hash edge,
+	// else nil.
+	InputKeys [][]string
+}
+
+// InputGate is one edge into the head operator: the task reads one channel
+// from each upstream subtask (only from its own-index subtask on a Forward
+// edge).
+type InputGate struct {
+	Input               int // the head operator's input number
+	UpstreamVertex      int // the vertex id at the edge's upstream end
+	UpstreamParallelism int
+	Partitioning        stream.Partitioning
+}
+
+// Output is one edge out of the last operator of the chain.
+type Output struct {
+	DownstreamVertex      int // the vertex id at the edge's downstream end
+	DownstreamInput       int
+	DownstreamParallelism int
+	Partitioning          stream.Partitioning
+	// KeyFields are the key of a Hash edge, fields of the last operator's
+	// output schema.
+	KeyFields []string
+	// Targets has the exchange address of the taskmanager running each
+	// downstream subtask, indexed by subtask.
+	Targets []string
+}
+
+// TaskSpec describes one subtask to run.
+type TaskSpec struct {
+	JobID   string
+	Attempt int64
+	// VertexID is the vertex id of the chain's head.
+	VertexID       int
+	Subtask        int
+	Parallelism    int
+	MaxParallelism int // default stream.DefaultMaxParallelism
+	// TaskName is for logs and errors; default "<head name> (<subtask+1>/<parallelism>)".
+	TaskName string
+	// Chain lists the operators, head first; each after the first consumes
+	// the previous one's output directly.
+	Chain   []ChainedOperator
+	Inputs  []InputGate
+	Outputs []Output
+}
+
+// Metrics are a task's counters; they may be read while the task runs.
+type Metrics struct {
+	// RecordsIn counts rows entering the chain: rows the head takes from its
+	// input gates or, for a source task, rows the source emits.
+	RecordsIn atomic.Int64
+	// RecordsOut counts rows the last operator emits.
+	RecordsOut atomic.Int64
+}
+
+// Task runs one subtask: the chain of operators, its input gates and its
+// outputs. Build it with NewTask and call Run once.
+type Task struct {
+	spec    *TaskSpec
+	name    string
+	maxPar  int
+	x       *Exchange
+	log     *slog.Logger
+	chain   []chainLink
+	keys    [][]int // key columns per output (Hash outputs)
+	metrics Metrics
+	started atomic.Bool
+}
+
+// chainLink is one operator instance of the chain.
+type chainLink struct {
+	uid  string
+	src  stream.Source // head of a source task
+	op   stream.Operator
+	octx *stream.OperatorContext
+}
+
+// NewTask validates spec and builds the chain's operator instances from the
+// types in reg. It has no other side effects; nothing is opened or
+// registered until Run.
+func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Logger) (*Task, error) {
+	if spec == nil || reg == nil || ex == nil {
+		return nil, errors.New("dataflow: NewTask needs a spec, a registry and an exchange")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	t := &Task{spec: spec, x: ex, maxPar: spec.MaxParallelism}
+	if t.maxPar == 0 {
+		t.maxPar = stream.DefaultMaxParallelism
+	}
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	t.log = logger.With("task", t.name, "job", spec.JobID, "attempt", spec.Attempt)
+	kg := stream.KeyGroupRangeFor(t.maxPar, spec.Parallelism, spec.Subtask)
+	for i, co := range spec.Chain {
+		v := co.Vertex
+		isSource := i == 0 && len(spec.Inputs) == 0
+		typ, ok := reg.Lookup(v.Type, isSource)
+		if !ok {
+			what := "operator"
+			if isSource {
+				what = "source"
+			}
+			return nil, fmt.Errorf("dataflow: task %s: operator %q: no %s type %q is registered in this taskmanager; build it with the package that registers %q", t.name, v.UID, what, v.Type, v.Type)
+		}
+		link := chainLink{uid: v.UID, octx: &stream.OperatorContext{
+			JobID:          spec.JobID,
+			TaskName:       t.name,
+			OperatorUID:    v.UID,
+			Subtask:        spec.Subtask,
+			Parallelism:    spec.Parallelism,
+			MaxParallelism: t.maxPar,
+			KeyGroups:      kg,
+			InputSchemas:   co.InputSchemas,
+			InputKeys:      co.InputKeys,
+			OutputSchema:   v.OutSchema,
+			Config:         v.Config,
+			Logger:         t.log.With("operator", v.UID),
+		}}
+		var err error
+		switch {
+		case isSource && typ.Kind == stream.KindSource:
+			link.src, err = typ.NewSource(v.Config)
+		case !isSource && typ.Kind != stream.KindSource:
+			if i == 0 && len(co.InputSchemas) < typ.Inputs {
+				err = fmt.Errorf("type %q takes %d inputs, the chain gives schemas for %d", v.Type, typ.Inputs, len(co.InputSchemas))
+			}
+			if i > 0 && typ.Inputs != 1 {
+				err = fmt.Errorf("type %q takes %d inputs; only one-input operators can be chained after the head", v.Type, typ.Inputs)
+			}
+			if i == 0 && len(spec.Inputs) > 0 {
+				if err2 := t.checkInputsCovered(typ.Inputs); err2 != nil && err == nil {
+					err = err2
+				}
+			}
+			if err == nil {
+				link.op, err = typ.NewOperator(v.Config)
+			}
+		default:
+			err = fmt.Errorf("type %q is a %v, which cannot run at position %d of a chain", v.Type, typ.Kind, i)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dataflow: task %s: operator %q: %w", t.name, v.UID, err)
+		}
+		t.chain = append(t.chain, link)
+	}
+	return t, nil
+}
+
+func (t *Task) validate() error {
+	s := t.spec
+	if len(s.Chain) == 0 {
+		return errors.New("dataflow: task spec has no operators")
+	}
+	for i, co := range s.Chain {
+		if co.Vertex == nil {
+			return fmt.Errorf("dataflow: task spec: chain position %d has no vertex", i)
+		}
+	}
+	head := s.Chain[0].Vertex
+	t.name = s.TaskName
+	if t.name == "" {
+		name := head.Name
+		if name == "" {
+			name = head.UID
+		}
+		t.name = fmt.Sprintf("%s (%d/%d)", name, s.Subtask+1, s.Parallelism)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("dataflow: task %s: %s", t.name, fmt.Sprintf(format, args...))
+	}
+	if head.ID != s.VertexID {
+		return bad("VertexID %d is not the id of the chain's head vertex %q (%d)", s.VertexID, head.UID, head.ID)
+	}
+	if s.Parallelism < 1 || s.Subtask < 0 || s.Subtask >= s.Parallelism {
+		return bad("subtask %d of parallelism %d is out of range", s.Subtask, s.Parallelism)
+	}
+	if t.maxPar < s.Parallelism {
+		return bad("parallelism %d exceeds maxParallelism %d", s.Parallelism, t.maxPar)
+	}
+	for i, g := range s.Inputs {
+		if g.Input < 0 || g.Input >= len(s.Chain[0].InputSchemas) || s.Chain[0].InputSchemas[g.Input] == nil {
+			return bad("input gate %d reads input %d, for which the head operator %q has no input schema", i, g.Input, head.UID)
+		}
+		if g.UpstreamParallelism < 1 {
+			return bad("input gate %d: upstream parallelism %d must be at least 1", i, g.UpstreamParallelism)
+		}
+		switch g.Partitioning {
+		case stream.Forward:
+			if g.UpstreamParallelism != s.Parallelism {
+				return bad("input gate %d is forward, but upstream parallelism %d differs from %d", i, g.UpstreamParallelism, s.Parallelism)
+			}
+		case stream.Hash, stream.Rebalance, stream.Broadcast:
+		default:
+			return bad("input gate %d has invalid partitioning %d", i, g.Partitioning)
+		}
+	}
+	tail := s.Chain[len(s.Chain)-1].Vertex
+	t.keys = make([][]int, len(s.Outputs))
+	for i, o := range s.Outputs {
+		if tail.OutSchema == nil {
+			return bad("operator %q has outputs but no output schema (is it a sink, or was the job not planned?)", tail.UID)
+		}
+		if o.DownstreamParallelism < 1 || len(o.Targets) != o.DownstreamParallelism {
+			return bad("output %d to vertex %d: %d targets for downstream parallelism %d; give one exchange address per downstream subtask", i, o.DownstreamVertex, len(o.Targets), o.DownstreamParallelism)
+		}
+		switch o.Partitioning {
+		case stream.Forward:
+			if o.DownstreamParallelism != s.Parallelism {
+				return bad("output %d is forward, but downstream parallelism %d differs from %d", i, o.DownstreamParallelism, s.Parallelism)
+			}
+		case stream.Hash:
+			if len(o.KeyFields) == 0 {
+				return bad("output %d is hash-partitioned but has no key fields", i)
+			}
+			idx, err := tail.OutSchema.Lookup(o.KeyFields...)
+			if err != nil {
+				return bad("output %d key: %v", i, err)
+			}
+			t.keys[i] = idx
+		case stream.Rebalance, stream.Broadcast:
+		default:
+			return bad("output %d has invalid partitioning %d", i, o.Partitioning)
+		}
+		for j, addr := range o.Targets {
+			if addr == "" && (o.Partitioning != stream.Forward || j == s.Subtask) {
+				return bad("output %d: no exchange address for downstream subtask %d", i, j)
+			}
+		}
+	}
+	return nil
+}
+
+func (t *Task) checkInputsCovered(inputs int) error {
+	seen := make([]bool, inputs)
+	for _, g := range t.spec.Inputs {
+		if g.Input >= inputs {
+			return fmt.Errorf("input gate reads input %d; the operator has %d inputs", g.Input, inputs)
+		}
+		seen[g.Input] = true
+	}
+	for i, ok := range seen {
+		if !ok {
+			return fmt.Errorf("input %d has no input gate", i)
+		}
+	}
+	return nil
+}
+
+// Name returns the task's name as used in logs and errors.
+func (t *Task) Name() string { return t.name }
+
+// Metrics returns the task's counters.
+func (t *Task) Metrics() *Metrics { return &t.metrics }
+
+// taskRun is the state of one Run call.
+type taskRun struct {
+	t   *Task
+	err error // first failure inside a collector; ends the run
+}
+
+func (r *taskRun) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (t *Task) opErr(uid string, err error) error {
+	return fmt.Errorf("task %s: operator %q: %w", t.name, uid, err)
+}
+
+// link is the collector of a chained operator: it calls the next operator.
+type link struct {
+	r    *taskRun
+	next *chainLink
+	out  stream.Collector
+}
+
+func (l *link) Collect(b *stream.Batch) {
+	if l.r.err != nil {
+		b.Release()
+		return
+	}
+	if err := l.next.op.ProcessBatch(0, b, l.out); err != nil {
+		l.r.fail(l.r.t.opErr(l.next.uid, err))
+	}
+}
+
+func (l *link) EmitWatermark(wm int64) {
+	if l.r.err != nil {
+		return
+	}
+	if err := l.next.op.ProcessWatermark(wm, l.out); err != nil {
+		l.r.fail(l.r.t.opErr(l.next.uid, err))
+	}
+}
+
+// countingCollector counts the rows a source emits.
+type countingCollector struct {
+	n    *atomic.Int64
+	next stream.Collector
+}
+
+func (c *countingCollector) Collect(b *stream.Batch) {
+	c.n.Add(int64(b.Len()))
+	c.next.Collect(b)
+}
+
+func (c *countingCollector) EmitWatermark(wm int64) { c.next.EmitWatermark(wm) }
+
+// Run runs the task until its input ends (it returns nil: the task
+// FINISHED), ctx is cancelled (it returns ctx.Err()), or an operator or the
+// exchange fails (it returns that error, naming the task and operator). It
+// registers the task's channels with the exchange, opens the operators, and
+// on every exit path closes the operators (those it opened) and unregisters
+// the channels. Run may be called once.
+func (t *Task) Run(ctx context.Context) (err error) {
+	if !t.started.CompareAndSwap(false, true) {
+		return fmt.Errorf("dataflow: task %s: Run called twice; build a new Task to run again", t.name)
+	}
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
+	}()
+	r := &taskRun{t: t}
+
+	gate, err := t.openInputs()
+	if err != nil {
+		return err
+	}
+	defer t.closeInputs(gate)
+
+	w := &outputWriter{ctx: ctx, r: r}
+	finished := false
+	defer func() {
+		if ferr := t.closeOutputs(ctx, w, finished); ferr != nil && err == nil {
+			err = ferr
+		}
+	}()
+	if err := t.openOutputs(w); err != nil {
+		return err
+	}
+
+	// Collectors from the tail back to the head: outs[i] receives chain[i]'s
+	// output.
+	outs := make([]stream.Collector, len(t.chain))
+	outs[len(outs)-1] = w
+	for i := len(t.chain) - 2; i >= 0; i-- {
+		outs[i] = &link{r: r, next: &t.chain[i+1], out: outs[i+1]}
+	}
+
+	opened := 0
+	defer func() {
+		for i := opened - 1; i >= 0; i-- {
+			l := &t.chain[i]
+			var cerr error
+			if l.src != nil {
+				cerr = l.src.Close()
+			} else {
+				cerr = l.op.Close()
+			}
+			if cerr != nil {
+				t.log.Warn("closing operator failed", "operator", l.uid, "err", cerr)
+				if err == nil {
+					err = t.opErr(l.uid, fmt.Errorf("close: %w", cerr))
+				}
+			}
+		}
+	}()
+	for i := range t.chain {
+		l := &t.chain[i]
+		opened = i + 1
+		var oerr error
+		if l.src != nil {
+			oerr = l.src.Open(ctx, l.octx)
+		} else {
+			oerr = l.op.Open(ctx, l.octx)
+		}
+		if oerr != nil {
+			return t.opErr(l.uid, fmt.Errorf("open: %w", oerr))
+		}
+	}
+
+	if t.chain[0].src != nil {
+		err = t.runSource(ctx, r, outs)
+	} else {
+		err = t.runInputs(ctx, r, gate, outs)
+	}
+	if err != nil {
+		return err
+	}
+	// Every input ended: flush the chain, then end the partitions.
+	for i := range t.chain {
+		l := &t.chain[i]
+		if l.src != nil {
+			continue
+		}
+		if ferr := l.op.Finish(outs[i]); ferr != nil {
+			return t.opErr(l.uid, fmt.Errorf("finish: %w", ferr))
+		}
+		if r.err != nil {
+			return r.err
+		}
+	}
+	w.broadcast(event{kind: eventEndOfPartition})
+	if r.err != nil {
+		return r.err
+	}
+	finished = true
+	return nil
+}
+
+const (
+	minIdleWait = 200 * time.Microsecond
+	maxIdleWait = 5 * time.Millisecond
+)
+
+func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collector) error {
+	head := &t.chain[0]
+	out := &countingCollector{n: &t.metrics.RecordsIn, next: outs[0]}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	wait := minIdleWait
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		st, err := head.src.Poll(ctx, out)
+		if err != nil {
+			return t.opErr(head.uid, err)
+		}
+		if r.err != nil {
+			return r.err
+		}
+		switch st {
+		case stream.PollEmitted:
+			wait = minIdleWait
+		case stream.PollIdle:
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			wait = min(2*wait, maxIdleWait)
+		case stream.PollEnd:
+			out.EmitWatermark(stream.MaxWatermark)
+			return r.err
+		default:
+			return t.opErr(head.uid, fmt.Errorf("source returned unknown poll status %d", st))
+		}
+	}
+}
+
+func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs []stream.Collector) error {
+	head := &t.chain[0]
+	inputOf := make([]int, len(gate.channels))
+	for i, ch := range gate.channels {
+		inputOf[i] = ch.input
+	}
+	wms := newWatermarkCombiner(inputOf, len(head.octx.InputSchemas))
+	// Inputs without a gate (none after validation) must not hold the
+	// watermark back.
+	for in, chs := range wms.byInput {
+		if len(chs) == 0 {
+			wms.input[in] = stream.MaxWatermark
+		}
+	}
+	advance := func(ch *inputChannel, wm int64) error {
+		if v, ok := wms.update(ch.idx, wm); ok {
+			if err := head.op.ProcessWatermark(v, outs[0]); err != nil {
+				return t.opErr(head.uid, err)
+			}
+		}
+		return nil
+	}
+	open := len(gate.channels)
+	for open > 0 {
+		e, ch, err := gate.next(ctx)
+		if err != nil {
+			return err
+		}
+		if ch.ended {
+			e.release()
+			continue
+		}
+		switch e.kind {
+		case eventBatch:
+			b := e.batch
+			if b == nil {
+				b, err = batchcodec.Decode(e.payload, ch.schema)
+				if err != nil {
+					return fmt.Errorf("task %s: channel %v: %w", t.name, ch.key, err)
+				}
+			}
+			t.metrics.RecordsIn.Add(int64(b.Len()))
+			if err := head.op.ProcessBatch(ch.input, b, outs[0]); err != nil {
+				return t.opErr(head.uid, err)
+			}
+		case eventWatermark:
+			err = advance(ch, e.value)
+		case eventEndOfPartition:
+			ch.ended = true
+			open--
+			err = advance(ch, stream.MaxWatermark)
+		case eventBarrier:
+			// Reserved: checkpoint barrier alignment hooks in here, blocking
+			// ch (gate.setBlocked) until every channel delivered the barrier.
+		case eventError:
+			return fmt.Errorf("task %s: %w", t.name, e.err)
+		}
+		if err != nil {
+			return err
+		}
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return nil
+}
+
+func (t *Task) channelKey(upVertex, upSubtask, downVertex, downInput, downSubtask int) channelKey {
+	return channelKey{
+		JobID: t.spec.JobID, Attempt: t.spec.Attempt,
+		UpstreamVertex: upVertex, UpstreamSubtask: upSubtask,
+		DownstreamVertex: downVertex, DownstreamInput: downInput, DownstreamSub: downSubtask,
+	}
+}
+
+func (t *Task) openInputs() (*inputGate, error) {
+	s := t.spec
+	gate := newInputGate()
+	for _, g := range s.Inputs {
+		schema := s.Chain[0].InputSchemas[g.Input]
+		for u := 0; u < g.UpstreamParallelism; u++ {
+			if g.Partitioning == stream.Forward && u != s.Subtask {
+				continue
+			}
+			gate.add(t.channelKey(g.UpstreamVertex, u, s.VertexID, g.Input, s.Subtask), g.Input, schema)
+		}
+	}
+	for i, ch := range gate.channels {
+		if err := t.x.registerInput(ch); err != nil {
+			for _, done := range gate.channels[:i] {
+				t.x.unregisterInput(done)
+			}
+			gate.close()
+			return nil, fmt.Errorf("task %s: %w", t.name, err)
+		}
+	}
+	return gate, nil
+}
+
+func (t *Task) closeInputs(gate *inputGate) {
+	for _, ch := range gate.channels {
+		t.x.unregisterInput(ch)
+	}
+	gate.close()
+}
+
+func (t *Task) openOutputs(w *outputWriter) error {
+	s := t.spec
+	tail := s.Chain[len(s.Chain)-1].Vertex
+	for i, o := range s.Outputs {
+		p := &partitioner{
+			kind:   o.Partitioning,
+			chans:  make([]*outputChannel, o.DownstreamParallelism),
+			own:    s.Subtask,
+			next:   s.Subtask % o.DownstreamParallelism,
+			keys:   t.keys[i],
+			maxPar: t.maxPar,
+		}
+		if o.Partitioning == stream.Hash {
+			p.counts = make([]int32, o.DownstreamParallelism)
+			p.subs = make([]*stream.Batch, o.DownstreamParallelism)
+			p.cols = make([]*stream.Column, o.DownstreamParallelism)
+		}
+		w.outs = append(w.outs, p)
+		for d, target := range o.Targets {
+			if o.Partitioning == stream.Forward && d != s.Subtask {
+				continue
+			}
+			ch, err := t.x.openOutput(t.channelKey(tail.ID, s.Subtask, o.DownstreamVertex, o.DownstreamInput, d), target)
+			if err != nil {
+				return fmt.Errorf("task %s: output to vertex %d subtask %d at %s: %w", t.name, o.DownstreamVertex, d, target, err)
+			}
+			p.chans[d] = ch
+		}
+	}
+	return nil
+}
+
+// closeOutputs retires the output channels. After a successful run it waits
+// until everything sent has been handed to the network, so a FINISHED task
+// has delivered its end-of-partition.
+func (t *Task) closeOutputs(ctx context.Context, w *outputWriter, wait bool) error {
+	var flushes []<-chan struct{}
+	var conns []*peerConn
+	for _, p := range w.outs {
+		for _, ch := range p.chans {
+			if ch == nil {
+				continue
+			}
+			f := t.x.closeOutput(ch)
+			if ch.conn != nil {
+				flushes = append(flushes, f)
+				conns = append(conns, ch.conn)
+			}
+		}
+	}
+	if !wait {
+		return nil
+	}
+	for i, f := range flushes {
+		select {
+		case <-f:
+		case <-conns[i].done:
+			return fmt.Errorf("task %s: %w", t.name, conns[i].err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
