@@ -101,7 +101,9 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		DialOptions:       []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 		Logger:            tm.log,
 	})
-	srv := grpc.NewServer()
+	// A frame holds at most ExchangeConfig.MaxFrameBytes unless one batch is
+	// larger; allow generous messages so a wide batch never breaks a stream.
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 20))
 	weirpb.RegisterTaskExecutorServiceServer(srv, &executorServer{tm: tm})
 	tm.exchange.Register(srv)
 	close(tm.ready)

@@ -1,0 +1,394 @@
+package window
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// Operator type names, as used in job specs and JobGraph vertices.
+const (
+	TypeWatermarks     = "watermarks"
+	TypeTumblingWindow = "tumbling_window"
+	TypeSlidingWindow  = "sliding_window"
+)
+
+// Names of the window bounds in a window operator's output.
+const (
+	FieldWindowStart = "window_start"
+	FieldWindowEnd   = "window_end"
+)
+
+// Register adds the watermarks, tumbling_window and sliding_window operator
+// types to r.
+func Register(r *stream.Registry) {
+	r.Register(stream.OperatorType{
+		Name: TypeWatermarks,
+		Kind: stream.KindTransform,
+		Plan: planWatermarks,
+		NewOperator: func(config []byte) (stream.Operator, error) {
+			return NewWatermarks(config)
+		},
+		Doc: "assigns event time from a timestamp field and emits bounded-out-of-orderness watermarks",
+	})
+	r.Register(stream.OperatorType{
+		Name: TypeTumblingWindow,
+		Kind: stream.KindTransform,
+		Plan: func(p *stream.PlanContext) (*stream.Schema, error) { return planWindow(TypeTumblingWindow, p) },
+		NewOperator: func(config []byte) (stream.Operator, error) {
+			return NewTumblingWindow(config)
+		},
+		Doc: "keyed event-time tumbling windows with count/sum/min/max/avg aggregates",
+	})
+	r.Register(stream.OperatorType{
+		Name: TypeSlidingWindow,
+		Kind: stream.KindTransform,
+		Plan: func(p *stream.PlanContext) (*stream.Schema, error) { return planWindow(TypeSlidingWindow, p) },
+		NewOperator: func(config []byte) (stream.Operator, error) {
+			return NewSlidingWindow(config)
+		},
+		Doc: "keyed event-time sliding windows with count/sum/min/max/avg aggregates",
+	})
+}
+
+// WatermarksConfig is the JSON config of the watermarks operator.
+type WatermarksConfig struct {
+	// TimestampField names the field holding each record's event time: a
+	// timestamp or an int64 field, in milliseconds since the Unix epoch.
+	// Required. A record whose timestamp is null fails the task.
+	TimestampField string `json:"timestampField"`
+	// MaxOutOfOrderness is how far behind the largest timestamp seen a record
+	// may still arrive, as a Go duration ("2s", "500ms") with millisecond
+	// precision. Default "0s" (timestamps ascend).
+	MaxOutOfOrderness string `json:"maxOutOfOrderness,omitempty"`
+}
+
+// WindowConfig is the JSON config of the tumbling_window and sliding_window
+// operators. Durations are Go durations ("10s", "500ms") with millisecond
+// precision.
+type WindowConfig struct {
+	// Size is the window length. Required, positive.
+	Size string `json:"size"`
+	// Slide is how far apart consecutive windows start; sliding_window only,
+	// where it is required and must divide Size.
+	Slide string `json:"slide,omitempty"`
+	// Offset shifts window starts: windows start at offset + k*slide (k*size
+	// for tumbling windows). It may be negative (e.g. "-8h" for days in
+	// UTC+8) but its magnitude must be less than the slide. Default "0s".
+	Offset string `json:"offset,omitempty"`
+	// AllowedLateness keeps a fired window's state this long (in event time)
+	// so that late records re-fire it with an updated result. Default "0s".
+	AllowedLateness string `json:"allowedLateness,omitempty"`
+	// Aggregates are the output columns computed per key and window, in
+	// order. At least one is required.
+	Aggregates []AggregateConfig `json:"aggregates"`
+}
+
+// AggregateConfig is one aggregate of a window.
+type AggregateConfig struct {
+	// Fn is count, sum, min, max or avg.
+	//
+	// count without Field counts rows; with Field it counts non-null values
+	// (int64 result). sum takes an int64 or float64 field and returns its
+	// type (0 when every value is null); min and max take an int64, float64
+	// or timestamp field and return its type; avg takes an int64 or float64
+	// field and returns float64. min, max and avg of no non-null values are
+	// null. Nulls are skipped by every aggregate except count without Field.
+	Fn string `json:"fn"`
+	// Field is the input field aggregated; required except for count.
+	Field string `json:"field,omitempty"`
+	// As names the output field. Default: "count" for count, else fn_field
+	// (e.g. "sum_value").
+	As string `json:"as,omitempty"`
+}
+
+// configError is a planning error: its text is the reason alone, and
+// errors.Is(err, stream.ErrConfig) holds.
+type configError struct{ msg string }
+
+func (e *configError) Error() string { return e.msg }
+func (e *configError) Unwrap() error { return stream.ErrConfig }
+
+func configErrorf(format string, args ...any) error {
+	return &configError{msg: fmt.Sprintf(format, args...)}
+}
+
+// parseMillis parses the duration option name of operator op into
+// milliseconds. An empty value yields def. Sub-millisecond durations are
+// rejected because event time has millisecond precision.
+func parseMillis(op, name, value string, def int64) (int64, error) {
+	if value == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		return 0, configErrorf("%s: %s %q is not a duration; write a Go duration such as \"10s\", \"500ms\" or \"1m30s\"", op, name, value)
+	}
+	if d%time.Millisecond != 0 {
+		return 0, configErrorf("%s: %s %q is not a whole number of milliseconds; event time has millisecond precision", op, name, value)
+	}
+	return d.Milliseconds(), nil
+}
+
+// planWatermarks checks a watermarks config against its input; the output
+// schema is the input schema.
+func planWatermarks(p *stream.PlanContext) (*stream.Schema, error) {
+	spec, err := parseWatermarksConfig(p.Config)
+	if err != nil {
+		return nil, err
+	}
+	in := p.Inputs[0].Schema
+	if _, err := spec.resolve(in); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+type watermarksSpec struct {
+	field string
+	ooo   int64 // max out-of-orderness, ms
+}
+
+func parseWatermarksConfig(raw []byte) (*watermarksSpec, error) {
+	var c WatermarksConfig
+	if err := stream.DecodeConfig(raw, &c); err != nil {
+		return nil, configErrorf("%s: %v (want {\"timestampField\": \"ts\", \"maxOutOfOrderness\": \"2s\"})", TypeWatermarks, err)
+	}
+	if c.TimestampField == "" {
+		return nil, configErrorf("%s: timestampField is required: name the int64 or timestamp field that holds each record's event time in milliseconds", TypeWatermarks)
+	}
+	ooo, err := parseMillis(TypeWatermarks, "maxOutOfOrderness", c.MaxOutOfOrderness, 0)
+	if err != nil {
+		return nil, err
+	}
+	if ooo < 0 {
+		return nil, configErrorf("%s: maxOutOfOrderness %q is negative; use \"0s\" for ascending timestamps or a positive bound such as \"2s\"", TypeWatermarks, c.MaxOutOfOrderness)
+	}
+	return &watermarksSpec{field: c.TimestampField, ooo: ooo}, nil
+}
+
+// resolve returns the index of the timestamp field in in.
+func (s *watermarksSpec) resolve(in *stream.Schema) (int, error) {
+	i := in.Index(s.field)
+	if i < 0 {
+		return 0, configErrorf("%s: timestampField %q is not in the input (the input has %s)", TypeWatermarks, s.field, strings.Join(in.Names(), ", "))
+	}
+	if t := in.Fields[i].Type; t != stream.TypeTimestamp && t != stream.TypeInt64 {
+		return 0, configErrorf("%s: timestampField %q is %v; it must be a timestamp or an int64 of milliseconds since the epoch", TypeWatermarks, s.field, t)
+	}
+	return i, nil
+}
+
+// planWindow checks a window config against its input and returns the output
+// schema: the key fields, window_start, window_end, then the aggregates.
+func planWindow(op string, p *stream.PlanContext) (*stream.Schema, error) {
+	spec, err := parseWindowConfig(op, p.Config)
+	if err != nil {
+		return nil, err
+	}
+	r, err := spec.resolve(p.Inputs[0].Schema, p.Inputs[0].KeyFields)
+	if err != nil {
+		return nil, err
+	}
+	return r.out, nil
+}
+
+// windowSpec is a parsed window config; all durations in milliseconds. A
+// tumbling window has slide == size.
+type windowSpec struct {
+	op       string
+	size     int64
+	slide    int64
+	offset   int64
+	lateness int64
+	aggs     []AggregateConfig
+}
+
+func parseWindowConfig(op string, raw []byte) (*windowSpec, error) {
+	sliding := op == TypeSlidingWindow
+	var c WindowConfig
+	if err := stream.DecodeConfig(raw, &c); err != nil {
+		return nil, configErrorf("%s: %v", op, err)
+	}
+	s := &windowSpec{op: op}
+	var err error
+	if c.Size == "" {
+		return nil, configErrorf("%s: size is required (a duration such as \"10s\")", op)
+	}
+	if s.size, err = parseMillis(op, "size", c.Size, 0); err != nil {
+		return nil, err
+	}
+	if s.size <= 0 {
+		return nil, configErrorf("%s: size %q must be positive", op, c.Size)
+	}
+	switch {
+	case sliding && c.Slide == "":
+		return nil, configErrorf("%s: slide is required (a duration that divides size %q, such as \"1s\"); for non-overlapping windows use %s", op, c.Size, TypeTumblingWindow)
+	case !sliding && c.Slide != "":
+		return nil, configErrorf("%s: slide is not an option of tumbling windows; remove it, or use %s for overlapping windows", op, TypeSlidingWindow)
+	case sliding:
+		if s.slide, err = parseMillis(op, "slide", c.Slide, 0); err != nil {
+			return nil, err
+		}
+		if s.slide <= 0 {
+			return nil, configErrorf("%s: slide %q must be positive", op, c.Slide)
+		}
+		if s.slide > s.size || s.size%s.slide != 0 {
+			return nil, configErrorf("%s: size %q is not a multiple of slide %q; choose a slide that divides the size (e.g. size \"10s\", slide \"2s\")", op, c.Size, c.Slide)
+		}
+	default:
+		s.slide = s.size
+	}
+	if s.offset, err = parseMillis(op, "offset", c.Offset, 0); err != nil {
+		return nil, err
+	}
+	if s.offset <= -s.slide || s.offset >= s.slide {
+		what := "slide"
+		if !sliding {
+			what = "size"
+		}
+		return nil, configErrorf("%s: offset %q must be shorter than the %s (%dms), in either direction", op, c.Offset, what, s.slide)
+	}
+	if s.lateness, err = parseMillis(op, "allowedLateness", c.AllowedLateness, 0); err != nil {
+		return nil, err
+	}
+	if s.lateness < 0 {
+		return nil, configErrorf("%s: allowedLateness %q is negative; use \"0s\" to drop every record that arrives after its window fired", op, c.AllowedLateness)
+	}
+	if len(c.Aggregates) == 0 {
+		return nil, configErrorf("%s: aggregates is empty; list at least one, e.g. [{\"fn\": \"count\", \"as\": \"n\"}]", op)
+	}
+	s.aggs = c.Aggregates
+	return s, nil
+}
+
+// resolved is a window spec bound to an input schema and key.
+type resolved struct {
+	keyCols []int // key field indexes in the input
+	aggs    []aggSpec
+	out     *stream.Schema
+}
+
+// resolve binds s to the input schema and key fields (nil for a global
+// window) and builds the output schema.
+func (s *windowSpec) resolve(in *stream.Schema, keys []string) (*resolved, error) {
+	r := &resolved{}
+	fields := make([]stream.Field, 0, len(keys)+2+len(s.aggs))
+	for _, k := range keys {
+		i := in.Index(k)
+		if i < 0 {
+			return nil, configErrorf("%s: key field %q is not in the input (the input has %s); keyBy fields of the input that exist", s.op, k, strings.Join(in.Names(), ", "))
+		}
+		r.keyCols = append(r.keyCols, i)
+		fields = append(fields, in.Fields[i])
+	}
+	fields = append(fields,
+		stream.Field{Name: FieldWindowStart, Type: stream.TypeTimestamp},
+		stream.Field{Name: FieldWindowEnd, Type: stream.TypeTimestamp})
+	for n, a := range s.aggs {
+		sp, err := resolveAgg(s.op, n, a, in)
+		if err != nil {
+			return nil, err
+		}
+		r.aggs = append(r.aggs, sp)
+		fields = append(fields, stream.Field{Name: sp.name, Type: sp.outType})
+	}
+	seen := make(map[string]string, len(fields))
+	for i, f := range fields {
+		what := "an aggregate"
+		switch {
+		case i < len(keys):
+			what = "a key field"
+		case i < len(keys)+2:
+			what = "a window bound"
+		}
+		if prev, dup := seen[f.Name]; dup {
+			if prev == what {
+				return nil, configErrorf("%s: output field %q is produced by two aggregates; name one of them with \"as\"", s.op, f.Name)
+			}
+			return nil, configErrorf("%s: output field %q is both %s and %s; give the aggregate another name with \"as\"", s.op, f.Name, prev, what)
+		}
+		seen[f.Name] = what
+	}
+	out, err := stream.NewSchema(fields...)
+	if err != nil {
+		return nil, configErrorf("%s: output schema: %v", s.op, err)
+	}
+	r.out = out
+	return r, nil
+}
+
+// resolveAgg checks aggregate number n against the input schema.
+func resolveAgg(op string, n int, a AggregateConfig, in *stream.Schema) (aggSpec, error) {
+	fn := strings.ToLower(a.Fn)
+	sp := aggSpec{col: -1, name: a.As}
+	where := fmt.Sprintf("%s: aggregates[%d]", op, n)
+	if a.Field != "" {
+		sp.col = in.Index(a.Field)
+		if sp.col < 0 {
+			return sp, configErrorf("%s (%s): field %q is not in the input (the input has %s)", where, fn, a.Field, strings.Join(in.Names(), ", "))
+		}
+	}
+	var ft stream.Type
+	if sp.col >= 0 {
+		ft = in.Fields[sp.col].Type
+	}
+	needField := func() error {
+		if sp.col < 0 {
+			return configErrorf("%s (%s): field is required: name the input field to aggregate", where, fn)
+		}
+		return nil
+	}
+	switch fn {
+	case "count":
+		sp.kind, sp.outType = aggCount, stream.TypeInt64
+		if sp.col >= 0 {
+			sp.kind = aggCountField
+		}
+	case "sum", "avg":
+		if err := needField(); err != nil {
+			return sp, err
+		}
+		switch ft {
+		case stream.TypeInt64:
+			sp.kind, sp.outType = aggSumInt, stream.TypeInt64
+		case stream.TypeFloat64:
+			sp.kind, sp.outType = aggSumFloat, stream.TypeFloat64
+		default:
+			return sp, configErrorf("%s (%s): field %q is %v; %s needs an int64 or float64 field", where, fn, a.Field, ft, fn)
+		}
+		if fn == "avg" {
+			sp.kind += aggAvgInt - aggSumInt
+			sp.outType = stream.TypeFloat64
+		}
+	case "min", "max":
+		if err := needField(); err != nil {
+			return sp, err
+		}
+		switch ft {
+		case stream.TypeInt64, stream.TypeTimestamp:
+			sp.kind = aggMinInt
+		case stream.TypeFloat64:
+			sp.kind = aggMinFloat
+		default:
+			return sp, configErrorf("%s (%s): field %q is %v; %s needs an int64, float64 or timestamp field", where, fn, a.Field, ft, fn)
+		}
+		if fn == "max" {
+			sp.kind += aggMaxInt - aggMinInt
+		}
+		sp.outType = ft
+	case "":
+		return sp, configErrorf("%s: fn is required (count, sum, min, max or avg)", where)
+	default:
+		return sp, configErrorf("%s: unknown aggregate fn %q (want count, sum, min, max or avg)", where, a.Fn)
+	}
+	if sp.name == "" {
+		sp.name = fn
+		if sp.col >= 0 {
+			sp.name = fn + "_" + a.Field
+		}
+	}
+	return sp, nil
+}
