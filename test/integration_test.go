@@ -37,6 +37,7 @@ operators:
     config: %s
   - uid: stamped
     type: watermarks
+    parallelism: 2
     config: {timestampField: ts, maxOutOfOrderness: 50ms}
   - uid: per-user
     type: tumbling_window
@@ -252,10 +253,10 @@ operators:
 		want       []string
 	}{
 		{"unknown operator", good(1, "  - uid: m\n    type: mapp\n"), []string{"job.yaml:8:", `unknown operator type "mapp"`}},
-		{"bad expression", good(1, "  - uid: f\n    type: filter\n    config: {where: \"id >\"}\n"), []string{"job.yaml:8:", `operator "f"`, "where"}},
-		{"wrong type", good(1, "  - uid: f\n    type: filter\n    config: {where: \"k + 1 > 2\"}\n"), []string{"job.yaml:8:", `operator "f"`}},
+		{"bad expression", good(1, "  - uid: f\n    type: filter\n    config: {where: \"id >\"}\n"), []string{"job.yaml:9:", `operator "f"`, "where"}},
+		{"wrong type", good(1, "  - uid: f\n    type: filter\n    config: {where: \"k + 1 > 2\"}\n"), []string{"job.yaml:9:", `operator "f"`, "mismatched types string and int"}},
 		{"missing field", "name: j\noperators:\n  - type: datagen\n", []string{"job.yaml:3:", "uid"}},
-		{"keyBy unknown field", good(1, "  - uid: w\n    type: tumbling_window\n    keyBy: [user]\n    config: {size: 1s, aggregates: [{fn: count, as: n}]}\n"), []string{"job.yaml:8:", `no field "user"`}},
+		{"keyBy unknown field", good(1, "  - uid: w\n    type: tumbling_window\n    keyBy: [user]\n    config: {size: 1s, aggregates: [{fn: count, as: n}]}\n"), []string{"job.yaml:9:", `no field "user"`}},
 		{"parallelism 0", good(0, ""), []string{"job.yaml:2:", "parallelism"}},
 	}
 	for _, tc := range cases {

@@ -16,11 +16,12 @@ import (
 // many sliding windows it belongs to.
 //
 // Next milestone (keyed-state backends): store is what moves behind the
-// statebackend interface. Its (key, pane) → accumulator map becomes keyed
-// aggregating state with the pane start as namespace, stored per key group
-// (keyTable.group, from stream.KeyGroupForHash) so that ranges can be
-// snapshotted and redistributed on rescale; the pane list (store.order)
-// becomes the event-time timers. The per-batch column loops in accs.update
+// statebackend interface. Its (key, pane) → accumulator slots (the per-key
+// slot lists and the accs columns) become keyed aggregating state with the
+// pane start as namespace, stored per key group (keyTable.group, from
+// stream.KeyGroupForHash) so that ranges can be snapshotted and
+// redistributed on rescale; the pane list (store.order, store.panes) becomes
+// the event-time timers; keyTable becomes the backend's key serialisation. The per-batch column loops in accs.update
 // stay, writing into slots the backend hands out.
 
 // keyTable interns the distinct keys of live slots as dense key ids. Key

@@ -48,7 +48,6 @@ type Window struct {
 	slots  []int32
 	mask   []int32
 	panes  []int64
-	ends   []int64
 	late   map[lateFire]struct{}
 
 	cur     *stream.Batch // output batch being filled
@@ -271,20 +270,29 @@ func (w *Window) ProcessWatermark(wm int64, out stream.Collector) error {
 // advance moves the watermark to wm, firing and cleaning up windows.
 func (w *Window) advance(wm int64, out stream.Collector) {
 	size, slide, prev := w.spec.size, w.spec.slide, w.wm
-	ends := w.ends[:0]
-	for _, p := range w.st.order {
-		for e := p + slide; e <= p+size; e += slide {
-			if e-1 > prev && e-1 <= wm {
-				ends = append(ends, e)
+	// Fire, in order, the windows with data whose end-1 is in (prev, wm]:
+	// step through aligned ends, jumping over stretches without panes.
+	if order := w.st.order; len(order) > 0 {
+		e := order[0] + slide // the first end with data
+		if prev != stream.MinWatermark {
+			e = max(e, w.alignUp(prev+2))
+		}
+		for e-1 <= wm {
+			i, _ := slices.BinarySearch(order, e-size)
+			if i == len(order) {
+				break
+			}
+			if order[i] < e {
+				w.fire(e, out)
+				e += slide
+			} else {
+				e = max(e+slide, order[i]+slide)
+			}
+			if e > math.MaxInt64-slide {
+				break // beyond any real timestamp
 			}
 		}
 	}
-	slices.Sort(ends)
-	ends = slices.Compact(ends)
-	for _, e := range ends {
-		w.fire(e, out)
-	}
-	w.ends = ends[:0]
 	w.flush(out)
 
 	w.wm = wm
@@ -415,6 +423,18 @@ func (w *Window) Close() error {
 	w.st = nil
 	w.res = nil
 	return nil
+}
+
+// alignUp returns the least window end (or start) at or after x.
+func (w *Window) alignUp(x int64) int64 {
+	r := (x - w.spec.offset) % w.spec.slide
+	if r < 0 {
+		r += w.spec.slide
+	}
+	if r == 0 {
+		return x
+	}
+	return x + w.spec.slide - r
 }
 
 // satSub returns a-b (b ≥ 0), saturating at math.MinInt64.

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -50,7 +52,7 @@ type jobManagerFile struct {
 // NewJobManagerCommand returns the jobmanager process command.
 func NewJobManagerCommand() *cobra.Command {
 	cfg := jobmanager.DefaultConfig()
-	var configPath, logLevel string
+	var configPath, logLevel, addrFile string
 	cmd := &cobra.Command{
 		Use:           "jobmanager",
 		Short:         "Run the jobmanager: scheduler, cluster membership and the job API",
@@ -76,6 +78,9 @@ func NewJobManagerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if addrFile != "" {
+				go writeAddressFile(cmd.Context(), addrFile, jm)
+			}
 			return jm.Run(cmd.Context())
 		},
 	}
@@ -87,7 +92,24 @@ func NewJobManagerCommand() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "silence after which a taskmanager is lost")
 	f.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", cfg.SlotWaitTimeout, "how long a job waits for enough free slots")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&addrFile, "address-file", "", "once listening, write the bound addresses here as JSON {\"rpc\":…,\"rest\":…} (for scripts and tests that listen on port 0)")
 	return cmd
+}
+
+// writeAddressFile writes the jobmanager's bound addresses once it listens.
+// The file is written to a temporary name and renamed, so a reader never
+// sees it half-written.
+func writeAddressFile(ctx context.Context, path string, jm *jobmanager.JobManager) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-jm.Ready():
+	}
+	data, _ := json.Marshal(map[string]string{"rpc": jm.RPCAddr(), "rest": jm.RESTAddr()})
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err == nil {
+		_ = os.Rename(tmp, path)
+	}
 }
 
 func applyJobManagerFile(cmd *cobra.Command, cfg *jobmanager.Config, f jobManagerFile) error {
