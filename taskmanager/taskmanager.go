@@ -294,7 +294,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
 
 func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 	defer tm.wg.Done()
-	tm.report(rt.id, weirpb.TaskState_TASK_STATE_RUNNING, "")
+	tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "")
 	err := rt.task.Run(ctx)
 	state, msg := weirpb.TaskState_TASK_STATE_FINISHED, ""
 	switch {
@@ -310,17 +310,19 @@ func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 	rt.state, rt.err = state, msg
 	tm.mu.Unlock()
 	tm.log.Info("task ended", "task", rt.name, "state", state.String())
-	tm.report(rt.id, state, msg)
+	tm.report(rt, state, msg)
 }
 
 // report tells the jobmanager about a state change. A lost report is not
 // fatal: heartbeats carry every task's state too.
-func (tm *TaskManager) report(id *weirpb.ExecutionID, state weirpb.TaskState, msg string) {
+func (tm *TaskManager) report(rt *runningTask, state weirpb.TaskState, msg string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	m := rt.task.Metrics()
 	_, err := tm.client.UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{
 		TaskmanagerId: tm.cfg.ID,
-		Status:        &weirpb.TaskStatus{Id: id, State: state, Error: msg},
+		Status: &weirpb.TaskStatus{Id: rt.id, State: state, Error: msg,
+			RecordsIn: m.RecordsIn.Load(), RecordsOut: m.RecordsOut.Load()},
 	})
 	if err != nil {
 		tm.log.Debug("task state report failed; the next heartbeat carries it", "err", err)
