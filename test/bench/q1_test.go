@@ -1,0 +1,170 @@
+// Package bench holds Weir's end-to-end benchmarks. Each prints name=value
+// lines (run them with `make bench`); speed is never asserted.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/builtin"
+	"github.com/weirstream/weir/connectors"
+	"github.com/weirstream/weir/dataflow"
+	"github.com/weirstream/weir/jobspec"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/test/clustertest"
+)
+
+const q1Seed = 42
+
+// q1Graph loads examples/nexmark-q1.yaml (datagen bids → map price_eur →
+// filter price_eur >= 100 → discard) with rows bids, parallelism par.
+func q1Graph(tb testing.TB, rows int64, par int) *stream.JobGraph {
+	tb.Helper()
+	reg := builtin.Registry()
+	g, err := jobspec.Load(filepath.Join("..", "..", "examples", "nexmark-q1.yaml"), reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	src := g.Vertices[0]
+	var cfg map[string]any
+	if err := json.Unmarshal(src.Config, &cfg); err != nil {
+		tb.Fatal(err)
+	}
+	cfg["rows"], cfg["seed"] = rows, q1Seed
+	src.Config, _ = json.Marshal(cfg)
+	g.Parallelism = par
+	for _, v := range g.Vertices {
+		v.Parallelism = par
+	}
+	if err := stream.Plan(g, reg); err != nil {
+		tb.Fatal(err)
+	}
+	return g
+}
+
+// baselineQ1 is the same work as a hand-written single-goroutine loop:
+// generate each bid, convert its price, keep those at or above 100 EUR.
+// It returns events/s and the number kept.
+func baselineQ1(events int64) (float64, int64) {
+	gen := connectors.NewBidGenerator(q1Seed)
+	start := time.Now()
+	var kept int64
+	var sum float64
+	for seq := int64(0); seq < events; seq++ {
+		b := gen.At(seq)
+		eur := float64(b.Price) * 0.908
+		if eur >= 100.0 {
+			kept++
+			sum += eur + float64(len(b.Channel)+len(b.URL)+len(b.Extra)) + float64(b.Auction^b.Bidder^b.DateTime)
+		}
+	}
+	el := time.Since(start)
+	if sum == 0 {
+		panic("baseline: nothing kept")
+	}
+	return float64(events) / el.Seconds(), kept
+}
+
+// pipelineQ1 runs the q1 graph as one chained task in this process (the
+// taskmanager's task runtime, without the process around it) and returns
+// events/s and the number of rows that reached the sink.
+func pipelineQ1(tb testing.TB, events int64) (float64, int64) {
+	g := q1Graph(tb, events, 1)
+	spec := &dataflow.TaskSpec{JobID: "bench", Attempt: 1, VertexID: 0, Subtask: 0, Parallelism: 1,
+		MaxParallelism: g.MaxParallelism, TaskName: "q1 (1/1)"}
+	for _, v := range g.Vertices {
+		co := dataflow.ChainedOperator{Vertex: v}
+		for _, e := range g.Inputs(v.ID) {
+			co.InputSchemas = append(co.InputSchemas, g.Vertices[e.From].OutSchema)
+			co.InputKeys = append(co.InputKeys, nil)
+		}
+		spec.Chain = append(spec.Chain, co)
+	}
+	x := dataflow.NewExchange(dataflow.DefaultExchangeConfig("local"))
+	defer x.Close()
+	task, err := dataflow.NewTask(spec, builtin.Registry(), x, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sink := g.Vertices[len(g.Vertices)-1].UID
+	connectors.ResetDiscardedRows(sink)
+	start := time.Now()
+	if err := task.Run(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	el := time.Since(start)
+	return float64(events) / el.Seconds(), connectors.DiscardedRows(sink)
+}
+
+// BenchmarkQ1PipelineVsBaseline compares the engine running Nexmark-q1-like
+// work in one task with a tight single-goroutine loop doing the same work.
+// Both run three times, alternating; the best of each is compared.
+func BenchmarkQ1PipelineVsBaseline(b *testing.B) {
+	events := envInt("WEIR_BENCH_Q1_EVENTS", 20_000_000)
+	var base, eng float64
+	for i := 0; i < b.N; i++ {
+		for round := 0; round < 3; round++ {
+			runtime.GC()
+			bs, bk := baselineQ1(events)
+			runtime.GC()
+			es, ek := pipelineQ1(b, events)
+			if bk != ek {
+				b.Fatalf("pipeline kept %d rows, baseline %d: they do not do the same work", ek, bk)
+			}
+			base, eng = max(base, bs), max(eng, es)
+		}
+	}
+	fmt.Printf("q1_events=%d\n", events)
+	fmt.Printf("q1_baseline_events_per_sec=%.0f\n", base)
+	fmt.Printf("q1_pipeline_events_per_sec=%.0f\n", eng)
+	fmt.Printf("q1_pipeline_vs_baseline=%.2f\n", eng/base)
+}
+
+// BenchmarkQ1Parallelism2TwoTaskManagers runs the q1 job at parallelism 2
+// on a real cluster of two taskmanager processes with one slot each, with a
+// rebalance between the source and the map so that half of the bids cross
+// the gRPC exchange. It reports events/s from the job's start and end times.
+func BenchmarkQ1Parallelism2TwoTaskManagers(b *testing.B) {
+	events := envInt("WEIR_BENCH_Q1_CLUSTER_EVENTS", 40_000_000)
+	c := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1})
+	best := 0.0
+	for i := 0; i < b.N; i++ {
+		for round := 0; round < 2; round++ {
+			g := q1Graph(b, events, 2)
+			g.Edges[0].Partitioning = stream.Rebalance
+			id := c.Submit(g)
+			job := c.WaitJob(id, 10*time.Minute)
+			if job.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
+				b.Fatalf("job %s: %v %s", id, job.GetJob().GetState(), job.GetJob().GetError())
+			}
+			tms := map[string]bool{}
+			for _, t := range job.GetTasks() {
+				tms[t.GetTaskmanagerId()] = true
+			}
+			if len(tms) != 2 {
+				b.Fatalf("job ran on %d taskmanagers, want 2", len(tms))
+			}
+			el := time.Duration(job.GetJob().GetEndTimeMs()-job.GetJob().GetStartTimeMs()) * time.Millisecond
+			best = max(best, float64(events)/el.Seconds())
+		}
+	}
+	fmt.Printf("q1_p2_two_taskmanagers_events=%d\n", events)
+	fmt.Printf("q1_p2_two_taskmanagers_events_per_sec=%.0f\n", best)
+}
+
+func envInt(name string, def int64) int64 {
+	if v := os.Getenv(name); v != "" {
+		var n int64
+		if _, err := fmt.Sscan(v, &n); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}
