@@ -6,7 +6,7 @@ export PATH := $(BIN):$(PATH)
 BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
-STATICCHECK_VERSION := 2026.1
+STATICCHECK_VERSION := v0.8.2
 
 # Packages whose tests run in `make test`. The -race test run covers every
 # package; the process-level integration tests live in ./test.
