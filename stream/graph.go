@@ -79,6 +79,10 @@ type JobGraph struct {
 	MaxParallelism int
 	Vertices       []*Vertex
 	Edges          []*Edge
+	// Checkpoint settings; checkpointing is off unless Interval is set.
+	Checkpoint CheckpointConfig
+	// Restart is the restart strategy; empty Type means the cluster default.
+	Restart RestartConfig
 }
 
 // Inputs returns the edges into vertex id, ordered by input number.
@@ -143,6 +147,9 @@ func Plan(g *JobGraph, reg *Registry) error {
 	}
 	if len(g.Vertices) == 0 {
 		return errors.New("job has no operators")
+	}
+	if err := g.Checkpoint.Validate(); err != nil {
+		return err
 	}
 	uids := make(map[string]bool)
 	pars := make([]int, len(g.Vertices))

@@ -46,6 +46,14 @@ type OperatorContext struct {
 	OutputSchema *Schema
 	Config       []byte // the operator's JSON config
 	Logger       *slog.Logger
+	// Attempt counts deployments of the job: 1 at first, one more after
+	// every restart.
+	Attempt int64
+	// Checkpointing says whether the job takes checkpoints, and in which
+	// mode. Two-phase-commit sinks commit on NotifyCheckpointComplete when
+	// it is on, and at Finish otherwise.
+	Checkpointing  bool
+	CheckpointMode CheckpointMode
 }
 
 // Operator is a transformation or a sink. The task runtime calls its methods

@@ -824,8 +824,15 @@ type TaskDeployment struct {
 	Chain          []*ChainedOperator     `protobuf:"bytes,5,rep,name=chain,proto3" json:"chain,omitempty"`
 	Inputs         []*InputGate           `protobuf:"bytes,6,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	Outputs        []*OutputSpec          `protobuf:"bytes,7,rep,name=outputs,proto3" json:"outputs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	Checkpointing  *TaskCheckpointing     `protobuf:"bytes,8,opt,name=checkpointing,proto3" json:"checkpointing,omitempty"`
+	// restore_checkpoint_id is the completed checkpoint the task starts from
+	// (0: start fresh); restore has the state handles of every operator of
+	// the chain that the task must load (possibly several per operator when
+	// key groups come from several snapshotted subtasks).
+	RestoreCheckpointId int64          `protobuf:"varint,9,opt,name=restore_checkpoint_id,json=restoreCheckpointId,proto3" json:"restore_checkpoint_id,omitempty"`
+	Restore             []*StateHandle `protobuf:"bytes,10,rep,name=restore,proto3" json:"restore,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TaskDeployment) Reset() {
@@ -907,6 +914,628 @@ func (x *TaskDeployment) GetOutputs() []*OutputSpec {
 	return nil
 }
 
+func (x *TaskDeployment) GetCheckpointing() *TaskCheckpointing {
+	if x != nil {
+		return x.Checkpointing
+	}
+	return nil
+}
+
+func (x *TaskDeployment) GetRestoreCheckpointId() int64 {
+	if x != nil {
+		return x.RestoreCheckpointId
+	}
+	return 0
+}
+
+func (x *TaskDeployment) GetRestore() []*StateHandle {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
+}
+
+// TaskCheckpointing is what a task needs to know about the job's checkpoints.
+type TaskCheckpointing struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Enabled bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	Mode    CheckpointMode         `protobuf:"varint,2,opt,name=mode,proto3,enum=weir.v1.CheckpointMode" json:"mode,omitempty"`
+	// storage is the checkpoint storage URI (file:///path, s3://bucket/prefix).
+	Storage       string `protobuf:"bytes,3,opt,name=storage,proto3" json:"storage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskCheckpointing) Reset() {
+	*x = TaskCheckpointing{}
+	mi := &file_weirpb_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskCheckpointing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskCheckpointing) ProtoMessage() {}
+
+func (x *TaskCheckpointing) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskCheckpointing.ProtoReflect.Descriptor instead.
+func (*TaskCheckpointing) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TaskCheckpointing) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *TaskCheckpointing) GetMode() CheckpointMode {
+	if x != nil {
+		return x.Mode
+	}
+	return CheckpointMode_CHECKPOINT_MODE_UNSPECIFIED
+}
+
+func (x *TaskCheckpointing) GetStorage() string {
+	if x != nil {
+		return x.Storage
+	}
+	return ""
+}
+
+// StateHandle names one uploaded piece of an operator subtask's snapshot.
+type StateHandle struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperatorUid string                 `protobuf:"bytes,1,opt,name=operator_uid,json=operatorUid,proto3" json:"operator_uid,omitempty"`
+	// subtask is the subtask that wrote it; parallelism its operator's
+	// parallelism then.
+	Subtask     int32 `protobuf:"varint,2,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	Parallelism int32 `protobuf:"varint,3,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
+	// key is the object key relative to the checkpoint storage root.
+	Key  string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Size int64  `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	// sha256 is the hex SHA-256 of the object's bytes.
+	Sha256 string `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// key_group_start..key_group_end (inclusive) is the keyed state's range.
+	KeyGroupStart int32 `protobuf:"varint,7,opt,name=key_group_start,json=keyGroupStart,proto3" json:"key_group_start,omitempty"`
+	KeyGroupEnd   int32 `protobuf:"varint,8,opt,name=key_group_end,json=keyGroupEnd,proto3" json:"key_group_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateHandle) Reset() {
+	*x = StateHandle{}
+	mi := &file_weirpb_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateHandle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateHandle) ProtoMessage() {}
+
+func (x *StateHandle) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateHandle.ProtoReflect.Descriptor instead.
+func (*StateHandle) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *StateHandle) GetOperatorUid() string {
+	if x != nil {
+		return x.OperatorUid
+	}
+	return ""
+}
+
+func (x *StateHandle) GetSubtask() int32 {
+	if x != nil {
+		return x.Subtask
+	}
+	return 0
+}
+
+func (x *StateHandle) GetParallelism() int32 {
+	if x != nil {
+		return x.Parallelism
+	}
+	return 0
+}
+
+func (x *StateHandle) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StateHandle) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StateHandle) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *StateHandle) GetKeyGroupStart() int32 {
+	if x != nil {
+		return x.KeyGroupStart
+	}
+	return 0
+}
+
+func (x *StateHandle) GetKeyGroupEnd() int32 {
+	if x != nil {
+		return x.KeyGroupEnd
+	}
+	return 0
+}
+
+type TriggerCheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	CheckpointId  int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	TimestampMs   int64                  `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerCheckpointRequest) Reset() {
+	*x = TriggerCheckpointRequest{}
+	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerCheckpointRequest) ProtoMessage() {}
+
+func (x *TriggerCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*TriggerCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TriggerCheckpointRequest) GetId() *ExecutionID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *TriggerCheckpointRequest) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointRequest) GetTimestampMs() int64 {
+	if x != nil {
+		return x.TimestampMs
+	}
+	return 0
+}
+
+type TriggerCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerCheckpointResponse) Reset() {
+	*x = TriggerCheckpointResponse{}
+	mi := &file_weirpb_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerCheckpointResponse) ProtoMessage() {}
+
+func (x *TriggerCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*TriggerCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+type NotifyCheckpointRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	CheckpointId int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// complete is true for checkpointComplete, false for checkpointAborted.
+	Complete      bool `protobuf:"varint,3,opt,name=complete,proto3" json:"complete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyCheckpointRequest) Reset() {
+	*x = NotifyCheckpointRequest{}
+	mi := &file_weirpb_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyCheckpointRequest) ProtoMessage() {}
+
+func (x *NotifyCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*NotifyCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *NotifyCheckpointRequest) GetId() *ExecutionID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *NotifyCheckpointRequest) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *NotifyCheckpointRequest) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+type NotifyCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyCheckpointResponse) Reset() {
+	*x = NotifyCheckpointResponse{}
+	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyCheckpointResponse) ProtoMessage() {}
+
+func (x *NotifyCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*NotifyCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+type AcknowledgeCheckpointRequest struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	TaskmanagerId       string                 `protobuf:"bytes,1,opt,name=taskmanager_id,json=taskmanagerId,proto3" json:"taskmanager_id,omitempty"`
+	Id                  *ExecutionID           `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	CheckpointId        int64                  `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Handles             []*StateHandle         `protobuf:"bytes,4,rep,name=handles,proto3" json:"handles,omitempty"`
+	SyncDurationMs      int64                  `protobuf:"varint,5,opt,name=sync_duration_ms,json=syncDurationMs,proto3" json:"sync_duration_ms,omitempty"`
+	AsyncDurationMs     int64                  `protobuf:"varint,6,opt,name=async_duration_ms,json=asyncDurationMs,proto3" json:"async_duration_ms,omitempty"`
+	AlignmentDurationMs int64                  `protobuf:"varint,7,opt,name=alignment_duration_ms,json=alignmentDurationMs,proto3" json:"alignment_duration_ms,omitempty"`
+	Bytes               int64                  `protobuf:"varint,8,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *AcknowledgeCheckpointRequest) Reset() {
+	*x = AcknowledgeCheckpointRequest{}
+	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeCheckpointRequest) ProtoMessage() {}
+
+func (x *AcknowledgeCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*AcknowledgeCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *AcknowledgeCheckpointRequest) GetTaskmanagerId() string {
+	if x != nil {
+		return x.TaskmanagerId
+	}
+	return ""
+}
+
+func (x *AcknowledgeCheckpointRequest) GetId() *ExecutionID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *AcknowledgeCheckpointRequest) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *AcknowledgeCheckpointRequest) GetHandles() []*StateHandle {
+	if x != nil {
+		return x.Handles
+	}
+	return nil
+}
+
+func (x *AcknowledgeCheckpointRequest) GetSyncDurationMs() int64 {
+	if x != nil {
+		return x.SyncDurationMs
+	}
+	return 0
+}
+
+func (x *AcknowledgeCheckpointRequest) GetAsyncDurationMs() int64 {
+	if x != nil {
+		return x.AsyncDurationMs
+	}
+	return 0
+}
+
+func (x *AcknowledgeCheckpointRequest) GetAlignmentDurationMs() int64 {
+	if x != nil {
+		return x.AlignmentDurationMs
+	}
+	return 0
+}
+
+func (x *AcknowledgeCheckpointRequest) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type AcknowledgeCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeCheckpointResponse) Reset() {
+	*x = AcknowledgeCheckpointResponse{}
+	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeCheckpointResponse) ProtoMessage() {}
+
+func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*AcknowledgeCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+type DeclineCheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskmanagerId string                 `protobuf:"bytes,1,opt,name=taskmanager_id,json=taskmanagerId,proto3" json:"taskmanager_id,omitempty"`
+	Id            *ExecutionID           `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	CheckpointId  int64                  `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclineCheckpointRequest) Reset() {
+	*x = DeclineCheckpointRequest{}
+	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclineCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclineCheckpointRequest) ProtoMessage() {}
+
+func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclineCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*DeclineCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DeclineCheckpointRequest) GetTaskmanagerId() string {
+	if x != nil {
+		return x.TaskmanagerId
+	}
+	return ""
+}
+
+func (x *DeclineCheckpointRequest) GetId() *ExecutionID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *DeclineCheckpointRequest) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *DeclineCheckpointRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type DeclineCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclineCheckpointResponse) Reset() {
+	*x = DeclineCheckpointResponse{}
+	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclineCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclineCheckpointResponse) ProtoMessage() {}
+
+func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclineCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*DeclineCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{22}
+}
+
 type SubmitTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Task          *TaskDeployment        `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -916,7 +1545,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[13]
+	mi := &file_weirpb_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1557,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[13]
+	mi := &file_weirpb_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1570,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{13}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubmitTaskRequest) GetTask() *TaskDeployment {
@@ -959,7 +1588,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[14]
+	mi := &file_weirpb_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1600,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[14]
+	mi := &file_weirpb_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1613,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{14}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 type CancelTaskRequest struct {
@@ -996,7 +1625,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	mi := &file_weirpb_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1637,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	mi := &file_weirpb_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1650,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{15}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelTaskRequest) GetId() *ExecutionID {
@@ -1039,7 +1668,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[16]
+	mi := &file_weirpb_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1680,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[16]
+	mi := &file_weirpb_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1693,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{16}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 var File_weirpb_cluster_proto protoreflect.FileDescriptor
@@ -1126,7 +1755,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\x12\x1d\n" +
 	"\n" +
 	"key_fields\x18\x05 \x03(\tR\tkeyFields\x12\x18\n" +
-	"\atargets\x18\x06 \x03(\tR\atargets\"\xa9\x02\n" +
+	"\atargets\x18\x06 \x03(\tR\atargets\"\xcf\x03\n" +
 	"\x0eTaskDeployment\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x1b\n" +
 	"\ttask_name\x18\x02 \x01(\tR\btaskName\x12 \n" +
@@ -1134,7 +1763,50 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x0fmax_parallelism\x18\x04 \x01(\x05R\x0emaxParallelism\x12.\n" +
 	"\x05chain\x18\x05 \x03(\v2\x18.weir.v1.ChainedOperatorR\x05chain\x12*\n" +
 	"\x06inputs\x18\x06 \x03(\v2\x12.weir.v1.InputGateR\x06inputs\x12-\n" +
-	"\aoutputs\x18\a \x03(\v2\x13.weir.v1.OutputSpecR\aoutputs\"@\n" +
+	"\aoutputs\x18\a \x03(\v2\x13.weir.v1.OutputSpecR\aoutputs\x12@\n" +
+	"\rcheckpointing\x18\b \x01(\v2\x1a.weir.v1.TaskCheckpointingR\rcheckpointing\x122\n" +
+	"\x15restore_checkpoint_id\x18\t \x01(\x03R\x13restoreCheckpointId\x12.\n" +
+	"\arestore\x18\n" +
+	" \x03(\v2\x14.weir.v1.StateHandleR\arestore\"t\n" +
+	"\x11TaskCheckpointing\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +
+	"\astorage\x18\x03 \x01(\tR\astorage\"\xf6\x01\n" +
+	"\vStateHandle\x12!\n" +
+	"\foperator_uid\x18\x01 \x01(\tR\voperatorUid\x12\x18\n" +
+	"\asubtask\x18\x02 \x01(\x05R\asubtask\x12 \n" +
+	"\vparallelism\x18\x03 \x01(\x05R\vparallelism\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x12&\n" +
+	"\x0fkey_group_start\x18\a \x01(\x05R\rkeyGroupStart\x12\"\n" +
+	"\rkey_group_end\x18\b \x01(\x05R\vkeyGroupEnd\"\x88\x01\n" +
+	"\x18TriggerCheckpointRequest\x12$\n" +
+	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
+	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\"\x1b\n" +
+	"\x19TriggerCheckpointResponse\"\x80\x01\n" +
+	"\x17NotifyCheckpointRequest\x12$\n" +
+	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x1a\n" +
+	"\bcomplete\x18\x03 \x01(\bR\bcomplete\"\x1a\n" +
+	"\x18NotifyCheckpointResponse\"\xe0\x02\n" +
+	"\x1cAcknowledgeCheckpointRequest\x12%\n" +
+	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
+	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x03R\fcheckpointId\x12.\n" +
+	"\ahandles\x18\x04 \x03(\v2\x14.weir.v1.StateHandleR\ahandles\x12(\n" +
+	"\x10sync_duration_ms\x18\x05 \x01(\x03R\x0esyncDurationMs\x12*\n" +
+	"\x11async_duration_ms\x18\x06 \x01(\x03R\x0fasyncDurationMs\x122\n" +
+	"\x15alignment_duration_ms\x18\a \x01(\x03R\x13alignmentDurationMs\x12\x14\n" +
+	"\x05bytes\x18\b \x01(\x03R\x05bytes\"\x1f\n" +
+	"\x1dAcknowledgeCheckpointResponse\"\xa4\x01\n" +
+	"\x18DeclineCheckpointRequest\x12%\n" +
+	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
+	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x03R\fcheckpointId\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x1b\n" +
+	"\x19DeclineCheckpointResponse\"@\n" +
 	"\x11SubmitTaskRequest\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.v1.TaskDeploymentR\x04task\"\x14\n" +
 	"\x12SubmitTaskResponse\"9\n" +
@@ -1150,16 +1822,20 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x13TASK_STATE_FINISHED\x10\x05\x12\x18\n" +
 	"\x14TASK_STATE_CANCELING\x10\x06\x12\x17\n" +
 	"\x13TASK_STATE_CANCELED\x10\a\x12\x15\n" +
-	"\x11TASK_STATE_FAILED\x10\b2\x8c\x02\n" +
+	"\x11TASK_STATE_FAILED\x10\b2\xd0\x03\n" +
 	"\x0eClusterService\x12`\n" +
 	"\x13RegisterTaskManager\x12#.weir.v1.RegisterTaskManagerRequest\x1a$.weir.v1.RegisterTaskManagerResponse\x12B\n" +
 	"\tHeartbeat\x12\x19.weir.v1.HeartbeatRequest\x1a\x1a.weir.v1.HeartbeatResponse\x12T\n" +
-	"\x0fUpdateTaskState\x12\x1f.weir.v1.UpdateTaskStateRequest\x1a .weir.v1.UpdateTaskStateResponse2\xa3\x01\n" +
+	"\x0fUpdateTaskState\x12\x1f.weir.v1.UpdateTaskStateRequest\x1a .weir.v1.UpdateTaskStateResponse\x12f\n" +
+	"\x15AcknowledgeCheckpoint\x12%.weir.v1.AcknowledgeCheckpointRequest\x1a&.weir.v1.AcknowledgeCheckpointResponse\x12Z\n" +
+	"\x11DeclineCheckpoint\x12!.weir.v1.DeclineCheckpointRequest\x1a\".weir.v1.DeclineCheckpointResponse2\xd8\x02\n" +
 	"\x13TaskExecutorService\x12E\n" +
 	"\n" +
 	"SubmitTask\x12\x1a.weir.v1.SubmitTaskRequest\x1a\x1b.weir.v1.SubmitTaskResponse\x12E\n" +
 	"\n" +
-	"CancelTask\x12\x1a.weir.v1.CancelTaskRequest\x1a\x1b.weir.v1.CancelTaskResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
+	"CancelTask\x12\x1a.weir.v1.CancelTaskRequest\x1a\x1b.weir.v1.CancelTaskResponse\x12Z\n" +
+	"\x11TriggerCheckpoint\x12!.weir.v1.TriggerCheckpointRequest\x1a\".weir.v1.TriggerCheckpointResponse\x12W\n" +
+	"\x10NotifyCheckpoint\x12 .weir.v1.NotifyCheckpointRequest\x1a!.weir.v1.NotifyCheckpointResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
 
 var (
 	file_weirpb_cluster_proto_rawDescOnce sync.Once
@@ -1174,61 +1850,88 @@ func file_weirpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_weirpb_cluster_proto_goTypes = []any{
-	(TaskState)(0),                      // 0: weir.v1.TaskState
-	(*ExecutionID)(nil),                 // 1: weir.v1.ExecutionID
-	(*RegisterTaskManagerRequest)(nil),  // 2: weir.v1.RegisterTaskManagerRequest
-	(*RegisterTaskManagerResponse)(nil), // 3: weir.v1.RegisterTaskManagerResponse
-	(*TaskStatus)(nil),                  // 4: weir.v1.TaskStatus
-	(*HeartbeatRequest)(nil),            // 5: weir.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 6: weir.v1.HeartbeatResponse
-	(*UpdateTaskStateRequest)(nil),      // 7: weir.v1.UpdateTaskStateRequest
-	(*UpdateTaskStateResponse)(nil),     // 8: weir.v1.UpdateTaskStateResponse
-	(*ChainedOperator)(nil),             // 9: weir.v1.ChainedOperator
-	(*KeyFields)(nil),                   // 10: weir.v1.KeyFields
-	(*InputGate)(nil),                   // 11: weir.v1.InputGate
-	(*OutputSpec)(nil),                  // 12: weir.v1.OutputSpec
-	(*TaskDeployment)(nil),              // 13: weir.v1.TaskDeployment
-	(*SubmitTaskRequest)(nil),           // 14: weir.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),          // 15: weir.v1.SubmitTaskResponse
-	(*CancelTaskRequest)(nil),           // 16: weir.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),          // 17: weir.v1.CancelTaskResponse
-	(*Vertex)(nil),                      // 18: weir.v1.Vertex
-	(*Schema)(nil),                      // 19: weir.v1.Schema
-	(Partitioning)(0),                   // 20: weir.v1.Partitioning
+	(TaskState)(0),                        // 0: weir.v1.TaskState
+	(*ExecutionID)(nil),                   // 1: weir.v1.ExecutionID
+	(*RegisterTaskManagerRequest)(nil),    // 2: weir.v1.RegisterTaskManagerRequest
+	(*RegisterTaskManagerResponse)(nil),   // 3: weir.v1.RegisterTaskManagerResponse
+	(*TaskStatus)(nil),                    // 4: weir.v1.TaskStatus
+	(*HeartbeatRequest)(nil),              // 5: weir.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),             // 6: weir.v1.HeartbeatResponse
+	(*UpdateTaskStateRequest)(nil),        // 7: weir.v1.UpdateTaskStateRequest
+	(*UpdateTaskStateResponse)(nil),       // 8: weir.v1.UpdateTaskStateResponse
+	(*ChainedOperator)(nil),               // 9: weir.v1.ChainedOperator
+	(*KeyFields)(nil),                     // 10: weir.v1.KeyFields
+	(*InputGate)(nil),                     // 11: weir.v1.InputGate
+	(*OutputSpec)(nil),                    // 12: weir.v1.OutputSpec
+	(*TaskDeployment)(nil),                // 13: weir.v1.TaskDeployment
+	(*TaskCheckpointing)(nil),             // 14: weir.v1.TaskCheckpointing
+	(*StateHandle)(nil),                   // 15: weir.v1.StateHandle
+	(*TriggerCheckpointRequest)(nil),      // 16: weir.v1.TriggerCheckpointRequest
+	(*TriggerCheckpointResponse)(nil),     // 17: weir.v1.TriggerCheckpointResponse
+	(*NotifyCheckpointRequest)(nil),       // 18: weir.v1.NotifyCheckpointRequest
+	(*NotifyCheckpointResponse)(nil),      // 19: weir.v1.NotifyCheckpointResponse
+	(*AcknowledgeCheckpointRequest)(nil),  // 20: weir.v1.AcknowledgeCheckpointRequest
+	(*AcknowledgeCheckpointResponse)(nil), // 21: weir.v1.AcknowledgeCheckpointResponse
+	(*DeclineCheckpointRequest)(nil),      // 22: weir.v1.DeclineCheckpointRequest
+	(*DeclineCheckpointResponse)(nil),     // 23: weir.v1.DeclineCheckpointResponse
+	(*SubmitTaskRequest)(nil),             // 24: weir.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),            // 25: weir.v1.SubmitTaskResponse
+	(*CancelTaskRequest)(nil),             // 26: weir.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),            // 27: weir.v1.CancelTaskResponse
+	(*Vertex)(nil),                        // 28: weir.v1.Vertex
+	(*Schema)(nil),                        // 29: weir.v1.Schema
+	(Partitioning)(0),                     // 30: weir.v1.Partitioning
+	(CheckpointMode)(0),                   // 31: weir.v1.CheckpointMode
 }
 var file_weirpb_cluster_proto_depIdxs = []int32{
 	1,  // 0: weir.v1.TaskStatus.id:type_name -> weir.v1.ExecutionID
 	0,  // 1: weir.v1.TaskStatus.state:type_name -> weir.v1.TaskState
 	4,  // 2: weir.v1.HeartbeatRequest.tasks:type_name -> weir.v1.TaskStatus
 	4,  // 3: weir.v1.UpdateTaskStateRequest.status:type_name -> weir.v1.TaskStatus
-	18, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
-	19, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
+	28, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
+	29, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
 	10, // 6: weir.v1.ChainedOperator.input_keys:type_name -> weir.v1.KeyFields
-	20, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
-	20, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
+	30, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
+	30, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
 	1,  // 9: weir.v1.TaskDeployment.id:type_name -> weir.v1.ExecutionID
 	9,  // 10: weir.v1.TaskDeployment.chain:type_name -> weir.v1.ChainedOperator
 	11, // 11: weir.v1.TaskDeployment.inputs:type_name -> weir.v1.InputGate
 	12, // 12: weir.v1.TaskDeployment.outputs:type_name -> weir.v1.OutputSpec
-	13, // 13: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
-	1,  // 14: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
-	2,  // 15: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
-	5,  // 16: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
-	7,  // 17: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
-	14, // 18: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
-	16, // 19: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
-	3,  // 20: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
-	6,  // 21: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
-	8,  // 22: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
-	15, // 23: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
-	17, // 24: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 13: weir.v1.TaskDeployment.checkpointing:type_name -> weir.v1.TaskCheckpointing
+	15, // 14: weir.v1.TaskDeployment.restore:type_name -> weir.v1.StateHandle
+	31, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
+	1,  // 16: weir.v1.TriggerCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 17: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 18: weir.v1.AcknowledgeCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	15, // 19: weir.v1.AcknowledgeCheckpointRequest.handles:type_name -> weir.v1.StateHandle
+	1,  // 20: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	13, // 21: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
+	1,  // 22: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
+	2,  // 23: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
+	5,  // 24: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
+	7,  // 25: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
+	20, // 26: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
+	22, // 27: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
+	24, // 28: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
+	26, // 29: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
+	16, // 30: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
+	18, // 31: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
+	3,  // 32: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
+	6,  // 33: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
+	8,  // 34: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
+	21, // 35: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
+	23, // 36: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
+	25, // 37: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
+	27, // 38: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
+	17, // 39: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
+	19, // 40: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
+	32, // [32:41] is the sub-list for method output_type
+	23, // [23:32] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_cluster_proto_init() }
@@ -1243,7 +1946,7 @@ func file_weirpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_cluster_proto_rawDesc), len(file_weirpb_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

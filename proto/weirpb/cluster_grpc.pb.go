@@ -19,9 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_RegisterTaskManager_FullMethodName = "/weir.v1.ClusterService/RegisterTaskManager"
-	ClusterService_Heartbeat_FullMethodName           = "/weir.v1.ClusterService/Heartbeat"
-	ClusterService_UpdateTaskState_FullMethodName     = "/weir.v1.ClusterService/UpdateTaskState"
+	ClusterService_RegisterTaskManager_FullMethodName   = "/weir.v1.ClusterService/RegisterTaskManager"
+	ClusterService_Heartbeat_FullMethodName             = "/weir.v1.ClusterService/Heartbeat"
+	ClusterService_UpdateTaskState_FullMethodName       = "/weir.v1.ClusterService/UpdateTaskState"
+	ClusterService_AcknowledgeCheckpoint_FullMethodName = "/weir.v1.ClusterService/AcknowledgeCheckpoint"
+	ClusterService_DeclineCheckpoint_FullMethodName     = "/weir.v1.ClusterService/DeclineCheckpoint"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -33,6 +35,8 @@ type ClusterServiceClient interface {
 	RegisterTaskManager(ctx context.Context, in *RegisterTaskManagerRequest, opts ...grpc.CallOption) (*RegisterTaskManagerResponse, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	UpdateTaskState(ctx context.Context, in *UpdateTaskStateRequest, opts ...grpc.CallOption) (*UpdateTaskStateResponse, error)
+	AcknowledgeCheckpoint(ctx context.Context, in *AcknowledgeCheckpointRequest, opts ...grpc.CallOption) (*AcknowledgeCheckpointResponse, error)
+	DeclineCheckpoint(ctx context.Context, in *DeclineCheckpointRequest, opts ...grpc.CallOption) (*DeclineCheckpointResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -73,6 +77,26 @@ func (c *clusterServiceClient) UpdateTaskState(ctx context.Context, in *UpdateTa
 	return out, nil
 }
 
+func (c *clusterServiceClient) AcknowledgeCheckpoint(ctx context.Context, in *AcknowledgeCheckpointRequest, opts ...grpc.CallOption) (*AcknowledgeCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcknowledgeCheckpointResponse)
+	err := c.cc.Invoke(ctx, ClusterService_AcknowledgeCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) DeclineCheckpoint(ctx context.Context, in *DeclineCheckpointRequest, opts ...grpc.CallOption) (*DeclineCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeclineCheckpointResponse)
+	err := c.cc.Invoke(ctx, ClusterService_DeclineCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -82,6 +106,8 @@ type ClusterServiceServer interface {
 	RegisterTaskManager(context.Context, *RegisterTaskManagerRequest) (*RegisterTaskManagerResponse, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	UpdateTaskState(context.Context, *UpdateTaskStateRequest) (*UpdateTaskStateResponse, error)
+	AcknowledgeCheckpoint(context.Context, *AcknowledgeCheckpointRequest) (*AcknowledgeCheckpointResponse, error)
+	DeclineCheckpoint(context.Context, *DeclineCheckpointRequest) (*DeclineCheckpointResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -100,6 +126,12 @@ func (UnimplementedClusterServiceServer) Heartbeat(context.Context, *HeartbeatRe
 }
 func (UnimplementedClusterServiceServer) UpdateTaskState(context.Context, *UpdateTaskStateRequest) (*UpdateTaskStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateTaskState not implemented")
+}
+func (UnimplementedClusterServiceServer) AcknowledgeCheckpoint(context.Context, *AcknowledgeCheckpointRequest) (*AcknowledgeCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcknowledgeCheckpoint not implemented")
+}
+func (UnimplementedClusterServiceServer) DeclineCheckpoint(context.Context, *DeclineCheckpointRequest) (*DeclineCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeclineCheckpoint not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -176,6 +208,42 @@ func _ClusterService_UpdateTaskState_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_AcknowledgeCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcknowledgeCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).AcknowledgeCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_AcknowledgeCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).AcknowledgeCheckpoint(ctx, req.(*AcknowledgeCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_DeclineCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeclineCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).DeclineCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_DeclineCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).DeclineCheckpoint(ctx, req.(*DeclineCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -195,14 +263,24 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "UpdateTaskState",
 			Handler:    _ClusterService_UpdateTaskState_Handler,
 		},
+		{
+			MethodName: "AcknowledgeCheckpoint",
+			Handler:    _ClusterService_AcknowledgeCheckpoint_Handler,
+		},
+		{
+			MethodName: "DeclineCheckpoint",
+			Handler:    _ClusterService_DeclineCheckpoint_Handler,
+		},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "weirpb/cluster.proto",
 }
 
 const (
-	TaskExecutorService_SubmitTask_FullMethodName = "/weir.v1.TaskExecutorService/SubmitTask"
-	TaskExecutorService_CancelTask_FullMethodName = "/weir.v1.TaskExecutorService/CancelTask"
+	TaskExecutorService_SubmitTask_FullMethodName        = "/weir.v1.TaskExecutorService/SubmitTask"
+	TaskExecutorService_CancelTask_FullMethodName        = "/weir.v1.TaskExecutorService/CancelTask"
+	TaskExecutorService_TriggerCheckpoint_FullMethodName = "/weir.v1.TaskExecutorService/TriggerCheckpoint"
+	TaskExecutorService_NotifyCheckpoint_FullMethodName  = "/weir.v1.TaskExecutorService/NotifyCheckpoint"
 )
 
 // TaskExecutorServiceClient is the client API for TaskExecutorService service.
@@ -213,6 +291,11 @@ const (
 type TaskExecutorServiceClient interface {
 	SubmitTask(ctx context.Context, in *SubmitTaskRequest, opts ...grpc.CallOption) (*SubmitTaskResponse, error)
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
+	// TriggerCheckpoint asks a source task to take checkpoint checkpoint_id
+	// and inject its barrier.
+	TriggerCheckpoint(ctx context.Context, in *TriggerCheckpointRequest, opts ...grpc.CallOption) (*TriggerCheckpointResponse, error)
+	// NotifyCheckpoint tells a task that a checkpoint completed or was aborted.
+	NotifyCheckpoint(ctx context.Context, in *NotifyCheckpointRequest, opts ...grpc.CallOption) (*NotifyCheckpointResponse, error)
 }
 
 type taskExecutorServiceClient struct {
@@ -243,6 +326,26 @@ func (c *taskExecutorServiceClient) CancelTask(ctx context.Context, in *CancelTa
 	return out, nil
 }
 
+func (c *taskExecutorServiceClient) TriggerCheckpoint(ctx context.Context, in *TriggerCheckpointRequest, opts ...grpc.CallOption) (*TriggerCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TriggerCheckpointResponse)
+	err := c.cc.Invoke(ctx, TaskExecutorService_TriggerCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskExecutorServiceClient) NotifyCheckpoint(ctx context.Context, in *NotifyCheckpointRequest, opts ...grpc.CallOption) (*NotifyCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NotifyCheckpointResponse)
+	err := c.cc.Invoke(ctx, TaskExecutorService_NotifyCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskExecutorServiceServer is the server API for TaskExecutorService service.
 // All implementations must embed UnimplementedTaskExecutorServiceServer
 // for forward compatibility.
@@ -251,6 +354,11 @@ func (c *taskExecutorServiceClient) CancelTask(ctx context.Context, in *CancelTa
 type TaskExecutorServiceServer interface {
 	SubmitTask(context.Context, *SubmitTaskRequest) (*SubmitTaskResponse, error)
 	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
+	// TriggerCheckpoint asks a source task to take checkpoint checkpoint_id
+	// and inject its barrier.
+	TriggerCheckpoint(context.Context, *TriggerCheckpointRequest) (*TriggerCheckpointResponse, error)
+	// NotifyCheckpoint tells a task that a checkpoint completed or was aborted.
+	NotifyCheckpoint(context.Context, *NotifyCheckpointRequest) (*NotifyCheckpointResponse, error)
 	mustEmbedUnimplementedTaskExecutorServiceServer()
 }
 
@@ -266,6 +374,12 @@ func (UnimplementedTaskExecutorServiceServer) SubmitTask(context.Context, *Submi
 }
 func (UnimplementedTaskExecutorServiceServer) CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelTask not implemented")
+}
+func (UnimplementedTaskExecutorServiceServer) TriggerCheckpoint(context.Context, *TriggerCheckpointRequest) (*TriggerCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TriggerCheckpoint not implemented")
+}
+func (UnimplementedTaskExecutorServiceServer) NotifyCheckpoint(context.Context, *NotifyCheckpointRequest) (*NotifyCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NotifyCheckpoint not implemented")
 }
 func (UnimplementedTaskExecutorServiceServer) mustEmbedUnimplementedTaskExecutorServiceServer() {}
 func (UnimplementedTaskExecutorServiceServer) testEmbeddedByValue()                             {}
@@ -324,6 +438,42 @@ func _TaskExecutorService_CancelTask_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskExecutorService_TriggerCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TriggerCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskExecutorServiceServer).TriggerCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskExecutorService_TriggerCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskExecutorServiceServer).TriggerCheckpoint(ctx, req.(*TriggerCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskExecutorService_NotifyCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NotifyCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskExecutorServiceServer).NotifyCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskExecutorService_NotifyCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskExecutorServiceServer).NotifyCheckpoint(ctx, req.(*NotifyCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskExecutorService_ServiceDesc is the grpc.ServiceDesc for TaskExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -338,6 +488,14 @@ var TaskExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTask",
 			Handler:    _TaskExecutorService_CancelTask_Handler,
+		},
+		{
+			MethodName: "TriggerCheckpoint",
+			Handler:    _TaskExecutorService_TriggerCheckpoint_Handler,
+		},
+		{
+			MethodName: "NotifyCheckpoint",
+			Handler:    _TaskExecutorService_NotifyCheckpoint_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -7,6 +7,7 @@ package weirpb
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -45,7 +46,45 @@ func FromGraph(g *stream.JobGraph) *JobGraph {
 		out.Edges = append(out.Edges, &Edge{From: int32(e.From), To: int32(e.To), Input: int32(e.Input),
 			Partitioning: Partitioning(e.Partitioning), KeyFields: e.KeyFields})
 	}
+	out.Checkpoint = FromCheckpointConfig(g.Checkpoint)
+	out.Restart = FromRestartConfig(g.Restart)
 	return out
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+func dur(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// FromCheckpointConfig converts checkpoint settings.
+func FromCheckpointConfig(c stream.CheckpointConfig) *CheckpointSettings {
+	return &CheckpointSettings{IntervalMs: ms(c.Interval), TimeoutMs: ms(c.Timeout), MinPauseMs: ms(c.MinPause),
+		MaxConcurrent: int32(c.MaxConcurrent), Mode: CheckpointMode(c.Mode), TolerableFailures: int32(c.TolerableFailures),
+		Retained: int32(c.Retained), RetainOnCancel: c.Retention == stream.RetainOnCancel, Storage: c.Storage}
+}
+
+// ToCheckpointConfig converts checkpoint settings (nil is the zero config).
+func ToCheckpointConfig(c *CheckpointSettings) stream.CheckpointConfig {
+	out := stream.CheckpointConfig{Interval: dur(c.GetIntervalMs()), Timeout: dur(c.GetTimeoutMs()), MinPause: dur(c.GetMinPauseMs()),
+		MaxConcurrent: int(c.GetMaxConcurrent()), Mode: stream.CheckpointMode(c.GetMode()), TolerableFailures: int(c.GetTolerableFailures()),
+		Retained: int(c.GetRetained()), Storage: c.GetStorage()}
+	if c.GetRetainOnCancel() {
+		out.Retention = stream.RetainOnCancel
+	}
+	return out
+}
+
+// FromRestartConfig converts a restart strategy.
+func FromRestartConfig(r stream.RestartConfig) *RestartStrategy {
+	return &RestartStrategy{Type: r.Type, Attempts: int32(r.Attempts), DelayMs: ms(r.Delay), MaxFailures: int32(r.MaxFailures),
+		IntervalMs: ms(r.Interval), InitialBackoffMs: ms(r.InitialBackoff), MaxBackoffMs: ms(r.MaxBackoff),
+		Multiplier: r.Multiplier, Jitter: r.Jitter, ResetBackoffAfterMs: ms(r.ResetBackoffAfter)}
+}
+
+// ToRestartConfig converts a restart strategy (nil is the zero config).
+func ToRestartConfig(r *RestartStrategy) stream.RestartConfig {
+	return stream.RestartConfig{Type: r.GetType(), Attempts: int(r.GetAttempts()), Delay: dur(r.GetDelayMs()),
+		MaxFailures: int(r.GetMaxFailures()), Interval: dur(r.GetIntervalMs()), InitialBackoff: dur(r.GetInitialBackoffMs()),
+		MaxBackoff: dur(r.GetMaxBackoffMs()), Multiplier: r.GetMultiplier(), Jitter: r.GetJitter(),
+		ResetBackoffAfter: dur(r.GetResetBackoffAfterMs())}
 }
 
 // FromVertex converts one vertex.
@@ -81,5 +120,7 @@ func ToGraph(g *JobGraph) (*stream.JobGraph, error) {
 		out.Edges = append(out.Edges, &stream.Edge{From: int(e.GetFrom()), To: int(e.GetTo()), Input: int(e.GetInput()),
 			Partitioning: stream.Partitioning(e.GetPartitioning()), KeyFields: e.GetKeyFields()})
 	}
+	out.Checkpoint = ToCheckpointConfig(g.GetCheckpoint())
+	out.Restart = ToRestartConfig(g.GetRestart())
 	return out, nil
 }

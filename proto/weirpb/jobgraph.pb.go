@@ -136,6 +136,56 @@ func (Partitioning) EnumDescriptor() ([]byte, []int) {
 	return file_weirpb_jobgraph_proto_rawDescGZIP(), []int{1}
 }
 
+// CheckpointMode mirrors stream.CheckpointMode.
+type CheckpointMode int32
+
+const (
+	CheckpointMode_CHECKPOINT_MODE_UNSPECIFIED   CheckpointMode = 0
+	CheckpointMode_CHECKPOINT_MODE_EXACTLY_ONCE  CheckpointMode = 1
+	CheckpointMode_CHECKPOINT_MODE_AT_LEAST_ONCE CheckpointMode = 2
+)
+
+// Enum value maps for CheckpointMode.
+var (
+	CheckpointMode_name = map[int32]string{
+		0: "CHECKPOINT_MODE_UNSPECIFIED",
+		1: "CHECKPOINT_MODE_EXACTLY_ONCE",
+		2: "CHECKPOINT_MODE_AT_LEAST_ONCE",
+	}
+	CheckpointMode_value = map[string]int32{
+		"CHECKPOINT_MODE_UNSPECIFIED":   0,
+		"CHECKPOINT_MODE_EXACTLY_ONCE":  1,
+		"CHECKPOINT_MODE_AT_LEAST_ONCE": 2,
+	}
+)
+
+func (x CheckpointMode) Enum() *CheckpointMode {
+	p := new(CheckpointMode)
+	*p = x
+	return p
+}
+
+func (x CheckpointMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CheckpointMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_weirpb_jobgraph_proto_enumTypes[2].Descriptor()
+}
+
+func (CheckpointMode) Type() protoreflect.EnumType {
+	return &file_weirpb_jobgraph_proto_enumTypes[2]
+}
+
+func (x CheckpointMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CheckpointMode.Descriptor instead.
+func (CheckpointMode) EnumDescriptor() ([]byte, []int) {
+	return file_weirpb_jobgraph_proto_rawDescGZIP(), []int{2}
+}
+
 type Field struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -411,6 +461,8 @@ type JobGraph struct {
 	MaxParallelism int32                  `protobuf:"varint,3,opt,name=max_parallelism,json=maxParallelism,proto3" json:"max_parallelism,omitempty"`
 	Vertices       []*Vertex              `protobuf:"bytes,4,rep,name=vertices,proto3" json:"vertices,omitempty"`
 	Edges          []*Edge                `protobuf:"bytes,5,rep,name=edges,proto3" json:"edges,omitempty"`
+	Checkpoint     *CheckpointSettings    `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Restart        *RestartStrategy       `protobuf:"bytes,7,opt,name=restart,proto3" json:"restart,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -480,6 +532,247 @@ func (x *JobGraph) GetEdges() []*Edge {
 	return nil
 }
 
+func (x *JobGraph) GetCheckpoint() *CheckpointSettings {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *JobGraph) GetRestart() *RestartStrategy {
+	if x != nil {
+		return x.Restart
+	}
+	return nil
+}
+
+// CheckpointSettings mirrors stream.CheckpointConfig; durations in ms.
+type CheckpointSettings struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	IntervalMs        int64                  `protobuf:"varint,1,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	TimeoutMs         int64                  `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	MinPauseMs        int64                  `protobuf:"varint,3,opt,name=min_pause_ms,json=minPauseMs,proto3" json:"min_pause_ms,omitempty"`
+	MaxConcurrent     int32                  `protobuf:"varint,4,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
+	Mode              CheckpointMode         `protobuf:"varint,5,opt,name=mode,proto3,enum=weir.v1.CheckpointMode" json:"mode,omitempty"`
+	TolerableFailures int32                  `protobuf:"varint,6,opt,name=tolerable_failures,json=tolerableFailures,proto3" json:"tolerable_failures,omitempty"`
+	Retained          int32                  `protobuf:"varint,7,opt,name=retained,proto3" json:"retained,omitempty"`
+	// retain_on_cancel keeps retained checkpoints when the job is cancelled.
+	RetainOnCancel bool   `protobuf:"varint,8,opt,name=retain_on_cancel,json=retainOnCancel,proto3" json:"retain_on_cancel,omitempty"`
+	Storage        string `protobuf:"bytes,9,opt,name=storage,proto3" json:"storage,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CheckpointSettings) Reset() {
+	*x = CheckpointSettings{}
+	mi := &file_weirpb_jobgraph_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointSettings) ProtoMessage() {}
+
+func (x *CheckpointSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobgraph_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointSettings.ProtoReflect.Descriptor instead.
+func (*CheckpointSettings) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobgraph_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CheckpointSettings) GetIntervalMs() int64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+func (x *CheckpointSettings) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *CheckpointSettings) GetMinPauseMs() int64 {
+	if x != nil {
+		return x.MinPauseMs
+	}
+	return 0
+}
+
+func (x *CheckpointSettings) GetMaxConcurrent() int32 {
+	if x != nil {
+		return x.MaxConcurrent
+	}
+	return 0
+}
+
+func (x *CheckpointSettings) GetMode() CheckpointMode {
+	if x != nil {
+		return x.Mode
+	}
+	return CheckpointMode_CHECKPOINT_MODE_UNSPECIFIED
+}
+
+func (x *CheckpointSettings) GetTolerableFailures() int32 {
+	if x != nil {
+		return x.TolerableFailures
+	}
+	return 0
+}
+
+func (x *CheckpointSettings) GetRetained() int32 {
+	if x != nil {
+		return x.Retained
+	}
+	return 0
+}
+
+func (x *CheckpointSettings) GetRetainOnCancel() bool {
+	if x != nil {
+		return x.RetainOnCancel
+	}
+	return false
+}
+
+func (x *CheckpointSettings) GetStorage() string {
+	if x != nil {
+		return x.Storage
+	}
+	return ""
+}
+
+// RestartStrategy mirrors stream.RestartConfig; durations in ms.
+type RestartStrategy struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Type                string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Attempts            int32                  `protobuf:"varint,2,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	DelayMs             int64                  `protobuf:"varint,3,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	MaxFailures         int32                  `protobuf:"varint,4,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"`
+	IntervalMs          int64                  `protobuf:"varint,5,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	InitialBackoffMs    int64                  `protobuf:"varint,6,opt,name=initial_backoff_ms,json=initialBackoffMs,proto3" json:"initial_backoff_ms,omitempty"`
+	MaxBackoffMs        int64                  `protobuf:"varint,7,opt,name=max_backoff_ms,json=maxBackoffMs,proto3" json:"max_backoff_ms,omitempty"`
+	Multiplier          float64                `protobuf:"fixed64,8,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	Jitter              float64                `protobuf:"fixed64,9,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	ResetBackoffAfterMs int64                  `protobuf:"varint,10,opt,name=reset_backoff_after_ms,json=resetBackoffAfterMs,proto3" json:"reset_backoff_after_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *RestartStrategy) Reset() {
+	*x = RestartStrategy{}
+	mi := &file_weirpb_jobgraph_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestartStrategy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestartStrategy) ProtoMessage() {}
+
+func (x *RestartStrategy) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobgraph_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestartStrategy.ProtoReflect.Descriptor instead.
+func (*RestartStrategy) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobgraph_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RestartStrategy) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *RestartStrategy) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *RestartStrategy) GetDelayMs() int64 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
+func (x *RestartStrategy) GetMaxFailures() int32 {
+	if x != nil {
+		return x.MaxFailures
+	}
+	return 0
+}
+
+func (x *RestartStrategy) GetIntervalMs() int64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+func (x *RestartStrategy) GetInitialBackoffMs() int64 {
+	if x != nil {
+		return x.InitialBackoffMs
+	}
+	return 0
+}
+
+func (x *RestartStrategy) GetMaxBackoffMs() int64 {
+	if x != nil {
+		return x.MaxBackoffMs
+	}
+	return 0
+}
+
+func (x *RestartStrategy) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *RestartStrategy) GetJitter() float64 {
+	if x != nil {
+		return x.Jitter
+	}
+	return 0
+}
+
+func (x *RestartStrategy) GetResetBackoffAfterMs() int64 {
+	if x != nil {
+		return x.ResetBackoffAfterMs
+	}
+	return 0
+}
+
 var File_weirpb_jobgraph_proto protoreflect.FileDescriptor
 
 const file_weirpb_jobgraph_proto_rawDesc = "" +
@@ -505,13 +798,45 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\x05input\x18\x03 \x01(\x05R\x05input\x129\n" +
 	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\x12\x1d\n" +
 	"\n" +
-	"key_fields\x18\x05 \x03(\tR\tkeyFields\"\xbb\x01\n" +
+	"key_fields\x18\x05 \x03(\tR\tkeyFields\"\xac\x02\n" +
 	"\bJobGraph\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vparallelism\x18\x02 \x01(\x05R\vparallelism\x12'\n" +
 	"\x0fmax_parallelism\x18\x03 \x01(\x05R\x0emaxParallelism\x12+\n" +
 	"\bvertices\x18\x04 \x03(\v2\x0f.weir.v1.VertexR\bvertices\x12#\n" +
-	"\x05edges\x18\x05 \x03(\v2\r.weir.v1.EdgeR\x05edges*\x9b\x01\n" +
+	"\x05edges\x18\x05 \x03(\v2\r.weir.v1.EdgeR\x05edges\x12;\n" +
+	"\n" +
+	"checkpoint\x18\x06 \x01(\v2\x1b.weir.v1.CheckpointSettingsR\n" +
+	"checkpoint\x122\n" +
+	"\arestart\x18\a \x01(\v2\x18.weir.v1.RestartStrategyR\arestart\"\xd9\x02\n" +
+	"\x12CheckpointSettings\x12\x1f\n" +
+	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
+	"intervalMs\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\x12 \n" +
+	"\fmin_pause_ms\x18\x03 \x01(\x03R\n" +
+	"minPauseMs\x12%\n" +
+	"\x0emax_concurrent\x18\x04 \x01(\x05R\rmaxConcurrent\x12+\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12-\n" +
+	"\x12tolerable_failures\x18\x06 \x01(\x05R\x11tolerableFailures\x12\x1a\n" +
+	"\bretained\x18\a \x01(\x05R\bretained\x12(\n" +
+	"\x10retain_on_cancel\x18\b \x01(\bR\x0eretainOnCancel\x12\x18\n" +
+	"\astorage\x18\t \x01(\tR\astorage\"\xe1\x02\n" +
+	"\x0fRestartStrategy\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1a\n" +
+	"\battempts\x18\x02 \x01(\x05R\battempts\x12\x19\n" +
+	"\bdelay_ms\x18\x03 \x01(\x03R\adelayMs\x12!\n" +
+	"\fmax_failures\x18\x04 \x01(\x05R\vmaxFailures\x12\x1f\n" +
+	"\vinterval_ms\x18\x05 \x01(\x03R\n" +
+	"intervalMs\x12,\n" +
+	"\x12initial_backoff_ms\x18\x06 \x01(\x03R\x10initialBackoffMs\x12$\n" +
+	"\x0emax_backoff_ms\x18\a \x01(\x03R\fmaxBackoffMs\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\b \x01(\x01R\n" +
+	"multiplier\x12\x16\n" +
+	"\x06jitter\x18\t \x01(\x01R\x06jitter\x123\n" +
+	"\x16reset_backoff_after_ms\x18\n" +
+	" \x01(\x03R\x13resetBackoffAfterMs*\x9b\x01\n" +
 	"\tFieldType\x12\x1a\n" +
 	"\x16FIELD_TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10FIELD_TYPE_INT64\x10\x01\x12\x16\n" +
@@ -524,7 +849,11 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\x14PARTITIONING_FORWARD\x10\x01\x12\x15\n" +
 	"\x11PARTITIONING_HASH\x10\x02\x12\x1a\n" +
 	"\x16PARTITIONING_REBALANCE\x10\x03\x12\x1a\n" +
-	"\x16PARTITIONING_BROADCAST\x10\x04B0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
+	"\x16PARTITIONING_BROADCAST\x10\x04*v\n" +
+	"\x0eCheckpointMode\x12\x1f\n" +
+	"\x1bCHECKPOINT_MODE_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cCHECKPOINT_MODE_EXACTLY_ONCE\x10\x01\x12!\n" +
+	"\x1dCHECKPOINT_MODE_AT_LEAST_ONCE\x10\x02B0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
 
 var (
 	file_weirpb_jobgraph_proto_rawDescOnce sync.Once
@@ -538,29 +867,35 @@ func file_weirpb_jobgraph_proto_rawDescGZIP() []byte {
 	return file_weirpb_jobgraph_proto_rawDescData
 }
 
-var file_weirpb_jobgraph_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weirpb_jobgraph_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_weirpb_jobgraph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_weirpb_jobgraph_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_weirpb_jobgraph_proto_goTypes = []any{
-	(FieldType)(0),    // 0: weir.v1.FieldType
-	(Partitioning)(0), // 1: weir.v1.Partitioning
-	(*Field)(nil),     // 2: weir.v1.Field
-	(*Schema)(nil),    // 3: weir.v1.Schema
-	(*Vertex)(nil),    // 4: weir.v1.Vertex
-	(*Edge)(nil),      // 5: weir.v1.Edge
-	(*JobGraph)(nil),  // 6: weir.v1.JobGraph
+	(FieldType)(0),             // 0: weir.v1.FieldType
+	(Partitioning)(0),          // 1: weir.v1.Partitioning
+	(CheckpointMode)(0),        // 2: weir.v1.CheckpointMode
+	(*Field)(nil),              // 3: weir.v1.Field
+	(*Schema)(nil),             // 4: weir.v1.Schema
+	(*Vertex)(nil),             // 5: weir.v1.Vertex
+	(*Edge)(nil),               // 6: weir.v1.Edge
+	(*JobGraph)(nil),           // 7: weir.v1.JobGraph
+	(*CheckpointSettings)(nil), // 8: weir.v1.CheckpointSettings
+	(*RestartStrategy)(nil),    // 9: weir.v1.RestartStrategy
 }
 var file_weirpb_jobgraph_proto_depIdxs = []int32{
 	0, // 0: weir.v1.Field.type:type_name -> weir.v1.FieldType
-	2, // 1: weir.v1.Schema.fields:type_name -> weir.v1.Field
-	3, // 2: weir.v1.Vertex.out_schema:type_name -> weir.v1.Schema
+	3, // 1: weir.v1.Schema.fields:type_name -> weir.v1.Field
+	4, // 2: weir.v1.Vertex.out_schema:type_name -> weir.v1.Schema
 	1, // 3: weir.v1.Edge.partitioning:type_name -> weir.v1.Partitioning
-	4, // 4: weir.v1.JobGraph.vertices:type_name -> weir.v1.Vertex
-	5, // 5: weir.v1.JobGraph.edges:type_name -> weir.v1.Edge
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	5, // 4: weir.v1.JobGraph.vertices:type_name -> weir.v1.Vertex
+	6, // 5: weir.v1.JobGraph.edges:type_name -> weir.v1.Edge
+	8, // 6: weir.v1.JobGraph.checkpoint:type_name -> weir.v1.CheckpointSettings
+	9, // 7: weir.v1.JobGraph.restart:type_name -> weir.v1.RestartStrategy
+	2, // 8: weir.v1.CheckpointSettings.mode:type_name -> weir.v1.CheckpointMode
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_jobgraph_proto_init() }
@@ -573,8 +908,8 @@ func file_weirpb_jobgraph_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_jobgraph_proto_rawDesc), len(file_weirpb_jobgraph_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   5,
+			NumEnums:      3,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

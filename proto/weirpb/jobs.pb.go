@@ -88,6 +88,58 @@ func (JobState) EnumDescriptor() ([]byte, []int) {
 	return file_weirpb_jobs_proto_rawDescGZIP(), []int{0}
 }
 
+type CheckpointStatus int32
+
+const (
+	CheckpointStatus_CHECKPOINT_STATUS_UNSPECIFIED CheckpointStatus = 0
+	CheckpointStatus_CHECKPOINT_STATUS_IN_PROGRESS CheckpointStatus = 1
+	CheckpointStatus_CHECKPOINT_STATUS_COMPLETED   CheckpointStatus = 2
+	CheckpointStatus_CHECKPOINT_STATUS_FAILED      CheckpointStatus = 3
+)
+
+// Enum value maps for CheckpointStatus.
+var (
+	CheckpointStatus_name = map[int32]string{
+		0: "CHECKPOINT_STATUS_UNSPECIFIED",
+		1: "CHECKPOINT_STATUS_IN_PROGRESS",
+		2: "CHECKPOINT_STATUS_COMPLETED",
+		3: "CHECKPOINT_STATUS_FAILED",
+	}
+	CheckpointStatus_value = map[string]int32{
+		"CHECKPOINT_STATUS_UNSPECIFIED": 0,
+		"CHECKPOINT_STATUS_IN_PROGRESS": 1,
+		"CHECKPOINT_STATUS_COMPLETED":   2,
+		"CHECKPOINT_STATUS_FAILED":      3,
+	}
+)
+
+func (x CheckpointStatus) Enum() *CheckpointStatus {
+	p := new(CheckpointStatus)
+	*p = x
+	return p
+}
+
+func (x CheckpointStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CheckpointStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_weirpb_jobs_proto_enumTypes[1].Descriptor()
+}
+
+func (CheckpointStatus) Type() protoreflect.EnumType {
+	return &file_weirpb_jobs_proto_enumTypes[1]
+}
+
+func (x CheckpointStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CheckpointStatus.Descriptor instead.
+func (CheckpointStatus) EnumDescriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{1}
+}
+
 type SubmitJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Graph *JobGraph              `protobuf:"bytes,1,opt,name=graph,proto3" json:"graph,omitempty"`
@@ -806,11 +858,449 @@ func (x *ListTaskManagersResponse) GetTaskmanagers() []*TaskManagerInfo {
 	return nil
 }
 
+type CheckpointInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CheckpointId  int64                  `protobuf:"varint,1,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Status        CheckpointStatus       `protobuf:"varint,2,opt,name=status,proto3,enum=weir.v1.CheckpointStatus" json:"status,omitempty"`
+	TriggerTimeMs int64                  `protobuf:"varint,3,opt,name=trigger_time_ms,json=triggerTimeMs,proto3" json:"trigger_time_ms,omitempty"`
+	DurationMs    int64                  `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	SizeBytes     int64                  `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// slowest_task is the task whose acknowledgement came last.
+	SlowestTask   string `protobuf:"bytes,6,opt,name=slowest_task,json=slowestTask,proto3" json:"slowest_task,omitempty"`
+	SlowestTaskMs int64  `protobuf:"varint,7,opt,name=slowest_task_ms,json=slowestTaskMs,proto3" json:"slowest_task_ms,omitempty"`
+	Failure       string `protobuf:"bytes,8,opt,name=failure,proto3" json:"failure,omitempty"`
+	Acknowledged  int32  `protobuf:"varint,9,opt,name=acknowledged,proto3" json:"acknowledged,omitempty"`
+	TotalTasks    int32  `protobuf:"varint,10,opt,name=total_tasks,json=totalTasks,proto3" json:"total_tasks,omitempty"`
+	Savepoint     bool   `protobuf:"varint,11,opt,name=savepoint,proto3" json:"savepoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointInfo) Reset() {
+	*x = CheckpointInfo{}
+	mi := &file_weirpb_jobs_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointInfo) ProtoMessage() {}
+
+func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
+func (*CheckpointInfo) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CheckpointInfo) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetStatus() CheckpointStatus {
+	if x != nil {
+		return x.Status
+	}
+	return CheckpointStatus_CHECKPOINT_STATUS_UNSPECIFIED
+}
+
+func (x *CheckpointInfo) GetTriggerTimeMs() int64 {
+	if x != nil {
+		return x.TriggerTimeMs
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetSlowestTask() string {
+	if x != nil {
+		return x.SlowestTask
+	}
+	return ""
+}
+
+func (x *CheckpointInfo) GetSlowestTaskMs() int64 {
+	if x != nil {
+		return x.SlowestTaskMs
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetFailure() string {
+	if x != nil {
+		return x.Failure
+	}
+	return ""
+}
+
+func (x *CheckpointInfo) GetAcknowledged() int32 {
+	if x != nil {
+		return x.Acknowledged
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetTotalTasks() int32 {
+	if x != nil {
+		return x.TotalTasks
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetSavepoint() bool {
+	if x != nil {
+		return x.Savepoint
+	}
+	return false
+}
+
+type ListCheckpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCheckpointsRequest) Reset() {
+	*x = ListCheckpointsRequest{}
+	mi := &file_weirpb_jobs_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCheckpointsRequest) ProtoMessage() {}
+
+func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListCheckpointsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type ListCheckpointsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Checkpoints   []*CheckpointInfo      `protobuf:"bytes,1,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	Completed     int64                  `protobuf:"varint,2,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed        int64                  `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	InProgress    int64                  `protobuf:"varint,4,opt,name=in_progress,json=inProgress,proto3" json:"in_progress,omitempty"`
+	RestoredFrom  int64                  `protobuf:"varint,5,opt,name=restored_from,json=restoredFrom,proto3" json:"restored_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCheckpointsResponse) Reset() {
+	*x = ListCheckpointsResponse{}
+	mi := &file_weirpb_jobs_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCheckpointsResponse) ProtoMessage() {}
+
+func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointInfo {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+func (x *ListCheckpointsResponse) GetCompleted() int64 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *ListCheckpointsResponse) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *ListCheckpointsResponse) GetInProgress() int64 {
+	if x != nil {
+		return x.InProgress
+	}
+	return 0
+}
+
+func (x *ListCheckpointsResponse) GetRestoredFrom() int64 {
+	if x != nil {
+		return x.RestoredFrom
+	}
+	return 0
+}
+
+type TriggerJobCheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerJobCheckpointRequest) Reset() {
+	*x = TriggerJobCheckpointRequest{}
+	mi := &file_weirpb_jobs_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerJobCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerJobCheckpointRequest) ProtoMessage() {}
+
+func (x *TriggerJobCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerJobCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*TriggerJobCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *TriggerJobCheckpointRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type TriggerJobCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CheckpointId  int64                  `protobuf:"varint,1,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerJobCheckpointResponse) Reset() {
+	*x = TriggerJobCheckpointResponse{}
+	mi := &file_weirpb_jobs_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerJobCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerJobCheckpointResponse) ProtoMessage() {}
+
+func (x *TriggerJobCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerJobCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*TriggerJobCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TriggerJobCheckpointResponse) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+type InspectCheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	CheckpointId  int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectCheckpointRequest) Reset() {
+	*x = InspectCheckpointRequest{}
+	mi := &file_weirpb_jobs_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectCheckpointRequest) ProtoMessage() {}
+
+func (x *InspectCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*InspectCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *InspectCheckpointRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *InspectCheckpointRequest) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+type InspectCheckpointResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Manifest *Manifest              `protobuf:"bytes,1,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// storage_key is where the manifest lives, relative to the storage root.
+	StorageKey    string `protobuf:"bytes,2,opt,name=storage_key,json=storageKey,proto3" json:"storage_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectCheckpointResponse) Reset() {
+	*x = InspectCheckpointResponse{}
+	mi := &file_weirpb_jobs_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectCheckpointResponse) ProtoMessage() {}
+
+func (x *InspectCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*InspectCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *InspectCheckpointResponse) GetManifest() *Manifest {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+func (x *InspectCheckpointResponse) GetStorageKey() string {
+	if x != nil {
+		return x.StorageKey
+	}
+	return ""
+}
+
 var File_weirpb_jobs_proto protoreflect.FileDescriptor
 
 const file_weirpb_jobs_proto_rawDesc = "" +
 	"\n" +
-	"\x11weirpb/jobs.proto\x12\aweir.v1\x1a\x14weirpb/cluster.proto\x1a\x15weirpb/jobgraph.proto\"]\n" +
+	"\x11weirpb/jobs.proto\x12\aweir.v1\x1a\x14weirpb/cluster.proto\x1a\x17weirpb/checkpoint.proto\x1a\x15weirpb/jobgraph.proto\"]\n" +
 	"\x10SubmitJobRequest\x12'\n" +
 	"\x05graph\x18\x01 \x01(\v2\x11.weir.v1.JobGraphR\x05graph\x12 \n" +
 	"\fslot_wait_ms\x18\x02 \x01(\x03R\n" +
@@ -861,7 +1351,43 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"slots_free\x18\x05 \x01(\x05R\tslotsFree\x12*\n" +
 	"\x11last_heartbeat_ms\x18\x06 \x01(\x03R\x0flastHeartbeatMs\"X\n" +
 	"\x18ListTaskManagersResponse\x12<\n" +
-	"\ftaskmanagers\x18\x01 \x03(\v2\x18.weir.v1.TaskManagerInfoR\ftaskmanagers*\xe2\x01\n" +
+	"\ftaskmanagers\x18\x01 \x03(\v2\x18.weir.v1.TaskManagerInfoR\ftaskmanagers\"\x98\x03\n" +
+	"\x0eCheckpointInfo\x12#\n" +
+	"\rcheckpoint_id\x18\x01 \x01(\x03R\fcheckpointId\x121\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x19.weir.v1.CheckpointStatusR\x06status\x12&\n" +
+	"\x0ftrigger_time_ms\x18\x03 \x01(\x03R\rtriggerTimeMs\x12\x1f\n" +
+	"\vduration_ms\x18\x04 \x01(\x03R\n" +
+	"durationMs\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12!\n" +
+	"\fslowest_task\x18\x06 \x01(\tR\vslowestTask\x12&\n" +
+	"\x0fslowest_task_ms\x18\a \x01(\x03R\rslowestTaskMs\x12\x18\n" +
+	"\afailure\x18\b \x01(\tR\afailure\x12\"\n" +
+	"\facknowledged\x18\t \x01(\x05R\facknowledged\x12\x1f\n" +
+	"\vtotal_tasks\x18\n" +
+	" \x01(\x05R\n" +
+	"totalTasks\x12\x1c\n" +
+	"\tsavepoint\x18\v \x01(\bR\tsavepoint\"/\n" +
+	"\x16ListCheckpointsRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\xd0\x01\n" +
+	"\x17ListCheckpointsResponse\x129\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2\x17.weir.v1.CheckpointInfoR\vcheckpoints\x12\x1c\n" +
+	"\tcompleted\x18\x02 \x01(\x03R\tcompleted\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\x03R\x06failed\x12\x1f\n" +
+	"\vin_progress\x18\x04 \x01(\x03R\n" +
+	"inProgress\x12#\n" +
+	"\rrestored_from\x18\x05 \x01(\x03R\frestoredFrom\"4\n" +
+	"\x1bTriggerJobCheckpointRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"C\n" +
+	"\x1cTriggerJobCheckpointResponse\x12#\n" +
+	"\rcheckpoint_id\x18\x01 \x01(\x03R\fcheckpointId\"V\n" +
+	"\x18InspectCheckpointRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\"k\n" +
+	"\x19InspectCheckpointResponse\x12-\n" +
+	"\bmanifest\x18\x01 \x01(\v2\x11.weir.v1.ManifestR\bmanifest\x12\x1f\n" +
+	"\vstorage_key\x18\x02 \x01(\tR\n" +
+	"storageKey*\xe2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_CREATED\x10\x01\x12\x17\n" +
@@ -871,14 +1397,22 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x13JOB_STATE_CANCELING\x10\x05\x12\x16\n" +
 	"\x12JOB_STATE_CANCELED\x10\x06\x12\x15\n" +
 	"\x11JOB_STATE_FAILING\x10\a\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\b2\xe9\x02\n" +
+	"\x10JOB_STATE_FAILED\x10\b*\x97\x01\n" +
+	"\x10CheckpointStatus\x12!\n" +
+	"\x1dCHECKPOINT_STATUS_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dCHECKPOINT_STATUS_IN_PROGRESS\x10\x01\x12\x1f\n" +
+	"\x1bCHECKPOINT_STATUS_COMPLETED\x10\x02\x12\x1c\n" +
+	"\x18CHECKPOINT_STATUS_FAILED\x10\x032\xfd\x04\n" +
 	"\n" +
 	"JobService\x12B\n" +
 	"\tSubmitJob\x12\x19.weir.v1.SubmitJobRequest\x1a\x1a.weir.v1.SubmitJobResponse\x12?\n" +
 	"\bListJobs\x12\x18.weir.v1.ListJobsRequest\x1a\x19.weir.v1.ListJobsResponse\x129\n" +
 	"\x06GetJob\x12\x16.weir.v1.GetJobRequest\x1a\x17.weir.v1.GetJobResponse\x12B\n" +
 	"\tCancelJob\x12\x19.weir.v1.CancelJobRequest\x1a\x1a.weir.v1.CancelJobResponse\x12W\n" +
-	"\x10ListTaskManagers\x12 .weir.v1.ListTaskManagersRequest\x1a!.weir.v1.ListTaskManagersResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
+	"\x10ListTaskManagers\x12 .weir.v1.ListTaskManagersRequest\x1a!.weir.v1.ListTaskManagersResponse\x12T\n" +
+	"\x0fListCheckpoints\x12\x1f.weir.v1.ListCheckpointsRequest\x1a .weir.v1.ListCheckpointsResponse\x12`\n" +
+	"\x11TriggerCheckpoint\x12$.weir.v1.TriggerJobCheckpointRequest\x1a%.weir.v1.TriggerJobCheckpointResponse\x12Z\n" +
+	"\x11InspectCheckpoint\x12!.weir.v1.InspectCheckpointRequest\x1a\".weir.v1.InspectCheckpointResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
 
 var (
 	file_weirpb_jobs_proto_rawDescOnce sync.Once
@@ -892,52 +1426,70 @@ func file_weirpb_jobs_proto_rawDescGZIP() []byte {
 	return file_weirpb_jobs_proto_rawDescData
 }
 
-var file_weirpb_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_weirpb_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_weirpb_jobs_proto_goTypes = []any{
-	(JobState)(0),                    // 0: weir.v1.JobState
-	(*SubmitJobRequest)(nil),         // 1: weir.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),        // 2: weir.v1.SubmitJobResponse
-	(*JobSummary)(nil),               // 3: weir.v1.JobSummary
-	(*TaskInfo)(nil),                 // 4: weir.v1.TaskInfo
-	(*ListJobsRequest)(nil),          // 5: weir.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),         // 6: weir.v1.ListJobsResponse
-	(*GetJobRequest)(nil),            // 7: weir.v1.GetJobRequest
-	(*GetJobResponse)(nil),           // 8: weir.v1.GetJobResponse
-	(*CancelJobRequest)(nil),         // 9: weir.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),        // 10: weir.v1.CancelJobResponse
-	(*ListTaskManagersRequest)(nil),  // 11: weir.v1.ListTaskManagersRequest
-	(*TaskManagerInfo)(nil),          // 12: weir.v1.TaskManagerInfo
-	(*ListTaskManagersResponse)(nil), // 13: weir.v1.ListTaskManagersResponse
-	(*JobGraph)(nil),                 // 14: weir.v1.JobGraph
-	(*ExecutionID)(nil),              // 15: weir.v1.ExecutionID
-	(TaskState)(0),                   // 16: weir.v1.TaskState
+	(JobState)(0),                        // 0: weir.v1.JobState
+	(CheckpointStatus)(0),                // 1: weir.v1.CheckpointStatus
+	(*SubmitJobRequest)(nil),             // 2: weir.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),            // 3: weir.v1.SubmitJobResponse
+	(*JobSummary)(nil),                   // 4: weir.v1.JobSummary
+	(*TaskInfo)(nil),                     // 5: weir.v1.TaskInfo
+	(*ListJobsRequest)(nil),              // 6: weir.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),             // 7: weir.v1.ListJobsResponse
+	(*GetJobRequest)(nil),                // 8: weir.v1.GetJobRequest
+	(*GetJobResponse)(nil),               // 9: weir.v1.GetJobResponse
+	(*CancelJobRequest)(nil),             // 10: weir.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),            // 11: weir.v1.CancelJobResponse
+	(*ListTaskManagersRequest)(nil),      // 12: weir.v1.ListTaskManagersRequest
+	(*TaskManagerInfo)(nil),              // 13: weir.v1.TaskManagerInfo
+	(*ListTaskManagersResponse)(nil),     // 14: weir.v1.ListTaskManagersResponse
+	(*CheckpointInfo)(nil),               // 15: weir.v1.CheckpointInfo
+	(*ListCheckpointsRequest)(nil),       // 16: weir.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),      // 17: weir.v1.ListCheckpointsResponse
+	(*TriggerJobCheckpointRequest)(nil),  // 18: weir.v1.TriggerJobCheckpointRequest
+	(*TriggerJobCheckpointResponse)(nil), // 19: weir.v1.TriggerJobCheckpointResponse
+	(*InspectCheckpointRequest)(nil),     // 20: weir.v1.InspectCheckpointRequest
+	(*InspectCheckpointResponse)(nil),    // 21: weir.v1.InspectCheckpointResponse
+	(*JobGraph)(nil),                     // 22: weir.v1.JobGraph
+	(*ExecutionID)(nil),                  // 23: weir.v1.ExecutionID
+	(TaskState)(0),                       // 24: weir.v1.TaskState
+	(*Manifest)(nil),                     // 25: weir.v1.Manifest
 }
 var file_weirpb_jobs_proto_depIdxs = []int32{
-	14, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
+	22, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
 	0,  // 1: weir.v1.JobSummary.state:type_name -> weir.v1.JobState
-	15, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
-	16, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
-	3,  // 4: weir.v1.ListJobsResponse.jobs:type_name -> weir.v1.JobSummary
-	3,  // 5: weir.v1.GetJobResponse.job:type_name -> weir.v1.JobSummary
-	4,  // 6: weir.v1.GetJobResponse.tasks:type_name -> weir.v1.TaskInfo
-	14, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
-	12, // 8: weir.v1.ListTaskManagersResponse.taskmanagers:type_name -> weir.v1.TaskManagerInfo
-	1,  // 9: weir.v1.JobService.SubmitJob:input_type -> weir.v1.SubmitJobRequest
-	5,  // 10: weir.v1.JobService.ListJobs:input_type -> weir.v1.ListJobsRequest
-	7,  // 11: weir.v1.JobService.GetJob:input_type -> weir.v1.GetJobRequest
-	9,  // 12: weir.v1.JobService.CancelJob:input_type -> weir.v1.CancelJobRequest
-	11, // 13: weir.v1.JobService.ListTaskManagers:input_type -> weir.v1.ListTaskManagersRequest
-	2,  // 14: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
-	6,  // 15: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
-	8,  // 16: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
-	10, // 17: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
-	13, // 18: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	23, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
+	24, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
+	4,  // 4: weir.v1.ListJobsResponse.jobs:type_name -> weir.v1.JobSummary
+	4,  // 5: weir.v1.GetJobResponse.job:type_name -> weir.v1.JobSummary
+	5,  // 6: weir.v1.GetJobResponse.tasks:type_name -> weir.v1.TaskInfo
+	22, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
+	13, // 8: weir.v1.ListTaskManagersResponse.taskmanagers:type_name -> weir.v1.TaskManagerInfo
+	1,  // 9: weir.v1.CheckpointInfo.status:type_name -> weir.v1.CheckpointStatus
+	15, // 10: weir.v1.ListCheckpointsResponse.checkpoints:type_name -> weir.v1.CheckpointInfo
+	25, // 11: weir.v1.InspectCheckpointResponse.manifest:type_name -> weir.v1.Manifest
+	2,  // 12: weir.v1.JobService.SubmitJob:input_type -> weir.v1.SubmitJobRequest
+	6,  // 13: weir.v1.JobService.ListJobs:input_type -> weir.v1.ListJobsRequest
+	8,  // 14: weir.v1.JobService.GetJob:input_type -> weir.v1.GetJobRequest
+	10, // 15: weir.v1.JobService.CancelJob:input_type -> weir.v1.CancelJobRequest
+	12, // 16: weir.v1.JobService.ListTaskManagers:input_type -> weir.v1.ListTaskManagersRequest
+	16, // 17: weir.v1.JobService.ListCheckpoints:input_type -> weir.v1.ListCheckpointsRequest
+	18, // 18: weir.v1.JobService.TriggerCheckpoint:input_type -> weir.v1.TriggerJobCheckpointRequest
+	20, // 19: weir.v1.JobService.InspectCheckpoint:input_type -> weir.v1.InspectCheckpointRequest
+	3,  // 20: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
+	7,  // 21: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
+	9,  // 22: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
+	11, // 23: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
+	14, // 24: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
+	17, // 25: weir.v1.JobService.ListCheckpoints:output_type -> weir.v1.ListCheckpointsResponse
+	19, // 26: weir.v1.JobService.TriggerCheckpoint:output_type -> weir.v1.TriggerJobCheckpointResponse
+	21, // 27: weir.v1.JobService.InspectCheckpoint:output_type -> weir.v1.InspectCheckpointResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_jobs_proto_init() }
@@ -946,14 +1498,15 @@ func file_weirpb_jobs_proto_init() {
 		return
 	}
 	file_weirpb_cluster_proto_init()
+	file_weirpb_checkpoint_proto_init()
 	file_weirpb_jobgraph_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_jobs_proto_rawDesc), len(file_weirpb_jobs_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   13,
+			NumEnums:      2,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

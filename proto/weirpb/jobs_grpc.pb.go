@@ -19,11 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	JobService_SubmitJob_FullMethodName        = "/weir.v1.JobService/SubmitJob"
-	JobService_ListJobs_FullMethodName         = "/weir.v1.JobService/ListJobs"
-	JobService_GetJob_FullMethodName           = "/weir.v1.JobService/GetJob"
-	JobService_CancelJob_FullMethodName        = "/weir.v1.JobService/CancelJob"
-	JobService_ListTaskManagers_FullMethodName = "/weir.v1.JobService/ListTaskManagers"
+	JobService_SubmitJob_FullMethodName         = "/weir.v1.JobService/SubmitJob"
+	JobService_ListJobs_FullMethodName          = "/weir.v1.JobService/ListJobs"
+	JobService_GetJob_FullMethodName            = "/weir.v1.JobService/GetJob"
+	JobService_CancelJob_FullMethodName         = "/weir.v1.JobService/CancelJob"
+	JobService_ListTaskManagers_FullMethodName  = "/weir.v1.JobService/ListTaskManagers"
+	JobService_ListCheckpoints_FullMethodName   = "/weir.v1.JobService/ListCheckpoints"
+	JobService_TriggerCheckpoint_FullMethodName = "/weir.v1.JobService/TriggerCheckpoint"
+	JobService_InspectCheckpoint_FullMethodName = "/weir.v1.JobService/InspectCheckpoint"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -37,6 +40,9 @@ type JobServiceClient interface {
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 	ListTaskManagers(ctx context.Context, in *ListTaskManagersRequest, opts ...grpc.CallOption) (*ListTaskManagersResponse, error)
+	ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error)
+	TriggerCheckpoint(ctx context.Context, in *TriggerJobCheckpointRequest, opts ...grpc.CallOption) (*TriggerJobCheckpointResponse, error)
+	InspectCheckpoint(ctx context.Context, in *InspectCheckpointRequest, opts ...grpc.CallOption) (*InspectCheckpointResponse, error)
 }
 
 type jobServiceClient struct {
@@ -97,6 +103,36 @@ func (c *jobServiceClient) ListTaskManagers(ctx context.Context, in *ListTaskMan
 	return out, nil
 }
 
+func (c *jobServiceClient) ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCheckpointsResponse)
+	err := c.cc.Invoke(ctx, JobService_ListCheckpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) TriggerCheckpoint(ctx context.Context, in *TriggerJobCheckpointRequest, opts ...grpc.CallOption) (*TriggerJobCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TriggerJobCheckpointResponse)
+	err := c.cc.Invoke(ctx, JobService_TriggerCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) InspectCheckpoint(ctx context.Context, in *InspectCheckpointRequest, opts ...grpc.CallOption) (*InspectCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InspectCheckpointResponse)
+	err := c.cc.Invoke(ctx, JobService_InspectCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -108,6 +144,9 @@ type JobServiceServer interface {
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	ListTaskManagers(context.Context, *ListTaskManagersRequest) (*ListTaskManagersResponse, error)
+	ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error)
+	TriggerCheckpoint(context.Context, *TriggerJobCheckpointRequest) (*TriggerJobCheckpointResponse, error)
+	InspectCheckpoint(context.Context, *InspectCheckpointRequest) (*InspectCheckpointResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -132,6 +171,15 @@ func (UnimplementedJobServiceServer) CancelJob(context.Context, *CancelJobReques
 }
 func (UnimplementedJobServiceServer) ListTaskManagers(context.Context, *ListTaskManagersRequest) (*ListTaskManagersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTaskManagers not implemented")
+}
+func (UnimplementedJobServiceServer) ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCheckpoints not implemented")
+}
+func (UnimplementedJobServiceServer) TriggerCheckpoint(context.Context, *TriggerJobCheckpointRequest) (*TriggerJobCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TriggerCheckpoint not implemented")
+}
+func (UnimplementedJobServiceServer) InspectCheckpoint(context.Context, *InspectCheckpointRequest) (*InspectCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InspectCheckpoint not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -244,6 +292,60 @@ func _JobService_ListTaskManagers_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_ListCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ListCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ListCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ListCheckpoints(ctx, req.(*ListCheckpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_TriggerCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TriggerJobCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).TriggerCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_TriggerCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).TriggerCheckpoint(ctx, req.(*TriggerJobCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_InspectCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InspectCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).InspectCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_InspectCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).InspectCheckpoint(ctx, req.(*InspectCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -270,6 +372,18 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTaskManagers",
 			Handler:    _JobService_ListTaskManagers_Handler,
+		},
+		{
+			MethodName: "ListCheckpoints",
+			Handler:    _JobService_ListCheckpoints_Handler,
+		},
+		{
+			MethodName: "TriggerCheckpoint",
+			Handler:    _JobService_TriggerCheckpoint_Handler,
+		},
+		{
+			MethodName: "InspectCheckpoint",
+			Handler:    _JobService_InspectCheckpoint_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,236 @@
+package stream
+
+import (
+	"fmt"
+	"time"
+)
+
+// CheckpointMode is the consistency a job's checkpoints give.
+type CheckpointMode int
+
+const (
+	// ExactlyOnce aligns barriers at tasks with several input channels: a
+	// channel whose barrier arrived is blocked until all have arrived, so the
+	// snapshot reflects exactly the records before the barrier. The default.
+	ExactlyOnce CheckpointMode = iota + 1
+	// AtLeastOnce does not block channels: records after a barrier may be in
+	// the snapshot and are then replayed after recovery (duplicates, no loss).
+	AtLeastOnce
+)
+
+func (m CheckpointMode) String() string {
+	switch m {
+	case ExactlyOnce:
+		return "exactly_once"
+	case AtLeastOnce:
+		return "at_least_once"
+	}
+	return "invalid"
+}
+
+// ParseCheckpointMode is the inverse of CheckpointMode.String.
+func ParseCheckpointMode(s string) (CheckpointMode, error) {
+	switch s {
+	case "exactly_once", "exactly-once", "EXACTLY_ONCE":
+		return ExactlyOnce, nil
+	case "at_least_once", "at-least-once", "AT_LEAST_ONCE":
+		return AtLeastOnce, nil
+	}
+	return 0, fmt.Errorf("unknown checkpoint mode %q (want exactly_once or at_least_once)", s)
+}
+
+// Retention says what happens to a job's retained checkpoints when it is
+// cancelled.
+type Retention int
+
+const (
+	// DeleteOnCancel removes them (the default).
+	DeleteOnCancel Retention = iota + 1
+	// RetainOnCancel keeps them for a later restore.
+	RetainOnCancel
+)
+
+// CheckpointConfig holds a job's checkpoint settings; zero fields take the
+// defaults of DefaultCheckpointConfig. Checkpointing is off while Interval is
+// zero (as in Flink, it must be turned on).
+type CheckpointConfig struct {
+	// Interval between checkpoint triggers; 0 turns checkpointing off.
+	Interval time.Duration
+	// Timeout after which a pending checkpoint is aborted. Default 10m.
+	Timeout time.Duration
+	// MinPause is the least time from the end of one checkpoint to the next
+	// trigger. Default 0.
+	MinPause time.Duration
+	// MaxConcurrent is how many checkpoints may be pending at once. Default 1.
+	MaxConcurrent int
+	// Mode: ExactlyOnce (default) or AtLeastOnce.
+	Mode CheckpointMode
+	// TolerableFailures is how many consecutive checkpoint failures are
+	// tolerated before the job fails over. Default 0.
+	TolerableFailures int
+	// Retained is how many completed checkpoints are kept. Default 1.
+	Retained int
+	// Retention on cancel. Default DeleteOnCancel.
+	Retention Retention
+	// Storage is where checkpoints are written: file:///path or
+	// s3://bucket/prefix. Empty means the cluster default.
+	Storage string
+}
+
+// Enabled reports whether checkpoints are taken.
+func (c CheckpointConfig) Enabled() bool { return c.Interval > 0 }
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c CheckpointConfig) WithDefaults() CheckpointConfig {
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Minute
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = 1
+	}
+	if c.Mode == 0 {
+		c.Mode = ExactlyOnce
+	}
+	if c.Retained == 0 {
+		c.Retained = 1
+	}
+	if c.Retention == 0 {
+		c.Retention = DeleteOnCancel
+	}
+	return c
+}
+
+// Validate reports the first invalid setting.
+func (c CheckpointConfig) Validate() error {
+	switch {
+	case c.Interval < 0:
+		return fmt.Errorf("checkpointing interval %v: must not be negative (0 turns checkpointing off)", c.Interval)
+	case c.Interval > 0 && c.Interval < 10*time.Millisecond:
+		return fmt.Errorf("checkpointing interval %v: must be at least 10ms", c.Interval)
+	case c.Timeout < 0:
+		return fmt.Errorf("checkpointing timeout %v: must be positive", c.Timeout)
+	case c.MinPause < 0:
+		return fmt.Errorf("checkpointing minPause %v: must not be negative", c.MinPause)
+	case c.MaxConcurrent < 0:
+		return fmt.Errorf("checkpointing maxConcurrent %d: must be at least 1", c.MaxConcurrent)
+	case c.TolerableFailures < 0:
+		return fmt.Errorf("checkpointing tolerableFailures %d: must not be negative", c.TolerableFailures)
+	case c.Retained < 0:
+		return fmt.Errorf("checkpointing retained %d: must be at least 1", c.Retained)
+	}
+	if c.Mode != 0 && c.Mode != ExactlyOnce && c.Mode != AtLeastOnce {
+		return fmt.Errorf("checkpointing mode %d: invalid", c.Mode)
+	}
+	return nil
+}
+
+// RestartConfig is a job's restart strategy. Type is one of "none",
+// "fixed-delay", "failure-rate" and "exponential-delay"; empty means the
+// cluster default (exponential-delay when checkpointing is on, none
+// otherwise, as in Flink). Zero fields take the strategy's defaults.
+type RestartConfig struct {
+	Type string
+	// fixed-delay: Attempts (default 1) restarts, each after Delay
+	// (default 1s).
+	Attempts int
+	Delay    time.Duration
+	// failure-rate: at most MaxFailures (default 1) within Interval
+	// (default 1m), restarting after Delay.
+	MaxFailures int
+	Interval    time.Duration
+	// exponential-delay: InitialBackoff (1s), MaxBackoff (1m), Multiplier
+	// (1.5), Jitter (0.1 of the backoff), ResetBackoffAfter (1h of health).
+	InitialBackoff    time.Duration
+	MaxBackoff        time.Duration
+	Multiplier        float64
+	Jitter            float64
+	ResetBackoffAfter time.Duration
+}
+
+// OperatorSnapshot is one operator instance's state in a checkpoint, in the
+// form that survives rescaling: keyed state as opaque chunks per key group,
+// operator list state (split among subtasks on restore) and union state
+// (given whole to every subtask on restore) as opaque items per name.
+type OperatorSnapshot struct {
+	Keyed map[int][][]byte
+	List  map[string][][]byte
+	Union map[string][][]byte
+}
+
+// Empty reports whether the snapshot holds nothing.
+func (s *OperatorSnapshot) Empty() bool {
+	return s == nil || len(s.Keyed) == 0 && len(s.List) == 0 && len(s.Union) == 0
+}
+
+// SnapshotContext is handed to Checkpointed.SnapshotState. Its methods take
+// ownership of the byte slices passed in: the operator must not modify them
+// afterwards (they are encoded and uploaded asynchronously).
+type SnapshotContext struct {
+	CheckpointID int64
+	// Timestamp is when the checkpoint was triggered (Unix ms).
+	Timestamp int64
+	KeyGroups KeyGroupRange
+	State     OperatorSnapshot
+}
+
+// WriteKeyGroup appends a chunk of keyed state for key group kg, which must
+// be in the subtask's range.
+func (c *SnapshotContext) WriteKeyGroup(kg int, chunk []byte) {
+	if !c.KeyGroups.Contains(kg) {
+		panic(fmt.Sprintf("stream: key group %d written outside the subtask's range %v", kg, c.KeyGroups))
+	}
+	if c.State.Keyed == nil {
+		c.State.Keyed = make(map[int][][]byte)
+	}
+	c.State.Keyed[kg] = append(c.State.Keyed[kg], chunk)
+}
+
+// AddListState appends items to the operator list state called name.
+func (c *SnapshotContext) AddListState(name string, items ...[]byte) {
+	if c.State.List == nil {
+		c.State.List = make(map[string][][]byte)
+	}
+	c.State.List[name] = append(c.State.List[name], items...)
+}
+
+// AddUnionState appends items to the union list state called name.
+func (c *SnapshotContext) AddUnionState(name string, items ...[]byte) {
+	if c.State.Union == nil {
+		c.State.Union = make(map[string][][]byte)
+	}
+	c.State.Union[name] = append(c.State.Union[name], items...)
+}
+
+// RestoreContext is handed to Checkpointed.RestoreState. State holds the
+// keyed chunks of exactly this subtask's key groups (from however many
+// snapshotted subtasks owned them), this subtask's share of each list state,
+// and every item of each union state. The operator must not modify it.
+type RestoreContext struct {
+	CheckpointID int64
+	KeyGroups    KeyGroupRange
+	State        *OperatorSnapshot
+}
+
+// Checkpointed is implemented by operators and sources that keep state. The
+// task runtime calls its methods on the task goroutine.
+type Checkpointed interface {
+	// SnapshotState captures the state as of checkpoint c.CheckpointID: it is
+	// called when the barrier has been aligned (or, for a source, between two
+	// Poll calls), before the barrier is passed downstream. It must not keep
+	// references to structures it goes on modifying.
+	SnapshotState(c *SnapshotContext) error
+	// RestoreState loads state from a checkpoint. It is called after Open and
+	// before any record or watermark, only when the task starts from a
+	// checkpoint.
+	RestoreState(c *RestoreContext) error
+}
+
+// CheckpointListener is implemented by operators that act when a checkpoint
+// completes or is aborted, such as two-phase-commit sinks. Notifications
+// come on the task goroutine, at most once per checkpoint id and task, in
+// increasing id order, and may be skipped (a later completion subsumes
+// earlier ones).
+type CheckpointListener interface {
+	NotifyCheckpointComplete(id int64) error
+	NotifyCheckpointAborted(id int64) error
+}
