@@ -51,7 +51,7 @@ func FromGraph(g *stream.JobGraph) *JobGraph {
 	return out
 }
 
-func ms(d time.Duration) int64 { return d.Milliseconds() }
+func ms(d time.Duration) int64   { return d.Milliseconds() }
 func dur(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // FromCheckpointConfig converts checkpoint settings.
