@@ -107,7 +107,7 @@ type parser struct {
 }
 
 var (
-	topKeys   = []string{"name", "parallelism", "maxParallelism", "operators"}
+	topKeys   = []string{"name", "parallelism", "maxParallelism", "checkpointing", "restartStrategy", "operators"}
 	opKeys    = []string{"uid", "name", "type", "parallelism", "config", "keyBy", "partitioning", "input", "inputs"}
 	inputKeys = []string{"from", "keyBy", "partitioning"}
 )
@@ -264,6 +264,14 @@ func (p *parser) parseTop() error {
 			}
 			if p.g.MaxParallelism < 1 || p.g.MaxParallelism > 32768 {
 				return p.errAt(kv.val, "maxParallelism: must be between 1 and 32768, got %d", p.g.MaxParallelism)
+			}
+		case "checkpointing":
+			if err := p.parseCheckpointing(kv.val); err != nil {
+				return err
+			}
+		case "restartStrategy":
+			if err := p.parseRestart(kv.val); err != nil {
+				return err
 			}
 		case "operators":
 			p.opsN = kv.key

@@ -1,0 +1,168 @@
+package jobspec
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/weirstream/weir/stream"
+)
+
+var (
+	checkpointKeys = []string{"interval", "timeout", "minPause", "maxConcurrent", "mode", "tolerableFailures",
+		"retained", "retention", "storage"}
+	restartKeys = []string{"type", "attempts", "delay", "maxFailures", "interval", "initialBackoff", "maxBackoff",
+		"multiplier", "jitter", "resetBackoffAfter"}
+	restartTypes = []string{"none", "fixed-delay", "failure-rate", "exponential-delay"}
+)
+
+func asDuration(n *yaml.Node) (time.Duration, error) {
+	s, err := asString(n)
+	if err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("want a duration such as 500ms, 10s or 1m, got %q", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("must not be negative, got %s", s)
+	}
+	return d, nil
+}
+
+func asFloat(n *yaml.Node) (float64, error) {
+	d := deref(n)
+	if d.Kind == yaml.ScalarNode && (d.Tag == "!!float" || d.Tag == "!!int") {
+		if f, err := strconv.ParseFloat(d.Value, 64); err == nil {
+			return f, nil
+		}
+	}
+	return 0, fmt.Errorf("must be a number, got %s", describe(n))
+}
+
+// parseCheckpointing reads the `checkpointing:` mapping into g.Checkpoint.
+func (p *parser) parseCheckpointing(n *yaml.Node) error {
+	ps, at, err := pairs(n)
+	if err != nil {
+		return p.errAt(at, "checkpointing: %v", err)
+	}
+	c := &p.g.Checkpoint
+	for _, kv := range ps {
+		k, err := stringKey(kv.key)
+		if err != nil {
+			return p.errAt(kv.key, "checkpointing: %v", err)
+		}
+		switch k {
+		case "interval":
+			c.Interval, err = asDuration(kv.val)
+		case "timeout":
+			c.Timeout, err = asDuration(kv.val)
+		case "minPause":
+			c.MinPause, err = asDuration(kv.val)
+		case "maxConcurrent":
+			c.MaxConcurrent, err = asInt(kv.val)
+			if err == nil && c.MaxConcurrent < 1 {
+				err = fmt.Errorf("must be at least 1, got %d", c.MaxConcurrent)
+			}
+		case "mode":
+			var s string
+			if s, err = asString(kv.val); err == nil {
+				c.Mode, err = stream.ParseCheckpointMode(s)
+			}
+		case "tolerableFailures":
+			c.TolerableFailures, err = asInt(kv.val)
+			if err == nil && c.TolerableFailures < 0 {
+				err = fmt.Errorf("must not be negative, got %d", c.TolerableFailures)
+			}
+		case "retained":
+			c.Retained, err = asInt(kv.val)
+			if err == nil && c.Retained < 1 {
+				err = fmt.Errorf("must be at least 1, got %d", c.Retained)
+			}
+		case "retention":
+			var s string
+			if s, err = asString(kv.val); err == nil {
+				switch s {
+				case "delete":
+					c.Retention = stream.DeleteOnCancel
+				case "retain":
+					c.Retention = stream.RetainOnCancel
+				default:
+					err = fmt.Errorf("want delete or retain, got %q", s)
+				}
+			}
+		case "storage":
+			c.Storage, err = asString(kv.val)
+			if err == nil && !strings.HasPrefix(c.Storage, "file://") && !strings.HasPrefix(c.Storage, "s3://") {
+				err = fmt.Errorf("want file:///path or s3://bucket/prefix, got %q", c.Storage)
+			}
+		default:
+			return p.errAt(kv.key, "checkpointing: unknown key %q%s; it has %s", k, suggest(k, checkpointKeys), strings.Join(checkpointKeys, ", "))
+		}
+		if err != nil {
+			return p.errAt(kv.val, "checkpointing: %s: %v", k, err)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return p.errAt(n, "%v", err)
+	}
+	return nil
+}
+
+// parseRestart reads the `restartStrategy:` mapping into g.Restart.
+func (p *parser) parseRestart(n *yaml.Node) error {
+	ps, at, err := pairs(n)
+	if err != nil {
+		return p.errAt(at, "restartStrategy: %v", err)
+	}
+	r := &p.g.Restart
+	for _, kv := range ps {
+		k, err := stringKey(kv.key)
+		if err != nil {
+			return p.errAt(kv.key, "restartStrategy: %v", err)
+		}
+		switch k {
+		case "type":
+			if r.Type, err = asString(kv.val); err == nil && !contains(restartTypes, r.Type) {
+				err = fmt.Errorf("unknown strategy %q%s; want %s", r.Type, suggest(r.Type, restartTypes), strings.Join(restartTypes, ", "))
+			}
+		case "attempts":
+			r.Attempts, err = asInt(kv.val)
+		case "delay":
+			r.Delay, err = asDuration(kv.val)
+		case "maxFailures":
+			r.MaxFailures, err = asInt(kv.val)
+		case "interval":
+			r.Interval, err = asDuration(kv.val)
+		case "initialBackoff":
+			r.InitialBackoff, err = asDuration(kv.val)
+		case "maxBackoff":
+			r.MaxBackoff, err = asDuration(kv.val)
+		case "multiplier":
+			r.Multiplier, err = asFloat(kv.val)
+		case "jitter":
+			r.Jitter, err = asFloat(kv.val)
+		case "resetBackoffAfter":
+			r.ResetBackoffAfter, err = asDuration(kv.val)
+		default:
+			return p.errAt(kv.key, "restartStrategy: unknown key %q%s; it has %s", k, suggest(k, restartKeys), strings.Join(restartKeys, ", "))
+		}
+		if err != nil {
+			return p.errAt(kv.val, "restartStrategy: %s: %v", k, err)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
