@@ -300,6 +300,7 @@ func (r *logRecorder) all() []string {
 // harness runs one TaskManager and holds a TaskExecutorService client to it.
 type harness struct {
 	tm     *TaskManager
+	conn   *grpc.ClientConn
 	exec   weirpb.TaskExecutorServiceClient
 	logs   *logRecorder
 	cancel context.CancelFunc
@@ -353,7 +354,8 @@ func startTaskManager(t testing.TB, jmAddr string, reg *stream.Registry, edit fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { conn.Close() }) // a second Close is harmless
+	h.conn = conn
 	h.exec = weirpb.NewTaskExecutorServiceClient(conn)
 	return h
 }
@@ -566,7 +568,7 @@ func exchangeTasks(job string, attempt int64, rows int64, target string) (src, s
 	src = &weirpb.TaskDeployment{
 		Id:       &weirpb.ExecutionID{JobId: job, VertexId: 0, Subtask: 0, Attempt: attempt},
 		TaskName: job + "/src", Parallelism: 1, MaxParallelism: 128,
-		Chain:    []*weirpb.ChainedOperator{{Vertex: vertexMsg(0, "src", "gen", genJSON(rows, false), rowSchema)}},
+		Chain: []*weirpb.ChainedOperator{{Vertex: vertexMsg(0, "src", "gen", genJSON(rows, false), rowSchema)}},
 		Outputs: []*weirpb.OutputSpec{{
 			DownstreamVertex: 1, DownstreamInput: 0, DownstreamParallelism: 1,
 			Partitioning: weirpb.Partitioning_PARTITIONING_HASH, KeyFields: []string{"k"}, Targets: []string{target},

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -31,6 +32,9 @@ type TaskManager struct {
 	mu struct {
 		sync.Mutex
 		tasks map[taskKey]*runningTask
+		// stopping is set when Run shuts down; submit then refuses tasks,
+		// which would otherwise start after cancelAll and never end.
+		stopping bool
 		// hbInterval and hbTimeout are what the jobmanager asked for.
 		hbInterval, hbTimeout time.Duration
 	}
@@ -87,7 +91,12 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	if tm.cfg.AdvertiseAddress != "" {
 		tm.addr = tm.cfg.AdvertiseAddress
 	}
-	conn, err := grpc.NewClient(tm.cfg.JobManagerAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Cap gRPC's reconnect backoff (default up to 2 minutes) so that a
+	// taskmanager finds a restarted jobmanager within a few retries.
+	backoff := grpcbackoff.DefaultConfig
+	backoff.MaxDelay = max(5*time.Second, 2*tm.cfg.RegisterRetry)
+	conn, err := grpc.NewClient(tm.cfg.JobManagerAddress, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff, MinConnectTimeout: 5 * time.Second}))
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("taskmanager: jobmanager address %s: %w", tm.cfg.JobManagerAddress, err)
@@ -118,7 +127,7 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		tm.membership(gctx)
-		tm.cancelAll()
+		tm.stopTasks()
 		tm.wg.Wait()
 		tm.exchange.Close()
 		srv.Stop()
@@ -255,6 +264,19 @@ func keyOf(id *weirpb.ExecutionID) taskKey {
 func (tm *TaskManager) cancelAll() {
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
+	tm.cancelAllLocked()
+}
+
+// stopTasks cancels every task and refuses new ones, so that tm.wg.Wait
+// can return.
+func (tm *TaskManager) stopTasks() {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	tm.mu.stopping = true
+	tm.cancelAllLocked()
+}
+
+func (tm *TaskManager) cancelAllLocked() {
 	for _, rt := range tm.mu.tasks {
 		if rt.cancel != nil {
 			rt.cancel()
@@ -274,6 +296,10 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
 	}
 	k := keyOf(d.GetId())
 	tm.mu.Lock()
+	if tm.mu.stopping {
+		tm.mu.Unlock()
+		return status.Errorf(codes.Unavailable, "task %s: taskmanager %s is shutting down; deploy the task elsewhere", d.GetTaskName(), tm.cfg.ID)
+	}
 	if old, ok := tm.mu.tasks[k]; ok && !terminal(old.state) {
 		if old.id.GetAttempt() >= d.GetId().GetAttempt() {
 			tm.mu.Unlock()

@@ -1,0 +1,48 @@
+package taskmanager
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	if err := func() error { c := DefaultConfig(); return c.Validate() }(); err != nil {
+		t.Fatalf("DefaultConfig is invalid: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string // substring of the error
+	}{
+		{"empty id", func(c *Config) { c.ID = "" }, "id is empty"},
+		{"jobmanager address without port", func(c *Config) { c.JobManagerAddress = "jm.example" }, `jobmanager address "jm.example"`},
+		{"empty jobmanager address", func(c *Config) { c.JobManagerAddress = "" }, "jobmanager address"},
+		{"rpc address without port", func(c *Config) { c.RPCAddress = "0.0.0.0" }, `rpc address "0.0.0.0"`},
+		{"zero slots", func(c *Config) { c.Slots = 0 }, "slots 0"},
+		{"negative slots", func(c *Config) { c.Slots = -2 }, "slots -2"},
+		{"zero credits", func(c *Config) { c.CreditsPerChannel = 0 }, "credits per channel 0"},
+		{"zero register retry", func(c *Config) { c.RegisterRetry = 0 }, "register retry"},
+		{"negative register retry", func(c *Config) { c.RegisterRetry = -time.Second }, "register retry -1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.edit(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate: %v; want an error containing %q", err, tc.want)
+			}
+			if _, err := New(c, newTestRegistry(newTestState())); err == nil {
+				t.Fatal("New accepted an invalid config")
+			}
+		})
+	}
+}
+
+func TestDefaultConfig(t *testing.T) {
+	c := DefaultConfig()
+	if c.ID == "" || c.JobManagerAddress != "127.0.0.1:6123" || c.RPCAddress != "127.0.0.1:0" ||
+		c.Slots != 2 || c.CreditsPerChannel != 4 || c.RegisterRetry != time.Second {
+		t.Fatalf("DefaultConfig() = %+v; does not match the documented defaults", c)
+	}
+}
