@@ -1,0 +1,164 @@
+package coordinator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Action is something the shell must carry out. The concrete types are
+// TriggerAction, WriteManifestAction, NotifyCompleteAction, AbortAction,
+// DiscardAction and FailJobAction; the set is closed.
+type Action interface {
+	isAction()
+	String() string
+}
+
+// TriggerAction tells the source tasks to inject barrier ID.
+type TriggerAction struct {
+	ID        int64
+	Timestamp time.Time
+	Sources   []TaskID
+}
+
+// WriteManifestAction says that every required task acknowledged checkpoint
+// ID: the shell writes the manifest (with the acks' payloads) and then the
+// completed-checkpoint pointer, and reports with ManifestWritten. At most one
+// is outstanding at a time, in increasing id order.
+type WriteManifestAction struct {
+	ID        int64
+	Timestamp time.Time // trigger time
+	Acks      map[TaskID]any
+	// Finished lists the tasks that were required at trigger time but
+	// finished without acknowledging; the manifest should record them as
+	// finished so that a restore does not start them again from scratch.
+	Finished []TaskID
+}
+
+// NotifyCompleteAction says checkpoint ID is complete: the shell tells the
+// tasks (checkpointComplete), whereupon two-phase-commit sinks commit.
+type NotifyCompleteAction struct {
+	ID    int64
+	Tasks []TaskID
+}
+
+// AbortAction says checkpoint ID ended without completing: the shell tells
+// the tasks (checkpointAborted) and deletes the checkpoint's files.
+type AbortAction struct {
+	ID     int64
+	Reason string
+	Tasks  []TaskID
+}
+
+// DiscardAction lists completed checkpoints that are no longer retained: the
+// shell deletes their files. It never names the latest completed checkpoint.
+type DiscardAction struct {
+	IDs []int64
+}
+
+// FailJobAction says too many consecutive checkpoints failed: the shell
+// fails the job over. The coordinator has stopped; call Reset after the
+// restart.
+type FailJobAction struct {
+	Reason string
+}
+
+func (TriggerAction) isAction()        {}
+func (WriteManifestAction) isAction()  {}
+func (NotifyCompleteAction) isAction() {}
+func (AbortAction) isAction()          {}
+func (DiscardAction) isAction()        {}
+func (FailJobAction) isAction()        {}
+
+func formatTasks(ts []TaskID) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = t.String()
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func (a TriggerAction) String() string {
+	return fmt.Sprintf("trigger %d sources=%s", a.ID, formatTasks(a.Sources))
+}
+
+func (a WriteManifestAction) String() string {
+	keys := make([]TaskID, 0, len(a.Acks))
+	for t := range a.Acks {
+		keys = append(keys, t)
+	}
+	slices.SortFunc(keys, compareTasks)
+	parts := make([]string, len(keys))
+	for i, t := range keys {
+		parts[i] = fmt.Sprintf("%v=%v", t, a.Acks[t])
+	}
+	s := fmt.Sprintf("write-manifest %d acks=[%s]", a.ID, strings.Join(parts, " "))
+	if len(a.Finished) > 0 {
+		s += " finished=" + formatTasks(a.Finished)
+	}
+	return s
+}
+
+func (a NotifyCompleteAction) String() string {
+	return fmt.Sprintf("notify-complete %d tasks=%s", a.ID, formatTasks(a.Tasks))
+}
+
+func (a AbortAction) String() string {
+	return fmt.Sprintf("abort %d tasks=%s reason=%q", a.ID, formatTasks(a.Tasks), a.Reason)
+}
+
+func (a DiscardAction) String() string { return fmt.Sprintf("discard %v", a.IDs) }
+
+func (a FailJobAction) String() string { return fmt.Sprintf("fail-job reason=%q", a.Reason) }
+
+// Status is where a checkpoint is in its life.
+type Status int
+
+const (
+	InProgress Status = iota + 1
+	Completed
+	Failed
+)
+
+func (s Status) String() string {
+	switch s {
+	case InProgress:
+		return "in_progress"
+	case Completed:
+		return "completed"
+	case Failed:
+		return "failed"
+	}
+	return "invalid"
+}
+
+// Stats describe one checkpoint, for `weir checkpoints list` and metrics.
+type Stats struct {
+	ID          int64
+	Status      Status
+	Manual      bool // triggered by TriggerNow
+	TriggerTime time.Time
+	EndTime     time.Time // zero while in progress
+	// Acked of Total required tasks have acknowledged. Total shrinks when a
+	// task finishes without acknowledging.
+	Acked, Total int
+	// Bytes is the sum of the acknowledged state sizes.
+	Bytes int64
+	// SlowestTask acknowledged last, SlowestAck after the trigger.
+	SlowestTask TaskID
+	SlowestAck  time.Duration
+	// The largest synchronous, asynchronous and alignment durations reported
+	// by any task.
+	MaxSync, MaxAsync, MaxAlignment time.Duration
+	// Failure is why a failed checkpoint failed.
+	Failure string
+}
+
+// Duration is EndTime - TriggerTime, or 0 while in progress.
+func (s Stats) Duration() time.Duration {
+	if s.EndTime.IsZero() {
+		return 0
+	}
+	return s.EndTime.Sub(s.TriggerTime)
+}

@@ -1,0 +1,584 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// Config holds the coordinator's knobs. Build it with ConfigFrom from a job's
+// stream.CheckpointConfig; New replaces out-of-range values by the defaults
+// noted on each field.
+type Config struct {
+	// Interval between periodic triggers, measured from the previous trigger
+	// (periodic or manual). 0 means only manual triggers.
+	Interval time.Duration
+	// Timeout after which a checkpoint that is still collecting
+	// acknowledgements is aborted and counted as a failure. Default 10m.
+	Timeout time.Duration
+	// MinPause is the least time from the end (completion or abort) of one
+	// checkpoint to the next periodic trigger. When it is positive, periodic
+	// triggers also wait until no checkpoint is pending (as in Flink, a
+	// minimum pause implies one checkpoint at a time). Default 0.
+	MinPause time.Duration
+	// MaxConcurrent is how many checkpoints may be pending at once, for
+	// periodic and manual triggers alike. Default 1.
+	MaxConcurrent int
+	// TolerableFailures is how many consecutive checkpoint failures are
+	// tolerated; one more emits FailJobAction. Default 0.
+	TolerableFailures int
+	// Retained is how many completed checkpoints are kept; older ones are
+	// discarded. Default 1.
+	Retained int
+}
+
+// DefaultTimeout is the checkpoint timeout used when Config.Timeout is not
+// positive (Flink's default).
+const DefaultTimeout = 10 * time.Minute
+
+// HistorySize is how many checkpoints History reports at most.
+const HistorySize = 50
+
+// ConfigFrom converts a job's checkpoint settings, applying their defaults.
+func ConfigFrom(c stream.CheckpointConfig) Config {
+	c = c.WithDefaults()
+	return Config{
+		Interval:          c.Interval,
+		Timeout:           c.Timeout,
+		MinPause:          c.MinPause,
+		MaxConcurrent:     c.MaxConcurrent,
+		TolerableFailures: c.TolerableFailures,
+		Retained:          c.Retained,
+	}
+}
+
+func (c Config) normalized() Config {
+	if c.Interval < 0 {
+		c.Interval = 0
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MinPause < 0 {
+		c.MinPause = 0
+	}
+	if c.MaxConcurrent < 1 {
+		c.MaxConcurrent = 1
+	}
+	if c.TolerableFailures < 0 {
+		c.TolerableFailures = 0
+	}
+	if c.Retained < 1 {
+		c.Retained = 1
+	}
+	return c
+}
+
+// TaskID names one subtask of one job vertex. It identifies the task across
+// restarts; the shell maps it to the current execution attempt.
+type TaskID struct{ Vertex, Subtask int }
+
+func (t TaskID) String() string { return fmt.Sprintf("%d/%d", t.Vertex, t.Subtask) }
+
+func compareTasks(a, b TaskID) int {
+	if a.Vertex != b.Vertex {
+		return a.Vertex - b.Vertex
+	}
+	return a.Subtask - b.Subtask
+}
+
+// AckStats are the measurements a task reports with its acknowledgement.
+type AckStats struct {
+	SyncDuration, AsyncDuration, AlignmentDuration time.Duration
+	// Bytes is the size of the state the task uploaded.
+	Bytes int64
+}
+
+// Errors returned by TriggerNow; test with errors.Is.
+var (
+	ErrStopped        = errors.New("coordinator: stopped")
+	ErrTooManyPending = errors.New("coordinator: too many checkpoints in progress")
+	ErrNoSources      = errors.New("coordinator: no running source tasks")
+)
+
+type phase int
+
+const (
+	collecting phase = iota // waiting for acknowledgements
+	acked                   // every required task acked; waiting for the manifest slot
+	writing                 // WriteManifestAction emitted; waiting for ManifestWritten
+)
+
+type pendingCheckpoint struct {
+	id       int64
+	trigger  time.Time
+	required []TaskID // sorted; the tasks that were running at trigger time
+	waiting  map[TaskID]struct{}
+	acks     map[TaskID]any
+	phase    phase
+	stats    *Stats
+}
+
+type completedCheckpoint struct {
+	id   int64
+	acks map[TaskID]any
+}
+
+// Coordinator is the checkpoint coordinator of one job. It is not safe for
+// concurrent use: the shell calls it from one goroutine (or under a lock).
+type Coordinator struct {
+	cfg      Config
+	tasks    []TaskID // sorted
+	isTask   map[TaskID]bool
+	sources  []TaskID // sorted
+	finished map[TaskID]bool
+
+	nextID      int64
+	pending     []*pendingCheckpoint // ascending id
+	lastTrigger time.Time
+	lastEnd     time.Time
+	ended       bool // lastEnd is set
+	consecutive int  // consecutive failures
+	stopped     bool
+
+	completed  []completedCheckpoint // retained, ascending id
+	history    []*Stats              // oldest first, at most HistorySize
+	nCompleted int
+	nFailed    int
+	ignored    int
+
+	actions []Action
+}
+
+// New returns a coordinator for a job whose running task executions are
+// tasks (every one of them must acknowledge a checkpoint), of which sources
+// receive the triggers. Checkpoint ids start at firstID (at least 1) and
+// strictly increase, also across Reset. The first periodic trigger comes
+// Interval after now.
+func New(cfg Config, tasks []TaskID, sources []TaskID, firstID int64, now time.Time) *Coordinator {
+	if firstID < 1 {
+		firstID = 1
+	}
+	c := &Coordinator{cfg: cfg.normalized(), nextID: firstID}
+	c.setTasks(tasks, sources)
+	c.lastTrigger = now
+	return c
+}
+
+func sortedSet(ts []TaskID) []TaskID {
+	out := slices.Clone(ts)
+	slices.SortFunc(out, compareTasks)
+	return slices.Compact(out)
+}
+
+func (c *Coordinator) setTasks(tasks, sources []TaskID) {
+	c.tasks = sortedSet(tasks)
+	c.sources = sortedSet(sources)
+	c.isTask = make(map[TaskID]bool, len(c.tasks))
+	for _, t := range c.tasks {
+		c.isTask[t] = true
+	}
+	c.finished = make(map[TaskID]bool)
+}
+
+// Ready returns the actions accumulated since the previous call, in the
+// order the shell must carry them out, and forgets them.
+func (c *Coordinator) Ready() []Action {
+	a := c.actions
+	c.actions = nil
+	return a
+}
+
+// Tick aborts checkpoints that have timed out and triggers a periodic
+// checkpoint when one is due. The shell calls it regularly (its period bounds
+// the precision of Interval, MinPause and Timeout).
+func (c *Coordinator) Tick(now time.Time) {
+	if c.stopped {
+		return
+	}
+	for _, p := range slices.Clone(c.pending) {
+		if p.phase != collecting || now.Before(p.trigger.Add(c.cfg.Timeout)) {
+			continue
+		}
+		reason := fmt.Sprintf("expired: not acknowledged by all tasks within the timeout of %v (%d of %d acked)",
+			c.cfg.Timeout, p.stats.Acked, p.stats.Total)
+		c.endFailed(now, p, reason)
+		if c.failure(now, p.id, reason) {
+			return
+		}
+	}
+	if c.periodicDue(now) {
+		_, _ = c.trigger(now, false)
+	}
+}
+
+func (c *Coordinator) periodicDue(now time.Time) bool {
+	switch {
+	case c.cfg.Interval <= 0,
+		len(c.pending) >= c.cfg.MaxConcurrent,
+		now.Before(c.lastTrigger.Add(c.cfg.Interval)):
+		return false
+	case c.cfg.MinPause > 0 && (len(c.pending) > 0 || c.ended && now.Before(c.lastEnd.Add(c.cfg.MinPause))):
+		return false
+	}
+	return len(c.runningSources()) > 0
+}
+
+// TriggerNow triggers a checkpoint at once (a manual trigger) and returns its
+// id. It ignores Interval and MinPause but respects MaxConcurrent. It fails
+// with ErrStopped after Stop or FailJobAction (until Reset), with
+// ErrTooManyPending when MaxConcurrent checkpoints are pending, and with
+// ErrNoSources when every source task has finished.
+func (c *Coordinator) TriggerNow(now time.Time) (int64, error) {
+	return c.trigger(now, true)
+}
+
+func (c *Coordinator) trigger(now time.Time, manual bool) (int64, error) {
+	if c.stopped {
+		return 0, fmt.Errorf("cannot trigger a checkpoint: the job is not running (checkpointing stopped); retry once it runs again: %w", ErrStopped)
+	}
+	if n := len(c.pending); n >= c.cfg.MaxConcurrent {
+		return 0, fmt.Errorf("cannot trigger a checkpoint: checkpoint %d is still in progress and at most %d may be pending (checkpointing maxConcurrent); wait for it to end or raise maxConcurrent: %w",
+			c.pending[n-1].id, c.cfg.MaxConcurrent, ErrTooManyPending)
+	}
+	sources := c.runningSources()
+	if len(sources) == 0 {
+		return 0, fmt.Errorf("cannot trigger a checkpoint: every source task has finished: %w", ErrNoSources)
+	}
+	id := c.nextID
+	c.nextID++
+	p := &pendingCheckpoint{
+		id:      id,
+		trigger: now,
+		waiting: make(map[TaskID]struct{}),
+		acks:    make(map[TaskID]any),
+	}
+	for _, t := range c.tasks {
+		if !c.finished[t] {
+			p.required = append(p.required, t)
+			p.waiting[t] = struct{}{}
+		}
+	}
+	p.stats = &Stats{ID: id, Status: InProgress, Manual: manual, TriggerTime: now, Total: len(p.required)}
+	c.pending = append(c.pending, p)
+	c.history = append(c.history, p.stats)
+	if n := len(c.history) - HistorySize; n > 0 {
+		c.history = slices.Delete(c.history, 0, n)
+	}
+	c.lastTrigger = now
+	c.emit(TriggerAction{ID: id, Timestamp: now, Sources: sources})
+	return id, nil
+}
+
+func (c *Coordinator) runningSources() []TaskID {
+	var out []TaskID
+	for _, t := range c.sources {
+		if !c.finished[t] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Ack records task's acknowledgement of checkpoint id with payload, the
+// opaque state handles that WriteManifestAction and Latest give back.
+// Acknowledgements for unknown, aborted or completed checkpoints, from tasks
+// the checkpoint does not wait for, and duplicates are ignored (and counted
+// by Ignored).
+func (c *Coordinator) Ack(now time.Time, task TaskID, id int64, payload any, stats AckStats) {
+	p := c.find(id)
+	if p == nil || p.phase != collecting {
+		c.ignored++
+		return
+	}
+	if _, ok := p.waiting[task]; !ok {
+		c.ignored++
+		return
+	}
+	delete(p.waiting, task)
+	p.acks[task] = payload
+	s := p.stats
+	s.Acked++
+	s.Bytes += stats.Bytes
+	if d := now.Sub(p.trigger); d >= s.SlowestAck {
+		s.SlowestTask, s.SlowestAck = task, d
+	}
+	s.MaxSync = max(s.MaxSync, stats.SyncDuration)
+	s.MaxAsync = max(s.MaxAsync, stats.AsyncDuration)
+	s.MaxAlignment = max(s.MaxAlignment, stats.AlignmentDuration)
+	c.maybeAcked(now, p)
+}
+
+// Decline records that task could not take checkpoint id: the checkpoint is
+// aborted and counts as a failure. Declines the checkpoint does not wait for
+// are ignored like acknowledgements.
+func (c *Coordinator) Decline(now time.Time, task TaskID, id int64, reason string) {
+	p := c.find(id)
+	if p == nil || p.phase != collecting {
+		c.ignored++
+		return
+	}
+	if _, ok := p.waiting[task]; !ok {
+		c.ignored++
+		return
+	}
+	why := fmt.Sprintf("declined by task %v: %s", task, reason)
+	c.endFailed(now, p, why)
+	if !c.failure(now, id, why) {
+		c.advanceWrites()
+	}
+}
+
+// TaskFinished records that task ended normally: it gets no more triggers,
+// and pending checkpoints that it has not acknowledged stop waiting for it.
+// A checkpoint left with no acknowledgement at all is aborted (not counted as
+// a failure).
+func (c *Coordinator) TaskFinished(now time.Time, task TaskID) {
+	if !c.isTask[task] || c.finished[task] {
+		return
+	}
+	c.finished[task] = true
+	for _, p := range slices.Clone(c.pending) {
+		if p.phase != collecting {
+			continue
+		}
+		if _, ok := p.waiting[task]; ok {
+			delete(p.waiting, task)
+			p.stats.Total--
+			c.maybeAcked(now, p)
+		}
+	}
+}
+
+// maybeAcked moves p on when it waits for no more tasks.
+func (c *Coordinator) maybeAcked(now time.Time, p *pendingCheckpoint) {
+	if len(p.waiting) > 0 {
+		return
+	}
+	if len(p.acks) == 0 {
+		c.endFailed(now, p, "every task finished before acknowledging")
+		return
+	}
+	p.phase = acked
+	c.advanceWrites()
+}
+
+// advanceWrites emits WriteManifestAction for the lowest fully acknowledged
+// checkpoint when no manifest is being written: manifests (and the completed
+// pointer) are written one at a time in increasing id order, so the pointer
+// never moves back.
+func (c *Coordinator) advanceWrites() {
+	var next *pendingCheckpoint
+	for _, p := range c.pending {
+		switch p.phase {
+		case writing:
+			return
+		case acked:
+			if next == nil {
+				next = p
+			}
+		}
+	}
+	if next == nil {
+		return
+	}
+	next.phase = writing
+	a := WriteManifestAction{ID: next.id, Timestamp: next.trigger, Acks: make(map[TaskID]any, len(next.acks))}
+	for t, v := range next.acks {
+		a.Acks[t] = v
+	}
+	for _, t := range next.required {
+		if _, ok := next.acks[t]; !ok {
+			a.Finished = append(a.Finished, t)
+		}
+	}
+	c.emit(a)
+}
+
+// ManifestWritten reports the outcome of a WriteManifestAction. On success
+// the checkpoint is complete: NotifyCompleteAction, then AbortAction
+// ("subsumed") for every pending checkpoint with a lower id, then
+// DiscardAction for completed checkpoints beyond Retained. On failure the
+// checkpoint is aborted and counts as a failure. Reports for checkpoints
+// whose manifest is not being written are ignored.
+func (c *Coordinator) ManifestWritten(now time.Time, id int64, err error) {
+	p := c.find(id)
+	if p == nil || p.phase != writing {
+		c.ignored++
+		return
+	}
+	if err != nil {
+		why := fmt.Sprintf("writing the manifest failed: %v", err)
+		c.endFailed(now, p, why)
+		if !c.failure(now, id, why) {
+			c.advanceWrites()
+		}
+		return
+	}
+	c.remove(p)
+	p.stats.Status = Completed
+	p.stats.EndTime = now
+	c.nCompleted++
+	c.consecutive = 0
+	c.lastEnd, c.ended = now, true
+	c.completed = append(c.completed, completedCheckpoint{id: id, acks: p.acks})
+	c.emit(NotifyCompleteAction{ID: id, Tasks: c.live(p.required)})
+	for _, q := range slices.Clone(c.pending) {
+		if q.id < id {
+			c.endFailed(now, q, "subsumed")
+		}
+	}
+	if n := len(c.completed) - c.cfg.Retained; n > 0 {
+		d := DiscardAction{}
+		for _, cc := range c.completed[:n] {
+			d.IDs = append(d.IDs, cc.id)
+		}
+		c.completed = slices.Delete(c.completed, 0, n)
+		c.emit(d)
+	}
+	c.advanceWrites()
+}
+
+// Stop aborts every pending checkpoint with reason and stops triggering
+// until Reset. It emits no FailJobAction and does not count failures.
+func (c *Coordinator) Stop(now time.Time, reason string) {
+	c.stopped = true
+	c.abortAll(now, reason)
+}
+
+// Reset starts over with new task executions after a restart: pending
+// checkpoints (if Stop was not called) are aborted, the consecutive-failure
+// count is cleared and triggering resumes, the next periodic trigger coming
+// Interval after now. Checkpoint ids keep increasing; completed checkpoints
+// and the history are kept.
+func (c *Coordinator) Reset(now time.Time, tasks, sources []TaskID) {
+	c.abortAll(now, "reset")
+	c.setTasks(tasks, sources)
+	c.stopped = false
+	c.consecutive = 0
+	c.lastTrigger = now
+}
+
+func (c *Coordinator) abortAll(now time.Time, reason string) {
+	for _, p := range slices.Clone(c.pending) {
+		c.endFailed(now, p, reason)
+	}
+}
+
+// failure counts a failed checkpoint and, when the consecutive failures
+// exceed TolerableFailures, emits FailJobAction and stops. It reports whether
+// it stopped.
+func (c *Coordinator) failure(now time.Time, id int64, why string) bool {
+	c.consecutive++
+	if c.consecutive <= c.cfg.TolerableFailures {
+		return false
+	}
+	c.emit(FailJobAction{Reason: fmt.Sprintf(
+		"checkpoint %d failed (%s): %d consecutive checkpoint failures exceed the %d tolerated; raise checkpointing tolerableFailures to tolerate more",
+		id, why, c.consecutive, c.cfg.TolerableFailures)})
+	c.Stop(now, "job failing: too many consecutive checkpoint failures")
+	return true
+}
+
+// endFailed ends p without completing it and emits its AbortAction.
+func (c *Coordinator) endFailed(now time.Time, p *pendingCheckpoint, reason string) {
+	c.remove(p)
+	p.stats.Status = Failed
+	p.stats.EndTime = now
+	p.stats.Failure = reason
+	c.nFailed++
+	c.lastEnd, c.ended = now, true
+	c.emit(AbortAction{ID: p.id, Reason: reason, Tasks: c.live(p.required)})
+}
+
+// live returns the tasks of ts that have not finished.
+func (c *Coordinator) live(ts []TaskID) []TaskID {
+	out := make([]TaskID, 0, len(ts))
+	for _, t := range ts {
+		if c.isTask[t] && !c.finished[t] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (c *Coordinator) find(id int64) *pendingCheckpoint {
+	for _, p := range c.pending {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
+}
+
+func (c *Coordinator) remove(p *pendingCheckpoint) {
+	c.pending = slices.DeleteFunc(c.pending, func(q *pendingCheckpoint) bool { return q == p })
+}
+
+func (c *Coordinator) emit(a Action) { c.actions = append(c.actions, a) }
+
+// Latest returns the latest completed checkpoint, for restore. The map is a
+// copy; the payloads are those passed to Ack.
+func (c *Coordinator) Latest() (id int64, payloads map[TaskID]any, ok bool) {
+	if len(c.completed) == 0 {
+		return 0, nil, false
+	}
+	l := c.completed[len(c.completed)-1]
+	payloads = make(map[TaskID]any, len(l.acks))
+	for t, v := range l.acks {
+		payloads[t] = v
+	}
+	return l.id, payloads, true
+}
+
+// Retained returns the ids of the completed checkpoints still retained, in
+// increasing order.
+func (c *Coordinator) Retained() []int64 {
+	ids := make([]int64, len(c.completed))
+	for i, cc := range c.completed {
+		ids[i] = cc.id
+	}
+	return ids
+}
+
+// Pending returns the ids of the pending checkpoints, in increasing order.
+func (c *Coordinator) Pending() []int64 {
+	ids := make([]int64, len(c.pending))
+	for i, p := range c.pending {
+		ids[i] = p.id
+	}
+	return ids
+}
+
+// Stopped reports whether triggering is stopped (after Stop or
+// FailJobAction, until Reset).
+func (c *Coordinator) Stopped() bool { return c.stopped }
+
+// Counts returns how many checkpoints are in progress, and how many have
+// completed and failed since New. Failed includes every checkpoint that ended
+// without completing: declined, timed out, manifest failures, subsumed and
+// aborted by Stop or Reset.
+func (c *Coordinator) Counts() (inProgress, completed, failed int) {
+	return len(c.pending), c.nCompleted, c.nFailed
+}
+
+// Ignored returns how many acknowledgements, declines and manifest reports
+// were ignored because they were late, duplicated or unexpected.
+func (c *Coordinator) Ignored() int { return c.ignored }
+
+// ConsecutiveFailures returns the current count of consecutive checkpoint
+// failures (cleared by a completed checkpoint and by Reset).
+func (c *Coordinator) ConsecutiveFailures() int { return c.consecutive }
+
+// History returns the most recent checkpoints (at most HistorySize), newest
+// first. The values are copies.
+func (c *Coordinator) History() []Stats {
+	out := make([]Stats, len(c.history))
+	for i, s := range c.history {
+		out[len(out)-1-i] = *s
+	}
+	return out
+}
