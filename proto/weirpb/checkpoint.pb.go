@@ -135,12 +135,16 @@ func (x *Manifest) GetOperators() []*OperatorState {
 
 // OperatorState is one operator's state across its subtasks.
 type OperatorState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OperatorUid   string                 `protobuf:"bytes,1,opt,name=operator_uid,json=operatorUid,proto3" json:"operator_uid,omitempty"`
-	Parallelism   int32                  `protobuf:"varint,2,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
-	Handles       []*StateHandle         `protobuf:"bytes,3,rep,name=handles,proto3" json:"handles,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperatorUid string                 `protobuf:"bytes,1,opt,name=operator_uid,json=operatorUid,proto3" json:"operator_uid,omitempty"`
+	Parallelism int32                  `protobuf:"varint,2,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
+	Handles     []*StateHandle         `protobuf:"bytes,3,rep,name=handles,proto3" json:"handles,omitempty"`
+	// finished_subtasks are subtasks that had finished before this checkpoint
+	// (their input was exhausted and committed); on restore they do not run
+	// their input again.
+	FinishedSubtasks []int32 `protobuf:"varint,4,rep,packed,name=finished_subtasks,json=finishedSubtasks,proto3" json:"finished_subtasks,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *OperatorState) Reset() {
@@ -190,6 +194,13 @@ func (x *OperatorState) GetParallelism() int32 {
 func (x *OperatorState) GetHandles() []*StateHandle {
 	if x != nil {
 		return x.Handles
+	}
+	return nil
+}
+
+func (x *OperatorState) GetFinishedSubtasks() []int32 {
+	if x != nil {
+		return x.FinishedSubtasks
 	}
 	return nil
 }
@@ -278,11 +289,12 @@ const file_weirpb_checkpoint_proto_rawDesc = "" +
 	"\x10complete_time_ms\x18\x06 \x01(\x03R\x0ecompleteTimeMs\x12+\n" +
 	"\x04mode\x18\a \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12'\n" +
 	"\x0fmax_parallelism\x18\b \x01(\x05R\x0emaxParallelism\x124\n" +
-	"\toperators\x18\t \x03(\v2\x16.weir.v1.OperatorStateR\toperators\"\x84\x01\n" +
+	"\toperators\x18\t \x03(\v2\x16.weir.v1.OperatorStateR\toperators\"\xb1\x01\n" +
 	"\rOperatorState\x12!\n" +
 	"\foperator_uid\x18\x01 \x01(\tR\voperatorUid\x12 \n" +
 	"\vparallelism\x18\x02 \x01(\x05R\vparallelism\x12.\n" +
-	"\ahandles\x18\x03 \x03(\v2\x14.weir.v1.StateHandleR\ahandles\"\x9d\x01\n" +
+	"\ahandles\x18\x03 \x03(\v2\x14.weir.v1.StateHandleR\ahandles\x12+\n" +
+	"\x11finished_subtasks\x18\x04 \x03(\x05R\x10finishedSubtasks\"\x9d\x01\n" +
 	"\x10CompletedPointer\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +

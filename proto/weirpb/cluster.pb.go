@@ -831,8 +831,12 @@ type TaskDeployment struct {
 	// key groups come from several snapshotted subtasks).
 	RestoreCheckpointId int64          `protobuf:"varint,9,opt,name=restore_checkpoint_id,json=restoreCheckpointId,proto3" json:"restore_checkpoint_id,omitempty"`
 	Restore             []*StateHandle `protobuf:"bytes,10,rep,name=restore,proto3" json:"restore,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// restore_finished is set when the task had finished (its input ended and
+	// its final checkpoint completed) as of the restored checkpoint: it must
+	// not produce its input again. A source then behaves as exhausted.
+	RestoreFinished bool `protobuf:"varint,11,opt,name=restore_finished,json=restoreFinished,proto3" json:"restore_finished,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TaskDeployment) Reset() {
@@ -933,6 +937,13 @@ func (x *TaskDeployment) GetRestore() []*StateHandle {
 		return x.Restore
 	}
 	return nil
+}
+
+func (x *TaskDeployment) GetRestoreFinished() bool {
+	if x != nil {
+		return x.RestoreFinished
+	}
+	return false
 }
 
 // TaskCheckpointing is what a task needs to know about the job's checkpoints.
@@ -1755,7 +1766,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\x12\x1d\n" +
 	"\n" +
 	"key_fields\x18\x05 \x03(\tR\tkeyFields\x12\x18\n" +
-	"\atargets\x18\x06 \x03(\tR\atargets\"\xcf\x03\n" +
+	"\atargets\x18\x06 \x03(\tR\atargets\"\xfa\x03\n" +
 	"\x0eTaskDeployment\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x1b\n" +
 	"\ttask_name\x18\x02 \x01(\tR\btaskName\x12 \n" +
@@ -1767,7 +1778,8 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\rcheckpointing\x18\b \x01(\v2\x1a.weir.v1.TaskCheckpointingR\rcheckpointing\x122\n" +
 	"\x15restore_checkpoint_id\x18\t \x01(\x03R\x13restoreCheckpointId\x12.\n" +
 	"\arestore\x18\n" +
-	" \x03(\v2\x14.weir.v1.StateHandleR\arestore\"t\n" +
+	" \x03(\v2\x14.weir.v1.StateHandleR\arestore\x12)\n" +
+	"\x10restore_finished\x18\v \x01(\bR\x0frestoreFinished\"t\n" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +
