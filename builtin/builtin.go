@@ -1,6 +1,7 @@
 // Package builtin assembles the registry of Weir's built-in operator types:
 // the connectors (datagen, file, print, discard), the row transforms (map,
-// filter, project) and the event-time operators (watermarks, windows).
+// filter, project), the event-time operators (watermarks, windows) and the
+// keyed operators (running_count, sequence_check, and fail for failure tests).
 //
 // A custom taskmanager binary starts from Registry() and registers its own
 // types on top (see stream.Registry).
@@ -9,6 +10,7 @@ package builtin
 import (
 	"github.com/weirstream/weir/connectors"
 	"github.com/weirstream/weir/operators"
+	"github.com/weirstream/weir/operators/keyed"
 	"github.com/weirstream/weir/operators/window"
 	"github.com/weirstream/weir/stream"
 )
@@ -19,5 +21,6 @@ func Registry() *stream.Registry {
 	connectors.Register(r)
 	operators.Register(r)
 	window.Register(r)
+	keyed.Register(r)
 	return r
 }

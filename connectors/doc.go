@@ -9,9 +9,12 @@
 // allowed, and match stream.ErrConfig with errors.Is.
 //
 // Sources emit at most one batch per Poll and fill whole columns at a time;
-// nothing on the per-record path uses reflection or JSON libraries. Source
-// positions (Datagen.Position, FileSource.Splits) are exported so that
-// checkpoints can snapshot and restore them.
+// nothing on the per-record path uses reflection or JSON libraries.
+//
+// Checkpoints: the datagen and file sources implement stream.Checkpointed
+// (their positions are operator list state and restore exactly), and the file
+// sink, when the job checkpoints, is a two-phase-commit sink that also
+// implements stream.CheckpointListener (see FileSink).
 //
 // connectors imports the standard library and package stream only.
 package connectors
@@ -47,7 +50,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindSink,
 		Plan:        planFileSink,
 		NewOperator: newFileSinkOperator,
-		Doc:         "writes rows to <path>/part-<subtask> as CSV or JSON lines",
+		Doc:         "writes rows to <path>/part-<subtask> as CSV or JSON lines; with checkpointing, exactly once by two-phase commit (part-<subtask>-<seq>)",
 	})
 	r.Register(stream.OperatorType{
 		Name:        "discard",

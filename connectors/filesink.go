@@ -12,8 +12,11 @@ import (
 
 // FileSinkConfig configures the "file" sink.
 type FileSinkConfig struct {
-	// Path is a directory, created if missing; subtask i writes
-	// <path>/part-<i>, replacing any earlier file of that name.
+	// Path is a directory, created if missing. Without checkpointing,
+	// subtask i writes <path>/part-<i>, replacing any earlier file of that
+	// name. With checkpointing, subtask i writes files part-<i>-<seq> that
+	// appear (atomically, by rename) when the checkpoint covering their rows
+	// completes; see FileSink.
 	Path string `json:"path"`
 	// Format is "jsonl" (default): one {"field": value} object per line, or
 	// "csv": a header line of field names, then RFC 4180 rows with nulls as
@@ -43,21 +46,57 @@ func planFileSink(p *stream.PlanContext) (*stream.Schema, error) {
 	return nil, err
 }
 
-// PartFile returns the file that subtask writes under dir.
+// PartFile returns the file that subtask writes under dir when the job does
+// not checkpoint.
 func PartFile(dir string, subtask int) string {
 	return filepath.Join(dir, "part-"+strconv.Itoa(subtask))
 }
 
-// FileSink is one subtask of the "file" sink. Rows are buffered and written
-// when the buffer fills and on Finish and Close.
+// FileSink is one subtask of the "file" sink. It has two modes, chosen at
+// Open by OperatorContext.Checkpointing:
+//
+//   - Without checkpointing it writes <path>/part-<subtask> directly, buffered,
+//     and flushes at Finish and Close.
+//   - With checkpointing it is a two-phase-commit sink (Flink's
+//     TwoPhaseCommitSinkFunction): rows go to a hidden in-progress file
+//     <path>/.part-<subtask>-<txn>.inprogress, opened lazily on the first row
+//     after a checkpoint. SnapshotState(n) flushes and fsyncs it and records
+//     it as pre-committed for checkpoint n under its final name
+//     part-<subtask>-<seq> (seq counts this subtask's non-empty transactions);
+//     NotifyCheckpointComplete(n) renames every pre-committed file of
+//     checkpoints up to n to its final name; an aborted checkpoint's files
+//     stay pending until a later checkpoint completes. RestoreState commits
+//     the transactions recorded in the checkpoint (idempotently: a final file
+//     without its in-progress file was already committed) and deletes this
+//     subtask's other in-progress files, whose rows will be replayed. A
+//     reader that ignores dot-files therefore sees each row exactly once and
+//     never a partial file. Rows written after the last checkpoint become
+//     visible only when a checkpoint taken after Finish completes.
+//
+// Each file (either mode) starts with a header line in format csv.
 type FileSink struct {
 	stream.BaseOperator
-	cfg    FileSinkConfig
-	format rowFormat
-	w      *partWriter
+	cfg     FileSinkConfig
+	format  rowFormat
+	schema  *stream.Schema
+	subtask int
+	w       *partWriter // the file being written
+
+	// The rest is used only with checkpointing.
+	txnl    bool
+	par     int
+	cur     int64 // transaction number of w
+	pending []txn // pre-committed transactions, oldest first
+	nextTxn int64 // the next in-progress file's number
+	nextSeq int64 // the next final file's number
+	cleaned bool  // stale in-progress files of this subtask were deleted
 }
 
-var _ stream.Operator = (*FileSink)(nil)
+var (
+	_ stream.Operator           = (*FileSink)(nil)
+	_ stream.Checkpointed       = (*FileSink)(nil)
+	_ stream.CheckpointListener = (*FileSink)(nil)
+)
 
 // NewFileSink returns a file sink for cfg, or a config error.
 func NewFileSink(cfg FileSinkConfig) (*FileSink, error) {
@@ -76,7 +115,8 @@ func newFileSinkOperator(config []byte) (stream.Operator, error) {
 	return NewFileSink(cfg)
 }
 
-// Open creates the directory and this subtask's part file.
+// Open creates the directory and, without checkpointing, this subtask's part
+// file.
 func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 	if len(octx.InputSchemas) != 1 {
 		return fmt.Errorf("file sink: want 1 input schema, got %d", len(octx.InputSchemas))
@@ -84,7 +124,11 @@ func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 	if err := os.MkdirAll(s.cfg.Path, 0o755); err != nil {
 		return fmt.Errorf("file sink: create output directory: %w", err)
 	}
-	w, err := createPartWriter(PartFile(s.cfg.Path, octx.Subtask), s.format, octx.InputSchemas[0])
+	s.schema, s.subtask, s.par = octx.InputSchemas[0], octx.Subtask, max(1, octx.Parallelism)
+	if octx.Checkpointing {
+		return s.openTransactional()
+	}
+	w, err := createPartWriter(PartFile(s.cfg.Path, octx.Subtask), s.format, s.schema)
 	if err != nil {
 		return err
 	}
@@ -94,15 +138,29 @@ func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 
 // ProcessBatch encodes b and releases it.
 func (s *FileSink) ProcessBatch(_ int, b *stream.Batch, _ stream.Collector) error {
-	err := s.w.write(b)
-	b.Release()
-	return err
+	defer b.Release()
+	if s.txnl {
+		if b.Len() == 0 {
+			return nil // an empty transaction makes no file
+		}
+		if err := s.beginTxn(); err != nil {
+			return err
+		}
+	}
+	return s.w.write(b)
 }
 
-// Finish writes everything buffered.
-func (s *FileSink) Finish(stream.Collector) error { return s.w.flush() }
+// Finish writes everything buffered. With checkpointing the rows stay in
+// the in-progress file until a checkpoint commits them.
+func (s *FileSink) Finish(stream.Collector) error {
+	if s.w == nil {
+		return nil
+	}
+	return s.w.flush()
+}
 
-// Close writes everything buffered and closes the file.
+// Close writes everything buffered and closes the file; with checkpointing
+// it commits nothing.
 func (s *FileSink) Close() error {
 	if s.w == nil {
 		return nil
@@ -145,6 +203,17 @@ func (w *partWriter) write(b *stream.Batch) error {
 func (w *partWriter) flush() error {
 	if err := w.out.flush(); err != nil {
 		return fmt.Errorf("file sink: write %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// sync flushes the file and makes it durable.
+func (w *partWriter) sync() error {
+	if err := w.flush(); err != nil {
+		return err
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("file sink: fsync %s: %w", w.path, err)
 	}
 	return nil
 }

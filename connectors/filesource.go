@@ -160,6 +160,8 @@ type FileSource struct {
 	splits   []FileSplit // this subtask's splits, in file order
 	restored []FileSplit // positions set before Open
 	cur      int         // index in splits of the file being read
+	subtask  int
+	files    int // number of files listed at Open, over all subtasks
 
 	f    *os.File
 	r    *bufio.Reader
@@ -237,6 +239,7 @@ func (s *FileSource) Open(_ context.Context, octx *stream.OperatorContext) error
 		return err
 	}
 	p := max(1, octx.Parallelism)
+	s.subtask, s.files = octx.Subtask, len(files)
 	saved := make(map[int]FileSplit, len(s.restored))
 	for _, sp := range s.restored {
 		saved[sp.File] = sp

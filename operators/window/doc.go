@@ -18,5 +18,10 @@
 // that time re-fires the window with the updated result), and a record all of
 // whose windows are past that point is dropped and counted.
 //
+// Both operator types implement stream.Checkpointed: a window snapshots its
+// accumulators per key group (so that a restore at another parallelism gets
+// exactly its key groups) and its watermark; the watermarks operator its
+// largest timestamp. The formats are described in checkpoint.go.
+//
 // The package imports the standard library and package stream only.
 package window

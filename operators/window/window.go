@@ -28,6 +28,7 @@ type Window struct {
 	spec *windowSpec
 	name string // for errors, e.g. `tumbling_window "counts"`
 	r    *resolved
+	in   *stream.Schema
 	out  *stream.Schema
 
 	st *store
@@ -105,7 +106,7 @@ func (w *Window) Open(_ context.Context, octx *stream.OperatorContext) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", w.name, err)
 	}
-	w.r, w.out = r, r.out
+	w.r, w.in, w.out = r, octx.InputSchemas[0], r.out
 	if octx.OutputSchema != nil {
 		if !octx.OutputSchema.Equal(r.out) {
 			return fmt.Errorf("%s: planned output schema %s differs from %s computed at run time; resubmit the job so that it is planned again", w.name, octx.OutputSchema, r.out)
