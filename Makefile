@@ -24,7 +24,7 @@ build:
 run: build
 	./scripts/run.sh
 
-test: vet
+test: vet $(BIN)/versitygw
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 vet:
@@ -56,3 +56,10 @@ lint: vet $(BIN)/staticcheck
 
 clean:
 	rm -rf $(BIN) .run
+
+# --- versitygw: the S3 server that the blobstore/s3store and checkpoint tests
+# start by themselves (blobstoretest.StartVersityGW looks for bin/versitygw). ---
+VERSITYGW_VERSION := v1.8.0
+$(BIN)/versitygw:
+	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+bin/versitygw: $(BIN)/versitygw

@@ -1,0 +1,217 @@
+package blobstoretest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/blobstore/s3store"
+)
+
+// VersityBucket is the bucket StartVersityGW creates.
+const VersityBucket = "weir-test"
+
+// EnvVersityGW names the versitygw binary to use instead of bin/versitygw
+// in the module root.
+const EnvVersityGW = "WEIR_VERSITYGW"
+
+var moduleRoot = sync.OnceValues(func() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("go env GOMOD: not inside a module")
+	}
+	return filepath.Dir(gomod), nil
+})
+
+// VersityGWPath returns the versitygw binary: $WEIR_VERSITYGW if set, else
+// bin/versitygw under the module root. It fails the test if there is none.
+func VersityGWPath(t testing.TB) string {
+	t.Helper()
+	const hint = "versitygw not found in bin/; run `make test` (it installs versitygw) or `make bin/versitygw`"
+	if p := os.Getenv(EnvVersityGW); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s=%s: %v; %s", EnvVersityGW, p, err, hint)
+		}
+		return p
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("%v; %s", err, hint)
+	}
+	p := filepath.Join(root, "bin", "versitygw")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s (looked for %s)", hint, p)
+	}
+	return p
+}
+
+// lockedBuffer collects a child process's output for error messages.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() < 1<<20 {
+		b.buf.Write(p)
+	}
+	return len(p), nil
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func freePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pick a free port: %v", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// StartVersityGW starts a versitygw S3 server with its posix backend on a
+// temporary directory, listening on a free port of 127.0.0.1, creates the
+// bucket VersityBucket, and stops the server in t.Cleanup. It returns the
+// endpoint (host:port, plain http) and the root credentials.
+//
+// The binary is found by VersityGWPath; the test fails if it is missing.
+func StartVersityGW(t testing.TB) (endpoint, accessKey, secretKey string) {
+	t.Helper()
+	bin := VersityGWPath(t)
+	accessKey = "weirtest" + randomHex(4)
+	secretKey = randomHex(16)
+	dir := t.TempDir()
+	var lastErr error
+	for range 3 { // another process may take the port between pick and bind
+		addr := freePort(t)
+		if err := startVersityGW(t, bin, addr, dir, accessKey, secretKey); err != nil {
+			lastErr = err
+			continue
+		}
+		cfg := s3store.Config{Endpoint: addr, AccessKey: accessKey, SecretKey: secretKey, Bucket: VersityBucket}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s3store.MakeBucket(ctx, cfg); err != nil {
+			t.Fatalf("versitygw on %s: %v", addr, err)
+		}
+		return addr, accessKey, secretKey
+	}
+	t.Fatalf("start versitygw: %v", lastErr)
+	return "", "", ""
+}
+
+// startVersityGW runs the server and waits until it answers HTTP. On
+// success the server is stopped in t.Cleanup.
+func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string) error {
+	t.Helper()
+	var out lockedBuffer
+	cmd := exec.Command(bin,
+		"--port", addr,
+		"--access", accessKey,
+		"--secret", secretKey,
+		"--region", "us-east-1",
+		"--quiet",
+		"posix", dir)
+	// Keep the root credentials out of the environment the server sees.
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY=", "ROOT_SECRET_KEY=", "ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY=")
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}
+
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("versitygw on %s exited before answering (%v); output:\n%s", addr, waitErr, out.String())
+		default:
+		}
+		resp, err := client.Get("http://" + addr + "/")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return fmt.Errorf("versitygw on %s did not answer within 30s (last error: %v); output:\n%s", addr, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("versitygw on %s output:\n%s", addr, out.String())
+		}
+	})
+	return nil
+}
+
+// NewS3Store returns an s3store on the server StartVersityGW started,
+// under a fresh random prefix, so that every call sees an empty store.
+func NewS3Store(t testing.TB, endpoint, accessKey, secretKey string) *s3store.Store {
+	t.Helper()
+	s, err := s3store.New(t.Context(), S3Config(endpoint, accessKey, secretKey, "t-"+randomHex(6)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// S3Config returns the s3store configuration for the bucket StartVersityGW
+// created, under prefix.
+func S3Config(endpoint, accessKey, secretKey, prefix string) s3store.Config {
+	return s3store.Config{
+		Endpoint:  endpoint,
+		AccessKey: accessKey,
+		SecretKey: secretKey,
+		Bucket:    VersityBucket,
+		Prefix:    prefix,
+	}
+}

@@ -1,0 +1,309 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/proto/weirpb"
+)
+
+// ManifestVersion is the manifest (and completed pointer) version this
+// package writes and the only one it reads.
+const ManifestVersion = 1
+
+var marshal = proto.MarshalOptions{Deterministic: true}
+
+// WriteManifest stores m at ManifestKey(m.JobId, m.CheckpointId) and returns
+// the key and the hex SHA-256 of the stored bytes (for the completed
+// pointer). A zero m.Version is written as ManifestVersion; m is not
+// modified.
+func (s *Storage) WriteManifest(ctx context.Context, m *weirpb.Manifest) (key, sha string, err error) {
+	if err := validSegment("job id", m.GetJobId()); err != nil {
+		return "", "", err
+	}
+	if m.GetCheckpointId() < 0 {
+		return "", "", fmt.Errorf("checkpoint %d: write manifest: negative checkpoint id", m.GetCheckpointId())
+	}
+	switch m.GetVersion() {
+	case 0:
+		m = proto.CloneOf(m)
+		m.Version = ManifestVersion
+	case ManifestVersion:
+	default:
+		return "", "", fmt.Errorf("checkpoint %d: write manifest: version %d; this Weir writes version %d", m.GetCheckpointId(), m.GetVersion(), ManifestVersion)
+	}
+	data, err := marshal.Marshal(m)
+	if err != nil {
+		return "", "", fmt.Errorf("checkpoint %d: encode manifest: %w", m.GetCheckpointId(), err)
+	}
+	key = ManifestKey(m.GetJobId(), m.GetCheckpointId())
+	if err := s.store.Put(ctx, key, data); err != nil {
+		return "", "", fmt.Errorf("checkpoint %d: write manifest: %w", m.GetCheckpointId(), err)
+	}
+	return key, sha256Hex(data), nil
+}
+
+// ReadManifest reads the manifest of checkpoint id of job jobID. A missing
+// manifest gives an error wrapping blobstore.ErrNotFound; a manifest of an
+// unknown version, or for another job or checkpoint, is rejected.
+func (s *Storage) ReadManifest(ctx context.Context, jobID string, id int64) (*weirpb.Manifest, error) {
+	m, _, err := s.readManifest(ctx, jobID, id)
+	return m, err
+}
+
+func (s *Storage) readManifest(ctx context.Context, jobID string, id int64) (*weirpb.Manifest, []byte, error) {
+	if err := validSegment("job id", jobID); err != nil {
+		return nil, nil, err
+	}
+	key := ManifestKey(jobID, id)
+	data, err := s.store.Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, blobstore.ErrNotFound) {
+			return nil, nil, fmt.Errorf("checkpoint %d of job %s: manifest %s missing; the checkpoint never completed or was deleted: %w", id, jobID, key, err)
+		}
+		return nil, nil, fmt.Errorf("checkpoint %d of job %s: read manifest: %w", id, jobID, err)
+	}
+	m := &weirpb.Manifest{}
+	if err := proto.Unmarshal(data, m); err != nil {
+		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s: cannot decode (%v); the object is corrupt or not a Weir manifest: %w", id, key, err, ErrCorrupt)
+	}
+	switch v := m.GetVersion(); {
+	case v == 0:
+		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s has no version; the object is corrupt or not a Weir manifest: %w", id, key, ErrCorrupt)
+	case v != ManifestVersion:
+		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s has version %d, but this Weir reads version %d only; restore it with the Weir version that wrote it", id, key, v, ManifestVersion)
+	}
+	if m.GetJobId() != jobID || m.GetCheckpointId() != id {
+		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s describes checkpoint %d of job %q; the object was copied or renamed: %w", id, key, m.GetCheckpointId(), m.GetJobId(), ErrCorrupt)
+	}
+	return m, data, nil
+}
+
+// WritePointer stores p as the job's completed-checkpoint pointer,
+// replacing the previous one. A zero p.Version is written as
+// ManifestVersion; p is not modified.
+func (s *Storage) WritePointer(ctx context.Context, jobID string, p *weirpb.CompletedPointer) error {
+	if err := validSegment("job id", jobID); err != nil {
+		return err
+	}
+	switch p.GetVersion() {
+	case 0:
+		p = proto.CloneOf(p)
+		p.Version = ManifestVersion
+	case ManifestVersion:
+	default:
+		return fmt.Errorf("checkpoint: job %s: write completed pointer: version %d; this Weir writes version %d", jobID, p.GetVersion(), ManifestVersion)
+	}
+	data, err := marshal.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("checkpoint: job %s: encode completed pointer: %w", jobID, err)
+	}
+	if err := s.store.Put(ctx, PointerKey(jobID), data); err != nil {
+		return fmt.Errorf("checkpoint %d: job %s: write completed pointer: %w", p.GetCheckpointId(), jobID, err)
+	}
+	return nil
+}
+
+// ReadPointer reads the job's completed-checkpoint pointer. If the job has
+// none the error wraps blobstore.ErrNotFound.
+func (s *Storage) ReadPointer(ctx context.Context, jobID string) (*weirpb.CompletedPointer, error) {
+	if err := validSegment("job id", jobID); err != nil {
+		return nil, err
+	}
+	key := PointerKey(jobID)
+	data, err := s.store.Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, blobstore.ErrNotFound) {
+			return nil, fmt.Errorf("checkpoint: job %s has no completed checkpoint (no %s): %w", jobID, key, err)
+		}
+		return nil, fmt.Errorf("checkpoint: job %s: read completed pointer: %w", jobID, err)
+	}
+	p := &weirpb.CompletedPointer{}
+	if err := proto.Unmarshal(data, p); err != nil {
+		return nil, fmt.Errorf("checkpoint: object %s: cannot decode (%v); the object is corrupt: %w", key, err, ErrCorrupt)
+	}
+	if v := p.GetVersion(); v != ManifestVersion {
+		return nil, fmt.Errorf("checkpoint: object %s has version %d, but this Weir reads version %d only: %w", key, v, ManifestVersion, ErrCorrupt)
+	}
+	return p, nil
+}
+
+// ReadLatestManifest follows the job's completed pointer to its manifest
+// and checks the manifest's SHA-256 against the pointer.
+func (s *Storage) ReadLatestManifest(ctx context.Context, jobID string) (*weirpb.Manifest, error) {
+	p, err := s.ReadPointer(ctx, jobID)
+	if err != nil {
+		return nil, err
+	}
+	id := p.GetCheckpointId()
+	if key := ManifestKey(jobID, id); p.GetManifestKey() != "" && p.GetManifestKey() != key {
+		return nil, fmt.Errorf("checkpoint %d: completed pointer %s names manifest %s, want %s: %w", id, PointerKey(jobID), p.GetManifestKey(), key, ErrCorrupt)
+	}
+	m, data, err := s.readManifest(ctx, jobID, id)
+	if err != nil {
+		return nil, err
+	}
+	if want := p.GetManifestSha256(); want != "" {
+		if got := sha256Hex(data); got != want {
+			return nil, fmt.Errorf("checkpoint %d: object %s: checksum mismatch (want sha256 %s, got %s); the object was modified or truncated: %w",
+				id, ManifestKey(jobID, id), want, got, ErrCorrupt)
+		}
+	}
+	return m, nil
+}
+
+// DeleteCheckpoint deletes every object of checkpoint id of job jobID
+// (everything under CheckpointPrefix). Deleting a checkpoint that has no
+// objects is not an error.
+func (s *Storage) DeleteCheckpoint(ctx context.Context, jobID string, id int64) error {
+	if err := validSegment("job id", jobID); err != nil {
+		return err
+	}
+	infos, err := s.store.List(ctx, CheckpointPrefix(jobID, id))
+	if err != nil {
+		return fmt.Errorf("checkpoint %d of job %s: delete: %w", id, jobID, err)
+	}
+	// Delete the manifest first, so that a checkpoint whose deletion is
+	// interrupted no longer looks complete.
+	slices.SortStableFunc(infos, func(a, b blobstore.ObjectInfo) int {
+		return boolInt(!strings.HasSuffix(a.Key, "/_manifest")) - boolInt(!strings.HasSuffix(b.Key, "/_manifest"))
+	})
+	if len(infos) > 0 && strings.HasSuffix(infos[0].Key, "/_manifest") {
+		if err := s.store.Delete(ctx, infos[0].Key); err != nil {
+			return fmt.Errorf("checkpoint %d of job %s: delete: %w", id, jobID, err)
+		}
+		infos = infos[1:]
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fetchParallelism)
+	for _, info := range infos {
+		g.Go(func() error { return s.store.Delete(gctx, info.Key) })
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("checkpoint %d of job %s: delete: %w", id, jobID, err)
+	}
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ListCheckpointIDs returns, ascending, the ids of the job's checkpoints
+// that have any object in storage — completed ones (with a manifest) and
+// leftovers of aborted or in-progress ones alike.
+func (s *Storage) ListCheckpointIDs(ctx context.Context, jobID string) ([]int64, error) {
+	if err := validSegment("job id", jobID); err != nil {
+		return nil, err
+	}
+	prefix := jobID + "/chk-"
+	infos, err := s.store.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: job %s: list checkpoints: %w", jobID, err)
+	}
+	var ids []int64
+	for _, info := range infos {
+		num, _, ok := strings.Cut(strings.TrimPrefix(info.Key, prefix), "/")
+		if !ok {
+			continue
+		}
+		id, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || id < 0 || strconv.FormatInt(id, 10) != num {
+			continue // not a checkpoint directory of ours
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// FormatManifest renders m as text for people (weir checkpoints inspect).
+func FormatManifest(m *weirpb.Manifest) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "job:             %s", m.GetJobId())
+	if m.GetJobName() != "" {
+		fmt.Fprintf(&b, " (%s)", m.GetJobName())
+	}
+	b.WriteByte('\n')
+	fmt.Fprintf(&b, "checkpoint:      %d\n", m.GetCheckpointId())
+	fmt.Fprintf(&b, "manifest:        version %d\n", m.GetVersion())
+	fmt.Fprintf(&b, "mode:            %s\n", modeName(m.GetMode()))
+	fmt.Fprintf(&b, "triggered:       %s\n", formatMillis(m.GetTriggerTimeMs()))
+	fmt.Fprintf(&b, "completed:       %s", formatMillis(m.GetCompleteTimeMs()))
+	if m.GetTriggerTimeMs() > 0 && m.GetCompleteTimeMs() >= m.GetTriggerTimeMs() {
+		fmt.Fprintf(&b, " (took %v)", time.Duration(m.GetCompleteTimeMs()-m.GetTriggerTimeMs())*time.Millisecond)
+	}
+	b.WriteByte('\n')
+	fmt.Fprintf(&b, "max parallelism: %d\n", m.GetMaxParallelism())
+	var total int64
+	var handles int
+	for _, op := range m.GetOperators() {
+		for _, h := range op.GetHandles() {
+			total += h.GetSize()
+			handles++
+		}
+	}
+	fmt.Fprintf(&b, "state:           %s in %d objects\n", formatBytes(total), handles)
+	for _, op := range m.GetOperators() {
+		var opSize int64
+		for _, h := range op.GetHandles() {
+			opSize += h.GetSize()
+		}
+		fmt.Fprintf(&b, "operator %s: parallelism %d, %s\n", op.GetOperatorUid(), op.GetParallelism(), formatBytes(opSize))
+		hs := slices.Clone(op.GetHandles())
+		slices.SortStableFunc(hs, func(a, b *weirpb.StateHandle) int { return int(a.GetSubtask()) - int(b.GetSubtask()) })
+		for _, h := range hs {
+			kg := "-"
+			if h.GetKeyGroupEnd() >= h.GetKeyGroupStart() {
+				kg = fmt.Sprintf("%d..%d", h.GetKeyGroupStart(), h.GetKeyGroupEnd())
+			}
+			sha := h.GetSha256()
+			if len(sha) > 12 {
+				sha = sha[:12]
+			}
+			fmt.Fprintf(&b, "  subtask %-3d key groups %-9s %10s  sha256 %-12s  %s\n", h.GetSubtask(), kg, formatBytes(h.GetSize()), sha, h.GetKey())
+		}
+	}
+	return b.String()
+}
+
+func modeName(m weirpb.CheckpointMode) string {
+	switch m {
+	case weirpb.CheckpointMode_CHECKPOINT_MODE_EXACTLY_ONCE:
+		return "exactly_once"
+	case weirpb.CheckpointMode_CHECKPOINT_MODE_AT_LEAST_ONCE:
+		return "at_least_once"
+	}
+	return "unspecified"
+}
+
+func formatMillis(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000 UTC")
+}
+
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
