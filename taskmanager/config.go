@@ -28,6 +28,9 @@ type Config struct {
 	// CreditsPerChannel is the number of batches a receiver buffers per
 	// input channel (credit-based flow control). Default 4.
 	CreditsPerChannel int
+	// MetricsAddress is where Prometheus metrics are served at /metrics
+	// (host:port); empty disables them. Default empty.
+	MetricsAddress string
 	// RegisterRetry is the pause between attempts to reach the jobmanager.
 	// Default 1s.
 	RegisterRetry time.Duration

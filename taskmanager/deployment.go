@@ -23,6 +23,11 @@ func toTaskSpec(d *weirpb.TaskDeployment) (*dataflow.TaskSpec, error) {
 		Parallelism:    int(d.GetParallelism()),
 		MaxParallelism: int(d.GetMaxParallelism()),
 		TaskName:       d.GetTaskName(),
+		Checkpointing:  d.GetCheckpointing().GetEnabled(),
+		Mode:           stream.CheckpointMode(d.GetCheckpointing().GetMode()),
+	}
+	if spec.Checkpointing && d.GetCheckpointing().GetStorage() == "" {
+		return nil, errors.New("checkpointing is on but the deployment names no checkpoint storage")
 	}
 	for _, co := range d.GetChain() {
 		v, err := weirpb.ToVertex(co.GetVertex())

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
@@ -42,6 +44,9 @@ type TaskManager struct {
 
 	exchange *dataflow.Exchange
 	client   weirpb.ClusterServiceClient
+	storages storages
+	metrics  *metrics
+	uploads  sync.WaitGroup // checkpoint uploads in flight
 }
 
 type taskKey struct {
@@ -54,6 +59,10 @@ type runningTask struct {
 	id     *weirpb.ExecutionID
 	name   string
 	task   *dataflow.Task
+	deploy *weirpb.TaskDeployment
+	spec   *dataflow.TaskSpec
+	// cancel stops the task; it also stops the task's checkpoint uploads,
+	// which otherwise may outlive a task that finished.
 	cancel context.CancelFunc
 	state  weirpb.TaskState
 	err    string
@@ -69,6 +78,7 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	}
 	tm := &TaskManager{cfg: cfg, reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID), ready: make(chan struct{})}
 	tm.mu.tasks = make(map[taskKey]*runningTask)
+	tm.metrics = newMetrics(tm)
 	tm.mu.hbInterval = time.Second
 	tm.mu.hbTimeout = 10 * time.Second
 	return tm, nil
@@ -118,7 +128,33 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	close(tm.ready)
 	tm.log.Info("taskmanager listening", "address", tm.addr, "slots", tm.cfg.Slots, "jobmanager", tm.cfg.JobManagerAddress)
 
+	var metricsSrv *http.Server
+	var metricsLis net.Listener
+	if tm.cfg.MetricsAddress != "" {
+		metricsLis, err = net.Listen("tcp", tm.cfg.MetricsAddress)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("taskmanager: metrics listen on %s: %w", tm.cfg.MetricsAddress, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(tm.metrics.reg, promhttp.HandlerOpts{}))
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		tm.log.Info("metrics served", "address", metricsLis.Addr().String())
+	}
+
 	g, gctx := errgroup.WithContext(ctx)
+	if metricsSrv != nil {
+		g.Go(func() error {
+			if err := metricsSrv.Serve(metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("taskmanager: metrics: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			return metricsSrv.Close()
+		})
+	}
 	g.Go(func() error {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("taskmanager: serve: %w", err)
@@ -129,6 +165,7 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		tm.membership(gctx)
 		tm.stopTasks()
 		tm.wg.Wait()
+		tm.uploads.Wait()
 		tm.exchange.Close()
 		srv.Stop()
 		return nil
@@ -290,25 +327,33 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "task %s: %v", d.GetTaskName(), err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if spec.Checkpointing {
+		spec.Hooks = &taskHooks{tm: tm, id: d.GetId(), name: d.GetTaskName(), storage: d.GetCheckpointing().GetStorage(),
+			spec: spec, ctx: ctx, wg: &tm.uploads}
+	}
 	task, err := dataflow.NewTask(spec, tm.reg, tm.exchange, tm.log)
 	if err != nil {
+		cancel()
 		return status.Errorf(codes.InvalidArgument, "task %s: %v", d.GetTaskName(), err)
 	}
 	k := keyOf(d.GetId())
 	tm.mu.Lock()
 	if tm.mu.stopping {
 		tm.mu.Unlock()
+		cancel()
 		return status.Errorf(codes.Unavailable, "task %s: taskmanager %s is shutting down; deploy the task elsewhere", d.GetTaskName(), tm.cfg.ID)
 	}
 	if old, ok := tm.mu.tasks[k]; ok && !terminal(old.state) {
 		if old.id.GetAttempt() >= d.GetId().GetAttempt() {
 			tm.mu.Unlock()
+			cancel()
 			return status.Errorf(codes.AlreadyExists, "task %s attempt %d is already running here", d.GetTaskName(), old.id.GetAttempt())
 		}
 		old.cancel() // an older attempt: it is stale
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rt := &runningTask{id: d.GetId(), name: d.GetTaskName(), task: task, cancel: cancel, state: weirpb.TaskState_TASK_STATE_RUNNING}
+	rt := &runningTask{id: d.GetId(), name: d.GetTaskName(), task: task, deploy: d, spec: spec, cancel: cancel,
+		state: weirpb.TaskState_TASK_STATE_RUNNING}
 	tm.mu.tasks[k] = rt
 	tm.wg.Add(1)
 	tm.mu.Unlock()
@@ -321,7 +366,10 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
 func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 	defer tm.wg.Done()
 	tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "")
-	err := rt.task.Run(ctx)
+	err := tm.restoreState(ctx, rt.deploy, rt.spec)
+	if err == nil {
+		err = rt.task.Run(ctx)
+	}
 	state, msg := weirpb.TaskState_TASK_STATE_FINISHED, ""
 	switch {
 	case err == nil:
@@ -388,6 +436,30 @@ func (s *executorServer) SubmitTask(_ context.Context, req *weirpb.SubmitTaskReq
 		return nil, err
 	}
 	return &weirpb.SubmitTaskResponse{}, nil
+}
+
+func (s *executorServer) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpointRequest) (*weirpb.TriggerCheckpointResponse, error) {
+	rt, ok := s.tm.task(req.GetId())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "trigger checkpoint %d: no such task attempt on taskmanager %s", req.GetCheckpointId(), s.tm.cfg.ID)
+	}
+	if err := rt.task.TriggerCheckpoint(req.GetCheckpointId(), req.GetTimestampMs()); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "trigger checkpoint %d on task %s: %v", req.GetCheckpointId(), rt.name, err)
+	}
+	return &weirpb.TriggerCheckpointResponse{}, nil
+}
+
+func (s *executorServer) NotifyCheckpoint(_ context.Context, req *weirpb.NotifyCheckpointRequest) (*weirpb.NotifyCheckpointResponse, error) {
+	rt, ok := s.tm.task(req.GetId())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "notify checkpoint %d: no such task attempt on taskmanager %s", req.GetCheckpointId(), s.tm.cfg.ID)
+	}
+	if req.GetComplete() {
+		rt.task.NotifyCheckpointComplete(req.GetCheckpointId())
+	} else {
+		rt.task.NotifyCheckpointAborted(req.GetCheckpointId())
+	}
+	return &weirpb.NotifyCheckpointResponse{}, nil
 }
 
 func (s *executorServer) CancelTask(_ context.Context, req *weirpb.CancelTaskRequest) (*weirpb.CancelTaskResponse, error) {

@@ -253,8 +253,17 @@ func (c *Cluster) Job(id string) (*weirpb.GetJobResponse, error) {
 // WaitJob waits until the job reaches a terminal state and returns it.
 func (c *Cluster) WaitJob(id string, timeout time.Duration) *weirpb.GetJobResponse {
 	c.t.Helper()
+	return c.WaitJobWhile(id, timeout, nil)
+}
+
+// WaitJobWhile is WaitJob that also calls during (if not nil) at every poll.
+func (c *Cluster) WaitJobWhile(id string, timeout time.Duration, during func()) *weirpb.GetJobResponse {
+	c.t.Helper()
 	var last *weirpb.GetJobResponse
 	Eventually(c.t, timeout, "job "+id+" ends", func() bool {
+		if during != nil {
+			during()
+		}
 		resp, err := c.Job(id)
 		if err != nil {
 			return false
@@ -267,6 +276,28 @@ func (c *Cluster) WaitJob(id string, timeout time.Duration) *weirpb.GetJobRespon
 		return false
 	})
 	return last
+}
+
+// Checkpoints lists the job's checkpoints.
+func (c *Cluster) Checkpoints(id string) (*weirpb.ListCheckpointsResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Client.ListCheckpoints(ctx, &weirpb.ListCheckpointsRequest{JobId: id})
+}
+
+// JobRestarts returns how often the job was restarted: its tasks' current
+// attempt number minus one.
+func (c *Cluster) JobRestarts(id string) int {
+	c.t.Helper()
+	resp, err := c.Job(id)
+	if err != nil {
+		c.t.Fatalf("job %s: %v", id, err)
+	}
+	var attempt int64
+	for _, t := range resp.GetTasks() {
+		attempt = max(attempt, t.GetId().GetAttempt())
+	}
+	return int(attempt) - 1
 }
 
 // Weir runs the weir CLI against the cluster and returns its combined

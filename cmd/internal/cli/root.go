@@ -24,7 +24,7 @@ func NewWeirCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	cc.bind(root)
-	root.AddCommand(newSubmitCommand(&cc), newJobsCommand(&cc), newTaskManagersCommand(&cc), newLocalCommand(),
+	root.AddCommand(newSubmitCommand(&cc), newJobsCommand(&cc), newTaskManagersCommand(&cc), newCheckpointsCommand(&cc), newLocalCommand(),
 		NewJobManagerCommand(), NewTaskManagerCommand())
 	return root
 }

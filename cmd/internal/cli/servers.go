@@ -148,6 +148,7 @@ type taskManagerFile struct {
 	AdvertiseAddress  string `yaml:"advertiseAddress"`
 	Slots             int    `yaml:"slots"`
 	CreditsPerChannel int    `yaml:"creditsPerChannel"`
+	MetricsAddress    string `yaml:"metricsAddress"`
 }
 
 // NewTaskManagerCommand returns the taskmanager process command.
@@ -185,6 +186,9 @@ func NewTaskManagerCommand() *cobra.Command {
 				if f.Slots != 0 && !set("slots") {
 					cfg.Slots = f.Slots
 				}
+				if f.MetricsAddress != "" && !set("metrics-address") {
+					cfg.MetricsAddress = f.MetricsAddress
+				}
 				if f.CreditsPerChannel != 0 && !set("credits-per-channel") {
 					cfg.CreditsPerChannel = f.CreditsPerChannel
 				}
@@ -208,6 +212,7 @@ func NewTaskManagerCommand() *cobra.Command {
 	f.StringVar(&cfg.RPCAddress, "rpc-address", cfg.RPCAddress, "listen address for the jobmanager and other taskmanagers")
 	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", cfg.AdvertiseAddress, "address others reach this taskmanager at (default: the listen address)")
 	f.IntVar(&cfg.Slots, "slots", cfg.Slots, "number of task slots")
+	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)")
 	f.IntVar(&cfg.CreditsPerChannel, "credits-per-channel", cfg.CreditsPerChannel, "batches buffered per input channel (flow-control credits)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd

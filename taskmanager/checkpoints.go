@@ -1,0 +1,168 @@
+package taskmanager
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/dataflow"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// storages caches open checkpoint storages by URI; they are safe for
+// concurrent use and shared by all tasks of the taskmanager.
+type storages struct {
+	mu sync.Mutex
+	m  map[string]*checkpoint.Storage
+}
+
+func (s *storages) open(ctx context.Context, uri string) (*checkpoint.Storage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.m[uri]; ok {
+		return st, nil
+	}
+	st, err := checkpoint.OpenStorage(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	if s.m == nil {
+		s.m = make(map[string]*checkpoint.Storage)
+	}
+	s.m[uri] = st
+	return st, nil
+}
+
+// restoreState loads the state of every chained operator from the handles
+// of the deployment. It runs on the task's goroutine before the task starts,
+// so a large restore does not hold up the jobmanager's deploy call.
+func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeployment, spec *dataflow.TaskSpec) error {
+	if d.GetRestoreCheckpointId() == 0 || len(d.GetRestore()) == 0 {
+		return nil
+	}
+	st, err := tm.storages.open(ctx, d.GetCheckpointing().GetStorage())
+	if err != nil {
+		return fmt.Errorf("restore from checkpoint %d: %w", d.GetRestoreCheckpointId(), err)
+	}
+	byUID := make(map[string][]*weirpb.StateHandle)
+	var size int64
+	for _, h := range d.GetRestore() {
+		byUID[h.GetOperatorUid()] = append(byUID[h.GetOperatorUid()], h)
+		size += h.GetSize()
+	}
+	kg := stream.KeyGroupRangeFor(spec.MaxParallelism, spec.Parallelism, spec.Subtask)
+	spec.RestoreCheckpointID = d.GetRestoreCheckpointId()
+	spec.Restore = make(map[string]*stream.OperatorSnapshot, len(byUID))
+	start := time.Now()
+	for uid, hs := range byUID {
+		snap, err := st.LoadOperatorState(ctx, hs, kg, spec.Subtask, spec.Parallelism)
+		if err != nil {
+			return fmt.Errorf("restore operator %q from checkpoint %d: %w", uid, d.GetRestoreCheckpointId(), err)
+		}
+		spec.Restore[uid] = snap
+	}
+	tm.metrics.stateBytesRead.Add(float64(size))
+	tm.log.Info("state restored", "task", spec.TaskName, "checkpoint", d.GetRestoreCheckpointId(),
+		"bytes", size, "duration", time.Since(start))
+	return nil
+}
+
+// taskHooks receives a task's snapshots and uploads them in the background,
+// then acknowledges the checkpoint to the jobmanager.
+type taskHooks struct {
+	tm      *TaskManager
+	id      *weirpb.ExecutionID
+	name    string
+	storage string
+	spec    *dataflow.TaskSpec
+	ctx     context.Context // cancelled when the task is cancelled or fails
+	wg      *sync.WaitGroup // uploads in flight
+}
+
+var _ dataflow.CheckpointHooks = (*taskHooks)(nil)
+
+func (h *taskHooks) SnapshotTaken(id, timestamp int64, snaps map[string]*stream.OperatorSnapshot, stats dataflow.SnapshotStats) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		start := time.Now()
+		handles, bytes, err := h.upload(id, snaps)
+		if err != nil {
+			if h.ctx.Err() == nil {
+				h.tm.log.Warn("checkpoint upload failed; declining", "task", h.name, "checkpoint", id, "err", err)
+				h.decline(id, err)
+			}
+			return
+		}
+		async := time.Since(start)
+		h.tm.metrics.observeSnapshot(h.id.GetJobId(), h.name, bytes, stats, async)
+		ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+		defer cancel()
+		_, err = h.tm.client.AcknowledgeCheckpoint(ctx, &weirpb.AcknowledgeCheckpointRequest{
+			TaskmanagerId: h.tm.cfg.ID, Id: h.id, CheckpointId: id, Handles: handles,
+			SyncDurationMs: stats.Sync.Milliseconds(), AsyncDurationMs: async.Milliseconds(),
+			AlignmentDurationMs: stats.Alignment.Milliseconds(), Bytes: bytes,
+		})
+		if err != nil && h.ctx.Err() == nil {
+			h.tm.log.Warn("checkpoint acknowledgement failed", "task", h.name, "checkpoint", id, "err", err)
+		}
+	}()
+}
+
+func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) ([]*weirpb.StateHandle, int64, error) {
+	st, err := h.tm.storages.open(h.ctx, h.storage)
+	if err != nil {
+		return nil, 0, err
+	}
+	uids := make([]string, 0, len(snaps))
+	for uid := range snaps {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	kg := stream.KeyGroupRangeFor(h.spec.MaxParallelism, h.spec.Parallelism, h.spec.Subtask)
+	var handles []*weirpb.StateHandle
+	var total int64
+	for _, uid := range uids {
+		data, err := checkpoint.EncodeSnapshot(snaps[uid])
+		if err != nil {
+			return nil, 0, fmt.Errorf("operator %q: encode snapshot: %w", uid, err)
+		}
+		hd, err := st.UploadSnapshot(h.ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.spec.Parallelism, h.id.GetAttempt(), kg, data)
+		if err != nil {
+			return nil, 0, fmt.Errorf("operator %q: %w", uid, err)
+		}
+		handles = append(handles, hd)
+		total += int64(len(data))
+	}
+	return handles, total, nil
+}
+
+func (h *taskHooks) SnapshotFailed(id int64, err error) {
+	h.decline(id, err)
+}
+
+func (h *taskHooks) decline(id int64, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := h.tm.client.DeclineCheckpoint(ctx, &weirpb.DeclineCheckpointRequest{
+		TaskmanagerId: h.tm.cfg.ID, Id: h.id, CheckpointId: id, Reason: fmt.Sprintf("task %s: %v", h.name, cause),
+	})
+	if err != nil {
+		h.tm.log.Debug("decline failed", "task", h.name, "checkpoint", id, "err", err)
+	}
+}
+
+// task returns the running task with exactly this execution id.
+func (tm *TaskManager) task(id *weirpb.ExecutionID) (*runningTask, bool) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	rt, ok := tm.mu.tasks[keyOf(id)]
+	if !ok || rt.id.GetAttempt() != id.GetAttempt() {
+		return nil, false
+	}
+	return rt, true
+}
