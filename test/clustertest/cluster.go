@@ -85,6 +85,10 @@ type Options struct {
 	HeartbeatTimeout time.Duration
 	// SlotWaitTimeout for the jobmanager (default 30s).
 	SlotWaitTimeout time.Duration
+	// Env is added to every process's environment (e.g. WEIR_S3_*).
+	Env []string
+	// LogLevel of the processes (default debug).
+	LogLevel string
 }
 
 // Process is one running Weir process.
@@ -119,11 +123,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Slots == 0 {
 		opts.Slots = 2
 	}
+	if opts.LogLevel == "" {
+		opts.LogLevel = "debug"
+	}
 	c := &Cluster{t: t, bin: Binaries(t), dir: t.TempDir(), opts: opts}
 	t.Cleanup(c.stop)
 
 	addrFile := filepath.Join(c.dir, "jobmanager.addr")
-	args := []string{"--rpc-address", "127.0.0.1:0", "--rest-address", "127.0.0.1:0", "--address-file", addrFile, "--log-level", "debug"}
+	args := []string{"--rpc-address", "127.0.0.1:0", "--rest-address", "127.0.0.1:0", "--address-file", addrFile, "--log-level", opts.LogLevel}
 	if opts.HeartbeatTimeout > 0 {
 		args = append(args, "--heartbeat-timeout", opts.HeartbeatTimeout.String())
 	}
@@ -159,7 +166,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 func (c *Cluster) startTaskManager(i int) *Process {
 	id := "tm-" + strconv.Itoa(i)
 	return c.spawn(id, filepath.Join(c.bin, "taskmanager"), []string{"--id", id, "--jobmanager", c.RPCAddr,
-		"--rpc-address", "127.0.0.1:0", "--slots", strconv.Itoa(c.opts.Slots), "--log-level", "debug"})
+		"--rpc-address", "127.0.0.1:0", "--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel})
 }
 
 func (c *Cluster) spawn(name, exe string, args []string) *Process {
@@ -170,6 +177,7 @@ func (c *Cluster) spawn(name, exe string, args []string) *Process {
 		c.t.Fatal(err)
 	}
 	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), c.opts.Env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()
