@@ -2,7 +2,11 @@ package dataflow
 
 import (
 	"context"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -136,4 +140,75 @@ func BenchmarkLocalHashExchange(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(tasks[0].Metrics().RecordsOut.Load())/b.Elapsed().Seconds(), "rows/s")
+}
+
+// ckBenchSource is benchSource with its position as checkpointed state.
+type ckBenchSource struct{ benchSource }
+
+func (s *ckBenchSource) SnapshotState(c *stream.SnapshotContext) error {
+	c.AddListState("pos", binary.LittleEndian.AppendUint64(nil, uint64(s.n)))
+	return nil
+}
+
+func (s *ckBenchSource) RestoreState(*stream.RestoreContext) error { return nil }
+
+// BenchmarkLocalChainWithCheckpoints is BenchmarkLocalChain with
+// checkpointing on: a checkpoint of the source's position is triggered about
+// every 1000 batches and completed at once, and the task ends with its final
+// checkpoint. One iteration is one batch.
+func BenchmarkLocalChainWithCheckpoints(b *testing.B) {
+	reg := benchRegistry(b.N)
+	reg.Register(stream.OperatorType{
+		Name: "ckbench", Kind: stream.KindSource,
+		Plan:      func(*stream.PlanContext) (*stream.Schema, error) { return benchSchema, nil },
+		NewSource: func([]byte) (stream.Source, error) { return &ckBenchSource{benchSource{batches: b.N}}, nil },
+	})
+	bld := stream.NewBuilder("bench").Parallelism(1)
+	bld.Source("src", "ckbench", nil).Then("pass", "pass", nil).Then("sink", "discard", nil)
+	g := plan(b, bld, reg)
+	x := localExchange(b, "local")
+	spec := buildSpecs(b, g, [][]int{{0, 1, 2}}, func(int, int) string { return "local" })[0]
+	hooks := newFakeHooks()
+	spec.Checkpointing, spec.Hooks = true, hooks
+	task, err := NewTask(spec, reg, x, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var taken atomic.Int64
+	hooks.onTaken = func(id int64) {
+		taken.Add(1)
+		task.NotifyCheckpointComplete(id)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // the checkpoint coordinator
+		const every = 1000 * stream.DefaultBatchSize
+		total := int64(b.N) * stream.DefaultBatchSize
+		next, id := int64(every), int64(1)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if in := task.Metrics().RecordsIn.Load(); in >= next || in == total {
+				if task.TriggerCheckpoint(id, 0) == nil {
+					id++
+				}
+				next = in + every
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	})
+	b.ReportAllocs()
+	b.ResetTimer()
+	err = task.Run(b.Context())
+	b.StopTimer()
+	close(done)
+	wg.Wait()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(task.Metrics().RecordsIn.Load())/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(float64(taken.Load()), "checkpoints")
 }

@@ -10,7 +10,19 @@
 //     end-of-partition, checkpoint barriers) between tasks, through bounded
 //     in-memory channels inside one taskmanager and over one multiplexed gRPC
 //     stream per pair of taskmanagers otherwise, with credit-based flow
-//     control per logical channel so that backpressure reaches the sources.
+//     control per logical channel so that backpressure reaches the sources;
+//   - the task side of checkpoints (checkpoint.go, align.go): triggers
+//     injected between two Poll calls of a source task, barrier alignment at
+//     other tasks (exactly-once blocks a channel whose barrier arrived until
+//     every channel delivered it; at-least-once does not block), the
+//     synchronous snapshot of the chain handed to CheckpointHooks, restore
+//     before the first record, checkpoint notifications delivered on the
+//     task goroutine, and the final checkpoint: with checkpointing on, a
+//     task whose input ended finishes only once a checkpoint covering all
+//     its output has completed, so two-phase-commit sinks commit everything.
+//     Uploading, acknowledging and the coordinator are not here: the
+//     taskmanager and jobmanager drive them through CheckpointHooks and
+//     Task.TriggerCheckpoint / NotifyCheckpointComplete / Aborted.
 //
 // Wire format of batches is package dataflow/batchcodec.
 //

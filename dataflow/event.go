@@ -12,8 +12,9 @@ const (
 	eventBatch eventKind = iota + 1
 	eventWatermark
 	eventEndOfPartition
-	// eventBarrier is reserved for checkpoint barriers (value is the
-	// checkpoint id); barrier alignment arrives with the next milestone.
+	// eventBarrier is a checkpoint barrier: value is the checkpoint id, ts
+	// the trigger time (Unix ms). Like watermarks it needs no credit and
+	// keeps its place among the channel's batches.
 	eventBarrier
 	// eventError is not sent by producers: the exchange injects it when the
 	// stream feeding a channel breaks, so that the consuming task fails.
@@ -44,6 +45,7 @@ type event struct {
 	batch   *stream.Batch
 	payload []byte
 	value   int64 // watermark timestamp or checkpoint id
+	ts      int64 // barrier: checkpoint trigger time (Unix ms)
 	err     error
 }
 

@@ -102,8 +102,10 @@ func (g *inputGate) push(ch *inputChannel, e event) {
 
 // next returns the next event of an unblocked channel, waiting for one until
 // ctx is done. It grants the producer a credit back when it takes a batch.
-// Only the task goroutine calls it.
-func (g *inputGate) next(ctx context.Context) (event, *inputChannel, error) {
+// While it waits it also watches wake (may be nil): when wake fires it
+// returns a nil channel and no error, so that the task can handle what woke
+// it. Only the task goroutine calls it.
+func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inputChannel, error) {
 	// Checked even when data is waiting, so that a task whose inputs never
 	// run dry still notices cancellation.
 	if err := ctx.Err(); err != nil {
@@ -136,6 +138,8 @@ func (g *inputGate) next(ctx context.Context) (event, *inputChannel, error) {
 		g.mu.Unlock()
 		select {
 		case <-g.notify:
+		case <-wake:
+			return event{}, nil, nil
 		case <-ctx.Done():
 			return event{}, nil, ctx.Err()
 		}

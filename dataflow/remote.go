@@ -2,6 +2,7 @@ package dataflow
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,7 @@ type outItem struct {
 	kind    eventKind
 	payload *[]byte
 	value   int64
+	ts      int64
 }
 
 func (x *Exchange) peer(addr string) (*peerConn, error) {
@@ -148,7 +150,7 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 		return c.err
 	default:
 	}
-	it := outItem{id: o.id, kind: e.kind, value: e.value}
+	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts}
 	if e.kind == eventBatch {
 		buf := payloadPool.Get().(*[]byte)
 		*buf = batchcodec.Append((*buf)[:0], e.batch)
@@ -294,6 +296,9 @@ func (c *peerConn) writeLoop(stream weirpb.ExchangeService_ConnectClient) {
 					if it.payload != nil {
 						ev.Batch = *it.payload
 					}
+					if it.kind == eventBarrier {
+						ev.Batch = encodeBarrierTimestamp(it.ts)
+					}
 					req.Events = append(req.Events, ev)
 				}
 			}
@@ -319,6 +324,24 @@ func (c *peerConn) writeLoop(stream weirpb.ExchangeService_ConnectClient) {
 			}
 		}
 	}
+}
+
+// A barrier travels as a ChannelEvent of kind BARRIER whose value is the
+// checkpoint id and whose batch field holds the trigger timestamp (Unix ms)
+// as 8 bytes, little-endian. An empty batch field means timestamp 0.
+
+func encodeBarrierTimestamp(ts int64) []byte {
+	return binary.LittleEndian.AppendUint64(make([]byte, 0, 8), uint64(ts))
+}
+
+func decodeBarrierTimestamp(b []byte) (int64, error) {
+	switch len(b) {
+	case 0:
+		return 0, nil
+	case 8:
+		return int64(binary.LittleEndian.Uint64(b)), nil
+	}
+	return 0, fmt.Errorf("barrier timestamp has %d bytes, want 8", len(b))
 }
 
 func kindToProto(k eventKind) weirpb.ChannelEventKind {
@@ -448,7 +471,11 @@ func (s *inboundStream) apply(req *weirpb.ConnectRequest) error {
 			e = event{kind: eventEndOfPartition}
 			ic.ended = true
 		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BARRIER:
-			e = event{kind: eventBarrier, value: ev.GetValue()}
+			ts, err := decodeBarrierTimestamp(ev.GetBatch())
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "taskmanager %s sent barrier %d on channel %v: %v; the taskmanagers run incompatible versions", s.peer, ev.GetValue(), ic.key, err)
+			}
+			e = event{kind: eventBarrier, value: ev.GetValue(), ts: ts}
 		default:
 			return status.Errorf(codes.InvalidArgument, "taskmanager %s sent an event of unknown kind %v on channel %v; the taskmanagers run incompatible versions", s.peer, ev.GetKind(), ic.key)
 		}

@@ -64,6 +64,20 @@ type TaskSpec struct {
 	Chain   []ChainedOperator
 	Inputs  []InputGate
 	Outputs []Output
+
+	// Checkpointing turns barrier checkpoints on, in Mode (default
+	// stream.ExactlyOnce). Hooks receive the snapshots and must be set when
+	// Checkpointing is.
+	Checkpointing bool
+	Mode          stream.CheckpointMode
+	Hooks         CheckpointHooks
+	// RestoreCheckpointID is the checkpoint the task starts from; 0 is a
+	// fresh start.
+	RestoreCheckpointID int64
+	// Restore holds, by operator uid, the state to load (already fetched,
+	// verified and filtered to this subtask by the taskmanager). An operator
+	// without an entry starts empty.
+	Restore map[string]*stream.OperatorSnapshot
 }
 
 // Metrics are a task's counters; they may be read while the task runs.
@@ -87,6 +101,14 @@ type Task struct {
 	keys    [][]int // key columns per output (Hash outputs)
 	metrics Metrics
 	started atomic.Bool
+	mode    stream.CheckpointMode // resolved from the spec
+	// checkpointed counts the chain's operators that implement
+	// stream.Checkpointed.
+	checkpointed int
+	ctl          taskControl
+	// awaitingFinal is set while the task waits for the outcome of its final
+	// checkpoint; for tests.
+	awaitingFinal atomic.Bool
 }
 
 // chainLink is one operator instance of the chain.
@@ -95,6 +117,8 @@ type chainLink struct {
 	src  stream.Source // head of a source task
 	op   stream.Operator
 	octx *stream.OperatorContext
+	cp   stream.Checkpointed       // src or op, when it keeps state
+	cl   stream.CheckpointListener // src or op, when it listens
 }
 
 // NewTask validates spec and builds the chain's operator instances from the
@@ -107,10 +131,14 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	t := &Task{spec: spec, x: ex, maxPar: spec.MaxParallelism}
+	t := &Task{spec: spec, x: ex, maxPar: spec.MaxParallelism, mode: spec.Mode}
 	if t.maxPar == 0 {
 		t.maxPar = stream.DefaultMaxParallelism
 	}
+	if t.mode == 0 && spec.Checkpointing {
+		t.mode = stream.ExactlyOnce
+	}
+	t.ctl.wake = make(chan struct{}, 1)
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
@@ -140,6 +168,9 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			OutputSchema:   v.OutSchema,
 			Config:         v.Config,
 			Logger:         t.log.With("operator", v.UID),
+			Attempt:        spec.Attempt,
+			Checkpointing:  spec.Checkpointing,
+			CheckpointMode: t.mode,
 		}}
 		var err error
 		switch {
@@ -165,6 +196,15 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 		}
 		if err != nil {
 			return nil, fmt.Errorf("dataflow: task %s: operator %q: %w", t.name, v.UID, err)
+		}
+		var inst any = link.op
+		if link.src != nil {
+			inst = link.src
+		}
+		link.cp, _ = inst.(stream.Checkpointed)
+		link.cl, _ = inst.(stream.CheckpointListener)
+		if link.cp != nil {
+			t.checkpointed++
 		}
 		t.chain = append(t.chain, link)
 	}
@@ -192,6 +232,16 @@ func (t *Task) validate() error {
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("dataflow: task %s: %s", t.name, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case s.Checkpointing && s.Hooks == nil:
+		return bad("checkpointing is on but the spec has no Hooks to receive snapshots")
+	case s.Mode != 0 && s.Mode != stream.ExactlyOnce && s.Mode != stream.AtLeastOnce:
+		return bad("invalid checkpoint mode %d", s.Mode)
+	case s.RestoreCheckpointID < 0:
+		return bad("RestoreCheckpointID %d is negative", s.RestoreCheckpointID)
+	case s.RestoreCheckpointID == 0 && len(s.Restore) > 0:
+		return bad("the spec has state to restore but no RestoreCheckpointID; set the id of the checkpoint it comes from")
 	}
 	if head.ID != s.VertexID {
 		return bad("VertexID %d is not the id of the chain's head vertex %q (%d)", s.VertexID, head.UID, head.ID)
@@ -277,10 +327,12 @@ func (t *Task) Name() string { return t.name }
 // Metrics returns the task's counters.
 func (t *Task) Metrics() *Metrics { return &t.metrics }
 
-// taskRun is the state of one Run call.
+// taskRun is the state of one Run call (task goroutine only).
 type taskRun struct {
 	t   *Task
+	w   *outputWriter
 	err error // first failure inside a collector; ends the run
+	ck  checkpointRun
 }
 
 func (r *taskRun) fail(err error) {
@@ -348,14 +400,24 @@ func (t *Task) Run(ctx context.Context) (err error) {
 		}
 	}()
 	r := &taskRun{t: t}
+	r.ck.on, r.ck.hooks = t.spec.Checkpointing, t.spec.Hooks
+	t.ctl.mu.Lock()
+	t.ctl.mu.state = ctlRunning
+	t.ctl.mu.Unlock()
+	defer r.endControl()
 
 	gate, err := t.openInputs()
 	if err != nil {
 		return err
 	}
 	defer t.closeInputs(gate)
+	r.ck.gate = gate
+	if r.ck.on && t.chain[0].src == nil {
+		r.ck.align = newAligner(t.mode, len(gate.channels))
+	}
 
 	w := &outputWriter{ctx: ctx, r: r}
+	r.w = w
 	finished := false
 	defer func() {
 		if ferr := t.closeOutputs(ctx, w, finished); ferr != nil && err == nil {
@@ -405,6 +467,9 @@ func (t *Task) Run(ctx context.Context) (err error) {
 			return t.opErr(l.uid, fmt.Errorf("open: %w", oerr))
 		}
 	}
+	if err := t.restore(); err != nil {
+		return err
+	}
 
 	if t.chain[0].src != nil {
 		err = t.runSource(ctx, r, outs)
@@ -414,6 +479,7 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	r.endControl()
 	// Every input ended: flush the chain, then end the partitions.
 	for i := range t.chain {
 		l := &t.chain[i]
@@ -454,6 +520,14 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		// Triggers and notifications, between two Poll calls.
+		select {
+		case <-t.ctl.wake:
+			if err := r.control(); err != nil {
+				return err
+			}
+		default:
+		}
 		st, err := head.src.Poll(ctx, out)
 		if err != nil {
 			return t.opErr(head.uid, err)
@@ -472,13 +546,25 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 			}
 			select {
 			case <-timer.C:
+				wait = min(2*wait, maxIdleWait)
+			case <-t.ctl.wake:
+				if err := r.control(); err != nil {
+					return err
+				}
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			wait = min(2*wait, maxIdleWait)
 		case stream.PollEnd:
 			out.EmitWatermark(stream.MaxWatermark)
-			return r.err
+			if r.err != nil || !r.ck.on {
+				return r.err
+			}
+			// The final checkpoint: wait for a checkpoint taken after the
+			// end of input to complete, so that two-phase-commit sinks
+			// commit everything before the task finishes.
+			ck := &r.ck
+			ck.inputEnded = true
+			return r.waitFinal(ctx, func() bool { return ck.finalFrom > 0 && ck.lastCompleted >= ck.finalFrom })
 		default:
 			return t.opErr(head.uid, fmt.Errorf("source returned unknown poll status %d", st))
 		}
@@ -509,9 +595,23 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 	}
 	open := len(gate.channels)
 	for open > 0 {
-		e, ch, err := gate.next(ctx)
+		// Notifications, between two events.
+		select {
+		case <-t.ctl.wake:
+			if err := r.control(); err != nil {
+				return err
+			}
+		default:
+		}
+		e, ch, err := gate.next(ctx, t.ctl.wake)
 		if err != nil {
 			return err
+		}
+		if ch == nil { // woken for a notification
+			if err := r.control(); err != nil {
+				return err
+			}
+			continue
 		}
 		if ch.ended {
 			e.release()
@@ -536,9 +636,13 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 			ch.ended = true
 			open--
 			err = advance(ch, stream.MaxWatermark)
+			if err == nil && r.ck.align != nil {
+				err = r.onEnd(ch)
+			}
 		case eventBarrier:
-			// Reserved: checkpoint barrier alignment hooks in here, blocking
-			// ch (gate.setBlocked) until every channel delivered the barrier.
+			if r.ck.align != nil {
+				err = r.onBarrier(ch, e.value, e.ts)
+			}
 		case eventError:
 			return fmt.Errorf("task %s: %w", t.name, e.err)
 		}
@@ -549,7 +653,15 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 			return r.err
 		}
 	}
-	return nil
+	if !r.ck.on {
+		return nil
+	}
+	// Every channel ended. A snapshot whose outcome is unknown must be
+	// settled before Finish, so that a two-phase-commit sink commits it
+	// first. On an abort the task finishes anyway: no barrier can arrive on
+	// ended channels, so no later checkpoint could include this task.
+	ck := &r.ck
+	return r.waitFinal(ctx, func() bool { return ck.lastNotified >= ck.lastSnapshot })
 }
 
 func (t *Task) channelKey(upVertex, upSubtask, downVertex, downInput, downSubtask int) channelKey {

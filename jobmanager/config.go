@@ -4,8 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weirstream/weir/failover"
+	"github.com/weirstream/weir/stream"
 )
+
+// DefaultCheckpointStorage is the checkpoint storage of jobs that name
+// none when Config.CheckpointStorage is empty.
+const DefaultCheckpointStorage = "file:///tmp/weir-checkpoints"
 
 // Config configures a JobManager. Start from DefaultConfig.
 type Config struct {
@@ -29,6 +39,25 @@ type Config struct {
 	// SlotWaitTimeout is how long a submitted job waits for enough free
 	// slots before it fails. Default 30s. A submit request may override it.
 	SlotWaitTimeout time.Duration
+	// CheckpointStorage is the checkpoint storage URI of jobs that take
+	// checkpoints but name no storage of their own: file:///absolute/path
+	// or s3://bucket/prefix (the S3 endpoint and credentials come from the
+	// WEIR_S3_* environment variables). Default
+	// DefaultCheckpointStorage (also when empty),
+	// "file:///tmp/weir-checkpoints": fine for
+	// one machine, lost on reboot; set a durable location in production.
+	// A job's storage is opened when it is submitted; a submission whose
+	// storage cannot be opened fails.
+	CheckpointStorage string
+	// DefaultRestart is the restart strategy of jobs that set none. Its
+	// zero value follows Flink: exponential-delay when the job takes
+	// checkpoints, none otherwise.
+	DefaultRestart stream.RestartConfig
+	// MetricsRegistry, if set, receives the jobmanager's Prometheus
+	// metrics (weir_*); otherwise the jobmanager keeps a registry of its
+	// own. Either way JobManager.Metrics serves them, as does GET /metrics
+	// on the REST address. One registry can hold one jobmanager's metrics.
+	MetricsRegistry *prometheus.Registry
 	// Logger receives the jobmanager's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -41,6 +70,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval: time.Second,
 		HeartbeatTimeout:  10 * time.Second,
 		SlotWaitTimeout:   30 * time.Second,
+		CheckpointStorage: DefaultCheckpointStorage,
 	}
 }
 
@@ -58,6 +88,14 @@ func (c *Config) Validate() error {
 	}
 	if c.SlotWaitTimeout <= 0 {
 		return fmt.Errorf("jobmanager config: SlotWaitTimeout %s must be positive", c.SlotWaitTimeout)
+	}
+	if c.CheckpointStorage != "" && !strings.HasPrefix(c.CheckpointStorage, "file://") && !strings.HasPrefix(c.CheckpointStorage, "s3://") {
+		return fmt.Errorf("jobmanager config: CheckpointStorage %q must be file:///absolute/path or s3://bucket/prefix", c.CheckpointStorage)
+	}
+	if c.DefaultRestart.Type != "" {
+		if err := failover.Validate(c.DefaultRestart, true); err != nil {
+			return fmt.Errorf("jobmanager config: DefaultRestart: %w", err)
+		}
 	}
 	return nil
 }

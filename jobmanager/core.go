@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weirstream/weir/coordinator"
+	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -17,6 +19,17 @@ var (
 	ErrJobNotFound      = errors.New("jobmanager: job not found")
 	ErrJobNotCancelable = errors.New("jobmanager: job cannot be cancelled")
 	ErrInvalidArgument  = errors.New("jobmanager: invalid argument")
+	// ErrCheckpointingOff: the job takes no checkpoints.
+	ErrCheckpointingOff = errors.New("jobmanager: checkpointing is off")
+	// ErrJobNotRunning: the operation needs a RUNNING job.
+	ErrJobNotRunning = errors.New("jobmanager: job not running")
+	// ErrCheckpointNotTriggered: a manual trigger was refused (another
+	// checkpoint is pending, or every source finished); retry later.
+	ErrCheckpointNotTriggered = errors.New("jobmanager: checkpoint not triggered")
+	// ErrCheckpointNotFound: no such checkpoint of the job.
+	ErrCheckpointNotFound = errors.New("jobmanager: checkpoint not found")
+	// ErrStorage: checkpoint storage cannot be opened or read.
+	ErrStorage = errors.New("jobmanager: checkpoint storage")
 )
 
 // jobState mirrors weirpb.JobState value for value.
@@ -31,9 +44,12 @@ const (
 	jobCanceled
 	jobFailing
 	jobFailed
+	// jobRestarting has no protobuf value: the gRPC adapter shows it as
+	// FAILING with an explanation in the error field.
+	jobRestarting
 )
 
-var jobStateNames = [...]string{"UNSPECIFIED", "CREATED", "SCHEDULED", "RUNNING", "FINISHED", "CANCELING", "CANCELED", "FAILING", "FAILED"}
+var jobStateNames = [...]string{"UNSPECIFIED", "CREATED", "SCHEDULED", "RUNNING", "FINISHED", "CANCELING", "CANCELED", "FAILING", "FAILED", "RESTARTING"}
 
 func (s jobState) String() string {
 	if s >= 0 && int(s) < len(jobStateNames) {
@@ -97,13 +113,43 @@ type execution struct {
 	deployed              bool
 	err                   string
 	recordsIn, recordsOut int64
+	// alignment is the barrier alignment time of its latest checkpoint
+	// acknowledgement.
+	alignment time.Duration
+}
+
+func (ex *execution) taskID() coordinator.TaskID {
+	return coordinator.TaskID{Vertex: ex.spec.Head, Subtask: ex.subtask}
 }
 
 type execKey struct{ vertex, subtask int }
 
+// restartStrategy decides whether and when a job whose task failed is
+// restarted; failover.Strategy implements it. It is called by the core
+// only, under the shell's lock.
+type restartStrategy interface {
+	OnFailure(now time.Time, cause string) (restart bool, delay time.Duration)
+	Name() string
+}
+
+// jobOptions are a job's settings besides its graph.
+type jobOptions struct {
+	// SlotWait bounds how long a deployment (the first or a restart's) waits
+	// for free slots.
+	SlotWait time.Duration
+	// Restart decides about restarts; nil never restarts.
+	Restart restartStrategy
+	// Checkpoint has the defaults applied; checkpointing is off unless
+	// Checkpoint.Enabled().
+	Checkpoint stream.CheckpointConfig
+	// Storage is the resolved checkpoint storage URI.
+	Storage string
+}
+
 type job struct {
 	id    string
 	graph *stream.JobGraph // planned; immutable
+	opts  jobOptions
 	tasks []*taskSpec
 	execs []*execution // by task, then subtask
 	byKey map[execKey]*execution
@@ -119,21 +165,54 @@ type job struct {
 	slots          []*tmEntry // slot i → taskmanager; nil while waiting
 	err            string
 	waitLogged     bool
+
+	// Restarts.
+	restarts     int64     // completed restarts (redeployments)
+	restartDue   time.Time // RESTARTING: redeploy once tasks stopped and now ≥ restartDue
+	restartCause string    // RESTARTING: the failure being recovered from
+	lastFailure  string    // the latest failure that caused a restart
+
+	// Checkpointing (nil coord: off, or the job has not run yet).
+	coord *coordinator.Coordinator
+	// latest is the latest completed checkpoint's manifest, restored on
+	// restart; immutable once stored.
+	latest       *weirpb.Manifest
+	restoredFrom int64   // checkpoint the current attempt restored, 0: none
+	retained     []int64 // completed checkpoints whose files exist
+	// writing is the checkpoint whose manifest the shell is writing (0:
+	// none); stopReason a coordinator Stop deferred until that write
+	// returns, so that a completed write is never deleted.
+	writing    int64
+	stopReason string
+	// Counters for metrics: checkpoints that failed (declined, expired,
+	// manifest write failed) and that were aborted (subsumed, or stopped
+	// by a failover, a cancel or the end of the job).
+	ckFailed, ckAborted int64
 }
 
 // action is something the shell must do for the core.
 type action interface{ isAction() }
 
+// taskCheckpointing is what a deployment says about checkpoints.
+type taskCheckpointing struct {
+	Enabled bool
+	Mode    stream.CheckpointMode
+	Storage string
+}
+
 // deployAction asks the shell to submit one execution to a taskmanager.
 type deployAction struct {
-	JobID       string
-	Graph       *stream.JobGraph
-	Task        *taskSpec
-	Subtask     int
-	Attempt     int64
-	TaskManager string
-	Addr        string
-	SlotAddrs   []string
+	JobID         string
+	Graph         *stream.JobGraph
+	Task          *taskSpec
+	Subtask       int
+	Attempt       int64
+	TaskManager   string
+	Addr          string
+	SlotAddrs     []string
+	Checkpointing taskCheckpointing
+	// Restore is the checkpoint to restore (nil: start fresh); immutable.
+	Restore *weirpb.Manifest
 }
 
 // cancelAction asks the shell to cancel one execution.
@@ -146,24 +225,53 @@ type cancelAction struct {
 	Addr        string
 }
 
-func (deployAction) isAction() {}
-func (cancelAction) isAction() {}
+// triggerAction asks the shell to tell a source execution to take
+// checkpoint CheckpointID; the shell reports failure with triggerFailed.
+type triggerAction struct {
+	JobID        string
+	Vertex       int
+	Subtask      int
+	Attempt      int64
+	TaskManager  string
+	Addr         string
+	CheckpointID int64
+	Timestamp    time.Time
+}
 
-// failureDecision is what happens to a job when one of its tasks fails.
-type failureDecision int
+// notifyAction tells an execution that a checkpoint completed or was
+// aborted (best effort).
+type notifyAction struct {
+	JobID        string
+	Vertex       int
+	Subtask      int
+	Attempt      int64
+	TaskManager  string
+	Addr         string
+	CheckpointID int64
+	Complete     bool
+}
 
-const (
-	// failJob cancels the job's other tasks and ends it FAILED.
-	failJob failureDecision = iota
-	// Restart strategies (next milestone) add restartJob: cancel, wait,
-	// bump the attempt and deploy again.
-)
+// writeManifestAction asks the shell to write a checkpoint's manifest and
+// then the completed pointer, off the core's lock, and to report with
+// manifestWritten.
+type writeManifestAction struct {
+	JobID    string
+	Manifest *weirpb.Manifest
+}
 
-// failurePolicy decides what happens when a task of an active job fails.
-// It is the single place a restart strategy plugs in.
-type failurePolicy func(jobID string, attempt int64, cause string, now time.Time) failureDecision
+// deleteCheckpointsAction asks the shell to delete checkpoints' files in
+// the background.
+type deleteCheckpointsAction struct {
+	JobID string
+	IDs   []int64
+}
 
-func alwaysFailJob(string, int64, string, time.Time) failureDecision { return failJob }
+func (deployAction) isAction()            {}
+func (cancelAction) isAction()            {}
+func (triggerAction) isAction()           {}
+func (notifyAction) isAction()            {}
+func (writeManifestAction) isAction()     {}
+func (deleteCheckpointsAction) isAction() {}
 
 // taskReport is a task status a taskmanager reported.
 type taskReport struct {
@@ -177,27 +285,30 @@ type taskReport struct {
 
 type coreConfig struct {
 	HeartbeatTimeout time.Duration
-	// CancelTimeout bounds how long a cancelling or failing job waits for
-	// its tasks to confirm; then the rest are taken as cancelled.
+	// CancelTimeout bounds how long a cancelling, failing or restarting job
+	// waits for its tasks to confirm; then the rest are taken as cancelled.
 	CancelTimeout time.Duration
 	Logger        *slog.Logger
 }
 
-// core is the jobmanager's state machine: taskmanagers, jobs and their
-// executions. It is not safe for concurrent use (the shell holds a mutex),
-// has no clock (every event carries now) and does no I/O: events return
-// the actions to carry out.
+// core is the jobmanager's state machine: taskmanagers, jobs, their
+// executions and their checkpoint coordinators. It is not safe for
+// concurrent use (the shell holds a mutex), has no clock (every event
+// carries now) and does no I/O: events return the actions to carry out.
 type core struct {
-	cfg       coreConfig
-	log       *slog.Logger
-	onFailure failurePolicy
-	tms       map[string]*tmEntry // current entry per id, lost ones included
-	jobs      map[string]*job
-	jobOrder  []*job
+	cfg      coreConfig
+	log      *slog.Logger
+	tms      map[string]*tmEntry // current entry per id, lost ones included
+	jobs     map[string]*job
+	jobOrder []*job
 	// staleReports counts task reports ignored because they carried an old
 	// attempt, an unknown job or execution, or came from an old
 	// registration.
 	staleReports int64
+	// staleAcks counts checkpoint acknowledgements and declines ignored
+	// because they carried an old attempt or an unknown job or execution,
+	// or came while the job was not running.
+	staleAcks int64
 }
 
 func newCore(cfg coreConfig) *core {
@@ -205,7 +316,7 @@ func newCore(cfg coreConfig) *core {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &core{cfg: cfg, log: log, onFailure: alwaysFailJob, tms: make(map[string]*tmEntry), jobs: make(map[string]*job)}
+	return &core{cfg: cfg, log: log, tms: make(map[string]*tmEntry), jobs: make(map[string]*job)}
 }
 
 // register adds a taskmanager, replacing an earlier registration with the
@@ -298,14 +409,20 @@ func (c *core) execChanged(j *job, ex *execution, now time.Time) []action {
 		allFinished = allFinished && e.state == taskFinished
 		allRunning = allRunning && (e.state == taskRunning || e.state == taskFinished)
 	}
+	var acts []action
+	if ex.state == taskFinished && j.state == jobRunning && j.coord != nil {
+		j.coord.TaskFinished(now, ex.taskID())
+		acts = c.drainCoordinator(j, now)
+	}
 	switch {
 	case allFinished:
-		return c.finalize(j, jobFinished, now)
+		return append(acts, c.finalize(j, jobFinished, now)...)
 	case allRunning && j.state != jobRunning:
 		j.state = jobRunning
-		c.log.Info("job running", "job", j.id, "name", j.graph.Name)
+		c.log.Info("job running", "job", j.id, "name", j.graph.Name, "attempt", j.attempt)
+		acts = append(acts, c.startCheckpointing(j, now)...)
 	}
-	return nil
+	return acts
 }
 
 // taskFailed handles the failure of ex in an active job.
@@ -314,19 +431,39 @@ func (c *core) taskFailed(j *job, ex *execution, now time.Time) []action {
 	if ex.tm != nil {
 		tm = ex.tm.id
 	}
-	cause := fmt.Sprintf("task %s on taskmanager %s failed: %s", ex.spec.SubtaskName(ex.subtask), tm, ex.err)
-	switch c.onFailure(j.id, j.attempt, cause, now) {
-	default: // failJob
-		return c.failJob(j, cause, now)
+	return c.jobFailure(j, fmt.Sprintf("task %s on taskmanager %s failed: %s", ex.spec.SubtaskName(ex.subtask), tm, ex.err), now)
+}
+
+// jobFailure handles a failure of an active job (a task failed, slots ran
+// out during a restart, or too many checkpoints failed): its checkpointing
+// stops, its tasks are cancelled, and its restart strategy decides whether
+// it is deployed again after a delay (RESTARTING) or ends FAILED.
+func (c *core) jobFailure(j *job, cause string, now time.Time) []action {
+	acts := c.stopCheckpointing(j, "job failing over: "+cause, now)
+	restart, delay, name := false, time.Duration(0), "none"
+	if j.opts.Restart != nil {
+		restart, delay = j.opts.Restart.OnFailure(now, cause)
+		name = j.opts.Restart.Name()
 	}
+	if !restart {
+		return append(acts, c.failJob(j, fmt.Sprintf("%s; restart strategy %s gave up", cause, name), now)...)
+	}
+	j.state = jobRestarting
+	j.restartCause = cause
+	j.lastFailure = cause
+	j.restartDue = now.Add(delay)
+	c.log.Warn("job restarting", "job", j.id, "name", j.graph.Name, "attempt", j.attempt+1, "delay", delay, "cause", cause)
+	acts = append(acts, c.cancelExecs(j, now)...)
+	return append(acts, c.maybeRestart(j, now)...)
 }
 
 // failJob cancels every task of j and ends it FAILED with cause.
 func (c *core) failJob(j *job, cause string, now time.Time) []action {
+	acts := c.stopCheckpointing(j, "job failing: "+cause, now)
 	j.state = jobFailing
 	j.err = cause
 	c.log.Warn("job failing", "job", j.id, "name", j.graph.Name, "error", cause)
-	acts := c.cancelExecs(j, now)
+	acts = append(acts, c.cancelExecs(j, now)...)
 	return append(acts, c.maybeFinalize(j, now)...)
 }
 
@@ -355,26 +492,64 @@ func (c *core) cancelAction(j *job, ex *execution) cancelAction {
 	return cancelAction{JobID: j.id, Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: j.attempt, TaskManager: ex.tm.id, Addr: ex.tm.addr}
 }
 
-// maybeFinalize ends a cancelling or failing job whose executions have all
-// stopped.
-func (c *core) maybeFinalize(j *job, now time.Time) []action {
+func allTerminal(j *job) bool {
 	for _, ex := range j.execs {
 		if !ex.state.terminal() {
-			return nil
+			return false
 		}
+	}
+	return true
+}
+
+// maybeFinalize ends a cancelling or failing job whose executions have all
+// stopped, and restarts a restarting one that is due.
+func (c *core) maybeFinalize(j *job, now time.Time) []action {
+	if !allTerminal(j) {
+		return nil
 	}
 	switch j.state {
 	case jobCanceling:
 		return c.finalize(j, jobCanceled, now)
 	case jobFailing:
 		return c.finalize(j, jobFailed, now)
+	case jobRestarting:
+		return c.maybeRestart(j, now)
 	}
 	return nil
+}
+
+// maybeRestart deploys a restarting job again once all its executions have
+// stopped, its restart delay has passed and no manifest write is in flight
+// (it may complete a newer checkpoint to restore).
+func (c *core) maybeRestart(j *job, now time.Time) []action {
+	if j.state != jobRestarting || now.Before(j.restartDue) || j.writing != 0 || !allTerminal(j) {
+		return nil
+	}
+	for _, tm := range j.slots {
+		tm.used--
+	}
+	j.slots = nil
+	j.attempt++
+	j.restarts++
+	j.err = ""
+	j.restartCause = ""
+	j.waitLogged = false
+	j.slotDeadline = now.Add(j.opts.SlotWait)
+	j.restoredFrom = 0
+	if j.latest != nil {
+		j.restoredFrom = j.latest.CheckpointId
+	}
+	for _, ex := range j.execs {
+		*ex = execution{spec: ex.spec, subtask: ex.subtask, state: taskCreated}
+	}
+	c.log.Info("job redeploying", "job", j.id, "name", j.graph.Name, "attempt", j.attempt, "restoreCheckpoint", j.restoredFrom)
+	return c.trySchedule(j, now)
 }
 
 // finalize puts j into terminal state s, frees its slots and lets waiting
 // jobs use them.
 func (c *core) finalize(j *job, s jobState, now time.Time) []action {
+	acts := c.stopCheckpointing(j, "job "+strings.ToLower(s.String()), now)
 	j.state = s
 	j.ended = now
 	for _, tm := range j.slots {
@@ -382,11 +557,12 @@ func (c *core) finalize(j *job, s jobState, now time.Time) []action {
 	}
 	j.slots = nil
 	c.log.Info("job ended", "job", j.id, "name", j.graph.Name, "state", s.String(), "error", j.err)
-	return c.scheduleWaiting(now)
+	acts = append(acts, c.retentionDeletes(j)...)
+	return append(acts, c.scheduleWaiting(now)...)
 }
 
 // submit adds a planned job graph under id and tries to schedule it.
-func (c *core) submit(id string, g *stream.JobGraph, slotWait time.Duration, now time.Time) ([]action, error) {
+func (c *core) submit(id string, g *stream.JobGraph, opts jobOptions, now time.Time) ([]action, error) {
 	if _, dup := c.jobs[id]; dup {
 		return nil, fmt.Errorf("jobmanager: job id %s is taken", id)
 	}
@@ -394,8 +570,8 @@ func (c *core) submit(id string, g *stream.JobGraph, slotWait time.Duration, now
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
-	j := &job{id: id, graph: g, tasks: tasks, need: slotsNeeded(tasks), state: jobCreated, attempt: 1,
-		submitted: now, slotDeadline: now.Add(slotWait), byKey: make(map[execKey]*execution)}
+	j := &job{id: id, graph: g, opts: opts, tasks: tasks, need: slotsNeeded(tasks), state: jobCreated, attempt: 1,
+		submitted: now, slotDeadline: now.Add(opts.SlotWait), byKey: make(map[execKey]*execution)}
 	for _, t := range tasks {
 		for i := range t.Parallelism {
 			ex := &execution{spec: t, subtask: i, state: taskCreated}
@@ -405,7 +581,8 @@ func (c *core) submit(id string, g *stream.JobGraph, slotWait time.Duration, now
 	}
 	c.jobs[id] = j
 	c.jobOrder = append(c.jobOrder, j)
-	c.log.Info("job submitted", "job", id, "name", g.Name, "tasks", len(tasks), "slots", j.need)
+	c.log.Info("job submitted", "job", id, "name", g.Name, "tasks", len(tasks), "slots", j.need,
+		"checkpointing", opts.Checkpoint.Enabled())
 	return c.trySchedule(j, now), nil
 }
 
@@ -440,12 +617,16 @@ func (c *core) trySchedule(j *job, now time.Time) []action {
 		j.slots[i] = tm
 		addrs[i] = tm.addr
 	}
+	ckpt := taskCheckpointing{Enabled: j.opts.Checkpoint.Enabled(), Mode: j.opts.Checkpoint.Mode, Storage: j.opts.Storage}
+	if !ckpt.Enabled {
+		ckpt = taskCheckpointing{}
+	}
 	acts := make([]action, 0, len(j.execs))
 	for _, ex := range j.execs {
 		ex.tm = j.slots[ex.subtask]
 		ex.state = taskDeploying
 		acts = append(acts, deployAction{JobID: j.id, Graph: j.graph, Task: ex.spec, Subtask: ex.subtask, Attempt: j.attempt,
-			TaskManager: ex.tm.id, Addr: ex.tm.addr, SlotAddrs: addrs})
+			TaskManager: ex.tm.id, Addr: ex.tm.addr, SlotAddrs: addrs, Checkpointing: ckpt, Restore: j.latest})
 	}
 	c.log.Info("job deploying", "job", j.id, "name", j.graph.Name, "executions", len(acts))
 	return acts
@@ -517,12 +698,13 @@ func (c *core) cancel(id string, now time.Time) ([]action, error) {
 	switch {
 	case j.state.terminal():
 		return nil, fmt.Errorf("%w: job %s is already %s", ErrJobNotCancelable, id, j.state)
-	case !j.state.active(): // cancelling or failing already
+	case j.state == jobCanceling || j.state == jobFailing:
 		return nil, nil
 	}
+	acts := c.stopCheckpointing(j, "job cancelled", now)
 	j.state = jobCanceling
 	c.log.Info("job cancelling", "job", id, "name", j.graph.Name)
-	acts := c.cancelExecs(j, now)
+	acts = append(acts, c.cancelExecs(j, now)...)
 	return append(acts, c.maybeFinalize(j, now)...), nil
 }
 
@@ -579,8 +761,12 @@ func (c *core) tick(now time.Time) []action {
 			if err == nil { // cannot happen: it would have been scheduled
 				err = errors.New("not scheduled")
 			}
-			acts = append(acts, c.failJob(j, err.Error(), now)...)
-		case (j.state == jobCanceling || j.state == jobFailing) && !now.Before(j.cancelDeadline):
+			if j.restarts > 0 { // a restart that found no slots is another failure
+				acts = append(acts, c.jobFailure(j, err.Error(), now)...)
+			} else {
+				acts = append(acts, c.failJob(j, err.Error(), now)...)
+			}
+		case (j.state == jobCanceling || j.state == jobFailing || j.state == jobRestarting) && !now.Before(j.cancelDeadline):
 			var left []string
 			for _, ex := range j.execs {
 				if !ex.state.terminal() {
@@ -593,6 +779,11 @@ func (c *core) tick(now time.Time) []action {
 				c.log.Warn("gave up waiting for tasks to stop", "job", j.id, "tasks", strings.Join(left, ", "))
 			}
 			acts = append(acts, c.maybeFinalize(j, now)...)
+		case j.state == jobRestarting:
+			acts = append(acts, c.maybeRestart(j, now)...)
+		case j.state == jobRunning && j.coord != nil:
+			j.coord.Tick(now)
+			acts = append(acts, c.drainCoordinator(j, now)...)
 		}
 	}
 	return acts
@@ -603,7 +794,7 @@ func (c *core) tick(now time.Time) []action {
 func (c *core) shutdown(now time.Time) []action {
 	var acts []action
 	for _, j := range c.jobOrder {
-		if j.state.active() {
+		if j.state.active() || j.state == jobRestarting {
 			j.state = jobCanceling
 			acts = append(acts, c.cancelExecs(j, now)...)
 			acts = append(acts, c.maybeFinalize(j, now)...)
@@ -628,6 +819,7 @@ type taskView struct {
 	TaskManager           string
 	Err                   string
 	RecordsIn, RecordsOut int64
+	Alignment             time.Duration
 }
 
 type jobView struct {
@@ -637,6 +829,11 @@ type jobView struct {
 	TasksTotal, TasksRunning int
 	Err                      string
 	Attempt                  int64
+	Restarts                 int64
+	RestartDue               time.Time // RESTARTING only
+	LastFailure              string
+	Checkpointing            bool
+	RestoredFrom             int64
 	Graph                    *stream.JobGraph // immutable; do not modify
 	Tasks                    []taskView
 	TaskOf                   map[int]int // vertex id → head of its task
@@ -652,14 +849,19 @@ type tmView struct {
 
 func (c *core) view(j *job, withTasks bool) jobView {
 	v := jobView{ID: j.id, Name: j.graph.Name, State: j.state, Start: j.submitted, End: j.ended,
-		TasksTotal: len(j.execs), Err: j.err, Attempt: j.attempt, Graph: j.graph}
+		TasksTotal: len(j.execs), Err: j.err, Attempt: j.attempt, Graph: j.graph, Restarts: j.restarts,
+		LastFailure: j.lastFailure, Checkpointing: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom}
+	if j.state == jobRestarting {
+		v.RestartDue = j.restartDue
+		v.Err = j.restartCause
+	}
 	for _, ex := range j.execs {
 		if ex.state == taskRunning {
 			v.TasksRunning++
 		}
 		if withTasks {
 			tv := taskView{Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: j.attempt, Name: ex.spec.SubtaskName(ex.subtask),
-				State: ex.state, Err: ex.err, RecordsIn: ex.recordsIn, RecordsOut: ex.recordsOut}
+				State: ex.state, Err: ex.err, RecordsIn: ex.recordsIn, RecordsOut: ex.recordsOut, Alignment: ex.alignment}
 			if ex.tm != nil {
 				tv.TaskManager = ex.tm.id
 			}

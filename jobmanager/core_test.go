@@ -37,7 +37,7 @@ func (h *coreHarness) register(id string, slots int) []action {
 func (h *coreHarness) submit(id string, srcPar, winPar int, wait time.Duration) []action {
 	h.t.Helper()
 	g := planned(h.t, pipeline(h.t, srcPar, winPar), testRegistry(h.t))
-	acts, err := h.c.submit(id, g, wait, h.now)
+	acts, err := h.c.submit(id, g, jobOptions{SlotWait: wait}, h.now)
 	if err != nil {
 		h.t.Fatal(err)
 	}

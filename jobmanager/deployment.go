@@ -5,16 +5,25 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// buildDeployment describes subtask of task t of a planned graph for the
-// taskmanager that runs it. slotAddrs[i] is the address of the taskmanager
-// hosting shared slot i, and so every task's subtask i.
-func buildDeployment(jobID string, g *stream.JobGraph, t *taskSpec, subtask int, attempt int64, slotAddrs []string) *weirpb.TaskDeployment {
+// buildDeployment describes the execution a deployAction places for the
+// taskmanager that runs it. a.SlotAddrs[i] is the address of the
+// taskmanager hosting shared slot i, and so every task's subtask i.
+func buildDeployment(a *deployAction) *weirpb.TaskDeployment {
+	g, t, subtask := a.Graph, a.Task, a.Subtask
 	d := &weirpb.TaskDeployment{
-		Id:             &weirpb.ExecutionID{JobId: jobID, VertexId: int32(t.Head), Subtask: int32(subtask), Attempt: attempt},
+		Id:             &weirpb.ExecutionID{JobId: a.JobID, VertexId: int32(t.Head), Subtask: int32(subtask), Attempt: a.Attempt},
 		TaskName:       t.SubtaskName(subtask),
 		Parallelism:    int32(t.Parallelism),
 		MaxParallelism: int32(g.MaxParallelism),
 	}
+	if ck := a.Checkpointing; ck.Enabled {
+		d.Checkpointing = &weirpb.TaskCheckpointing{Enabled: true, Mode: weirpb.CheckpointMode(ck.Mode), Storage: ck.Storage}
+	}
+	if a.Restore != nil {
+		d.RestoreCheckpointId = a.Restore.CheckpointId
+		d.Restore = restoreHandles(a.Restore, g, t, subtask)
+	}
+	slotAddrs := a.SlotAddrs
 	for _, id := range t.Chain {
 		op := &weirpb.ChainedOperator{Vertex: weirpb.FromVertex(g.Vertices[id])}
 		for _, e := range g.Inputs(id) {

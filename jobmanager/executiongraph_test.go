@@ -239,7 +239,7 @@ func TestBuildDeployment(t *testing.T) {
 	kn := weirpb.FromSchema(g.Vertices[2].OutSchema)
 	vertex := func(id int) *weirpb.Vertex { return weirpb.FromVertex(g.Vertices[id]) }
 
-	gotSrc := buildDeployment("job1", g, tasks[0], 1, 3, slotAddrs)
+	gotSrc := buildDeployment(&deployAction{JobID: "job1", Graph: g, Task: tasks[0], Subtask: 1, Attempt: 3, SlotAddrs: slotAddrs})
 	wantSrc := &weirpb.TaskDeployment{
 		Id:       &weirpb.ExecutionID{JobId: "job1", VertexId: 0, Subtask: 1, Attempt: 3},
 		TaskName: "src -> map (2/2)", Parallelism: 2, MaxParallelism: 128,
@@ -254,7 +254,7 @@ func TestBuildDeployment(t *testing.T) {
 		t.Errorf("source deployment:\n got %v\nwant %v", gotSrc, wantSrc)
 	}
 
-	gotWin := buildDeployment("job1", g, tasks[1], 3, 3, slotAddrs)
+	gotWin := buildDeployment(&deployAction{JobID: "job1", Graph: g, Task: tasks[1], Subtask: 3, Attempt: 3, SlotAddrs: slotAddrs})
 	wantWin := &weirpb.TaskDeployment{
 		Id:       &weirpb.ExecutionID{JobId: "job1", VertexId: 2, Subtask: 3, Attempt: 3},
 		TaskName: "window -> sink (4/4)", Parallelism: 4, MaxParallelism: 128,

@@ -1,6 +1,7 @@
 package jobmanager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -26,7 +28,10 @@ func toGRPCError(err error) error {
 	switch {
 	case errors.Is(err, ErrJobNotFound):
 		code = codes.NotFound
-	case errors.Is(err, ErrJobNotCancelable):
+	case errors.Is(err, ErrCheckpointNotFound):
+		code = codes.NotFound
+	case errors.Is(err, ErrJobNotCancelable), errors.Is(err, ErrCheckpointingOff), errors.Is(err, ErrJobNotRunning), errors.Is(err, ErrCheckpointNotTriggered),
+		errors.Is(err, ErrStorage):
 		code = codes.FailedPrecondition
 	case errors.Is(err, ErrInvalidArgument):
 		code = codes.InvalidArgument
@@ -97,23 +102,56 @@ func (s *clusterServer) UpdateTaskState(_ context.Context, req *weirpb.UpdateTas
 	return &weirpb.UpdateTaskStateResponse{}, nil
 }
 
+func (s *clusterServer) AcknowledgeCheckpoint(_ context.Context, req *weirpb.AcknowledgeCheckpointRequest) (*weirpb.AcknowledgeCheckpointResponse, error) {
+	id := req.GetId()
+	if id == nil {
+		return nil, toGRPCError(fmt.Errorf("%w: AcknowledgeCheckpoint without an execution id", ErrInvalidArgument))
+	}
+	st := ackStats{SyncDuration: time.Duration(req.GetSyncDurationMs()) * time.Millisecond,
+		AsyncDuration:     time.Duration(req.GetAsyncDurationMs()) * time.Millisecond,
+		AlignmentDuration: time.Duration(req.GetAlignmentDurationMs()) * time.Millisecond, Bytes: req.GetBytes()}
+	handles := req.GetHandles()
+	s.jm.step(func(c *core, now time.Time) []action {
+		return c.ack(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
+			req.GetCheckpointId(), handles, st, now)
+	})
+	return &weirpb.AcknowledgeCheckpointResponse{}, nil
+}
+
+func (s *clusterServer) DeclineCheckpoint(_ context.Context, req *weirpb.DeclineCheckpointRequest) (*weirpb.DeclineCheckpointResponse, error) {
+	id := req.GetId()
+	if id == nil {
+		return nil, toGRPCError(fmt.Errorf("%w: DeclineCheckpoint without an execution id", ErrInvalidArgument))
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "no reason given"
+	}
+	s.jm.step(func(c *core, now time.Time) []action {
+		return c.decline(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
+			req.GetCheckpointId(), reason, now)
+	})
+	return &weirpb.DeclineCheckpointResponse{}, nil
+}
+
 // jobServer serves JobService to clients.
 type jobServer struct {
 	weirpb.UnimplementedJobServiceServer
 	jm *JobManager
 }
 
-func (s *jobServer) SubmitJob(_ context.Context, req *weirpb.SubmitJobRequest) (*weirpb.SubmitJobResponse, error) {
-	id, err := s.jm.submit(req.GetGraph(), time.Duration(req.GetSlotWaitMs())*time.Millisecond)
+func (s *jobServer) SubmitJob(ctx context.Context, req *weirpb.SubmitJobRequest) (*weirpb.SubmitJobResponse, error) {
+	id, err := s.jm.submit(ctx, req.GetGraph(), time.Duration(req.GetSlotWaitMs())*time.Millisecond)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
 	return &weirpb.SubmitJobResponse{JobId: id}, nil
 }
 
-// submit plans the graph again (the client's planning is not trusted) and
-// hands it to the core.
-func (jm *JobManager) submit(pg *weirpb.JobGraph, slotWait time.Duration) (string, error) {
+// submit plans the graph again (the client's planning is not trusted),
+// checks its checkpoint and restart settings, opens its checkpoint storage
+// and hands it to the core. Nothing is left behind when it fails.
+func (jm *JobManager) submit(ctx context.Context, pg *weirpb.JobGraph, slotWait time.Duration) (string, error) {
 	if slotWait < 0 {
 		return "", fmt.Errorf("%w: slot_wait_ms %d is negative; use 0 for the default", ErrInvalidArgument, slotWait.Milliseconds())
 	}
@@ -124,30 +162,77 @@ func (jm *JobManager) submit(pg *weirpb.JobGraph, slotWait time.Duration) (strin
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
-	if err := stream.Plan(g, jm.reg); err != nil {
+	if err := stream.Plan(g, jm.reg); err != nil { // validates g.Checkpoint too
 		return "", fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
+	ck := g.Checkpoint.WithDefaults()
+	restartCfg := g.Restart
+	if restartCfg.Type == "" {
+		restartCfg = jm.cfg.DefaultRestart
+	}
+	strategy, err := jm.newRestart(restartCfg, ck.Enabled())
+	if err != nil {
+		return "", fmt.Errorf("%w: job %q: restart strategy: %v", ErrInvalidArgument, g.Name, err)
+	}
+	opts := jobOptions{SlotWait: slotWait, Restart: strategy, Checkpoint: ck}
 	id := randomID()
+	if ck.Enabled() {
+		opts.Storage = cmp.Or(ck.Storage, jm.cfg.CheckpointStorage, DefaultCheckpointStorage)
+		st, err := jm.openStorage(ctx, opts.Storage)
+		if err != nil {
+			return "", fmt.Errorf("%w %s of job %q cannot be opened: %v; fix the job's checkpointing storage (or the jobmanager's default) and submit again",
+				ErrStorage, opts.Storage, g.Name, err)
+		}
+		jm.storages.Lock()
+		jm.storages.m[id] = st
+		jm.storages.Unlock()
+	}
 	jm.step(func(c *core, now time.Time) []action {
 		var acts []action
-		acts, err = c.submit(id, g, slotWait, now)
+		acts, err = c.submit(id, g, opts, now)
 		return acts
 	})
-	return id, err
+	if err != nil {
+		jm.storages.Lock()
+		delete(jm.storages.m, id)
+		jm.storages.Unlock()
+		return "", err
+	}
+	return id, nil
 }
 
-func toJobSummary(v *jobView) *weirpb.JobSummary {
-	return &weirpb.JobSummary{JobId: v.ID, Name: v.Name, State: weirpb.JobState(v.State), StartTimeMs: unixMillis(v.Start),
+// restartingMessage explains a RESTARTING job in the error field of the
+// APIs (gRPC shows the state as FAILING).
+func restartingMessage(v *jobView, now time.Time) string {
+	left := max(v.RestartDue.Sub(now), 0).Round(100 * time.Millisecond)
+	return fmt.Sprintf("restarting (attempt %d) in %s after: %s", v.Attempt+1, left, v.Err)
+}
+
+// protoJobState maps the core's job state to the protobuf enum, which has
+// no RESTARTING: a restarting job shows as FAILING.
+func protoJobState(s jobState) weirpb.JobState {
+	if s == jobRestarting {
+		return weirpb.JobState_JOB_STATE_FAILING
+	}
+	return weirpb.JobState(s)
+}
+
+func toJobSummary(v *jobView, now time.Time) *weirpb.JobSummary {
+	s := &weirpb.JobSummary{JobId: v.ID, Name: v.Name, State: protoJobState(v.State), StartTimeMs: unixMillis(v.Start),
 		EndTimeMs: unixMillis(v.End), TasksTotal: int32(v.TasksTotal), TasksRunning: int32(v.TasksRunning), Error: v.Err}
+	if v.State == jobRestarting {
+		s.Error = restartingMessage(v, now)
+	}
+	return s
 }
 
 func (s *jobServer) ListJobs(context.Context, *weirpb.ListJobsRequest) (*weirpb.ListJobsResponse, error) {
 	s.jm.mu.Lock()
-	views := s.jm.mu.core.jobViews()
+	views, now := s.jm.mu.core.jobViews(), s.jm.now()
 	s.jm.mu.Unlock()
 	resp := &weirpb.ListJobsResponse{}
 	for i := range views {
-		resp.Jobs = append(resp.Jobs, toJobSummary(&views[i]))
+		resp.Jobs = append(resp.Jobs, toJobSummary(&views[i], now))
 	}
 	return resp, nil
 }
@@ -155,11 +240,12 @@ func (s *jobServer) ListJobs(context.Context, *weirpb.ListJobsRequest) (*weirpb.
 func (s *jobServer) GetJob(_ context.Context, req *weirpb.GetJobRequest) (*weirpb.GetJobResponse, error) {
 	s.jm.mu.Lock()
 	v, err := s.jm.mu.core.jobView(req.GetJobId())
+	now := s.jm.now()
 	s.jm.mu.Unlock()
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
-	resp := &weirpb.GetJobResponse{Job: toJobSummary(&v), Graph: weirpb.FromGraph(v.Graph)}
+	resp := &weirpb.GetJobResponse{Job: toJobSummary(&v, now), Graph: weirpb.FromGraph(v.Graph)}
 	for _, t := range v.Tasks {
 		resp.Tasks = append(resp.Tasks, &weirpb.TaskInfo{Id: executionID(v.ID, t.Vertex, t.Subtask, t.Attempt), Name: t.Name,
 			State: weirpb.TaskState(t.State), TaskmanagerId: t.TaskManager, Error: t.Err, RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut})
@@ -190,4 +276,101 @@ func (s *jobServer) ListTaskManagers(context.Context, *weirpb.ListTaskManagersRe
 			SlotsTotal: int32(v.Slots), SlotsFree: int32(v.Free), LastHeartbeatMs: unixMillis(v.LastHeartbeat)})
 	}
 	return resp, nil
+}
+
+func toCheckpointStatus(s coordinator.Status) weirpb.CheckpointStatus {
+	switch s {
+	case coordinator.InProgress:
+		return weirpb.CheckpointStatus_CHECKPOINT_STATUS_IN_PROGRESS
+	case coordinator.Completed:
+		return weirpb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED
+	case coordinator.Failed:
+		return weirpb.CheckpointStatus_CHECKPOINT_STATUS_FAILED
+	}
+	return weirpb.CheckpointStatus_CHECKPOINT_STATUS_UNSPECIFIED
+}
+
+// listCheckpoints reports a job's recent checkpoints, newest first. The
+// duration of a checkpoint in progress is the time since its trigger.
+func (jm *JobManager) listCheckpoints(jobID string) (*weirpb.ListCheckpointsResponse, error) {
+	jm.mu.Lock()
+	v, err := jm.mu.core.checkpoints(jobID)
+	now := jm.now()
+	jm.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if !v.Enabled {
+		return nil, fmt.Errorf("%w: job %s takes no checkpoints; set a checkpointing interval in its spec", ErrCheckpointingOff, jobID)
+	}
+	resp := &weirpb.ListCheckpointsResponse{Completed: int64(v.Completed), Failed: int64(v.Failed), InProgress: int64(v.InProgress),
+		RestoredFrom: v.RestoredFrom}
+	for _, s := range v.History {
+		d := s.Duration()
+		if s.Status == coordinator.InProgress {
+			d = now.Sub(s.TriggerTime)
+		}
+		info := &weirpb.CheckpointInfo{CheckpointId: s.ID, Status: toCheckpointStatus(s.Status), TriggerTimeMs: unixMillis(s.TriggerTime),
+			DurationMs: d.Milliseconds(), SizeBytes: s.Bytes, Failure: s.Failure, Acknowledged: int32(s.Acked), TotalTasks: int32(s.Total)}
+		if s.Acked > 0 {
+			info.SlowestTask = v.TaskNames[s.SlowestTask]
+			info.SlowestTaskMs = s.SlowestAck.Milliseconds()
+		}
+		resp.Checkpoints = append(resp.Checkpoints, info)
+	}
+	return resp, nil
+}
+
+// inspectCheckpoint reads a completed checkpoint's manifest from storage.
+func (jm *JobManager) inspectCheckpoint(ctx context.Context, jobID string, id int64) (*weirpb.InspectCheckpointResponse, error) {
+	jm.mu.Lock()
+	v, err := jm.mu.core.checkpoints(jobID)
+	jm.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if !v.Enabled {
+		return nil, fmt.Errorf("%w: job %s takes no checkpoints", ErrCheckpointingOff, jobID)
+	}
+	st := jm.storage(jobID)
+	if id < 1 || st == nil {
+		return nil, fmt.Errorf("%w: job %s has no checkpoint %d", ErrCheckpointNotFound, jobID, id)
+	}
+	m, key, err := readManifest(ctx, st, jobID, id)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("%w: job %s has no checkpoint %d in %s (retained: %v): %v", ErrCheckpointNotFound, jobID, id, v.Storage, v.Retained, err)
+		}
+		return nil, fmt.Errorf("%w: reading the manifest of checkpoint %d of job %s from %s: %v", ErrStorage, id, jobID, v.Storage, err)
+	}
+	return &weirpb.InspectCheckpointResponse{Manifest: m, StorageKey: key}, nil
+}
+
+func (s *jobServer) ListCheckpoints(_ context.Context, req *weirpb.ListCheckpointsRequest) (*weirpb.ListCheckpointsResponse, error) {
+	resp, err := s.jm.listCheckpoints(req.GetJobId())
+	return resp, toGRPCError(err)
+}
+
+func (s *jobServer) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerJobCheckpointRequest) (*weirpb.TriggerJobCheckpointResponse, error) {
+	id, err := s.jm.triggerCheckpoint(req.GetJobId())
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	return &weirpb.TriggerJobCheckpointResponse{CheckpointId: id}, nil
+}
+
+func (jm *JobManager) triggerCheckpoint(jobID string) (int64, error) {
+	var id int64
+	var err error
+	jm.step(func(c *core, now time.Time) []action {
+		var acts []action
+		id, acts, err = c.triggerNow(jobID, now)
+		return acts
+	})
+	return id, err
+}
+
+func (s *jobServer) InspectCheckpoint(ctx context.Context, req *weirpb.InspectCheckpointRequest) (*weirpb.InspectCheckpointResponse, error) {
+	resp, err := s.jm.inspectCheckpoint(ctx, req.GetJobId(), req.GetCheckpointId())
+	return resp, toGRPCError(err)
 }

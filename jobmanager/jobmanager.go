@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -48,6 +50,17 @@ type JobManager struct {
 		sync.Mutex
 		core *core
 	}
+	// Seams to the checkpoint storage and the restart strategies (wiring.go
+	// sets the real ones; tests may replace them before Run).
+	openStorage func(ctx context.Context, uri string) (checkpointStore, error)
+	newRestart  func(cfg stream.RestartConfig, checkpointing bool) (restartStrategy, error)
+	// storages holds the opened checkpoint storage of each job that takes
+	// checkpoints.
+	storages struct {
+		sync.Mutex
+		m map[string]checkpointStore
+	}
+	metrics *prometheus.Registry
 	// queue holds actions the core returned, for the dispatcher.
 	queue struct {
 		sync.Mutex
@@ -69,10 +82,31 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	jm := &JobManager{cfg: cfg, reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{})}
+	jm := &JobManager{cfg: cfg, reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
+		openStorage: openCheckpointStorage, newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry}
 	jm.mu.core = newCore(coreConfig{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout, Logger: log})
 	jm.queue.signal = make(chan struct{}, 1)
+	jm.storages.m = make(map[string]checkpointStore)
+	if jm.metrics == nil {
+		jm.metrics = prometheus.NewRegistry()
+	}
+	if err := jm.metrics.Register(&collector{jm: jm}); err != nil {
+		return nil, fmt.Errorf("jobmanager: registering metrics: %w; give each jobmanager its own MetricsRegistry", err)
+	}
 	return jm, nil
+}
+
+// Metrics serves the jobmanager's Prometheus metrics (and whatever else
+// is registered on Config.MetricsRegistry) in the Prometheus text format.
+func (jm *JobManager) Metrics() http.Handler {
+	return promhttp.HandlerFor(jm.metrics, promhttp.HandlerOpts{})
+}
+
+// storage returns the checkpoint storage of job id, or nil.
+func (jm *JobManager) storage(id string) checkpointStore {
+	jm.storages.Lock()
+	defer jm.storages.Unlock()
+	return jm.storages.m[id]
 }
 
 // randomID returns 16 random hex characters.
@@ -200,13 +234,22 @@ func (jm *JobManager) stopServers(ctx context.Context, gs *grpc.Server, hs *http
 }
 
 // tickInterval is how often deadlines (heartbeats, slot waits, cancel
-// confirmations) are checked.
+// confirmations, restart delays, checkpoint triggers and timeouts) are
+// checked: at most every 100ms, and four times per checkpoint interval of
+// the running jobs, but not more often than every 5ms.
 func (jm *JobManager) tickInterval() time.Duration {
-	return min(max(min(jm.cfg.HeartbeatTimeout, jm.cfg.SlotWaitTimeout)/20, 5*time.Millisecond), 100*time.Millisecond)
+	d := min(max(min(jm.cfg.HeartbeatTimeout, jm.cfg.SlotWaitTimeout)/20, 5*time.Millisecond), 100*time.Millisecond)
+	jm.mu.Lock()
+	ck := jm.mu.core.minCheckpointInterval()
+	jm.mu.Unlock()
+	if ck > 0 {
+		d = max(min(d, ck/4), 5*time.Millisecond)
+	}
+	return d
 }
 
 func (jm *JobManager) tickLoop(ctx context.Context) {
-	t := time.NewTicker(jm.tickInterval())
+	t := time.NewTimer(jm.tickInterval())
 	defer t.Stop()
 	for {
 		select {
@@ -214,6 +257,7 @@ func (jm *JobManager) tickLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			jm.step(func(c *core, now time.Time) []action { return c.tick(now) })
+			t.Reset(jm.tickInterval())
 		}
 	}
 }
@@ -270,7 +314,7 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 	defer cancel()
 	switch a := a.(type) {
 	case deployAction:
-		d := buildDeployment(a.JobID, a.Graph, a.Task, a.Subtask, a.Attempt, a.SlotAddrs)
+		d := buildDeployment(&a)
 		err := execs.SubmitTask(ctx, a.Addr, d)
 		if err != nil {
 			jm.log.Warn("deploying task failed", "job", a.JobID, "task", d.TaskName, "taskmanager", a.TaskManager, "error", err)
@@ -280,5 +324,51 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 		err := execs.CancelTask(ctx, a.Addr, executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt))
 		gone := status.Code(err) == codes.NotFound
 		jm.step(func(c *core, now time.Time) []action { return c.cancelDone(a, err, gone, now) })
+	case triggerAction:
+		err := execs.TriggerCheckpoint(ctx, a.Addr, &weirpb.TriggerCheckpointRequest{
+			Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, TimestampMs: a.Timestamp.UnixMilli()})
+		if err != nil {
+			jm.log.Warn("triggering a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID, "vertex", a.Vertex,
+				"subtask", a.Subtask, "taskmanager", a.TaskManager, "error", err)
+			jm.step(func(c *core, now time.Time) []action { return c.triggerFailed(a, err, now) })
+		}
+	case notifyAction:
+		err := execs.NotifyCheckpoint(ctx, a.Addr, &weirpb.NotifyCheckpointRequest{
+			Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, Complete: a.Complete})
+		if err != nil { // best effort: a later completion subsumes this one
+			jm.log.Debug("notifying a task of a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID,
+				"complete", a.Complete, "vertex", a.Vertex, "subtask", a.Subtask, "error", err)
+		}
+	case writeManifestAction:
+		err := jm.writeManifest(ctx, a)
+		if err != nil {
+			jm.log.Warn("writing a checkpoint manifest failed", "job", a.JobID, "checkpoint", a.Manifest.CheckpointId, "error", err)
+		}
+		jm.step(func(c *core, now time.Time) []action { return c.manifestWritten(a.JobID, a.Manifest, err, now) })
+	case deleteCheckpointsAction:
+		st := jm.storage(a.JobID)
+		if st == nil {
+			return
+		}
+		for _, id := range a.IDs {
+			if err := st.DeleteCheckpoint(ctx, a.JobID, id); err != nil {
+				jm.log.Warn("deleting a checkpoint failed; its files stay in storage", "job", a.JobID, "checkpoint", id, "error", err)
+			}
+		}
 	}
+}
+
+// writeManifest writes a completed checkpoint's manifest, then the pointer
+// to it.
+func (jm *JobManager) writeManifest(ctx context.Context, a writeManifestAction) error {
+	st := jm.storage(a.JobID)
+	if st == nil {
+		return fmt.Errorf("%w: job %s has no checkpoint storage", ErrStorage, a.JobID)
+	}
+	key, sum, err := st.WriteManifest(ctx, a.Manifest)
+	if err != nil {
+		return err
+	}
+	return st.WritePointer(ctx, a.JobID, &weirpb.CompletedPointer{Version: 1, CheckpointId: a.Manifest.CheckpointId,
+		ManifestKey: key, ManifestSha256: sum})
 }

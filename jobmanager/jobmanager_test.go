@@ -162,10 +162,16 @@ type fakeTM struct {
 	heartbeats atomic.Int64 // answered heartbeats
 	stopHB     chan struct{}
 	hbOnce     sync.Once
-	mu         sync.Mutex
-	deploy     []*weirpb.TaskDeployment
-	live       map[string]*weirpb.ExecutionID // running, by key
-	cancel     []*weirpb.ExecutionID
+	// ackCheckpoints: on a trigger, every live task of the job's attempt
+	// acknowledges with fake handles (see checkpoint_test.go).
+	ackCheckpoints atomic.Bool
+	mu             sync.Mutex
+	deploy         []*weirpb.TaskDeployment
+	live           map[string]*weirpb.ExecutionID // running, by key
+	cancel         []*weirpb.ExecutionID
+	triggers       []*weirpb.TriggerCheckpointRequest
+	notifies       []*weirpb.NotifyCheckpointRequest
+	acked          map[string]bool // job/checkpoint acknowledged
 }
 
 func execKeyString(id *weirpb.ExecutionID) string {
@@ -179,7 +185,7 @@ func startFakeTM(t *testing.T, jmAddr, id string, slots int, failWith func(*weir
 		t.Fatal(err)
 	}
 	f := &fakeTM{t: t, id: id, slots: slots, addr: lis.Addr().String(), srv: grpc.NewServer(), failWith: failWith,
-		stopHB: make(chan struct{}), live: make(map[string]*weirpb.ExecutionID)}
+		stopHB: make(chan struct{}), live: make(map[string]*weirpb.ExecutionID), acked: make(map[string]bool)}
 	weirpb.RegisterTaskExecutorServiceServer(f.srv, f)
 	f.wg.Go(func() { _ = f.srv.Serve(lis) })
 	f.cc, err = grpc.NewClient(jmAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -394,7 +400,7 @@ func TestTaskFailureFailsJob(t *testing.T) {
 	b := startFakeTM(t, c.jm.RPCAddr(), "tm-b", 2, failWindow2)
 	id := c.submit(pipeline(t, 2, 4), 0)
 	job := c.waitState(id, weirpb.JobState_JOB_STATE_FAILED)
-	const want = "task window -> sink (2/4) on taskmanager tm-b failed: boom: division by zero"
+	const want = "task window -> sink (2/4) on taskmanager tm-b failed: boom: division by zero; restart strategy none gave up"
 	if job.Job.Error != want {
 		t.Errorf("job error %q, want %q", job.Job.Error, want)
 	}
@@ -665,6 +671,16 @@ func TestRunErrors(t *testing.T) {
 	}
 	if _, err := New(DefaultConfig(), nil); err == nil {
 		t.Error("New without registry succeeded")
+	}
+	bad = DefaultConfig()
+	bad.DefaultRestart.Type = "sometimes"
+	if _, err := New(bad, testRegistry(t)); err == nil || !strings.Contains(err.Error(), "DefaultRestart") {
+		t.Errorf("New with bad DefaultRestart: %v", err)
+	}
+	bad = DefaultConfig()
+	bad.CheckpointStorage = "/tmp/x"
+	if _, err := New(bad, testRegistry(t)); err == nil || !strings.Contains(err.Error(), "CheckpointStorage") {
+		t.Errorf("New with bad CheckpointStorage: %v", err)
 	}
 }
 

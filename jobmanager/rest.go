@@ -3,12 +3,20 @@ package jobmanager
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// The REST API is read-only JSON with lowerCamel field names. Times are
-// Unix milliseconds (0: not yet). States are the upper-case names of the
-// gRPC enums without prefix ("RUNNING").
+// The REST API is JSON with lowerCamel field names. Times are Unix
+// milliseconds (0: not yet), durations milliseconds. States are the
+// upper-case names of the gRPC enums without prefix ("RUNNING"), plus
+// RESTARTING (which gRPC shows as FAILING). It is read-only except for one
+// endpoint, POST /v1/jobs/{id}/checkpoints, which triggers a checkpoint.
 
 type restJob struct {
 	ID           string `json:"id"`
@@ -19,6 +27,11 @@ type restJob struct {
 	TasksTotal   int    `json:"tasksTotal"`
 	TasksRunning int    `json:"tasksRunning"`
 	Error        string `json:"error,omitempty"`
+	Attempt      int64  `json:"attempt"`
+	Restarts     int64  `json:"restarts"`
+	LastFailure  string `json:"lastFailure,omitempty"`
+	// Checkpointing says whether the job takes checkpoints.
+	Checkpointing bool `json:"checkpointing"`
 }
 
 type restTask struct {
@@ -73,11 +86,53 @@ type restOverview struct {
 	SlotsFree        int            `json:"slotsFree"`
 	Jobs             map[string]int `json:"jobs"` // by state
 	StaleReports     int64          `json:"staleReports"`
+	StaleAcks        int64          `json:"staleCheckpointAcks"`
 }
 
-func toRESTJob(v *jobView) restJob {
-	return restJob{ID: v.ID, Name: v.Name, State: v.State.String(), StartTimeMs: unixMillis(v.Start), EndTimeMs: unixMillis(v.End),
-		TasksTotal: v.TasksTotal, TasksRunning: v.TasksRunning, Error: v.Err}
+type restCheckpoint struct {
+	ID            int64  `json:"id"`
+	Status        string `json:"status"` // IN_PROGRESS, COMPLETED, FAILED
+	TriggerTimeMs int64  `json:"triggerTimeMs"`
+	DurationMs    int64  `json:"durationMs"`
+	SizeBytes     int64  `json:"sizeBytes"`
+	SlowestTask   string `json:"slowestTask,omitempty"`
+	SlowestTaskMs int64  `json:"slowestTaskMs"`
+	Acknowledged  int32  `json:"acknowledged"`
+	TotalTasks    int32  `json:"totalTasks"`
+	Failure       string `json:"failure,omitempty"`
+}
+
+type restCheckpoints struct {
+	Checkpoints  []restCheckpoint `json:"checkpoints"`
+	Completed    int64            `json:"completed"`
+	Failed       int64            `json:"failed"`
+	InProgress   int64            `json:"inProgress"`
+	RestoredFrom int64            `json:"restoredFrom"`
+}
+
+func toRESTJob(v *jobView, now time.Time) restJob {
+	j := restJob{ID: v.ID, Name: v.Name, State: v.State.String(), StartTimeMs: unixMillis(v.Start), EndTimeMs: unixMillis(v.End),
+		TasksTotal: v.TasksTotal, TasksRunning: v.TasksRunning, Error: v.Err, Attempt: v.Attempt, Restarts: v.Restarts,
+		LastFailure: v.LastFailure, Checkpointing: v.Checkpointing}
+	if v.State == jobRestarting {
+		j.Error = restartingMessage(v, now)
+	}
+	return j
+}
+
+// httpStatus picks the HTTP status of an error of this package, like
+// toGRPCError does for gRPC.
+func httpStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrJobNotFound), errors.Is(err, ErrCheckpointNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrInvalidArgument):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrJobNotCancelable), errors.Is(err, ErrCheckpointingOff), errors.Is(err, ErrJobNotRunning), errors.Is(err, ErrCheckpointNotTriggered),
+		errors.Is(err, ErrStorage):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
 }
 
 func (jm *JobManager) restHandler() http.Handler {
@@ -87,27 +142,24 @@ func (jm *JobManager) restHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, _ *http.Request) {
 		jm.mu.Lock()
-		views := jm.mu.core.jobViews()
+		views, now := jm.mu.core.jobViews(), jm.now()
 		jm.mu.Unlock()
 		jobs := make([]restJob, 0, len(views))
 		for i := range views {
-			jobs = append(jobs, toRESTJob(&views[i]))
+			jobs = append(jobs, toRESTJob(&views[i], now))
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs})
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		jm.mu.Lock()
 		v, err := jm.mu.core.jobView(r.PathValue("id"))
+		now := jm.now()
 		jm.mu.Unlock()
 		if err != nil {
-			code := http.StatusInternalServerError
-			if errors.Is(err, ErrJobNotFound) {
-				code = http.StatusNotFound
-			}
-			writeError(w, code, err.Error())
+			writeError(w, httpStatus(err), err.Error())
 			return
 		}
-		d := restJobDetail{Job: toRESTJob(&v), Tasks: make([]restTask, 0, len(v.Tasks)), Vertices: make([]restVertex, 0, len(v.Graph.Vertices))}
+		d := restJobDetail{Job: toRESTJob(&v, now), Tasks: make([]restTask, 0, len(v.Tasks)), Vertices: make([]restVertex, 0, len(v.Graph.Vertices))}
 		for _, t := range v.Tasks {
 			d.Tasks = append(d.Tasks, restTask{VertexID: t.Vertex, Subtask: t.Subtask, Attempt: t.Attempt, Name: t.Name, State: t.State.String(),
 				TaskManagerID: t.TaskManager, Error: t.Err, RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut})
@@ -135,9 +187,9 @@ func (jm *JobManager) restHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/overview", func(w http.ResponseWriter, _ *http.Request) {
 		jm.mu.Lock()
-		tms, jobs, stale := jm.mu.core.tmViews(), jm.mu.core.jobViews(), jm.mu.core.staleReports
+		tms, jobs, stale, staleAcks := jm.mu.core.tmViews(), jm.mu.core.jobViews(), jm.mu.core.staleReports, jm.mu.core.staleAcks
 		jm.mu.Unlock()
-		o := restOverview{TaskManagers: len(tms), Jobs: make(map[string]int), StaleReports: stale}
+		o := restOverview{TaskManagers: len(tms), Jobs: make(map[string]int), StaleReports: stale, StaleAcks: staleAcks}
 		for _, s := range jobStateNames[1:] {
 			o.Jobs[s] = 0
 		}
@@ -153,13 +205,59 @@ func (jm *JobManager) restHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, o)
 	})
+	mux.HandleFunc("GET /v1/jobs/{id}/checkpoints", func(w http.ResponseWriter, r *http.Request) {
+		resp, err := jm.listCheckpoints(r.PathValue("id"))
+		if err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
+		}
+		out := restCheckpoints{Checkpoints: make([]restCheckpoint, 0, len(resp.Checkpoints)), Completed: resp.Completed,
+			Failed: resp.Failed, InProgress: resp.InProgress, RestoredFrom: resp.RestoredFrom}
+		for _, c := range resp.Checkpoints {
+			out.Checkpoints = append(out.Checkpoints, restCheckpoint{ID: c.CheckpointId,
+				Status: strings.TrimPrefix(c.Status.String(), "CHECKPOINT_STATUS_"), TriggerTimeMs: c.TriggerTimeMs,
+				DurationMs: c.DurationMs, SizeBytes: c.SizeBytes, SlowestTask: c.SlowestTask, SlowestTaskMs: c.SlowestTaskMs,
+				Acknowledged: c.Acknowledged, TotalTasks: c.TotalTasks, Failure: c.Failure})
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	// The one endpoint that changes something: trigger a checkpoint now.
+	mux.HandleFunc("POST /v1/jobs/{id}/checkpoints", func(w http.ResponseWriter, r *http.Request) {
+		id, err := jm.triggerCheckpoint(r.PathValue("id"))
+		if err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]int64{"checkpointId": id})
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}/checkpoints/{cid}", func(w http.ResponseWriter, r *http.Request) {
+		cid, err := strconv.ParseInt(r.PathValue("cid"), 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("checkpoint id %q is not a number", r.PathValue("cid")))
+			return
+		}
+		resp, err := jm.inspectCheckpoint(r.Context(), r.PathValue("id"), cid)
+		if err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
+		}
+		body, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(resp)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(append(body, '\n')) // the client went away
+	})
+	mux.Handle("GET /metrics", jm.Metrics())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET")
-			writeError(w, http.StatusMethodNotAllowed, "the REST API is read-only; use GET (submit and cancel jobs over gRPC with the weir CLI)")
+			writeError(w, http.StatusMethodNotAllowed, "the REST API is read-only except POST /v1/jobs/{id}/checkpoints; use GET (submit and cancel jobs over gRPC with the weir CLI)")
 			return
 		}
-		writeError(w, http.StatusNotFound, "no such resource "+r.URL.Path+"; try /v1/jobs, /v1/taskmanagers, /v1/overview or /healthz")
+		writeError(w, http.StatusNotFound, "no such resource "+r.URL.Path+"; try /v1/jobs, /v1/jobs/{id}/checkpoints, /v1/taskmanagers, /v1/overview, /metrics or /healthz")
 	})
 	return mux
 }

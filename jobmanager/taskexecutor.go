@@ -17,6 +17,8 @@ import (
 type taskExecutors interface {
 	SubmitTask(ctx context.Context, addr string, d *weirpb.TaskDeployment) error
 	CancelTask(ctx context.Context, addr string, id *weirpb.ExecutionID) error
+	TriggerCheckpoint(ctx context.Context, addr string, req *weirpb.TriggerCheckpointRequest) error
+	NotifyCheckpoint(ctx context.Context, addr string, req *weirpb.NotifyCheckpointRequest) error
 	Close() error
 }
 
@@ -68,6 +70,24 @@ func (g *grpcTaskExecutors) CancelTask(ctx context.Context, addr string, id *wei
 		return err
 	}
 	_, err = c.CancelTask(ctx, &weirpb.CancelTaskRequest{Id: id})
+	return err
+}
+
+func (g *grpcTaskExecutors) TriggerCheckpoint(ctx context.Context, addr string, req *weirpb.TriggerCheckpointRequest) error {
+	c, err := g.client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.TriggerCheckpoint(ctx, req)
+	return err
+}
+
+func (g *grpcTaskExecutors) NotifyCheckpoint(ctx context.Context, addr string, req *weirpb.NotifyCheckpointRequest) error {
+	c, err := g.client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.NotifyCheckpoint(ctx, req)
 	return err
 }
 
