@@ -1,0 +1,514 @@
+package jobmanager
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// The fake taskmanager's checkpoint side: a trigger makes every live task
+// of the job's attempt on this taskmanager acknowledge (once per
+// checkpoint) with one fake handle per operator of its chain, whose key
+// encodes checkpoint, operator, subtask and attempt.
+
+func fakeHandleKey(jobID string, ck int64, uid string, subtask int32, attempt int64) string {
+	return fmt.Sprintf("%s/chk-%d/%s/%d-a%d", jobID, ck, uid, subtask, attempt)
+}
+
+func fakeHandles(d *weirpb.TaskDeployment, ck int64) []*weirpb.StateHandle {
+	var out []*weirpb.StateHandle
+	kg := stream.KeyGroupRangeFor(int(d.MaxParallelism), int(d.Parallelism), int(d.Id.Subtask))
+	for _, op := range d.Chain {
+		out = append(out, &weirpb.StateHandle{OperatorUid: op.Vertex.Uid, Subtask: d.Id.Subtask, Parallelism: d.Parallelism,
+			Key: fakeHandleKey(d.Id.JobId, ck, op.Vertex.Uid, d.Id.Subtask, d.Id.Attempt), Size: 50, Sha256: "00",
+			KeyGroupStart: int32(kg.Start), KeyGroupEnd: int32(kg.End)})
+	}
+	return out
+}
+
+func (f *fakeTM) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpointRequest) (*weirpb.TriggerCheckpointResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.triggers = append(f.triggers, req)
+	if _, ok := f.live[execKeyString(req.Id)]; !ok {
+		return nil, status.Errorf(codes.NotFound, "no task %s", execKeyString(req.Id))
+	}
+	ackKey := fmt.Sprintf("%s/%d", req.Id.JobId, req.CheckpointId)
+	if !f.ackCheckpoints.Load() || f.acked[ackKey] {
+		return &weirpb.TriggerCheckpointResponse{}, nil
+	}
+	f.acked[ackKey] = true
+	for _, d := range f.deploy {
+		if _, live := f.live[execKeyString(d.Id)]; !live || d.Id.JobId != req.Id.JobId || d.Id.Attempt != req.Id.Attempt {
+			continue
+		}
+		f.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			_, err := f.cluster.AcknowledgeCheckpoint(ctx, &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: f.id, Id: d.Id,
+				CheckpointId: req.CheckpointId, Handles: fakeHandles(d, req.CheckpointId), Bytes: 100,
+				AlignmentDurationMs: int64(d.Id.Subtask + 1), SyncDurationMs: 1, AsyncDurationMs: 2})
+			if err != nil && status.Code(err) != codes.Unavailable {
+				f.t.Errorf("%s: AcknowledgeCheckpoint: %v", f.id, err)
+			}
+		})
+	}
+	return &weirpb.TriggerCheckpointResponse{}, nil
+}
+
+func (f *fakeTM) NotifyCheckpoint(_ context.Context, req *weirpb.NotifyCheckpointRequest) (*weirpb.NotifyCheckpointResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notifies = append(f.notifies, req)
+	return &weirpb.NotifyCheckpointResponse{}, nil
+}
+
+// failTask reports the live execution of vertex/subtask FAILED.
+func (f *fakeTM) failTask(vertex, subtask int32, msg string) {
+	f.t.Helper()
+	f.mu.Lock()
+	var id *weirpb.ExecutionID
+	for k, e := range f.live {
+		if e.VertexId == vertex && e.Subtask == subtask {
+			id = e
+			delete(f.live, k)
+		}
+	}
+	f.mu.Unlock()
+	if id == nil {
+		f.t.Fatalf("%s: no live task %d/%d", f.id, vertex, subtask)
+	}
+	f.report(id, weirpb.TaskState_TASK_STATE_FAILED, msg)
+}
+
+// completeNotified returns the executions notified of checkpoint ck's
+// completion.
+func (f *fakeTM) completeNotified(ck int64) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, n := range f.notifies {
+		if n.CheckpointId == ck && n.Complete {
+			out = append(out, execKeyString(n.Id))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func (f *fakeTM) deploymentsOf(attempt int64) []*weirpb.TaskDeployment {
+	var out []*weirpb.TaskDeployment
+	for _, d := range f.deployments() {
+		if d.Id.Attempt == attempt {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (c *testCluster) listCheckpoints(id string) *weirpb.ListCheckpointsResponse {
+	c.t.Helper()
+	resp, err := c.jobs.ListCheckpoints(c.t.Context(), &weirpb.ListCheckpointsRequest{JobId: id})
+	if err != nil {
+		c.t.Fatalf("ListCheckpoints: %v", err)
+	}
+	return resp
+}
+
+// waitCompleted waits until a checkpoint newer than after has completed
+// and returns the newest completed one.
+func (c *testCluster) waitCompleted(id string, after int64) *weirpb.CheckpointInfo {
+	c.t.Helper()
+	var got *weirpb.CheckpointInfo
+	eventually(c.t, waitTimeout, fmt.Sprintf("a checkpoint of job %s after %d", id, after), func() bool {
+		for _, ck := range c.listCheckpoints(id).Checkpoints { // newest first
+			if ck.Status == weirpb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED && ck.CheckpointId > after {
+				got = ck
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// checkpointedPipeline is pipeline(2, 4) taking checkpoints every 30ms,
+// restarting with fixed-delay (1 attempt, 3s).
+func checkpointedPipeline(t *testing.T) *stream.JobGraph {
+	g := pipeline(t, 2, 4)
+	g.Checkpoint = stream.CheckpointConfig{Interval: 30 * time.Millisecond}
+	g.Restart = stream.RestartConfig{Type: "fixed-delay", Attempts: 1, Delay: 3 * time.Second}
+	return g
+}
+
+func startCheckpointCluster(t *testing.T) (*testCluster, *fakeTM, string) {
+	dir := t.TempDir()
+	c := startJobManager(t, func(cfg *Config) { cfg.CheckpointStorage = "file://" + dir })
+	tm := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 4, nil)
+	tm.ackCheckpoints.Store(true)
+	return c, tm, dir
+}
+
+func TestCheckpointsAndRestarts(t *testing.T) {
+	c, tm, dir := startCheckpointCluster(t)
+	id := c.submit(checkpointedPipeline(t), 0)
+	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
+	for _, d := range tm.deployments() {
+		if ck := d.Checkpointing; !ck.GetEnabled() || ck.Mode != weirpb.CheckpointMode_CHECKPOINT_MODE_EXACTLY_ONCE ||
+			ck.Storage != "file://"+dir || d.RestoreCheckpointId != 0 || len(d.Restore) != 0 {
+			t.Fatalf("first deployment %s: checkpointing %v, restore %d %v", d.TaskName, ck, d.RestoreCheckpointId, d.Restore)
+		}
+	}
+
+	// Checkpoints complete: manifest and pointer written, tasks notified.
+	first := c.waitCompleted(id, 0)
+	if first.Acknowledged != 6 || first.TotalTasks != 6 || first.SizeBytes != 600 || first.SlowestTask == "" {
+		t.Errorf("checkpoint %+v", first)
+	}
+	ck := c.waitCompleted(id, first.CheckpointId)
+	insp, err := c.jobs.InspectCheckpoint(t.Context(), &weirpb.InspectCheckpointRequest{JobId: id, CheckpointId: ck.CheckpointId})
+	if err != nil {
+		t.Fatalf("InspectCheckpoint %d: %v", ck.CheckpointId, err)
+	}
+	m := insp.Manifest
+	if wantKey := fmt.Sprintf("%s/chk-%d/_manifest", id, ck.CheckpointId); insp.StorageKey != wantKey {
+		t.Errorf("storage key %q, want %q", insp.StorageKey, wantKey)
+	}
+	if m.Version != 1 || m.JobId != id || m.JobName != "pipeline" || m.CheckpointId != ck.CheckpointId || m.MaxParallelism != 128 ||
+		m.Mode != weirpb.CheckpointMode_CHECKPOINT_MODE_EXACTLY_ONCE || m.CompleteTimeMs < m.TriggerTimeMs {
+		t.Errorf("manifest header %v", m)
+	}
+	var uids []string
+	for _, op := range m.Operators {
+		uids = append(uids, op.OperatorUid)
+		for i, h := range op.Handles {
+			if want := fakeHandleKey(id, ck.CheckpointId, op.OperatorUid, int32(i), 1); h.Key != want || int(h.Subtask) != i {
+				t.Errorf("operator %s handle %d: %v, want key %s", op.OperatorUid, i, h, want)
+			}
+		}
+		if len(op.Handles) != int(op.Parallelism) {
+			t.Errorf("operator %s has %d handles, parallelism %d", op.OperatorUid, len(op.Handles), op.Parallelism)
+		}
+	}
+	if !slices.Equal(uids, []string{"src", "map", "window", "sink"}) {
+		t.Errorf("manifest operators %v", uids)
+	}
+	for _, f := range []string{filepath.Join(dir, id, "_completed"), filepath.Join(dir, id, fmt.Sprintf("chk-%d", ck.CheckpointId), "_manifest")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("checkpoint storage: %v", err)
+		}
+	}
+	eventually(t, waitTimeout, "completion notifications to all 6 tasks", func() bool { return len(tm.completeNotified(ck.CheckpointId)) == 6 })
+	// Only one checkpoint is retained: the first one's files go.
+	eventually(t, waitTimeout, "the first checkpoint to be discarded", func() bool {
+		_, err := os.Stat(filepath.Join(dir, id, fmt.Sprintf("chk-%d", first.CheckpointId), "_manifest"))
+		return os.IsNotExist(err)
+	})
+	_, err = c.jobs.InspectCheckpoint(t.Context(), &weirpb.InspectCheckpointRequest{JobId: id, CheckpointId: first.CheckpointId})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("InspectCheckpoint of a discarded checkpoint: %v, want NotFound", err)
+	}
+	_, err = c.jobs.InspectCheckpoint(t.Context(), &weirpb.InspectCheckpointRequest{JobId: id, CheckpointId: 1 << 40})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("InspectCheckpoint of an unknown checkpoint: %v, want NotFound", err)
+	}
+
+	// A manual trigger (refused while a periodic one is pending).
+	trig := triggerCheckpoint(t, c, id)
+	c.waitCompleted(id, trig.CheckpointId-1)
+
+	// A window task fails: the job restarts after 3s (moved along by the
+	// clock) from the latest completed checkpoint, with attempt 2.
+	tm.failTask(2, 1, "boom")
+	eventually(t, waitTimeout, "the job to be restarting", func() bool {
+		j := c.getJob(id).Job
+		return j.State == weirpb.JobState_JOB_STATE_FAILING &&
+			strings.HasPrefix(j.Error, "restarting (attempt 2) in ") && strings.HasSuffix(j.Error, "after: task window -> sink (2/4) on taskmanager tm-a failed: boom")
+	})
+	var rj restJob
+	getJSON(t, "http://"+c.jm.RESTAddr()+"/v1/jobs/"+id, 200, &struct {
+		Job *restJob `json:"job"`
+	}{&rj})
+	if rj.State != "RESTARTING" || !strings.HasPrefix(rj.Error, "restarting (attempt 2)") {
+		t.Errorf("REST job while restarting: %+v", rj)
+	}
+	eventually(t, waitTimeout, "cancellation of the other tasks", func() bool { return tm.cancels() == 5 })
+	c.clock.Advance(3 * time.Second)
+	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
+	restored := c.listCheckpoints(id).RestoredFrom
+	if restored < trig.CheckpointId {
+		t.Fatalf("restored from checkpoint %d, want at least %d", restored, trig.CheckpointId)
+	}
+	second := tm.deploymentsOf(2)
+	if len(second) != 6 {
+		t.Fatalf("%d deployments of attempt 2, want 6", len(second))
+	}
+	for _, d := range second {
+		if d.RestoreCheckpointId != restored || len(d.Restore) != len(d.Chain) {
+			t.Fatalf("%s: restore %d with %d handles, want %d with %d", d.TaskName, d.RestoreCheckpointId, len(d.Restore), restored, len(d.Chain))
+		}
+		for i, h := range d.Restore {
+			if want := fakeHandleKey(id, restored, d.Chain[i].Vertex.Uid, d.Id.Subtask, 1); h.Key != want {
+				t.Errorf("%s restores %s, want %s", d.TaskName, h.Key, want)
+			}
+		}
+	}
+
+	// Checkpoints go on with attempt 2; an acknowledgement of attempt 1 is
+	// stale.
+	after := c.waitCompleted(id, restored)
+	insp, err = c.jobs.InspectCheckpoint(t.Context(), &weirpb.InspectCheckpointRequest{JobId: id, CheckpointId: after.CheckpointId})
+	if err != nil || insp.Manifest.Operators[0].Handles[0].Key != fakeHandleKey(id, after.CheckpointId, "src", 0, 2) {
+		t.Fatalf("checkpoint after the restart: %v %v", insp, err)
+	}
+	d0 := second[0]
+	old := &weirpb.ExecutionID{JobId: id, VertexId: d0.Id.VertexId, Subtask: d0.Id.Subtask, Attempt: 1}
+	if _, err := tm.cluster.AcknowledgeCheckpoint(t.Context(), &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: "tm-a", Id: old,
+		CheckpointId: after.CheckpointId + 1}); err != nil {
+		t.Fatal(err)
+	}
+	var ov struct {
+		StaleAcks int64 `json:"staleCheckpointAcks"`
+	}
+	getJSON(t, "http://"+c.jm.RESTAddr()+"/v1/overview", 200, &ov)
+	if ov.StaleAcks < 1 {
+		t.Errorf("stale acks %d", ov.StaleAcks)
+	}
+
+	// The second failure exhausts fixed-delay's single attempt.
+	tm.failTask(0, 0, "again")
+	job := c.waitState(id, weirpb.JobState_JOB_STATE_FAILED)
+	const want = "task src -> map (1/2) on taskmanager tm-a failed: again; restart strategy fixed-delay gave up"
+	if job.Job.Error != want {
+		t.Errorf("error %q, want %q", job.Job.Error, want)
+	}
+	// A failed job keeps its latest checkpoint.
+	if _, err := os.Stat(filepath.Join(dir, id, "_completed")); err != nil {
+		t.Error(err)
+	}
+	_, err = c.jobs.TriggerCheckpoint(t.Context(), &weirpb.TriggerJobCheckpointRequest{JobId: id})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("TriggerCheckpoint of a failed job: %v", err)
+	}
+}
+
+// triggerCheckpoint triggers a checkpoint over gRPC, retrying while
+// another one is in progress.
+func triggerCheckpoint(t *testing.T, c *testCluster, id string) *weirpb.TriggerJobCheckpointResponse {
+	t.Helper()
+	var resp *weirpb.TriggerJobCheckpointResponse
+	eventually(t, waitTimeout, "a manual checkpoint trigger", func() bool {
+		var err error
+		resp, err = c.jobs.TriggerCheckpoint(t.Context(), &weirpb.TriggerJobCheckpointRequest{JobId: id})
+		if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "still in progress") {
+			return false
+		}
+		if err != nil {
+			t.Fatalf("TriggerCheckpoint: %v", err)
+		}
+		return true
+	})
+	return resp
+}
+
+func httpDo(t *testing.T, method, url string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
+
+func TestCheckpointRESTAndMetrics(t *testing.T) {
+	c, tm, dir := startCheckpointCluster(t)
+	id := c.submit(checkpointedPipeline(t), 0)
+	plain := c.submit(pipeline(t, 1, 1), 0) // no checkpoints; waits for a slot
+	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
+	c.waitCompleted(id, 0)
+	base := "http://" + c.jm.RESTAddr()
+
+	var trig struct {
+		CheckpointID int64 `json:"checkpointId"`
+	}
+	eventually(t, waitTimeout, "POST checkpoints to be accepted", func() bool {
+		code, body := httpDo(t, http.MethodPost, base+"/v1/jobs/"+id+"/checkpoints")
+		switch {
+		case code == http.StatusConflict && strings.Contains(string(body), "still in progress"):
+			return false
+		case code != http.StatusAccepted || json.Unmarshal(body, &trig) != nil || trig.CheckpointID < 2:
+			t.Fatalf("POST checkpoints: %d %s", code, body)
+		}
+		return true
+	})
+	c.waitCompleted(id, trig.CheckpointID-1)
+
+	var list restCheckpoints
+	getJSON(t, base+"/v1/jobs/"+id+"/checkpoints", 200, &list)
+	if list.Completed < 2 || len(list.Checkpoints) == 0 {
+		t.Fatalf("list %+v", list)
+	}
+	var latest restCheckpoint
+	for _, ck := range list.Checkpoints {
+		if ck.Status == "COMPLETED" {
+			latest = ck
+			break
+		}
+	}
+	if latest.ID < trig.CheckpointID || latest.SizeBytes != 600 || latest.TotalTasks != 6 || latest.SlowestTask == "" || latest.TriggerTimeMs == 0 {
+		t.Errorf("latest completed %+v", latest)
+	}
+
+	var insp struct {
+		Manifest struct {
+			JobID        string `json:"jobId"`
+			CheckpointID string `json:"checkpointId"` // protojson: int64 as string
+			Operators    []struct {
+				OperatorUID string `json:"operatorUid"`
+			} `json:"operators"`
+		} `json:"manifest"`
+		StorageKey string `json:"storageKey"`
+	}
+	getJSON(t, fmt.Sprintf("%s/v1/jobs/%s/checkpoints/%d", base, id, latest.ID), 200, &insp)
+	if insp.Manifest.JobID != id || insp.Manifest.CheckpointID != fmt.Sprint(latest.ID) || len(insp.Manifest.Operators) != 4 ||
+		insp.StorageKey != fmt.Sprintf("%s/chk-%d/_manifest", id, latest.ID) {
+		t.Errorf("manifest JSON %+v", insp)
+	}
+	var e map[string]string
+	getJSON(t, base+"/v1/jobs/"+id+"/checkpoints/999999", 404, &e)
+	getJSON(t, base+"/v1/jobs/"+id+"/checkpoints/x", 400, &e)
+	getJSON(t, base+"/v1/jobs/0123456789abcdef/checkpoints", 404, &e)
+	getJSON(t, base+"/v1/jobs/"+plain+"/checkpoints", 409, &e)
+	if !strings.Contains(e["error"], "takes no checkpoints") {
+		t.Errorf("409 body %v", e)
+	}
+	if code, body := httpDo(t, http.MethodPost, base+"/v1/jobs/"+plain+"/checkpoints"); code != http.StatusConflict {
+		t.Errorf("POST checkpoints of a job without checkpointing: %d %s", code, body)
+	}
+	_, err := c.jobs.TriggerCheckpoint(t.Context(), &weirpb.TriggerJobCheckpointRequest{JobId: plain})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("TriggerCheckpoint without checkpointing: %v", err)
+	}
+
+	code, body := httpDo(t, http.MethodGet, base+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	metrics := string(body)
+	for _, want := range []string{
+		"weir_taskmanagers_live 1\n",
+		`weir_jobs{state="RUNNING"} `,
+		`weir_jobs{state="RESTARTING"} 0`,
+		fmt.Sprintf(`weir_checkpoint_alignment_seconds{job=%q,task="window -> sink (2/4)"} 0.002`, id),
+		fmt.Sprintf(`weir_checkpoint_last_size_bytes{job=%q} 600`, id),
+		fmt.Sprintf(`weir_job_restarts_total{job=%q} 0`, id),
+		fmt.Sprintf(`weir_checkpoints_in_progress{job=%q}`, id),
+		fmt.Sprintf(`weir_checkpoints_failed_total{job=%q}`, id),
+		fmt.Sprintf(`weir_checkpoints_aborted_total{job=%q}`, id),
+		fmt.Sprintf(`weir_checkpoint_last_duration_seconds{job=%q}`, id),
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if n := metricValue(t, metrics, fmt.Sprintf(`weir_checkpoints_completed_total{job=%q}`, id)); n < 2 {
+		t.Errorf("completed_total %v", n)
+	}
+	if strings.Contains(metrics, fmt.Sprintf(`weir_checkpoints_completed_total{job=%q}`, plain)) {
+		t.Error("checkpoint metrics for a job without checkpointing")
+	}
+
+	// Cancel deletes the retained checkpoints (the default retention).
+	if _, err := c.jobs.CancelJob(t.Context(), &weirpb.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitState(id, weirpb.JobState_JOB_STATE_CANCELED)
+	eventually(t, waitTimeout, "retained checkpoints to be deleted", func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, id, "chk-*", "_manifest"))
+		return len(m) == 0
+	})
+	// The job without checkpoints gets the freed slots.
+	c.waitState(plain, weirpb.JobState_JOB_STATE_RUNNING)
+	if n := len(tm.deployments()); n != 8 {
+		t.Errorf("%d deployments, want 6 + 2", n)
+	}
+}
+
+// metricValue returns the value of the sample line that starts with name.
+func metricValue(t *testing.T, text, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest, &v); err != nil {
+				t.Fatalf("metric %s: %v", line, err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func TestSubmitCheckpointSettings(t *testing.T) {
+	c := startJobManager(t, func(cfg *Config) { cfg.CheckpointStorage = "file://" + t.TempDir() })
+	for _, tc := range []struct {
+		name   string
+		mutate func(*stream.JobGraph)
+		code   codes.Code
+		msg    string
+	}{
+		{"unknown restart strategy", func(g *stream.JobGraph) { g.Restart.Type = "sometimes" }, codes.InvalidArgument, "restart strategy"},
+		{"bad checkpoint interval", func(g *stream.JobGraph) { g.Checkpoint.Interval = time.Millisecond }, codes.InvalidArgument, "at least 10ms"},
+		{"relative storage path", func(g *stream.JobGraph) {
+			g.Checkpoint.Interval = time.Second
+			g.Checkpoint.Storage = "file://relative/path"
+		}, codes.FailedPrecondition, `checkpoint storage file://relative/path of job "pipeline" cannot be opened`},
+		{"unknown storage scheme", func(g *stream.JobGraph) {
+			g.Checkpoint.Interval = time.Second
+			g.Checkpoint.Storage = "ftp://x/y"
+		}, codes.FailedPrecondition, "unsupported scheme"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := pipeline(t, 1, 1)
+			tc.mutate(g)
+			_, err := c.jobs.SubmitJob(t.Context(), &weirpb.SubmitJobRequest{Graph: weirpb.FromGraph(g)})
+			if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("SubmitJob: %v, want %s mentioning %q", err, tc.code, tc.msg)
+			}
+		})
+	}
+	list, err := c.jobs.ListJobs(t.Context(), &weirpb.ListJobsRequest{})
+	if err != nil || len(list.Jobs) != 0 {
+		t.Errorf("failed submissions left jobs behind: %v %v", list, err)
+	}
+	c.jm.storages.Lock()
+	n := len(c.jm.storages.m)
+	c.jm.storages.Unlock()
+	if n != 0 {
+		t.Errorf("%d storages left open", n)
+	}
+}

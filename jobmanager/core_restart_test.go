@@ -1,0 +1,457 @@
+package jobmanager
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/failover"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// Tests of the core's restart and checkpoint transitions, with a fake
+// clock and the real (pure) coordinator and restart strategies.
+
+func fixedDelay(t *testing.T, attempts int, delay time.Duration) restartStrategy {
+	t.Helper()
+	s, err := failover.New(stream.RestartConfig{Type: failover.FixedDelay, Attempts: attempts, Delay: delay}, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// submitOpts submits pipeline(srcPar, winPar) with opts.
+func (h *coreHarness) submitOpts(id string, srcPar, winPar int, opts jobOptions) []action {
+	h.t.Helper()
+	g := planned(h.t, pipeline(h.t, srcPar, winPar), testRegistry(h.t))
+	if opts.SlotWait == 0 {
+		opts.SlotWait = time.Minute
+	}
+	acts, err := h.c.submit(id, g, opts, h.now)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return acts
+}
+
+// run acknowledges and reports RUNNING for the deploys in acts, returning
+// the follow-up actions.
+func (h *coreHarness) run(acts []action) []action {
+	out := h.ackAll(acts)
+	return append(out, h.reportAll(acts, taskRunning)...)
+}
+
+// confirmCancels reports CANCELED for every cancel in acts.
+func (h *coreHarness) confirmCancels(acts []action) []action {
+	var out []action
+	for _, a := range acts {
+		if ca, ok := a.(cancelAction); ok {
+			out = append(out, h.c.report(ca.TaskManager, taskReport{JobID: ca.JobID, Vertex: ca.Vertex, Subtask: ca.Subtask,
+				Attempt: ca.Attempt, State: taskCanceled}, h.now)...)
+		}
+	}
+	return out
+}
+
+// restart confirms the cancels in acts, waits out the default restart
+// delay (1s) and returns the redeployments.
+func (h *coreHarness) restart(acts []action) []deployAction {
+	out := actionsOf[deployAction](append(acts, h.confirmCancels(acts)...))
+	return append(out, actionsOf[deployAction](h.advance(time.Second))...)
+}
+
+func actionsOf[T action](acts []action) []T {
+	var out []T
+	for _, a := range acts {
+		if x, ok := a.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// fail reports deploy d's execution FAILED.
+func (h *coreHarness) fail(d deployAction, msg string) []action {
+	return h.c.report(d.TaskManager, taskReport{JobID: d.JobID, Vertex: d.Task.Head, Subtask: d.Subtask, Attempt: d.Attempt,
+		State: taskFailed, Err: msg}, h.now)
+}
+
+func TestCoreRestartWithDelay(t *testing.T) {
+	h := newCoreHarness(t)
+	h.register("a", 4)
+	deploys := h.submitOpts("j", 2, 2, jobOptions{Restart: fixedDelay(t, 3, 5*time.Second)})
+	h.run(deploys)
+	if s := h.jobState("j"); s != jobRunning {
+		t.Fatalf("state %s", s)
+	}
+	acts := h.fail(actionsOf[deployAction](deploys)[0], "boom")
+	if s := h.jobState("j"); s != jobRestarting {
+		t.Fatalf("state %s, want RESTARTING", s)
+	}
+	cancels := actionsOf[cancelAction](acts)
+	if len(cancels) != 3 {
+		t.Fatalf("%d cancels, want 3: %v", len(cancels), acts)
+	}
+	v, _ := h.c.jobView("j")
+	if got := restartingMessage(&v, h.now.Add(time.Second)); got != "restarting (attempt 2) in 4s after: task src -> map (1/2) on taskmanager a failed: boom" {
+		t.Errorf("message %q", got)
+	}
+	if n := count[deployAction](h.confirmCancels(asActions(cancels))); n != 0 {
+		t.Fatalf("redeployed before the delay")
+	}
+	if acts := h.advance(4999 * time.Millisecond); count[deployAction](acts) != 0 {
+		t.Fatalf("redeployed before the delay: %v", acts)
+	}
+	redeploys := actionsOf[deployAction](h.advance(time.Millisecond))
+	if len(redeploys) != 4 {
+		t.Fatalf("%d redeploys, want 4", len(redeploys))
+	}
+	for _, d := range redeploys {
+		if d.Attempt != 2 || d.Restore != nil {
+			t.Errorf("redeploy %+v: want attempt 2 and no restore (no checkpoint)", d)
+		}
+	}
+	// Old-attempt reports are stale; the new attempt runs.
+	stale := h.c.staleReports
+	h.reportAll(deploys, taskFailed)
+	if h.c.staleReports != stale+4 || h.jobState("j") != jobScheduled {
+		t.Fatalf("old attempt's reports: stale %d→%d, state %s", stale, h.c.staleReports, h.jobState("j"))
+	}
+	h.run(asActions(redeploys))
+	v, _ = h.c.jobView("j")
+	if v.State != jobRunning || v.Attempt != 2 || v.Restarts != 1 || !strings.Contains(v.LastFailure, "boom") || v.Err != "" {
+		t.Fatalf("after restart: %+v", v)
+	}
+	if tv := h.c.tmViews(); tv[0].Free != 2 {
+		t.Errorf("slots after restart: %+v (want 2 of 4 used)", tv)
+	}
+}
+
+func TestCoreRestartStrategyGivesUp(t *testing.T) {
+	h := newCoreHarness(t)
+	h.register("a", 4)
+	deploys := h.submitOpts("j", 1, 1, jobOptions{Restart: fixedDelay(t, 1, 0 /* default 1s */)})
+	h.run(deploys)
+	acts := h.fail(actionsOf[deployAction](deploys)[1], "first")
+	redeploys := h.restart(acts)
+	if len(redeploys) != 2 || redeploys[0].Attempt != 2 {
+		t.Fatalf("want redeploy at attempt 2, got %v", redeploys)
+	}
+	h.run(asActions(redeploys))
+	acts = h.fail(redeploys[0], "second")
+	if s := h.jobState("j"); s != jobFailing {
+		t.Fatalf("state %s, want FAILING", s)
+	}
+	h.confirmCancels(acts)
+	j := h.c.jobs["j"]
+	const want = "task src -> map (1/1) on taskmanager a failed: second; restart strategy fixed-delay gave up"
+	if j.state != jobFailed || j.err != want {
+		t.Fatalf("state %s error %q, want FAILED %q", j.state, j.err, want)
+	}
+	if tv := h.c.tmViews(); tv[0].Free != 4 {
+		t.Errorf("slots not freed: %+v", tv)
+	}
+}
+
+func TestCoreCancelWhileRestarting(t *testing.T) {
+	h := newCoreHarness(t)
+	h.register("a", 4)
+	deploys := h.submitOpts("j", 1, 1, jobOptions{Restart: fixedDelay(t, 5, time.Minute)})
+	h.run(deploys)
+	h.confirmCancels(h.fail(actionsOf[deployAction](deploys)[0], "boom"))
+	if s := h.jobState("j"); s != jobRestarting {
+		t.Fatalf("state %s", s)
+	}
+	acts, err := h.c.cancel("j", h.now)
+	if err != nil || len(acts) != 0 {
+		t.Fatalf("cancel: %v %v", acts, err)
+	}
+	if s := h.jobState("j"); s != jobCanceled {
+		t.Fatalf("state %s, want CANCELED", s)
+	}
+	if acts := h.advance(2 * time.Minute); count[deployAction](acts) != 0 {
+		t.Fatalf("cancelled job redeployed: %v", acts)
+	}
+}
+
+func TestCoreRestartWithoutSlots(t *testing.T) {
+	h := newCoreHarness(t)
+	h.c.cfg.HeartbeatTimeout = time.Hour
+	h.register("a", 2)
+	h.register("b", 2)
+	deploys := h.submitOpts("j", 2, 4, jobOptions{SlotWait: 10 * time.Second, Restart: fixedDelay(t, 2, time.Second)})
+	h.run(deploys)
+	// b restarts (re-registers with 1 slot): its tasks are gone, and the
+	// job no longer fits.
+	acts, err := h.c.register("b", "b:2", 1, nil, h.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.confirmCancels(acts)
+	if acts := h.advance(time.Second); count[deployAction](acts) != 0 || h.jobState("j") != jobScheduled {
+		t.Fatalf("deployed without slots: %v, %s", acts, h.jobState("j"))
+	}
+	// The slot wait ends: another failure, another restart (the last).
+	h.advance(10 * time.Second)
+	if s := h.jobState("j"); s != jobRestarting {
+		t.Fatalf("state %s, want RESTARTING after the slot wait", s)
+	}
+	h.advance(time.Second) // attempt 3 waits for slots too
+	h.advance(10 * time.Second)
+	j := h.c.jobs["j"]
+	if j.state != jobFailed || !strings.Contains(j.err, "not enough free slots: job needs 4, cluster has 3 free") ||
+		!strings.HasSuffix(j.err, "restart strategy fixed-delay gave up") {
+		t.Fatalf("state %s error %q", j.state, j.err)
+	}
+}
+
+// handlesFor are the state handles a deployment's execution acknowledges
+// for checkpoint id: one per operator of its chain.
+func handlesFor(g *stream.JobGraph, d deployAction, id int64) []*weirpb.StateHandle {
+	var out []*weirpb.StateHandle
+	for _, v := range d.Task.Chain {
+		uid := g.Vertices[v].UID
+		kg := stream.KeyGroupRangeFor(g.MaxParallelism, d.Task.Parallelism, d.Subtask)
+		out = append(out, &weirpb.StateHandle{OperatorUid: uid, Subtask: int32(d.Subtask), Parallelism: int32(d.Task.Parallelism),
+			Key: fmt.Sprintf("j/chk-%d/%s/%d-%d", id, uid, d.Subtask, d.Attempt), Size: 10,
+			KeyGroupStart: int32(kg.Start), KeyGroupEnd: int32(kg.End)})
+	}
+	return out
+}
+
+// checkpointOnce triggers a checkpoint by ticking, acknowledges it from
+// every deployment and writes its manifest; it returns the manifest and the
+// actions that followed.
+func (h *coreHarness) checkpointOnce(deploys []deployAction, interval time.Duration) (*weirpb.Manifest, []action) {
+	h.t.Helper()
+	triggers := actionsOf[triggerAction](h.advance(interval))
+	if len(triggers) == 0 {
+		h.t.Fatal("no trigger")
+	}
+	for _, tr := range triggers {
+		if h.c.jobs[tr.JobID].graph.Vertices[tr.Vertex].Type != "gen" {
+			h.t.Fatalf("trigger sent to non-source %+v", tr)
+		}
+	}
+	id := triggers[0].CheckpointID
+	var acts []action
+	for _, d := range deploys {
+		acts = append(acts, h.c.ack(d.TaskManager, d.JobID, d.Task.Head, d.Subtask, d.Attempt, id, handlesFor(d.Graph, d, id),
+			ackStats{AlignmentDuration: time.Duration(d.Subtask) * time.Millisecond, Bytes: 10}, h.now)...)
+	}
+	writes := actionsOf[writeManifestAction](acts)
+	if len(writes) != 1 {
+		h.t.Fatalf("want one manifest write, got %v", acts)
+	}
+	h.now = h.now.Add(10 * time.Millisecond)
+	return writes[0].Manifest, h.c.manifestWritten("j", writes[0].Manifest, nil, h.now)
+}
+
+func TestCoreCheckpointAndRestore(t *testing.T) {
+	h := newCoreHarness(t)
+	h.register("a", 4)
+	ck := stream.CheckpointConfig{Interval: time.Second}.WithDefaults()
+	deploys := actionsOf[deployAction](h.submitOpts("j", 2, 4, jobOptions{Restart: fixedDelay(t, 3, 0 /* default 1s */), Checkpoint: ck, Storage: "file:///ck"}))
+	for _, d := range deploys {
+		if d.Checkpointing != (taskCheckpointing{Enabled: true, Mode: stream.ExactlyOnce, Storage: "file:///ck"}) || d.Restore != nil {
+			t.Fatalf("deploy %+v", d)
+		}
+	}
+	h.run(asActions(deploys))
+	if acts := h.advance(999 * time.Millisecond); count[triggerAction](acts) != 0 {
+		t.Fatal("triggered before the interval")
+	}
+	m1, after := h.checkpointOnce(deploys, time.Millisecond)
+	if m1.CheckpointId != 1 {
+		t.Fatalf("first checkpoint has id %d", m1.CheckpointId)
+	}
+	notes := actionsOf[notifyAction](after)
+	if len(notes) != 6 || !notes[0].Complete || notes[0].CheckpointID != 1 {
+		t.Fatalf("notifications %+v: want checkpoint 1 complete to all 6 tasks", notes)
+	}
+	m := h.c.jobs["j"].latest
+	if m == nil || m.CheckpointId != 1 || len(m.Operators) != 4 || m.Operators[2].OperatorUid != "window" || len(m.Operators[2].Handles) != 4 {
+		t.Fatalf("latest manifest %v", m)
+	}
+	for i, hd := range m.Operators[2].Handles {
+		if int(hd.Subtask) != i {
+			t.Errorf("window handles not sorted by subtask: %v", m.Operators[2].Handles)
+		}
+	}
+
+	// A window task fails: the job restarts from checkpoint 1.
+	acts := h.fail(deploys[3], "boom")
+	redeploys := h.restart(acts)
+	if len(redeploys) != 6 {
+		t.Fatalf("%d redeploys", len(redeploys))
+	}
+	for _, d := range redeploys {
+		if d.Attempt != 2 || d.Restore != m {
+			t.Fatalf("redeploy attempt %d restore %v", d.Attempt, d.Restore)
+		}
+		td := buildDeployment(&d)
+		if td.RestoreCheckpointId != 1 || td.Id.Attempt != 2 {
+			t.Fatalf("deployment %v", td)
+		}
+		// The restored handles are exactly those the same subtask
+		// acknowledged (same parallelism), for each operator of its chain.
+		old := d
+		old.Attempt = 1
+		want := handlesFor(d.Graph, old, 1)
+		if len(td.Restore) != len(want) {
+			t.Fatalf("%s restores %v, want %v", td.TaskName, td.Restore, want)
+		}
+		for i := range want {
+			if td.Restore[i].Key != want[i].Key {
+				t.Errorf("%s restores %s, want %s", td.TaskName, td.Restore[i].Key, want[i].Key)
+			}
+		}
+	}
+
+	// Acks and declines of attempt 1 are stale now, also while attempt 2
+	// deploys; the job is not running, so nothing is triggered either.
+	h.c.ack("a", "j", 0, 0, 1, 2, nil, ackStats{}, h.now)
+	h.c.decline("a", "j", 0, 0, 2, 2, "not running yet", h.now)
+	if h.c.staleAcks != 2 {
+		t.Errorf("staleAcks = %d, want 2", h.c.staleAcks)
+	}
+	h.run(asActions(redeploys))
+	h.c.ack("a", "j", 0, 0, 1, 2, nil, ackStats{}, h.now)
+	if h.c.staleAcks != 3 {
+		t.Errorf("staleAcks = %d, want 3", h.c.staleAcks)
+	}
+	_, _ = h.checkpointOnce(redeploys, time.Second)
+	cv, _ := h.c.checkpoints("j")
+	if cv.Completed != 2 || cv.Latest != 2 || cv.RestoredFrom != 1 || !slices.Equal(cv.Retained, []int64{2}) {
+		t.Fatalf("checkpoints view %+v", cv)
+	}
+	if cv.History[0].ID != 2 || cv.TaskNames[cv.History[0].SlowestTask] == "" {
+		t.Errorf("history %+v", cv.History[0])
+	}
+
+	// Cancel deletes the retained checkpoint (DeleteOnCancel).
+	acts, err := h.c.cancel("j", h.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts = append(acts, h.confirmCancels(acts)...)
+	dels := actionsOf[deleteCheckpointsAction](acts)
+	if h.jobState("j") != jobCanceled || len(dels) != 1 || !slices.Equal(dels[0].IDs, []int64{2}) {
+		t.Fatalf("state %s, deletes %+v", h.jobState("j"), dels)
+	}
+}
+
+func asActions[T action](xs []T) []action {
+	out := make([]action, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+func TestCoreCheckpointFailureFailsOver(t *testing.T) {
+	h := newCoreHarness(t)
+	h.register("a", 4)
+	ck := stream.CheckpointConfig{Interval: time.Second, Retention: stream.RetainOnCancel}.WithDefaults()
+	deploys := actionsOf[deployAction](h.submitOpts("j", 1, 1, jobOptions{Restart: fixedDelay(t, 1, 0 /* default 1s */), Checkpoint: ck, Storage: "file:///ck"}))
+	h.run(asActions(deploys))
+	trig := actionsOf[triggerAction](h.advance(time.Second))
+	if len(trig) != 1 {
+		t.Fatalf("triggers %v", trig)
+	}
+	// The trigger cannot be delivered: a decline, and with no tolerable
+	// failures the job fails over.
+	acts := h.c.triggerFailed(trig[0], errString("connection refused"), h.now)
+	if s := h.jobState("j"); s != jobRestarting {
+		t.Fatalf("state %s, want RESTARTING", s)
+	}
+	dels := actionsOf[deleteCheckpointsAction](acts)
+	if len(dels) != 1 || dels[0].IDs[0] != 1 {
+		t.Errorf("aborted checkpoint not deleted: %v", acts)
+	}
+	cause := h.c.jobs["j"].restartCause
+	if !strings.HasPrefix(cause, "checkpointing failed: checkpoint 1 failed (declined by task 0/0: the trigger could not be delivered to taskmanager a at a:1: connection refused)") {
+		t.Errorf("cause %q", cause)
+	}
+	redeploys := h.restart(acts)
+	h.run(asActions(redeploys))
+	if h.jobState("j") != jobRunning {
+		t.Fatalf("state %s", h.jobState("j"))
+	}
+	// Checkpointing resumed after the restart with the next id.
+	_, _ = h.checkpointOnce(redeploys, time.Second)
+	cv, _ := h.c.checkpoints("j")
+	if cv.Latest != 2 || cv.Failed != 1 || cv.Completed != 1 {
+		t.Errorf("checkpoints %+v", cv)
+	}
+	acts, _ = h.c.cancel("j", h.now)
+	acts = append(acts, h.confirmCancels(acts)...)
+	if h.jobState("j") != jobCanceled || count[deleteCheckpointsAction](acts) != 0 {
+		t.Fatalf("RetainOnCancel: state %s, actions %v", h.jobState("j"), acts)
+	}
+}
+
+// A failure while a manifest is being written waits for the write: the
+// completed checkpoint is kept and restored, never deleted.
+func TestCoreFailureDuringManifestWrite(t *testing.T) {
+	h := newCoreHarness(t)
+	h.register("a", 4)
+	ck := stream.CheckpointConfig{Interval: time.Second}.WithDefaults()
+	deploys := actionsOf[deployAction](h.submitOpts("j", 1, 1, jobOptions{Restart: fixedDelay(t, 1, 0 /* default 1s */), Checkpoint: ck, Storage: "file:///ck"}))
+	h.run(asActions(deploys))
+	id := actionsOf[triggerAction](h.advance(time.Second))[0].CheckpointID
+	var acts []action
+	for _, d := range deploys {
+		acts = append(acts, h.c.ack("a", "j", d.Task.Head, d.Subtask, 1, id, handlesFor(d.Graph, d, id), ackStats{}, h.now)...)
+	}
+	w := actionsOf[writeManifestAction](acts)[0]
+	acts = h.confirmCancels(h.fail(deploys[0], "boom"))
+	acts = append(acts, h.advance(2*time.Second)...) // past the restart delay
+	if count[deployAction](acts) != 0 || count[deleteCheckpointsAction](acts) != 0 {
+		t.Fatalf("restarted or deleted while the manifest is being written: %v", acts)
+	}
+	acts = h.c.manifestWritten("j", w.Manifest, nil, h.now)
+	redeploys := actionsOf[deployAction](acts)
+	if count[deleteCheckpointsAction](acts) != 0 || len(redeploys) != 2 || redeploys[0].Restore.GetCheckpointId() != id {
+		t.Fatalf("after the write: %v", acts)
+	}
+}
+
+// restoreHandles with a changed parallelism gives every handle of the
+// operator to each subtask (the loader filters them).
+func TestRestoreHandlesRescaled(t *testing.T) {
+	g := planned(t, pipeline(t, 2, 4), testRegistry(t))
+	tasks, err := buildTasks(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &weirpb.Manifest{Operators: []*weirpb.OperatorState{
+		{OperatorUid: "window", Parallelism: 2, Handles: []*weirpb.StateHandle{{OperatorUid: "window", Subtask: 0, Key: "w0"}, {OperatorUid: "window", Subtask: 1, Key: "w1"}}},
+		{OperatorUid: "sink", Parallelism: 4, Handles: []*weirpb.StateHandle{{OperatorUid: "sink", Subtask: 2, Key: "s2"}}},
+		{OperatorUid: "src", Parallelism: 2, Handles: []*weirpb.StateHandle{{OperatorUid: "src", Subtask: 1, Key: "x1"}}},
+	}}
+	keys := func(hs []*weirpb.StateHandle) []string {
+		var out []string
+		for _, h := range hs {
+			out = append(out, h.Key)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		task, subtask int
+		want          []string
+	}{
+		{1, 0, []string{"w0", "w1"}},
+		{1, 2, []string{"w0", "w1", "s2"}},
+		{0, 0, nil},
+		{0, 1, []string{"x1"}},
+	} {
+		if got := keys(restoreHandles(m, g, tasks[tc.task], tc.subtask)); !slices.Equal(got, tc.want) {
+			t.Errorf("task %s subtask %d restores %v, want %v", tasks[tc.task].Name, tc.subtask, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,357 @@
+package jobmanager
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/weirstream/weir/coordinator"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// The checkpoint half of the core: it owns one coordinator.Coordinator per
+// job that takes checkpoints, feeds it the job's events and turns its
+// actions into the shell's actions. Everything here runs under the shell's
+// lock, like the rest of the core.
+
+// ackStats are the measurements of a checkpoint acknowledgement.
+type ackStats = coordinator.AckStats
+
+// startCheckpointing creates or resets j's coordinator when j reaches
+// RUNNING: every execution must acknowledge, and the executions of tasks
+// whose head is a source receive the triggers.
+func (c *core) startCheckpointing(j *job, now time.Time) []action {
+	if !j.opts.Checkpoint.Enabled() {
+		return nil
+	}
+	var tasks, sources []coordinator.TaskID
+	for _, ex := range j.execs {
+		tasks = append(tasks, ex.taskID())
+		if len(j.graph.Inputs(ex.spec.Head)) == 0 {
+			sources = append(sources, ex.taskID())
+		}
+	}
+	if j.coord == nil {
+		j.coord = coordinator.New(coordinator.ConfigFrom(j.opts.Checkpoint), tasks, sources, 1, now)
+	} else {
+		j.coord.Reset(now, tasks, sources)
+	}
+	for _, ex := range j.execs {
+		if ex.state == taskFinished {
+			j.coord.TaskFinished(now, ex.taskID())
+		}
+	}
+	return c.drainCoordinator(j, now)
+}
+
+// stopCheckpointing stops j's coordinator, aborting its pending
+// checkpoints. While a manifest is being written the stop waits for the
+// write to return (manifestWritten), so that a checkpoint whose manifest
+// and pointer were written is never deleted.
+func (c *core) stopCheckpointing(j *job, reason string, now time.Time) []action {
+	if j.coord == nil || j.coord.Stopped() {
+		return nil
+	}
+	if j.writing != 0 {
+		if j.stopReason == "" {
+			j.stopReason = reason
+		}
+		return nil
+	}
+	j.coord.Stop(now, reason)
+	return c.drainCoordinator(j, now)
+}
+
+// abortedNotFailed tells aborts that are not the checkpoint's fault
+// (subsumed by a newer one; stopped by a failover, cancel or the end of the
+// job; reset by a restart) from failures.
+func abortedNotFailed(reason string) bool {
+	return reason == "subsumed" || reason == "reset" || strings.HasPrefix(reason, "job ")
+}
+
+// drainCoordinator turns the coordinator's pending actions into the
+// shell's.
+func (c *core) drainCoordinator(j *job, now time.Time) []action {
+	var acts []action
+	var fail string
+	for _, a := range j.coord.Ready() {
+		switch a := a.(type) {
+		case coordinator.TriggerAction:
+			c.log.Debug("checkpoint triggered", "job", j.id, "checkpoint", a.ID, "sources", len(a.Sources))
+			for _, t := range a.Sources {
+				ex := j.byKey[execKey{t.Vertex, t.Subtask}]
+				if ex == nil || ex.tm == nil {
+					continue
+				}
+				acts = append(acts, triggerAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: j.attempt,
+					TaskManager: ex.tm.id, Addr: ex.tm.addr, CheckpointID: a.ID, Timestamp: a.Timestamp})
+			}
+		case coordinator.WriteManifestAction:
+			j.writing = a.ID
+			acts = append(acts, writeManifestAction{JobID: j.id, Manifest: buildManifest(j.id, j.graph, j.opts.Checkpoint.Mode, a, now)})
+		case coordinator.NotifyCompleteAction:
+			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, true)...)
+		case coordinator.AbortAction:
+			if abortedNotFailed(a.Reason) {
+				j.ckAborted++
+				c.log.Info("checkpoint aborted", "job", j.id, "checkpoint", a.ID, "reason", a.Reason)
+			} else {
+				j.ckFailed++
+				c.log.Warn("checkpoint failed", "job", j.id, "checkpoint", a.ID, "reason", a.Reason)
+			}
+			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, false)...)
+			if a.ID != j.writing { // else manifestWritten decides
+				acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: []int64{a.ID}})
+			}
+		case coordinator.DiscardAction:
+			j.retained = slices.DeleteFunc(j.retained, func(id int64) bool { return slices.Contains(a.IDs, id) })
+			acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: slices.Clone(a.IDs)})
+		case coordinator.FailJobAction:
+			fail = a.Reason
+		}
+	}
+	if fail != "" && j.state.active() {
+		acts = append(acts, c.jobFailure(j, "checkpointing failed: "+fail, now)...)
+	}
+	return acts
+}
+
+// notifyActions tells the listed tasks of j about checkpoint id, unless
+// the job has ended or a task never reached its taskmanager.
+func (c *core) notifyActions(j *job, id int64, tasks []coordinator.TaskID, complete bool) []action {
+	if j.state.terminal() {
+		return nil
+	}
+	var acts []action
+	for _, t := range tasks {
+		ex := j.byKey[execKey{t.Vertex, t.Subtask}]
+		if ex == nil || ex.tm == nil || !ex.deployed || ex.state.terminal() {
+			continue
+		}
+		acts = append(acts, notifyAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: j.attempt,
+			TaskManager: ex.tm.id, Addr: ex.tm.addr, CheckpointID: id, Complete: complete})
+	}
+	return acts
+}
+
+// retentionDeletes deletes the retained checkpoints of a job that ended
+// CANCELED or FINISHED, unless its checkpoints are retained on cancel. A
+// FAILED job keeps them (as in Flink) for a later restore.
+func (c *core) retentionDeletes(j *job) []action {
+	if !j.state.terminal() || j.writing != 0 || len(j.retained) == 0 ||
+		j.state == jobFailed || j.opts.Checkpoint.Retention == stream.RetainOnCancel {
+		return nil
+	}
+	ids := j.retained
+	j.retained = nil
+	c.log.Info("deleting retained checkpoints", "job", j.id, "state", j.state.String(), "checkpoints", ids)
+	return []action{deleteCheckpointsAction{JobID: j.id, IDs: ids}}
+}
+
+// checkpointExec finds the execution an acknowledgement or decline is
+// about, or nil (counted as stale) when it is not of the running attempt.
+func (c *core) checkpointExec(tmID, jobID string, vertex, subtask int, attempt int64) (*job, *execution) {
+	j := c.jobs[jobID]
+	if j == nil || j.coord == nil || j.state != jobRunning || attempt != j.attempt {
+		c.staleAcks++
+		return nil, nil
+	}
+	ex := j.byKey[execKey{vertex, subtask}]
+	if ex == nil || ex.tm == nil || (tmID != "" && (ex.tm.id != tmID || ex.tm.lost)) {
+		c.staleAcks++
+		return nil, nil
+	}
+	return j, ex
+}
+
+// ack records a task's acknowledgement of checkpoint id; payload is its
+// []*weirpb.StateHandle.
+func (c *core) ack(tmID, jobID string, vertex, subtask int, attempt, id int64, payload []*weirpb.StateHandle, st ackStats, now time.Time) []action {
+	j, ex := c.checkpointExec(tmID, jobID, vertex, subtask, attempt)
+	if ex == nil {
+		return nil
+	}
+	ex.alignment = st.AlignmentDuration
+	j.coord.Ack(now, ex.taskID(), id, payload, st)
+	return c.drainCoordinator(j, now)
+}
+
+// decline records that a task could not take checkpoint id.
+func (c *core) decline(tmID, jobID string, vertex, subtask int, attempt, id int64, reason string, now time.Time) []action {
+	j, ex := c.checkpointExec(tmID, jobID, vertex, subtask, attempt)
+	if ex == nil {
+		return nil
+	}
+	j.coord.Decline(now, ex.taskID(), id, reason)
+	return c.drainCoordinator(j, now)
+}
+
+// triggerFailed records that a trigger could not be delivered: the source
+// declines the checkpoint.
+func (c *core) triggerFailed(a triggerAction, err error, now time.Time) []action {
+	return c.decline(a.TaskManager, a.JobID, a.Vertex, a.Subtask, a.Attempt, a.CheckpointID,
+		fmt.Sprintf("the trigger could not be delivered to taskmanager %s at %s: %v", a.TaskManager, a.Addr, err), now)
+}
+
+// manifestWritten records the outcome of a writeManifestAction.
+func (c *core) manifestWritten(jobID string, m *weirpb.Manifest, err error, now time.Time) []action {
+	j := c.jobs[jobID]
+	if j == nil || j.coord == nil {
+		return nil
+	}
+	id := m.GetCheckpointId()
+	if j.writing != id {
+		return nil
+	}
+	j.writing = 0
+	ignoredBefore := j.coord.Ignored()
+	j.coord.ManifestWritten(now, id, err)
+	// ignored: the coordinator aborted the checkpoint while its manifest was
+	// being written (too many failures of other checkpoints stopped it).
+	ignored := j.coord.Ignored() > ignoredBefore
+	var acts []action
+	switch {
+	case err == nil:
+		// Complete; when ignored, the manifest and pointer are written all
+		// the same, so it is the newest checkpoint to restore.
+		j.latest = m
+		j.retained = append(j.retained, id)
+		c.log.Info("checkpoint completed", "job", j.id, "checkpoint", id, "coordinatorStopped", ignored)
+	case ignored:
+		acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: []int64{id}})
+	}
+	acts = append(acts, c.drainCoordinator(j, now)...)
+	// Delete completed checkpoints the coordinator no longer retains (one
+	// that completed behind its back above, once a newer one completed).
+	if j.latest != nil {
+		keep := j.coord.Retained()
+		var gone []int64
+		j.retained = slices.DeleteFunc(j.retained, func(r int64) bool {
+			drop := r != j.latest.CheckpointId && !slices.Contains(keep, r)
+			if drop {
+				gone = append(gone, r)
+			}
+			return drop
+		})
+		if len(gone) > 0 {
+			acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: gone})
+		}
+	}
+	if j.stopReason != "" {
+		reason := j.stopReason
+		j.stopReason = ""
+		acts = append(acts, c.stopCheckpointing(j, reason, now)...)
+	}
+	acts = append(acts, c.retentionDeletes(j)...)
+	return append(acts, c.maybeRestart(j, now)...)
+}
+
+// triggerNow triggers a checkpoint of a running job at once.
+func (c *core) triggerNow(jobID string, now time.Time) (int64, []action, error) {
+	j := c.jobs[jobID]
+	switch {
+	case j == nil:
+		return 0, nil, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, jobID)
+	case !j.opts.Checkpoint.Enabled():
+		return 0, nil, fmt.Errorf("%w: job %s does not take checkpoints; set a checkpointing interval in its spec and submit it again", ErrCheckpointingOff, jobID)
+	case j.state != jobRunning || j.coord == nil:
+		return 0, nil, fmt.Errorf("%w: job %s is %s; checkpoints can be triggered only while it is RUNNING", ErrJobNotRunning, jobID, j.state)
+	}
+	id, err := j.coord.TriggerNow(now)
+	acts := c.drainCoordinator(j, now)
+	if err != nil {
+		return 0, acts, fmt.Errorf("%w: job %s: %v", ErrCheckpointNotTriggered, jobID, err)
+	}
+	return id, acts, nil
+}
+
+// checkpointsView is a copy of a job's checkpoint state.
+type checkpointsView struct {
+	JobID, Storage                string
+	Enabled                       bool
+	History                       []coordinator.Stats // newest first
+	InProgress, Completed, Failed int
+	Aborted                       int64 // of Failed: aborted, not failed
+	RestoredFrom, Latest          int64
+	Retained                      []int64
+	TaskNames                     map[coordinator.TaskID]string
+}
+
+func (c *core) checkpoints(jobID string) (checkpointsView, error) {
+	j := c.jobs[jobID]
+	if j == nil {
+		return checkpointsView{}, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, jobID)
+	}
+	v := checkpointsView{JobID: j.id, Storage: j.opts.Storage, Enabled: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom,
+		Retained: slices.Clone(j.retained), TaskNames: make(map[coordinator.TaskID]string), Aborted: j.ckAborted}
+	if j.latest != nil {
+		v.Latest = j.latest.CheckpointId
+	}
+	for _, ex := range j.execs {
+		v.TaskNames[ex.taskID()] = ex.spec.SubtaskName(ex.subtask)
+	}
+	if j.coord != nil {
+		v.History = j.coord.History()
+		v.InProgress, v.Completed, v.Failed = j.coord.Counts()
+	}
+	return v, nil
+}
+
+// jobMetrics is what the Prometheus collector reports about one job.
+type jobMetrics struct {
+	ID, Name              string
+	State                 jobState
+	Restarts              int64
+	Checkpointing         bool
+	InProgress, Completed int
+	Failed, Aborted       int64
+	LastDuration          time.Duration
+	LastSize              int64
+	HaveLast              bool
+	Alignment             map[string]time.Duration // by subtask name
+}
+
+func (c *core) metrics() (jobs []jobMetrics, tmsLive int) {
+	for _, tm := range c.tms {
+		if !tm.lost {
+			tmsLive++
+		}
+	}
+	for _, j := range c.jobOrder {
+		m := jobMetrics{ID: j.id, Name: j.graph.Name, State: j.state, Restarts: j.restarts, Checkpointing: j.opts.Checkpoint.Enabled(),
+			Failed: j.ckFailed, Aborted: j.ckAborted}
+		if j.coord != nil {
+			m.InProgress, m.Completed, _ = j.coord.Counts()
+			for _, s := range j.coord.History() { // newest first
+				if s.Status == coordinator.Completed {
+					m.LastDuration, m.LastSize, m.HaveLast = s.Duration(), s.Bytes, true
+					break
+				}
+			}
+			m.Alignment = make(map[string]time.Duration, len(j.execs))
+			for _, ex := range j.execs {
+				name := ex.spec.SubtaskName(ex.subtask)
+				if _, dup := m.Alignment[name]; dup { // operator names need not be unique
+					name = fmt.Sprintf("%s #%d", name, ex.spec.Head)
+				}
+				m.Alignment[name] = ex.alignment
+			}
+		}
+		jobs = append(jobs, m)
+	}
+	return jobs, tmsLive
+}
+
+// minCheckpointInterval is the shortest checkpoint interval of the jobs
+// that have not ended, or 0.
+func (c *core) minCheckpointInterval() time.Duration {
+	var d time.Duration
+	for _, j := range c.jobOrder {
+		if iv := j.opts.Checkpoint.Interval; iv > 0 && !j.state.terminal() && (d == 0 || iv < d) {
+			d = iv
+		}
+	}
+	return d
+}

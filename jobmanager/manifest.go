@@ -1,0 +1,86 @@
+package jobmanager
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/weirstream/weir/coordinator"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// manifestVersion is the weirpb.Manifest version this package writes.
+const manifestVersion = 1
+
+// buildManifest describes a fully acknowledged checkpoint: every operator
+// of the graph (in vertex order) with its parallelism and the state
+// handles its subtasks acknowledged, sorted by subtask then key. The acks'
+// payloads are []*weirpb.StateHandle; handles of an operator the graph does
+// not have are kept under their own uid.
+func buildManifest(jobID string, g *stream.JobGraph, mode stream.CheckpointMode, a coordinator.WriteManifestAction, now time.Time) *weirpb.Manifest {
+	m := &weirpb.Manifest{
+		Version:        manifestVersion,
+		JobId:          jobID,
+		JobName:        g.Name,
+		CheckpointId:   a.ID,
+		TriggerTimeMs:  a.Timestamp.UnixMilli(),
+		CompleteTimeMs: now.UnixMilli(),
+		Mode:           weirpb.CheckpointMode(mode),
+		MaxParallelism: int32(g.MaxParallelism),
+	}
+	byUID := make(map[string]*weirpb.OperatorState, len(g.Vertices))
+	for _, v := range g.Vertices {
+		op := &weirpb.OperatorState{OperatorUid: v.UID, Parallelism: int32(v.Parallelism)}
+		m.Operators = append(m.Operators, op)
+		byUID[v.UID] = op
+	}
+	for _, p := range a.Acks {
+		hs, _ := p.([]*weirpb.StateHandle)
+		for _, h := range hs {
+			op := byUID[h.GetOperatorUid()]
+			if op == nil {
+				op = &weirpb.OperatorState{OperatorUid: h.GetOperatorUid(), Parallelism: h.GetParallelism()}
+				m.Operators = append(m.Operators, op)
+				byUID[op.OperatorUid] = op
+			}
+			op.Handles = append(op.Handles, h)
+		}
+	}
+	for _, op := range m.Operators {
+		slices.SortFunc(op.Handles, func(x, y *weirpb.StateHandle) int {
+			if c := cmp.Compare(x.Subtask, y.Subtask); c != 0 {
+				return c
+			}
+			return strings.Compare(x.Key, y.Key)
+		})
+	}
+	return m
+}
+
+// restoreHandles picks from a completed checkpoint the state handles that
+// subtask of task t must load, operator by operator along its chain. When
+// an operator's parallelism is what it was at the checkpoint, that is the
+// handles the same subtask wrote (its key groups are the same). When the
+// parallelism changed, it is every handle of the operator: the
+// taskmanager's loader keeps the key groups the subtask owns now and
+// redistributes list state.
+func restoreHandles(m *weirpb.Manifest, g *stream.JobGraph, t *taskSpec, subtask int) []*weirpb.StateHandle {
+	var out []*weirpb.StateHandle
+	for _, id := range t.Chain {
+		v := g.Vertices[id]
+		for _, op := range m.GetOperators() {
+			if op.GetOperatorUid() != v.UID {
+				continue
+			}
+			same := int(op.GetParallelism()) == v.Parallelism
+			for _, h := range op.GetHandles() {
+				if !same || int(h.GetSubtask()) == subtask {
+					out = append(out, h)
+				}
+			}
+		}
+	}
+	return out
+}
