@@ -176,9 +176,14 @@ type job struct {
 	coord *coordinator.Coordinator
 	// latest is the latest completed checkpoint's manifest, restored on
 	// restart; immutable once stored.
-	latest       *weirpb.Manifest
-	restoredFrom int64   // checkpoint the current attempt restored, 0: none
-	retained     []int64 // completed checkpoints whose files exist
+	latest *weirpb.Manifest
+	// restoreFinished are the tasks that had finished as of the checkpoint
+	// the current attempt restored: they run only to end their outputs, and
+	// later checkpoints must record them as finished too, or a restore from
+	// such a checkpoint would replay their input.
+	restoreFinished []coordinator.TaskID
+	restoredFrom    int64   // checkpoint the current attempt restored, 0: none
+	retained        []int64 // completed checkpoints whose files exist
 	// writing is the checkpoint whose manifest the shell is writing (0:
 	// none); stopReason a coordinator Stop deferred until that write
 	// returns, so that a completed write is never deleted.
@@ -621,8 +626,12 @@ func (c *core) trySchedule(j *job, now time.Time) []action {
 	if !ckpt.Enabled {
 		ckpt = taskCheckpointing{}
 	}
+	j.restoreFinished = nil
 	acts := make([]action, 0, len(j.execs))
 	for _, ex := range j.execs {
+		if finishedIn(j.latest, j.graph.Vertices[ex.spec.Head].UID, ex.subtask) {
+			j.restoreFinished = append(j.restoreFinished, ex.taskID())
+		}
 		ex.tm = j.slots[ex.subtask]
 		ex.state = taskDeploying
 		acts = append(acts, deployAction{JobID: j.id, Graph: j.graph, Task: ex.spec, Subtask: ex.subtask, Attempt: j.attempt,

@@ -90,7 +90,9 @@ func (c *core) drainCoordinator(j *job, now time.Time) []action {
 			}
 		case coordinator.WriteManifestAction:
 			j.writing = a.ID
-			acts = append(acts, writeManifestAction{JobID: j.id, Manifest: buildManifest(j.id, j.graph, j.opts.Checkpoint.Mode, a, now)})
+			m := buildManifest(j.id, j.graph, j.opts.Checkpoint.Mode, a, now)
+			markFinished(m, j.graph, append(slices.Clone(a.Finished), j.restoreFinished...))
+			acts = append(acts, writeManifestAction{JobID: j.id, Manifest: m})
 		case coordinator.NotifyCompleteAction:
 			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, true)...)
 		case coordinator.AbortAction:

@@ -22,6 +22,7 @@ func buildDeployment(a *deployAction) *weirpb.TaskDeployment {
 	if a.Restore != nil {
 		d.RestoreCheckpointId = a.Restore.CheckpointId
 		d.Restore = restoreHandles(a.Restore, g, t, subtask)
+		d.RestoreFinished = finishedIn(a.Restore, g.Vertices[t.Head].UID, subtask)
 	}
 	slotAddrs := a.SlotAddrs
 	for _, id := range t.Chain {

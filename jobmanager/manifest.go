@@ -84,3 +84,28 @@ func restoreHandles(m *weirpb.Manifest, g *stream.JobGraph, t *taskSpec, subtask
 	}
 	return out
 }
+
+// markFinished records in m the tasks that had finished: their head
+// operator lists the subtask as finished.
+func markFinished(m *weirpb.Manifest, g *stream.JobGraph, tasks []coordinator.TaskID) {
+	for _, t := range tasks {
+		uid := g.Vertices[t.Vertex].UID
+		for _, op := range m.GetOperators() {
+			if op.GetOperatorUid() == uid && !slices.Contains(op.FinishedSubtasks, int32(t.Subtask)) {
+				op.FinishedSubtasks = append(op.FinishedSubtasks, int32(t.Subtask))
+				slices.Sort(op.FinishedSubtasks)
+			}
+		}
+	}
+}
+
+// finishedIn reports whether m records subtask of the operator uid as
+// finished (a nil manifest records nothing).
+func finishedIn(m *weirpb.Manifest, uid string, subtask int) bool {
+	for _, op := range m.GetOperators() {
+		if op.GetOperatorUid() == uid {
+			return slices.Contains(op.GetFinishedSubtasks(), int32(subtask))
+		}
+	}
+	return false
+}
