@@ -1,0 +1,407 @@
+package dataflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// This file is the task side of checkpoints: triggers at sources, barrier
+// alignment at other tasks (the bookkeeping is the pure aligner of
+// align.go), the synchronous snapshot of the chain, restore, and checkpoint
+// notifications. Everything here runs on the task goroutine except the
+// public Trigger/Notify methods, which only queue a message for it.
+
+// SnapshotStats describes how a task took one checkpoint.
+type SnapshotStats struct {
+	// Alignment is the time from the first barrier of the checkpoint to the
+	// last (0 at sources and tasks with one input channel).
+	Alignment time.Duration
+	// Sync is the time the synchronous snapshot of the chain took.
+	Sync time.Duration
+}
+
+// CheckpointHooks receive a task's checkpoint outcomes; the taskmanager
+// implements them. Both methods are called on the task goroutine and must
+// not block (hand the work to another goroutine).
+type CheckpointHooks interface {
+	// SnapshotTaken is called right after the synchronous snapshot of
+	// checkpoint id, before the barrier goes downstream. snaps has one entry
+	// per operator of the chain that implements stream.Checkpointed, by
+	// operator uid (an operator with nothing to save has an empty
+	// snapshot). Ownership of snaps passes to the callee, which encodes,
+	// uploads and acknowledges asynchronously.
+	SnapshotTaken(id int64, timestamp int64, snaps map[string]*stream.OperatorSnapshot, stats SnapshotStats)
+	// SnapshotFailed reports that the task could not take checkpoint id: an
+	// operator's SnapshotState failed, alignment was abandoned because a
+	// later checkpoint's barrier arrived first, the trigger was not newer
+	// than the last one, or the task ended first. The taskmanager declines
+	// the checkpoint. The task itself keeps running.
+	SnapshotFailed(id int64, err error)
+}
+
+// Errors of TriggerCheckpoint, for errors.Is.
+var (
+	// ErrNotSourceTask: only source tasks are triggered; the others
+	// checkpoint when barriers arrive.
+	ErrNotSourceTask = errors.New("dataflow: not a source task")
+	// ErrTaskNotRunning: Run has not started or the task has ended.
+	ErrTaskNotRunning = errors.New("dataflow: task is not running")
+	// ErrCheckpointingOff: the task was deployed without checkpointing.
+	ErrCheckpointingOff = errors.New("dataflow: checkpointing is off")
+)
+
+// ctlKind is the kind of a message to the task goroutine.
+type ctlKind uint8
+
+const (
+	ctlTrigger ctlKind = iota + 1
+	ctlComplete
+	ctlAbort
+)
+
+type ctlMsg struct {
+	kind   ctlKind
+	id, ts int64
+}
+
+type ctlState uint8
+
+const (
+	ctlNew ctlState = iota
+	ctlRunning
+	ctlDone
+)
+
+// taskControl carries triggers and notifications from any goroutine to the
+// task goroutine, which checks wake between batches (a receive with a
+// default case: no lock on the data path) and while it waits.
+type taskControl struct {
+	wake chan struct{} // capacity 1
+
+	mu struct {
+		sync.Mutex
+		state ctlState
+		queue []ctlMsg
+	}
+}
+
+func (c *taskControl) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take moves the queued messages into buf.
+func (c *taskControl) take(buf []ctlMsg) []ctlMsg {
+	c.mu.Lock()
+	buf = append(buf[:0], c.mu.queue...)
+	clear(c.mu.queue)
+	c.mu.queue = c.mu.queue[:0]
+	c.mu.Unlock()
+	return buf
+}
+
+// TriggerCheckpoint asks a source task to take checkpoint id, triggered at
+// timestamp (Unix ms). It only queues the trigger: the task snapshots
+// between two Poll calls (also while the source is idle, or after its
+// input ended while it waits for its final checkpoint), then reports to
+// its hooks and emits the barrier. It is safe from any goroutine. It fails
+// with ErrNotSourceTask, ErrCheckpointingOff, or ErrTaskNotRunning (before
+// Run or after the task ended).
+func (t *Task) TriggerCheckpoint(id, timestamp int64) error {
+	if t.chain[0].src == nil {
+		return fmt.Errorf("task %s: checkpoint %d: %w; only source tasks are triggered, the others checkpoint when barriers arrive", t.name, id, ErrNotSourceTask)
+	}
+	if !t.spec.Checkpointing {
+		return fmt.Errorf("task %s: checkpoint %d: %w; deploy the task with Checkpointing set", t.name, id, ErrCheckpointingOff)
+	}
+	c := &t.ctl
+	c.mu.Lock()
+	if c.mu.state != ctlRunning {
+		st := c.mu.state
+		c.mu.Unlock()
+		why := "Run has not been called"
+		if st == ctlDone {
+			why = "it has ended"
+		}
+		return fmt.Errorf("task %s: checkpoint %d: %w (%s)", t.name, id, ErrTaskNotRunning, why)
+	}
+	c.mu.queue = append(c.mu.queue, ctlMsg{kind: ctlTrigger, id: id, ts: timestamp})
+	c.mu.Unlock()
+	c.signal()
+	return nil
+}
+
+// NotifyCheckpointComplete tells the task that checkpoint id completed. On
+// the task goroutine, between batches, every operator of the chain that
+// implements stream.CheckpointListener is notified, head first. Ids not
+// higher than the last notification delivered (complete or aborted) are
+// dropped. An error from an operator fails the task. It is safe from any
+// goroutine; it does nothing once the task has ended or when checkpointing
+// is off.
+func (t *Task) NotifyCheckpointComplete(id int64) { t.notify(ctlComplete, id) }
+
+// NotifyCheckpointAborted tells the task that checkpoint id was aborted,
+// like NotifyCheckpointComplete. A task still aligning barriers of id (or
+// an older checkpoint) stops and unblocks its channels.
+func (t *Task) NotifyCheckpointAborted(id int64) { t.notify(ctlAbort, id) }
+
+func (t *Task) notify(kind ctlKind, id int64) {
+	if !t.spec.Checkpointing {
+		return
+	}
+	c := &t.ctl
+	c.mu.Lock()
+	if c.mu.state == ctlDone {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.queue = append(c.mu.queue, ctlMsg{kind: kind, id: id})
+	c.mu.Unlock()
+	c.signal()
+}
+
+// checkpointRun is the checkpoint state of one Run call (task goroutine
+// only).
+type checkpointRun struct {
+	on    bool
+	hooks CheckpointHooks
+	gate  *inputGate
+	align *aligner // nil at source tasks
+	buf   []ctlMsg
+
+	lastTriggered int64 // sources: highest trigger taken
+	lastSnapshot  int64 // highest checkpoint snapshotted successfully
+	lastNotified  int64 // highest notification delivered
+	lastCompleted int64 // highest completion delivered
+	// Sources: inputEnded is set once Poll returned PollEnd; finalFrom is
+	// the first checkpoint snapshotted after that (0: none yet).
+	inputEnded bool
+	finalFrom  int64
+}
+
+// control handles the queued triggers and notifications.
+func (r *taskRun) control() error {
+	ck := &r.ck
+	ck.buf = r.t.ctl.take(ck.buf)
+	for _, m := range ck.buf {
+		var err error
+		switch m.kind {
+		case ctlTrigger:
+			err = r.triggered(m.id, m.ts)
+		case ctlComplete, ctlAbort:
+			err = r.notified(m.kind, m.id)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// triggered takes checkpoint id at a source task.
+func (r *taskRun) triggered(id, ts int64) error {
+	ck := &r.ck
+	if id <= ck.lastTriggered {
+		ck.hooks.SnapshotFailed(id, fmt.Errorf("task %s: checkpoint %d: not newer than checkpoint %d, which this task already took; checkpoint ids must increase", r.t.name, id, ck.lastTriggered))
+		return nil
+	}
+	ck.lastTriggered = id
+	ok := r.snapshot(id, ts, 0)
+	// The barrier goes downstream even when the snapshot failed: the
+	// checkpoint is declined anyway, and downstream tasks must not wait for
+	// it in alignment.
+	r.w.broadcast(event{kind: eventBarrier, value: id, ts: ts})
+	if r.err != nil {
+		return r.err
+	}
+	if ok && ck.inputEnded && ck.finalFrom == 0 {
+		ck.finalFrom = id
+	}
+	return nil
+}
+
+// notified delivers a completion or abort notification.
+func (r *taskRun) notified(kind ctlKind, id int64) error {
+	ck := &r.ck
+	if id <= ck.lastNotified {
+		return nil
+	}
+	ck.lastNotified = id
+	if kind == ctlComplete {
+		ck.lastCompleted = id
+	}
+	if ck.align != nil {
+		// Neither an aborted checkpoint nor one older than a completed one
+		// can complete any more: stop aligning it.
+		if err := r.applyStep(ck.align.abortUpTo(id), nil, false); err != nil {
+			return err
+		}
+	}
+	for i := range r.t.chain {
+		l := &r.t.chain[i]
+		if l.cl == nil {
+			continue
+		}
+		var err error
+		what := "complete"
+		if kind == ctlComplete {
+			err = l.cl.NotifyCheckpointComplete(id)
+		} else {
+			what = "aborted"
+			err = l.cl.NotifyCheckpointAborted(id)
+		}
+		if err != nil {
+			return r.t.opErr(l.uid, fmt.Errorf("notification that checkpoint %d %s: %w", id, what, err))
+		}
+	}
+	return nil
+}
+
+// snapshot takes the synchronous snapshot of checkpoint id of every
+// Checkpointed operator of the chain, head first, and reports it to the
+// hooks. It reports whether it succeeded.
+func (r *taskRun) snapshot(id, ts int64, aligning time.Duration) bool {
+	t := r.t
+	start := time.Now()
+	snaps := make(map[string]*stream.OperatorSnapshot, t.checkpointed)
+	for i := range t.chain {
+		l := &t.chain[i]
+		if l.cp == nil {
+			continue
+		}
+		sc := &stream.SnapshotContext{CheckpointID: id, Timestamp: ts, KeyGroups: l.octx.KeyGroups}
+		if err := l.cp.SnapshotState(sc); err != nil {
+			r.ck.hooks.SnapshotFailed(id, t.opErr(l.uid, fmt.Errorf("snapshot for checkpoint %d: %w", id, err)))
+			return false
+		}
+		snaps[l.uid] = &sc.State
+	}
+	r.ck.lastSnapshot = id
+	r.ck.hooks.SnapshotTaken(id, ts, snaps, SnapshotStats{Alignment: aligning, Sync: time.Since(start)})
+	return true
+}
+
+// onBarrier handles barrier id arriving on ch.
+func (r *taskRun) onBarrier(ch *inputChannel, id, ts int64) error {
+	return r.applyStep(r.ck.align.barrier(ch.idx, id, ts, time.Now()), ch, true)
+}
+
+// onEnd handles the end of ch.
+func (r *taskRun) onEnd(ch *inputChannel) error {
+	return r.applyStep(r.ck.align.end(ch.idx, time.Now()), ch, true)
+}
+
+// applyStep carries out what the aligner decided. report says whether
+// abandoned checkpoints are reported as failed (not when the coordinator
+// itself aborted them).
+func (r *taskRun) applyStep(s alignStep, ch *inputChannel, report bool) error {
+	gate := r.ck.gate
+	if report {
+		for _, id := range s.aborted {
+			r.ck.hooks.SnapshotFailed(id, fmt.Errorf("task %s: checkpoint %d abandoned: the barrier of a later checkpoint arrived before every input channel delivered barrier %d (an upstream task skipped or aborted it)", r.t.name, id, id))
+		}
+	}
+	if s.block {
+		gate.setBlocked(ch, true)
+	}
+	for _, d := range s.done {
+		r.snapshot(d.id, d.ts, d.aligning)
+		r.w.broadcast(event{kind: eventBarrier, value: d.id, ts: d.ts})
+		if r.err != nil {
+			return r.err
+		}
+	}
+	for _, c := range s.unblock {
+		gate.setBlocked(gate.channels[c], false)
+	}
+	return nil
+}
+
+// waitFinal blocks until done() holds, handling triggers and notifications
+// meanwhile, or until ctx is done.
+func (r *taskRun) waitFinal(ctx context.Context, done func() bool) error {
+	r.t.awaitingFinal.Store(true)
+	defer r.t.awaitingFinal.Store(false)
+	for !done() {
+		select {
+		case <-r.t.ctl.wake:
+			if err := r.control(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// endControl stops accepting triggers and notifications and reports the
+// checkpoints the task will not take. It is idempotent.
+func (r *taskRun) endControl() {
+	c := &r.t.ctl
+	c.mu.Lock()
+	c.mu.state = ctlDone
+	queued := c.mu.queue
+	c.mu.queue = nil
+	c.mu.Unlock()
+	if !r.ck.on {
+		return
+	}
+	ending := func(id int64) {
+		r.ck.hooks.SnapshotFailed(id, fmt.Errorf("task %s: checkpoint %d: the task ended before it took the checkpoint", r.t.name, id))
+	}
+	for _, m := range queued {
+		if m.kind == ctlTrigger {
+			ending(m.id)
+		}
+	}
+	if r.ck.align != nil {
+		for _, id := range r.ck.align.abortAll() {
+			ending(id)
+		}
+	}
+}
+
+// restore loads the state of every operator that has some in the spec.
+func (t *Task) restore() error {
+	id := t.spec.RestoreCheckpointID
+	for uid, snap := range t.spec.Restore {
+		if !t.inChain(uid) && !snap.Empty() {
+			t.log.Warn("restore: the state of an operator that is not in this task's chain is ignored", "operator", uid, "checkpoint", id)
+		}
+	}
+	for i := range t.chain {
+		l := &t.chain[i]
+		snap := t.spec.Restore[l.uid]
+		if snap == nil {
+			continue
+		}
+		if l.cp == nil {
+			if snap.Empty() {
+				continue
+			}
+			return t.opErr(l.uid, fmt.Errorf("restore from checkpoint %d: the checkpoint has state for it, but its type does not implement stream.Checkpointed; was the operator's type changed under the same uid?", id))
+		}
+		rc := &stream.RestoreContext{CheckpointID: id, KeyGroups: l.octx.KeyGroups, State: snap}
+		if err := l.cp.RestoreState(rc); err != nil {
+			return t.opErr(l.uid, fmt.Errorf("restore from checkpoint %d: %w", id, err))
+		}
+	}
+	return nil
+}
+
+func (t *Task) inChain(uid string) bool {
+	for i := range t.chain {
+		if t.chain[i].uid == uid {
+			return true
+		}
+	}
+	return false
+}
