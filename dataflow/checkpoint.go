@@ -371,6 +371,9 @@ func (r *taskRun) endControl() {
 
 // restore loads the state of every operator that has some in the spec.
 func (t *Task) restore() error {
+	if t.spec.RestoreFinished {
+		return nil
+	}
 	id := t.spec.RestoreCheckpointID
 	for uid, snap := range t.spec.Restore {
 		if !t.inChain(uid) && !snap.Empty() {

@@ -78,6 +78,10 @@ type TaskSpec struct {
 	// verified and filtered to this subtask by the taskmanager). An operator
 	// without an entry starts empty.
 	Restore map[string]*stream.OperatorSnapshot
+	// RestoreFinished says the task had finished as of the restored
+	// checkpoint: its operators start empty (Restore is ignored) and a
+	// source behaves as exhausted, so that its input is not produced twice.
+	RestoreFinished bool
 }
 
 // Metrics are a task's counters; they may be read while the task runs.
@@ -528,9 +532,12 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 			}
 		default:
 		}
-		st, err := head.src.Poll(ctx, out)
-		if err != nil {
-			return t.opErr(head.uid, err)
+		st := stream.PollEnd // a source that had finished before the restored checkpoint
+		if !t.spec.RestoreFinished {
+			var err error
+			if st, err = head.src.Poll(ctx, out); err != nil {
+				return t.opErr(head.uid, err)
+			}
 		}
 		if r.err != nil {
 			return r.err

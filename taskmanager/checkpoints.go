@@ -41,7 +41,7 @@ func (s *storages) open(ctx context.Context, uri string) (*checkpoint.Storage, e
 // of the deployment. It runs on the task's goroutine before the task starts,
 // so a large restore does not hold up the jobmanager's deploy call.
 func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeployment, spec *dataflow.TaskSpec) error {
-	if d.GetRestoreCheckpointId() == 0 || len(d.GetRestore()) == 0 {
+	if d.GetRestoreCheckpointId() == 0 || len(d.GetRestore()) == 0 || d.GetRestoreFinished() {
 		return nil
 	}
 	st, err := tm.storages.open(ctx, d.GetCheckpointing().GetStorage())
@@ -141,8 +141,14 @@ func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) 
 	return handles, total, nil
 }
 
+// SnapshotFailed declines checkpoint id; it runs on the task goroutine, so
+// the RPC goes to the background.
 func (h *taskHooks) SnapshotFailed(id int64, err error) {
-	h.decline(id, err)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		h.decline(id, err)
+	}()
 }
 
 func (h *taskHooks) decline(id int64, cause error) {

@@ -16,15 +16,16 @@ func toTaskSpec(d *weirpb.TaskDeployment) (*dataflow.TaskSpec, error) {
 		return nil, errors.New("deployment has no operators")
 	}
 	spec := &dataflow.TaskSpec{
-		JobID:          id.GetJobId(),
-		Attempt:        id.GetAttempt(),
-		VertexID:       int(id.GetVertexId()),
-		Subtask:        int(id.GetSubtask()),
-		Parallelism:    int(d.GetParallelism()),
-		MaxParallelism: int(d.GetMaxParallelism()),
-		TaskName:       d.GetTaskName(),
-		Checkpointing:  d.GetCheckpointing().GetEnabled(),
-		Mode:           stream.CheckpointMode(d.GetCheckpointing().GetMode()),
+		JobID:           id.GetJobId(),
+		Attempt:         id.GetAttempt(),
+		VertexID:        int(id.GetVertexId()),
+		Subtask:         int(id.GetSubtask()),
+		Parallelism:     int(d.GetParallelism()),
+		MaxParallelism:  int(d.GetMaxParallelism()),
+		TaskName:        d.GetTaskName(),
+		Checkpointing:   d.GetCheckpointing().GetEnabled(),
+		Mode:            stream.CheckpointMode(d.GetCheckpointing().GetMode()),
+		RestoreFinished: d.GetRestoreFinished(),
 	}
 	if spec.Checkpointing && d.GetCheckpointing().GetStorage() == "" {
 		return nil, errors.New("checkpointing is on but the deployment names no checkpoint storage")
