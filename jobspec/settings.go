@@ -166,3 +166,18 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// ParseRestartStrategy reads a restart strategy given as a decoded YAML
+// mapping with the keys of a job spec's restartStrategy (for the
+// jobmanager's config file, where it is the cluster default).
+func ParseRestartStrategy(m map[string]any) (stream.RestartConfig, error) {
+	var doc yaml.Node
+	if err := doc.Encode(m); err != nil {
+		return stream.RestartConfig{}, fmt.Errorf("restartStrategy: %v", err)
+	}
+	p := &parser{file: "restartStrategy"}
+	if err := p.parseRestart(&doc); err != nil {
+		return stream.RestartConfig{}, err
+	}
+	return p.g.Restart, nil
+}

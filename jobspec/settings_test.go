@@ -63,3 +63,16 @@ func TestCheckpointingSettingErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRestartStrategyForClusterConfig(t *testing.T) {
+	r, err := ParseRestartStrategy(map[string]any{"type": "failure-rate", "maxFailures": 3, "interval": "5m", "delay": "2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Type != "failure-rate" || r.MaxFailures != 3 || r.Interval != 5*time.Minute || r.Delay != 2*time.Second {
+		t.Fatalf("got %+v", r)
+	}
+	if _, err := ParseRestartStrategy(map[string]any{"type": "sometimes"}); err == nil || !strings.Contains(err.Error(), `unknown strategy "sometimes"`) {
+		t.Fatalf("want an unknown-strategy error, got %v", err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/weirstream/weir/builtin"
 	"github.com/weirstream/weir/jobmanager"
+	"github.com/weirstream/weir/jobspec"
 	"github.com/weirstream/weir/taskmanager"
 )
 
@@ -47,6 +48,10 @@ type jobManagerFile struct {
 	HeartbeatInterval string `yaml:"heartbeatInterval"`
 	HeartbeatTimeout  string `yaml:"heartbeatTimeout"`
 	SlotWaitTimeout   string `yaml:"slotWaitTimeout"`
+	CheckpointStorage string `yaml:"checkpointStorage"`
+	// RestartStrategy is the default for jobs that set none, with the keys
+	// of a job spec's restartStrategy.
+	RestartStrategy map[string]any `yaml:"restartStrategy"`
 }
 
 // NewJobManagerCommand returns the jobmanager process command.
@@ -91,6 +96,7 @@ func NewJobManagerCommand() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "how often taskmanagers heartbeat")
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "silence after which a taskmanager is lost")
 	f.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", cfg.SlotWaitTimeout, "how long a job waits for enough free slots")
+	f.StringVar(&cfg.CheckpointStorage, "checkpoint-storage", cfg.CheckpointStorage, "checkpoint storage of jobs that name none: file:///path or s3://bucket/prefix (S3 settings from WEIR_S3_ENDPOINT, WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY, WEIR_S3_REGION, WEIR_S3_INSECURE)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&addrFile, "address-file", "", "once listening, write the bound addresses here as JSON {\"rpc\":…,\"rest\":…} (for scripts and tests that listen on port 0)")
 	return cmd
@@ -119,6 +125,16 @@ func applyJobManagerFile(cmd *cobra.Command, cfg *jobmanager.Config, f jobManage
 	}
 	if f.RESTAddress != "" && !set("rest-address") {
 		cfg.RESTAddress = f.RESTAddress
+	}
+	if f.CheckpointStorage != "" && !set("checkpoint-storage") {
+		cfg.CheckpointStorage = f.CheckpointStorage
+	}
+	if len(f.RestartStrategy) > 0 {
+		r, err := jobspec.ParseRestartStrategy(f.RestartStrategy)
+		if err != nil {
+			return err
+		}
+		cfg.DefaultRestart = r
 	}
 	for _, d := range []struct {
 		flag, val string
