@@ -1,0 +1,269 @@
+package statebackend
+
+import "fmt"
+
+// ValueState holds one value per key. Obtain it with GetValueState; it acts
+// on the backend's current key.
+type ValueState[T any] interface {
+	// Value returns the key's value and whether it has one.
+	Value() (T, bool)
+	// Update sets the key's value.
+	Update(v T)
+	// Clear removes the key's value.
+	Clear()
+}
+
+// ListState holds a list per key.
+type ListState[T any] interface {
+	// Get returns the key's list (nil if empty). The slice belongs to the
+	// state: do not modify its elements. Appending to it is safe (its
+	// capacity is its length) and does not change the state.
+	Get() []T
+	Add(v T)
+	AddAll(vs []T)
+	// Update replaces the list with a copy of vs; an empty vs clears it.
+	Update(vs []T)
+	Clear()
+}
+
+// MapState holds a map per key.
+type MapState[K comparable, V any] interface {
+	Get(k K) (V, bool)
+	Put(k K, v V)
+	Remove(k K)
+	Contains(k K) bool
+	// Range calls fn for every entry, in no particular order, until fn
+	// returns false. fn may Remove the entry it is given.
+	Range(fn func(K, V) bool)
+	IsEmpty() bool
+	Clear()
+}
+
+// ReducingState folds every added value into one with a reduce function.
+type ReducingState[T any] interface {
+	// Get returns the reduction of the values added since the last Clear,
+	// and false if there were none.
+	Get() (T, bool)
+	Add(v T)
+	Clear()
+}
+
+// AggregatingState folds added values into an accumulator with an
+// AggregateFunction.
+type AggregatingState[IN, OUT any] interface {
+	// Get returns the result of the accumulator, and false if nothing was
+	// added since the last Clear.
+	Get() (OUT, bool)
+	Add(v IN)
+	Clear()
+}
+
+// AggregateFunction is the accumulator logic of AggregatingState (and of
+// window aggregations). Add and Merge may modify and return their
+// accumulator arguments.
+type AggregateFunction[IN, ACC, OUT any] interface {
+	CreateAccumulator() ACC
+	Add(v IN, acc ACC) ACC
+	Result(acc ACC) OUT
+	Merge(a, b ACC) ACC
+}
+
+// The state handles below hold no data: they are a typed view of a Table.
+// Table values are stored as the typed values themselves (T, []T, ACC), so a
+// type assertion is all a read costs on the heap backend.
+
+// GetValueState returns the value state called name of b.
+func GetValueState[T any](b Backend, name string, c Codec[T]) (ValueState[T], error) {
+	t, err := b.Table(Descriptor{Name: name, Kind: KindValue, Codec: Untyped(c)})
+	if err != nil {
+		return nil, err
+	}
+	return valueState[T]{t}, nil
+}
+
+type valueState[T any] struct{ t Table }
+
+func (s valueState[T]) Value() (T, bool) {
+	v, ok := s.t.Get(nil)
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return v.(T), true
+}
+func (s valueState[T]) Update(v T) { s.t.Put(nil, v) }
+func (s valueState[T]) Clear()     { s.t.Delete(nil) }
+
+// GetListState returns the list state called name of b; c encodes one
+// element.
+func GetListState[T any](b Backend, name string, c Codec[T]) (ListState[T], error) {
+	t, err := b.Table(Descriptor{Name: name, Kind: KindList, Codec: ListCodec(c)})
+	if err != nil {
+		return nil, err
+	}
+	return listState[T]{t}, nil
+}
+
+type listState[T any] struct{ t Table }
+
+func (s listState[T]) list() []T {
+	v, ok := s.t.Get(nil)
+	if !ok {
+		return nil
+	}
+	return v.([]T)
+}
+
+func (s listState[T]) Get() []T {
+	l := s.list()
+	return l[:len(l):len(l)]
+}
+
+// Add appends in place when the stored slice has spare capacity: every slice
+// handed out by Get has its capacity cut to its length, so no caller sees
+// the new element appear.
+func (s listState[T]) Add(v T) { s.t.Put(nil, append(s.list(), v)) }
+
+func (s listState[T]) AddAll(vs []T) {
+	if len(vs) == 0 {
+		return
+	}
+	s.t.Put(nil, append(s.list(), vs...))
+}
+
+func (s listState[T]) Update(vs []T) {
+	if len(vs) == 0 {
+		s.t.Delete(nil)
+		return
+	}
+	s.t.Put(nil, append([]T(nil), vs...))
+}
+
+func (s listState[T]) Clear() { s.t.Delete(nil) }
+
+// GetMapState returns the map state called name of b.
+func GetMapState[K comparable, V any](b Backend, name string, kc Codec[K], vc Codec[V]) (MapState[K, V], error) {
+	t, err := b.Table(Descriptor{Name: name, Kind: KindMap, Codec: Untyped(vc), UserKeyCodec: Untyped(kc)})
+	if err != nil {
+		return nil, err
+	}
+	return &mapState[K, V]{t: t, kc: kc}, nil
+}
+
+type mapState[K comparable, V any] struct {
+	t       Table
+	kc      Codec[K]
+	scratch []byte // encoded user key of the current call
+}
+
+func (s *mapState[K, V]) key(k K) []byte {
+	s.scratch = s.kc.Append(s.scratch[:0], k)
+	return s.scratch
+}
+
+func (s *mapState[K, V]) Get(k K) (V, bool) {
+	v, ok := s.t.Get(s.key(k))
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return v.(V), true
+}
+
+func (s *mapState[K, V]) Put(k K, v V)      { s.t.Put(s.key(k), v) }
+func (s *mapState[K, V]) Remove(k K)        { s.t.Delete(s.key(k)) }
+func (s *mapState[K, V]) Contains(k K) bool { _, ok := s.t.Get(s.key(k)); return ok }
+func (s *mapState[K, V]) Clear()            { s.t.Clear() }
+
+func (s *mapState[K, V]) IsEmpty() bool {
+	empty := true
+	s.t.Range(func([]byte, any) bool { empty = false; return false })
+	return empty
+}
+
+// Range panics if a stored user key does not decode: user keys are written
+// by this codec, and restored ones are validated when the table is first
+// asked for, so that is a bug in the codec.
+func (s *mapState[K, V]) Range(fn func(K, V) bool) {
+	s.t.Range(func(uk []byte, v any) bool {
+		k, err := s.kc.Decode(uk)
+		if err != nil {
+			panic(fmt.Sprintf("statebackend: map state %q: user key does not decode: %v", s.t.Descriptor().Name, err))
+		}
+		return fn(k, v.(V))
+	})
+}
+
+// GetReducingState returns the reducing state called name of b.
+func GetReducingState[T any](b Backend, name string, c Codec[T], reduce func(a, b T) T) (ReducingState[T], error) {
+	if reduce == nil {
+		return nil, fmt.Errorf("statebackend: reducing state %q: nil reduce function", name)
+	}
+	t, err := b.Table(Descriptor{Name: name, Kind: KindReducing, Codec: Untyped(c)})
+	if err != nil {
+		return nil, err
+	}
+	return reducingState[T]{t: t, reduce: reduce}, nil
+}
+
+type reducingState[T any] struct {
+	t      Table
+	reduce func(a, b T) T
+}
+
+func (s reducingState[T]) Get() (T, bool) {
+	v, ok := s.t.Get(nil)
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return v.(T), true
+}
+
+func (s reducingState[T]) Add(v T) {
+	if cur, ok := s.t.Get(nil); ok {
+		v = s.reduce(cur.(T), v)
+	}
+	s.t.Put(nil, v)
+}
+
+func (s reducingState[T]) Clear() { s.t.Delete(nil) }
+
+// GetAggregatingState returns the aggregating state called name of b; c
+// encodes the accumulator.
+func GetAggregatingState[IN, ACC, OUT any](b Backend, name string, c Codec[ACC], agg AggregateFunction[IN, ACC, OUT]) (AggregatingState[IN, OUT], error) {
+	if agg == nil {
+		return nil, fmt.Errorf("statebackend: aggregating state %q: nil aggregate function", name)
+	}
+	t, err := b.Table(Descriptor{Name: name, Kind: KindAggregating, Codec: Untyped(c)})
+	if err != nil {
+		return nil, err
+	}
+	return aggregatingState[IN, ACC, OUT]{t: t, agg: agg}, nil
+}
+
+type aggregatingState[IN, ACC, OUT any] struct {
+	t   Table
+	agg AggregateFunction[IN, ACC, OUT]
+}
+
+func (s aggregatingState[IN, ACC, OUT]) Get() (OUT, bool) {
+	v, ok := s.t.Get(nil)
+	if !ok {
+		var zero OUT
+		return zero, false
+	}
+	return s.agg.Result(v.(ACC)), true
+}
+
+func (s aggregatingState[IN, ACC, OUT]) Add(v IN) {
+	var acc ACC
+	if cur, ok := s.t.Get(nil); ok {
+		acc = cur.(ACC)
+	} else {
+		acc = s.agg.CreateAccumulator()
+	}
+	s.t.Put(nil, s.agg.Add(v, acc))
+}
+
+func (s aggregatingState[IN, ACC, OUT]) Clear() { s.t.Delete(nil) }
