@@ -451,3 +451,55 @@ func TestFileSinkWithoutCheckpointingUnchanged(t *testing.T) {
 		t.Fatalf("directory holds %v, want only part-2", entries)
 	}
 }
+
+func TestTxnFileSinkStaleAttemptCannotTouchCurrentFiles(t *testing.T) {
+	// Attempt 1 is paused (a stopped taskmanager) while attempt 2 restores
+	// from checkpoint 1 and carries on; then attempt 1 resumes and writes.
+	// The two never share an in-progress file, and attempt 1's rows never
+	// become visible.
+	dir := t.TempDir()
+	s1 := txnSink(t, dir, 0, 1)
+	must(t, s1.ProcessBatch(0, ids(0, 4), nil))
+	st := snapshot(t, s1, 1)
+
+	s2 := txnSinkAttempt(t, dir, 0, 1, 2)
+	must(t, restore(s2, 1, st))
+	must(t, s2.ProcessBatch(0, ids(4, 6), nil))
+	must(t, s1.ProcessBatch(0, ids(100, 103), nil)) // the zombie resumes
+	snapshot(t, s1, 2)                               // its pre-commit is never acknowledged or notified
+	must(t, s1.Close())
+	if s2.w.path == filepath.Join(dir, InProgressName(0, 1)) {
+		t.Fatalf("attempt 2 writes %s, a name attempt 1 uses", s2.w.path)
+	}
+	snapshot(t, s2, 2)
+	must(t, s2.NotifyCheckpointComplete(2))
+	must(t, s2.Close())
+	visible := ""
+	for name, body := range dirFiles(t, dir) {
+		if !strings.HasPrefix(name, ".") {
+			visible += body
+		}
+	}
+	if visible != lines(0, 6) {
+		t.Fatalf("visible rows %q, want exactly 0..5 once", visible)
+	}
+}
+
+func txnSinkAttempt(t *testing.T, dir string, subtask, par int, attempt int64) *FileSink {
+	t.Helper()
+	s, err := NewFileSink(FileSinkConfig{Path: dir, Format: "csv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx := &stream.OperatorContext{OperatorUID: "sink", Subtask: subtask, Parallelism: par, Attempt: attempt,
+		InputSchemas: []*stream.Schema{idSchema}, Checkpointing: true, CheckpointMode: stream.ExactlyOnce}
+	if err := s.Open(t.Context(), octx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s.w != nil {
+			s.w.f.Close()
+		}
+	})
+	return s
+}

@@ -88,6 +88,7 @@ type FileSink struct {
 	cur     int64 // transaction number of w
 	pending []txn // pre-committed transactions, oldest first
 	nextTxn int64 // the next in-progress file's number
+	attempt int64 // the deployment attempt (OperatorContext.Attempt)
 	nextSeq int64 // the next final file's number
 	cleaned bool  // stale in-progress files of this subtask were deleted
 }
@@ -125,6 +126,7 @@ func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 		return fmt.Errorf("file sink: create output directory: %w", err)
 	}
 	s.schema, s.subtask, s.par = octx.InputSchemas[0], octx.Subtask, max(1, octx.Parallelism)
+	s.attempt = max(0, octx.Attempt-1) // attempt 1 numbers from 0, as before
 	if octx.Checkpointing {
 		return s.openTransactional()
 	}

@@ -127,6 +127,11 @@ func (s *FileSink) beginTxn() error {
 	if err := s.cleanStale(); err != nil {
 		return err
 	}
+	// Each deployment attempt numbers its transactions from attempt<<32, so
+	// that a stale attempt still running somewhere (a paused taskmanager
+	// that resumed) never writes into a file of the current attempt; it
+	// cannot commit either, since only current attempts are notified.
+	s.nextTxn = max(s.nextTxn, s.attempt<<32)
 	w, err := createPartWriter(s.path(InProgressName(s.subtask, s.nextTxn)), s.format, s.schema)
 	if err != nil {
 		return err
