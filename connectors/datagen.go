@@ -38,7 +38,11 @@ type DatagenConfig struct {
 // DatagenField describes one generated column. Which options apply depends on
 // Kind:
 //
-//	sequence   int64: Start (an integer, default 0) + seq
+//	sequence   int64: Start (an integer, default 0) + seq, or with Modulo
+//	           Start + seq%Modulo, or with Divide Start + seq/Divide. Modulo K
+//	           and Divide K with Start 1 make a keyed sequence: key seq%K
+//	           counts 1, 2, 3, ...; when K is a multiple of the source's
+//	           parallelism each key comes from one subtask, in order.
 //	key        "<Prefix><n>" or, with Type "int64", n; n uniform in [0, Cardinality)
 //	random     Type int64 or timestamp (Min..Max inclusive, default 0..2^31-1),
 //	           float64 ([Min, Max), default [0, 1)), bool, or string (Length
@@ -60,6 +64,8 @@ type DatagenField struct {
 	StepMillis   int64           `json:"stepMillis,omitempty"`
 	JitterMillis int64           `json:"jitterMillis,omitempty"`
 	Values       []string        `json:"values,omitempty"`
+	Modulo       int64           `json:"modulo,omitempty"`
+	Divide       int64           `json:"divide,omitempty"`
 }
 
 const (
@@ -151,11 +157,13 @@ func (f *DatagenField) options() []string {
 	add("stepMillis", f.StepMillis != 0)
 	add("jitterMillis", f.JitterMillis != 0)
 	add("values", f.Values != nil)
+	add("modulo", f.Modulo != 0)
+	add("divide", f.Divide != 0)
 	return set
 }
 
 var kindOptions = map[string][]string{
-	"sequence":  {"type", "start"},
+	"sequence":  {"type", "start", "modulo", "divide"},
 	"key":       {"type", "cardinality", "prefix"},
 	"random":    {"type", "min", "max", "length"},
 	"timestamp": {"type", "start", "stepMillis", "jitterMillis"},
@@ -210,6 +218,9 @@ func (f *DatagenField) check(i int) (stream.Type, error) {
 	case "sequence":
 		if _, err := f.intStart(where); err != nil {
 			return 0, err
+		}
+		if f.Modulo < 0 || f.Divide < 0 || (f.Modulo > 0 && f.Divide > 0) {
+			return 0, configErrorf("%s: modulo %d, divide %d: set at most one of them, to a positive number", where, f.Modulo, f.Divide)
 		}
 		return want(stream.TypeInt64, stream.TypeInt64)
 	case "key":
@@ -345,7 +356,7 @@ func (cfg *DatagenConfig) compile() (*datagenPlan, error) {
 		switch f.Kind {
 		case "sequence":
 			start, _ := f.intStart("")
-			g = &sequenceGen{start: start}
+			g = &sequenceGen{start: start, mod: f.Modulo, div: f.Divide}
 		case "key":
 			card := uint64(f.Cardinality)
 			switch {
@@ -451,14 +462,25 @@ func boolsOf(c *stream.Column, n int) []bool {
 	return c.Bools
 }
 
-type sequenceGen struct{ start int64 }
+type sequenceGen struct{ start, mod, div int64 }
 
 func (g *sequenceGen) fill(c *stream.Column, seq, stride int64, n int) {
 	out := intsOf(c, n)
-	v := g.start + seq
-	for j := range out {
-		out[j] = v
-		v += stride
+	switch {
+	case g.mod > 0:
+		for j := range out {
+			out[j] = g.start + (seq+int64(j)*stride)%g.mod
+		}
+	case g.div > 0:
+		for j := range out {
+			out[j] = g.start + (seq+int64(j)*stride)/g.div
+		}
+	default:
+		v := g.start + seq
+		for j := range out {
+			out[j] = v
+			v += stride
+		}
 	}
 }
 

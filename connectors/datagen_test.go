@@ -370,3 +370,23 @@ type releaser struct{ rows *int64 }
 
 func (r releaser) Collect(b *stream.Batch) { *r.rows += int64(b.Len()); b.Release() }
 func (r releaser) EmitWatermark(int64)     {}
+
+func TestDatagenKeyedSequence(t *testing.T) {
+	// key = seq % 6 and n = 1 + seq / 6: every key counts 1, 2, 3, ... and,
+	// with 6 a multiple of the parallelism 3, comes from one subtask in order.
+	cfg := DatagenConfig{Rows: 600, BatchSize: 7, Fields: []DatagenField{
+		{Name: "key", Kind: "sequence", Modulo: 6},
+		{Name: "n", Kind: "sequence", Divide: 6, Start: json.RawMessage("1")},
+	}}
+	for seq := int64(0); seq < cfg.Rows; seq++ {
+		row := GenerateRow(cfg, seq)
+		if row[0].(int64) != seq%6 || row[1].(int64) != 1+seq/6 {
+			t.Fatalf("seq %d: got %v", seq, row)
+		}
+	}
+	bad := cfg
+	bad.Fields = []DatagenField{{Name: "x", Kind: "sequence", Modulo: 3, Divide: 2}}
+	if _, err := bad.check(); err == nil || !strings.Contains(err.Error(), "set at most one of them") {
+		t.Fatalf("modulo and divide together: %v", err)
+	}
+}
