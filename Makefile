@@ -31,6 +31,13 @@ vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# The long chaos run: at least 10 minutes and 50 taskmanager kills (plus a
+# SIGSTOP/SIGCONT) against a 3-taskmanager cluster; `make test` runs a short
+# version of the same test.
+chaos: $(BIN)/versitygw
+	WEIR_CHAOS_DURATION=$${WEIR_CHAOS_DURATION:-10m} WEIR_CHAOS_KILLS=$${WEIR_CHAOS_KILLS:-50} \
+		$(GO) test -count=1 -v -timeout 60m -run 'TestChaos' ./test/ | grep -E '^(kills=|--- |ok|FAIL|PASS)'
+
 bench: build
 	./scripts/bench.sh
 

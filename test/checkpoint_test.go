@@ -340,3 +340,5 @@ func TestAtLeastOnceLosesNothing(t *testing.T) {
 		t.Fatalf("at-least-once lost %d records (and produced %d unknown ids)", lost, len(ids))
 	}
 }
+
+func stringsFields(s string) []string { return strings.Fields(s) }

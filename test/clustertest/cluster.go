@@ -81,8 +81,10 @@ func moduleRoot() (string, error) {
 type Options struct {
 	TaskManagers int // default 2
 	Slots        int // per taskmanager, default 2
-	// HeartbeatTimeout for the jobmanager (default 10s).
-	HeartbeatTimeout time.Duration
+	// HeartbeatInterval and HeartbeatTimeout for the jobmanager (defaults
+	// 1s and 10s).
+	HeartbeatInterval time.Duration
+	HeartbeatTimeout  time.Duration
 	// SlotWaitTimeout for the jobmanager (default 30s).
 	SlotWaitTimeout time.Duration
 	// Env is added to every process's environment (e.g. WEIR_S3_*).
@@ -131,6 +133,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 
 	addrFile := filepath.Join(c.dir, "jobmanager.addr")
 	args := []string{"--rpc-address", "127.0.0.1:0", "--rest-address", "127.0.0.1:0", "--address-file", addrFile, "--log-level", opts.LogLevel}
+	if opts.HeartbeatInterval > 0 {
+		args = append(args, "--heartbeat-interval", opts.HeartbeatInterval.String())
+	}
 	if opts.HeartbeatTimeout > 0 {
 		args = append(args, "--heartbeat-timeout", opts.HeartbeatTimeout.String())
 	}
@@ -209,6 +214,21 @@ func (c *Cluster) KillTaskManager(i int) {
 	p := c.TMs[i]
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// PauseTaskManager stops taskmanager i with SIGSTOP; ResumeTaskManager
+// continues it with SIGCONT.
+func (c *Cluster) PauseTaskManager(i int) {
+	if err := c.TMs[i].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatalf("SIGSTOP %s: %v", c.TMs[i].Name, err)
+	}
+}
+
+// ResumeTaskManager continues a paused taskmanager.
+func (c *Cluster) ResumeTaskManager(i int) {
+	if err := c.TMs[i].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		c.t.Fatalf("SIGCONT %s: %v", c.TMs[i].Name, err)
+	}
 }
 
 // RestartTaskManager starts taskmanager i again with the same id.
@@ -328,6 +348,7 @@ func (c *Cluster) stop() {
 	}
 	for _, p := range procs {
 		if !p.Exited() {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT) // in case a test left it paused
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}

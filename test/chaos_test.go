@@ -1,0 +1,207 @@
+package test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/test/clustertest"
+)
+
+// chaosSpec: every key of `keys` emits 1, 2, 3, ... in order (key = seq %
+// keys, n = 1 + seq / keys); sequence_check fails the task if a key's n ever
+// skips or repeats in its state; the two-phase-commit file sink writes what
+// the test reads back.
+const chaosSpec = `name: chaos
+parallelism: 4
+checkpointing:
+  interval: 500ms
+  storage: %q
+restartStrategy:
+  type: fixed-delay
+  attempts: 100000
+  delay: 100ms
+operators:
+  - uid: events
+    type: datagen
+    parallelism: 2
+    config:
+      rows: %d
+      ratePerSecond: %d
+      batchSize: 64
+      fields:
+        - {name: key, kind: sequence, modulo: %d}
+        - {name: n, kind: sequence, divide: %d, start: 1}
+  - uid: continuity
+    type: sequence_check
+    keyBy: [key]
+    config: {field: n}
+  - uid: out
+    type: file
+    config: {path: %q, format: csv}
+`
+
+type chaosConfig struct {
+	duration time.Duration // how long kills go on, at least
+	kills    int           // at least this many SIGKILLs
+	rate     int           // rows per second
+	keys     int
+}
+
+// chaosFromEnv: `make test` runs the short version; `make chaos` sets
+// WEIR_CHAOS_DURATION and WEIR_CHAOS_KILLS for the long one.
+func chaosFromEnv() chaosConfig {
+	c := chaosConfig{duration: 20 * time.Second, kills: 5, rate: 4000, keys: 64}
+	if d, err := time.ParseDuration(os.Getenv("WEIR_CHAOS_DURATION")); err == nil && d > 0 {
+		c.duration = d
+	}
+	if k, err := strconv.Atoi(os.Getenv("WEIR_CHAOS_KILLS")); err == nil && k > 0 {
+		c.kills = k
+	}
+	return c
+}
+
+func TestChaosKillAndPauseTaskManagers(t *testing.T) {
+	cc := chaosFromEnv()
+	const hbTimeout = 3 * time.Second
+	c := clustertest.Start(t, clustertest.Options{TaskManagers: 3, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
+		HeartbeatTimeout: hbTimeout, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info"})
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	// Enough rows to outlast the kills: 1.5 times the chaos duration at the
+	// rate, rounded to whole sequences per key.
+	perKey := int64(1.5*cc.duration.Seconds()*float64(cc.rate)) / int64(cc.keys)
+	rows := perKey * int64(cc.keys)
+	spec := filepath.Join(dir, "job.yaml")
+	body := fmt.Sprintf(chaosSpec, "file://"+filepath.Join(dir, "ckpt"), rows, cc.rate, cc.keys, cc.keys, out)
+	if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text, err := c.Weir("submit", spec)
+	if err != nil {
+		t.Fatalf("weir submit: %v\n%s", err, text)
+	}
+	fields := stringsFields(text)
+	jobID := fields[len(fields)-1]
+
+	rnd := rand.New(rand.NewPCG(1, 2)) // which taskmanager, and pacing: deterministic
+	completed := func() (n int64, lastTrigger int64) {
+		resp, err := c.Checkpoints(jobID)
+		if err != nil {
+			return 0, 0
+		}
+		for _, ck := range resp.GetCheckpoints() {
+			if ck.GetStatus() == weirpb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED {
+				lastTrigger = max(lastTrigger, ck.GetTriggerTimeMs())
+			}
+		}
+		return resp.GetCompleted(), lastTrigger
+	}
+	jobEnded := func() bool {
+		resp, err := c.Job(jobID)
+		if err != nil {
+			return false
+		}
+		s := resp.GetJob().GetState()
+		return s == weirpb.JobState_JOB_STATE_FINISHED || s == weirpb.JobState_JOB_STATE_FAILED || s == weirpb.JobState_JOB_STATE_CANCELED
+	}
+	// recovered waits until a checkpoint triggered after `since` completes:
+	// the job runs again end to end.
+	var recoveries []time.Duration
+	recovered := func(since time.Time) {
+		clustertest.Eventually(t, 2*time.Minute, "a checkpoint after the failure", func() bool {
+			_, last := completed()
+			return last > since.UnixMilli() || jobEnded()
+		})
+		recoveries = append(recoveries, time.Since(since))
+	}
+
+	start := time.Now()
+	kills, pauses := 0, 0
+	lastCount, _ := completed()
+	for (kills < cc.kills || pauses < 1 || time.Since(start) < cc.duration) && !jobEnded() {
+		// Fault only after the checkpoint count has moved since the last one.
+		clustertest.Eventually(t, 2*time.Minute, "checkpoints to progress", func() bool {
+			n, _ := completed()
+			return n > lastCount || jobEnded()
+		})
+		if jobEnded() {
+			break
+		}
+		time.Sleep(time.Duration(500+rnd.IntN(1500)) * time.Millisecond) // chaos pacing, not synchronisation
+		victim := rnd.IntN(len(c.TMs))
+		at := time.Now()
+		if kills >= 2 && pauses == 0 {
+			// SIGSTOP past the heartbeat timeout, then SIGCONT: the paused
+			// taskmanager's tasks are failed over, and when it wakes its
+			// stale tasks are cancelled and their messages rejected.
+			c.PauseTaskManager(victim)
+			time.Sleep(hbTimeout + time.Second) // the pause itself
+			c.ResumeTaskManager(victim)
+			pauses++
+		} else {
+			c.KillTaskManager(victim)
+			c.RestartTaskManager(victim)
+			kills++
+		}
+		recovered(at)
+		lastCount, _ = completed()
+	}
+	job := c.WaitJob(jobID, 10*time.Minute)
+	if job.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
+		t.Fatalf("job ended %v: %s", job.GetJob().GetState(), job.GetJob().GetError())
+	}
+	checkpoints, _ := completed()
+
+	// Every key must show exactly 1..perKey.
+	_, got := committedRows(t, out)
+	seen := make(map[int64]map[int64]int)
+	for _, r := range got {
+		k, err1 := strconv.ParseInt(r[0], 10, 64)
+		n, err2 := strconv.ParseInt(r[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("bad row %v", r)
+		}
+		if seen[k] == nil {
+			seen[k] = make(map[int64]int)
+		}
+		seen[k][n]++
+	}
+	lost, duplicated := 0, 0
+	for k := int64(0); k < int64(cc.keys); k++ {
+		for n := int64(1); n <= perKey; n++ {
+			switch c := seen[k][n]; {
+			case c == 0:
+				lost++
+			case c > 1:
+				duplicated += c - 1
+			}
+		}
+	}
+	for k, ns := range seen {
+		for n, c := range ns {
+			if k < 0 || k >= int64(cc.keys) || n < 1 || n > perKey {
+				duplicated += c
+			}
+		}
+	}
+	slices.Sort(recoveries)
+	p50, worst := 0.0, 0.0
+	if len(recoveries) > 0 {
+		p50, worst = recoveries[len(recoveries)/2].Seconds(), recoveries[len(recoveries)-1].Seconds()
+	}
+	fmt.Printf("kills=%d pauses=%d checkpoints=%d lost=%d duplicated=%d recovery_p50=%.2f recovery_max=%.2f\n",
+		kills, pauses, checkpoints, lost, duplicated, p50, worst)
+	if kills < cc.kills || pauses < 1 {
+		t.Errorf("only %d kills and %d pauses happened before the job ended; want at least %d and 1", kills, pauses, cc.kills)
+	}
+	if lost != 0 || duplicated != 0 {
+		t.Fatalf("not exactly-once under chaos: lost=%d duplicated=%d", lost, duplicated)
+	}
+}
