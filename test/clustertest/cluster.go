@@ -193,6 +193,9 @@ func (c *Cluster) spawn(name, exe string, args []string) *Process {
 	return p
 }
 
+// Pid returns the operating-system process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Log returns what the process has written so far.
 func (p *Process) Log() string {
 	data, _ := os.ReadFile(p.log)
