@@ -35,8 +35,10 @@ vet:
 # SIGSTOP/SIGCONT) against a 3-taskmanager cluster; `make test` runs a short
 # version of the same test.
 chaos: $(BIN)/versitygw
-	WEIR_CHAOS_DURATION=$${WEIR_CHAOS_DURATION:-10m} WEIR_CHAOS_KILLS=$${WEIR_CHAOS_KILLS:-50} \
-		$(GO) test -count=1 -v -timeout 60m -run 'TestChaos' ./test/ | grep -E '^(kills=|--- |ok|FAIL|PASS)'
+	@mkdir -p .run
+	@WEIR_CHAOS_DURATION=$${WEIR_CHAOS_DURATION:-10m} WEIR_CHAOS_KILLS=$${WEIR_CHAOS_KILLS:-50} \
+		$(GO) test -count=1 -v -timeout 60m -run 'TestChaos' ./test/ > .run/chaos.log 2>&1; rc=$$?; \
+		grep -E '^(kills=|--- |ok|FAIL)' .run/chaos.log; echo "full log: .run/chaos.log"; exit $$rc
 
 bench: build
 	./scripts/bench.sh

@@ -103,12 +103,23 @@ type tmEntry struct {
 
 func (tm *tmEntry) free() int { return tm.slots - tm.used }
 
-// execution is one subtask of one task of a job in the current attempt.
+// execution is one subtask of one task of a job in its current attempt.
 type execution struct {
 	spec    *taskSpec
 	subtask int
+	region  *region
+	// attempt is the execution's attempt number: 1 at the first
+	// deployment, one more at each redeployment (of its region, or of the
+	// whole job). Reports, acknowledgements, declines and cancels of other
+	// attempts are stale.
+	attempt int64
 	state   taskState
 	tm      *tmEntry
+	// restoredFinished: the checkpoint this attempt restored recorded the
+	// execution as finished; it runs only to end its outputs, and later
+	// checkpoints must record it as finished too, or a restore from such a
+	// checkpoint would replay its input.
+	restoredFinished bool
 	// deployed: SubmitTask returned successfully, so a cancel can reach it.
 	deployed              bool
 	err                   string
@@ -153,11 +164,11 @@ type job struct {
 	tasks []*taskSpec
 	execs []*execution // by task, then subtask
 	byKey map[execKey]*execution
-	need  int // shared slots
-	state jobState
-	// attempt grows with every (re)deployment; reports of other attempts
-	// are stale.
-	attempt        int64
+	// regions are the pipelined failover regions (pipelinedRegions);
+	// every execution is in exactly one.
+	regions        []*region
+	need           int // shared slots
+	state          jobState
 	submitted      time.Time
 	ended          time.Time
 	slotDeadline   time.Time
@@ -166,8 +177,10 @@ type job struct {
 	err            string
 	waitLogged     bool
 
-	// Restarts.
-	restarts     int64     // completed restarts (redeployments)
+	// Restarts. A whole-job restart uses the job's state (RESTARTING) and
+	// these fields; a restart of some of its regions keeps the job's state
+	// and uses the regions' fields.
+	restarts     int64     // redeployments after failures, of the job or of a region
 	restartDue   time.Time // RESTARTING: redeploy once tasks stopped and now ≥ restartDue
 	restartCause string    // RESTARTING: the failure being recovered from
 	lastFailure  string    // the latest failure that caused a restart
@@ -177,13 +190,8 @@ type job struct {
 	// latest is the latest completed checkpoint's manifest, restored on
 	// restart; immutable once stored.
 	latest *weirpb.Manifest
-	// restoreFinished are the tasks that had finished as of the checkpoint
-	// the current attempt restored: they run only to end their outputs, and
-	// later checkpoints must record them as finished too, or a restore from
-	// such a checkpoint would replay their input.
-	restoreFinished []coordinator.TaskID
-	restoredFrom    int64   // checkpoint the current attempt restored, 0: none
-	retained        []int64 // completed checkpoints whose files exist
+	restoredFrom int64   // checkpoint the latest (re)deployment restored, 0: none
+	retained     []int64 // completed checkpoints whose files exist
 	// writing is the checkpoint whose manifest the shell is writing (0:
 	// none); stopReason a coordinator Stop deferred until that write
 	// returns, so that a completed write is never deleted.
@@ -228,6 +236,9 @@ type cancelAction struct {
 	Attempt     int64
 	TaskManager string
 	Addr        string
+	// Stale: the execution attempt is not the current one (a live
+	// taskmanager still reported it running); its outcome changes nothing.
+	Stale bool
 }
 
 // triggerAction asks the shell to tell a source execution to take
@@ -306,14 +317,18 @@ type core struct {
 	tms      map[string]*tmEntry // current entry per id, lost ones included
 	jobs     map[string]*job
 	jobOrder []*job
-	// staleReports counts task reports ignored because they carried an old
-	// attempt, an unknown job or execution, or came from an old
-	// registration.
+	// staleReports counts task reports ignored because they carried
+	// another attempt than the execution's current one, an unknown job or
+	// execution, or came from an old registration.
 	staleReports int64
 	// staleAcks counts checkpoint acknowledgements and declines ignored
-	// because they carried an old attempt or an unknown job or execution,
-	// or came while the job was not running.
+	// because they carried another attempt than the execution's current
+	// one, an unknown job or execution, or came while the job was not
+	// running.
 	staleAcks int64
+	// staleCancels rate-limits the cancels of stale executions that a live
+	// taskmanager still reports running: when each was last sent.
+	staleCancels map[string]time.Time
 }
 
 func newCore(cfg coreConfig) *core {
@@ -321,7 +336,8 @@ func newCore(cfg coreConfig) *core {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &core{cfg: cfg, log: log, tms: make(map[string]*tmEntry), jobs: make(map[string]*job)}
+	return &core{cfg: cfg, log: log, tms: make(map[string]*tmEntry), jobs: make(map[string]*job),
+		staleCancels: make(map[string]time.Time)}
 }
 
 // register adds a taskmanager, replacing an earlier registration with the
