@@ -21,9 +21,10 @@ import (
 )
 
 // The fake taskmanager's checkpoint side: a trigger makes every live task
-// of the job's attempt on this taskmanager acknowledge (once per
-// checkpoint) with one fake handle per operator of its chain, whose key
-// encodes checkpoint, operator, subtask and attempt.
+// of the job on this taskmanager (whatever its attempt: regions restart
+// with their own attempts) acknowledge (once per checkpoint) with one fake
+// handle per operator of its chain, whose key encodes checkpoint,
+// operator, subtask and attempt.
 
 func fakeHandleKey(jobID string, ck int64, uid string, subtask int32, attempt int64) string {
 	return fmt.Sprintf("%s/chk-%d/%s/%d-a%d", jobID, ck, uid, subtask, attempt)
@@ -53,7 +54,7 @@ func (f *fakeTM) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpo
 	}
 	f.acked[ackKey] = true
 	for _, d := range f.deploy {
-		if _, live := f.live[execKeyString(d.Id)]; !live || d.Id.JobId != req.Id.JobId || d.Id.Attempt != req.Id.Attempt {
+		if _, live := f.live[execKeyString(d.Id)]; !live || d.Id.JobId != req.Id.JobId {
 			continue
 		}
 		f.wg.Go(func() {

@@ -26,18 +26,24 @@ type Config struct {
 	// RESTAddress is the host:port of the read-only JSON REST API. Default
 	// "127.0.0.1:8081"; "" disables it.
 	RESTAddress string
-	// HeartbeatInterval is how often taskmanagers are told to heartbeat.
-	// Default 1s.
+	// HeartbeatInterval is how often taskmanagers are told to heartbeat
+	// (sent to them at registration). Default 1s.
 	HeartbeatInterval time.Duration
 	// HeartbeatTimeout is how long a taskmanager may stay silent before it
-	// is declared lost and its tasks failed. Default 10s. Flink's default is
+	// is declared lost and the failover regions of its tasks restart.
+	// Default 10s. Flink's default is
 	// 50s; Weir picks 10s because its taskmanagers are small processes whose
 	// death should be noticed quickly. It must exceed HeartbeatInterval. It
-	// also bounds how long a cancelling or failing job waits for its tasks
-	// to confirm cancellation.
+	// also bounds how long a cancelling, failing or restarting job (or
+	// region) waits for its tasks to confirm cancellation, and rate-limits
+	// cancels of stale attempts that a taskmanager still reports running.
 	HeartbeatTimeout time.Duration
 	// SlotWaitTimeout is how long a submitted job waits for enough free
 	// slots before it fails. Default 30s. A submit request may override it.
+	// The same wait bounds a restart (of the whole job or of a failover
+	// region) that finds too few free slots: it resumes as soon as a
+	// taskmanager registers, and counts as another failure for the restart
+	// strategy only when the wait times out.
 	SlotWaitTimeout time.Duration
 	// CheckpointStorage is the checkpoint storage URI of jobs that take
 	// checkpoints but name no storage of their own: file:///absolute/path

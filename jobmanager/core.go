@@ -189,7 +189,7 @@ type job struct {
 	coord *coordinator.Coordinator
 	// latest is the latest completed checkpoint's manifest, restored on
 	// restart; immutable once stored.
-	latest *weirpb.Manifest
+	latest       *weirpb.Manifest
 	restoredFrom int64   // checkpoint the latest (re)deployment restored, 0: none
 	retained     []int64 // completed checkpoints whose files exist
 	// writing is the checkpoint whose manifest the shell is writing (0:
@@ -376,17 +376,29 @@ func (c *core) heartbeat(id string, reports []taskReport, now time.Time) (reregi
 	return false, acts
 }
 
-// report applies a task status reported by taskmanager tmID.
+// report applies a task status reported by taskmanager tmID. A report of
+// another attempt than the execution's current one, of an unknown job or
+// execution, or from an old registration is stale: it is dropped and
+// counted. When a live taskmanager reports an older attempt still running,
+// that attempt is told to cancel (at most once per HeartbeatTimeout).
 func (c *core) report(tmID string, r taskReport, now time.Time) []action {
 	tm := c.tms[tmID]
 	j := c.jobs[r.JobID]
-	if tm == nil || tm.lost || j == nil || r.Attempt != j.attempt {
-		c.staleReports++
-		return nil
+	var ex *execution
+	if j != nil {
+		ex = j.byKey[execKey{r.Vertex, r.Subtask}]
 	}
-	ex := j.byKey[execKey{r.Vertex, r.Subtask}]
-	if ex == nil || ex.tm != tm {
+	if tm == nil || tm.lost || ex == nil || r.Attempt != ex.attempt || ex.tm != tm {
 		c.staleReports++
+		current := int64(0)
+		if ex != nil {
+			current = ex.attempt
+		}
+		c.log.Debug("stale task report dropped", "job", r.JobID, "vertex", r.Vertex, "subtask", r.Subtask,
+			"attempt", r.Attempt, "currentAttempt", current, "taskmanager", tmID, "state", r.State.String())
+		if tm != nil && !tm.lost && ex != nil && r.Attempt < ex.attempt && !r.State.terminal() {
+			return c.cancelStale(tm, r, now)
+		}
 		return nil
 	}
 	ex.recordsIn, ex.recordsOut = max(ex.recordsIn, r.RecordsIn), max(ex.recordsOut, r.RecordsOut)
@@ -413,10 +425,27 @@ func (c *core) report(tmID string, r taskReport, now time.Time) []action {
 	return c.execChanged(j, ex, now)
 }
 
+// cancelStale asks live taskmanager tm to cancel an older attempt it still
+// reports running, at most once per HeartbeatTimeout for each attempt.
+func (c *core) cancelStale(tm *tmEntry, r taskReport, now time.Time) []action {
+	key := fmt.Sprintf("%s/%d/%d/%d@%s", r.JobID, r.Vertex, r.Subtask, r.Attempt, tm.addr)
+	if last, ok := c.staleCancels[key]; ok && now.Sub(last) < c.cfg.HeartbeatTimeout {
+		return nil
+	}
+	c.staleCancels[key] = now
+	c.log.Info("cancelling a stale task attempt that is still running", "job", r.JobID, "vertex", r.Vertex,
+		"subtask", r.Subtask, "attempt", r.Attempt, "taskmanager", tm.id)
+	return []action{cancelAction{JobID: r.JobID, Vertex: r.Vertex, Subtask: r.Subtask, Attempt: r.Attempt,
+		TaskManager: tm.id, Addr: tm.addr, Stale: true}}
+}
+
 // execChanged moves the job on after ex reached a new state.
 func (c *core) execChanged(j *job, ex *execution, now time.Time) []action {
 	if !j.state.active() {
 		return c.maybeFinalize(j, now)
+	}
+	if ex.region.down() { // one of the executions the region is stopping
+		return c.maybeRedeployRegion(j, ex.region, now)
 	}
 	switch ex.state {
 	case taskFailed:
@@ -425,41 +454,90 @@ func (c *core) execChanged(j *job, ex *execution, now time.Time) []action {
 		ex.err = "cancelled by its taskmanager although the job was not cancelled"
 		return c.taskFailed(j, ex, now)
 	}
+	var acts []action
+	if ex.state == taskFinished && j.state == jobRunning && j.coord != nil {
+		j.coord.TaskFinished(now, ex.taskID())
+		acts = c.drainCoordinator(j, now)
+		if !j.state.active() { // checkpointing failed the job over
+			return acts
+		}
+	}
+	return append(acts, c.progress(j, now)...)
+}
+
+// progress moves an active job on after an execution of a region that is
+// not down started or finished: a redeployed region whose executions all
+// run ends its restart, a job all of whose executions run is RUNNING and
+// (again) takes checkpoints, and one all of whose executions finished is
+// FINISHED.
+func (c *core) progress(j *job, now time.Time) []action {
+	regionUp := false
+	for _, r := range j.regions {
+		if r.restarting && r.redeployed && allUp(r.execs) {
+			c.log.Info("region running again", "job", j.id, "region", r.id, "attempt", maxAttempt(r.execs))
+			r.clearRestart()
+			regionUp = true
+		}
+	}
 	allFinished, allRunning := true, true
 	for _, e := range j.execs {
 		allFinished = allFinished && e.state == taskFinished
 		allRunning = allRunning && (e.state == taskRunning || e.state == taskFinished)
 	}
-	var acts []action
-	if ex.state == taskFinished && j.state == jobRunning && j.coord != nil {
-		j.coord.TaskFinished(now, ex.taskID())
-		acts = c.drainCoordinator(j, now)
-	}
 	switch {
 	case allFinished:
-		return append(acts, c.finalize(j, jobFinished, now)...)
+		return c.finalize(j, jobFinished, now)
 	case allRunning && j.state != jobRunning:
 		j.state = jobRunning
-		c.log.Info("job running", "job", j.id, "name", j.graph.Name, "attempt", j.attempt)
-		acts = append(acts, c.startCheckpointing(j, now)...)
+		c.log.Info("job running", "job", j.id, "name", j.graph.Name, "attempt", maxAttempt(j.execs))
+		return c.startCheckpointing(j, now)
+	case allRunning && regionUp:
+		// Every region runs again: checkpointing resumes with the new
+		// attempts.
+		return c.startCheckpointing(j, now)
 	}
-	return acts
+	return nil
 }
 
-// taskFailed handles the failure of ex in an active job.
+// allUp reports whether every execution runs or finished.
+func allUp(execs []*execution) bool {
+	for _, ex := range execs {
+		if ex.state != taskRunning && ex.state != taskFinished {
+			return false
+		}
+	}
+	return true
+}
+
+// taskFailed handles the failure of ex in an active job: its region fails
+// over.
 func (c *core) taskFailed(j *job, ex *execution, now time.Time) []action {
+	return c.failRegions(j, []*region{ex.region}, failureCause(ex), now)
+}
+
+func failureCause(ex *execution) string {
 	tm := "(none)"
 	if ex.tm != nil {
 		tm = ex.tm.id
 	}
-	return c.jobFailure(j, fmt.Sprintf("task %s on taskmanager %s failed: %s", ex.spec.SubtaskName(ex.subtask), tm, ex.err), now)
+	return fmt.Sprintf("task %s on taskmanager %s failed: %s", ex.spec.SubtaskName(ex.subtask), tm, ex.err)
 }
 
-// jobFailure handles a failure of an active job (a task failed, slots ran
-// out during a restart, or too many checkpoints failed): its checkpointing
-// stops, its tasks are cancelled, and its restart strategy decides whether
-// it is deployed again after a delay (RESTARTING) or ends FAILED.
+// jobFailure handles a failure of a whole active job (too many checkpoints
+// failed, or slots ran out during a whole-job restart): every region fails
+// over.
 func (c *core) jobFailure(j *job, cause string, now time.Time) []action {
+	return c.failRegions(j, j.regions, cause, now)
+}
+
+// failRegions handles one failure of an active job that hit the regions
+// failed: the job's checkpointing stops and its restart strategy is asked
+// once. If it gives up, the job ends FAILED. Otherwise, when the failed
+// regions and those already down cover the whole job, the job restarts as
+// a whole (RESTARTING: every task cancelled, then deployed again);
+// else only the failed regions restart: their executions are cancelled and
+// deployed again after the delay, while the other regions run on.
+func (c *core) failRegions(j *job, failed []*region, cause string, now time.Time) []action {
 	acts := c.stopCheckpointing(j, "job failing over: "+cause, now)
 	restart, delay, name := false, time.Duration(0), "none"
 	if j.opts.Restart != nil {
@@ -469,13 +547,36 @@ func (c *core) jobFailure(j *job, cause string, now time.Time) []action {
 	if !restart {
 		return append(acts, c.failJob(j, fmt.Sprintf("%s; restart strategy %s gave up", cause, name), now)...)
 	}
-	j.state = jobRestarting
-	j.restartCause = cause
 	j.lastFailure = cause
-	j.restartDue = now.Add(delay)
-	c.log.Warn("job restarting", "job", j.id, "name", j.graph.Name, "attempt", j.attempt+1, "delay", delay, "cause", cause)
-	acts = append(acts, c.cancelExecs(j, now)...)
-	return append(acts, c.maybeRestart(j, now)...)
+	whole := true
+	for _, r := range j.regions {
+		whole = whole && (r.down() || slices.Contains(failed, r))
+	}
+	if whole {
+		for _, r := range j.regions {
+			r.clearRestart()
+		}
+		j.state = jobRestarting
+		j.restartCause = cause
+		j.restartDue = now.Add(delay)
+		c.log.Warn("job restarting", "job", j.id, "name", j.graph.Name, "attempt", maxAttempt(j.execs)+1, "delay", delay, "cause", cause)
+		acts = append(acts, c.cancelJobExecs(j, now)...)
+		return append(acts, c.maybeRestart(j, now)...)
+	}
+	for _, r := range failed {
+		r.restarting, r.redeployed = true, false
+		r.due = now.Add(delay)
+		r.cause = cause
+		r.cancelDeadline = now.Add(c.cfg.CancelTimeout)
+		r.waitingSlots, r.waitErr = false, ""
+		c.log.Warn("region restarting", "job", j.id, "name", j.graph.Name, "region", r.id, "of", len(j.regions),
+			"executions", len(r.execs), "attempt", maxAttempt(r.execs)+1, "delay", delay, "cause", cause)
+		acts = append(acts, c.cancelExecs(j, r.execs)...)
+	}
+	for _, r := range failed {
+		acts = append(acts, c.maybeRedeployRegion(j, r, now)...)
+	}
+	return acts
 }
 
 // failJob cancels every task of j and ends it FAILED with cause.
@@ -484,17 +585,27 @@ func (c *core) failJob(j *job, cause string, now time.Time) []action {
 	j.state = jobFailing
 	j.err = cause
 	c.log.Warn("job failing", "job", j.id, "name", j.graph.Name, "error", cause)
-	acts = append(acts, c.cancelExecs(j, now)...)
+	acts = append(acts, c.cancelJobExecs(j, now)...)
 	return append(acts, c.maybeFinalize(j, now)...)
 }
 
-// cancelExecs asks every non-terminal execution of j to stop. Executions
-// that never reached a taskmanager, or whose taskmanager is gone, are
-// cancelled at once.
-func (c *core) cancelExecs(j *job, now time.Time) []action {
+// cancelJobExecs asks every non-terminal execution of j to stop, for a
+// job that is cancelled, fails or restarts as a whole; it forgets the
+// regions' restarts.
+func (c *core) cancelJobExecs(j *job, now time.Time) []action {
+	for _, r := range j.regions {
+		r.clearRestart()
+	}
 	j.cancelDeadline = now.Add(c.cfg.CancelTimeout)
+	return c.cancelExecs(j, j.execs)
+}
+
+// cancelExecs asks the non-terminal executions among execs to stop.
+// Executions that never reached a taskmanager, or whose taskmanager is
+// gone, are cancelled at once.
+func (c *core) cancelExecs(j *job, execs []*execution) []action {
 	var acts []action
-	for _, ex := range j.execs {
+	for _, ex := range execs {
 		switch {
 		case ex.state.terminal():
 		case ex.tm == nil || ex.tm.lost || ex.state == taskCreated || ex.state == taskScheduled:
@@ -510,11 +621,11 @@ func (c *core) cancelExecs(j *job, now time.Time) []action {
 }
 
 func (c *core) cancelAction(j *job, ex *execution) cancelAction {
-	return cancelAction{JobID: j.id, Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: j.attempt, TaskManager: ex.tm.id, Addr: ex.tm.addr}
+	return cancelAction{JobID: j.id, Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, TaskManager: ex.tm.id, Addr: ex.tm.addr}
 }
 
-func allTerminal(j *job) bool {
-	for _, ex := range j.execs {
+func allTerminal(execs []*execution) bool {
+	for _, ex := range execs {
 		if !ex.state.terminal() {
 			return false
 		}
@@ -525,7 +636,7 @@ func allTerminal(j *job) bool {
 // maybeFinalize ends a cancelling or failing job whose executions have all
 // stopped, and restarts a restarting one that is due.
 func (c *core) maybeFinalize(j *job, now time.Time) []action {
-	if !allTerminal(j) {
+	if !allTerminal(j.execs) {
 		return nil
 	}
 	switch j.state {
@@ -539,32 +650,99 @@ func (c *core) maybeFinalize(j *job, now time.Time) []action {
 	return nil
 }
 
-// maybeRestart deploys a restarting job again once all its executions have
-// stopped, its restart delay has passed and no manifest write is in flight
-// (it may complete a newer checkpoint to restore).
+// maybeRestart deploys a job restarting as a whole again once all its
+// executions have stopped, its restart delay has passed and no manifest
+// write is in flight (it may complete a newer checkpoint to restore). Its
+// slots are placed anew, and every execution gets the same new attempt,
+// one more than the highest so far, so that the attempts of the exchange
+// channels match.
 func (c *core) maybeRestart(j *job, now time.Time) []action {
-	if j.state != jobRestarting || now.Before(j.restartDue) || j.writing != 0 || !allTerminal(j) {
+	if j.state != jobRestarting || now.Before(j.restartDue) || j.writing != 0 || !allTerminal(j.execs) {
 		return nil
 	}
 	for _, tm := range j.slots {
 		tm.used--
 	}
 	j.slots = nil
-	j.attempt++
+	next := maxAttempt(j.execs) + 1
 	j.restarts++
 	j.err = ""
 	j.restartCause = ""
 	j.waitLogged = false
 	j.slotDeadline = now.Add(j.opts.SlotWait)
-	j.restoredFrom = 0
-	if j.latest != nil {
-		j.restoredFrom = j.latest.CheckpointId
-	}
 	for _, ex := range j.execs {
-		*ex = execution{spec: ex.spec, subtask: ex.subtask, state: taskCreated}
+		*ex = execution{spec: ex.spec, subtask: ex.subtask, region: ex.region, attempt: next, state: taskCreated}
 	}
-	c.log.Info("job redeploying", "job", j.id, "name", j.graph.Name, "attempt", j.attempt, "restoreCheckpoint", j.restoredFrom)
+	for _, r := range j.regions {
+		r.clearRestart()
+	}
+	c.log.Info("job redeploying", "job", j.id, "name", j.graph.Name, "attempt", next, "restoreCheckpoint", j.latest.GetCheckpointId())
 	return c.trySchedule(j, now)
+}
+
+// maybeRedeployRegion deploys a region that is down again once all its
+// executions have stopped, its restart delay has passed and no manifest
+// write is in flight. Its shared slots whose taskmanager is gone are placed
+// anew (the others stay); when too few slots are free the region waits for
+// a taskmanager to register, up to the job's slot wait. Every execution of
+// the region gets the same new attempt, one more than the region's highest,
+// and restores its own state from the latest completed checkpoint.
+func (c *core) maybeRedeployRegion(j *job, r *region, now time.Time) []action {
+	if !j.state.active() || !r.down() || now.Before(r.due) || j.writing != 0 || !allTerminal(r.execs) || j.slots == nil {
+		return nil
+	}
+	var lost []int
+	for _, i := range r.slots {
+		if tm := j.slots[i]; tm == nil || tm.lost {
+			lost = append(lost, i)
+		}
+	}
+	if len(lost) > 0 {
+		owners, err := placeSlots(len(lost), c.liveOffers())
+		if err != nil {
+			var se *slotShortageError
+			if errors.As(err, &se) {
+				se.What = fmt.Sprintf("region %d of job %s", r.id, j.id)
+			}
+			r.waitErr = err.Error()
+			if !r.waitingSlots {
+				r.waitingSlots = true
+				r.slotDeadline = now.Add(j.opts.SlotWait)
+				c.log.Info("region waiting for slots", "job", j.id, "region", r.id, "reason", r.waitErr, "deadline", r.slotDeadline)
+			}
+			return nil
+		}
+		for k, i := range lost {
+			tm := c.tms[owners[k]]
+			tm.used++
+			j.slots[i] = tm
+		}
+	}
+	r.redeployed, r.waitingSlots, r.waitErr = true, false, ""
+	next := maxAttempt(r.execs) + 1
+	j.restarts++
+	j.restoredFrom = j.latest.GetCheckpointId()
+	addrs := slotAddrs(j)
+	ckpt := c.taskCheckpointing(j)
+	acts := make([]action, 0, len(r.execs))
+	for _, ex := range r.execs {
+		*ex = execution{spec: ex.spec, subtask: ex.subtask, region: r, attempt: next, state: taskCreated}
+		acts = append(acts, c.deployExec(j, ex, addrs, ckpt))
+	}
+	c.log.Info("region redeploying", "job", j.id, "name", j.graph.Name, "region", r.id, "executions", len(r.execs),
+		"attempt", next, "restoreCheckpoint", j.restoredFrom)
+	return acts
+}
+
+// maybeRedeployRegions tries every region of j that is down.
+func (c *core) maybeRedeployRegions(j *job, now time.Time) []action {
+	var acts []action
+	for _, r := range j.regions {
+		if r.down() {
+			acts = append(acts, c.maybeRedeployRegion(j, r, now)...)
+		}
+	}
+	return acts
 }
 
 // finalize puts j into terminal state s, frees its slots and lets waiting
@@ -577,6 +755,9 @@ func (c *core) finalize(j *job, s jobState, now time.Time) []action {
 		tm.used--
 	}
 	j.slots = nil
+	for _, r := range j.regions {
+		r.clearRestart()
+	}
 	c.log.Info("job ended", "job", j.id, "name", j.graph.Name, "state", s.String(), "error", j.err)
 	acts = append(acts, c.retentionDeletes(j)...)
 	return append(acts, c.scheduleWaiting(now)...)
@@ -591,18 +772,19 @@ func (c *core) submit(id string, g *stream.JobGraph, opts jobOptions, now time.T
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
-	j := &job{id: id, graph: g, opts: opts, tasks: tasks, need: slotsNeeded(tasks), state: jobCreated, attempt: 1,
+	j := &job{id: id, graph: g, opts: opts, tasks: tasks, need: slotsNeeded(tasks), state: jobCreated,
 		submitted: now, slotDeadline: now.Add(opts.SlotWait), byKey: make(map[execKey]*execution)}
 	for _, t := range tasks {
 		for i := range t.Parallelism {
-			ex := &execution{spec: t, subtask: i, state: taskCreated}
+			ex := &execution{spec: t, subtask: i, attempt: 1, state: taskCreated}
 			j.execs = append(j.execs, ex)
 			j.byKey[execKey{t.Head, i}] = ex
 		}
 	}
+	buildRegions(j)
 	c.jobs[id] = j
 	c.jobOrder = append(c.jobOrder, j)
-	c.log.Info("job submitted", "job", id, "name", g.Name, "tasks", len(tasks), "slots", j.need,
+	c.log.Info("job submitted", "job", id, "name", g.Name, "tasks", len(tasks), "slots", j.need, "regions", len(j.regions),
 		"checkpointing", opts.Checkpoint.Enabled())
 	return c.trySchedule(j, now), nil
 }
@@ -617,8 +799,40 @@ func (c *core) liveOffers() []slotOffer {
 	return offers
 }
 
-// trySchedule places a waiting job into slots and deploys it, or leaves it
-// waiting.
+// slotAddrs are the addresses of the taskmanagers hosting j's shared
+// slots, "" for a slot whose taskmanager is gone (a region restarting
+// later re-places it). A deployment uses the addresses of its own
+// region's slots only: a forward output the one of its own subtask, other
+// outputs those of every downstream subtask, all in its region.
+func slotAddrs(j *job) []string {
+	addrs := make([]string, len(j.slots))
+	for i, tm := range j.slots {
+		if tm != nil && !tm.lost {
+			addrs[i] = tm.addr
+		}
+	}
+	return addrs
+}
+
+func (c *core) taskCheckpointing(j *job) taskCheckpointing {
+	if !j.opts.Checkpoint.Enabled() {
+		return taskCheckpointing{}
+	}
+	return taskCheckpointing{Enabled: true, Mode: j.opts.Checkpoint.Mode, Storage: j.opts.Storage}
+}
+
+// deployExec deploys ex (created, with its attempt set) into its shared
+// slot, restoring the latest completed checkpoint.
+func (c *core) deployExec(j *job, ex *execution, addrs []string, ckpt taskCheckpointing) deployAction {
+	ex.restoredFinished = finishedIn(j.latest, j.graph.Vertices[ex.spec.Head].UID, ex.subtask)
+	ex.tm = j.slots[ex.subtask]
+	ex.state = taskDeploying
+	return deployAction{JobID: j.id, Graph: j.graph, Task: ex.spec, Subtask: ex.subtask, Attempt: ex.attempt,
+		TaskManager: ex.tm.id, Addr: ex.tm.addr, SlotAddrs: addrs, Checkpointing: ckpt, Restore: j.latest}
+}
+
+// trySchedule places a waiting job into slots and deploys all of it, or
+// leaves it waiting.
 func (c *core) trySchedule(j *job, now time.Time) []action {
 	j.state = jobScheduled
 	owners, err := placeSlots(j.need, c.liveOffers())
@@ -631,38 +845,36 @@ func (c *core) trySchedule(j *job, now time.Time) []action {
 		return nil
 	}
 	j.slots = make([]*tmEntry, len(owners))
-	addrs := make([]string, len(owners))
 	for i, id := range owners {
 		tm := c.tms[id]
 		tm.used++
 		j.slots[i] = tm
-		addrs[i] = tm.addr
 	}
-	ckpt := taskCheckpointing{Enabled: j.opts.Checkpoint.Enabled(), Mode: j.opts.Checkpoint.Mode, Storage: j.opts.Storage}
-	if !ckpt.Enabled {
-		ckpt = taskCheckpointing{}
-	}
-	j.restoreFinished = nil
+	j.restoredFrom = j.latest.GetCheckpointId()
+	addrs := slotAddrs(j)
+	ckpt := c.taskCheckpointing(j)
 	acts := make([]action, 0, len(j.execs))
 	for _, ex := range j.execs {
-		if finishedIn(j.latest, j.graph.Vertices[ex.spec.Head].UID, ex.subtask) {
-			j.restoreFinished = append(j.restoreFinished, ex.taskID())
-		}
-		ex.tm = j.slots[ex.subtask]
-		ex.state = taskDeploying
-		acts = append(acts, deployAction{JobID: j.id, Graph: j.graph, Task: ex.spec, Subtask: ex.subtask, Attempt: j.attempt,
-			TaskManager: ex.tm.id, Addr: ex.tm.addr, SlotAddrs: addrs, Checkpointing: ckpt, Restore: j.latest})
+		acts = append(acts, c.deployExec(j, ex, addrs, ckpt))
 	}
 	c.log.Info("job deploying", "job", j.id, "name", j.graph.Name, "executions", len(acts))
 	return acts
 }
 
-// scheduleWaiting tries every job waiting for slots, oldest first.
+// scheduleWaiting tries every job waiting for slots and every region
+// waiting for slots, oldest job first.
 func (c *core) scheduleWaiting(now time.Time) []action {
 	var acts []action
 	for _, j := range c.jobOrder {
-		if j.state == jobScheduled && j.slots == nil {
+		switch {
+		case j.state == jobScheduled && j.slots == nil:
 			acts = append(acts, c.trySchedule(j, now)...)
+		case j.state.active():
+			for _, r := range j.regions {
+				if r.down() && r.waitingSlots {
+					acts = append(acts, c.maybeRedeployRegion(j, r, now)...)
+				}
+			}
 		}
 	}
 	return acts
@@ -671,11 +883,11 @@ func (c *core) scheduleWaiting(now time.Time) []action {
 // deployDone records the outcome of a deploy action.
 func (c *core) deployDone(a deployAction, err error, now time.Time) []action {
 	j := c.jobs[a.JobID]
-	if j == nil || j.attempt != a.Attempt {
+	if j == nil {
 		return nil
 	}
 	ex := j.byKey[execKey{a.Task.Head, a.Subtask}]
-	if ex == nil || ex.tm == nil || ex.tm.id != a.TaskManager || ex.state.terminal() {
+	if ex == nil || ex.attempt != a.Attempt || ex.tm == nil || ex.tm.id != a.TaskManager || ex.state.terminal() {
 		return nil
 	}
 	if err == nil {
@@ -685,9 +897,9 @@ func (c *core) deployDone(a deployAction, err error, now time.Time) []action {
 		}
 		return nil
 	}
-	if !j.state.active() {
+	if !j.state.active() || ex.region.down() {
 		ex.state = taskCanceled
-		return c.maybeFinalize(j, now)
+		return c.execChanged(j, ex, now)
 	}
 	ex.state = taskFailed
 	ex.err = fmt.Sprintf("deploying to %s failed: %v", a.Addr, err)
@@ -699,15 +911,15 @@ func (c *core) deployDone(a deployAction, err error, now time.Time) []action {
 func (c *core) cancelDone(a cancelAction, err error, gone bool, now time.Time) []action {
 	if err != nil && !gone {
 		c.log.Warn("cancelling task failed; waiting for its taskmanager or the cancel timeout",
-			"job", a.JobID, "vertex", a.Vertex, "subtask", a.Subtask, "taskmanager", a.TaskManager, "error", err)
+			"job", a.JobID, "vertex", a.Vertex, "subtask", a.Subtask, "attempt", a.Attempt, "taskmanager", a.TaskManager, "error", err)
 		return nil
 	}
 	j := c.jobs[a.JobID]
-	if !gone || j == nil || j.attempt != a.Attempt {
+	if !gone || a.Stale || j == nil {
 		return nil
 	}
 	ex := j.byKey[execKey{a.Vertex, a.Subtask}]
-	if ex == nil || ex.state.terminal() {
+	if ex == nil || ex.attempt != a.Attempt || ex.state.terminal() {
 		return nil
 	}
 	ex.state = taskCanceled
@@ -729,12 +941,14 @@ func (c *core) cancel(id string, now time.Time) ([]action, error) {
 	acts := c.stopCheckpointing(j, "job cancelled", now)
 	j.state = jobCanceling
 	c.log.Info("job cancelling", "job", id, "name", j.graph.Name)
-	acts = append(acts, c.cancelExecs(j, now)...)
+	acts = append(acts, c.cancelJobExecs(j, now)...)
 	return append(acts, c.maybeFinalize(j, now)...), nil
 }
 
-// tmGone fails (in active jobs) or takes as cancelled (in stopping jobs)
-// every execution on tm, whose tasks no longer run.
+// tmGone fails (in active jobs) or takes as cancelled (in stopping jobs,
+// and in regions that are down) every execution on tm, whose tasks no
+// longer run. The regions of the failed executions of a job fail over
+// together, as one failure.
 func (c *core) tmGone(tm *tmEntry, reason string, now time.Time) []action {
 	var acts []action
 	for _, j := range c.jobOrder {
@@ -742,31 +956,38 @@ func (c *core) tmGone(tm *tmEntry, reason string, now time.Time) []action {
 			continue
 		}
 		var first *execution
+		var failed []*region
 		for _, ex := range j.execs {
 			if ex.tm != tm || ex.state.terminal() {
 				continue
 			}
-			if j.state.active() {
+			if j.state.active() && !ex.region.down() {
 				ex.state = taskFailed
 				ex.err = reason
 				if first == nil {
 					first = ex
+				}
+				if !slices.Contains(failed, ex.region) {
+					failed = append(failed, ex.region)
 				}
 			} else {
 				ex.state = taskCanceled
 			}
 		}
 		if first != nil {
-			acts = append(acts, c.taskFailed(j, first, now)...)
-		} else if !j.state.active() {
+			acts = append(acts, c.failRegions(j, failed, failureCause(first), now)...)
+		}
+		if j.state.active() {
+			acts = append(acts, c.maybeRedeployRegions(j, now)...)
+		} else {
 			acts = append(acts, c.maybeFinalize(j, now)...)
 		}
 	}
 	return acts
 }
 
-// tick checks the deadlines: heartbeat timeouts, slot waits and cancel
-// confirmations.
+// tick checks the deadlines: heartbeat timeouts, slot waits, cancel
+// confirmations, restart delays and checkpoint triggers and timeouts.
 func (c *core) tick(now time.Time) []action {
 	var acts []action
 	for _, tm := range c.tms {
@@ -778,6 +999,11 @@ func (c *core) tick(now time.Time) []action {
 		reason := fmt.Sprintf("taskmanager %s at %s lost: %s", tm.id, tm.addr, tm.lostReason)
 		c.log.Warn("taskmanager lost", "taskmanager", tm.id, "address", tm.addr, "reason", tm.lostReason)
 		acts = append(acts, c.tmGone(tm, reason, now)...)
+	}
+	for k, t := range c.staleCancels {
+		if now.Sub(t) >= c.cfg.HeartbeatTimeout {
+			delete(c.staleCancels, k)
+		}
 	}
 	for _, j := range c.jobOrder {
 		switch {
@@ -792,24 +1018,57 @@ func (c *core) tick(now time.Time) []action {
 				acts = append(acts, c.failJob(j, err.Error(), now)...)
 			}
 		case (j.state == jobCanceling || j.state == jobFailing || j.state == jobRestarting) && !now.Before(j.cancelDeadline):
-			var left []string
-			for _, ex := range j.execs {
-				if !ex.state.terminal() {
-					ex.state = taskCanceled
-					ex.err = fmt.Sprintf("no confirmation of cancellation within %s", c.cfg.CancelTimeout)
-					left = append(left, ex.spec.SubtaskName(ex.subtask))
-				}
-			}
-			if len(left) > 0 {
-				c.log.Warn("gave up waiting for tasks to stop", "job", j.id, "tasks", strings.Join(left, ", "))
-			}
+			c.giveUpCancels(j, j.execs)
 			acts = append(acts, c.maybeFinalize(j, now)...)
 		case j.state == jobRestarting:
 			acts = append(acts, c.maybeRestart(j, now)...)
-		case j.state == jobRunning && j.coord != nil:
-			j.coord.Tick(now)
-			acts = append(acts, c.drainCoordinator(j, now)...)
+		case j.state.active():
+			acts = append(acts, c.tickRegions(j, now)...)
+			if j.state == jobRunning && j.coord != nil {
+				j.coord.Tick(now)
+				acts = append(acts, c.drainCoordinator(j, now)...)
+			}
 		}
+	}
+	return acts
+}
+
+// giveUpCancels takes the executions among execs that did not confirm
+// their cancellation in time as cancelled.
+func (c *core) giveUpCancels(j *job, execs []*execution) {
+	var left []string
+	for _, ex := range execs {
+		if !ex.state.terminal() {
+			ex.state = taskCanceled
+			ex.err = fmt.Sprintf("no confirmation of cancellation within %s", c.cfg.CancelTimeout)
+			left = append(left, ex.spec.SubtaskName(ex.subtask))
+		}
+	}
+	if len(left) > 0 {
+		c.log.Warn("gave up waiting for tasks to stop", "job", j.id, "tasks", strings.Join(left, ", "))
+	}
+}
+
+// tickRegions checks the deadlines of the regions of an active job that
+// are down: cancel confirmations, restart delays and slot waits (a region
+// that waited for slots in vain fails again).
+func (c *core) tickRegions(j *job, now time.Time) []action {
+	var acts []action
+	for _, r := range j.regions {
+		if !j.state.active() {
+			break
+		}
+		if !r.down() {
+			continue
+		}
+		if !allTerminal(r.execs) && !now.Before(r.cancelDeadline) {
+			c.giveUpCancels(j, r.execs)
+		}
+		if r.waitingSlots && !now.Before(r.slotDeadline) {
+			acts = append(acts, c.failRegions(j, []*region{r}, r.waitErr, now)...)
+			continue
+		}
+		acts = append(acts, c.maybeRedeployRegion(j, r, now)...)
 	}
 	return acts
 }
@@ -821,7 +1080,7 @@ func (c *core) shutdown(now time.Time) []action {
 	for _, j := range c.jobOrder {
 		if j.state.active() || j.state == jobRestarting {
 			j.state = jobCanceling
-			acts = append(acts, c.cancelExecs(j, now)...)
+			acts = append(acts, c.cancelJobExecs(j, now)...)
 			acts = append(acts, c.maybeFinalize(j, now)...)
 		}
 	}
@@ -853,15 +1112,57 @@ type jobView struct {
 	Start, End               time.Time
 	TasksTotal, TasksRunning int
 	Err                      string
-	Attempt                  int64
-	Restarts                 int64
-	RestartDue               time.Time // RESTARTING only
-	LastFailure              string
-	Checkpointing            bool
-	RestoredFrom             int64
-	Graph                    *stream.JobGraph // immutable; do not modify
-	Tasks                    []taskView
-	TaskOf                   map[int]int // vertex id → head of its task
+	// Attempt is the highest execution attempt of the job.
+	Attempt       int64
+	Restarts      int64
+	RestartDue    time.Time // RESTARTING only
+	LastFailure   string
+	Checkpointing bool
+	RestoredFrom  int64
+	// Regions is the number of pipelined failover regions.
+	Regions int
+	// RestartingRegions are the regions of an active job that restart.
+	RestartingRegions []regionView
+	Graph             *stream.JobGraph // immutable; do not modify
+	Tasks             []taskView
+	TaskOf            map[int]int // vertex id → head of its task
+}
+
+// regionPhase is how far a region's restart got.
+type regionPhase int
+
+const (
+	// regionCanceling: its executions are being cancelled.
+	regionCanceling regionPhase = iota + 1
+	// regionWaiting: stopped; waiting for the restart delay (or a
+	// manifest write in flight).
+	regionWaiting
+	// regionWaitingForSlots: due, but too few free slots.
+	regionWaitingForSlots
+	// regionDeploying: deployed again with the new attempt; not every
+	// execution runs yet.
+	regionDeploying
+)
+
+var regionPhaseNames = [...]string{"UNSPECIFIED", "CANCELING", "WAITING", "WAITING_FOR_SLOTS", "DEPLOYING"}
+
+func (p regionPhase) String() string {
+	if p >= 0 && int(p) < len(regionPhaseNames) {
+		return regionPhaseNames[p]
+	}
+	return fmt.Sprintf("RegionPhase(%d)", int(p))
+}
+
+// regionView describes a restarting region.
+type regionView struct {
+	ID, Of int // region ID of Of regions, 1-based
+	Phase  regionPhase
+	// Attempt is the attempt its executions are (to be) deployed with.
+	Attempt      int64
+	Cause        string
+	Due          time.Time // the end of the restart delay
+	SlotDeadline time.Time // regionWaitingForSlots only
+	Tasks        []string  // subtask names
 }
 
 type tmView struct {
@@ -874,18 +1175,26 @@ type tmView struct {
 
 func (c *core) view(j *job, withTasks bool) jobView {
 	v := jobView{ID: j.id, Name: j.graph.Name, State: j.state, Start: j.submitted, End: j.ended,
-		TasksTotal: len(j.execs), Err: j.err, Attempt: j.attempt, Graph: j.graph, Restarts: j.restarts,
-		LastFailure: j.lastFailure, Checkpointing: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom}
+		TasksTotal: len(j.execs), Err: j.err, Attempt: maxAttempt(j.execs), Graph: j.graph, Restarts: j.restarts,
+		LastFailure: j.lastFailure, Checkpointing: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom,
+		Regions: len(j.regions)}
 	if j.state == jobRestarting {
 		v.RestartDue = j.restartDue
 		v.Err = j.restartCause
+	}
+	if j.state.active() {
+		for _, r := range j.regions {
+			if r.restarting {
+				v.RestartingRegions = append(v.RestartingRegions, regionViewOf(j, r))
+			}
+		}
 	}
 	for _, ex := range j.execs {
 		if ex.state == taskRunning {
 			v.TasksRunning++
 		}
 		if withTasks {
-			tv := taskView{Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: j.attempt, Name: ex.spec.SubtaskName(ex.subtask),
+			tv := taskView{Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, Name: ex.spec.SubtaskName(ex.subtask),
 				State: ex.state, Err: ex.err, RecordsIn: ex.recordsIn, RecordsOut: ex.recordsOut, Alignment: ex.alignment}
 			if ex.tm != nil {
 				tv.TaskManager = ex.tm.id
@@ -900,6 +1209,28 @@ func (c *core) view(j *job, withTasks bool) jobView {
 				v.TaskOf[id] = t.Head
 			}
 		}
+	}
+	return v
+}
+
+func regionViewOf(j *job, r *region) regionView {
+	v := regionView{ID: r.id, Of: len(j.regions), Attempt: maxAttempt(r.execs), Cause: r.cause, Due: r.due}
+	switch {
+	case r.redeployed:
+		v.Phase = regionDeploying
+	case !allTerminal(r.execs):
+		v.Phase = regionCanceling
+	case r.waitingSlots:
+		v.Phase = regionWaitingForSlots
+		v.SlotDeadline = r.slotDeadline
+	default:
+		v.Phase = regionWaiting
+	}
+	if v.Phase != regionDeploying {
+		v.Attempt++
+	}
+	for _, ex := range r.execs {
+		v.Tasks = append(v.Tasks, ex.spec.SubtaskName(ex.subtask))
 	}
 	return v
 }

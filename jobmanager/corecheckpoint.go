@@ -85,13 +85,13 @@ func (c *core) drainCoordinator(j *job, now time.Time) []action {
 				if ex == nil || ex.tm == nil {
 					continue
 				}
-				acts = append(acts, triggerAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: j.attempt,
+				acts = append(acts, triggerAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
 					TaskManager: ex.tm.id, Addr: ex.tm.addr, CheckpointID: a.ID, Timestamp: a.Timestamp})
 			}
 		case coordinator.WriteManifestAction:
 			j.writing = a.ID
 			m := buildManifest(j.id, j.graph, j.opts.Checkpoint.Mode, a, now)
-			markFinished(m, j.graph, append(slices.Clone(a.Finished), j.restoreFinished...))
+			markFinished(m, j.graph, append(slices.Clone(a.Finished), restoredFinished(j)...))
 			acts = append(acts, writeManifestAction{JobID: j.id, Manifest: m})
 		case coordinator.NotifyCompleteAction:
 			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, true)...)
@@ -132,7 +132,7 @@ func (c *core) notifyActions(j *job, id int64, tasks []coordinator.TaskID, compl
 		if ex == nil || ex.tm == nil || !ex.deployed || ex.state.terminal() {
 			continue
 		}
-		acts = append(acts, notifyAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: j.attempt,
+		acts = append(acts, notifyAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
 			TaskManager: ex.tm.id, Addr: ex.tm.addr, CheckpointID: id, Complete: complete})
 	}
 	return acts
@@ -152,17 +152,37 @@ func (c *core) retentionDeletes(j *job) []action {
 	return []action{deleteCheckpointsAction{JobID: j.id, IDs: ids}}
 }
 
+// restoredFinished are the executions of j that their attempt restored as
+// finished.
+func restoredFinished(j *job) []coordinator.TaskID {
+	var out []coordinator.TaskID
+	for _, ex := range j.execs {
+		if ex.restoredFinished {
+			out = append(out, ex.taskID())
+		}
+	}
+	return out
+}
+
 // checkpointExec finds the execution an acknowledgement or decline is
-// about, or nil (counted as stale) when it is not of the running attempt.
+// about, or nil (counted as stale) when it is not the execution's current
+// attempt, the execution is unknown or elsewhere, or the job is not
+// RUNNING.
 func (c *core) checkpointExec(tmID, jobID string, vertex, subtask int, attempt int64) (*job, *execution) {
 	j := c.jobs[jobID]
-	if j == nil || j.coord == nil || j.state != jobRunning || attempt != j.attempt {
-		c.staleAcks++
-		return nil, nil
+	var ex *execution
+	if j != nil {
+		ex = j.byKey[execKey{vertex, subtask}]
 	}
-	ex := j.byKey[execKey{vertex, subtask}]
-	if ex == nil || ex.tm == nil || (tmID != "" && (ex.tm.id != tmID || ex.tm.lost)) {
+	if ex == nil || j.coord == nil || j.state != jobRunning || attempt != ex.attempt ||
+		ex.tm == nil || (tmID != "" && (ex.tm.id != tmID || ex.tm.lost)) {
 		c.staleAcks++
+		current := int64(0)
+		if ex != nil {
+			current = ex.attempt
+		}
+		c.log.Debug("stale checkpoint acknowledgement or decline dropped", "job", jobID, "vertex", vertex, "subtask", subtask,
+			"attempt", attempt, "currentAttempt", current, "taskmanager", tmID)
 		return nil, nil
 	}
 	return j, ex
@@ -247,7 +267,8 @@ func (c *core) manifestWritten(jobID string, m *weirpb.Manifest, err error, now 
 		acts = append(acts, c.stopCheckpointing(j, reason, now)...)
 	}
 	acts = append(acts, c.retentionDeletes(j)...)
-	return append(acts, c.maybeRestart(j, now)...)
+	acts = append(acts, c.maybeRestart(j, now)...)
+	return append(acts, c.maybeRedeployRegions(j, now)...)
 }
 
 // triggerNow triggers a checkpoint of a running job at once.
@@ -260,6 +281,8 @@ func (c *core) triggerNow(jobID string, now time.Time) (int64, []action, error) 
 		return 0, nil, fmt.Errorf("%w: job %s does not take checkpoints; set a checkpointing interval in its spec and submit it again", ErrCheckpointingOff, jobID)
 	case j.state != jobRunning || j.coord == nil:
 		return 0, nil, fmt.Errorf("%w: job %s is %s; checkpoints can be triggered only while it is RUNNING", ErrJobNotRunning, jobID, j.state)
+	case restarting(j) > 0:
+		return 0, nil, fmt.Errorf("%w: job %s has %d region(s) restarting; checkpoints resume once every region runs again", ErrJobNotRunning, jobID, restarting(j))
 	}
 	id, err := j.coord.TriggerNow(now)
 	acts := c.drainCoordinator(j, now)
@@ -267,6 +290,17 @@ func (c *core) triggerNow(jobID string, now time.Time) (int64, []action, error) 
 		return 0, acts, fmt.Errorf("%w: job %s: %v", ErrCheckpointNotTriggered, jobID, err)
 	}
 	return id, acts, nil
+}
+
+// restarting counts the regions of j that restart.
+func restarting(j *job) int {
+	n := 0
+	for _, r := range j.regions {
+		if r.restarting {
+			n++
+		}
+	}
+	return n
 }
 
 // checkpointsView is a copy of a job's checkpoint state.
@@ -306,6 +340,7 @@ type jobMetrics struct {
 	ID, Name              string
 	State                 jobState
 	Restarts              int64
+	RestartingRegions     int
 	Checkpointing         bool
 	InProgress, Completed int
 	Failed, Aborted       int64
@@ -324,6 +359,9 @@ func (c *core) metrics() (jobs []jobMetrics, tmsLive int) {
 	for _, j := range c.jobOrder {
 		m := jobMetrics{ID: j.id, Name: j.graph.Name, State: j.state, Restarts: j.restarts, Checkpointing: j.opts.Checkpoint.Enabled(),
 			Failed: j.ckFailed, Aborted: j.ckAborted}
+		if j.state.active() {
+			m.RestartingRegions = restarting(j)
+		}
 		if j.coord != nil {
 			m.InProgress, m.Completed, _ = j.coord.Counts()
 			for _, s := range j.coord.History() { // newest first

@@ -10,6 +10,8 @@
 //
 //   - executiongraph.go: operator chaining and slot placement, pure
 //     functions of a planned stream.JobGraph.
+//   - region.go: the pipelined failover regions of a job, a pure function
+//     of its graph and tasks, and a region's restart state.
 //   - deployment.go: the TaskDeployment descriptor a taskmanager receives,
 //     a pure function of a task, a subtask and the slot placement.
 //   - manifest.go: the checkpoint manifest built from the tasks'
@@ -46,30 +48,103 @@
 // FINISHED, or → CANCELING → CANCELED, or → RESTARTING → SCHEDULED → …,
 // or → FAILING → FAILED. A job is RUNNING once every one of its subtasks
 // has reported RUNNING (or already FINISHED), not merely when the deploy
-// calls returned: RUNNING means all of it processes records.
+// calls returned. A job stays RUNNING (or SCHEDULED) while some of its
+// failover regions restart; it is RUNNING with no restarting region when
+// all of it processes records.
+//
+// # Failover regions
+//
+// A job's executions (task × subtask) fall into pipelined regions, the
+// connected components of its data channels: a forward edge between two
+// tasks links subtask i of one with subtask i of the other, a hash
+// (keyBy), rebalance or broadcast edge links every subtask of one with
+// every subtask of the other. Regions share no data, so one can be
+// restarted and rewound to a checkpoint while the others run on. Which
+// graphs get region failover:
+//
+//   - Parallel forward-only pipelines: one region per subtask index. A
+//     chain (source -> map -> sink of equal parallelism) is one task, and
+//     each of its subtasks is a region; so is subtask i of a fan-out
+//     (one source feeding several forward consumers) or of a forward
+//     fan-in, together with the subtasks i it is connected to.
+//   - Independent parts of one graph (say two unconnected pipelines) are
+//     separate regions, whatever their edges.
+//   - Anything connected by a keyBy, rebalance or broadcast edge, or by a
+//     forward edge between operators of different parallelism (which is
+//     planned as rebalance), is one region: a typical keyed job restarts as
+//     a whole.
+//
+// The REST job view gives the number of regions ("regions").
 //
 // A failure — a task reported FAILED (or CANCELED by itself), a deploy
-// failed, its taskmanager was lost or re-registered, a restart found no
-// slots within SlotWaitTimeout, or too many consecutive checkpoints failed
-// — stops the job's checkpointing and asks its restart strategy (the
+// failed, its taskmanager was lost or re-registered — fails the regions of
+// the failed executions; a failure of the whole job (too many consecutive
+// checkpoints failed, or slots ran out during a whole-job restart) fails
+// every region. One failure asks the job's restart strategy once (the
 // job's, else Config.DefaultRestart, else Flink's rule: exponential-delay
-// with checkpointing, none without). If it gives up, the other tasks are
-// cancelled and the job ends FAILED with the cause and "; restart strategy
-// <name> gave up". Otherwise the job is RESTARTING: its tasks are
-// cancelled, and once they all stopped (confirmed, taskmanager gone, or
-// HeartbeatTimeout passed) and the strategy's delay passed, the slots are
-// placed again and every task is deployed with the next attempt number,
-// restoring the latest completed checkpoint (or fresh without one).
-// RESTARTING has no protobuf value: gRPC shows it as FAILING with the
-// error "restarting (attempt N) in Xs after: <cause>"; REST shows
-// "RESTARTING". Cancelling a RESTARTING job ends it CANCELED. Slots are
-// freed when a job ends.
+// with checkpointing, none without), however many regions it hits: a lost
+// taskmanager whose tasks were in three regions is one failure. Failures of
+// different regions all count against the job's one strategy. If it gives
+// up, every task is cancelled and the job ends FAILED with the cause and
+// "; restart strategy <name> gave up". Otherwise:
 //
-// Every task report carries an execution attempt; reports of another
-// attempt, of unknown executions or from a replaced registration are
-// ignored and counted (overview's staleReports), and so are checkpoint
-// acknowledgements and declines (staleCheckpointAcks), which are also
-// ignored while the job is not RUNNING.
+//   - When the failed regions and the regions already down cover the whole
+//     job (always for a job of one region), the job restarts as a whole:
+//     it is RESTARTING, every task is cancelled, and once they all stopped
+//     (confirmed, taskmanager gone, or HeartbeatTimeout passed) and the
+//     strategy's delay passed, the slots are placed anew and every task is
+//     deployed with one attempt number, one more than the job's highest,
+//     restoring the latest completed checkpoint (or fresh without one).
+//     RESTARTING has no protobuf value: gRPC shows it as FAILING with the
+//     error "restarting (attempt N) in Xs after: <cause>"; REST shows
+//     "RESTARTING". Cancelling a RESTARTING job ends it CANCELED.
+//   - Otherwise only the failed regions restart, and the job keeps its
+//     state: each region's other executions are cancelled; once they all
+//     stopped (bounded by HeartbeatTimeout) and the delay passed, its
+//     executions are deployed again, each with the region's next attempt
+//     (one more than the region's highest), restoring from the latest
+//     completed checkpoint the state handles of their own subtasks. Its
+//     shared slots whose taskmanager is gone are placed anew (the others
+//     stay); when too few slots are free the region waits up to the job's
+//     slot wait (SlotWaitTimeout, or the request's slot_wait_ms) and is
+//     deployed as soon as a taskmanager registers; a wait that times out is
+//     another failure. The executions of the other regions are not
+//     touched. REST lists the region under "restartingRegions" (id, phase
+//     CANCELING, WAITING, WAITING_FOR_SLOTS or DEPLOYING, attempt, cause,
+//     due time, tasks) and the error field of REST and gRPC says "region K
+//     of N (T tasks) restarting (attempt A) in Xs after: <cause>"; the
+//     region's restart ends when all its executions run again.
+//
+// Slots are freed when a job ends.
+//
+// # Taskmanager loss
+//
+// Taskmanagers heartbeat every HeartbeatInterval (default 1s; they are
+// told at registration) and are declared lost after HeartbeatTimeout of
+// silence (default 10s); a lost taskmanager's heartbeats are answered with
+// "re-register". Its executions are taken as failed, which fails their
+// regions as above; the other executions keep running. A taskmanager that
+// registers again with the same id (restarted, at the same or a new
+// address, or resumed after a pause) replaces its old registration: the
+// executions of the old one fail likewise, and the new one offers all its
+// slots. Later deployments use its new address; the channels of the
+// regions that did not restart never pointed at it, since regions exchange
+// no data.
+//
+// # Fencing
+//
+// Every execution has its own attempt number: 1 at the first deployment,
+// one more at each redeployment (of its region or of the whole job); all
+// executions of a region share it, and so do the exchange channels between
+// them. Task reports, checkpoint acknowledgements and declines, deploy and
+// cancel outcomes of another attempt than the execution's current one, of
+// unknown executions or from a replaced registration are dropped; reports
+// are counted as staleReports, acknowledgements and declines as
+// staleCheckpointAcks (REST overview; Prometheus
+// weir_stale_messages_total{kind="task_report"|"checkpoint_ack"}), and
+// logged at debug. Acknowledgements and declines are also dropped while the
+// job is not RUNNING. A live taskmanager that still reports an older
+// attempt running is told to cancel it (at most once per HeartbeatTimeout).
 //
 // # Checkpoints
 //
@@ -90,10 +165,19 @@
 // retained checkpoints unless its retention is retain-on-cancel; a FAILED
 // job keeps them.
 //
-// On restore, a task's deployment lists, for each operator of its chain,
-// the handles the same subtask wrote when the operator's parallelism is
-// unchanged, and every handle of the operator otherwise (the taskmanager's
-// loader keeps its key groups and redistributes list state).
+// A failure of any region stops the coordinator (pending checkpoints are
+// aborted, counted as aborted, not failed); no checkpoint is triggered
+// until every region runs again, when the coordinator is reset with every
+// execution's current attempt. A region restored from checkpoint n is
+// rewound to it while the others go on: that is consistent because regions
+// share no data.
+//
+// On restore, an execution's deployment lists, for each operator of its
+// chain, the handles the same subtask wrote when the operator's
+// parallelism is unchanged, and every handle of the operator otherwise (the
+// taskmanager's loader keeps its key groups and redistributes list state).
+// An execution the checkpoint records as finished is deployed as finished;
+// later manifests record it as finished too.
 //
 // # Metrics
 //
@@ -103,8 +187,10 @@
 // weir_checkpoints_aborted_total (subsumed, or stopped by a failover,
 // cancel or the job's end), weir_checkpoint_last_duration_seconds,
 // weir_checkpoint_last_size_bytes, weir_checkpoint_alignment_seconds
-// (labels job, task) and weir_job_restarts_total; plus
-// weir_taskmanagers_live and weir_jobs{state}.
+// (labels job, task), weir_job_restarts_total (redeployments of the job
+// or of one of its regions) and weir_job_restarting_regions; plus
+// weir_taskmanagers_live, weir_jobs{state} and
+// weir_stale_messages_total{kind}.
 //
 // # REST
 //

@@ -102,14 +102,17 @@ type slotOffer struct {
 	Free        int
 }
 
-// slotShortageError says a job does not fit into the free slots.
+// slotShortageError says a job (or a region being redeployed) does not fit
+// into the free slots.
 type slotShortageError struct {
 	Need, Free, TaskManagers int
+	// What needs the slots; "" means "job".
+	What string
 }
 
 func (e *slotShortageError) Error() string {
-	return fmt.Sprintf("not enough free slots: job needs %d, cluster has %d free across %d taskmanager(s); start more taskmanagers or lower parallelism",
-		e.Need, e.Free, e.TaskManagers)
+	return fmt.Sprintf("not enough free slots: %s needs %d, cluster has %d free across %d taskmanager(s); start more taskmanagers or lower parallelism",
+		cmp.Or(e.What, "job"), e.Need, e.Free, e.TaskManagers)
 }
 
 // placeSlots picks a taskmanager for each of n shared slots, spreading

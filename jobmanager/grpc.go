@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -208,6 +209,38 @@ func restartingMessage(v *jobView, now time.Time) string {
 	return fmt.Sprintf("restarting (attempt %d) in %s after: %s", v.Attempt+1, left, v.Err)
 }
 
+// regionsMessage explains the restarting regions of a job that is not
+// restarting as a whole, in the error field of the APIs.
+func regionsMessage(v *jobView, now time.Time) string {
+	left := func(t time.Time) time.Duration { return max(t.Sub(now), 0).Round(100 * time.Millisecond) }
+	parts := make([]string, 0, len(v.RestartingRegions))
+	for _, r := range v.RestartingRegions {
+		var what string
+		switch r.Phase {
+		case regionDeploying:
+			what = fmt.Sprintf("redeploying (attempt %d)", r.Attempt)
+		case regionWaitingForSlots:
+			what = fmt.Sprintf("waiting for slots (attempt %d) for up to %s", r.Attempt, left(r.SlotDeadline))
+		default:
+			what = fmt.Sprintf("restarting (attempt %d) in %s", r.Attempt, left(r.Due))
+		}
+		parts = append(parts, fmt.Sprintf("region %d of %d (%d tasks) %s after: %s", r.ID, r.Of, len(r.Tasks), what, r.Cause))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// jobMessage is the error field of a job in the APIs: the job's error, or
+// why it or some of its regions restart.
+func jobMessage(v *jobView, now time.Time) string {
+	switch {
+	case v.State == jobRestarting:
+		return restartingMessage(v, now)
+	case len(v.RestartingRegions) > 0:
+		return regionsMessage(v, now)
+	}
+	return v.Err
+}
+
 // protoJobState maps the core's job state to the protobuf enum, which has
 // no RESTARTING: a restarting job shows as FAILING.
 func protoJobState(s jobState) weirpb.JobState {
@@ -219,10 +252,7 @@ func protoJobState(s jobState) weirpb.JobState {
 
 func toJobSummary(v *jobView, now time.Time) *weirpb.JobSummary {
 	s := &weirpb.JobSummary{JobId: v.ID, Name: v.Name, State: protoJobState(v.State), StartTimeMs: unixMillis(v.Start),
-		EndTimeMs: unixMillis(v.End), TasksTotal: int32(v.TasksTotal), TasksRunning: int32(v.TasksRunning), Error: v.Err}
-	if v.State == jobRestarting {
-		s.Error = restartingMessage(v, now)
-	}
+		EndTimeMs: unixMillis(v.End), TasksTotal: int32(v.TasksTotal), TasksRunning: int32(v.TasksRunning), Error: jobMessage(v, now)}
 	return s
 }
 

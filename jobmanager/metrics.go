@@ -30,6 +30,13 @@ var (
 		"Registered taskmanagers that are not lost.", nil, nil)
 	descJobs = prometheus.NewDesc("weir_jobs",
 		"Jobs by state (RESTARTING included).", []string{"state"}, nil)
+	descRestartingRegions = prometheus.NewDesc("weir_job_restarting_regions",
+		"Failover regions of the job that are restarting while the rest of it runs on.", []string{"job"}, nil)
+	descStale = prometheus.NewDesc("weir_stale_messages_total",
+		"Messages from taskmanagers dropped because they carried another execution attempt than the current one, "+
+			"named an unknown job or execution, or came from a replaced registration: "+
+			"kind task_report (status reports) or checkpoint_ack (checkpoint acknowledgements and declines).",
+		[]string{"kind"}, nil)
 )
 
 // collector exports the core's state as Prometheus metrics.
@@ -39,7 +46,8 @@ var _ prometheus.Collector = (*collector)(nil)
 
 func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCheckpointsInProgress, descCheckpointsCompleted, descCheckpointsFailed,
-		descCheckpointsAborted, descLastDuration, descLastSize, descAlignment, descRestarts, descTaskManagersLive, descJobs} {
+		descCheckpointsAborted, descLastDuration, descLastSize, descAlignment, descRestarts, descTaskManagersLive, descJobs,
+		descRestartingRegions, descStale} {
 		ch <- d
 	}
 }
@@ -47,6 +55,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.jm.mu.Lock()
 	jobs, live := c.jm.mu.core.metrics()
+	staleReports, staleAcks := c.jm.mu.core.staleReports, c.jm.mu.core.staleAcks
 	c.jm.mu.Unlock()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -55,6 +64,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	gauge(descTaskManagersLive, float64(live))
+	counter(descStale, float64(staleReports), "task_report")
+	counter(descStale, float64(staleAcks), "checkpoint_ack")
 	byState := make(map[string]int, len(jobStateNames))
 	for _, s := range jobStateNames[1:] {
 		byState[s] = 0
@@ -62,6 +73,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, j := range jobs {
 		byState[j.State.String()]++
 		counter(descRestarts, float64(j.Restarts), j.ID)
+		gauge(descRestartingRegions, float64(j.RestartingRegions), j.ID)
 		if !j.Checkpointing {
 			continue
 		}

@@ -32,6 +32,25 @@ type restJob struct {
 	LastFailure  string `json:"lastFailure,omitempty"`
 	// Checkpointing says whether the job takes checkpoints.
 	Checkpointing bool `json:"checkpointing"`
+	// Regions is the number of pipelined failover regions (1: a failure
+	// restarts the whole job).
+	Regions int `json:"regions"`
+	// RestartingRegions are the regions that restart while the rest of
+	// the job runs on (empty while the job restarts as a whole).
+	RestartingRegions []restRegion `json:"restartingRegions"`
+}
+
+type restRegion struct {
+	ID int `json:"id"` // 1-based
+	// Phase: CANCELING, WAITING (the restart delay), WAITING_FOR_SLOTS or
+	// DEPLOYING.
+	Phase string `json:"phase"`
+	// Attempt is the attempt its executions are (to be) deployed with.
+	Attempt        int64    `json:"attempt"`
+	Cause          string   `json:"cause"`
+	RestartDueMs   int64    `json:"restartDueMs"`
+	SlotDeadlineMs int64    `json:"slotDeadlineMs,omitempty"`
+	Tasks          []string `json:"tasks"`
 }
 
 type restTask struct {
@@ -112,10 +131,11 @@ type restCheckpoints struct {
 
 func toRESTJob(v *jobView, now time.Time) restJob {
 	j := restJob{ID: v.ID, Name: v.Name, State: v.State.String(), StartTimeMs: unixMillis(v.Start), EndTimeMs: unixMillis(v.End),
-		TasksTotal: v.TasksTotal, TasksRunning: v.TasksRunning, Error: v.Err, Attempt: v.Attempt, Restarts: v.Restarts,
-		LastFailure: v.LastFailure, Checkpointing: v.Checkpointing}
-	if v.State == jobRestarting {
-		j.Error = restartingMessage(v, now)
+		TasksTotal: v.TasksTotal, TasksRunning: v.TasksRunning, Error: jobMessage(v, now), Attempt: v.Attempt, Restarts: v.Restarts,
+		LastFailure: v.LastFailure, Checkpointing: v.Checkpointing, Regions: v.Regions, RestartingRegions: []restRegion{}}
+	for _, r := range v.RestartingRegions {
+		j.RestartingRegions = append(j.RestartingRegions, restRegion{ID: r.ID, Phase: r.Phase.String(), Attempt: r.Attempt,
+			Cause: r.Cause, RestartDueMs: unixMillis(r.Due), SlotDeadlineMs: unixMillis(r.SlotDeadline), Tasks: r.Tasks})
 	}
 	return j
 }
