@@ -322,7 +322,12 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 		jm.step(func(c *core, now time.Time) []action { return c.deployDone(a, err, now) })
 	case cancelAction:
 		err := execs.CancelTask(ctx, a.Addr, executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt))
-		gone := status.Code(err) == codes.NotFound
+		// Unavailable: the taskmanager process is not there (killed, or
+		// cut off). Treating its task as gone is safe: a task that still
+		// runs somewhere carries an old attempt, so its data, acks and
+		// commits are rejected, and its taskmanager cancels it when it
+		// learns it was declared lost.
+		gone := status.Code(err) == codes.NotFound || status.Code(err) == codes.Unavailable
 		jm.step(func(c *core, now time.Time) []action { return c.cancelDone(a, err, gone, now) })
 	case triggerAction:
 		err := execs.TriggerCheckpoint(ctx, a.Addr, &weirpb.TriggerCheckpointRequest{
