@@ -466,7 +466,7 @@ func TestTxnFileSinkStaleAttemptCannotTouchCurrentFiles(t *testing.T) {
 	must(t, restore(s2, 1, st))
 	must(t, s2.ProcessBatch(0, ids(4, 6), nil))
 	must(t, s1.ProcessBatch(0, ids(100, 103), nil)) // the zombie resumes
-	snapshot(t, s1, 2)                               // its pre-commit is never acknowledged or notified
+	snapshot(t, s1, 2)                              // its pre-commit is never acknowledged or notified
 	must(t, s1.Close())
 	if s2.w.path == filepath.Join(dir, InProgressName(0, 1)) {
 		t.Fatalf("attempt 2 writes %s, a name attempt 1 uses", s2.w.path)
