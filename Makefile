@@ -40,8 +40,13 @@ chaos: $(BIN)/versitygw
 		$(GO) test -count=1 -v -timeout 60m -run 'TestChaos' ./test/ > .run/chaos.log 2>&1; rc=$$?; \
 		grep -E '^(kills=|--- |ok|FAIL)' .run/chaos.log; echo "full log: .run/chaos.log"; exit $$rc
 
-bench: build
+bench: build $(BIN)/versitygw
 	./scripts/bench.sh
+
+# Nexmark q0-q5, q7, q8 on a local cluster (WEIR_NEXMARK_EVENTS, default 10
+# million per query); writes docs/benchmarks.md.
+bench-nexmark: build
+	WEIR_BENCH=Nexmark ./scripts/bench.sh
 
 $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

@@ -1,7 +1,8 @@
 // Package builtin assembles the registry of Weir's built-in operator types:
 // the connectors (datagen, file, print, discard), the row transforms (map,
 // filter, project), the event-time operators (watermarks, windows) and the
-// keyed operators (running_count, sequence_check, and fail for failure tests).
+// keyed operators (running_count, sequence_check, and fail for failure
+// tests), the Nexmark sources, joins and per-window top-n.
 //
 // A custom taskmanager binary starts from Registry() and registers its own
 // types on top (see stream.Registry).
@@ -9,8 +10,11 @@ package builtin
 
 import (
 	"github.com/weirstream/weir/connectors"
+	"github.com/weirstream/weir/connectors/nexmark"
 	"github.com/weirstream/weir/operators"
+	"github.com/weirstream/weir/operators/join"
 	"github.com/weirstream/weir/operators/keyed"
+	"github.com/weirstream/weir/operators/topn"
 	"github.com/weirstream/weir/operators/window"
 	"github.com/weirstream/weir/stream"
 )
@@ -22,5 +26,8 @@ func Registry() *stream.Registry {
 	operators.Register(r)
 	window.Register(r)
 	keyed.Register(r)
+	nexmark.Register(r)
+	join.Register(r)
+	topn.Register(r)
 	return r
 }

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # `make bench`: runs the end-to-end benchmarks once each (no race detector)
-# and prints their name=value lines.
-set -euo pipefail
+# and prints their name=value lines. WEIR_BENCH selects benchmarks by regexp
+# (`make bench-nexmark` sets it to Nexmark). The full log is .run/bench.log.
+set -uo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p .run
 echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3-)"
-go test -run '^$' -bench . -benchtime 1x -timeout 60m ./test/bench/ | grep -E '^[a-z0-9_]+=' || {
-  echo "benchmarks failed; rerun: go test -run '^\$' -bench . -benchtime 1x ./test/bench/" >&2
-  exit 1
-}
+go test -run '^$' -bench "${WEIR_BENCH:-Q1|CheckpointOverhead|Recovery}" -benchtime 1x -timeout 90m ./test/bench/ > .run/bench.log 2>&1
+rc=$?
+grep -E '^[a-z0-9_]+=' .run/bench.log
+if [ $rc -ne 0 ]; then
+  echo "benchmarks failed (exit $rc); see .run/bench.log" >&2
+  tail -n 30 .run/bench.log >&2
+fi
+exit $rc
