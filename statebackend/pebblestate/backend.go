@@ -1,0 +1,548 @@
+package pebblestate
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+
+	"github.com/weirstream/weir/statebackend"
+	"github.com/weirstream/weir/stream"
+)
+
+// Options configures a Backend. Zero fields take the defaults noted.
+type Options struct {
+	// Dir is the directory of the Pebble database (required). New creates
+	// it and fails if it already holds a database.
+	Dir string
+	// CacheBytes is the size of Pebble's block cache in bytes. Default
+	// 64 MiB. State may be many times larger: blocks not in the cache are
+	// read from disk.
+	CacheBytes int64
+	// MemTableBytes is the size of one Pebble memtable in bytes. Default
+	// 4 MiB.
+	MemTableBytes int64
+	// WriteBatchBytes is how many bytes of writes the backend buffers in an
+	// indexed batch before it commits them to the database. Default 1 MiB.
+	WriteBatchBytes int
+	// DeleteOnClose removes Dir when the backend is closed. Default false:
+	// Close flushes and leaves the database on disk.
+	DeleteOnClose bool
+	// Configure, if set, adjusts the Pebble options last (compaction
+	// thresholds, compression, ...). With uniformly random updates, L0→Lbase
+	// compactions rewrite most of the state and so most of the next
+	// incremental checkpoint; higher L0 thresholds trade read cost for
+	// fewer rewrites. Default nil.
+	Configure func(*pebble.Options)
+	// Logger receives Pebble's log output. Default: errors only, to the
+	// standard logger; informational messages are dropped.
+	Logger pebble.Logger
+}
+
+// Validate reports options no backend can run with.
+func (o Options) Validate() error {
+	switch {
+	case o.Dir == "":
+		return errors.New("pebble state backend: no directory; set Options.Dir to a local directory for the database")
+	case o.CacheBytes < 0:
+		return fmt.Errorf("pebble state backend: cache size %d bytes is negative", o.CacheBytes)
+	case o.MemTableBytes < 0:
+		return fmt.Errorf("pebble state backend: memtable size %d bytes is negative", o.MemTableBytes)
+	case o.WriteBatchBytes < 0:
+		return fmt.Errorf("pebble state backend: write batch size %d bytes is negative", o.WriteBatchBytes)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.CacheBytes == 0 {
+		o.CacheBytes = 64 << 20
+	}
+	if o.MemTableBytes == 0 {
+		o.MemTableBytes = 4 << 20
+	}
+	if o.WriteBatchBytes == 0 {
+		o.WriteBatchBytes = 1 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = quietLogger{}
+	}
+	return o
+}
+
+// quietLogger drops Pebble's informational messages.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)         {}
+func (quietLogger) Errorf(f string, args ...any) { pebble.DefaultLogger.Errorf(f, args...) }
+func (quietLogger) Fatalf(f string, args ...any) { pebble.DefaultLogger.Fatalf(f, args...) }
+
+// Backend is the Pebble state backend. Create it with New or
+// OpenFromCheckpoint. Like every statebackend.Backend it is not safe for
+// concurrent use.
+type Backend struct {
+	opts Options
+	db   *pebble.DB
+	kg   stream.KeyGroupRange
+
+	key      []byte
+	keyGroup int
+
+	// batch buffers writes (indexed, so that reads see them); it is
+	// committed when it exceeds opts.WriteBatchBytes, and before
+	// Snapshot, Checkpoint and Close. No iterator is open across a call
+	// into user code, so a commit may happen in any state call.
+	batch *pebble.Batch
+
+	tables map[string]*table
+	byID   map[uint64]*table
+	nextID uint64
+	timers timerService
+
+	sizes []int64 // live key+value bytes per key group - kg.Start
+	size  int64
+
+	// probe remembers the value length (-1: absent) of the last key read
+	// or written, so that a read-modify-write does not read twice to keep
+	// sizes exact.
+	probe struct {
+		key []byte
+		n   int
+		ok  bool
+	}
+
+	hashes map[string]string // "name/size" → SHA-256 of immutable files
+	err    error             // first I/O or encoding error; see Err
+	closed bool
+
+	kbuf, vbuf, tbuf []byte
+}
+
+var _ statebackend.Backend = (*Backend)(nil)
+
+// New creates an empty backend for the key groups kg in a new database in
+// opts.Dir.
+func New(opts Options, kg stream.KeyGroupRange) (*Backend, error) {
+	if err := checkRange(kg); err != nil {
+		return nil, err
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	db, err := openDB(opts, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.Set(metaVersionKey, []byte{layoutVersion}, pebble.NoSync); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("pebble state backend: %s: %w", opts.Dir, err)
+	}
+	return newBackend(opts, db, kg), nil
+}
+
+func checkRange(kg stream.KeyGroupRange) error {
+	if kg.Start < 0 || kg.End > MaxKeyGroup {
+		return fmt.Errorf("pebble state backend: key groups %v outside [0..%d]; use a smaller max parallelism", kg, MaxKeyGroup)
+	}
+	return nil
+}
+
+func openDB(opts Options, create bool) (*pebble.DB, error) {
+	po := &pebble.Options{
+		CacheSize:          opts.CacheBytes,
+		MemTableSize:       uint64(opts.MemTableBytes),
+		DisableWAL:         true, // state is recovered from checkpoints, never from the WAL
+		ErrorIfExists:      create,
+		ErrorIfNotExists:   !create,
+		FormatMajorVersion: pebble.FormatNewest, // Excise needs virtual sstables
+		Logger:             opts.Logger,
+	}
+	// Bloom filters on every level: most reads are point lookups of one
+	// key's state, and without filters each lookup searches every L0 file
+	// and level that spans the key.
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	if opts.Configure != nil {
+		opts.Configure(po)
+	}
+	db, err := pebble.Open(opts.Dir, po)
+	if err != nil {
+		if create {
+			return nil, fmt.Errorf("pebble state backend: cannot create a database in %s: %w; give every backend its own empty directory", opts.Dir, err)
+		}
+		return nil, fmt.Errorf("pebble state backend: cannot open the database in %s: %w", opts.Dir, err)
+	}
+	return db, nil
+}
+
+func newBackend(opts Options, db *pebble.DB, kg stream.KeyGroupRange) *Backend {
+	b := &Backend{
+		opts:     opts,
+		db:       db,
+		kg:       kg,
+		keyGroup: kg.Start,
+		batch:    db.NewIndexedBatch(),
+		tables:   make(map[string]*table),
+		byID:     make(map[uint64]*table),
+		nextID:   1,
+		sizes:    make([]int64, kg.Len()),
+		hashes:   make(map[string]string),
+	}
+	b.timers.init(b)
+	return b
+}
+
+// Err returns the first error the backend met in a call that cannot return
+// one (a failed read or write in Pebble, a value its codec cannot encode).
+// Snapshot, Checkpoint and Close return it too, so that a checkpoint never
+// captures state that missed a write.
+func (b *Backend) Err() error { return b.err }
+
+func (b *Backend) fail(err error) {
+	if b.err == nil {
+		b.err = err
+	}
+}
+
+// SetCurrentKey implements statebackend.Backend.
+func (b *Backend) SetCurrentKey(key []byte, keyGroup int) {
+	if !b.kg.Contains(keyGroup) {
+		panic(fmt.Sprintf("pebble state backend: key group %d is outside this subtask's range %v; the record was routed to the wrong subtask", keyGroup, b.kg))
+	}
+	b.key = key
+	b.keyGroup = keyGroup
+}
+
+// CurrentKey implements statebackend.Backend.
+func (b *Backend) CurrentKey() ([]byte, int) { return b.key, b.keyGroup }
+
+// KeyGroups implements statebackend.Backend.
+func (b *Backend) KeyGroups() stream.KeyGroupRange { return b.kg }
+
+// Timers implements statebackend.Backend.
+func (b *Backend) Timers() statebackend.TimerService { return &b.timers }
+
+// SizeBytes implements statebackend.Backend: the bytes of live keys and
+// values (including timers) in the backend's key groups, not counting
+// Pebble's overhead, compression or data not yet compacted away.
+func (b *Backend) SizeBytes() int64 { return b.size }
+
+// Table implements statebackend.Backend.
+func (b *Backend) Table(d statebackend.Descriptor) (statebackend.Table, error) {
+	if b.closed {
+		return nil, statebackend.ErrClosed
+	}
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	t := b.tables[d.Name]
+	if t == nil {
+		t = b.addTable(d.Name, d.Kind)
+		t.d, t.registered = d, true
+		t.codecID, t.ukCodecID = d.Codec.ID(), codecID(d.UserKeyCodec)
+		b.saveTable(t)
+		return t, nil
+	}
+	if t.registered {
+		if err := t.d.Compatible(d); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+	// Restored, not asked for yet.
+	if t.kind != d.Kind {
+		return nil, fmt.Errorf("%w: state %q was restored as %s state and is requested as %s state; use another name for the new state",
+			statebackend.ErrConflict, d.Name, t.kind, d.Kind)
+	}
+	if t.codecID == "" || t.codecID != d.Codec.ID() || t.ukCodecID != codecID(d.UserKeyCodec) {
+		// Written with an unknown or another codec: every value must
+		// decode with this one (as in the heap backend).
+		if err := t.validate(d); err != nil {
+			return nil, err
+		}
+	}
+	t.d, t.registered = d, true
+	t.codecID, t.ukCodecID = d.Codec.ID(), codecID(d.UserKeyCodec)
+	b.saveTable(t)
+	return t, nil
+}
+
+func codecID(c statebackend.ValueCodec) string {
+	if c == nil {
+		return ""
+	}
+	return c.ID()
+}
+
+// addTable registers a new table name with the next free id.
+func (b *Backend) addTable(name string, kind statebackend.Kind) *table {
+	t := &table{b: b, name: name, id: b.nextID, kind: kind}
+	t.d = statebackend.Descriptor{Name: name, Kind: kind}
+	b.nextID++
+	b.tables[name] = t
+	b.byID[t.id] = t
+	return t
+}
+
+// saveTable persists t's registry record: uvarint id, kind, codec ID and
+// user-key codec ID (length-prefixed; empty when unknown).
+func (b *Backend) saveTable(t *table) {
+	v := binary.AppendUvarint(nil, t.id)
+	v = append(v, byte(t.kind))
+	v = appendBytes(v, []byte(t.codecID))
+	v = appendBytes(v, []byte(t.ukCodecID))
+	if err := b.batch.Set(append(bytes.Clone(metaTablePfx), t.name...), v, nil); err != nil {
+		b.fail(err)
+	}
+}
+
+// loadMeta reads the layout version and the table registry of an opened
+// database.
+func loadTables(r pebble.Reader, dir string) (map[string]*table, error) {
+	v, closer, err := r.Get(metaVersionKey)
+	if err != nil {
+		return nil, fmt.Errorf("pebble state backend: %s: no layout version (%v); the directory does not hold a Weir state database", dir, err)
+	}
+	ver := append([]byte(nil), v...)
+	closer.Close()
+	if len(ver) != 1 || ver[0] != layoutVersion {
+		return nil, fmt.Errorf("pebble state backend: %s: key layout version %v, this build reads version %d; open it with the Weir version that wrote it", dir, ver, layoutVersion)
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: metaTablePfx, UpperBound: prefixEnd(metaTablePfx)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	out := make(map[string]*table)
+	for it.First(); it.Valid(); it.Next() {
+		name := string(it.Key()[len(metaTablePfx):])
+		rd := reader{buf: it.Value()}
+		t := &table{name: name, id: rd.uvarint(), kind: statebackend.Kind(rd.byte())}
+		t.codecID = string(rd.bytes())
+		t.ukCodecID = string(rd.bytes())
+		if rd.err != nil || !t.kind.Valid() || t.id == 0 {
+			return nil, fmt.Errorf("%w: pebble state backend: %s: damaged registry record of table %q", statebackend.ErrCorrupt, dir, name)
+		}
+		t.d = statebackend.Descriptor{Name: name, Kind: t.kind}
+		out[name] = t
+	}
+	return out, it.Error()
+}
+
+// adoptTables installs tables loaded by loadTables as restored tables.
+func (b *Backend) adoptTables(ts map[string]*table) {
+	for _, t := range ts {
+		t.b = b
+		b.tables[t.name] = t
+		b.byID[t.id] = t
+		b.nextID = max(b.nextID, t.id+1)
+	}
+}
+
+// Keys implements statebackend.Backend. Keys are read a page at a time and
+// no iterator is open while fn runs.
+func (b *Backend) Keys(name string, keyGroup int, fn func(key []byte) bool) {
+	if b.closed {
+		return
+	}
+	t := b.tables[name]
+	if t == nil || !b.kg.Contains(keyGroup) {
+		return
+	}
+	prefix := appendTablePrefix(nil, keyGroup, t.id)
+	lower, upper := prefix, prefixEnd(prefix)
+	const page = 256
+	keys := make([][]byte, 0, page)
+	for {
+		keys = keys[:0]
+		it, err := b.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			b.fail(err)
+			return
+		}
+		for ok := it.First(); ok && len(keys) < page; {
+			k, _, good := parseStateKey(it.Key()[len(prefix):])
+			if !good {
+				b.fail(fmt.Errorf("%w: pebble state backend: table %q: bad key %x", statebackend.ErrCorrupt, name, it.Key()))
+				break
+			}
+			keys = append(keys, bytes.Clone(k))
+			if t.kind == statebackend.KindMap {
+				ok = it.SeekGE(prefixEnd(appendStateKey(b.kbuf[:0], keyGroup, t.id, k)))
+			} else {
+				ok = it.Next()
+			}
+		}
+		if err := it.Close(); err != nil {
+			b.fail(err)
+			return
+		}
+		for _, k := range keys {
+			if !fn(k) || b.closed {
+				return
+			}
+		}
+		if len(keys) < page {
+			return
+		}
+		lower = prefixEnd(appendStateKey(nil, keyGroup, t.id, keys[len(keys)-1]))
+	}
+}
+
+// oldLen returns the length of k's value, or -1 if k has none.
+func (b *Backend) oldLen(k []byte) int {
+	if b.probe.ok && bytes.Equal(b.probe.key, k) {
+		return b.probe.n
+	}
+	v, closer, err := b.batch.Get(k)
+	if err != nil {
+		if !errors.Is(err, pebble.ErrNotFound) {
+			b.fail(err)
+		}
+		return -1
+	}
+	n := len(v)
+	closer.Close()
+	return n
+}
+
+func (b *Backend) setProbe(k []byte, n int) {
+	b.probe.key = append(b.probe.key[:0], k...)
+	b.probe.n, b.probe.ok = n, true
+}
+
+// kgIndex returns the index into sizes of the key group k belongs to.
+func (b *Backend) kgIndex(k []byte) int { return (int(k[0])<<8 | int(k[1])) - b.kg.Start }
+
+// set writes k=v; old is k's previous value length (-1: none).
+func (b *Backend) set(k, v []byte, old int) {
+	if err := b.batch.Set(k, v, nil); err != nil {
+		b.fail(err)
+		return
+	}
+	d := int64(len(k) + len(v))
+	if old >= 0 {
+		d -= int64(len(k) + old)
+	}
+	b.sizes[b.kgIndex(k)] += d
+	b.size += d
+	b.setProbe(k, len(v))
+	b.maybeCommit()
+}
+
+// del deletes k, whose value has length old (≥ 0).
+func (b *Backend) del(k []byte, old int) {
+	if err := b.batch.Delete(k, nil); err != nil {
+		b.fail(err)
+		return
+	}
+	d := int64(len(k) + old)
+	b.sizes[b.kgIndex(k)] -= d
+	b.size -= d
+	b.setProbe(k, -1)
+	b.maybeCommit()
+}
+
+func (b *Backend) maybeCommit() {
+	if b.batch.Len() >= b.opts.WriteBatchBytes {
+		b.commit()
+	}
+}
+
+// commit applies the buffered writes to the database.
+func (b *Backend) commit() error {
+	if b.batch.Empty() {
+		return b.err
+	}
+	err := b.batch.Commit(pebble.NoSync)
+	b.batch.Close()
+	b.batch = b.db.NewIndexedBatch()
+	if err != nil {
+		b.fail(fmt.Errorf("pebble state backend: %s: commit: %w", b.opts.Dir, err))
+	}
+	return b.err
+}
+
+// saveSizes persists the live bytes of every owned key group, so that a
+// backend opened from a checkpoint knows its SizeBytes.
+func (b *Backend) saveSizes() {
+	for i, n := range b.sizes {
+		k := appendKG(bytes.Clone(metaSizePfx), b.kg.Start+i)
+		if err := b.batch.Set(k, binary.AppendVarint(nil, n), nil); err != nil {
+			b.fail(err)
+		}
+	}
+}
+
+// loadSizes reads the sizes saveSizes wrote for the owned key groups.
+func (b *Backend) loadSizes() error {
+	for i := range b.sizes {
+		k := appendKG(bytes.Clone(metaSizePfx), b.kg.Start+i)
+		v, closer, err := b.batch.Get(k)
+		if errors.Is(err, pebble.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		n, _ := binary.Varint(v)
+		closer.Close()
+		b.sizes[i] = n
+		b.size += n
+	}
+	return nil
+}
+
+// Close implements statebackend.Backend. Without Options.DeleteOnClose it
+// commits and flushes, leaving a database that OpenFromCheckpoint can open.
+// It returns the error of Err, if any.
+func (b *Backend) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.err
+	if !b.opts.DeleteOnClose {
+		b.saveSizes()
+		err = errors.Join(err, b.commit(), b.db.Flush())
+	}
+	b.batch.Close()
+	err = errors.Join(err, b.db.Close())
+	if b.opts.DeleteOnClose {
+		err = errors.Join(err, os.RemoveAll(b.opts.Dir))
+	}
+	b.tables, b.byID = nil, nil
+	return err
+}
+
+func appendBytes(dst, s []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// printable shows a key in an error message: quoted if it is short text,
+// else as hex, and truncated.
+func printable(k []byte) string {
+	const limit = 64
+	text := true
+	for _, c := range k {
+		if c < 0x20 || c > 0x7e {
+			text = false
+			break
+		}
+	}
+	suffix := ""
+	if len(k) > limit {
+		k, suffix = k[:limit], "…"
+	}
+	if text {
+		return fmt.Sprintf("%q%s", k, suffix)
+	}
+	return fmt.Sprintf("0x%x%s", k, suffix)
+}

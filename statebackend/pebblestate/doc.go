@@ -1,0 +1,71 @@
+// Package pebblestate is Weir's on-disk keyed-state backend: a
+// statebackend.Backend over a Pebble (github.com/cockroachdb/pebble/v2)
+// database in a local directory, for state larger than memory, with full
+// snapshots in the heap backend's chunk format and Pebble checkpoints as the
+// base of incremental checkpoints.
+//
+// # Key layout
+//
+// Every state key starts with its key group, so one key group is one
+// contiguous key range and a key-group range is one contiguous range (which
+// OpenFromCheckpoint excises and Snapshot iterates):
+//
+//	state   kg (2 bytes, big-endian) | table id (uvarint, ≥ 1) |
+//	        len(key) (uvarint) | key [| user key (map state)]
+//	          → the value, encoded with the table's codec
+//	timer   kg (2 bytes) | 0x00 | ts (8 bytes, big-endian, sign bit
+//	        flipped) | key
+//	          → empty
+//	meta    0xff 0xff 'v'                → layout version (1 byte, 1)
+//	        0xff 0xff 't' | table name   → uvarint id | kind byte |
+//	                                       codec ID | user-key codec ID
+//	                                       (length-prefixed; empty = unknown)
+//	        0xff 0xff 's' | kg (2 bytes) → live bytes of the key group
+//	                                       (varint; written at Checkpoint
+//	                                       and Close)
+//
+// Table ids come from the persisted registry (the 't' records), so a key
+// does not repeat the state name. The length prefix makes a key's entries
+// contiguous (no key's encoding is a prefix of another's), so a map state's
+// user keys of one key are one range. Table ids start at 1, so the timer
+// marker 0x00 never collides with a table id. Key group 0xffff is reserved
+// for metadata: a backend owns key groups up to MaxKeyGroup.
+//
+// # Timers
+//
+// Within a key group the timer keys iterate in (timestamp, key) order.
+// Across key groups an in-memory min-heap holds, per key group that may have
+// timers, a lower bound of its smallest timestamp; firing takes the top key
+// group, seeks its first timer and fires it if it matches the bound. Timers
+// fire in (timestamp, key group, key) order, as in the heap backend. See
+// timers.go.
+//
+// # Writes and reads
+//
+// All reads and writes go through an indexed Pebble batch that is committed
+// every Options.WriteBatchBytes and before Snapshot, Checkpoint and Close.
+// Values are encoded with the table's codec on Put and decoded on every Get
+// (nothing is cached above Pebble's block cache, Options.CacheBytes). No
+// Pebble iterator is open while user code runs (Keys, map Range and timer
+// firing read a page at a time), so callbacks may change state. The WAL is
+// disabled: state survives a crash only through checkpoints.
+//
+// Errors Pebble reports in calls that cannot return one (Get, Put) are kept
+// and returned by Err, Snapshot, Checkpoint and Close.
+//
+// # Snapshots and checkpoints
+//
+//   - Snapshot/Restore: full snapshots, one chunk per non-empty key group in
+//     the heap backend's format (see chunk.go), so heap and Pebble snapshots
+//     restore into either backend, at any parallelism.
+//   - Checkpoint(dir): a Pebble checkpoint (hard links) after a flush; it
+//     lists every file with size and SHA-256 and marks immutable sstables
+//     as Shared (content-addressed, reference-counted by the storage layer)
+//     and the rest (MANIFEST, OPTIONS, markers) as per-checkpoint.
+//   - OpenFromCheckpoint: local recovery from such a directory into a
+//     working directory, keeping only the owned key groups (DB.Excise, with
+//     DeleteRange as the fallback); MergeInto adds the owned key groups of
+//     further checkpoint directories (scale-in), rewriting table ids.
+//
+// pebblestate imports the standard library, stream, statebackend and Pebble.
+package pebblestate
