@@ -44,6 +44,15 @@ type CheckpointHooks interface {
 	SnapshotFailed(id int64, err error)
 }
 
+// InputEndedHook is an optional capability of CheckpointHooks: a source task
+// calls SourceInputEnded (on its goroutine; it must not block) once its input
+// is exhausted and it starts waiting for its final checkpoint, so that the
+// coordinator can trigger that checkpoint at once rather than at the next
+// interval.
+type InputEndedHook interface {
+	SourceInputEnded()
+}
+
 // Errors of TriggerCheckpoint, for errors.Is.
 var (
 	// ErrNotSourceTask: only source tasks are triggered; the others

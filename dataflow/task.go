@@ -571,6 +571,9 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 			// commit everything before the task finishes.
 			ck := &r.ck
 			ck.inputEnded = true
+			if h, ok := t.spec.Hooks.(InputEndedHook); ok {
+				h.SourceInputEnded()
+			}
 			return r.waitFinal(ctx, func() bool { return ck.finalFrom > 0 && ck.lastCompleted >= ck.finalFrom })
 		default:
 			return t.opErr(head.uid, fmt.Errorf("source returned unknown poll status %d", st))

@@ -120,6 +120,9 @@ type execution struct {
 	// checkpoints must record it as finished too, or a restore from such a
 	// checkpoint would replay its input.
 	restoredFinished bool
+	// inputEnded: a source execution whose input is exhausted and that
+	// waits for its final checkpoint.
+	inputEnded bool
 	// deployed: SubmitTask returned successfully, so a cancel can reach it.
 	deployed              bool
 	err                   string
@@ -192,6 +195,9 @@ type job struct {
 	latest       *weirpb.Manifest
 	restoredFrom int64   // checkpoint the latest (re)deployment restored, 0: none
 	retained     []int64 // completed checkpoints whose files exist
+	// finalWanted: every source's input has ended, and the final
+	// checkpoint is to be triggered as soon as the coordinator accepts it.
+	finalWanted bool
 	// writing is the checkpoint whose manifest the shell is writing (0:
 	// none); stopReason a coordinator Stop deferred until that write
 	// returns, so that a completed write is never deleted.
@@ -825,6 +831,7 @@ func (c *core) taskCheckpointing(j *job) taskCheckpointing {
 // slot, restoring the latest completed checkpoint.
 func (c *core) deployExec(j *job, ex *execution, addrs []string, ckpt taskCheckpointing) deployAction {
 	ex.restoredFinished = finishedIn(j.latest, j.graph.Vertices[ex.spec.Head].UID, ex.subtask)
+	ex.inputEnded = false
 	ex.tm = j.slots[ex.subtask]
 	ex.state = taskDeploying
 	return deployAction{JobID: j.id, Graph: j.graph, Task: ex.spec, Subtask: ex.subtask, Attempt: ex.attempt,
@@ -1026,6 +1033,9 @@ func (c *core) tick(now time.Time) []action {
 			acts = append(acts, c.tickRegions(j, now)...)
 			if j.state == jobRunning && j.coord != nil {
 				j.coord.Tick(now)
+				if j.finalWanted {
+					acts = append(acts, c.finalCheckpoint(j, now)...)
+				}
 				acts = append(acts, c.drainCoordinator(j, now)...)
 			}
 		}

@@ -455,3 +455,38 @@ func TestRestoreHandlesRescaled(t *testing.T) {
 		}
 	}
 }
+
+func TestCoreFinalCheckpointWhenSourcesEnd(t *testing.T) {
+	// The interval is an hour; once both source subtasks say their input
+	// ended, the final checkpoint is triggered at once, not an hour later.
+	h := newCoreHarness(t)
+	h.register("a", 4)
+	ck := stream.CheckpointConfig{Interval: time.Hour}.WithDefaults()
+	deploys := actionsOf[deployAction](h.submitOpts("j", 2, 4, jobOptions{Restart: fixedDelay(t, 3, 0), Checkpoint: ck, Storage: "file:///ck"}))
+	h.run(asActions(deploys))
+	var sources []deployAction
+	for _, d := range deploys {
+		if len(d.Graph.Inputs(d.Task.Head)) == 0 {
+			sources = append(sources, d)
+		}
+	}
+	if len(sources) != 2 {
+		t.Fatalf("%d source executions, want 2", len(sources))
+	}
+	ended := func(d deployAction) []action {
+		return h.c.sourceInputEnded(d.TaskManager, d.JobID, d.Task.Head, d.Subtask, d.Attempt, h.now)
+	}
+	if acts := ended(sources[0]); count[triggerAction](acts) != 0 {
+		t.Fatal("triggered while the other source still reads")
+	}
+	acts := ended(sources[1])
+	if n := count[triggerAction](acts); n != 2 {
+		t.Fatalf("%d triggers after every source's input ended, want 2 (one per source)", n)
+	}
+	// A report from a stale attempt changes nothing.
+	stale := sources[0]
+	stale.Attempt = 7
+	if acts := ended(stale); len(acts) != 0 {
+		t.Fatalf("stale report produced %v", acts)
+	}
+}

@@ -395,3 +395,36 @@ func (c *core) minCheckpointInterval() time.Duration {
 	}
 	return d
 }
+
+// sourceInputEnded records that a source execution's input is exhausted.
+// Once every unfinished source of the job has said so, the final checkpoint
+// (the one that lets the job finish) is triggered at once rather than at the
+// next interval.
+func (c *core) sourceInputEnded(tmID, jobID string, vertex, subtask int, attempt int64, now time.Time) []action {
+	j, ex := c.checkpointExec(tmID, jobID, vertex, subtask, attempt)
+	if ex == nil {
+		return nil
+	}
+	ex.inputEnded = true
+	j.finalWanted = true
+	return c.finalCheckpoint(j, now)
+}
+
+// finalCheckpoint triggers a checkpoint when every unfinished source of j
+// waits for one; when the coordinator cannot take one now (another is
+// pending), the next tick tries again.
+func (c *core) finalCheckpoint(j *job, now time.Time) []action {
+	if j.state != jobRunning || j.coord == nil || j.coord.Stopped() {
+		return nil
+	}
+	for _, ex := range j.execs {
+		if len(j.graph.Inputs(ex.spec.Head)) == 0 && ex.state != taskFinished && !ex.inputEnded {
+			return nil
+		}
+	}
+	if _, err := j.coord.TriggerNow(now); err != nil {
+		return nil
+	}
+	j.finalWanted = false
+	return c.drainCoordinator(j, now)
+}

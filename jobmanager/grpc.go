@@ -135,6 +135,17 @@ func (s *clusterServer) DeclineCheckpoint(_ context.Context, req *weirpb.Decline
 	return &weirpb.DeclineCheckpointResponse{}, nil
 }
 
+func (s *clusterServer) SourceInputEnded(_ context.Context, req *weirpb.SourceInputEndedRequest) (*weirpb.SourceInputEndedResponse, error) {
+	id := req.GetId()
+	if id == nil {
+		return nil, toGRPCError(fmt.Errorf("%w: SourceInputEnded without an execution id", ErrInvalidArgument))
+	}
+	s.jm.step(func(c *core, now time.Time) []action {
+		return c.sourceInputEnded(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(), now)
+	})
+	return &weirpb.SourceInputEndedResponse{}, nil
+}
+
 // jobServer serves JobService to clients.
 type jobServer struct {
 	weirpb.UnimplementedJobServiceServer

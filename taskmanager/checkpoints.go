@@ -162,6 +162,23 @@ func (h *taskHooks) decline(id int64, cause error) {
 	}
 }
 
+var _ dataflow.InputEndedHook = (*taskHooks)(nil)
+
+// SourceInputEnded tells the jobmanager, in the background, that this source
+// task waits for its final checkpoint.
+func (h *taskHooks) SourceInputEnded() {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+		defer cancel()
+		_, err := h.tm.client.SourceInputEnded(ctx, &weirpb.SourceInputEndedRequest{TaskmanagerId: h.tm.cfg.ID, Id: h.id})
+		if err != nil && h.ctx.Err() == nil {
+			h.tm.log.Debug("reporting the end of a source's input failed; the final checkpoint waits for the interval", "task", h.name, "err", err)
+		}
+	}()
+}
+
 // task returns the running task with exactly this execution id.
 func (tm *TaskManager) task(id *weirpb.ExecutionID) (*runningTask, bool) {
 	tm.mu.Lock()

@@ -1707,6 +1707,94 @@ func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
 	return file_weirpb_cluster_proto_rawDescGZIP(), []int{26}
 }
 
+type SourceInputEndedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskmanagerId string                 `protobuf:"bytes,1,opt,name=taskmanager_id,json=taskmanagerId,proto3" json:"taskmanager_id,omitempty"`
+	Id            *ExecutionID           `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceInputEndedRequest) Reset() {
+	*x = SourceInputEndedRequest{}
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceInputEndedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceInputEndedRequest) ProtoMessage() {}
+
+func (x *SourceInputEndedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceInputEndedRequest.ProtoReflect.Descriptor instead.
+func (*SourceInputEndedRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SourceInputEndedRequest) GetTaskmanagerId() string {
+	if x != nil {
+		return x.TaskmanagerId
+	}
+	return ""
+}
+
+func (x *SourceInputEndedRequest) GetId() *ExecutionID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+type SourceInputEndedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceInputEndedResponse) Reset() {
+	*x = SourceInputEndedResponse{}
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceInputEndedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceInputEndedResponse) ProtoMessage() {}
+
+func (x *SourceInputEndedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceInputEndedResponse.ProtoReflect.Descriptor instead.
+func (*SourceInputEndedResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{28}
+}
+
 var File_weirpb_cluster_proto protoreflect.FileDescriptor
 
 const file_weirpb_cluster_proto_rawDesc = "" +
@@ -1824,7 +1912,11 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x12SubmitTaskResponse\"9\n" +
 	"\x11CancelTaskRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\"\x14\n" +
-	"\x12CancelTaskResponse*\xee\x01\n" +
+	"\x12CancelTaskResponse\"f\n" +
+	"\x17SourceInputEndedRequest\x12%\n" +
+	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
+	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\"\x1a\n" +
+	"\x18SourceInputEndedResponse*\xee\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TASK_STATE_CREATED\x10\x01\x12\x18\n" +
@@ -1834,13 +1926,14 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x13TASK_STATE_FINISHED\x10\x05\x12\x18\n" +
 	"\x14TASK_STATE_CANCELING\x10\x06\x12\x17\n" +
 	"\x13TASK_STATE_CANCELED\x10\a\x12\x15\n" +
-	"\x11TASK_STATE_FAILED\x10\b2\xd0\x03\n" +
+	"\x11TASK_STATE_FAILED\x10\b2\xa9\x04\n" +
 	"\x0eClusterService\x12`\n" +
 	"\x13RegisterTaskManager\x12#.weir.v1.RegisterTaskManagerRequest\x1a$.weir.v1.RegisterTaskManagerResponse\x12B\n" +
 	"\tHeartbeat\x12\x19.weir.v1.HeartbeatRequest\x1a\x1a.weir.v1.HeartbeatResponse\x12T\n" +
 	"\x0fUpdateTaskState\x12\x1f.weir.v1.UpdateTaskStateRequest\x1a .weir.v1.UpdateTaskStateResponse\x12f\n" +
 	"\x15AcknowledgeCheckpoint\x12%.weir.v1.AcknowledgeCheckpointRequest\x1a&.weir.v1.AcknowledgeCheckpointResponse\x12Z\n" +
-	"\x11DeclineCheckpoint\x12!.weir.v1.DeclineCheckpointRequest\x1a\".weir.v1.DeclineCheckpointResponse2\xd8\x02\n" +
+	"\x11DeclineCheckpoint\x12!.weir.v1.DeclineCheckpointRequest\x1a\".weir.v1.DeclineCheckpointResponse\x12W\n" +
+	"\x10SourceInputEnded\x12 .weir.v1.SourceInputEndedRequest\x1a!.weir.v1.SourceInputEndedResponse2\xd8\x02\n" +
 	"\x13TaskExecutorService\x12E\n" +
 	"\n" +
 	"SubmitTask\x12\x1a.weir.v1.SubmitTaskRequest\x1a\x1b.weir.v1.SubmitTaskResponse\x12E\n" +
@@ -1862,7 +1955,7 @@ func file_weirpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_weirpb_cluster_proto_goTypes = []any{
 	(TaskState)(0),                        // 0: weir.v1.TaskState
 	(*ExecutionID)(nil),                   // 1: weir.v1.ExecutionID
@@ -1892,28 +1985,30 @@ var file_weirpb_cluster_proto_goTypes = []any{
 	(*SubmitTaskResponse)(nil),            // 25: weir.v1.SubmitTaskResponse
 	(*CancelTaskRequest)(nil),             // 26: weir.v1.CancelTaskRequest
 	(*CancelTaskResponse)(nil),            // 27: weir.v1.CancelTaskResponse
-	(*Vertex)(nil),                        // 28: weir.v1.Vertex
-	(*Schema)(nil),                        // 29: weir.v1.Schema
-	(Partitioning)(0),                     // 30: weir.v1.Partitioning
-	(CheckpointMode)(0),                   // 31: weir.v1.CheckpointMode
+	(*SourceInputEndedRequest)(nil),       // 28: weir.v1.SourceInputEndedRequest
+	(*SourceInputEndedResponse)(nil),      // 29: weir.v1.SourceInputEndedResponse
+	(*Vertex)(nil),                        // 30: weir.v1.Vertex
+	(*Schema)(nil),                        // 31: weir.v1.Schema
+	(Partitioning)(0),                     // 32: weir.v1.Partitioning
+	(CheckpointMode)(0),                   // 33: weir.v1.CheckpointMode
 }
 var file_weirpb_cluster_proto_depIdxs = []int32{
 	1,  // 0: weir.v1.TaskStatus.id:type_name -> weir.v1.ExecutionID
 	0,  // 1: weir.v1.TaskStatus.state:type_name -> weir.v1.TaskState
 	4,  // 2: weir.v1.HeartbeatRequest.tasks:type_name -> weir.v1.TaskStatus
 	4,  // 3: weir.v1.UpdateTaskStateRequest.status:type_name -> weir.v1.TaskStatus
-	28, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
-	29, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
+	30, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
+	31, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
 	10, // 6: weir.v1.ChainedOperator.input_keys:type_name -> weir.v1.KeyFields
-	30, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
-	30, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
+	32, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
+	32, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
 	1,  // 9: weir.v1.TaskDeployment.id:type_name -> weir.v1.ExecutionID
 	9,  // 10: weir.v1.TaskDeployment.chain:type_name -> weir.v1.ChainedOperator
 	11, // 11: weir.v1.TaskDeployment.inputs:type_name -> weir.v1.InputGate
 	12, // 12: weir.v1.TaskDeployment.outputs:type_name -> weir.v1.OutputSpec
 	14, // 13: weir.v1.TaskDeployment.checkpointing:type_name -> weir.v1.TaskCheckpointing
 	15, // 14: weir.v1.TaskDeployment.restore:type_name -> weir.v1.StateHandle
-	31, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
+	33, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
 	1,  // 16: weir.v1.TriggerCheckpointRequest.id:type_name -> weir.v1.ExecutionID
 	1,  // 17: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
 	1,  // 18: weir.v1.AcknowledgeCheckpointRequest.id:type_name -> weir.v1.ExecutionID
@@ -1921,29 +2016,32 @@ var file_weirpb_cluster_proto_depIdxs = []int32{
 	1,  // 20: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
 	13, // 21: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
 	1,  // 22: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
-	2,  // 23: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
-	5,  // 24: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
-	7,  // 25: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
-	20, // 26: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
-	22, // 27: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
-	24, // 28: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
-	26, // 29: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
-	16, // 30: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
-	18, // 31: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
-	3,  // 32: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
-	6,  // 33: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
-	8,  // 34: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
-	21, // 35: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
-	23, // 36: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
-	25, // 37: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
-	27, // 38: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
-	17, // 39: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
-	19, // 40: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
-	32, // [32:41] is the sub-list for method output_type
-	23, // [23:32] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	1,  // 23: weir.v1.SourceInputEndedRequest.id:type_name -> weir.v1.ExecutionID
+	2,  // 24: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
+	5,  // 25: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
+	7,  // 26: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
+	20, // 27: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
+	22, // 28: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
+	28, // 29: weir.v1.ClusterService.SourceInputEnded:input_type -> weir.v1.SourceInputEndedRequest
+	24, // 30: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
+	26, // 31: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
+	16, // 32: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
+	18, // 33: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
+	3,  // 34: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
+	6,  // 35: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
+	8,  // 36: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
+	21, // 37: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
+	23, // 38: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
+	29, // 39: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
+	25, // 40: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
+	27, // 41: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
+	17, // 42: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
+	19, // 43: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
+	34, // [34:44] is the sub-list for method output_type
+	24, // [24:34] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_cluster_proto_init() }
@@ -1958,7 +2056,7 @@ func file_weirpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_cluster_proto_rawDesc), len(file_weirpb_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -24,6 +24,7 @@ const (
 	ClusterService_UpdateTaskState_FullMethodName       = "/weir.v1.ClusterService/UpdateTaskState"
 	ClusterService_AcknowledgeCheckpoint_FullMethodName = "/weir.v1.ClusterService/AcknowledgeCheckpoint"
 	ClusterService_DeclineCheckpoint_FullMethodName     = "/weir.v1.ClusterService/DeclineCheckpoint"
+	ClusterService_SourceInputEnded_FullMethodName      = "/weir.v1.ClusterService/SourceInputEnded"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -37,6 +38,10 @@ type ClusterServiceClient interface {
 	UpdateTaskState(ctx context.Context, in *UpdateTaskStateRequest, opts ...grpc.CallOption) (*UpdateTaskStateResponse, error)
 	AcknowledgeCheckpoint(ctx context.Context, in *AcknowledgeCheckpointRequest, opts ...grpc.CallOption) (*AcknowledgeCheckpointResponse, error)
 	DeclineCheckpoint(ctx context.Context, in *DeclineCheckpointRequest, opts ...grpc.CallOption) (*DeclineCheckpointResponse, error)
+	// SourceInputEnded says a source task's input is exhausted and it waits for
+	// a final checkpoint before it finishes; when every source has said so the
+	// jobmanager triggers that checkpoint at once instead of at the interval.
+	SourceInputEnded(ctx context.Context, in *SourceInputEndedRequest, opts ...grpc.CallOption) (*SourceInputEndedResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -97,6 +102,16 @@ func (c *clusterServiceClient) DeclineCheckpoint(ctx context.Context, in *Declin
 	return out, nil
 }
 
+func (c *clusterServiceClient) SourceInputEnded(ctx context.Context, in *SourceInputEndedRequest, opts ...grpc.CallOption) (*SourceInputEndedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SourceInputEndedResponse)
+	err := c.cc.Invoke(ctx, ClusterService_SourceInputEnded_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -108,6 +123,10 @@ type ClusterServiceServer interface {
 	UpdateTaskState(context.Context, *UpdateTaskStateRequest) (*UpdateTaskStateResponse, error)
 	AcknowledgeCheckpoint(context.Context, *AcknowledgeCheckpointRequest) (*AcknowledgeCheckpointResponse, error)
 	DeclineCheckpoint(context.Context, *DeclineCheckpointRequest) (*DeclineCheckpointResponse, error)
+	// SourceInputEnded says a source task's input is exhausted and it waits for
+	// a final checkpoint before it finishes; when every source has said so the
+	// jobmanager triggers that checkpoint at once instead of at the interval.
+	SourceInputEnded(context.Context, *SourceInputEndedRequest) (*SourceInputEndedResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -132,6 +151,9 @@ func (UnimplementedClusterServiceServer) AcknowledgeCheckpoint(context.Context, 
 }
 func (UnimplementedClusterServiceServer) DeclineCheckpoint(context.Context, *DeclineCheckpointRequest) (*DeclineCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeclineCheckpoint not implemented")
+}
+func (UnimplementedClusterServiceServer) SourceInputEnded(context.Context, *SourceInputEndedRequest) (*SourceInputEndedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SourceInputEnded not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -244,6 +266,24 @@ func _ClusterService_DeclineCheckpoint_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_SourceInputEnded_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SourceInputEndedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).SourceInputEnded(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_SourceInputEnded_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).SourceInputEnded(ctx, req.(*SourceInputEndedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -270,6 +310,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeclineCheckpoint",
 			Handler:    _ClusterService_DeclineCheckpoint_Handler,
+		},
+		{
+			MethodName: "SourceInputEnded",
+			Handler:    _ClusterService_SourceInputEnded_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
