@@ -4,7 +4,6 @@
 package test
 
 import (
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -94,52 +93,29 @@ func parseTime(t *testing.T, s string) int64 {
 	return ts.UnixMilli()
 }
 
-// readWindows reads every part file the file sink wrote.
+// readWindows reads every window the file sink wrote.
 func readWindows(t *testing.T, dir string) map[windowKey]windowAgg {
-	files, err := filepath.Glob(filepath.Join(dir, "part-*"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no output files in %s (err %v)", dir, err)
+	header, rows := committedRows(t, dir)
+	if len(rows) == 0 {
+		t.Fatalf("no output rows in %s", dir)
+	}
+	if strings.Join(header, ",") != "key,window_start,window_end,n,total,top" {
+		t.Fatalf("header %v", header)
 	}
 	got := make(map[windowKey]windowAgg)
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
+	for _, rec := range rows {
+		start, end := parseTime(t, rec[1]), parseTime(t, rec[2])
+		if end-start != 1000 {
+			t.Fatalf("window %v is not 1s long", rec)
 		}
-		r := csv.NewReader(fh)
-		header, err := r.Read()
-		if err == io.EOF {
-			fh.Close()
-			continue
+		n, _ := strconv.ParseInt(rec[3], 10, 64)
+		total, _ := strconv.ParseInt(rec[4], 10, 64)
+		top, _ := strconv.ParseInt(rec[5], 10, 64)
+		k := windowKey{rec[0], start}
+		if _, dup := got[k]; dup {
+			t.Fatalf("window %v emitted twice", k)
 		}
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if strings.Join(header, ",") != "key,window_start,window_end,n,total,top" {
-			t.Fatalf("%s: header %v", f, header)
-		}
-		for {
-			rec, err := r.Read()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			start, end := parseTime(t, rec[1]), parseTime(t, rec[2])
-			if end-start != 1000 {
-				t.Fatalf("%s: window %v is not 1s long", f, rec)
-			}
-			n, _ := strconv.ParseInt(rec[3], 10, 64)
-			total, _ := strconv.ParseInt(rec[4], 10, 64)
-			top, _ := strconv.ParseInt(rec[5], 10, 64)
-			k := windowKey{rec[0], start}
-			if _, dup := got[k]; dup {
-				t.Fatalf("window %v emitted twice", k)
-			}
-			got[k] = windowAgg{n, total, top}
-		}
-		fh.Close()
+		got[k] = windowAgg{n, total, top}
 	}
 	return got
 }

@@ -17,13 +17,11 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 		Short: "List recent checkpoints: id, status, trigger time, duration, size, slowest task",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, closeFn, err := cc.dial()
+			client, ctx, done, err := cc.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := cc.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			resp, err := client.ListCheckpoints(ctx, &weirpb.ListCheckpointsRequest{JobId: args[0]})
 			if err != nil {
 				return cc.callErr("checkpoints of job "+args[0], err)
@@ -55,13 +53,11 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 		Short: "Trigger a checkpoint now",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, closeFn, err := cc.dial()
+			client, ctx, done, err := cc.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := cc.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			resp, err := client.TriggerCheckpoint(ctx, &weirpb.TriggerJobCheckpointRequest{JobId: args[0]})
 			if err != nil {
 				return cc.callErr("trigger a checkpoint of job "+args[0], err)
@@ -82,13 +78,11 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 			if err != nil || id <= 0 {
 				return fmt.Errorf("checkpoint id %q: want a positive number (see `weir checkpoints list %s`)", args[1], args[0])
 			}
-			client, closeFn, err := cc.dial()
+			client, ctx, done, err := cc.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := cc.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			resp, err := client.InspectCheckpoint(ctx, &weirpb.InspectCheckpointRequest{JobId: args[0], CheckpointId: id})
 			if err != nil {
 				return cc.callErr(fmt.Sprintf("checkpoint %d of job %s", id, args[0]), err)

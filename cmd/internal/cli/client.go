@@ -60,6 +60,17 @@ func (c *clientConfig) dial() (weirpb.JobServiceClient, func(), error) {
 	return weirpb.NewJobServiceClient(conn), func() { conn.Close() }, nil
 }
 
+// connect dials the jobmanager and returns a client, a context bounded by
+// --timeout, and a function that releases both.
+func (c *clientConfig) connect(cmd *cobra.Command) (weirpb.JobServiceClient, context.Context, func(), error) {
+	client, closeFn, err := c.dial()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := c.ctx(cmd.Context())
+	return client, ctx, func() { cancel(); closeFn() }, nil
+}
+
 // callErr turns an RPC error into one message that says what to do.
 func (c *clientConfig) callErr(what string, err error) error {
 	st, _ := status.FromError(err)
@@ -123,13 +134,11 @@ func newSubmitCommand(cc *clientConfig) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, closeFn, err := cc.dial()
+			client, ctx, done, err := cc.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := cc.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			resp, err := client.SubmitJob(ctx, &weirpb.SubmitJobRequest{Graph: weirpb.FromGraph(g), SlotWaitMs: slotWait.Milliseconds()})
 			if err != nil {
 				return cc.callErr("submit "+args[0], err)
@@ -190,13 +199,11 @@ func newJobsCommand(cc *clientConfig) *cobra.Command {
 		Short: "List jobs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, closeFn, err := cc.dial()
+			client, ctx, done, err := cc.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := cc.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			resp, err := client.ListJobs(ctx, &weirpb.ListJobsRequest{})
 			if err != nil {
 				return cc.callErr("list jobs", err)
@@ -259,13 +266,11 @@ func newJobsCommand(cc *clientConfig) *cobra.Command {
 		Short: "Cancel a job",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, closeFn, err := cc.dial()
+			client, ctx, done, err := cc.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := cc.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			if _, err := client.CancelJob(ctx, &weirpb.CancelJobRequest{JobId: args[0]}); err != nil {
 				return cc.callErr("cancel job "+args[0], err)
 			}
@@ -286,13 +291,11 @@ func newTaskManagersCommand(cc *clientConfig) *cobra.Command {
 		Short: "List taskmanagers with their slots and last heartbeat",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, closeFn, err := cc.dial()
+			client, ctx, done, err := cc.connect(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := cc.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			resp, err := client.ListTaskManagers(ctx, &weirpb.ListTaskManagersRequest{})
 			if err != nil {
 				return cc.callErr("list taskmanagers", err)
