@@ -114,6 +114,34 @@ func (s *Storage) UploadSnapshot(ctx context.Context, jobID string, checkpointID
 			checkpointID, operatorUID, subtask, parallelism, attempt)
 	}
 	key := SnapshotKey(jobID, checkpointID, operatorUID, subtask, attempt)
+	return s.upload(ctx, key, checkpointID, operatorUID, subtask, parallelism, kg, data)
+}
+
+// UploadUnionSnapshot is UploadSnapshot for a snapshot that holds only union
+// list state: its handle is marked union_only, so that a restore gives it to
+// every subtask.
+func (s *Storage) UploadUnionSnapshot(ctx context.Context, jobID string, checkpointID int64, operatorUID string,
+	subtask, parallelism int, attempt int64, kg stream.KeyGroupRange, data []byte) (*weirpb.StateHandle, error) {
+	if err := validSegment("job id", jobID); err != nil {
+		return nil, err
+	}
+	if err := validSegment("operator uid", operatorUID); err != nil {
+		return nil, err
+	}
+	if checkpointID < 0 || subtask < 0 || parallelism <= 0 || subtask >= parallelism || attempt < 0 {
+		return nil, fmt.Errorf("checkpoint %d: upload union state of %s subtask %d/%d attempt %d: invalid arguments",
+			checkpointID, operatorUID, subtask, parallelism, attempt)
+	}
+	key := SnapshotKey(jobID, checkpointID, operatorUID, subtask, attempt) + ".union"
+	h, err := s.upload(ctx, key, checkpointID, operatorUID, subtask, parallelism, kg, data)
+	if h != nil {
+		h.UnionOnly = true
+	}
+	return h, err
+}
+
+func (s *Storage) upload(ctx context.Context, key string, checkpointID int64, operatorUID string,
+	subtask, parallelism int, kg stream.KeyGroupRange, data []byte) (*weirpb.StateHandle, error) {
 	if err := s.store.Put(ctx, key, data); err != nil {
 		return nil, fmt.Errorf("checkpoint %d: upload snapshot of %s subtask %d: %w", checkpointID, operatorUID, subtask, err)
 	}

@@ -65,7 +65,8 @@ func buildManifest(jobID string, g *stream.JobGraph, mode stream.CheckpointMode,
 // handles the same subtask wrote (its key groups are the same). When the
 // parallelism changed, it is every handle of the operator: the
 // taskmanager's loader keeps the key groups the subtask owns now and
-// redistributes list state.
+// redistributes list state. Union state (handles marked union_only) goes to
+// every subtask.
 func restoreHandles(m *weirpb.Manifest, g *stream.JobGraph, t *taskSpec, subtask int) []*weirpb.StateHandle {
 	var out []*weirpb.StateHandle
 	for _, id := range t.Chain {
@@ -76,7 +77,7 @@ func restoreHandles(m *weirpb.Manifest, g *stream.JobGraph, t *taskSpec, subtask
 			}
 			same := int(op.GetParallelism()) == v.Parallelism
 			for _, h := range op.GetHandles() {
-				if !same || int(h.GetSubtask()) == subtask {
+				if !same || int(h.GetSubtask()) == subtask || h.GetUnionOnly() {
 					out = append(out, h)
 				}
 			}

@@ -127,16 +127,36 @@ func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) 
 	var handles []*weirpb.StateHandle
 	var total int64
 	for _, uid := range uids {
-		data, err := checkpoint.EncodeSnapshot(snaps[uid])
-		if err != nil {
-			return nil, 0, fmt.Errorf("operator %q: encode snapshot: %w", uid, err)
+		// Union state goes to an object of its own: on restore every
+		// subtask receives all union objects but only its own other state.
+		snap := snaps[uid]
+		main := &stream.OperatorSnapshot{Keyed: snap.Keyed, List: snap.List}
+		parts := []struct {
+			snap  *stream.OperatorSnapshot
+			union bool
+		}{{main, false}}
+		if len(snap.Union) > 0 {
+			parts = append(parts, struct {
+				snap  *stream.OperatorSnapshot
+				union bool
+			}{&stream.OperatorSnapshot{Union: snap.Union}, true})
 		}
-		hd, err := st.UploadSnapshot(h.ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.spec.Parallelism, h.id.GetAttempt(), kg, data)
-		if err != nil {
-			return nil, 0, fmt.Errorf("operator %q: %w", uid, err)
+		for _, part := range parts {
+			data, err := checkpoint.EncodeSnapshot(part.snap)
+			if err != nil {
+				return nil, 0, fmt.Errorf("operator %q: encode snapshot: %w", uid, err)
+			}
+			upload := st.UploadSnapshot
+			if part.union {
+				upload = st.UploadUnionSnapshot
+			}
+			hd, err := upload(h.ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.spec.Parallelism, h.id.GetAttempt(), kg, data)
+			if err != nil {
+				return nil, 0, fmt.Errorf("operator %q: %w", uid, err)
+			}
+			handles = append(handles, hd)
+			total += int64(len(data))
 		}
-		handles = append(handles, hd)
-		total += int64(len(data))
 	}
 	return handles, total, nil
 }

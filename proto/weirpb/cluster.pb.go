@@ -1024,6 +1024,10 @@ type StateHandle struct {
 	// key_group_start..key_group_end (inclusive) is the keyed state's range.
 	KeyGroupStart int32 `protobuf:"varint,7,opt,name=key_group_start,json=keyGroupStart,proto3" json:"key_group_start,omitempty"`
 	KeyGroupEnd   int32 `protobuf:"varint,8,opt,name=key_group_end,json=keyGroupEnd,proto3" json:"key_group_end,omitempty"`
+	// union_only: the object holds only union list state, which every
+	// subtask receives whole on restore (the other handles go only to the
+	// subtasks that own their key groups or list items).
+	UnionOnly     bool `protobuf:"varint,9,opt,name=union_only,json=unionOnly,proto3" json:"union_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1112,6 +1116,13 @@ func (x *StateHandle) GetKeyGroupEnd() int32 {
 		return x.KeyGroupEnd
 	}
 	return 0
+}
+
+func (x *StateHandle) GetUnionOnly() bool {
+	if x != nil {
+		return x.UnionOnly
+	}
+	return false
 }
 
 type TriggerCheckpointRequest struct {
@@ -1871,7 +1882,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +
-	"\astorage\x18\x03 \x01(\tR\astorage\"\xf6\x01\n" +
+	"\astorage\x18\x03 \x01(\tR\astorage\"\x95\x02\n" +
 	"\vStateHandle\x12!\n" +
 	"\foperator_uid\x18\x01 \x01(\tR\voperatorUid\x12\x18\n" +
 	"\asubtask\x18\x02 \x01(\x05R\asubtask\x12 \n" +
@@ -1880,7 +1891,9 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x12&\n" +
 	"\x0fkey_group_start\x18\a \x01(\x05R\rkeyGroupStart\x12\"\n" +
-	"\rkey_group_end\x18\b \x01(\x05R\vkeyGroupEnd\"\x88\x01\n" +
+	"\rkey_group_end\x18\b \x01(\x05R\vkeyGroupEnd\x12\x1d\n" +
+	"\n" +
+	"union_only\x18\t \x01(\bR\tunionOnly\"\x88\x01\n" +
 	"\x18TriggerCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
