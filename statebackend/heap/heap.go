@@ -20,8 +20,9 @@
 // (entries in the heap that are no longer in the set are skipped) and is what
 // Snapshot writes.
 //
-// See chunk.go for the snapshot format. heap imports the standard library,
-// stream and statebackend.
+// Snapshot chunks are in the format of statebackend/internal/chunk (shared
+// with the Pebble backend). heap imports the standard library, stream,
+// statebackend and statebackend/internal/chunk.
 package heap
 
 import (
@@ -30,6 +31,7 @@ import (
 	"slices"
 
 	"github.com/weirstream/weir/statebackend"
+	"github.com/weirstream/weir/statebackend/internal/chunk"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -334,9 +336,9 @@ func (t *table) decodeRaw(d statebackend.Descriptor) error {
 	}
 	var todo []pending
 	fail := func(i int, key, uk string, what string, err error) error {
-		where := fmt.Sprintf("key %s", printable(key))
+		where := fmt.Sprintf("key %s", chunk.Printable(key))
 		if t.maps != nil {
-			where += fmt.Sprintf(", user key %s", printable(uk))
+			where += fmt.Sprintf(", user key %s", chunk.Printable(uk))
 		}
 		return fmt.Errorf("heap state backend: restored %s state %q, key group %d, %s: %s does not decode with codec %s: %w; the state was written with another codec or type",
 			t.kind, d.Name, t.b.kg.Start+i, where, what, codecName(d, what), err)
@@ -380,25 +382,4 @@ func codecName(d statebackend.Descriptor, what string) string {
 		return d.UserKeyCodec.ID()
 	}
 	return d.Codec.ID()
-}
-
-// printable shows a key in an error message: quoted if it is short text,
-// else as hex, and truncated.
-func printable(k string) string {
-	const max = 64
-	text := true
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x20 || k[i] > 0x7e {
-			text = false
-			break
-		}
-	}
-	suffix := ""
-	if len(k) > max {
-		k, suffix = k[:max], "…"
-	}
-	if text {
-		return fmt.Sprintf("%q%s", k, suffix)
-	}
-	return fmt.Sprintf("0x%x%s", k, suffix)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/weirstream/weir/statebackend"
+	"github.com/weirstream/weir/statebackend/internal/chunk"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -295,8 +296,8 @@ func (b *Backend) addTable(name string, kind statebackend.Kind) *table {
 func (b *Backend) saveTable(t *table) {
 	v := binary.AppendUvarint(nil, t.id)
 	v = append(v, byte(t.kind))
-	v = appendBytes(v, []byte(t.codecID))
-	v = appendBytes(v, []byte(t.ukCodecID))
+	v = chunk.AppendField(v, t.codecID)
+	v = chunk.AppendField(v, t.ukCodecID)
 	if err := b.batch.Set(append(bytes.Clone(metaTablePfx), t.name...), v, nil); err != nil {
 		b.fail(err)
 	}
@@ -322,11 +323,11 @@ func loadTables(r pebble.Reader, dir string) (map[string]*table, error) {
 	out := make(map[string]*table)
 	for it.First(); it.Valid(); it.Next() {
 		name := string(it.Key()[len(metaTablePfx):])
-		rd := reader{buf: it.Value()}
-		t := &table{name: name, id: rd.uvarint(), kind: statebackend.Kind(rd.byte())}
-		t.codecID = string(rd.bytes())
-		t.ukCodecID = string(rd.bytes())
-		if rd.err != nil || !t.kind.Valid() || t.id == 0 {
+		rd := chunk.NewReader(it.Value())
+		t := &table{name: name, id: rd.Uvarint(), kind: statebackend.Kind(rd.Byte())}
+		t.codecID = string(rd.Bytes())
+		t.ukCodecID = string(rd.Bytes())
+		if rd.Err() != nil || !t.kind.Valid() || t.id == 0 {
 			return nil, fmt.Errorf("%w: pebble state backend: %s: damaged registry record of table %q", statebackend.ErrCorrupt, dir, name)
 		}
 		t.d = statebackend.Descriptor{Name: name, Kind: t.kind}
@@ -519,30 +520,4 @@ func (b *Backend) Close() error {
 	}
 	b.tables, b.byID = nil, nil
 	return err
-}
-
-func appendBytes(dst, s []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
-// printable shows a key in an error message: quoted if it is short text,
-// else as hex, and truncated.
-func printable(k []byte) string {
-	const limit = 64
-	text := true
-	for _, c := range k {
-		if c < 0x20 || c > 0x7e {
-			text = false
-			break
-		}
-	}
-	suffix := ""
-	if len(k) > limit {
-		k, suffix = k[:limit], "…"
-	}
-	if text {
-		return fmt.Sprintf("%q%s", k, suffix)
-	}
-	return fmt.Sprintf("0x%x%s", k, suffix)
 }

@@ -3,36 +3,20 @@ package pebblestate
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/weirstream/weir/statebackend"
+	"github.com/weirstream/weir/statebackend/internal/chunk"
 	"github.com/weirstream/weir/stream"
 )
 
-// Snapshot chunks use the heap backend's format, version 1 (documented in
-// statebackend/heap/chunk.go), so that a full snapshot of either backend
-// restores into the other:
-//
-//	"WKG" 1 | uvarint kg | uvarint #tables | per table: name, kind byte,
-//	uvarint #keys, per key: key and value (non-map kinds), or key,
-//	uvarint #user keys and per user key: user key and value (KindMap) |
-//	uvarint #timers, per timer: zig-zag varint ts and key | CRC-32C (LE)
-//
-// where name, key, user key and value are uvarint-length-prefixed bytes and
-// values are the codec bytes stored in Pebble as they are. The encoder and
-// decoder are duplicated here (they are unexported in package heap); the
-// differential test checks that the two backends read each other's chunks.
-
-const chunkVersion = 1
-
-var (
-	chunkMagic = [3]byte{'W', 'K', 'G'}
-	crcTable   = crc32.MakeTable(crc32.Castagnoli)
-)
+// Snapshot chunks are in the format of package statebackend/internal/chunk,
+// shared with the heap backend so that a full snapshot of either backend
+// restores into the other; values are the codec bytes stored in Pebble as
+// they are. This file walks a key group's key range to write chunks and
+// writes parsed chunks back.
 
 // Snapshot implements statebackend.Backend: it commits buffered writes and
 // encodes every non-empty key group into a chunk by iterating its key range
@@ -49,12 +33,12 @@ func (b *Backend) Snapshot(c *stream.SnapshotContext) error {
 		return err
 	}
 	for kg := b.kg.Start; kg <= b.kg.End; kg++ {
-		chunk, err := b.encodeKeyGroup(kg)
+		data, err := b.encodeKeyGroup(kg)
 		if err != nil {
 			return err
 		}
-		if chunk != nil {
-			c.WriteKeyGroup(kg, chunk)
+		if data != nil {
+			c.WriteKeyGroup(kg, data)
 		}
 	}
 	return nil
@@ -87,8 +71,8 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 	flushMap := func() {
 		if haveKey {
 			tb := &bodies[len(bodies)-1]
-			tb.body = appendBytes(tb.body, mapKey)
-			tb.body = binary.AppendUvarint(tb.body, uint64(mapN))
+			tb.body = chunk.AppendField(tb.body, mapKey)
+			tb.body = chunk.AppendCount(tb.body, mapN)
 			tb.body = append(tb.body, mapBuf...)
 			tb.n++
 		}
@@ -97,8 +81,7 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
 		if _, ts, key, isTimer := parseTimerKey(k); isTimer {
-			timers = binary.AppendVarint(timers, ts)
-			timers = appendBytes(timers, key)
+			timers = chunk.AppendTimer(timers, ts, key)
 			nTimers++
 			continue
 		}
@@ -122,13 +105,13 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 				flushMap()
 				mapKey, haveKey = append(mapKey[:0], key...), true
 			}
-			mapBuf = appendBytes(mapBuf, uk)
-			mapBuf = appendBytes(mapBuf, it.Value())
+			mapBuf = chunk.AppendField(mapBuf, uk)
+			mapBuf = chunk.AppendField(mapBuf, it.Value())
 			mapN++
 			continue
 		}
-		tb.body = appendBytes(tb.body, key)
-		tb.body = appendBytes(tb.body, it.Value())
+		tb.body = chunk.AppendField(tb.body, key)
+		tb.body = chunk.AppendField(tb.body, it.Value())
 		tb.n++
 	}
 	flushMap()
@@ -143,19 +126,14 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 		size += len(tb.t.name) + len(tb.body) + 16
 	}
 	dst := make([]byte, 0, size)
-	dst = append(dst, chunkMagic[:]...)
-	dst = append(dst, chunkVersion)
-	dst = binary.AppendUvarint(dst, uint64(kg))
-	dst = binary.AppendUvarint(dst, uint64(len(bodies)))
+	dst = chunk.AppendHeader(dst, kg, len(bodies))
 	for _, tb := range bodies {
-		dst = appendBytes(dst, []byte(tb.t.name))
-		dst = append(dst, byte(tb.t.kind))
-		dst = binary.AppendUvarint(dst, uint64(tb.n))
+		dst = chunk.AppendTable(dst, tb.t.name, tb.t.kind, tb.n)
 		dst = append(dst, tb.body...)
 	}
-	dst = binary.AppendUvarint(dst, uint64(nTimers))
+	dst = chunk.AppendCount(dst, nTimers)
 	dst = append(dst, timers...)
-	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst, crcTable)), nil
+	return chunk.AppendChecksum(dst), nil
 }
 
 // Restore implements statebackend.Backend. It decodes and checks every chunk
@@ -174,14 +152,14 @@ func (b *Backend) Restore(c *stream.RestoreContext) error {
 		if !b.kg.Contains(kg) {
 			continue
 		}
-		for n, chunk := range chunks {
-			p, err := parseChunk(chunk)
+		for n, data := range chunks {
+			p, err := parseChunk(data)
 			if err == nil && p.kg != kg {
 				err = fmt.Errorf("holds key group %d", p.kg)
 			}
 			if err != nil {
 				return fmt.Errorf("%w: checkpoint %d, key group %d, chunk %d of %d (%d bytes): %v; the checkpoint data is damaged or was not written by a Weir state backend",
-					statebackend.ErrCorrupt, c.CheckpointID, kg, n+1, len(chunks), len(chunk), err)
+					statebackend.ErrCorrupt, c.CheckpointID, kg, n+1, len(chunks), len(data), err)
 			}
 			for _, pt := range p.tables {
 				want, ok := kinds[pt.name]
@@ -264,7 +242,7 @@ func checkDecodes(d statebackend.Descriptor, kg int, pt parsedTable) error {
 		}
 		if err != nil {
 			return fmt.Errorf("pebble state backend: restored %s state %q, key group %d, key %s: %s does not decode with codec %s: %w",
-				d.Kind, d.Name, kg, printable(e.key), what, codec.ID(), err)
+				d.Kind, d.Name, kg, chunk.Printable(e.key), what, codec.ID(), err)
 		}
 	}
 	return nil
@@ -289,157 +267,42 @@ type parsedChunk struct {
 	timers []parsedTimer
 }
 
-// parseChunk decodes and checks a chunk. The result aliases chunk, which
-// it does not modify.
-func parseChunk(chunk []byte) (*parsedChunk, error) {
-	const header = len(chunkMagic) + 1
-	if len(chunk) < header+4 {
-		return nil, errors.New("too short for a chunk")
+// parseChunk decodes and checks a chunk. The result aliases data, which it
+// does not modify.
+func parseChunk(data []byte) (*parsedChunk, error) {
+	var h chunkParser
+	kg, err := chunk.Parse(data, &h)
+	if err != nil {
+		return nil, err
 	}
-	if [3]byte(chunk[:3]) != chunkMagic {
-		return nil, fmt.Errorf("bad magic %q", chunk[:3])
-	}
-	if v := chunk[3]; v != chunkVersion {
-		return nil, fmt.Errorf("format version %d, this build reads version %d; restore with the Weir version that wrote the checkpoint or a newer one", v, chunkVersion)
-	}
-	body := chunk[:len(chunk)-4]
-	if want, got := binary.LittleEndian.Uint32(chunk[len(chunk)-4:]), crc32.Checksum(body, crcTable); want != got {
-		return nil, fmt.Errorf("checksum mismatch (stored %08x, computed %08x)", want, got)
-	}
-	r := reader{buf: body[header:len(body):len(body)]}
-	kg := r.count(MaxKeyGroup)
-	p := &parsedChunk{kg: kg}
-	nt := r.count(r.left())
-	for range nt {
-		if r.err != nil {
-			break
-		}
-		pt := parsedTable{name: string(r.bytes())}
-		pt.kind = statebackend.Kind(r.byte())
-		if r.err == nil && !pt.kind.Valid() {
-			r.fail(fmt.Errorf("table %q: unknown kind %d", pt.name, pt.kind))
-		}
-		nk := r.count(r.left())
-		for range nk {
-			if r.err != nil {
-				break
-			}
-			k := r.bytes()
-			if pt.kind != statebackend.KindMap {
-				v := r.bytes()
-				pt.entries = append(pt.entries, parsedEntry{key: k, v: v})
-				continue
-			}
-			nu := r.count(r.left())
-			if nu == 0 && r.err == nil {
-				r.fail(fmt.Errorf("table %q: key %s without user keys", pt.name, printable(k)))
-			}
-			for range nu {
-				uk := r.bytes()
-				v := r.bytes()
-				if r.err != nil {
-					break
-				}
-				pt.entries = append(pt.entries, parsedEntry{key: k, uk: uk, v: v})
-			}
-		}
-		p.tables = append(p.tables, pt)
-	}
-	ntm := r.count(r.left())
-	for range ntm {
-		ts := r.varint()
-		k := r.bytes()
-		if r.err != nil {
-			break
-		}
-		p.timers = append(p.timers, parsedTimer{ts, k})
-	}
-	if r.err == nil && r.left() != 0 {
-		r.fail(fmt.Errorf("%d unexpected bytes after the timers", r.left()))
-	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	return p, nil
+	h.p.kg = kg
+	return &h.p, nil
 }
 
-// reader decodes length-prefixed fields; after the first error every read
-// returns zero values and err keeps that error.
-type reader struct {
-	buf []byte
-	pos int
-	err error
+// chunkParser builds a parsedChunk from what chunk.Parse hands it.
+type chunkParser struct {
+	p   parsedChunk
+	key []byte // the current map key
 }
 
-func (r *reader) fail(err error) {
-	if r.err == nil {
-		r.err = err
-	}
+var _ chunk.Handler = (*chunkParser)(nil)
+
+func (h *chunkParser) Table(name string, kind statebackend.Kind, _ int) {
+	h.p.tables = append(h.p.tables, parsedTable{name: name, kind: kind})
 }
 
-func (r *reader) left() int { return len(r.buf) - r.pos }
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.buf[r.pos:])
-	if n <= 0 {
-		r.fail(fmt.Errorf("bad varint at byte %d", r.pos))
-		return 0
-	}
-	r.pos += n
-	return v
+func (h *chunkParser) Value(key, value []byte) {
+	pt := &h.p.tables[len(h.p.tables)-1]
+	pt.entries = append(pt.entries, parsedEntry{key: key, v: value})
 }
 
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.buf[r.pos:])
-	if n <= 0 {
-		r.fail(fmt.Errorf("bad varint at byte %d", r.pos))
-		return 0
-	}
-	r.pos += n
-	return v
+func (h *chunkParser) MapKey(key []byte, _ int) { h.key = key }
+
+func (h *chunkParser) MapValue(userKey, value []byte) {
+	pt := &h.p.tables[len(h.p.tables)-1]
+	pt.entries = append(pt.entries, parsedEntry{key: h.key, uk: userKey, v: value})
 }
 
-// count reads a count of at most limit (each counted item takes at least a
-// byte), so that a damaged count cannot make the decoder allocate a lot.
-func (r *reader) count(limit int) int {
-	v := r.uvarint()
-	if r.err == nil && v > uint64(limit) {
-		r.fail(fmt.Errorf("count %d at byte %d exceeds %d", v, r.pos, limit))
-		return 0
-	}
-	return int(v)
-}
-
-func (r *reader) byte() byte {
-	if r.err != nil {
-		return 0
-	}
-	if r.pos >= len(r.buf) {
-		r.fail(errors.New("truncated"))
-		return 0
-	}
-	r.pos++
-	return r.buf[r.pos-1]
-}
-
-// bytes reads a length-prefixed field; the result aliases buf, with its
-// capacity cut.
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(r.left()) {
-		r.fail(fmt.Errorf("field of %d bytes at byte %d exceeds the %d bytes left", n, r.pos, r.left()))
-		return nil
-	}
-	s := r.buf[r.pos : r.pos+int(n) : r.pos+int(n)]
-	r.pos += int(n)
-	return s
+func (h *chunkParser) Timer(ts int64, key []byte) {
+	h.p.timers = append(h.p.timers, parsedTimer{ts, key})
 }

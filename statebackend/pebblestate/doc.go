@@ -56,8 +56,9 @@
 // # Snapshots and checkpoints
 //
 //   - Snapshot/Restore: full snapshots, one chunk per non-empty key group in
-//     the heap backend's format (see chunk.go), so heap and Pebble snapshots
-//     restore into either backend, at any parallelism.
+//     the format of statebackend/internal/chunk that the heap backend writes
+//     too, so heap and Pebble snapshots restore into either backend, at any
+//     parallelism.
 //   - Checkpoint(dir): a Pebble checkpoint (hard links) after a flush; it
 //     lists every file with size and SHA-256 and marks immutable sstables
 //     as Shared (content-addressed, reference-counted by the storage layer)
@@ -67,5 +68,6 @@
 //     DeleteRange as the fallback); MergeInto adds the owned key groups of
 //     further checkpoint directories (scale-in), rewriting table ids.
 //
-// pebblestate imports the standard library, stream, statebackend and Pebble.
+// pebblestate imports the standard library, stream, statebackend,
+// statebackend/internal/chunk and Pebble.
 package pebblestate

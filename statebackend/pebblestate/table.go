@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/weirstream/weir/statebackend"
+	"github.com/weirstream/weir/statebackend/internal/chunk"
 )
 
 // table is one state table: a name in the registry with a numeric id that
@@ -49,7 +50,7 @@ func (t *table) Get(userKey []byte) (any, bool) {
 	raw, closer, err := b.batch.Get(k)
 	if err != nil {
 		if err != pebble.ErrNotFound {
-			b.fail(fmt.Errorf("pebble state backend: %s state %q, key %s: read: %w", t.kind, t.name, printable(b.key), err))
+			b.fail(fmt.Errorf("pebble state backend: %s state %q, key %s: read: %w", t.kind, t.name, chunk.Printable(b.key), err))
 		}
 		b.setProbe(k, -1)
 		return nil, false
@@ -61,7 +62,7 @@ func (t *table) Get(userKey []byte) (any, bool) {
 		// Values are written by this codec, and restored ones checked
 		// when the table was asked for: the codec is broken.
 		panic(fmt.Sprintf("pebble state backend: %s state %q, key %s: stored value does not decode with codec %s: %v",
-			t.kind, t.name, printable(b.key), t.d.Codec.ID(), err))
+			t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
 	}
 	return v, true
 }
@@ -75,7 +76,7 @@ func (t *table) Put(userKey []byte, v any) {
 	b.vbuf, err = t.d.Codec.AppendValue(b.vbuf[:0], v)
 	if err != nil {
 		b.fail(fmt.Errorf("pebble state backend: %s state %q, key %s: value does not encode with codec %s: %w",
-			t.kind, t.name, printable(b.key), t.d.Codec.ID(), err))
+			t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
 		return
 	}
 	k := t.key(userKey)
@@ -142,7 +143,7 @@ func (t *table) Range(fn func(userKey []byte, v any) bool) {
 			v, err := t.d.Codec.DecodeValue(e.v)
 			if err != nil {
 				panic(fmt.Sprintf("pebble state backend: map state %q, key %s: stored value does not decode with codec %s: %v",
-					t.name, printable(b.key), t.d.Codec.ID(), err))
+					t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
 			}
 			if !fn(e.uk, v) || b.closed {
 				return
@@ -227,9 +228,9 @@ func (t *table) validate(d statebackend.Descriptor) error {
 				err = fmt.Errorf("bad key encoding")
 			}
 			if err != nil {
-				where := fmt.Sprintf("key %s", printable(key))
+				where := fmt.Sprintf("key %s", chunk.Printable(key))
 				if t.kind == statebackend.KindMap {
-					where += fmt.Sprintf(", user key %s", printable(uk))
+					where += fmt.Sprintf(", user key %s", chunk.Printable(uk))
 				}
 				it.Close()
 				return fmt.Errorf("pebble state backend: restored %s state %q, key group %d, %s: %s does not decode with codec %s: %w; the state was written with another codec or type",

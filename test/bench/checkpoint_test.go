@@ -56,7 +56,9 @@ func countedRate(tb testing.TB, c *clustertest.Cluster, id string, warmup, windo
 
 // BenchmarkCheckpointOverhead compares the throughput of a keyed count with
 // exactly-once checkpoints every second to S3 (versitygw) with the same job
-// without checkpoints, on a cluster of two taskmanager processes.
+// without checkpoints, on a cluster of two taskmanager processes. The two
+// alternate three times and the best run of each is compared: on a small,
+// shared machine the best run is the one least disturbed by others.
 func BenchmarkCheckpointOverhead(b *testing.B) {
 	endpoint, access, secret := blobstoretest.StartVersityGW(b)
 	c := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "warn", Env: []string{
@@ -88,7 +90,7 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 	var base, ck float64
 	var completed int64
 	for i := 0; i < b.N; i++ {
-		for round := 0; round < 2; round++ {
+		for round := 0; round < 3; round++ {
 			r, _ := run(stream.CheckpointConfig{})
 			base = max(base, r)
 			r, n := run(with)

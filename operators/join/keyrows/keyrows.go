@@ -4,27 +4,25 @@
 // key group, Rows stores copies of records column by column (strings copied
 // into an arena so that state never pins an input batch's buffers), and
 // Gather builds output columns from stored or incoming rows. The snapshot
-// encodings of keys and rows are defined here too.
+// encodings of keys and rows are defined here too, from the value encoding
+// and Reader of operators/internal/rowenc.
 //
-// It imports the standard library and package stream only. Nothing in it is
-// safe for concurrent use.
+// It imports the standard library, package stream and
+// operators/internal/rowenc. Nothing in it is safe for concurrent use.
 package keyrows
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"math"
 	"unsafe"
 
+	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/stream"
 )
 
-// IsNull reports whether row i of c is null, tolerating a short bitmap.
-func IsNull(c *stream.Column, i int) bool {
-	w := i >> 6
-	return w < len(c.Nulls) && c.Nulls[w]&(1<<(uint(i)&63)) != 0
-}
+// IsNull reports whether row i of c is null, tolerating a short bitmap. It
+// is rowenc.IsNull, named here for the operators that use keyrows.
+func IsNull(c *stream.Column, i int) bool { return rowenc.IsNull(c, i) }
 
 // SameKind reports whether values of a and b can be equal keys: equal types,
 // or int64 and timestamp (both hash and encode as integers).
@@ -134,7 +132,7 @@ func (k *Keys) Groups(maxParallelism int) []int32 {
 	cols := make([]int, len(k.cols))
 	for j := range cols {
 		cols[j] = j
-		PadNulls(&k.cols[j], n)
+		rowenc.PadNulls(&k.cols[j], n)
 	}
 	b := stream.Batch{Schema: k.schema, Cols: k.cols}
 	b.SetLen(n)
@@ -152,15 +150,16 @@ func (k *Keys) Groups(maxParallelism int) []int32 {
 // strings uvarint length and bytes, bools one byte).
 func (k *Keys) encode(buf []byte, cols []stream.Column, idx []int, i int) []byte {
 	for _, c := range idx {
-		buf = AppendValue(buf, &cols[c], i)
+		buf = rowenc.AppendValue(buf, &cols[c], i)
 	}
 	return buf
 }
 
-// AppendKey appends the encoding of key id (as AppendValue per key field).
+// AppendKey appends the encoding of key id (as rowenc.AppendValue per key
+// field).
 func (k *Keys) AppendKey(buf []byte, id int32) []byte {
 	for j := range k.cols {
-		buf = AppendValue(buf, &k.cols[j], int(id))
+		buf = rowenc.AppendValue(buf, &k.cols[j], int(id))
 	}
 	return buf
 }
@@ -180,43 +179,6 @@ func (k *Keys) ReadKey(r *Reader) int32 {
 	}
 	b.SetLen(1)
 	return k.ID(b, cols, 0)
-}
-
-// PadNulls extends a short null bitmap of c to cover n rows.
-func PadNulls(c *stream.Column, n int) {
-	if c.Nulls != nil {
-		for len(c.Nulls) < (n+63)>>6 {
-			c.Nulls = append(c.Nulls, 0)
-		}
-	}
-}
-
-// AppendValue appends row i of c in the state encoding: a null byte (1 for
-// null) and, when not null, the value.
-func AppendValue(buf []byte, c *stream.Column, i int) []byte {
-	if IsNull(c, i) {
-		return append(buf, 1)
-	}
-	buf = append(buf, 0)
-	switch c.Type {
-	case stream.TypeInt64, stream.TypeTimestamp:
-		buf = binary.AppendVarint(buf, c.Ints[i])
-	case stream.TypeFloat64:
-		f := c.Floats[i]
-		if f == 0 {
-			f = 0 // -0 and +0 are one key
-		}
-		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(f))
-	case stream.TypeString:
-		buf = binary.AppendUvarint(buf, uint64(len(c.Strs[i])))
-		buf = append(buf, c.Strs[i]...)
-	case stream.TypeBool:
-		if c.Bools[i] {
-			return append(buf, 1)
-		}
-		buf = append(buf, 0)
-	}
-	return buf
 }
 
 // appendValue appends row i of src to dst as row n; strings are copied into
@@ -299,11 +261,11 @@ func (r *Rows) Append(b *stream.Batch, i int) int32 {
 }
 
 // AppendRow appends the state encoding of row id: its event time (varint)
-// and each column's value as AppendValue writes it.
+// and each column's value as rowenc.AppendValue writes it.
 func (r *Rows) AppendRow(buf []byte, id int32) []byte {
 	buf = binary.AppendVarint(buf, r.Times[id])
 	for j := range r.Cols {
-		buf = AppendValue(buf, &r.Cols[j], int(id))
+		buf = rowenc.AppendValue(buf, &r.Cols[j], int(id))
 	}
 	return buf
 }
@@ -357,123 +319,10 @@ func Gather(dst, src *stream.Column, idx []int32) {
 	}
 }
 
-// ErrTruncated is the error of a Reader that ran out of bytes.
-var ErrTruncated = errors.New("truncated")
-
 // Reader decodes state written with the Append functions of this package,
-// remembering the first error in Err.
-type Reader struct {
-	B   []byte
-	Err error
-}
-
-func (r *Reader) fail() {
-	if r.Err == nil {
-		r.Err = ErrTruncated
-	}
-}
-
-// Byte reads one byte.
-func (r *Reader) Byte() byte {
-	if r.Err != nil || len(r.B) == 0 {
-		r.fail()
-		return 0
-	}
-	v := r.B[0]
-	r.B = r.B[1:]
-	return v
-}
-
-// Uvarint reads an unsigned varint.
-func (r *Reader) Uvarint() uint64 {
-	if r.Err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.B)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.B = r.B[n:]
-	return v
-}
-
-// Count reads an unsigned varint that counts items of at least one byte
-// each, failing if more are announced than bytes remain.
-func (r *Reader) Count() int {
-	n := r.Uvarint()
-	if r.Err == nil && n > uint64(len(r.B)) {
-		r.fail()
-		return 0
-	}
-	return int(n)
-}
-
-// Varint reads a signed varint.
-func (r *Reader) Varint() int64 {
-	if r.Err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.B)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.B = r.B[n:]
-	return v
-}
-
-// Value reads one value written by AppendValue and appends it to c as row i.
-func (r *Reader) Value(c *stream.Column, i int) {
-	null := r.Byte() == 1
-	switch c.Type {
-	case stream.TypeInt64, stream.TypeTimestamp:
-		var v int64
-		if !null {
-			v = r.Varint()
-		}
-		c.Ints = append(c.Ints, v)
-	case stream.TypeFloat64:
-		var v float64
-		if !null {
-			if r.Err == nil && len(r.B) < 8 {
-				r.fail()
-			}
-			if r.Err == nil {
-				v = math.Float64frombits(binary.LittleEndian.Uint64(r.B))
-				r.B = r.B[8:]
-			}
-		}
-		c.Floats = append(c.Floats, v)
-	case stream.TypeString:
-		var v string
-		if !null {
-			n := r.Count()
-			if r.Err == nil {
-				v = string(r.B[:n])
-				r.B = r.B[n:]
-			}
-		}
-		c.Strs = append(c.Strs, v)
-	case stream.TypeBool:
-		var v bool
-		if !null {
-			v = r.Byte() == 1
-		}
-		c.Bools = append(c.Bools, v)
-	}
-	if null {
-		c.SetNull(i, i+1)
-	}
-}
-
-// Done returns the first error, or an error if bytes are left over.
-func (r *Reader) Done() error {
-	if r.Err == nil && len(r.B) > 0 {
-		r.Err = fmt.Errorf("%d unexpected trailing bytes", len(r.B))
-	}
-	return r.Err
-}
+// remembering the first error in Err. It is rowenc.Reader, named here for
+// the operators that use keyrows.
+type Reader = rowenc.Reader
 
 // CopyRow appends row i of src to dst (columns of the same types), which
 // hold row rows already. Strings are shared, not copied.
