@@ -16,5 +16,6 @@
 // gets exactly its key groups (state format in state.go). They move to
 // package statebackend's keyed value state once that exists.
 //
-// The package imports the standard library and package stream only.
+// The package imports the standard library, package stream and
+// operators/internal/rowenc (the encoding of key values in the state).
 package keyed

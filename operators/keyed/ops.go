@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -169,7 +170,7 @@ func (o *SequenceCheck) ProcessBatch(_ int, b *stream.Batch, out stream.Collecto
 	vals := o.keys.vals
 	for i, v := range c.Ints[:n] {
 		id := ids[i]
-		if want := vals[id] + 1; v != want || c.Nulls != nil && isNull(c, i) {
+		if want := vals[id] + 1; v != want || c.Nulls != nil && rowenc.IsNull(c, i) {
 			err := o.mismatch(b, i, want)
 			b.Release()
 			return err
@@ -183,7 +184,7 @@ func (o *SequenceCheck) ProcessBatch(_ int, b *stream.Batch, out stream.Collecto
 func (o *SequenceCheck) mismatch(b *stream.Batch, i int, want int64) error {
 	key := o.keys.describe(b, i)
 	c := &b.Cols[o.col]
-	if isNull(c, i) {
+	if rowenc.IsNull(c, i) {
 		return fmt.Errorf("%s: key (%s): expected %s %d, got null", o.name, key, o.cfg.Field, want)
 	}
 	got := c.Ints[i]

@@ -2,11 +2,10 @@ package keyed
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"math"
 	"strings"
 
+	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -31,6 +30,7 @@ import (
 type keyState struct {
 	in      *stream.Schema
 	keyCols []int
+	types   []stream.Type // of the key fields
 	maxPar  int
 	// intKey: the key is one int64 or timestamp field, whose non-null
 	// values are looked up in ints; every other key in index, by encoding.
@@ -52,6 +52,10 @@ func newKeyState(in *stream.Schema, keyCols []int, maxPar int) *keyState {
 		maxPar = stream.DefaultMaxParallelism
 	}
 	s := &keyState{in: in, keyCols: keyCols, maxPar: maxPar, index: make(map[string]int32)}
+	s.types = make([]stream.Type, len(keyCols))
+	for j, kc := range keyCols {
+		s.types[j] = in.Fields[kc].Type
+	}
 	if len(keyCols) == 1 {
 		t := in.Fields[keyCols[0]].Type
 		s.intKey = t == stream.TypeInt64 || t == stream.TypeTimestamp
@@ -91,7 +95,7 @@ func (s *keyState) lookup(b *stream.Batch) []int32 {
 // id returns the id of row i's key, adding it if new.
 func (s *keyState) id(b *stream.Batch, i int) int32 {
 	if s.intKey {
-		if c := &b.Cols[s.keyCols[0]]; !isNull(c, i) {
+		if c := &b.Cols[s.keyCols[0]]; !rowenc.IsNull(c, i) {
 			if id, ok := s.ints[c.Ints[i]]; ok {
 				return id
 			}
@@ -111,7 +115,7 @@ func (s *keyState) add(b *stream.Batch, i int) int32 {
 		if cap(s.hashes) < b.Len() {
 			s.hashes = make([]uint64, b.Len())
 		}
-		padNulls(b)
+		rowenc.PadBatchNulls(b)
 		stream.HashKeys(b, s.keyCols, s.hashes[:b.Len()])
 		s.hashed = true
 	}
@@ -120,7 +124,7 @@ func (s *keyState) add(b *stream.Batch, i int) int32 {
 	s.enc = append(s.enc, enc)
 	s.group = append(s.group, int32(stream.KeyGroupForHash(s.hashes[i], s.maxPar)))
 	s.vals = append(s.vals, 0)
-	if c := &b.Cols[s.keyCols[0]]; s.intKey && !isNull(c, i) {
+	if c := &b.Cols[s.keyCols[0]]; s.intKey && !rowenc.IsNull(c, i) {
 		s.ints[c.Ints[i]] = id
 	} else {
 		s.index[enc] = id
@@ -128,34 +132,11 @@ func (s *keyState) add(b *stream.Batch, i int) int32 {
 	return id
 }
 
-// encode appends the encoding of row i's key.
+// encode appends the encoding of row i's key: rowenc.AppendValue per key
+// field.
 func (s *keyState) encode(buf []byte, b *stream.Batch, i int) []byte {
 	for _, kc := range s.keyCols {
-		c := &b.Cols[kc]
-		if isNull(c, i) {
-			buf = append(buf, 1)
-			continue
-		}
-		buf = append(buf, 0)
-		switch c.Type {
-		case stream.TypeInt64, stream.TypeTimestamp:
-			buf = binary.AppendVarint(buf, c.Ints[i])
-		case stream.TypeFloat64:
-			f := c.Floats[i]
-			if f == 0 {
-				f = 0 // -0 and +0 are one key, as in stream.HashKeys
-			}
-			buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(f))
-		case stream.TypeString:
-			buf = binary.AppendUvarint(buf, uint64(len(c.Strs[i])))
-			buf = append(buf, c.Strs[i]...)
-		case stream.TypeBool:
-			if c.Bools[i] {
-				buf = append(buf, 1)
-			} else {
-				buf = append(buf, 0)
-			}
-		}
+		buf = rowenc.AppendValue(buf, &b.Cols[kc], i)
 	}
 	return buf
 }
@@ -188,12 +169,7 @@ func (s *keyState) snapshot(c *stream.SnapshotContext, name string) error {
 			if !c.KeyGroups.Contains(int(g)) {
 				return fmt.Errorf("%s: holds a key of key group %d, outside this subtask's range %v; records were routed to the wrong subtask (is the input keyed by the same fields?)", name, g, c.KeyGroups)
 			}
-			buf = append(make([]byte, 0, 16+counts[g]*(len(s.enc[id])+10)), stateVersion)
-			buf = binary.AppendUvarint(buf, uint64(g))
-			buf = binary.AppendUvarint(buf, uint64(len(s.keyCols)))
-			for _, kc := range s.keyCols {
-				buf = append(buf, byte(s.in.Fields[kc].Type))
-			}
+			buf = rowenc.AppendHeader(make([]byte, 0, 16+counts[g]*(len(s.enc[id])+10)), stateVersion, int(g), s.types)
 			buf = binary.AppendUvarint(buf, uint64(counts[g]))
 		}
 		buf = binary.AppendUvarint(buf, uint64(len(s.enc[id])))
@@ -205,8 +181,6 @@ func (s *keyState) snapshot(c *stream.SnapshotContext, name string) error {
 	}
 	return nil
 }
-
-var errTruncated = errors.New("truncated")
 
 // restore loads the chunks of the key groups in c.KeyGroups; others are
 // ignored.
@@ -230,44 +204,36 @@ func (s *keyState) restore(c *stream.RestoreContext, name string) error {
 }
 
 func (s *keyState) restoreChunk(chunk []byte, g int, kb *stream.Batch) error {
-	r := &reader{b: chunk}
-	if v := r.byte(); r.err == nil && v != stateVersion {
+	r := &rowenc.Reader{B: chunk}
+	if v := r.Byte(); r.Err == nil && v != stateVersion {
 		return fmt.Errorf("unknown state format version %d (this build reads version %d)", v, stateVersion)
 	}
-	if cg := int(r.uvarint()); r.err == nil && cg != g {
+	if cg := int(r.Uvarint()); r.Err == nil && cg != g {
 		return fmt.Errorf("the chunk says it holds key group %d", cg)
 	}
-	nk := int(r.uvarint())
-	same := nk == len(s.keyCols)
-	for j := 0; j < nk && r.err == nil; j++ {
-		t := stream.Type(r.byte())
-		same = same && t == s.in.Fields[s.keyCols[j]].Type
-	}
-	if r.err == nil && !same {
+	nk, same := r.SameTypes(s.types)
+	if r.Err == nil && !same {
 		return fmt.Errorf("the state was written for another key (%d fields); this operator's key is %s; restore it into the job that wrote it, or start without the checkpoint", nk, s.keyNames())
 	}
-	n := r.uvarint()
-	if r.err == nil && n > uint64(len(r.b)) {
-		r.err = errTruncated
-	}
-	for k := uint64(0); k < n && r.err == nil; k++ {
-		key := r.bytes()
-		val := r.varint()
-		if r.err != nil {
+	n := r.Count()
+	for k := 0; k < n && r.Err == nil; k++ {
+		key := r.Bytes()
+		val := r.Varint()
+		if r.Err != nil {
 			break
 		}
-		kr := &reader{b: key}
+		kr := &rowenc.Reader{B: key}
 		for _, kc := range s.keyCols {
 			c := &kb.Cols[kc]
 			c.Ints, c.Floats, c.Strs, c.Bools, c.Nulls = c.Ints[:0], c.Floats[:0], c.Strs[:0], c.Bools[:0], nil
-			kr.keyValue(c)
+			kr.Value(c, 0)
 		}
 		kb.SetLen(1)
-		if kr.err == nil && len(kr.b) > 0 {
-			kr.err = fmt.Errorf("%d unexpected bytes after a key", len(kr.b))
+		if kr.Err == nil && len(kr.B) > 0 {
+			kr.Err = fmt.Errorf("%d unexpected bytes after a key", len(kr.B))
 		}
-		if kr.err != nil {
-			return fmt.Errorf("corrupt key: %v", kr.err)
+		if kr.Err != nil {
+			return fmt.Errorf("corrupt key: %v", kr.Err)
 		}
 		s.hashed = false
 		id := s.id(kb, 0)
@@ -276,11 +242,8 @@ func (s *keyState) restoreChunk(chunk []byte, g int, kb *stream.Batch) error {
 		}
 		s.vals[id] = val
 	}
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%d unexpected trailing bytes", len(r.b))
-	}
-	if r.err != nil {
-		return fmt.Errorf("corrupt state: %v", r.err)
+	if err := r.Done(); err != nil {
+		return fmt.Errorf("corrupt state: %v", err)
 	}
 	return nil
 }
@@ -291,119 +254,4 @@ func (s *keyState) keyNames() string {
 		names[j] = s.in.Fields[kc].Name + " " + s.in.Fields[kc].Type.String()
 	}
 	return "(" + strings.Join(names, ", ") + ")"
-}
-
-// reader decodes state, remembering the first error.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail() {
-	if r.err == nil {
-		r.err = errTruncated
-	}
-}
-
-func (r *reader) byte() byte {
-	if r.err != nil || len(r.b) == 0 {
-		r.fail()
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) {
-		r.fail()
-		return nil
-	}
-	v := r.b[:n]
-	r.b = r.b[n:]
-	return v
-}
-
-// keyValue appends one encoded key field value to c (row 0).
-func (r *reader) keyValue(c *stream.Column) {
-	null := r.byte() == 1
-	switch c.Type {
-	case stream.TypeInt64, stream.TypeTimestamp:
-		var v int64
-		if !null {
-			v = r.varint()
-		}
-		c.Ints = append(c.Ints, v)
-	case stream.TypeFloat64:
-		var v float64
-		if !null {
-			if len(r.b) < 8 {
-				r.fail()
-			} else {
-				v = math.Float64frombits(binary.LittleEndian.Uint64(r.b))
-				r.b = r.b[8:]
-			}
-		}
-		c.Floats = append(c.Floats, v)
-	case stream.TypeString:
-		var v string
-		if !null {
-			v = string(r.bytes())
-		}
-		c.Strs = append(c.Strs, v)
-	case stream.TypeBool:
-		var v bool
-		if !null {
-			v = r.byte() == 1
-		}
-		c.Bools = append(c.Bools, v)
-	}
-	if null {
-		c.SetNull(0, 1)
-	}
-}
-
-// isNull is Column.IsNull tolerating a short null bitmap.
-func isNull(c *stream.Column, i int) bool {
-	return c.Nulls != nil && i>>6 < len(c.Nulls) && c.Nulls[i>>6]&(1<<(uint(i)&63)) != 0
-}
-
-// padNulls extends every short null bitmap of b to cover all its rows, as
-// stream.HashKeys expects.
-func padNulls(b *stream.Batch) {
-	words := (b.Len() + 63) >> 6
-	for j := range b.Cols {
-		c := &b.Cols[j]
-		for c.Nulls != nil && len(c.Nulls) < words {
-			c.Nulls = append(c.Nulls, 0)
-		}
-	}
 }

@@ -2,10 +2,10 @@ package window
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 
+	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -42,19 +42,16 @@ import (
 // byte version = 1, varint largest timestamp seen, varint last watermark
 // emitted; a restore takes the largest over the items it gets.
 const (
-	stateVersion        = 1
-	globalStateName     = "global"
-	watermarkStateName  = "watermark"
-	maxTimestampState   = "maxTimestamp"
-	maxStateFieldLength = 1 << 30
+	stateVersion       = 1
+	globalStateName    = "global"
+	watermarkStateName = "watermark"
+	maxTimestampState  = "maxTimestamp"
 )
 
 var (
 	_ stream.Checkpointed = (*Window)(nil)
 	_ stream.Checkpointed = (*Watermarks)(nil)
 )
-
-var errTruncated = errors.New("truncated")
 
 // SnapshotState writes the accumulators of every (key, pane) per key group,
 // and the watermark.
@@ -99,12 +96,7 @@ func (w *Window) SnapshotState(c *stream.SnapshotContext) error {
 
 // chunkHeader appends the header of a chunk of n keys of key group g.
 func (w *Window) chunkHeader(buf []byte, g, n int) []byte {
-	buf = append(buf, stateVersion)
-	buf = binary.AppendUvarint(buf, uint64(g))
-	buf = binary.AppendUvarint(buf, uint64(len(w.st.keys.cols)))
-	for j := range w.st.keys.cols {
-		buf = append(buf, byte(w.st.keys.cols[j].Type))
-	}
+	buf = rowenc.AppendHeader(buf, stateVersion, g, w.st.keys.types)
 	buf = binary.AppendUvarint(buf, uint64(len(w.r.aggs)))
 	for _, a := range w.r.aggs {
 		buf = append(buf, byte(a.kind))
@@ -116,7 +108,7 @@ func (w *Window) chunkHeader(buf []byte, g, n int) []byte {
 func (w *Window) appendKeys(buf []byte, k int32) []byte {
 	st := w.st
 	for j := range st.keys.cols {
-		buf = appendKeyValue(buf, &st.keys.cols[j], int(k))
+		buf = rowenc.AppendExactValue(buf, &st.keys.cols[j], int(k))
 	}
 	n := 0
 	for s := st.keys.head[k]; s >= 0; s = st.next[s] {
@@ -172,8 +164,8 @@ func (w *Window) RestoreState(c *stream.RestoreContext) error {
 	first := true
 	for _, item := range c.State.Union[watermarkStateName] {
 		r := newStateReader(item)
-		wm, from := r.varint(), r.varint()
-		if err := r.done(); err != nil {
+		wm, from := r.Varint(), r.Varint()
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("%s: corrupt watermark state: %v", where, err)
 		}
 		if first || wm < w.wm {
@@ -205,32 +197,27 @@ func (w *Window) RestoreState(c *stream.RestoreContext) error {
 // restoreChunk loads one chunk of key group g (-1: the global window).
 func (w *Window) restoreChunk(chunk []byte, g int) error {
 	r := newStateReader(chunk)
-	if cg := int(r.uvarint()); r.err == nil && g >= 0 && cg != g {
+	if cg := int(r.Uvarint()); r.Err == nil && g >= 0 && cg != g {
 		return fmt.Errorf("the chunk says it holds key group %d", cg)
 	}
 	kt := w.st.keys
-	nk := int(r.uvarint())
-	sameLayout := r.err == nil && nk == len(kt.cols)
-	for j := 0; j < nk && r.err == nil; j++ {
-		t := stream.Type(r.byte())
-		sameLayout = sameLayout && t == kt.cols[j].Type
-	}
-	na := int(r.uvarint())
+	nk, sameLayout := r.SameTypes(kt.types)
+	na := int(r.Uvarint())
 	sameLayout = sameLayout && na == len(w.r.aggs)
-	for j := 0; j < na && r.err == nil; j++ {
-		k := aggKind(r.byte())
+	for j := 0; j < na && r.Err == nil; j++ {
+		k := aggKind(r.Byte())
 		sameLayout = sameLayout && k == w.r.aggs[j].kind
 	}
-	if r.err != nil {
-		return fmt.Errorf("corrupt state: %v", r.err)
+	if r.Err != nil {
+		return fmt.Errorf("corrupt state: %v", r.Err)
 	}
 	if !sameLayout {
 		return fmt.Errorf("the state was written for another key or other aggregates (%d key fields, %d aggregates; this operator has %d and %d); restore it into the job that wrote it, or start without the checkpoint",
 			nk, na, len(kt.cols), len(w.r.aggs))
 	}
-	n := int(r.uvarint())
-	if r.err != nil || n > len(r.b) {
-		return fmt.Errorf("corrupt state: %v", errTruncated)
+	n := int(r.Uvarint())
+	if r.Err != nil || n > len(r.B) {
+		return fmt.Errorf("corrupt state: %v", rowenc.ErrTruncated)
 	}
 	// Each key is decoded as the only row of a batch of the input schema of
 	// which only the key columns are filled: the key table and HashKeys read
@@ -240,14 +227,14 @@ func (w *Window) restoreChunk(chunk []byte, g int) error {
 	tmp := newAccs(w.r.aggs)
 	tmp.grow(1)
 	var hash [1]uint64
-	for i := 0; i < n && r.err == nil; i++ {
-		for j, col := range kt.src {
+	for i := 0; i < n && r.Err == nil; i++ {
+		for _, col := range kt.src {
 			c := &kb.Cols[col]
 			c.Ints, c.Floats, c.Strs, c.Bools, c.Nulls = c.Ints[:0], c.Floats[:0], c.Strs[:0], c.Bools[:0], nil
-			r.keyValue(c, kt.cols[j].Type, 0)
+			r.Value(c, 0)
 		}
 		kb.SetLen(1)
-		if r.err != nil {
+		if r.Err != nil {
 			break
 		}
 		var h uint64 // the global window's one key has hash 0
@@ -262,30 +249,30 @@ func (w *Window) restoreChunk(chunk []byte, g int) error {
 		if k < 0 {
 			k = kt.insert(h, kb, 0)
 		}
-		panes := int(r.uvarint())
-		for p := 0; p < panes && r.err == nil; p++ {
-			start := r.varint()
+		panes := int(r.Uvarint())
+		for p := 0; p < panes && r.Err == nil; p++ {
+			start := r.Varint()
 			tmp.reset(0)
-			tmp.rows[0] = int64(r.uvarint())
+			tmp.rows[0] = int64(r.Uvarint())
 			for j, a := range w.r.aggs {
 				ui, uf, un := a.kind.fields()
 				c := &tmp.cols[j]
 				if ui {
-					c.i[0] = r.varint()
+					c.i[0] = r.Varint()
 				}
 				if uf {
-					c.f[0] = math.Float64frombits(r.uint64())
+					c.f[0] = math.Float64frombits(r.Uint64())
 				}
 				if un {
-					c.n[0] = int64(r.uvarint())
+					c.n[0] = int64(r.Uvarint())
 				}
 			}
-			if r.err == nil {
+			if r.Err == nil {
 				w.st.acc.merge(w.st.slot(k, start), tmp, 0)
 			}
 		}
 	}
-	if err := r.done(); err != nil {
+	if err := r.Done(); err != nil {
 		return fmt.Errorf("corrupt state: %v", err)
 	}
 	return nil
@@ -306,8 +293,8 @@ func (o *Watermarks) RestoreState(c *stream.RestoreContext) error {
 	}
 	for _, item := range c.State.List[maxTimestampState] {
 		r := newStateReader(item)
-		maxTs, wm := r.varint(), r.varint()
-		if err := r.done(); err != nil {
+		maxTs, wm := r.Varint(), r.Varint()
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("%s: restoring checkpoint %d: corrupt max timestamp state: %v", o.name, c.CheckpointID, err)
 		}
 		o.maxTs, o.wm = max(o.maxTs, maxTs), max(o.wm, wm)
@@ -315,139 +302,12 @@ func (o *Watermarks) RestoreState(c *stream.RestoreContext) error {
 	return nil
 }
 
-// appendKeyValue appends row k of key column c.
-func appendKeyValue(buf []byte, c *stream.Column, k int) []byte {
-	if isNull(c, k) {
-		return append(buf, 1)
-	}
-	buf = append(buf, 0)
-	switch c.Type {
-	case stream.TypeInt64, stream.TypeTimestamp:
-		buf = binary.AppendVarint(buf, c.Ints[k])
-	case stream.TypeFloat64:
-		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(c.Floats[k]))
-	case stream.TypeString:
-		buf = binary.AppendUvarint(buf, uint64(len(c.Strs[k])))
-		buf = append(buf, c.Strs[k]...)
-	case stream.TypeBool:
-		if c.Bools[k] {
-			return append(buf, 1)
-		}
-		buf = append(buf, 0)
-	}
-	return buf
-}
-
-// stateReader decodes state, remembering the first error.
-type stateReader struct {
-	b   []byte
-	err error
-}
-
-func newStateReader(b []byte) *stateReader {
-	r := &stateReader{b: b}
-	if v := r.byte(); r.err == nil && v != stateVersion {
-		r.err = fmt.Errorf("unknown format version %d (this build reads version %d)", v, stateVersion)
+// newStateReader returns a reader of a state item or chunk after checking
+// its version byte.
+func newStateReader(b []byte) *rowenc.Reader {
+	r := &rowenc.Reader{B: b}
+	if v := r.Byte(); r.Err == nil && v != stateVersion {
+		r.Err = fmt.Errorf("unknown format version %d (this build reads version %d)", v, stateVersion)
 	}
 	return r
-}
-
-func (r *stateReader) byte() byte {
-	if r.err != nil || len(r.b) == 0 {
-		r.fail()
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *stateReader) fail() {
-	if r.err == nil {
-		r.err = errTruncated
-	}
-}
-
-func (r *stateReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *stateReader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *stateReader) uint64() uint64 {
-	if r.err != nil || len(r.b) < 8 {
-		r.fail()
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(r.b)
-	r.b = r.b[8:]
-	return v
-}
-
-// keyValue appends a key value of type t to c as row i.
-func (r *stateReader) keyValue(c *stream.Column, t stream.Type, i int) {
-	null := r.byte() == 1
-	switch t {
-	case stream.TypeInt64, stream.TypeTimestamp:
-		var v int64
-		if !null {
-			v = r.varint()
-		}
-		c.Ints = append(c.Ints, v)
-	case stream.TypeFloat64:
-		var v float64
-		if !null {
-			v = math.Float64frombits(r.uint64())
-		}
-		c.Floats = append(c.Floats, v)
-	case stream.TypeString:
-		var v string
-		if !null {
-			n := r.uvarint()
-			if r.err == nil && (n > uint64(len(r.b)) || n > maxStateFieldLength) {
-				r.fail()
-			}
-			if r.err == nil {
-				v = string(r.b[:n])
-				r.b = r.b[n:]
-			}
-		}
-		c.Strs = append(c.Strs, v)
-	case stream.TypeBool:
-		var v bool
-		if !null {
-			v = r.byte() == 1
-		}
-		c.Bools = append(c.Bools, v)
-	}
-	if null {
-		c.SetNull(i, i+1)
-	}
-}
-
-func (r *stateReader) done() error {
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%d unexpected trailing bytes", len(r.b))
-	}
-	return r.err
 }

@@ -23,5 +23,6 @@
 // exactly its key groups) and its watermark; the watermarks operator its
 // largest timestamp. The formats are described in checkpoint.go.
 //
-// The package imports the standard library and package stream only.
+// The package imports the standard library, package stream and
+// operators/internal/rowenc (the encoding of key values in the state).
 package window

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -35,6 +36,7 @@ import (
 // at each window end and usually comes straight back in the next window.
 type keyTable struct {
 	src    []int           // key columns of the input
+	types  []stream.Type   // of the key columns
 	cols   []stream.Column // key values by key id
 	hash   []uint64
 	group  []int32 // key group of each key
@@ -65,7 +67,7 @@ type keyTable struct {
 }
 
 func newKeyTable(src []int, types []stream.Type, maxPar int) *keyTable {
-	kt := &keyTable{src: src, cols: make([]stream.Column, len(src)), maxPar: maxPar}
+	kt := &keyTable{src: src, types: types, cols: make([]stream.Column, len(src)), maxPar: maxPar}
 	for j, t := range types {
 		kt.cols[j].Type = t
 	}
@@ -102,7 +104,7 @@ func (kt *keyTable) findInt(h uint64, v int64) int32 {
 			return -1
 		}
 		if e>>32 == h>>32 {
-			if k := int32(uint32(e)) - 1; c.Ints[k] == v && (c.Nulls == nil || !isNull(c, int(k))) {
+			if k := int32(uint32(e)) - 1; c.Ints[k] == v && (c.Nulls == nil || !rowenc.IsNull(c, int(k))) {
 				return k
 			}
 		}
@@ -113,7 +115,7 @@ func (kt *keyTable) findInt(h uint64, v int64) int32 {
 func (kt *keyTable) equal(k int32, b *stream.Batch, i int) bool {
 	for j, c := range kt.src {
 		in, kc := &b.Cols[c], &kt.cols[j]
-		inNull, kNull := isNull(in, i), isNull(kc, int(k))
+		inNull, kNull := rowenc.IsNull(in, i), rowenc.IsNull(kc, int(k))
 		if inNull || kNull {
 			if inNull != kNull {
 				return false
@@ -264,7 +266,7 @@ func (kt *keyTable) forget(k int32) {
 func (kt *keyTable) compare(a, b int32) int {
 	for j := range kt.cols {
 		c := &kt.cols[j]
-		an, bn := isNull(c, int(a)), isNull(c, int(b))
+		an, bn := rowenc.IsNull(c, int(a)), rowenc.IsNull(c, int(b))
 		switch {
 		case an && bn:
 			continue
@@ -301,7 +303,7 @@ func b2i(b bool) int {
 // setValue stores row i of src at index k of dst, appending when k is dst's
 // length. Strings are cloned: the input batch may share their memory.
 func setValue(dst *stream.Column, k int, src *stream.Column, i int) {
-	null := isNull(src, i)
+	null := rowenc.IsNull(src, i)
 	switch dst.Type {
 	case stream.TypeInt64, stream.TypeTimestamp:
 		if k == len(dst.Ints) {
@@ -345,7 +347,7 @@ func appendValue(out *stream.Column, row int, src *stream.Column, k int32) {
 	case stream.TypeBool:
 		out.Bools = append(out.Bools, src.Bools[k])
 	}
-	if isNull(src, int(k)) {
+	if rowenc.IsNull(src, int(k)) {
 		out.SetNull(row, row+1)
 	}
 }
@@ -487,23 +489,5 @@ func (st *store) dropThrough(limit int64, all bool) {
 	st.order = slices.Delete(st.order, 0, n)
 	if n > 0 || all {
 		st.keys.sweep(all)
-	}
-}
-
-// isNull is Column.IsNull tolerating a null bitmap shorter than the column
-// (Batch.AppendRow and Column.SetNull grow it only up to the last null).
-func isNull(c *stream.Column, i int) bool {
-	return c.Nulls != nil && i>>6 < len(c.Nulls) && c.Nulls[i>>6]&(1<<(uint(i)&63)) != 0
-}
-
-// padNulls extends every short null bitmap of b to cover all its rows, as
-// stream.HashKeys expects.
-func padNulls(b *stream.Batch) {
-	words := (b.Len() + 63) >> 6
-	for j := range b.Cols {
-		c := &b.Cols[j]
-		for c.Nulls != nil && len(c.Nulls) < words {
-			c.Nulls = append(c.Nulls, 0)
-		}
 	}
 }

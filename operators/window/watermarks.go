@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -64,7 +65,7 @@ func (o *Watermarks) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) 
 		b.Release()
 		return nil
 	}
-	padNulls(b)
+	rowenc.PadBatchNulls(b)
 	c := &b.Cols[o.col]
 	ts := c.Ints[:n]
 	if c.Nulls != nil {

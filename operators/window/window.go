@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -145,7 +146,7 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 	}
 	hashes, slots, panes := w.hashes[:n], w.slots[:n], w.panes[:n]
 	if len(w.r.keyCols) > 0 {
-		padNulls(b)
+		rowenc.PadBatchNulls(b)
 		stream.HashKeys(b, w.r.keyCols, hashes)
 	} else {
 		clear(hashes)
@@ -401,7 +402,7 @@ func (w *Window) flush(out stream.Collector) {
 	b := w.cur
 	w.cur = nil
 	b.SetLen(w.curRows)
-	padNulls(b)
+	rowenc.PadBatchNulls(b)
 	out.Collect(b)
 }
 

@@ -1,7 +1,6 @@
 package heap
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/weirstream/weir/statebackend"
@@ -20,8 +19,8 @@ func (b *Backend) Snapshot(c *stream.SnapshotContext) error {
 	if b.closed {
 		return statebackend.ErrClosed
 	}
-	if b.kg.Len() > 0 && (!c.KeyGroups.Contains(b.kg.Start) || !c.KeyGroups.Contains(b.kg.End)) {
-		return fmt.Errorf("heap state backend: snapshot for key groups %v, but the backend holds %v; the checkpoint was started for another subtask", c.KeyGroups, b.kg)
+	if err := chunk.CheckSnapshot(c, b.kg); err != nil {
+		return fmt.Errorf("heap state backend: %w", err)
 	}
 	tables := b.sortedTables()
 	var valueBytes, values int64
@@ -144,36 +143,9 @@ func (b *Backend) Restore(c *stream.RestoreContext) error {
 	if c.State == nil {
 		return nil
 	}
-	var parsed []*parsedChunk
-	kinds := make(map[string]statebackend.Kind)
-	for kg, chunks := range c.State.Keyed {
-		if !b.kg.Contains(kg) {
-			continue
-		}
-		for n, data := range chunks {
-			p, err := parseChunk(data)
-			if err == nil && p.kg != kg {
-				err = fmt.Errorf("holds key group %d", p.kg)
-			}
-			if err != nil {
-				return fmt.Errorf("%w: checkpoint %d, key group %d, chunk %d of %d (%d bytes): %v; the checkpoint data is damaged or was not written by the heap state backend",
-					statebackend.ErrCorrupt, c.CheckpointID, kg, n+1, len(chunks), len(data), err)
-			}
-			for _, pt := range p.tables {
-				want, ok := kinds[pt.name]
-				if !ok {
-					if t := b.tables[pt.name]; t != nil {
-						want, ok = t.kind, true
-					}
-				}
-				if ok && want != pt.kind {
-					return fmt.Errorf("%w: checkpoint %d, key group %d: state %q is %s state there and %s state elsewhere",
-						statebackend.ErrConflict, c.CheckpointID, kg, pt.name, pt.kind, want)
-				}
-				kinds[pt.name] = pt.kind
-			}
-			parsed = append(parsed, p)
-		}
+	parsed, err := chunk.ParseAll(c, chunk.Owner{KeyGroups: b.kg, Kind: b.tableKind, KeepsBytes: true}, newParsedChunk)
+	if err != nil {
+		return err
 	}
 	// Tables asked for before Restore get decoded values now.
 	for _, p := range parsed {
@@ -258,56 +230,53 @@ type parsedTable struct {
 	maps map[string]map[string]*cell // KindMap
 }
 
+// parsedChunk is a chunk decoded by chunk.Parse, which it receives as a
+// chunk.Handler. Values stay encoded ([]byte in the cells).
 type parsedChunk struct {
 	kg     int
 	tables []parsedTable
 	timers []timerID
+	um     map[string]*cell // while parsing: the current map key's user keys
 }
 
-// parseChunk decodes a chunk. Values stay encoded ([]byte in the cells);
-// they alias a private copy of data.
-func parseChunk(data []byte) (*parsedChunk, error) {
-	var h chunkParser
-	kg, err := chunk.Parse(bytes.Clone(data), &h)
-	if err != nil {
-		return nil, err
+var _ chunk.Handler = (*parsedChunk)(nil)
+
+func newParsedChunk() *parsedChunk { return &parsedChunk{} }
+
+// tableKind returns the kind of table name, if the backend holds it.
+func (b *Backend) tableKind(name string) (statebackend.Kind, bool) {
+	if t := b.tables[name]; t != nil {
+		return t.kind, true
 	}
-	h.p.kg = kg
-	return &h.p, nil
+	return 0, false
 }
 
-// chunkParser builds a parsedChunk from what chunk.Parse hands it.
-type chunkParser struct {
-	p  parsedChunk
-	um map[string]*cell // the user keys of the current map key
-}
+func (p *parsedChunk) KeyGroup(kg int) { p.kg = kg }
 
-var _ chunk.Handler = (*chunkParser)(nil)
-
-func (h *chunkParser) Table(name string, kind statebackend.Kind, keys int) {
+func (p *parsedChunk) Table(name string, kind statebackend.Kind, keys int) {
 	pt := parsedTable{name: name, kind: kind}
 	if kind == statebackend.KindMap {
 		pt.maps = make(map[string]map[string]*cell, keys)
 	} else {
 		pt.vals = make([]slot, 0, keys)
 	}
-	h.p.tables = append(h.p.tables, pt)
+	p.tables = append(p.tables, pt)
 }
 
-func (h *chunkParser) Value(key, value []byte) {
-	pt := &h.p.tables[len(h.p.tables)-1]
+func (p *parsedChunk) Value(key, value []byte) {
+	pt := &p.tables[len(p.tables)-1]
 	pt.vals = append(pt.vals, slot{string(key), value})
 }
 
-func (h *chunkParser) MapKey(key []byte, userKeys int) {
-	h.um = make(map[string]*cell, userKeys)
-	h.p.tables[len(h.p.tables)-1].maps[string(key)] = h.um
+func (p *parsedChunk) MapKey(key []byte, userKeys int) {
+	p.um = make(map[string]*cell, userKeys)
+	p.tables[len(p.tables)-1].maps[string(key)] = p.um
 }
 
-func (h *chunkParser) MapValue(userKey, value []byte) {
-	h.um[string(userKey)] = &cell{value}
+func (p *parsedChunk) MapValue(userKey, value []byte) {
+	p.um[string(userKey)] = &cell{value}
 }
 
-func (h *chunkParser) Timer(ts int64, key []byte) {
-	h.p.timers = append(h.p.timers, timerID{ts, string(key)})
+func (p *parsedChunk) Timer(ts int64, key []byte) {
+	p.timers = append(p.timers, timerID{ts, string(key)})
 }

@@ -26,8 +26,8 @@ func (b *Backend) Snapshot(c *stream.SnapshotContext) error {
 	if b.closed {
 		return statebackend.ErrClosed
 	}
-	if b.kg.Len() > 0 && (!c.KeyGroups.Contains(b.kg.Start) || !c.KeyGroups.Contains(b.kg.End)) {
-		return fmt.Errorf("pebble state backend: snapshot for key groups %v, but the backend holds %v; the checkpoint was started for another subtask", c.KeyGroups, b.kg)
+	if err := chunk.CheckSnapshot(c, b.kg); err != nil {
+		return fmt.Errorf("pebble state backend: %w", err)
 	}
 	if err := b.commit(); err != nil {
 		return err
@@ -146,40 +146,17 @@ func (b *Backend) Restore(c *stream.RestoreContext) error {
 	if c.State == nil {
 		return nil
 	}
-	var parsed []*parsedChunk
-	kinds := make(map[string]statebackend.Kind)
-	for kg, chunks := range c.State.Keyed {
-		if !b.kg.Contains(kg) {
-			continue
-		}
-		for n, data := range chunks {
-			p, err := parseChunk(data)
-			if err == nil && p.kg != kg {
-				err = fmt.Errorf("holds key group %d", p.kg)
-			}
-			if err != nil {
-				return fmt.Errorf("%w: checkpoint %d, key group %d, chunk %d of %d (%d bytes): %v; the checkpoint data is damaged or was not written by a Weir state backend",
-					statebackend.ErrCorrupt, c.CheckpointID, kg, n+1, len(chunks), len(data), err)
-			}
-			for _, pt := range p.tables {
-				want, ok := kinds[pt.name]
-				if !ok {
-					if t := b.tables[pt.name]; t != nil {
-						want, ok = t.kind, true
-					}
-				}
-				if ok && want != pt.kind {
-					return fmt.Errorf("%w: checkpoint %d, key group %d: state %q is %s state there and %s state elsewhere",
-						statebackend.ErrConflict, c.CheckpointID, kg, pt.name, pt.kind, want)
-				}
-				kinds[pt.name] = pt.kind
-				if t := b.tables[pt.name]; t != nil && t.registered {
-					if err := checkDecodes(t.d, kg, pt); err != nil {
-						return fmt.Errorf("%w: checkpoint %d: %v", statebackend.ErrCorrupt, c.CheckpointID, err)
-					}
+	parsed, err := chunk.ParseAll(c, chunk.Owner{KeyGroups: b.kg, Kind: b.tableKind}, newParsedChunk)
+	if err != nil {
+		return err
+	}
+	for _, p := range parsed {
+		for _, pt := range p.tables {
+			if t := b.tables[pt.name]; t != nil && t.registered {
+				if err := checkDecodes(t.d, p.kg, pt); err != nil {
+					return fmt.Errorf("%w: checkpoint %d: %v", statebackend.ErrCorrupt, c.CheckpointID, err)
 				}
 			}
-			parsed = append(parsed, p)
 		}
 	}
 	empty := make([]bool, b.kg.Len())
@@ -261,48 +238,45 @@ type parsedTimer struct {
 	key []byte
 }
 
+// parsedChunk is a chunk decoded by chunk.Parse, which it receives as a
+// chunk.Handler. It aliases the chunk.
 type parsedChunk struct {
 	kg     int
 	tables []parsedTable
 	timers []parsedTimer
+	key    []byte // while parsing: the current map key
 }
 
-// parseChunk decodes and checks a chunk. The result aliases data, which it
-// does not modify.
-func parseChunk(data []byte) (*parsedChunk, error) {
-	var h chunkParser
-	kg, err := chunk.Parse(data, &h)
-	if err != nil {
-		return nil, err
+var _ chunk.Handler = (*parsedChunk)(nil)
+
+func newParsedChunk() *parsedChunk { return &parsedChunk{} }
+
+// tableKind returns the kind of table name, if the backend holds it.
+func (b *Backend) tableKind(name string) (statebackend.Kind, bool) {
+	if t := b.tables[name]; t != nil {
+		return t.kind, true
 	}
-	h.p.kg = kg
-	return &h.p, nil
+	return 0, false
 }
 
-// chunkParser builds a parsedChunk from what chunk.Parse hands it.
-type chunkParser struct {
-	p   parsedChunk
-	key []byte // the current map key
+func (p *parsedChunk) KeyGroup(kg int) { p.kg = kg }
+
+func (p *parsedChunk) Table(name string, kind statebackend.Kind, _ int) {
+	p.tables = append(p.tables, parsedTable{name: name, kind: kind})
 }
 
-var _ chunk.Handler = (*chunkParser)(nil)
-
-func (h *chunkParser) Table(name string, kind statebackend.Kind, _ int) {
-	h.p.tables = append(h.p.tables, parsedTable{name: name, kind: kind})
-}
-
-func (h *chunkParser) Value(key, value []byte) {
-	pt := &h.p.tables[len(h.p.tables)-1]
+func (p *parsedChunk) Value(key, value []byte) {
+	pt := &p.tables[len(p.tables)-1]
 	pt.entries = append(pt.entries, parsedEntry{key: key, v: value})
 }
 
-func (h *chunkParser) MapKey(key []byte, _ int) { h.key = key }
+func (p *parsedChunk) MapKey(key []byte, _ int) { p.key = key }
 
-func (h *chunkParser) MapValue(userKey, value []byte) {
-	pt := &h.p.tables[len(h.p.tables)-1]
-	pt.entries = append(pt.entries, parsedEntry{key: h.key, uk: userKey, v: value})
+func (p *parsedChunk) MapValue(userKey, value []byte) {
+	pt := &p.tables[len(p.tables)-1]
+	pt.entries = append(pt.entries, parsedEntry{key: p.key, uk: userKey, v: value})
 }
 
-func (h *chunkParser) Timer(ts int64, key []byte) {
-	h.p.timers = append(h.p.timers, parsedTimer{ts, key})
+func (p *parsedChunk) Timer(ts int64, key []byte) {
+	p.timers = append(p.timers, parsedTimer{ts, key})
 }
