@@ -1,0 +1,63 @@
+// Package ha owns Weir's high availability on etcd (ha: etcd): the
+// election of one leading jobmanager among several, the fencing epoch that
+// comes with a leadership, and the leader's metadata in etcd — job graphs
+// and statuses, completed-checkpoint pointers and the checkpoint-id
+// counters. Large payloads (manifests, snapshots, big graphs) stay in
+// checkpoint storage; etcd holds small values and pointers to them.
+//
+// # Election
+//
+// Connect returns a Client. Each jobmanager calls Campaign, which blocks
+// until it leads; the others wait inside Campaign as standbys. A
+// Leadership's Epoch is the etcd revision at which its election key
+// (<prefix>/leader/<lease>) was created; epochs of successive leaders
+// strictly increase. The key is bound to a session lease of Config.LeaseTTL
+// kept alive in the background. Leadership.Lost closes when the leader
+// must step down: etcd has not acknowledged a keep-alive for four fifths
+// of the TTL (so the old leader stops before etcd can elect another,
+// unless the process was paused), the key was deleted or its lease
+// revoked, a write was fenced, or Resign. Taskmanagers, the CLI and
+// standbys find the leader with Leader and WatchLeader.
+//
+// # Fencing
+//
+// Leases are not locks: a paused leader can wake up believing it leads.
+// Every Store write is one etcd transaction conditioned on the leader key
+// still having CreateRevision == epoch, so a stale leader's writes fail
+// with ErrFenced, are counted (Store.FencedWrites, Client.FencedWrites) and
+// logged. The same epoch must travel on every jobmanager→taskmanager call
+// and every sink commit (that is the jobmanager's and taskmanager's job).
+//
+// # Keys
+//
+//	<prefix>/leader/<lease-hex>              one per campaigning jobmanager: {"id","address"}
+//	<prefix>/jobs/<id>/graph                 opaque bytes (the jobmanager's encoding)
+//	<prefix>/jobs/<id>/status                opaque bytes
+//	<prefix>/jobs/<id>/checkpoints/latest    {"v":1,"id","manifestKey","manifestSha256"}
+//	<prefix>/jobs/<id>/checkpoint-id         the last allocated id, decimal
+//
+// ha imports the etcd client (it is the only package that does), zap (to
+// silence the client's logs) and the standard library. It must not import
+// generated protobuf code: values are opaque bytes.
+package ha
+
+import "errors"
+
+var (
+	// ErrUnavailable means etcd did not answer; retry later.
+	ErrUnavailable = errors.New("ha: etcd unavailable")
+	// ErrNoLeader means no jobmanager leads at the moment.
+	ErrNoLeader = errors.New("ha: no leader elected")
+	// ErrFenced means a write was refused, and not applied, because the
+	// writer's leadership had ended.
+	ErrFenced = errors.New("ha: write fenced")
+	// ErrLeadershipLost means the leadership ended while a write was in
+	// flight; the write may or may not have been applied.
+	ErrLeadershipLost = errors.New("ha: leadership lost")
+	// ErrNotFound means the job or checkpoint pointer is not stored.
+	ErrNotFound = errors.New("ha: not found")
+	// ErrStaleCheckpoint means a checkpoint pointer would move backwards.
+	ErrStaleCheckpoint = errors.New("ha: checkpoint pointer would move backwards")
+	// ErrClosed means the Client was closed.
+	ErrClosed = errors.New("ha: client closed")
+)
