@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,7 +120,12 @@ func TestChaosKillAndPauseTaskManagers(t *testing.T) {
 			_, last := completed()
 			return last > since.UnixMilli() || jobEnded()
 		})
-		recoveries = append(recoveries, time.Since(since))
+		took := time.Since(since)
+		recoveries = append(recoveries, took)
+		if took > 20*time.Second {
+			// Rare and worth understanding: keep the jobmanager's view.
+			t.Logf("slow recovery (%v) after the fault at %s; jobmanager log tail:\n%s", took, since.Format(time.TimeOnly), tailLines(c.JM.Log(), 40))
+		}
 	}
 
 	start := time.Now()
@@ -192,16 +198,25 @@ func TestChaosKillAndPauseTaskManagers(t *testing.T) {
 		}
 	}
 	slices.Sort(recoveries)
-	p50, worst := 0.0, 0.0
-	if len(recoveries) > 0 {
-		p50, worst = recoveries[len(recoveries)/2].Seconds(), recoveries[len(recoveries)-1].Seconds()
+	p50, p90, worst := 0.0, 0.0, 0.0
+	if n := len(recoveries); n > 0 {
+		p50, p90, worst = recoveries[n/2].Seconds(), recoveries[n*9/10].Seconds(), recoveries[n-1].Seconds()
 	}
 	fmt.Printf("kills=%d pauses=%d checkpoints=%d lost=%d duplicated=%d recovery_p50=%.2f recovery_max=%.2f\n",
 		kills, pauses, checkpoints, lost, duplicated, p50, worst)
+	t.Logf("recovery_p90=%.2f over %d faults", p90, len(recoveries))
 	if kills < cc.kills || pauses < 1 {
 		t.Errorf("only %d kills and %d pauses happened before the job ended; want at least %d and 1", kills, pauses, cc.kills)
 	}
 	if lost != 0 || duplicated != 0 {
 		t.Fatalf("not exactly-once under chaos: lost=%d duplicated=%d", lost, duplicated)
 	}
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
