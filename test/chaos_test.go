@@ -75,9 +75,9 @@ func TestChaosKillAndPauseTaskManagers(t *testing.T) {
 		HeartbeatTimeout: hbTimeout, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info"})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	// Enough rows to outlast the kills: 1.5 times the chaos duration at the
+	// Enough rows to outlast the kills: twice the chaos duration at the
 	// rate, rounded to whole sequences per key.
-	perKey := int64(1.5*cc.duration.Seconds()*float64(cc.rate)) / int64(cc.keys)
+	perKey := int64(2*cc.duration.Seconds()*float64(cc.rate)) / int64(cc.keys)
 	rows := perKey * int64(cc.keys)
 	spec := filepath.Join(dir, "job.yaml")
 	body := fmt.Sprintf(chaosSpec, "file://"+filepath.Join(dir, "ckpt"), rows, cc.rate, cc.keys, cc.keys, out)
