@@ -7,7 +7,8 @@ import (
 	"github.com/weirstream/weir/connectors/nexmark"
 )
 
-// The query tests run each examples/nexmark spec in-process over the
+// The query tests run each examples/nexmark spec on the task runtime
+// (dataflowtest.RunGraph, one task per vertex in this process) over the
 // generated events and compare the sink's rows with a plain Go
 // implementation of the query over Generator.At. The rate gives 30 s of
 // event time, so every windowed query fires several windows.
@@ -27,7 +28,7 @@ func winStart(ts, size int64) int64 { return ts - ts%size }
 
 func checkQuery(t *testing.T, q string, want []string) {
 	t.Helper()
-	got := newExecutor(t, loadQuery(t, q, testCfg)).run("sink")
+	got := runQuery(t, q, testCfg)
 	slices.Sort(want)
 	if len(want) == 0 {
 		t.Fatalf("%s: the oracle produced no rows; the test would prove nothing", q)

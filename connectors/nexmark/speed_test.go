@@ -8,8 +8,8 @@ import (
 	"github.com/weirstream/weir/connectors/nexmark"
 )
 
-// TestQuerySpeed runs each query in-process (this package's executor, not
-// the task runtime) over WEIR_NEXMARK_SPEED_EVENTS events at the default
+// TestQuerySpeed runs each query on the task runtime in this process
+// (dataflowtest.RunGraph) over WEIR_NEXMARK_SPEED_EVENTS events at the default
 // rate and logs events/s. It is skipped unless the variable is set.
 func TestQuerySpeed(t *testing.T) {
 	v := os.Getenv("WEIR_NEXMARK_SPEED_EVENTS")
@@ -22,9 +22,8 @@ func TestQuerySpeed(t *testing.T) {
 	}
 	cfg := nexmark.Config{Events: events, Seed: 42}
 	for _, q := range []string{"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"} {
-		x := newExecutor(t, loadQuery(t, q, cfg))
 		start := time.Now()
-		rows := x.run("sink")
+		rows := runQuery(t, q, cfg)
 		el := time.Since(start)
 		t.Logf("%s: %d events in %v = %.0f events/s, %d result rows", q, events, el, float64(events)/el.Seconds(), len(rows))
 	}
