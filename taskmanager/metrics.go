@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/weirstream/weir/dataflow"
 )
@@ -46,7 +47,7 @@ func newMetrics(tm *TaskManager) *metrics {
 			return float64(len(tm.mu.tasks))
 		})
 	m.reg.MustRegister(m.stateBytesWrite, m.stateBytesRead, m.snapshots, m.alignment, m.syncDuration, m.asyncDuration,
-		m.tasksRunning, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		m.tasksRunning, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -408,10 +408,6 @@ func TestFail(t *testing.T) {
 		{"attempt": 3, "at": "restore"},
 		{"attempt": 4, "at": "notify"},
 		{"attempt": 5, "at": "records"}]}`
-	type step struct {
-		name string
-		do   func(*Fail) error
-	}
 	batch := func(f *Fail) error {
 		b := stream.NewBatch(inSchema, 3)
 		for i := range 3 {
