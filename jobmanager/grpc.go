@@ -387,6 +387,18 @@ func (jm *JobManager) inspectCheckpoint(ctx context.Context, jobID string, id in
 	return &weirpb.InspectCheckpointResponse{Manifest: m, StorageKey: key}, nil
 }
 
+func (s *jobServer) CollectGarbage(ctx context.Context, req *weirpb.CollectGarbageRequest) (*weirpb.CollectGarbageResponse, error) {
+	minAge := time.Duration(req.GetMinAgeMs()) * time.Millisecond
+	switch {
+	case req.GetMinAgeMs() == 0:
+		minAge = DefaultGCMinAge
+	case minAge < 0:
+		minAge = 0 // no minimum age
+	}
+	resp, err := s.jm.collectGarbage(ctx, req.GetJobId(), req.GetDryRun(), minAge)
+	return resp, toGRPCError(err)
+}
+
 func (s *jobServer) ListCheckpoints(_ context.Context, req *weirpb.ListCheckpointsRequest) (*weirpb.ListCheckpointsResponse, error) {
 	resp, err := s.jm.listCheckpoints(req.GetJobId())
 	return resp, toGRPCError(err)

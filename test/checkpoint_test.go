@@ -194,6 +194,11 @@ func TestExactlyOnceUnderInjectedFailures(t *testing.T) {
 			text, err := c.Weir("checkpoints", "inspect", jobID, strconv.FormatInt(ck.GetCheckpointId(), 10))
 			if err == nil && strings.Contains(text, "counts") && strings.Contains(text, "events") {
 				inspected = true
+				// A dry-run garbage collection lists but never deletes.
+				gc, err := c.Weir("checkpoints", "gc", jobID, "--dry-run", "--min-age", "0s")
+				if err != nil || !strings.Contains(gc, "would delete") {
+					t.Errorf("weir checkpoints gc --dry-run: %v\n%s", err, gc)
+				}
 			}
 			return
 		}

@@ -1296,6 +1296,189 @@ func (x *InspectCheckpointResponse) GetStorageKey() string {
 	return ""
 }
 
+type CollectGarbageRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	JobId  string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	DryRun bool                   `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// min_age_ms: only objects older than this are collected; 0 means the
+	// default of one hour, a negative value no minimum.
+	MinAgeMs      int64 `protobuf:"varint,3,opt,name=min_age_ms,json=minAgeMs,proto3" json:"min_age_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectGarbageRequest) Reset() {
+	*x = CollectGarbageRequest{}
+	mi := &file_weirpb_jobs_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectGarbageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectGarbageRequest) ProtoMessage() {}
+
+func (x *CollectGarbageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectGarbageRequest.ProtoReflect.Descriptor instead.
+func (*CollectGarbageRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CollectGarbageRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *CollectGarbageRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *CollectGarbageRequest) GetMinAgeMs() int64 {
+	if x != nil {
+		return x.MinAgeMs
+	}
+	return 0
+}
+
+type GarbageObject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	ModTimeMs     int64                  `protobuf:"varint,3,opt,name=mod_time_ms,json=modTimeMs,proto3" json:"mod_time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GarbageObject) Reset() {
+	*x = GarbageObject{}
+	mi := &file_weirpb_jobs_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GarbageObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GarbageObject) ProtoMessage() {}
+
+func (x *GarbageObject) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GarbageObject.ProtoReflect.Descriptor instead.
+func (*GarbageObject) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GarbageObject) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GarbageObject) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *GarbageObject) GetModTimeMs() int64 {
+	if x != nil {
+		return x.ModTimeMs
+	}
+	return 0
+}
+
+type CollectGarbageResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Objects []*GarbageObject       `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	Bytes   int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// deleted is false for a dry run.
+	Deleted       bool `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectGarbageResponse) Reset() {
+	*x = CollectGarbageResponse{}
+	mi := &file_weirpb_jobs_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectGarbageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectGarbageResponse) ProtoMessage() {}
+
+func (x *CollectGarbageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectGarbageResponse.ProtoReflect.Descriptor instead.
+func (*CollectGarbageResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CollectGarbageResponse) GetObjects() []*GarbageObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *CollectGarbageResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *CollectGarbageResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 var File_weirpb_jobs_proto protoreflect.FileDescriptor
 
 const file_weirpb_jobs_proto_rawDesc = "" +
@@ -1387,7 +1570,20 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x19InspectCheckpointResponse\x12-\n" +
 	"\bmanifest\x18\x01 \x01(\v2\x11.weir.v1.ManifestR\bmanifest\x12\x1f\n" +
 	"\vstorage_key\x18\x02 \x01(\tR\n" +
-	"storageKey*\xe2\x01\n" +
+	"storageKey\"e\n" +
+	"\x15CollectGarbageRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x1c\n" +
+	"\n" +
+	"min_age_ms\x18\x03 \x01(\x03R\bminAgeMs\"U\n" +
+	"\rGarbageObject\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x1e\n" +
+	"\vmod_time_ms\x18\x03 \x01(\x03R\tmodTimeMs\"z\n" +
+	"\x16CollectGarbageResponse\x120\n" +
+	"\aobjects\x18\x01 \x03(\v2\x16.weir.v1.GarbageObjectR\aobjects\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted*\xe2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_CREATED\x10\x01\x12\x17\n" +
@@ -1402,7 +1598,7 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x1dCHECKPOINT_STATUS_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dCHECKPOINT_STATUS_IN_PROGRESS\x10\x01\x12\x1f\n" +
 	"\x1bCHECKPOINT_STATUS_COMPLETED\x10\x02\x12\x1c\n" +
-	"\x18CHECKPOINT_STATUS_FAILED\x10\x032\xfd\x04\n" +
+	"\x18CHECKPOINT_STATUS_FAILED\x10\x032\xd0\x05\n" +
 	"\n" +
 	"JobService\x12B\n" +
 	"\tSubmitJob\x12\x19.weir.v1.SubmitJobRequest\x1a\x1a.weir.v1.SubmitJobResponse\x12?\n" +
@@ -1412,7 +1608,8 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x10ListTaskManagers\x12 .weir.v1.ListTaskManagersRequest\x1a!.weir.v1.ListTaskManagersResponse\x12T\n" +
 	"\x0fListCheckpoints\x12\x1f.weir.v1.ListCheckpointsRequest\x1a .weir.v1.ListCheckpointsResponse\x12`\n" +
 	"\x11TriggerCheckpoint\x12$.weir.v1.TriggerJobCheckpointRequest\x1a%.weir.v1.TriggerJobCheckpointResponse\x12Z\n" +
-	"\x11InspectCheckpoint\x12!.weir.v1.InspectCheckpointRequest\x1a\".weir.v1.InspectCheckpointResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
+	"\x11InspectCheckpoint\x12!.weir.v1.InspectCheckpointRequest\x1a\".weir.v1.InspectCheckpointResponse\x12Q\n" +
+	"\x0eCollectGarbage\x12\x1e.weir.v1.CollectGarbageRequest\x1a\x1f.weir.v1.CollectGarbageResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
 
 var (
 	file_weirpb_jobs_proto_rawDescOnce sync.Once
@@ -1427,7 +1624,7 @@ func file_weirpb_jobs_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_weirpb_jobs_proto_goTypes = []any{
 	(JobState)(0),                        // 0: weir.v1.JobState
 	(CheckpointStatus)(0),                // 1: weir.v1.CheckpointStatus
@@ -1451,45 +1648,51 @@ var file_weirpb_jobs_proto_goTypes = []any{
 	(*TriggerJobCheckpointResponse)(nil), // 19: weir.v1.TriggerJobCheckpointResponse
 	(*InspectCheckpointRequest)(nil),     // 20: weir.v1.InspectCheckpointRequest
 	(*InspectCheckpointResponse)(nil),    // 21: weir.v1.InspectCheckpointResponse
-	(*JobGraph)(nil),                     // 22: weir.v1.JobGraph
-	(*ExecutionID)(nil),                  // 23: weir.v1.ExecutionID
-	(TaskState)(0),                       // 24: weir.v1.TaskState
-	(*Manifest)(nil),                     // 25: weir.v1.Manifest
+	(*CollectGarbageRequest)(nil),        // 22: weir.v1.CollectGarbageRequest
+	(*GarbageObject)(nil),                // 23: weir.v1.GarbageObject
+	(*CollectGarbageResponse)(nil),       // 24: weir.v1.CollectGarbageResponse
+	(*JobGraph)(nil),                     // 25: weir.v1.JobGraph
+	(*ExecutionID)(nil),                  // 26: weir.v1.ExecutionID
+	(TaskState)(0),                       // 27: weir.v1.TaskState
+	(*Manifest)(nil),                     // 28: weir.v1.Manifest
 }
 var file_weirpb_jobs_proto_depIdxs = []int32{
-	22, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
+	25, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
 	0,  // 1: weir.v1.JobSummary.state:type_name -> weir.v1.JobState
-	23, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
-	24, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
+	26, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
+	27, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
 	4,  // 4: weir.v1.ListJobsResponse.jobs:type_name -> weir.v1.JobSummary
 	4,  // 5: weir.v1.GetJobResponse.job:type_name -> weir.v1.JobSummary
 	5,  // 6: weir.v1.GetJobResponse.tasks:type_name -> weir.v1.TaskInfo
-	22, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
+	25, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
 	13, // 8: weir.v1.ListTaskManagersResponse.taskmanagers:type_name -> weir.v1.TaskManagerInfo
 	1,  // 9: weir.v1.CheckpointInfo.status:type_name -> weir.v1.CheckpointStatus
 	15, // 10: weir.v1.ListCheckpointsResponse.checkpoints:type_name -> weir.v1.CheckpointInfo
-	25, // 11: weir.v1.InspectCheckpointResponse.manifest:type_name -> weir.v1.Manifest
-	2,  // 12: weir.v1.JobService.SubmitJob:input_type -> weir.v1.SubmitJobRequest
-	6,  // 13: weir.v1.JobService.ListJobs:input_type -> weir.v1.ListJobsRequest
-	8,  // 14: weir.v1.JobService.GetJob:input_type -> weir.v1.GetJobRequest
-	10, // 15: weir.v1.JobService.CancelJob:input_type -> weir.v1.CancelJobRequest
-	12, // 16: weir.v1.JobService.ListTaskManagers:input_type -> weir.v1.ListTaskManagersRequest
-	16, // 17: weir.v1.JobService.ListCheckpoints:input_type -> weir.v1.ListCheckpointsRequest
-	18, // 18: weir.v1.JobService.TriggerCheckpoint:input_type -> weir.v1.TriggerJobCheckpointRequest
-	20, // 19: weir.v1.JobService.InspectCheckpoint:input_type -> weir.v1.InspectCheckpointRequest
-	3,  // 20: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
-	7,  // 21: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
-	9,  // 22: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
-	11, // 23: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
-	14, // 24: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
-	17, // 25: weir.v1.JobService.ListCheckpoints:output_type -> weir.v1.ListCheckpointsResponse
-	19, // 26: weir.v1.JobService.TriggerCheckpoint:output_type -> weir.v1.TriggerJobCheckpointResponse
-	21, // 27: weir.v1.JobService.InspectCheckpoint:output_type -> weir.v1.InspectCheckpointResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	28, // 11: weir.v1.InspectCheckpointResponse.manifest:type_name -> weir.v1.Manifest
+	23, // 12: weir.v1.CollectGarbageResponse.objects:type_name -> weir.v1.GarbageObject
+	2,  // 13: weir.v1.JobService.SubmitJob:input_type -> weir.v1.SubmitJobRequest
+	6,  // 14: weir.v1.JobService.ListJobs:input_type -> weir.v1.ListJobsRequest
+	8,  // 15: weir.v1.JobService.GetJob:input_type -> weir.v1.GetJobRequest
+	10, // 16: weir.v1.JobService.CancelJob:input_type -> weir.v1.CancelJobRequest
+	12, // 17: weir.v1.JobService.ListTaskManagers:input_type -> weir.v1.ListTaskManagersRequest
+	16, // 18: weir.v1.JobService.ListCheckpoints:input_type -> weir.v1.ListCheckpointsRequest
+	18, // 19: weir.v1.JobService.TriggerCheckpoint:input_type -> weir.v1.TriggerJobCheckpointRequest
+	20, // 20: weir.v1.JobService.InspectCheckpoint:input_type -> weir.v1.InspectCheckpointRequest
+	22, // 21: weir.v1.JobService.CollectGarbage:input_type -> weir.v1.CollectGarbageRequest
+	3,  // 22: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
+	7,  // 23: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
+	9,  // 24: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
+	11, // 25: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
+	14, // 26: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
+	17, // 27: weir.v1.JobService.ListCheckpoints:output_type -> weir.v1.ListCheckpointsResponse
+	19, // 28: weir.v1.JobService.TriggerCheckpoint:output_type -> weir.v1.TriggerJobCheckpointResponse
+	21, // 29: weir.v1.JobService.InspectCheckpoint:output_type -> weir.v1.InspectCheckpointResponse
+	24, // 30: weir.v1.JobService.CollectGarbage:output_type -> weir.v1.CollectGarbageResponse
+	22, // [22:31] is the sub-list for method output_type
+	13, // [13:22] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_jobs_proto_init() }
@@ -1506,7 +1709,7 @@ func file_weirpb_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_jobs_proto_rawDesc), len(file_weirpb_jobs_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	JobService_ListCheckpoints_FullMethodName   = "/weir.v1.JobService/ListCheckpoints"
 	JobService_TriggerCheckpoint_FullMethodName = "/weir.v1.JobService/TriggerCheckpoint"
 	JobService_InspectCheckpoint_FullMethodName = "/weir.v1.JobService/InspectCheckpoint"
+	JobService_CollectGarbage_FullMethodName    = "/weir.v1.JobService/CollectGarbage"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -43,6 +44,11 @@ type JobServiceClient interface {
 	ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error)
 	TriggerCheckpoint(ctx context.Context, in *TriggerJobCheckpointRequest, opts ...grpc.CallOption) (*TriggerJobCheckpointResponse, error)
 	InspectCheckpoint(ctx context.Context, in *InspectCheckpointRequest, opts ...grpc.CallOption) (*InspectCheckpointResponse, error)
+	// CollectGarbage removes (or with dry_run lists) objects in the job's
+	// checkpoint storage that no retained or in-progress checkpoint refers to
+	// and that are older than min_age: leftovers of uploads that finished
+	// after their checkpoint was aborted, or of crashes.
+	CollectGarbage(ctx context.Context, in *CollectGarbageRequest, opts ...grpc.CallOption) (*CollectGarbageResponse, error)
 }
 
 type jobServiceClient struct {
@@ -133,6 +139,16 @@ func (c *jobServiceClient) InspectCheckpoint(ctx context.Context, in *InspectChe
 	return out, nil
 }
 
+func (c *jobServiceClient) CollectGarbage(ctx context.Context, in *CollectGarbageRequest, opts ...grpc.CallOption) (*CollectGarbageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CollectGarbageResponse)
+	err := c.cc.Invoke(ctx, JobService_CollectGarbage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -147,6 +163,11 @@ type JobServiceServer interface {
 	ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error)
 	TriggerCheckpoint(context.Context, *TriggerJobCheckpointRequest) (*TriggerJobCheckpointResponse, error)
 	InspectCheckpoint(context.Context, *InspectCheckpointRequest) (*InspectCheckpointResponse, error)
+	// CollectGarbage removes (or with dry_run lists) objects in the job's
+	// checkpoint storage that no retained or in-progress checkpoint refers to
+	// and that are older than min_age: leftovers of uploads that finished
+	// after their checkpoint was aborted, or of crashes.
+	CollectGarbage(context.Context, *CollectGarbageRequest) (*CollectGarbageResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -180,6 +201,9 @@ func (UnimplementedJobServiceServer) TriggerCheckpoint(context.Context, *Trigger
 }
 func (UnimplementedJobServiceServer) InspectCheckpoint(context.Context, *InspectCheckpointRequest) (*InspectCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InspectCheckpoint not implemented")
+}
+func (UnimplementedJobServiceServer) CollectGarbage(context.Context, *CollectGarbageRequest) (*CollectGarbageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CollectGarbage not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -346,6 +370,24 @@ func _JobService_InspectCheckpoint_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_CollectGarbage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CollectGarbageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).CollectGarbage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_CollectGarbage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).CollectGarbage(ctx, req.(*CollectGarbageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -384,6 +426,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InspectCheckpoint",
 			Handler:    _JobService_InspectCheckpoint_Handler,
+		},
+		{
+			MethodName: "CollectGarbage",
+			Handler:    _JobService_CollectGarbage_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -94,6 +95,53 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 			return nil
 		},
 	})
+	var dryRun bool
+	var minAge time.Duration
+	gc := &cobra.Command{
+		Use:   "gc JOB",
+		Short: "Delete checkpoint objects that no retained or in-progress checkpoint refers to",
+		Long: "gc lists the objects in the job's checkpoint storage that belong to no retained or in-progress\n" +
+			"checkpoint and are older than --min-age (leftovers of aborted checkpoints and crashes), and\n" +
+			"deletes them unless --dry-run is given.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if minAge < 0 {
+				return fmt.Errorf("--min-age %v: must not be negative", minAge)
+			}
+			client, ctx, done, err := cc.connect(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			ms := minAge.Milliseconds()
+			if ms == 0 {
+				ms = -1 // the request's 0 means the default
+			}
+			resp, err := client.CollectGarbage(ctx, &weirpb.CollectGarbageRequest{JobId: args[0], DryRun: dryRun, MinAgeMs: ms})
+			if err != nil {
+				return cc.callErr("checkpoint garbage of job "+args[0], err)
+			}
+			if cc.output == "json" {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			var rows [][]string
+			for _, o := range resp.GetObjects() {
+				rows = append(rows, []string{o.GetKey(), humanBytes(o.GetSize()), fmtTime(o.GetModTimeMs())})
+			}
+			if err := table(cmd.OutOrStdout(), "OBJECT\tSIZE\tMODIFIED", rows); err != nil {
+				return err
+			}
+			verb := "deleted"
+			if dryRun {
+				verb = "would delete"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %d objects, %s\n", verb, len(resp.GetObjects()), humanBytes(resp.GetBytes()))
+			return nil
+		},
+	}
+	gc.Flags().BoolVar(&dryRun, "dry-run", false, "only list what would be deleted")
+	gc.Flags().DurationVar(&minAge, "min-age", time.Hour, "collect only objects older than this")
+	cmd.AddCommand(gc)
 	return cmd
 }
 

@@ -1,0 +1,91 @@
+package jobmanager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/coordinator"
+	"github.com/weirstream/weir/proto/weirpb"
+)
+
+// DefaultGCMinAge is how old an unreferenced checkpoint object must be
+// before CollectGarbage removes it: uploads of a checkpoint still being
+// taken are younger.
+const DefaultGCMinAge = time.Hour
+
+// objectStore is the optional capability of a checkpointStore that garbage
+// collection needs (checkpoint.Storage has it).
+type objectStore interface {
+	Store() blobstore.Store
+}
+
+// garbage picks from the objects of job jobID's checkpoint storage those
+// that no kept checkpoint refers to and that are older than minAge: objects
+// under chk-<n>/ for a checkpoint n that keep says to drop. The completed
+// pointer and anything not under a chk-<n>/ prefix are never garbage.
+func garbage(objs []blobstore.ObjectInfo, jobID string, keep func(id int64) bool, now time.Time, minAge time.Duration) []blobstore.ObjectInfo {
+	var out []blobstore.ObjectInfo
+	prefix := jobID + "/chk-"
+	for _, o := range objs {
+		rest, ok := strings.CutPrefix(o.Key, prefix)
+		if !ok {
+			continue
+		}
+		num, _, ok := strings.Cut(rest, "/")
+		id, err := strconv.ParseInt(num, 10, 64)
+		if !ok || err != nil || id < 1 || keep(id) || now.Sub(o.ModTime) < minAge {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// collectGarbage lists, and unless dryRun deletes, the job's unreferenced
+// checkpoint objects.
+func (jm *JobManager) collectGarbage(ctx context.Context, jobID string, dryRun bool, minAge time.Duration) (*weirpb.CollectGarbageResponse, error) {
+	jm.mu.Lock()
+	v, err := jm.mu.core.checkpoints(jobID)
+	jm.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if !v.Enabled {
+		return nil, fmt.Errorf("%w: job %s takes no checkpoints", ErrCheckpointingOff, jobID)
+	}
+	st, ok := jm.storage(jobID).(objectStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: the checkpoint storage of job %s cannot list its objects", ErrStorage, jobID)
+	}
+	// Keep every retained checkpoint, every one in progress, and any id
+	// above the newest known: its trigger may be on its way.
+	var newest int64
+	inProgress := map[int64]bool{}
+	for _, h := range v.History {
+		newest = max(newest, h.ID)
+		if h.Status == coordinator.InProgress {
+			inProgress[h.ID] = true
+		}
+	}
+	keep := func(id int64) bool { return slices.Contains(v.Retained, id) || inProgress[id] || id > newest }
+	objs, err := st.Store().List(ctx, jobID+"/")
+	if err != nil {
+		return nil, fmt.Errorf("%w: listing the checkpoint objects of job %s in %s: %v", ErrStorage, jobID, v.Storage, err)
+	}
+	resp := &weirpb.CollectGarbageResponse{Deleted: !dryRun}
+	for _, o := range garbage(objs, jobID, keep, time.Now(), minAge) {
+		resp.Objects = append(resp.Objects, &weirpb.GarbageObject{Key: o.Key, Size: o.Size, ModTimeMs: o.ModTime.UnixMilli()})
+		resp.Bytes += o.Size
+		if !dryRun {
+			if err := st.Store().Delete(ctx, o.Key); err != nil {
+				return nil, fmt.Errorf("%w: deleting %s: %v", ErrStorage, o.Key, err)
+			}
+		}
+	}
+	return resp, nil
+}
