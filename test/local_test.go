@@ -1,0 +1,118 @@
+package test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/test/clustertest"
+)
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer process and a reader test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// `weir local` starts a jobmanager and taskmanagers as child processes and
+// starts a taskmanager again when it dies.
+func TestWeirLocalRestartsTaskManagers(t *testing.T) {
+	bin := clustertest.Binaries(t)
+	rpc := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	rest := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	var out syncBuffer
+	local := exec.Command(filepath.Join(bin, "weir"), "local", "--taskmanagers", "2", "--slots", "1",
+		"--rpc-address", rpc, "--rest-address", rest, "--log-level", "info")
+	local.Stdout, local.Stderr = &out, &out
+	if err := local.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = local.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = local.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = local.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("weir local output:\n%s", out.String())
+		}
+	})
+	live := func() int {
+		cmd := exec.Command(filepath.Join(bin, "weir"), "--jobmanager", rpc, "taskmanagers", "list")
+		text, err := cmd.CombinedOutput()
+		if err != nil {
+			return -1
+		}
+		return strings.Count(string(text), " live ")
+	}
+	clustertest.Eventually(t, time.Minute, "two live taskmanagers", func() bool { return live() == 2 })
+
+	// SIGKILL taskmanager 1, found by its id on its command line.
+	pid := childPID(t, "local-tm-1")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, time.Minute, "weir local to restart the taskmanager", func() bool {
+		return strings.Contains(out.String(), "taskmanager-1 exited") && childPID(t, "local-tm-1") != pid
+	})
+	clustertest.Eventually(t, time.Minute, "two live taskmanagers again", func() bool { return live() == 2 })
+}
+
+// childPID returns the pid of the process whose command line contains id
+// (0 if none).
+func childPID(t *testing.T, id string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 1 && args[1] == "taskmanager" && strings.Contains(string(cmdline), "\x00"+id+"\x00") {
+			return pid
+		}
+	}
+	return 0
+}
