@@ -82,6 +82,10 @@ type TaskSpec struct {
 	// checkpoint: its operators start empty (Restore is ignored) and a
 	// source behaves as exhausted, so that its input is not produced twice.
 	RestoreFinished bool
+	// StateBackend and LocalStateDir are passed to operators in
+	// stream.OperatorContext.
+	StateBackend  string
+	LocalStateDir string
 }
 
 // Metrics are a task's counters; they may be read while the task runs.
@@ -175,6 +179,8 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			Attempt:        spec.Attempt,
 			Checkpointing:  spec.Checkpointing,
 			CheckpointMode: t.mode,
+			StateBackend:   spec.StateBackend,
+			LocalStateDir:  spec.LocalStateDir,
 		}}
 		var err error
 		switch {

@@ -59,6 +59,9 @@ type Config struct {
 	// zero value follows Flink: exponential-delay when the job takes
 	// checkpoints, none otherwise.
 	DefaultRestart stream.RestartConfig
+	// DefaultStateBackend is the keyed-state backend of jobs that name none
+	// (stream.StateBackendHeap or stream.StateBackendPebble). Default heap.
+	DefaultStateBackend string
 	// MetricsRegistry, if set, receives the jobmanager's Prometheus
 	// metrics (weir_*); otherwise the jobmanager keeps a registry of its
 	// own. Either way JobManager.Metrics serves them, as does GET /metrics

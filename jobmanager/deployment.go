@@ -15,6 +15,7 @@ func buildDeployment(a *deployAction) *weirpb.TaskDeployment {
 		TaskName:       t.SubtaskName(subtask),
 		Parallelism:    int32(t.Parallelism),
 		MaxParallelism: int32(g.MaxParallelism),
+		StateBackend:   g.State.Backend,
 	}
 	if ck := a.Checkpointing; ck.Enabled {
 		d.Checkpointing = &weirpb.TaskCheckpointing{Enabled: true, Mode: weirpb.CheckpointMode(ck.Mode), Storage: ck.Storage}

@@ -177,6 +177,10 @@ func (jm *JobManager) submit(ctx context.Context, pg *weirpb.JobGraph, slotWait 
 	if err := stream.Plan(g, jm.reg); err != nil { // validates g.Checkpoint too
 		return "", fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
+	if err := stream.ValidateStateBackend(g.State.Backend); err != nil {
+		return "", fmt.Errorf("%w: job %q: state: %v", ErrInvalidArgument, g.Name, err)
+	}
+	g.State.Backend = cmp.Or(g.State.Backend, jm.cfg.DefaultStateBackend, stream.StateBackendHeap)
 	ck := g.Checkpoint.WithDefaults()
 	restartCfg := g.Restart
 	if restartCfg.Type == "" {

@@ -107,7 +107,7 @@ type parser struct {
 }
 
 var (
-	topKeys   = []string{"name", "parallelism", "maxParallelism", "checkpointing", "restartStrategy", "operators"}
+	topKeys   = []string{"name", "parallelism", "maxParallelism", "checkpointing", "restartStrategy", "state", "operators"}
 	opKeys    = []string{"uid", "name", "type", "parallelism", "config", "keyBy", "partitioning", "input", "inputs"}
 	inputKeys = []string{"from", "keyBy", "partitioning"}
 )
@@ -271,6 +271,10 @@ func (p *parser) parseTop() error {
 			}
 		case "restartStrategy":
 			if err := p.parseRestart(kv.val); err != nil {
+				return err
+			}
+		case "state":
+			if err := p.parseState(kv.val); err != nil {
 				return err
 			}
 		case "operators":

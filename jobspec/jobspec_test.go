@@ -422,7 +422,7 @@ name: x
 paralelism: 2
 operators: [{uid: a, type: gen}]
 `,
-			want: `job.yaml:2: unknown key "paralelism" (did you mean "parallelism"?); a job spec has name, parallelism, maxParallelism, checkpointing, restartStrategy, operators`,
+			want: `job.yaml:2: unknown key "paralelism" (did you mean "parallelism"?); a job spec has name, parallelism, maxParallelism, checkpointing, restartStrategy, state, operators`,
 		},
 		{
 			name: "duplicate top-level key",

@@ -16,6 +16,7 @@ var (
 		"retained", "retention", "storage"}
 	restartKeys = []string{"type", "attempts", "delay", "maxFailures", "interval", "initialBackoff", "maxBackoff",
 		"multiplier", "jitter", "resetBackoffAfter"}
+	stateKeys    = []string{"backend"}
 	restartTypes = []string{"none", "fixed-delay", "failure-rate", "exponential-delay"}
 )
 
@@ -180,4 +181,32 @@ func ParseRestartStrategy(m map[string]any) (stream.RestartConfig, error) {
 		return stream.RestartConfig{}, err
 	}
 	return p.g.Restart, nil
+}
+
+// parseState reads the `state:` mapping into g.State.
+func (p *parser) parseState(n *yaml.Node) error {
+	ps, at, err := pairs(n)
+	if err != nil {
+		return p.errAt(at, "state: %v", err)
+	}
+	for _, kv := range ps {
+		k, err := stringKey(kv.key)
+		if err != nil {
+			return p.errAt(kv.key, "state: %v", err)
+		}
+		switch k {
+		case "backend":
+			var s string
+			if s, err = asString(kv.val); err == nil {
+				err = stream.ValidateStateBackend(s)
+				p.g.State.Backend = s
+			}
+		default:
+			return p.errAt(kv.key, "state: unknown key %q%s; it has %s", k, suggest(k, stateKeys), strings.Join(stateKeys, ", "))
+		}
+		if err != nil {
+			return p.errAt(kv.val, "state: %s: %v", k, err)
+		}
+	}
+	return nil
 }

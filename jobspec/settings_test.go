@@ -55,6 +55,8 @@ func TestCheckpointingSettingErrors(t *testing.T) {
 		{"restartStrategy: {type: fixed}", `job.yaml:2: restartStrategy: type: unknown strategy "fixed"`},
 		{"restartStrategy: {delay: -1s}", `job.yaml:2: restartStrategy: delay: must not be negative`},
 		{"restartStrategy: {multiplier: x}", `job.yaml:2: restartStrategy: multiplier: must be a number`},
+		{"state: {backend: rocksdb}", `job.yaml:2: state: backend: unknown state backend "rocksdb"; want heap or pebble`},
+		{"state: {backnd: heap}", `job.yaml:2: state: unknown key "backnd" (did you mean "backend"?)`},
 	} {
 		spec := "name: j\n" + tc.body + "\noperators:\n  - {uid: g, type: gen}\n"
 		_, err := Parse("job.yaml", []byte(spec), testRegistry())
@@ -74,5 +76,22 @@ func TestParseRestartStrategyForClusterConfig(t *testing.T) {
 	}
 	if _, err := ParseRestartStrategy(map[string]any{"type": "sometimes"}); err == nil || !strings.Contains(err.Error(), `unknown strategy "sometimes"`) {
 		t.Fatalf("want an unknown-strategy error, got %v", err)
+	}
+}
+
+func TestStateBackendSetting(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"", ""},
+		{"state: {backend: heap}\n", "heap"},
+		{"state: {backend: pebble}\n", "pebble"},
+	} {
+		spec := "name: j\n" + tc.body + "operators:\n  - {uid: g, type: gen}\n"
+		g, err := Parse("job.yaml", []byte(spec), testRegistry())
+		if err != nil {
+			t.Fatalf("%q: %v", tc.body, err)
+		}
+		if g.State.Backend != tc.want {
+			t.Errorf("%q: backend %q, want %q", tc.body, g.State.Backend, tc.want)
+		}
 	}
 }

@@ -83,6 +83,8 @@ type JobGraph struct {
 	Checkpoint CheckpointConfig
 	// Restart is the restart strategy; empty Type means the cluster default.
 	Restart RestartConfig
+	// State selects the keyed-state backend; empty means the cluster default.
+	State StateConfig
 }
 
 // Inputs returns the edges into vertex id, ordered by input number.

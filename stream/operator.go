@@ -54,6 +54,12 @@ type OperatorContext struct {
 	// it is on, and at Finish otherwise.
 	Checkpointing  bool
 	CheckpointMode CheckpointMode
+	// StateBackend names the keyed-state backend operators should use
+	// (StateBackendHeap or StateBackendPebble; empty means heap).
+	StateBackend string
+	// LocalStateDir is a directory private to this task where a backend may
+	// keep files (empty: use a temporary directory).
+	LocalStateDir string
 }
 
 // Operator is a transformation or a sink. The task runtime calls its methods

@@ -34,7 +34,10 @@ type Config struct {
 	// RegisterRetry is the pause between attempts to reach the jobmanager.
 	// Default 1s.
 	RegisterRetry time.Duration
-	Logger        *slog.Logger
+	// StateDir holds the local state of this taskmanager's tasks (one
+	// subdirectory per task). Default os.TempDir()/weir-state-<ID>.
+	StateDir string
+	Logger   *slog.Logger
 }
 
 // DefaultConfig returns the defaults documented on Config.

@@ -26,6 +26,7 @@ func toTaskSpec(d *weirpb.TaskDeployment) (*dataflow.TaskSpec, error) {
 		Checkpointing:   d.GetCheckpointing().GetEnabled(),
 		Mode:            stream.CheckpointMode(d.GetCheckpointing().GetMode()),
 		RestoreFinished: d.GetRestoreFinished(),
+		StateBackend:    d.GetStateBackend(),
 	}
 	if spec.Checkpointing && d.GetCheckpointing().GetStorage() == "" {
 		return nil, errors.New("checkpointing is on but the deployment names no checkpoint storage")

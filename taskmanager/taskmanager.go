@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -75,6 +77,9 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(os.TempDir(), "weir-state-"+cfg.ID)
 	}
 	tm := &TaskManager{cfg: cfg, reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID), ready: make(chan struct{})}
 	tm.mu.tasks = make(map[taskKey]*runningTask)
@@ -327,6 +332,8 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "task %s: %v", d.GetTaskName(), err)
 	}
+	spec.LocalStateDir = filepath.Join(tm.cfg.StateDir, d.GetId().GetJobId(),
+		fmt.Sprintf("v%d-s%d", d.GetId().GetVertexId(), d.GetId().GetSubtask()))
 	ctx, cancel := context.WithCancel(context.Background())
 	if spec.Checkpointing {
 		spec.Hooks = &taskHooks{tm: tm, id: d.GetId(), name: d.GetTaskName(), storage: d.GetCheckpointing().GetStorage(),

@@ -835,8 +835,11 @@ type TaskDeployment struct {
 	// its final checkpoint completed) as of the restored checkpoint: it must
 	// not produce its input again. A source then behaves as exhausted.
 	RestoreFinished bool `protobuf:"varint,11,opt,name=restore_finished,json=restoreFinished,proto3" json:"restore_finished,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// state_backend is the keyed-state backend the task's operators use
+	// ("heap" or "pebble"), already resolved against the cluster default.
+	StateBackend  string `protobuf:"bytes,12,opt,name=state_backend,json=stateBackend,proto3" json:"state_backend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskDeployment) Reset() {
@@ -944,6 +947,13 @@ func (x *TaskDeployment) GetRestoreFinished() bool {
 		return x.RestoreFinished
 	}
 	return false
+}
+
+func (x *TaskDeployment) GetStateBackend() string {
+	if x != nil {
+		return x.StateBackend
+	}
+	return ""
 }
 
 // TaskCheckpointing is what a task needs to know about the job's checkpoints.
@@ -1865,7 +1875,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\x12\x1d\n" +
 	"\n" +
 	"key_fields\x18\x05 \x03(\tR\tkeyFields\x12\x18\n" +
-	"\atargets\x18\x06 \x03(\tR\atargets\"\xfa\x03\n" +
+	"\atargets\x18\x06 \x03(\tR\atargets\"\x9f\x04\n" +
 	"\x0eTaskDeployment\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x1b\n" +
 	"\ttask_name\x18\x02 \x01(\tR\btaskName\x12 \n" +
@@ -1878,7 +1888,8 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x15restore_checkpoint_id\x18\t \x01(\x03R\x13restoreCheckpointId\x12.\n" +
 	"\arestore\x18\n" +
 	" \x03(\v2\x14.weir.v1.StateHandleR\arestore\x12)\n" +
-	"\x10restore_finished\x18\v \x01(\bR\x0frestoreFinished\"t\n" +
+	"\x10restore_finished\x18\v \x01(\bR\x0frestoreFinished\x12#\n" +
+	"\rstate_backend\x18\f \x01(\tR\fstateBackend\"t\n" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +

@@ -48,6 +48,7 @@ func FromGraph(g *stream.JobGraph) *JobGraph {
 	}
 	out.Checkpoint = FromCheckpointConfig(g.Checkpoint)
 	out.Restart = FromRestartConfig(g.Restart)
+	out.StateBackend = g.State.Backend
 	return out
 }
 
@@ -122,5 +123,6 @@ func ToGraph(g *JobGraph) (*stream.JobGraph, error) {
 	}
 	out.Checkpoint = ToCheckpointConfig(g.GetCheckpoint())
 	out.Restart = ToRestartConfig(g.GetRestart())
+	out.State.Backend = g.GetStateBackend()
 	return out, nil
 }

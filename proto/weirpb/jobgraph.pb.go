@@ -463,8 +463,10 @@ type JobGraph struct {
 	Edges          []*Edge                `protobuf:"bytes,5,rep,name=edges,proto3" json:"edges,omitempty"`
 	Checkpoint     *CheckpointSettings    `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	Restart        *RestartStrategy       `protobuf:"bytes,7,opt,name=restart,proto3" json:"restart,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// state_backend is "heap", "pebble" or empty (the cluster default).
+	StateBackend  string `protobuf:"bytes,8,opt,name=state_backend,json=stateBackend,proto3" json:"state_backend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobGraph) Reset() {
@@ -544,6 +546,13 @@ func (x *JobGraph) GetRestart() *RestartStrategy {
 		return x.Restart
 	}
 	return nil
+}
+
+func (x *JobGraph) GetStateBackend() string {
+	if x != nil {
+		return x.StateBackend
+	}
+	return ""
 }
 
 // CheckpointSettings mirrors stream.CheckpointConfig; durations in ms.
@@ -798,7 +807,7 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\x05input\x18\x03 \x01(\x05R\x05input\x129\n" +
 	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\x12\x1d\n" +
 	"\n" +
-	"key_fields\x18\x05 \x03(\tR\tkeyFields\"\xac\x02\n" +
+	"key_fields\x18\x05 \x03(\tR\tkeyFields\"\xd1\x02\n" +
 	"\bJobGraph\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vparallelism\x18\x02 \x01(\x05R\vparallelism\x12'\n" +
@@ -808,7 +817,8 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x06 \x01(\v2\x1b.weir.v1.CheckpointSettingsR\n" +
 	"checkpoint\x122\n" +
-	"\arestart\x18\a \x01(\v2\x18.weir.v1.RestartStrategyR\arestart\"\xd9\x02\n" +
+	"\arestart\x18\a \x01(\v2\x18.weir.v1.RestartStrategyR\arestart\x12#\n" +
+	"\rstate_backend\x18\b \x01(\tR\fstateBackend\"\xd9\x02\n" +
 	"\x12CheckpointSettings\x12\x1f\n" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
 	"intervalMs\x12\x1d\n" +

@@ -96,6 +96,7 @@ func NewJobManagerCommand() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "how often taskmanagers heartbeat")
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "silence after which a taskmanager is lost")
 	f.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", cfg.SlotWaitTimeout, "how long a job waits for enough free slots")
+	f.StringVar(&cfg.DefaultStateBackend, "state-backend", cfg.DefaultStateBackend, "keyed-state backend of jobs that name none: heap or pebble (default heap)")
 	f.StringVar(&cfg.CheckpointStorage, "checkpoint-storage", cfg.CheckpointStorage, "checkpoint storage of jobs that name none: file:///path or s3://bucket/prefix (S3 settings from WEIR_S3_ENDPOINT, WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY, WEIR_S3_REGION, WEIR_S3_INSECURE)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&addrFile, "address-file", "", "once listening, write the bound addresses here as JSON {\"rpc\":…,\"rest\":…} (for scripts and tests that listen on port 0)")
@@ -229,6 +230,7 @@ func NewTaskManagerCommand() *cobra.Command {
 	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", cfg.AdvertiseAddress, "address others reach this taskmanager at (default: the listen address)")
 	f.IntVar(&cfg.Slots, "slots", cfg.Slots, "number of task slots")
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)")
+	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for local keyed state (pebble backend); default $TMPDIR/weir-state-<id>")
 	f.IntVar(&cfg.CreditsPerChannel, "credits-per-channel", cfg.CreditsPerChannel, "batches buffered per input channel (flow-control credits)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd

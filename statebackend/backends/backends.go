@@ -1,0 +1,64 @@
+// Package backends owns the choice of keyed-state backend for an operator
+// subtask: it turns stream.OperatorContext.StateBackend and LocalStateDir
+// into a statebackend.Backend. It may import stream, statebackend and the
+// backend packages (heap, pebblestate); operators import it instead of a
+// backend package so that a job chooses its backend.
+package backends
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/weirstream/weir/statebackend"
+	"github.com/weirstream/weir/statebackend/heap"
+	"github.com/weirstream/weir/statebackend/pebblestate"
+	"github.com/weirstream/weir/stream"
+)
+
+// Open returns the keyed-state backend octx asks for, owning octx.KeyGroups:
+// heap for "" and stream.StateBackendHeap, Pebble in
+// octx.LocalStateDir/<operator uid> for stream.StateBackendPebble (a
+// temporary directory when LocalStateDir is empty). A Pebble directory left
+// by an earlier attempt of the task is removed first: state comes back from
+// checkpoints through Backend.Restore. The Pebble directory is deleted when
+// the backend is closed.
+func Open(octx *stream.OperatorContext) (statebackend.Backend, error) {
+	switch octx.StateBackend {
+	case "", stream.StateBackendHeap:
+		return heap.New(octx.KeyGroups), nil
+	case stream.StateBackendPebble:
+		base := octx.LocalStateDir
+		if base == "" {
+			base = filepath.Join(os.TempDir(), "weir-state")
+		}
+		dir := filepath.Join(base, safeName(octx.OperatorUID))
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("state backend of operator %q: cannot clear local state directory %s: %w; check its permissions or set another --state-dir", octx.OperatorUID, dir, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return nil, fmt.Errorf("state backend of operator %q: cannot create local state directory %s: %w; check its permissions or set another --state-dir", octx.OperatorUID, base, err)
+		}
+		b, err := pebblestate.New(pebblestate.Options{Dir: dir, DeleteOnClose: true}, octx.KeyGroups)
+		if err != nil {
+			return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("operator %q: %w", octx.OperatorUID, stream.ValidateStateBackend(octx.StateBackend))
+}
+
+// safeName maps an operator uid to a file name: characters other than
+// letters, digits, '-', '_' and '.' become '_'.
+func safeName(uid string) string {
+	b := []byte(uid)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 || string(b) == "." || string(b) == ".." {
+		return "op_" + string(b)
+	}
+	return string(b)
+}
