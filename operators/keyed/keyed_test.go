@@ -348,12 +348,23 @@ func TestKeyedRestoreErrors(t *testing.T) {
 		}
 		break
 	}
-	// Keys outside the subtask's range at snapshot time are an error, not a
-	// panic.
+	// Keys outside the subtask's range are an error, not a panic: at once
+	// for running_count (its state backend owns only the subtask's key
+	// groups), at snapshot time for sequence_check.
 	e := open(t, runningCountType, "", []string{"id"}, stream.KeyGroupRange{Start: 0, End: 0}, 0, 128)
-	feed(t, e, &recorder{}, gen(2, 100), full, []string{"id"})
+	var err error
+	for _, b := range gen(2, 100) {
+		if err = e.ProcessBatch(0, b, &recorder{}); err != nil {
+			break
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "routed to the wrong subtask") {
+		t.Fatalf("running_count with foreign keys = %v", err)
+	}
+	f := open(t, seqCheckType, `{"field": "seq"}`, []string{"k", "id"}, stream.KeyGroupRange{Start: 0, End: 0}, 0, 128)
+	feed(t, f, &recorder{}, gen(2, 100), full, []string{"k", "id"})
 	c := &stream.SnapshotContext{CheckpointID: 2, KeyGroups: stream.KeyGroupRange{Start: 0, End: 0}}
-	if err := e.(stream.Checkpointed).SnapshotState(c); err == nil || !strings.Contains(err.Error(), "routed to the wrong subtask") {
+	if err := f.(stream.Checkpointed).SnapshotState(c); err == nil || !strings.Contains(err.Error(), "routed to the wrong subtask") {
 		t.Fatalf("snapshot with foreign keys = %v", err)
 	}
 }

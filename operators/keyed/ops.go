@@ -8,82 +8,6 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// RunningCount is one subtask of running_count. For each record it adds one
-// to its key's count and emits a row of the key fields and the count, with
-// the record's event time. Its counts are checkpointed per key group.
-type RunningCount struct {
-	stream.BaseOperator
-	cfg  RunningCountConfig
-	name string
-	out  *stream.Schema
-	keys *keyState
-}
-
-var (
-	_ stream.Operator     = (*RunningCount)(nil)
-	_ stream.Checkpointed = (*RunningCount)(nil)
-)
-
-// NewRunningCount returns a running_count operator for a JSON
-// RunningCountConfig.
-func NewRunningCount(config []byte) (*RunningCount, error) {
-	cfg, err := parseRunningCount(config)
-	if err != nil {
-		return nil, err
-	}
-	return &RunningCount{cfg: cfg, name: TypeRunningCount}, nil
-}
-
-// Open binds the operator to its keyed input.
-func (o *RunningCount) Open(_ context.Context, octx *stream.OperatorContext) error {
-	o.name = instanceName(TypeRunningCount, octx)
-	in, cols, err := keyedOpen(o.name, octx)
-	if err != nil {
-		return err
-	}
-	out, err := runningCountSchema(in, cols, o.cfg.As)
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.name, err)
-	}
-	if octx.OutputSchema != nil {
-		if !octx.OutputSchema.Equal(out) {
-			return fmt.Errorf("%s: planned output schema %s differs from %s computed at run time; resubmit the job so that it is planned again", o.name, octx.OutputSchema, out)
-		}
-		out = octx.OutputSchema
-	}
-	o.out = out
-	o.keys = newKeyState(in, cols, octx.MaxParallelism)
-	return nil
-}
-
-// ProcessBatch counts the records of b and emits one row per record.
-func (o *RunningCount) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) error {
-	n := b.Len()
-	if n == 0 {
-		b.Release()
-		return nil
-	}
-	ids := o.keys.lookup(b)
-	res := stream.NewBatch(o.out, n)
-	for j, kc := range o.keys.keyCols {
-		copyColumn(&res.Cols[j], &b.Cols[kc], n)
-	}
-	counts := res.Cols[len(o.keys.keyCols)].Ints[:0]
-	vals := o.keys.vals
-	for _, id := range ids {
-		vals[id]++
-		counts = append(counts, vals[id])
-	}
-	res.Cols[len(o.keys.keyCols)].Ints = counts
-	if len(b.Times) == n {
-		res.Times = append(res.Times[:0], b.Times...)
-	}
-	res.SetLen(n)
-	b.Release()
-	out.Collect(res)
-	return nil
-}
-
 // copyColumn sets dst (empty, same type) to the first n values of src.
 // Strings are shared, not copied: they are immutable.
 func copyColumn(dst, src *stream.Column, n int) {
@@ -106,16 +30,6 @@ func copyColumn(dst, src *stream.Column, n int) {
 			dst.Nulls[words-1] &= 1<<uint(r) - 1
 		}
 	}
-}
-
-// SnapshotState writes the counts per key group.
-func (o *RunningCount) SnapshotState(c *stream.SnapshotContext) error {
-	return o.keys.snapshot(c, o.name)
-}
-
-// RestoreState loads the counts of this subtask's key groups.
-func (o *RunningCount) RestoreState(c *stream.RestoreContext) error {
-	return o.keys.restore(c, o.name)
 }
 
 // SequenceCheck is one subtask of sequence_check: it passes records through
