@@ -369,3 +369,19 @@ func (b *Backend) mergeFrom(dir string) error {
 	}
 	return b.err
 }
+
+var _ statebackend.IncrementalSnapshotter = (*Backend)(nil)
+
+// SnapshotFiles implements statebackend.IncrementalSnapshotter with
+// Checkpoint: sstables are Shared, the other files are per checkpoint.
+func (b *Backend) SnapshotFiles(dir string) ([]statebackend.SnapshotFile, error) {
+	files, err := b.Checkpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]statebackend.SnapshotFile, len(files))
+	for i, f := range files {
+		out[i] = statebackend.SnapshotFile{Path: filepath.Join(dir, f.Name), Name: f.Name, Size: f.Size, SHA256: f.SHA256, Shared: f.Shared}
+	}
+	return out, nil
+}
