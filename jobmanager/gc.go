@@ -78,7 +78,15 @@ func (jm *JobManager) collectGarbage(ctx context.Context, jobID string, dryRun b
 		return nil, fmt.Errorf("%w: listing the checkpoint objects of job %s in %s: %v", ErrStorage, jobID, v.Storage, err)
 	}
 	resp := &weirpb.CollectGarbageResponse{Deleted: !dryRun}
-	for _, o := range garbage(objs, jobID, keep, time.Now(), minAge) {
+	gone := garbage(objs, jobID, keep, time.Now(), minAge)
+	if sst, ok := st.(sharedFileStore); ok {
+		shared, err := unreferencedShared(ctx, sst, jobID, time.Now(), minAge)
+		if err != nil {
+			return nil, fmt.Errorf("%w: job %s: %v", ErrStorage, jobID, err)
+		}
+		gone = append(gone, shared...)
+	}
+	for _, o := range gone {
 		resp.Objects = append(resp.Objects, &weirpb.GarbageObject{Key: o.Key, Size: o.Size, ModTimeMs: o.ModTime.UnixMilli()})
 		resp.Bytes += o.Size
 		if !dryRun {

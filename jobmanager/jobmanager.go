@@ -360,6 +360,7 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 				jm.log.Warn("deleting a checkpoint failed; its files stay in storage", "job", a.JobID, "checkpoint", id, "error", err)
 			}
 		}
+		jm.deleteUnreferencedShared(ctx, a.JobID, st)
 	}
 }
 

@@ -1,17 +1,9 @@
 package statebackend
 
+import "github.com/weirstream/weir/stream"
+
 // SnapshotFile is one local file of an incremental snapshot.
-type SnapshotFile struct {
-	// Path is the file's location on the local disk; Name its name inside
-	// the snapshot.
-	Path, Name string
-	Size       int64
-	// SHA256 is the hex SHA-256 of the content.
-	SHA256 string
-	// Shared marks an immutable file that later snapshots may name again:
-	// storage keeps one copy per content hash and reference-counts it.
-	Shared bool
-}
+type SnapshotFile = stream.SnapshotFile
 
 // IncrementalSnapshotter is implemented by a Backend that can snapshot its
 // state as local files (pebblestate: a Pebble checkpoint), so that a

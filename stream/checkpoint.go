@@ -155,11 +155,14 @@ type OperatorSnapshot struct {
 	Keyed map[int][][]byte
 	List  map[string][][]byte
 	Union map[string][][]byte
+	// Files are local files of an incremental snapshot (see SnapshotFile);
+	// the runtime uploads them with the rest.
+	Files []SnapshotFile
 }
 
 // Empty reports whether the snapshot holds nothing.
 func (s *OperatorSnapshot) Empty() bool {
-	return s == nil || len(s.Keyed) == 0 && len(s.List) == 0 && len(s.Union) == 0
+	return s == nil || len(s.Keyed) == 0 && len(s.List) == 0 && len(s.Union) == 0 && len(s.Files) == 0
 }
 
 // SnapshotContext is handed to Checkpointed.SnapshotState. Its methods take

@@ -24,3 +24,18 @@ func ValidateStateBackend(name string) error {
 	}
 	return fmt.Errorf("unknown state backend %q; want %s or %s", name, StateBackendHeap, StateBackendPebble)
 }
+
+// SnapshotFile is a local file of an operator's incremental snapshot (a
+// state backend's checkpoint files, OperatorSnapshot.Files). The task
+// runtime uploads it; on restore Path is where it was downloaded to.
+type SnapshotFile struct {
+	// Path is the file on the local disk; Name its name inside its
+	// snapshot directory (files of one directory share filepath.Dir(Path)).
+	Path, Name string
+	Size       int64
+	// SHA256 is the hex SHA-256 of the content.
+	SHA256 string
+	// Shared marks an immutable file that later snapshots may name again:
+	// storage keeps one copy per content hash and reference-counts it.
+	Shared bool
+}

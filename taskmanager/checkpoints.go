@@ -3,6 +3,8 @@ package taskmanager
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -63,12 +66,48 @@ func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeploymen
 		if err != nil {
 			return fmt.Errorf("restore operator %q from checkpoint %d: %w", uid, d.GetRestoreCheckpointId(), err)
 		}
+		n, err := tm.restoreFiles(ctx, st, d.GetRestoreCheckpointId(), uid, hs, kg, spec, snap)
+		if err != nil {
+			return fmt.Errorf("restore operator %q from checkpoint %d: %w", uid, d.GetRestoreCheckpointId(), err)
+		}
+		size += n
 		spec.Restore[uid] = snap
 	}
 	tm.metrics.stateBytesRead.Add(float64(size))
 	tm.log.Info("state restored", "task", spec.TaskName, "checkpoint", d.GetRestoreCheckpointId(),
 		"bytes", size, "duration", time.Since(start))
 	return nil
+}
+
+// restoreFiles downloads the files of the incremental snapshots among hs
+// whose key groups overlap kg, one directory per snapshotted subtask, and
+// lists them in snap.Files. Files the task still has from its own snapshot
+// of that checkpoint are reused (local recovery). It returns the bytes
+// downloaded.
+func (tm *TaskManager) restoreFiles(ctx context.Context, st *checkpoint.Storage, id int64, uid string,
+	hs []*weirpb.StateHandle, kg stream.KeyGroupRange, spec *dataflow.TaskSpec, snap *stream.OperatorSnapshot) (int64, error) {
+	var total int64
+	for _, h := range hs {
+		if len(h.GetFiles()) == 0 || int(h.GetKeyGroupEnd()) < kg.Start || int(h.GetKeyGroupStart()) > kg.End {
+			continue
+		}
+		dir := backends.RestoreDir(spec.LocalStateDir, uid, id, int(h.GetSubtask()))
+		if err := os.RemoveAll(dir); err != nil {
+			return 0, fmt.Errorf("clearing restore directory %s: %w", dir, err)
+		}
+		local := backends.SnapshotDir(spec.LocalStateDir, uid, id)
+		reuse := func(name string) string { return filepath.Join(local, name) }
+		if int(h.GetSubtask()) != spec.Subtask {
+			reuse = nil
+		}
+		files, n, err := st.DownloadFiles(ctx, h.GetFiles(), dir, reuse)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+		snap.Files = append(snap.Files, files...)
+	}
+	return total, nil
 }
 
 // taskHooks receives a task's snapshots and uploads them in the background,
@@ -154,8 +193,16 @@ func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) 
 			if err != nil {
 				return nil, 0, fmt.Errorf("operator %q: %w", uid, err)
 			}
-			handles = append(handles, hd)
 			total += int64(len(data))
+			if !part.union && len(snap.Files) > 0 {
+				files, n, err := st.UploadFiles(h.ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.id.GetAttempt(), snap.Files)
+				if err != nil {
+					return nil, 0, fmt.Errorf("operator %q: %w", uid, err)
+				}
+				hd.Files = files
+				total += n
+			}
+			handles = append(handles, hd)
 		}
 	}
 	return handles, total, nil

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
@@ -35,8 +38,10 @@ type RunningCount struct {
 	keyCols []int
 	types   []stream.Type
 	maxPar  int
+	octx    stream.OperatorContext // with the backend's key groups
 	backend statebackend.Backend
 	count   statebackend.ValueState[int64]
+	snaps   []string // local incremental snapshot directories, oldest first
 
 	hashes []uint64
 	keys   []byte // encoded keys of the current batch
@@ -88,9 +93,16 @@ func (o *RunningCount) Open(_ context.Context, octx *stream.OperatorContext) err
 	if octx.Parallelism <= 0 { // not placed by a runtime: own every key group
 		bctx.KeyGroups = stream.KeyGroupRange{Start: 0, End: o.maxPar - 1}
 	}
+	o.octx = bctx
 	if o.backend, err = backends.Open(&bctx); err != nil {
 		return fmt.Errorf("%s: %w", o.name, err)
 	}
+	return o.bindState()
+}
+
+// bindState gets the count table of the current backend.
+func (o *RunningCount) bindState() error {
+	var err error
 	if o.count, err = statebackend.GetValueState(o.backend, countTable, statebackend.Int64Codec); err != nil {
 		return fmt.Errorf("%s: %w", o.name, err)
 	}
@@ -152,13 +164,39 @@ func (o *RunningCount) ProcessBatch(_ int, b *stream.Batch, out stream.Collector
 	return nil
 }
 
-// SnapshotState writes the counts as the backend's per-key-group chunks and
-// the key's field types as union state.
+// localSnapshotsKept is how many local incremental snapshot directories
+// running_count keeps for local recovery.
+const localSnapshotsKept = 3
+
+// SnapshotState writes the counts and the key's field types (as union
+// state). A backend that can snapshot incrementally (Pebble) writes its
+// files into a local directory and lists them in c.State.Files for the
+// runtime to upload; another writes per-key-group chunks.
 func (o *RunningCount) SnapshotState(c *stream.SnapshotContext) error {
+	c.AddUnionState(keyTypesState, []byte(o.keySignature()))
+	if inc, ok := o.backend.(statebackend.IncrementalSnapshotter); ok {
+		dir := backends.SnapshotDir(o.octx.LocalStateDir, o.octx.OperatorUID, c.CheckpointID)
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("%s: snapshot directory: %w", o.name, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return fmt.Errorf("%s: snapshot directory: %w", o.name, err)
+		}
+		files, err := inc.SnapshotFiles(dir)
+		if err != nil {
+			return fmt.Errorf("%s: incremental snapshot of checkpoint %d: %w", o.name, c.CheckpointID, err)
+		}
+		c.State.Files = append(c.State.Files, files...)
+		o.snaps = append(o.snaps, dir)
+		for len(o.snaps) > localSnapshotsKept {
+			_ = os.RemoveAll(o.snaps[0])
+			o.snaps = o.snaps[1:]
+		}
+		return nil
+	}
 	if err := o.backend.Snapshot(c); err != nil {
 		return fmt.Errorf("%s: %w", o.name, err)
 	}
-	c.AddUnionState(keyTypesState, []byte(o.keySignature()))
 	return nil
 }
 
@@ -171,6 +209,29 @@ func (o *RunningCount) RestoreState(c *stream.RestoreContext) error {
 	for _, sig := range c.State.Union[keyTypesState] {
 		if string(sig) != want {
 			return fmt.Errorf("%s: restoring checkpoint %d: the state was written for another key (%s); this operator's key is %s; restore it into the job that wrote it, or start without the checkpoint", o.name, c.CheckpointID, sig, want)
+		}
+	}
+	if len(c.State.Files) > 0 {
+		var dirs []string
+		for _, f := range c.State.Files {
+			if d := filepath.Dir(f.Path); !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+		if err := o.backend.Close(); err != nil {
+			return fmt.Errorf("%s: %w", o.name, err)
+		}
+		b, err := backends.OpenFromSnapshots(&o.octx, dirs)
+		if err != nil {
+			o.backend = nil
+			return fmt.Errorf("%s: restoring checkpoint %d: %w", o.name, c.CheckpointID, err)
+		}
+		o.backend = b
+		if err := o.bindState(); err != nil {
+			return err
+		}
+		if len(c.State.Keyed) == 0 {
+			return nil
 		}
 	}
 	if err := o.backend.Restore(c); err != nil {

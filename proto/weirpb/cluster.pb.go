@@ -1037,7 +1037,10 @@ type StateHandle struct {
 	// union_only: the object holds only union list state, which every
 	// subtask receives whole on restore (the other handles go only to the
 	// subtasks that own their key groups or list items).
-	UnionOnly     bool `protobuf:"varint,9,opt,name=union_only,json=unionOnly,proto3" json:"union_only,omitempty"`
+	UnionOnly bool `protobuf:"varint,9,opt,name=union_only,json=unionOnly,proto3" json:"union_only,omitempty"`
+	// files are the files of an incremental snapshot (a state backend's
+	// checkpoint directory) that belong to this handle.
+	Files         []*StateFile `protobuf:"bytes,10,rep,name=files,proto3" json:"files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1135,6 +1138,93 @@ func (x *StateHandle) GetUnionOnly() bool {
 	return false
 }
 
+func (x *StateHandle) GetFiles() []*StateFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// StateFile is one uploaded file of an incremental snapshot.
+type StateFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the file's name in its snapshot directory; key its object key
+	// relative to the storage root: <job>/shared/<sha256> for shared files,
+	// under chk-<n>/ otherwise.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Size          int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256        string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Shared        bool   `protobuf:"varint,5,opt,name=shared,proto3" json:"shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateFile) Reset() {
+	*x = StateFile{}
+	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateFile) ProtoMessage() {}
+
+func (x *StateFile) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
+func (*StateFile) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *StateFile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StateFile) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StateFile) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StateFile) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *StateFile) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
 type TriggerCheckpointRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1146,7 +1236,7 @@ type TriggerCheckpointRequest struct {
 
 func (x *TriggerCheckpointRequest) Reset() {
 	*x = TriggerCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	mi := &file_weirpb_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1248,7 @@ func (x *TriggerCheckpointRequest) String() string {
 func (*TriggerCheckpointRequest) ProtoMessage() {}
 
 func (x *TriggerCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	mi := &file_weirpb_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1261,7 @@ func (x *TriggerCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*TriggerCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{15}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TriggerCheckpointRequest) GetId() *ExecutionID {
@@ -1203,7 +1293,7 @@ type TriggerCheckpointResponse struct {
 
 func (x *TriggerCheckpointResponse) Reset() {
 	*x = TriggerCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[16]
+	mi := &file_weirpb_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1305,7 @@ func (x *TriggerCheckpointResponse) String() string {
 func (*TriggerCheckpointResponse) ProtoMessage() {}
 
 func (x *TriggerCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[16]
+	mi := &file_weirpb_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1318,7 @@ func (x *TriggerCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*TriggerCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{16}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 type NotifyCheckpointRequest struct {
@@ -1243,7 +1333,7 @@ type NotifyCheckpointRequest struct {
 
 func (x *NotifyCheckpointRequest) Reset() {
 	*x = NotifyCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[17]
+	mi := &file_weirpb_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1345,7 @@ func (x *NotifyCheckpointRequest) String() string {
 func (*NotifyCheckpointRequest) ProtoMessage() {}
 
 func (x *NotifyCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[17]
+	mi := &file_weirpb_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1358,7 @@ func (x *NotifyCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*NotifyCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{17}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NotifyCheckpointRequest) GetId() *ExecutionID {
@@ -1300,7 +1390,7 @@ type NotifyCheckpointResponse struct {
 
 func (x *NotifyCheckpointResponse) Reset() {
 	*x = NotifyCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	mi := &file_weirpb_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1402,7 @@ func (x *NotifyCheckpointResponse) String() string {
 func (*NotifyCheckpointResponse) ProtoMessage() {}
 
 func (x *NotifyCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	mi := &file_weirpb_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1415,7 @@ func (x *NotifyCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*NotifyCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{18}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 type AcknowledgeCheckpointRequest struct {
@@ -1344,7 +1434,7 @@ type AcknowledgeCheckpointRequest struct {
 
 func (x *AcknowledgeCheckpointRequest) Reset() {
 	*x = AcknowledgeCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	mi := &file_weirpb_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1446,7 @@ func (x *AcknowledgeCheckpointRequest) String() string {
 func (*AcknowledgeCheckpointRequest) ProtoMessage() {}
 
 func (x *AcknowledgeCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	mi := &file_weirpb_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1459,7 @@ func (x *AcknowledgeCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{19}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AcknowledgeCheckpointRequest) GetTaskmanagerId() string {
@@ -1436,7 +1526,7 @@ type AcknowledgeCheckpointResponse struct {
 
 func (x *AcknowledgeCheckpointResponse) Reset() {
 	*x = AcknowledgeCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	mi := &file_weirpb_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1538,7 @@ func (x *AcknowledgeCheckpointResponse) String() string {
 func (*AcknowledgeCheckpointResponse) ProtoMessage() {}
 
 func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	mi := &file_weirpb_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1551,7 @@ func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{20}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 type DeclineCheckpointRequest struct {
@@ -1476,7 +1566,7 @@ type DeclineCheckpointRequest struct {
 
 func (x *DeclineCheckpointRequest) Reset() {
 	*x = DeclineCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	mi := &file_weirpb_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1578,7 @@ func (x *DeclineCheckpointRequest) String() string {
 func (*DeclineCheckpointRequest) ProtoMessage() {}
 
 func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	mi := &file_weirpb_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1591,7 @@ func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclineCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeclineCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{21}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeclineCheckpointRequest) GetTaskmanagerId() string {
@@ -1540,7 +1630,7 @@ type DeclineCheckpointResponse struct {
 
 func (x *DeclineCheckpointResponse) Reset() {
 	*x = DeclineCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	mi := &file_weirpb_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1642,7 @@ func (x *DeclineCheckpointResponse) String() string {
 func (*DeclineCheckpointResponse) ProtoMessage() {}
 
 func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	mi := &file_weirpb_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1655,7 @@ func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclineCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeclineCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{22}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 type SubmitTaskRequest struct {
@@ -1577,7 +1667,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[23]
+	mi := &file_weirpb_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1679,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[23]
+	mi := &file_weirpb_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1692,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{23}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SubmitTaskRequest) GetTask() *TaskDeployment {
@@ -1620,7 +1710,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[24]
+	mi := &file_weirpb_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1722,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[24]
+	mi := &file_weirpb_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1735,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{24}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 type CancelTaskRequest struct {
@@ -1657,7 +1747,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[25]
+	mi := &file_weirpb_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1759,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[25]
+	mi := &file_weirpb_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1772,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{25}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelTaskRequest) GetId() *ExecutionID {
@@ -1700,7 +1790,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[26]
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1802,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[26]
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1815,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{26}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 type SourceInputEndedRequest struct {
@@ -1738,7 +1828,7 @@ type SourceInputEndedRequest struct {
 
 func (x *SourceInputEndedRequest) Reset() {
 	*x = SourceInputEndedRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +1840,7 @@ func (x *SourceInputEndedRequest) String() string {
 func (*SourceInputEndedRequest) ProtoMessage() {}
 
 func (x *SourceInputEndedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +1853,7 @@ func (x *SourceInputEndedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInputEndedRequest.ProtoReflect.Descriptor instead.
 func (*SourceInputEndedRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{27}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SourceInputEndedRequest) GetTaskmanagerId() string {
@@ -1788,7 +1878,7 @@ type SourceInputEndedResponse struct {
 
 func (x *SourceInputEndedResponse) Reset() {
 	*x = SourceInputEndedResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	mi := &file_weirpb_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1890,7 @@ func (x *SourceInputEndedResponse) String() string {
 func (*SourceInputEndedResponse) ProtoMessage() {}
 
 func (x *SourceInputEndedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	mi := &file_weirpb_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1903,7 @@ func (x *SourceInputEndedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInputEndedResponse.ProtoReflect.Descriptor instead.
 func (*SourceInputEndedResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{28}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 var File_weirpb_cluster_proto protoreflect.FileDescriptor
@@ -1893,7 +1983,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +
-	"\astorage\x18\x03 \x01(\tR\astorage\"\x95\x02\n" +
+	"\astorage\x18\x03 \x01(\tR\astorage\"\xbf\x02\n" +
 	"\vStateHandle\x12!\n" +
 	"\foperator_uid\x18\x01 \x01(\tR\voperatorUid\x12\x18\n" +
 	"\asubtask\x18\x02 \x01(\x05R\asubtask\x12 \n" +
@@ -1904,7 +1994,15 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x0fkey_group_start\x18\a \x01(\x05R\rkeyGroupStart\x12\"\n" +
 	"\rkey_group_end\x18\b \x01(\x05R\vkeyGroupEnd\x12\x1d\n" +
 	"\n" +
-	"union_only\x18\t \x01(\bR\tunionOnly\"\x88\x01\n" +
+	"union_only\x18\t \x01(\bR\tunionOnly\x12(\n" +
+	"\x05files\x18\n" +
+	" \x03(\v2\x12.weir.v1.StateFileR\x05files\"u\n" +
+	"\tStateFile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x16\n" +
+	"\x06shared\x18\x05 \x01(\bR\x06shared\"\x88\x01\n" +
 	"\x18TriggerCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
@@ -1979,7 +2077,7 @@ func file_weirpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_weirpb_cluster_proto_goTypes = []any{
 	(TaskState)(0),                        // 0: weir.v1.TaskState
 	(*ExecutionID)(nil),                   // 1: weir.v1.ExecutionID
@@ -1997,75 +2095,77 @@ var file_weirpb_cluster_proto_goTypes = []any{
 	(*TaskDeployment)(nil),                // 13: weir.v1.TaskDeployment
 	(*TaskCheckpointing)(nil),             // 14: weir.v1.TaskCheckpointing
 	(*StateHandle)(nil),                   // 15: weir.v1.StateHandle
-	(*TriggerCheckpointRequest)(nil),      // 16: weir.v1.TriggerCheckpointRequest
-	(*TriggerCheckpointResponse)(nil),     // 17: weir.v1.TriggerCheckpointResponse
-	(*NotifyCheckpointRequest)(nil),       // 18: weir.v1.NotifyCheckpointRequest
-	(*NotifyCheckpointResponse)(nil),      // 19: weir.v1.NotifyCheckpointResponse
-	(*AcknowledgeCheckpointRequest)(nil),  // 20: weir.v1.AcknowledgeCheckpointRequest
-	(*AcknowledgeCheckpointResponse)(nil), // 21: weir.v1.AcknowledgeCheckpointResponse
-	(*DeclineCheckpointRequest)(nil),      // 22: weir.v1.DeclineCheckpointRequest
-	(*DeclineCheckpointResponse)(nil),     // 23: weir.v1.DeclineCheckpointResponse
-	(*SubmitTaskRequest)(nil),             // 24: weir.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),            // 25: weir.v1.SubmitTaskResponse
-	(*CancelTaskRequest)(nil),             // 26: weir.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),            // 27: weir.v1.CancelTaskResponse
-	(*SourceInputEndedRequest)(nil),       // 28: weir.v1.SourceInputEndedRequest
-	(*SourceInputEndedResponse)(nil),      // 29: weir.v1.SourceInputEndedResponse
-	(*Vertex)(nil),                        // 30: weir.v1.Vertex
-	(*Schema)(nil),                        // 31: weir.v1.Schema
-	(Partitioning)(0),                     // 32: weir.v1.Partitioning
-	(CheckpointMode)(0),                   // 33: weir.v1.CheckpointMode
+	(*StateFile)(nil),                     // 16: weir.v1.StateFile
+	(*TriggerCheckpointRequest)(nil),      // 17: weir.v1.TriggerCheckpointRequest
+	(*TriggerCheckpointResponse)(nil),     // 18: weir.v1.TriggerCheckpointResponse
+	(*NotifyCheckpointRequest)(nil),       // 19: weir.v1.NotifyCheckpointRequest
+	(*NotifyCheckpointResponse)(nil),      // 20: weir.v1.NotifyCheckpointResponse
+	(*AcknowledgeCheckpointRequest)(nil),  // 21: weir.v1.AcknowledgeCheckpointRequest
+	(*AcknowledgeCheckpointResponse)(nil), // 22: weir.v1.AcknowledgeCheckpointResponse
+	(*DeclineCheckpointRequest)(nil),      // 23: weir.v1.DeclineCheckpointRequest
+	(*DeclineCheckpointResponse)(nil),     // 24: weir.v1.DeclineCheckpointResponse
+	(*SubmitTaskRequest)(nil),             // 25: weir.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),            // 26: weir.v1.SubmitTaskResponse
+	(*CancelTaskRequest)(nil),             // 27: weir.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),            // 28: weir.v1.CancelTaskResponse
+	(*SourceInputEndedRequest)(nil),       // 29: weir.v1.SourceInputEndedRequest
+	(*SourceInputEndedResponse)(nil),      // 30: weir.v1.SourceInputEndedResponse
+	(*Vertex)(nil),                        // 31: weir.v1.Vertex
+	(*Schema)(nil),                        // 32: weir.v1.Schema
+	(Partitioning)(0),                     // 33: weir.v1.Partitioning
+	(CheckpointMode)(0),                   // 34: weir.v1.CheckpointMode
 }
 var file_weirpb_cluster_proto_depIdxs = []int32{
 	1,  // 0: weir.v1.TaskStatus.id:type_name -> weir.v1.ExecutionID
 	0,  // 1: weir.v1.TaskStatus.state:type_name -> weir.v1.TaskState
 	4,  // 2: weir.v1.HeartbeatRequest.tasks:type_name -> weir.v1.TaskStatus
 	4,  // 3: weir.v1.UpdateTaskStateRequest.status:type_name -> weir.v1.TaskStatus
-	30, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
-	31, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
+	31, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
+	32, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
 	10, // 6: weir.v1.ChainedOperator.input_keys:type_name -> weir.v1.KeyFields
-	32, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
-	32, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
+	33, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
+	33, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
 	1,  // 9: weir.v1.TaskDeployment.id:type_name -> weir.v1.ExecutionID
 	9,  // 10: weir.v1.TaskDeployment.chain:type_name -> weir.v1.ChainedOperator
 	11, // 11: weir.v1.TaskDeployment.inputs:type_name -> weir.v1.InputGate
 	12, // 12: weir.v1.TaskDeployment.outputs:type_name -> weir.v1.OutputSpec
 	14, // 13: weir.v1.TaskDeployment.checkpointing:type_name -> weir.v1.TaskCheckpointing
 	15, // 14: weir.v1.TaskDeployment.restore:type_name -> weir.v1.StateHandle
-	33, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
-	1,  // 16: weir.v1.TriggerCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 17: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 18: weir.v1.AcknowledgeCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	15, // 19: weir.v1.AcknowledgeCheckpointRequest.handles:type_name -> weir.v1.StateHandle
-	1,  // 20: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	13, // 21: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
-	1,  // 22: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 23: weir.v1.SourceInputEndedRequest.id:type_name -> weir.v1.ExecutionID
-	2,  // 24: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
-	5,  // 25: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
-	7,  // 26: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
-	20, // 27: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
-	22, // 28: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
-	28, // 29: weir.v1.ClusterService.SourceInputEnded:input_type -> weir.v1.SourceInputEndedRequest
-	24, // 30: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
-	26, // 31: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
-	16, // 32: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
-	18, // 33: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
-	3,  // 34: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
-	6,  // 35: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
-	8,  // 36: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
-	21, // 37: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
-	23, // 38: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
-	29, // 39: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
-	25, // 40: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
-	27, // 41: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
-	17, // 42: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
-	19, // 43: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
-	34, // [34:44] is the sub-list for method output_type
-	24, // [24:34] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	34, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
+	16, // 16: weir.v1.StateHandle.files:type_name -> weir.v1.StateFile
+	1,  // 17: weir.v1.TriggerCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 18: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 19: weir.v1.AcknowledgeCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	15, // 20: weir.v1.AcknowledgeCheckpointRequest.handles:type_name -> weir.v1.StateHandle
+	1,  // 21: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	13, // 22: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
+	1,  // 23: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 24: weir.v1.SourceInputEndedRequest.id:type_name -> weir.v1.ExecutionID
+	2,  // 25: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
+	5,  // 26: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
+	7,  // 27: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
+	21, // 28: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
+	23, // 29: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
+	29, // 30: weir.v1.ClusterService.SourceInputEnded:input_type -> weir.v1.SourceInputEndedRequest
+	25, // 31: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
+	27, // 32: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
+	17, // 33: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
+	19, // 34: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
+	3,  // 35: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
+	6,  // 36: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
+	8,  // 37: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
+	22, // 38: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
+	24, // 39: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
+	30, // 40: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
+	26, // 41: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
+	28, // 42: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
+	18, // 43: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
+	20, // 44: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
+	35, // [35:45] is the sub-list for method output_type
+	25, // [25:35] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_cluster_proto_init() }
@@ -2080,7 +2180,7 @@ func file_weirpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_cluster_proto_rawDesc), len(file_weirpb_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -62,3 +62,51 @@ func safeName(uid string) string {
 	}
 	return string(b)
 }
+
+// SnapshotDir is where an operator writes the local files of incremental
+// snapshot checkpointID (under the task's LocalStateDir). The taskmanager
+// looks there for files it can reuse on restore (local recovery).
+func SnapshotDir(localStateDir, operatorUID string, checkpointID int64) string {
+	return filepath.Join(localStateDir, "snapshots", safeName(operatorUID), fmt.Sprintf("chk-%d", checkpointID))
+}
+
+// RestoreDir is where the taskmanager puts the files of checkpoint
+// checkpointID written by subtask of operatorUID, for the operator to open.
+func RestoreDir(localStateDir, operatorUID string, checkpointID int64, subtask int) string {
+	return filepath.Join(localStateDir, "restore", safeName(operatorUID), fmt.Sprintf("chk-%d-s%d", checkpointID, subtask))
+}
+
+// OpenFromSnapshots opens a Pebble backend for octx from the local
+// directories of incremental snapshots (each a Pebble checkpoint, from
+// SnapshotFiles), keeping only octx.KeyGroups: the first directory is opened
+// and trimmed, the others are merged into it.
+func OpenFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebackend.Backend, error) {
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("operator %q: restore from no snapshot directories", octx.OperatorUID)
+	}
+	if octx.StateBackend != stream.StateBackendPebble {
+		return nil, fmt.Errorf("operator %q: the checkpoint holds incremental Pebble snapshots but the job's state backend is %q; restore it with state.backend: pebble", octx.OperatorUID, octx.StateBackend)
+	}
+	dir := filepath.Join(localBase(octx), safeName(octx.OperatorUID))
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("state backend of operator %q: cannot clear local state directory %s: %w", octx.OperatorUID, dir, err)
+	}
+	b, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: dir, DeleteOnClose: true}, dirs[0], octx.KeyGroups)
+	if err != nil {
+		return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
+	}
+	if len(dirs) > 1 {
+		if err := pebblestate.MergeInto(b, dirs[1:]); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
+		}
+	}
+	return b, nil
+}
+
+func localBase(octx *stream.OperatorContext) string {
+	if octx.LocalStateDir == "" {
+		return filepath.Join(os.TempDir(), "weir-state")
+	}
+	return octx.LocalStateDir
+}

@@ -1,0 +1,188 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// SharedPrefix returns the key prefix, ending in '/', of job jobID's shared
+// (content-addressed) snapshot files.
+func SharedPrefix(jobID string) string { return jobID + "/shared/" }
+
+// SharedKey returns the key of the shared file with hex SHA-256 sum.
+func SharedKey(jobID, sum string) string { return SharedPrefix(jobID) + sum }
+
+// UploadFiles uploads the local files of an incremental snapshot of an
+// operator subtask, in parallel: a shared file to SharedKey(jobID, its
+// SHA-256) only if storage does not hold it yet (PutIfAbsent), any other to
+// SnapshotKey(...)/files/<name> under the checkpoint. It returns the files
+// for the StateHandle and the bytes it actually wrote.
+func (s *Storage) UploadFiles(ctx context.Context, jobID string, checkpointID int64, operatorUID string,
+	subtask int, attempt int64, files []stream.SnapshotFile) ([]*weirpb.StateFile, int64, error) {
+	if err := validSegment("job id", jobID); err != nil {
+		return nil, 0, err
+	}
+	out := make([]*weirpb.StateFile, len(files))
+	var written atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fetchParallelism)
+	for i, f := range files {
+		if err := validSegment("snapshot file name", f.Name); err != nil {
+			return nil, 0, err
+		}
+		g.Go(func() error {
+			data, err := os.ReadFile(f.Path)
+			if err != nil {
+				return fmt.Errorf("checkpoint %d: snapshot file of %s subtask %d: %w", checkpointID, operatorUID, subtask, err)
+			}
+			sum := sha256Hex(data)
+			if int64(len(data)) != f.Size || (f.SHA256 != "" && sum != f.SHA256) {
+				return fmt.Errorf("checkpoint %d: snapshot file %s of %s subtask %d changed after the snapshot (size %d, want %d); a state backend must not modify its checkpoint files: %w",
+					checkpointID, f.Path, operatorUID, subtask, len(data), f.Size, ErrCorrupt)
+			}
+			sf := &weirpb.StateFile{Name: f.Name, Size: f.Size, Sha256: sum, Shared: f.Shared}
+			if f.Shared {
+				sf.Key = SharedKey(jobID, sum)
+				created, err := s.store.PutIfAbsent(gctx, sf.Key, data)
+				if err != nil {
+					return fmt.Errorf("checkpoint %d: upload shared file %s of %s subtask %d: %w", checkpointID, f.Name, operatorUID, subtask, err)
+				}
+				if created {
+					written.Add(int64(len(data)))
+				}
+			} else {
+				sf.Key = SnapshotKey(jobID, checkpointID, operatorUID, subtask, attempt) + "/files/" + f.Name
+				if err := s.store.Put(gctx, sf.Key, data); err != nil {
+					return fmt.Errorf("checkpoint %d: upload file %s of %s subtask %d: %w", checkpointID, f.Name, operatorUID, subtask, err)
+				}
+				written.Add(int64(len(data)))
+			}
+			out[i] = sf
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, 0, err
+	}
+	return out, written.Load(), nil
+}
+
+// DownloadFiles fetches the files of one handle into dir (created if
+// needed), in parallel, verifying each file's size and SHA-256, and returns
+// them as local snapshot files. A file that reuse names (a path on the local
+// disk, "" for none) with the same size and SHA-256 is copied from there
+// instead of downloaded: local recovery. It returns the bytes downloaded.
+func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, dir string, reuse func(name string) string) ([]stream.SnapshotFile, int64, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, 0, fmt.Errorf("checkpoint: restore directory %s: %w; check its permissions or the taskmanager's --state-dir", dir, err)
+	}
+	out := make([]stream.SnapshotFile, len(files))
+	var fetched atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fetchParallelism)
+	for i, f := range files {
+		if err := validSegment("snapshot file name", f.GetName()); err != nil {
+			return nil, 0, err
+		}
+		g.Go(func() error {
+			dst := filepath.Join(dir, f.GetName())
+			out[i] = stream.SnapshotFile{Path: dst, Name: f.GetName(), Size: f.GetSize(), SHA256: f.GetSha256(), Shared: f.GetShared()}
+			if reuse != nil {
+				if src := reuse(f.GetName()); src != "" {
+					if sum, n, err := hashFile(src); err == nil && n == f.GetSize() && sum == f.GetSha256() {
+						if err := linkOrCopy(src, dst); err == nil {
+							return nil
+						}
+					}
+				}
+			}
+			data, err := s.store.Get(gctx, f.GetKey())
+			if err != nil {
+				if errors.Is(err, blobstore.ErrNotFound) {
+					return fmt.Errorf("%s: missing; the checkpoint is incomplete or its shared files were deleted: %w", f.GetKey(), err)
+				}
+				return fmt.Errorf("%s: %w", f.GetKey(), err)
+			}
+			if int64(len(data)) != f.GetSize() || sha256Hex(data) != f.GetSha256() {
+				return fmt.Errorf("%s: size or checksum mismatch (want %d bytes, sha256 %s); the object was modified or truncated: %w",
+					f.GetKey(), f.GetSize(), f.GetSha256(), ErrCorrupt)
+			}
+			fetched.Add(int64(len(data)))
+			tmp := dst + ".tmp"
+			if err := os.WriteFile(tmp, data, 0o644); err != nil {
+				return fmt.Errorf("checkpoint: restore file %s: %w", dst, err)
+			}
+			return os.Rename(tmp, dst)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, 0, err
+	}
+	return out, fetched.Load(), nil
+}
+
+// ReferencedSharedFiles returns the keys of the shared files the handles of
+// m refer to.
+func ReferencedSharedFiles(m *weirpb.Manifest, into map[string]bool) {
+	for _, op := range m.GetOperators() {
+		for _, h := range op.GetHandles() {
+			for _, f := range h.GetFiles() {
+				if f.GetShared() {
+					into[f.GetKey()] = true
+				}
+			}
+		}
+	}
+}
+
+// IsSharedKey reports whether key is a shared file of job jobID.
+func IsSharedKey(jobID, key string) bool {
+	rest, ok := strings.CutPrefix(key, SharedPrefix(jobID))
+	return ok && rest != "" && !strings.Contains(rest, "/")
+}
+
+func hashFile(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// linkOrCopy makes dst a hard link to src, or a copy where links fail.
+func linkOrCopy(src, dst string) error {
+	_ = os.Remove(dst)
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	tmp := dst + ".tmp" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
