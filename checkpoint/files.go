@@ -30,7 +30,7 @@ func SharedKey(jobID, sum string) string { return SharedPrefix(jobID) + sum }
 // UploadFiles uploads the local files of an incremental snapshot of an
 // operator subtask, in parallel: a shared file to SharedKey(jobID, its
 // SHA-256) only if storage does not hold it yet (PutIfAbsent), any other to
-// SnapshotKey(...)/files/<name> under the checkpoint. It returns the files
+// SnapshotKey(...).files/<name> under the checkpoint. It returns the files
 // for the StateHandle and the bytes it actually wrote.
 func (s *Storage) UploadFiles(ctx context.Context, jobID string, checkpointID int64, operatorUID string,
 	subtask int, attempt int64, files []stream.SnapshotFile) ([]*weirpb.StateFile, int64, error) {
@@ -66,7 +66,7 @@ func (s *Storage) UploadFiles(ctx context.Context, jobID string, checkpointID in
 					written.Add(int64(len(data)))
 				}
 			} else {
-				sf.Key = SnapshotKey(jobID, checkpointID, operatorUID, subtask, attempt) + "/files/" + f.Name
+				sf.Key = SnapshotKey(jobID, checkpointID, operatorUID, subtask, attempt) + ".files/" + f.Name
 				if err := s.store.Put(gctx, sf.Key, data); err != nil {
 					return fmt.Errorf("checkpoint %d: upload file %s of %s subtask %d: %w", checkpointID, f.Name, operatorUID, subtask, err)
 				}
