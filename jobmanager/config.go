@@ -69,7 +69,30 @@ type Config struct {
 	MetricsRegistry *prometheus.Registry
 	// Logger receives the jobmanager's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// HA selects high availability: Mode "none" (or "", the default) runs
+	// one jobmanager with no external dependency; "etcd" makes several
+	// jobmanagers campaign through etcd (see package ha).
+	HA HAConfig
 }
+
+// HAConfig configures high availability.
+type HAConfig struct {
+	// Mode is "none" (default) or "etcd".
+	Mode string
+	// Endpoints are the etcd client URLs (ha: etcd).
+	Endpoints []string
+	// Prefix is the cluster prefix of every etcd key. Default "/weir".
+	Prefix string
+	// LeaseTTL bounds how long a dead leader blocks a takeover. Default 10s.
+	LeaseTTL time.Duration
+	// AdvertisedAddress is the RPC address other processes reach this
+	// jobmanager at, published in etcd while it leads. Default: the bound
+	// RPC address.
+	AdvertisedAddress string
+}
+
+// etcd reports whether the HA mode is etcd.
+func (h HAConfig) etcd() bool { return h.Mode == "etcd" }
 
 // DefaultConfig returns the default configuration.
 func DefaultConfig() Config {
@@ -100,6 +123,18 @@ func (c *Config) Validate() error {
 	}
 	if c.CheckpointStorage != "" && !strings.HasPrefix(c.CheckpointStorage, "file://") && !strings.HasPrefix(c.CheckpointStorage, "s3://") {
 		return fmt.Errorf("jobmanager config: CheckpointStorage %q must be file:///absolute/path or s3://bucket/prefix", c.CheckpointStorage)
+	}
+	switch c.HA.Mode {
+	case "", "none":
+	case "etcd":
+		if len(c.HA.Endpoints) == 0 {
+			return errors.New("jobmanager config: ha mode etcd needs etcd endpoints; set ha.endpoints (for example http://127.0.0.1:2379)")
+		}
+		if c.HA.LeaseTTL != 0 && c.HA.LeaseTTL < time.Second {
+			return fmt.Errorf("jobmanager config: ha lease TTL %s is below 1s", c.HA.LeaseTTL)
+		}
+	default:
+		return fmt.Errorf("jobmanager config: ha mode %q is unknown; use none or etcd", c.HA.Mode)
 	}
 	if c.DefaultRestart.Type != "" {
 		if err := failover.Validate(c.DefaultRestart, true); err != nil {

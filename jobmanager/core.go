@@ -158,6 +158,11 @@ type jobOptions struct {
 	Checkpoint stream.CheckpointConfig
 	// Storage is the resolved checkpoint storage URI.
 	Storage string
+	// Restore, when set, is the completed checkpoint a job recovered by a
+	// new leader (ha: etcd) starts from; immutable.
+	Restore *weirpb.Manifest
+	// FirstCheckpointID is the coordinator's first checkpoint id; 0 means 1.
+	FirstCheckpointID int64
 }
 
 type job struct {
@@ -786,6 +791,10 @@ func (c *core) submit(id string, g *stream.JobGraph, opts jobOptions, now time.T
 			j.execs = append(j.execs, ex)
 			j.byKey[execKey{t.Head, i}] = ex
 		}
+	}
+	if opts.Restore != nil {
+		j.latest = opts.Restore
+		j.retained = []int64{opts.Restore.GetCheckpointId()}
 	}
 	buildRegions(j)
 	c.jobs[id] = j

@@ -34,7 +34,7 @@ func (c *core) startCheckpointing(j *job, now time.Time) []action {
 		}
 	}
 	if j.coord == nil {
-		j.coord = coordinator.New(coordinator.ConfigFrom(j.opts.Checkpoint), tasks, sources, 1, now)
+		j.coord = coordinator.New(coordinator.ConfigFrom(j.opts.Checkpoint), tasks, sources, max(j.opts.FirstCheckpointID, 1), now)
 	} else {
 		j.coord.Reset(now, tasks, sources)
 	}

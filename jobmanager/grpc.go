@@ -164,44 +164,16 @@ func (s *jobServer) SubmitJob(ctx context.Context, req *weirpb.SubmitJobRequest)
 // checks its checkpoint and restart settings, opens its checkpoint storage
 // and hands it to the core. Nothing is left behind when it fails.
 func (jm *JobManager) submit(ctx context.Context, pg *weirpb.JobGraph, slotWait time.Duration) (string, error) {
-	if slotWait < 0 {
-		return "", fmt.Errorf("%w: slot_wait_ms %d is negative; use 0 for the default", ErrInvalidArgument, slotWait.Milliseconds())
-	}
-	if slotWait == 0 {
-		slotWait = jm.cfg.SlotWaitTimeout
-	}
-	g, err := weirpb.ToGraph(pg)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-	}
-	if err := stream.Plan(g, jm.reg); err != nil { // validates g.Checkpoint too
-		return "", fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-	}
-	if err := stream.ValidateStateBackend(g.State.Backend); err != nil {
-		return "", fmt.Errorf("%w: job %q: state: %v", ErrInvalidArgument, g.Name, err)
-	}
-	g.State.Backend = cmp.Or(g.State.Backend, jm.cfg.DefaultStateBackend, stream.StateBackendHeap)
-	ck := g.Checkpoint.WithDefaults()
-	restartCfg := g.Restart
-	if restartCfg.Type == "" {
-		restartCfg = jm.cfg.DefaultRestart
-	}
-	strategy, err := jm.newRestart(restartCfg, ck.Enabled())
-	if err != nil {
-		return "", fmt.Errorf("%w: job %q: restart strategy: %v", ErrInvalidArgument, g.Name, err)
-	}
-	opts := jobOptions{SlotWait: slotWait, Restart: strategy, Checkpoint: ck}
 	id := randomID()
-	if ck.Enabled() {
-		opts.Storage = cmp.Or(ck.Storage, jm.cfg.CheckpointStorage, DefaultCheckpointStorage)
-		st, err := jm.openStorage(ctx, opts.Storage)
-		if err != nil {
-			return "", fmt.Errorf("%w %s of job %q cannot be opened: %v; fix the job's checkpointing storage (or the jobmanager's default) and submit again",
-				ErrStorage, opts.Storage, g.Name, err)
-		}
+	opts, g, err := jm.prepare(ctx, id, pg, slotWait)
+	if err != nil {
+		return "", err
+	}
+	if err := jm.haRecordSubmit(ctx, id, pg, opts.SlotWait); err != nil {
 		jm.storages.Lock()
-		jm.storages.m[id] = st
+		delete(jm.storages.m, id)
 		jm.storages.Unlock()
+		return "", fmt.Errorf("jobmanager: recording job %q in etcd: %w; retry the submission", g.Name, err)
 	}
 	jm.step(func(c *core, now time.Time) []action {
 		var acts []action
@@ -215,6 +187,50 @@ func (jm *JobManager) submit(ctx context.Context, pg *weirpb.JobGraph, slotWait 
 		return "", err
 	}
 	return id, nil
+}
+
+// prepare plans the graph, checks its settings and opens its checkpoint
+// storage (registered under id).
+func (jm *JobManager) prepare(ctx context.Context, id string, pg *weirpb.JobGraph, slotWait time.Duration) (jobOptions, *stream.JobGraph, error) {
+	if slotWait < 0 {
+		return jobOptions{}, nil, fmt.Errorf("%w: slot_wait_ms %d is negative; use 0 for the default", ErrInvalidArgument, slotWait.Milliseconds())
+	}
+	if slotWait == 0 {
+		slotWait = jm.cfg.SlotWaitTimeout
+	}
+	g, err := weirpb.ToGraph(pg)
+	if err != nil {
+		return jobOptions{}, nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := stream.Plan(g, jm.reg); err != nil { // validates g.Checkpoint too
+		return jobOptions{}, nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := stream.ValidateStateBackend(g.State.Backend); err != nil {
+		return jobOptions{}, nil, fmt.Errorf("%w: job %q: state: %v", ErrInvalidArgument, g.Name, err)
+	}
+	g.State.Backend = cmp.Or(g.State.Backend, jm.cfg.DefaultStateBackend, stream.StateBackendHeap)
+	ck := g.Checkpoint.WithDefaults()
+	restartCfg := g.Restart
+	if restartCfg.Type == "" {
+		restartCfg = jm.cfg.DefaultRestart
+	}
+	strategy, err := jm.newRestart(restartCfg, ck.Enabled())
+	if err != nil {
+		return jobOptions{}, nil, fmt.Errorf("%w: job %q: restart strategy: %v", ErrInvalidArgument, g.Name, err)
+	}
+	opts := jobOptions{SlotWait: slotWait, Restart: strategy, Checkpoint: ck}
+	if ck.Enabled() {
+		opts.Storage = cmp.Or(ck.Storage, jm.cfg.CheckpointStorage, DefaultCheckpointStorage)
+		st, err := jm.openStorage(ctx, opts.Storage)
+		if err != nil {
+			return jobOptions{}, nil, fmt.Errorf("%w %s of job %q cannot be opened: %v; fix the job's checkpointing storage (or the jobmanager's default) and submit again",
+				ErrStorage, opts.Storage, g.Name, err)
+		}
+		jm.storages.Lock()
+		jm.storages.m[id] = st
+		jm.storages.Unlock()
+	}
+	return opts, g, nil
 }
 
 // restartingMessage explains a RESTARTING job in the error field of the

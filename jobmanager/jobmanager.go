@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -61,6 +62,10 @@ type JobManager struct {
 		m map[string]checkpointStore
 	}
 	metrics *prometheus.Registry
+	// lead is the current leadership (ha: etcd), nil while standby;
+	// haClient the etcd client once connected.
+	lead     atomic.Pointer[ha.Leadership]
+	haClient atomic.Pointer[ha.Client]
 	// queue holds actions the core returned, for the dispatcher.
 	queue struct {
 		sync.Mutex
@@ -158,7 +163,7 @@ func (jm *JobManager) Run(ctx context.Context) error {
 	execs := newGRPCTaskExecutors()
 	defer execs.Close()
 
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.UnaryInterceptor(jm.standbyInterceptor))
 	weirpb.RegisterClusterServiceServer(gs, &clusterServer{jm: jm})
 	weirpb.RegisterJobServiceServer(gs, &jobServer{jm: jm})
 	hs := &http.Server{Handler: jm.restHandler(), ReadHeaderTimeout: 10 * time.Second}
@@ -178,8 +183,27 @@ func (jm *JobManager) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	g.Go(func() error { jm.tickLoop(gctx); return nil })
-	g.Go(func() error { jm.dispatch(gctx, execs); return nil })
+	lost := false
+	g.Go(func() error {
+		if !jm.cfg.HA.etcd() {
+			jm.lead.Store(nil)
+			jm.runLeader(gctx, execs, nil)
+			return nil
+		}
+		l, err := jm.campaign(gctx)
+		if err != nil {
+			if gctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := jm.runLeader(gctx, execs, l.Lost()); err != nil {
+			lost = true
+			jm.log.Error("leadership lost; stopping at once (restart this process to stand by again)", "reason", l.Reason())
+			return err
+		}
+		return nil
+	})
 
 	jm.addrs.Lock()
 	jm.addrs.rpc = rpcLis.Addr().String()
@@ -196,6 +220,12 @@ func (jm *JobManager) Run(ctx context.Context) error {
 	jm.stopServers(stopCtx, gs, hs, restLis != nil)
 	err = g.Wait()
 
+	if c := jm.haClient.Load(); c != nil {
+		defer c.Close()
+	}
+	if lost || (jm.cfg.HA.etcd() && jm.lead.Load() == nil) {
+		return err
+	}
 	// Best-effort: tell taskmanagers to stop this jobmanager's tasks.
 	jm.mu.Lock()
 	cancels := jm.mu.core.shutdown(jm.now())
@@ -248,15 +278,40 @@ func (jm *JobManager) tickInterval() time.Duration {
 	return d
 }
 
+// runLeader runs the tick loop and the dispatcher until ctx ends (nil)
+// or lost closes (ErrLeadershipLost).
+func (jm *JobManager) runLeader(ctx context.Context, execs taskExecutors, lost <-chan struct{}) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { jm.tickLoop(ctx) })
+	wg.Go(func() { jm.dispatch(ctx, execs) })
+	var err error
+	select {
+	case <-ctx.Done():
+	case <-lost:
+		err = ErrLeadershipLost
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
 func (jm *JobManager) tickLoop(ctx context.Context) {
 	t := time.NewTimer(jm.tickInterval())
 	defer t.Stop()
+	done := make(map[string]bool)
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			jm.step(func(c *core, now time.Time) []action { return c.tick(now) })
+			if jm.cfg.HA.etcd() && time.Since(last) > 500*time.Millisecond {
+				last = time.Now()
+				jm.haPublishTerminal(ctx, done)
+			}
 			t.Reset(jm.tickInterval())
 		}
 	}
@@ -371,9 +426,17 @@ func (jm *JobManager) writeManifest(ctx context.Context, a writeManifestAction) 
 	if st == nil {
 		return fmt.Errorf("%w: job %s has no checkpoint storage", ErrStorage, a.JobID)
 	}
+	if err := jm.haReserve(ctx, a.JobID, a.Manifest.CheckpointId); err != nil {
+		return err
+	}
 	key, sum, err := st.WriteManifest(ctx, a.Manifest)
 	if err != nil {
 		return err
+	}
+	if hs := jm.leaderStore(); hs != nil {
+		if err := hs.PutLatestCheckpoint(ctx, a.JobID, ha.Pointer{ID: a.Manifest.CheckpointId, ManifestKey: key, ManifestSHA256: sum}); err != nil {
+			return fmt.Errorf("recording checkpoint %d in etcd: %w", a.Manifest.CheckpointId, err)
+		}
 	}
 	return st.WritePointer(ctx, a.JobID, &weirpb.CompletedPointer{Version: 1, CheckpointId: a.Manifest.CheckpointId,
 		ManifestKey: key, ManifestSha256: sum})

@@ -52,6 +52,14 @@ type jobManagerFile struct {
 	// RestartStrategy is the default for jobs that set none, with the keys
 	// of a job spec's restartStrategy.
 	RestartStrategy map[string]any `yaml:"restartStrategy"`
+	// HA configures high availability (mode none or etcd).
+	HA struct {
+		Mode              string   `yaml:"mode"`
+		Endpoints         []string `yaml:"endpoints"`
+		Prefix            string   `yaml:"prefix"`
+		LeaseTTL          string   `yaml:"leaseTTL"`
+		AdvertisedAddress string   `yaml:"advertisedAddress"`
+	} `yaml:"ha"`
 }
 
 // NewJobManagerCommand returns the jobmanager process command.
@@ -98,6 +106,11 @@ func NewJobManagerCommand() *cobra.Command {
 	f.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", cfg.SlotWaitTimeout, "how long a job waits for enough free slots")
 	f.StringVar(&cfg.DefaultStateBackend, "state-backend", cfg.DefaultStateBackend, "keyed-state backend of jobs that name none: heap or pebble (default heap)")
 	f.StringVar(&cfg.CheckpointStorage, "checkpoint-storage", cfg.CheckpointStorage, "checkpoint storage of jobs that name none: file:///path or s3://bucket/prefix (S3 settings from WEIR_S3_ENDPOINT, WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY, WEIR_S3_REGION, WEIR_S3_INSECURE)")
+	f.StringVar(&cfg.HA.Mode, "ha", "none", "high availability: none, or etcd (several jobmanagers elect a leader through etcd)")
+	f.StringSliceVar(&cfg.HA.Endpoints, "ha-etcd-endpoints", nil, "etcd client URLs for --ha etcd, comma-separated")
+	f.StringVar(&cfg.HA.Prefix, "ha-prefix", "/weir", "etcd key prefix of this cluster (--ha etcd)")
+	f.DurationVar(&cfg.HA.LeaseTTL, "ha-lease-ttl", 10*time.Second, "leader lease TTL: bounds how long a dead leader blocks a takeover (--ha etcd)")
+	f.StringVar(&cfg.HA.AdvertisedAddress, "ha-advertised-address", "", "RPC address published to taskmanagers and clients while leading (default: the bound --rpc-address)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&addrFile, "address-file", "", "once listening, write the bound addresses here as JSON {\"rpc\":…,\"rest\":…} (for scripts and tests that listen on port 0)")
 	return cmd
@@ -129,6 +142,25 @@ func applyJobManagerFile(cmd *cobra.Command, cfg *jobmanager.Config, f jobManage
 	}
 	if f.CheckpointStorage != "" && !set("checkpoint-storage") {
 		cfg.CheckpointStorage = f.CheckpointStorage
+	}
+	if f.HA.Mode != "" && !set("ha") {
+		cfg.HA.Mode = f.HA.Mode
+	}
+	if len(f.HA.Endpoints) > 0 && !set("ha-etcd-endpoints") {
+		cfg.HA.Endpoints = f.HA.Endpoints
+	}
+	if f.HA.Prefix != "" && !set("ha-prefix") {
+		cfg.HA.Prefix = f.HA.Prefix
+	}
+	if f.HA.AdvertisedAddress != "" && !set("ha-advertised-address") {
+		cfg.HA.AdvertisedAddress = f.HA.AdvertisedAddress
+	}
+	if f.HA.LeaseTTL != "" && !set("ha-lease-ttl") {
+		d, err := time.ParseDuration(f.HA.LeaseTTL)
+		if err != nil {
+			return fmt.Errorf("ha.leaseTTL %q: %v (want a duration such as 10s)", f.HA.LeaseTTL, err)
+		}
+		cfg.HA.LeaseTTL = d
 	}
 	if len(f.RestartStrategy) > 0 {
 		r, err := jobspec.ParseRestartStrategy(f.RestartStrategy)
