@@ -93,7 +93,7 @@ type datagenPlan struct {
 
 func planDatagen(p *stream.PlanContext) (*stream.Schema, error) {
 	var cfg DatagenConfig
-	if err := decodeConfig("datagen", p.Config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("datagen", p.Config, &cfg); err != nil {
 		return nil, err
 	}
 	schema, err := cfg.check()
@@ -103,10 +103,10 @@ func planDatagen(p *stream.PlanContext) (*stream.Schema, error) {
 // check validates cfg and returns its schema without building pools.
 func (cfg *DatagenConfig) check() (*stream.Schema, error) {
 	if cfg.Rows < 0 {
-		return nil, configErrorf("datagen: rows %d: must be 0 (unbounded) or positive", cfg.Rows)
+		return nil, stream.ConfigErrorf("datagen: rows %d: must be 0 (unbounded) or positive", cfg.Rows)
 	}
 	if cfg.RatePerSecond < 0 || math.IsNaN(cfg.RatePerSecond) || math.IsInf(cfg.RatePerSecond, 0) {
-		return nil, configErrorf("datagen: ratePerSecond %v: must be 0 (unlimited) or a positive number", cfg.RatePerSecond)
+		return nil, stream.ConfigErrorf("datagen: ratePerSecond %v: must be 0 (unlimited) or a positive number", cfg.RatePerSecond)
 	}
 	if _, err := checkBatchSize("datagen", cfg.BatchSize); err != nil {
 		return nil, err
@@ -114,15 +114,15 @@ func (cfg *DatagenConfig) check() (*stream.Schema, error) {
 	switch cfg.Preset {
 	case "bid":
 		if len(cfg.Fields) > 0 {
-			return nil, configErrorf("datagen: preset %q fixes the fields; remove either preset or fields", cfg.Preset)
+			return nil, stream.ConfigErrorf("datagen: preset %q fixes the fields; remove either preset or fields", cfg.Preset)
 		}
 		return BidSchema, nil
 	case "":
 	default:
-		return nil, configErrorf("datagen: unknown preset %q (known presets: bid)", cfg.Preset)
+		return nil, stream.ConfigErrorf("datagen: unknown preset %q (known presets: bid)", cfg.Preset)
 	}
 	if len(cfg.Fields) == 0 {
-		return nil, configErrorf("datagen: no fields; set fields (a list of {name, kind, ...}) or preset \"bid\"")
+		return nil, stream.ConfigErrorf("datagen: no fields; set fields (a list of {name, kind, ...}) or preset \"bid\"")
 	}
 	fields := make([]stream.Field, len(cfg.Fields))
 	for i := range cfg.Fields {
@@ -134,7 +134,7 @@ func (cfg *DatagenConfig) check() (*stream.Schema, error) {
 	}
 	schema, err := stream.NewSchema(fields...)
 	if err != nil {
-		return nil, configErrorf("datagen: fields: %v; field names must be unique", err)
+		return nil, stream.ConfigErrorf("datagen: fields: %v; field names must be unique", err)
 	}
 	return schema, nil
 }
@@ -174,15 +174,15 @@ var kindOptions = map[string][]string{
 func (f *DatagenField) check(i int) (stream.Type, error) {
 	where := fmt.Sprintf("datagen: fields[%d]", i)
 	if f.Name == "" {
-		return 0, configErrorf("%s: missing name; every field needs a \"name\"", where)
+		return 0, stream.ConfigErrorf("%s: missing name; every field needs a \"name\"", where)
 	}
 	where = fmt.Sprintf("datagen: field %q", f.Name)
 	allowed, ok := kindOptions[f.Kind]
 	if !ok {
 		if f.Kind == "" {
-			return 0, configErrorf("%s: missing kind (want sequence, key, random, timestamp or oneof)", where)
+			return 0, stream.ConfigErrorf("%s: missing kind (want sequence, key, random, timestamp or oneof)", where)
 		}
-		return 0, configErrorf("%s: unknown kind %q (want sequence, key, random, timestamp or oneof)", where, f.Kind)
+		return 0, stream.ConfigErrorf("%s: unknown kind %q (want sequence, key, random, timestamp or oneof)", where, f.Kind)
 	}
 	for _, o := range f.options() {
 		found := false
@@ -190,14 +190,14 @@ func (f *DatagenField) check(i int) (stream.Type, error) {
 			found = found || a == o
 		}
 		if !found {
-			return 0, configErrorf("%s: option %q does not apply to kind %s (it takes %s)", where, o, f.Kind, strings.Join(allowed, ", "))
+			return 0, stream.ConfigErrorf("%s: option %q does not apply to kind %s (it takes %s)", where, o, f.Kind, strings.Join(allowed, ", "))
 		}
 	}
 	typ := stream.TypeInvalid
 	if f.Type != "" {
 		t, err := stream.ParseType(f.Type)
 		if err != nil {
-			return 0, configErrorf("%s: %v", where, err)
+			return 0, stream.ConfigErrorf("%s: %v", where, err)
 		}
 		typ = t
 	}
@@ -212,7 +212,7 @@ func (f *DatagenField) check(i int) (stream.Type, error) {
 			}
 			names[k] = t.String()
 		}
-		return 0, configErrorf("%s: type %s is not supported by kind %s (want %s)", where, typ, f.Kind, strings.Join(names, " or "))
+		return 0, stream.ConfigErrorf("%s: type %s is not supported by kind %s (want %s)", where, typ, f.Kind, strings.Join(names, " or "))
 	}
 	switch f.Kind {
 	case "sequence":
@@ -220,16 +220,16 @@ func (f *DatagenField) check(i int) (stream.Type, error) {
 			return 0, err
 		}
 		if f.Modulo < 0 || f.Divide < 0 || (f.Modulo > 0 && f.Divide > 0) {
-			return 0, configErrorf("%s: modulo %d, divide %d: set at most one of them, to a positive number", where, f.Modulo, f.Divide)
+			return 0, stream.ConfigErrorf("%s: modulo %d, divide %d: set at most one of them, to a positive number", where, f.Modulo, f.Divide)
 		}
 		return want(stream.TypeInt64, stream.TypeInt64)
 	case "key":
 		if f.Cardinality <= 0 {
-			return 0, configErrorf("%s: cardinality %d: a key needs a positive cardinality (the number of distinct keys)", where, f.Cardinality)
+			return 0, stream.ConfigErrorf("%s: cardinality %d: a key needs a positive cardinality (the number of distinct keys)", where, f.Cardinality)
 		}
 		t, err := want(stream.TypeString, stream.TypeString, stream.TypeInt64)
 		if err == nil && t == stream.TypeInt64 && f.Prefix != "" {
-			return 0, configErrorf("%s: prefix applies only to string keys; remove it or drop \"type\": \"int64\"", where)
+			return 0, stream.ConfigErrorf("%s: prefix applies only to string keys; remove it or drop \"type\": \"int64\"", where)
 		}
 		return t, err
 	case "random":
@@ -238,7 +238,7 @@ func (f *DatagenField) check(i int) (stream.Type, error) {
 			return 0, err
 		}
 		if t != stream.TypeString && f.Length != 0 {
-			return 0, configErrorf("%s: length applies only to random strings (type string)", where)
+			return 0, stream.ConfigErrorf("%s: length applies only to random strings (type string)", where)
 		}
 		switch t {
 		case stream.TypeInt64, stream.TypeTimestamp:
@@ -247,10 +247,10 @@ func (f *DatagenField) check(i int) (stream.Type, error) {
 			_, _, err = f.floatRange(where)
 		default:
 			if f.Min != "" || f.Max != "" {
-				return 0, configErrorf("%s: min and max apply only to int64, float64 and timestamp values, not %s", where, t)
+				return 0, stream.ConfigErrorf("%s: min and max apply only to int64, float64 and timestamp values, not %s", where, t)
 			}
 			if t == stream.TypeString && (f.Length < 0 || f.Length > maxStringLen) {
-				return 0, configErrorf("%s: length %d: must be between 1 and %d (0 or unset means 8)", where, f.Length, maxStringLen)
+				return 0, stream.ConfigErrorf("%s: length %d: must be between 1 and %d (0 or unset means 8)", where, f.Length, maxStringLen)
 			}
 		}
 		return t, err
@@ -259,15 +259,15 @@ func (f *DatagenField) check(i int) (stream.Type, error) {
 			return 0, err
 		}
 		if f.StepMillis < 0 {
-			return 0, configErrorf("%s: stepMillis %d: must not be negative", where, f.StepMillis)
+			return 0, stream.ConfigErrorf("%s: stepMillis %d: must not be negative", where, f.StepMillis)
 		}
 		if f.JitterMillis < 0 {
-			return 0, configErrorf("%s: jitterMillis %d: must not be negative", where, f.JitterMillis)
+			return 0, stream.ConfigErrorf("%s: jitterMillis %d: must not be negative", where, f.JitterMillis)
 		}
 		return want(stream.TypeTimestamp, stream.TypeTimestamp)
 	default: // oneof
 		if len(f.Values) == 0 {
-			return 0, configErrorf("%s: kind oneof needs a non-empty \"values\" list", where)
+			return 0, stream.ConfigErrorf("%s: kind oneof needs a non-empty \"values\" list", where)
 		}
 		return want(stream.TypeString, stream.TypeString)
 	}
@@ -279,7 +279,7 @@ func (f *DatagenField) intStart(where string) (int64, error) {
 	}
 	v, err := strconv.ParseInt(string(f.Start), 10, 64)
 	if err != nil {
-		return 0, configErrorf("%s: start %s: want an integer", where, f.Start)
+		return 0, stream.ConfigErrorf("%s: start %s: want an integer", where, f.Start)
 	}
 	return v, nil
 }
@@ -297,23 +297,23 @@ func (f *DatagenField) timeStart(where string) (int64, error) {
 			return t.UnixMilli(), nil
 		}
 	}
-	return 0, configErrorf("%s: start %s: want an RFC3339 time such as \"2026-01-01T00:00:00Z\" or integer milliseconds since the epoch", where, f.Start)
+	return 0, stream.ConfigErrorf("%s: start %s: want an RFC3339 time such as \"2026-01-01T00:00:00Z\" or integer milliseconds since the epoch", where, f.Start)
 }
 
 func (f *DatagenField) intRange(where string) (lo, hi int64, err error) {
 	lo, hi = 0, math.MaxInt32
 	if f.Min != "" {
 		if lo, err = f.Min.Int64(); err != nil {
-			return 0, 0, configErrorf("%s: min %s: want an integer", where, f.Min)
+			return 0, 0, stream.ConfigErrorf("%s: min %s: want an integer", where, f.Min)
 		}
 	}
 	if f.Max != "" {
 		if hi, err = f.Max.Int64(); err != nil {
-			return 0, 0, configErrorf("%s: max %s: want an integer", where, f.Max)
+			return 0, 0, stream.ConfigErrorf("%s: max %s: want an integer", where, f.Max)
 		}
 	}
 	if lo > hi {
-		return 0, 0, configErrorf("%s: min %d is greater than max %d; set min <= max", where, lo, hi)
+		return 0, 0, stream.ConfigErrorf("%s: min %d is greater than max %d; set min <= max", where, lo, hi)
 	}
 	return lo, hi, nil
 }
@@ -322,16 +322,16 @@ func (f *DatagenField) floatRange(where string) (lo, hi float64, err error) {
 	lo, hi = 0, 1
 	if f.Min != "" {
 		if lo, err = f.Min.Float64(); err != nil || math.IsInf(lo, 0) {
-			return 0, 0, configErrorf("%s: min %s: want a finite number", where, f.Min)
+			return 0, 0, stream.ConfigErrorf("%s: min %s: want a finite number", where, f.Min)
 		}
 	}
 	if f.Max != "" {
 		if hi, err = f.Max.Float64(); err != nil || math.IsInf(hi, 0) {
-			return 0, 0, configErrorf("%s: max %s: want a finite number", where, f.Max)
+			return 0, 0, stream.ConfigErrorf("%s: max %s: want a finite number", where, f.Max)
 		}
 	}
 	if lo > hi {
-		return 0, 0, configErrorf("%s: min %v is greater than max %v; set min <= max", where, lo, hi)
+		return 0, 0, stream.ConfigErrorf("%s: min %v is greater than max %v; set min <= max", where, lo, hi)
 	}
 	return lo, hi, nil
 }
@@ -623,7 +623,7 @@ func NewDatagen(cfg DatagenConfig) (*Datagen, error) {
 
 func newDatagenSource(config []byte) (stream.Source, error) {
 	var cfg DatagenConfig
-	if err := decodeConfig("datagen", config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("datagen", config, &cfg); err != nil {
 		return nil, err
 	}
 	return NewDatagen(cfg)

@@ -10,7 +10,7 @@ import (
 
 func planDiscard(p *stream.PlanContext) (*stream.Schema, error) {
 	var cfg struct{}
-	return nil, decodeConfig("discard", p.Config, &cfg)
+	return nil, stream.DecodeOperatorConfig("discard", p.Config, &cfg)
 }
 
 // discarded counts rows per operator uid, summed over subtasks and runs.
@@ -40,7 +40,7 @@ var _ stream.Operator = (*Discard)(nil)
 
 func newDiscardOperator(config []byte) (stream.Operator, error) {
 	var cfg struct{}
-	if err := decodeConfig("discard", config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("discard", config, &cfg); err != nil {
 		return nil, err
 	}
 	return &Discard{}, nil

@@ -26,7 +26,7 @@ type FileSinkConfig struct {
 
 func (cfg *FileSinkConfig) check() (rowFormat, error) {
 	if cfg.Path == "" {
-		return 0, configErrorf("file sink: missing path; set path to the output directory")
+		return 0, stream.ConfigErrorf("file sink: missing path; set path to the output directory")
 	}
 	switch cfg.Format {
 	case "", "jsonl", "json":
@@ -34,12 +34,12 @@ func (cfg *FileSinkConfig) check() (rowFormat, error) {
 	case "csv":
 		return formatCSV, nil
 	}
-	return 0, configErrorf("file sink: unknown format %q (want csv or jsonl)", cfg.Format)
+	return 0, stream.ConfigErrorf("file sink: unknown format %q (want csv or jsonl)", cfg.Format)
 }
 
 func planFileSink(p *stream.PlanContext) (*stream.Schema, error) {
 	var cfg FileSinkConfig
-	if err := decodeConfig("file sink", p.Config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("file sink", p.Config, &cfg); err != nil {
 		return nil, err
 	}
 	_, err := cfg.check()
@@ -110,7 +110,7 @@ func NewFileSink(cfg FileSinkConfig) (*FileSink, error) {
 
 func newFileSinkOperator(config []byte) (stream.Operator, error) {
 	var cfg FileSinkConfig
-	if err := decodeConfig("file sink", config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("file sink", config, &cfg); err != nil {
 		return nil, err
 	}
 	return NewFileSink(cfg)

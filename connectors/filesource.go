@@ -43,7 +43,7 @@ var LinesSchema = stream.MustSchema(stream.Field{Name: "line", Type: stream.Type
 
 func planFileSource(p *stream.PlanContext) (*stream.Schema, error) {
 	var cfg FileSourceConfig
-	if err := decodeConfig("file source", p.Config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("file source", p.Config, &cfg); err != nil {
 		return nil, err
 	}
 	schema, err := cfg.check()
@@ -58,7 +58,7 @@ func planFileSource(p *stream.PlanContext) (*stream.Schema, error) {
 
 func (cfg *FileSourceConfig) check() (*stream.Schema, error) {
 	if cfg.Path == "" {
-		return nil, configErrorf("file source: missing path; set path to a file, a directory or a glob such as /data/in/*.jsonl")
+		return nil, stream.ConfigErrorf("file source: missing path; set path to a file, a directory or a glob such as /data/in/*.jsonl")
 	}
 	if _, err := checkBatchSize("file source", cfg.BatchSize); err != nil {
 		return nil, err
@@ -66,33 +66,33 @@ func (cfg *FileSourceConfig) check() (*stream.Schema, error) {
 	switch cfg.Format {
 	case "", "lines":
 		if len(cfg.Fields) > 0 {
-			return nil, configErrorf("file source: fields are not allowed with format lines (it yields one string field \"line\"); use format jsonl to parse fields")
+			return nil, stream.ConfigErrorf("file source: fields are not allowed with format lines (it yields one string field \"line\"); use format jsonl to parse fields")
 		}
 		return LinesSchema, nil
 	case "jsonl":
 	default:
-		return nil, configErrorf("file source: unknown format %q (want lines or jsonl)", cfg.Format)
+		return nil, stream.ConfigErrorf("file source: unknown format %q (want lines or jsonl)", cfg.Format)
 	}
 	if len(cfg.Fields) == 0 {
-		return nil, configErrorf("file source: format jsonl needs fields, a list of {name, type} naming the JSON keys to read")
+		return nil, stream.ConfigErrorf("file source: format jsonl needs fields, a list of {name, type} naming the JSON keys to read")
 	}
 	fields := make([]stream.Field, len(cfg.Fields))
 	for i, f := range cfg.Fields {
 		if f.Name == "" {
-			return nil, configErrorf("file source: fields[%d]: missing name", i)
+			return nil, stream.ConfigErrorf("file source: fields[%d]: missing name", i)
 		}
 		if f.Type == "" {
-			return nil, configErrorf("file source: field %q: missing type (want int64, float64, string, bool or timestamp)", f.Name)
+			return nil, stream.ConfigErrorf("file source: field %q: missing type (want int64, float64, string, bool or timestamp)", f.Name)
 		}
 		t, err := stream.ParseType(f.Type)
 		if err != nil {
-			return nil, configErrorf("file source: field %q: %v", f.Name, err)
+			return nil, stream.ConfigErrorf("file source: field %q: %v", f.Name, err)
 		}
 		fields[i] = stream.Field{Name: f.Name, Type: t}
 	}
 	schema, err := stream.NewSchema(fields...)
 	if err != nil {
-		return nil, configErrorf("file source: fields: %v; field names must be unique", err)
+		return nil, stream.ConfigErrorf("file source: fields: %v; field names must be unique", err)
 	}
 	return schema, nil
 }
@@ -117,15 +117,15 @@ func ListFiles(path string) ([]string, error) {
 			}
 		}
 		if len(out) == 0 {
-			return nil, configErrorf("file source: directory %s has no regular files; put input files there or point path elsewhere", path)
+			return nil, stream.ConfigErrorf("file source: directory %s has no regular files; put input files there or point path elsewhere", path)
 		}
 		return out, nil // os.ReadDir sorts by name
 	case err == nil:
-		return nil, configErrorf("file source: path %s is neither a regular file nor a directory", path)
+		return nil, stream.ConfigErrorf("file source: path %s is neither a regular file nor a directory", path)
 	}
 	matches, gerr := filepath.Glob(path)
 	if gerr != nil {
-		return nil, configErrorf("file source: path %q: bad glob pattern: %v", path, gerr)
+		return nil, stream.ConfigErrorf("file source: path %q: bad glob pattern: %v", path, gerr)
 	}
 	var out []string
 	for _, m := range matches {
@@ -134,7 +134,7 @@ func ListFiles(path string) ([]string, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, configErrorf("file source: path %q matches no files; give an existing file, a directory or a glob that matches regular files", path)
+		return nil, stream.ConfigErrorf("file source: path %q matches no files; give an existing file, a directory or a glob that matches regular files", path)
 	}
 	sort.Strings(out)
 	return out, nil
@@ -189,7 +189,7 @@ func NewFileSource(cfg FileSourceConfig) (*FileSource, error) {
 
 func newFileSource(config []byte) (stream.Source, error) {
 	var cfg FileSourceConfig
-	if err := decodeConfig("file source", config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("file source", config, &cfg); err != nil {
 		return nil, err
 	}
 	return NewFileSource(cfg)

@@ -26,12 +26,12 @@ func (cfg *PrintConfig) check() (rowFormat, error) {
 	case "json", "jsonl":
 		return formatJSON, nil
 	}
-	return 0, configErrorf("print: unknown format %q (want text or json)", cfg.Format)
+	return 0, stream.ConfigErrorf("print: unknown format %q (want text or json)", cfg.Format)
 }
 
 func planPrint(p *stream.PlanContext) (*stream.Schema, error) {
 	var cfg PrintConfig
-	if err := decodeConfig("print", p.Config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("print", p.Config, &cfg); err != nil {
 		return nil, err
 	}
 	_, err := cfg.check()
@@ -78,7 +78,7 @@ func NewPrintSink(cfg PrintConfig, w io.Writer) (*PrintSink, error) {
 
 func newPrintOperator(config []byte) (stream.Operator, error) {
 	var cfg PrintConfig
-	if err := decodeConfig("print", config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("print", config, &cfg); err != nil {
 		return nil, err
 	}
 	return NewPrintSink(cfg, nil)

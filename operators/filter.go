@@ -21,14 +21,14 @@ func compileFilter(cfg *FilterConfig, in *stream.Schema) (*expression.Expr, erro
 		return nil, err
 	}
 	if e.Type() != stream.TypeBool {
-		return nil, configErrorf("filter: where: expression %q has type %s, but a filter needs a bool (for example %s != 0)", cfg.Where, e.Type(), cfg.Where)
+		return nil, stream.ConfigErrorf("filter: where: expression %q has type %s, but a filter needs a bool (for example %s != 0)", cfg.Where, e.Type(), cfg.Where)
 	}
 	return e, nil
 }
 
 func planFilter(pc *stream.PlanContext) (*stream.Schema, error) {
 	var cfg FilterConfig
-	if err := decodeConfig("filter", pc.Config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("filter", pc.Config, &cfg); err != nil {
 		return nil, err
 	}
 	in, err := oneInput("filter", pc)
@@ -52,7 +52,7 @@ type Filter struct {
 // NewFilter returns a filter operator for a JSON FilterConfig.
 func NewFilter(config []byte) (*Filter, error) {
 	f := &Filter{}
-	if err := decodeConfig("filter", config, &f.cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("filter", config, &f.cfg); err != nil {
 		return nil, err
 	}
 	return f, nil

@@ -35,7 +35,7 @@ type mapPlan struct {
 
 func compileMap(cfg *MapConfig, in *stream.Schema) (*mapPlan, error) {
 	if len(cfg.Set) == 0 {
-		return nil, configErrorf(`map: set: no fields; list at least one {"name": ..., "expr": ...}`)
+		return nil, stream.ConfigErrorf(`map: set: no fields; list at least one {"name": ..., "expr": ...}`)
 	}
 	p := &mapPlan{in: in}
 	fields := append([]stream.Field(nil), in.Fields...)
@@ -43,11 +43,11 @@ func compileMap(cfg *MapConfig, in *stream.Schema) (*mapPlan, error) {
 	for i, a := range cfg.Set {
 		what := fmt.Sprintf("set[%d]", i)
 		if a.Name == "" {
-			return nil, configErrorf("map: %s: name is empty", what)
+			return nil, stream.ConfigErrorf("map: %s: name is empty", what)
 		}
 		what = fmt.Sprintf("set[%d] (%s)", i, a.Name)
 		if j, dup := seen[a.Name]; dup {
-			return nil, configErrorf("map: %s: set[%d] already sets %q; set each field once", what, j, a.Name)
+			return nil, stream.ConfigErrorf("map: %s: set[%d] already sets %q; set each field once", what, j, a.Name)
 		}
 		seen[a.Name] = i
 		e, err := compileExpr("map", what, a.Expr, in)
@@ -66,7 +66,7 @@ func compileMap(cfg *MapConfig, in *stream.Schema) (*mapPlan, error) {
 	}
 	out, err := stream.NewSchema(fields...)
 	if err != nil {
-		return nil, configErrorf("map: %v", err)
+		return nil, stream.ConfigErrorf("map: %v", err)
 	}
 	p.out = out
 	return p, nil
@@ -74,7 +74,7 @@ func compileMap(cfg *MapConfig, in *stream.Schema) (*mapPlan, error) {
 
 func planMap(pc *stream.PlanContext) (*stream.Schema, error) {
 	var cfg MapConfig
-	if err := decodeConfig("map", pc.Config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("map", pc.Config, &cfg); err != nil {
 		return nil, err
 	}
 	in, err := oneInput("map", pc)
@@ -100,7 +100,7 @@ type Map struct {
 // NewMap returns a map operator for a JSON MapConfig.
 func NewMap(config []byte) (*Map, error) {
 	m := &Map{}
-	if err := decodeConfig("map", config, &m.cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("map", config, &m.cfg); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -40,28 +40,10 @@ func Register(r *stream.Registry) {
 	})
 }
 
-// configError is a planning error: its text is the reason alone, and
-// errors.Is(err, stream.ErrConfig) holds.
-type configError struct{ msg string }
-
-func (e *configError) Error() string { return e.msg }
-func (e *configError) Unwrap() error { return stream.ErrConfig }
-
-func configErrorf(format string, args ...any) error {
-	return &configError{msg: fmt.Sprintf(format, args...)}
-}
-
-func decodeConfig(op string, raw []byte, v any) error {
-	if err := stream.DecodeConfig(raw, v); err != nil {
-		return configErrorf("%s: %v", op, err)
-	}
-	return nil
-}
-
 // oneInput returns the single input schema of a plan.
 func oneInput(op string, p *stream.PlanContext) (*stream.Schema, error) {
 	if len(p.Inputs) != 1 || p.Inputs[0].Schema == nil {
-		return nil, configErrorf("%s: takes exactly one input, got %d", op, len(p.Inputs))
+		return nil, stream.ConfigErrorf("%s: takes exactly one input, got %d", op, len(p.Inputs))
 	}
 	return p.Inputs[0].Schema, nil
 }
@@ -87,11 +69,11 @@ func checkOutput(op string, octx *stream.OperatorContext, got *stream.Schema) er
 // compileExpr compiles src for option what of operator op.
 func compileExpr(op, what, src string, in *stream.Schema) (*expression.Expr, error) {
 	if src == "" {
-		return nil, configErrorf("%s: %s: expression is empty", op, what)
+		return nil, stream.ConfigErrorf("%s: %s: expression is empty", op, what)
 	}
 	e, err := expression.Compile(src, in)
 	if err != nil {
-		return nil, configErrorf("%s: %s: %v", op, what, err)
+		return nil, stream.ConfigErrorf("%s: %s: %v", op, what, err)
 	}
 	return e, nil
 }

@@ -33,7 +33,7 @@ type projectPlan struct {
 
 func compileProject(cfg *ProjectConfig, in *stream.Schema) (*projectPlan, error) {
 	if len(cfg.Fields) == 0 {
-		return nil, configErrorf(`project: fields: none listed; list at least one {"name": ...} or {"name": ..., "expr": ...}`)
+		return nil, stream.ConfigErrorf(`project: fields: none listed; list at least one {"name": ...} or {"name": ..., "expr": ...}`)
 	}
 	p := &projectPlan{in: in}
 	fields := make([]stream.Field, 0, len(cfg.Fields))
@@ -41,16 +41,16 @@ func compileProject(cfg *ProjectConfig, in *stream.Schema) (*projectPlan, error)
 	for i, f := range cfg.Fields {
 		what := fmt.Sprintf("fields[%d]", i)
 		if f.Name == "" {
-			return nil, configErrorf("project: %s: name is empty", what)
+			return nil, stream.ConfigErrorf("project: %s: name is empty", what)
 		}
 		if j, dup := seen[f.Name]; dup {
-			return nil, configErrorf("project: %s: name %q is also used by fields[%d]; output names must be unique", what, f.Name, j)
+			return nil, stream.ConfigErrorf("project: %s: name %q is also used by fields[%d]; output names must be unique", what, f.Name, j)
 		}
 		seen[f.Name] = i
 		if f.Expr == "" {
 			j := in.Index(f.Name)
 			if j < 0 {
-				return nil, configErrorf("project: %s: no input field %q (the input has %s); give an expr to compute it", what, f.Name, strings.Join(in.Names(), ", "))
+				return nil, stream.ConfigErrorf("project: %s: no input field %q (the input has %s); give an expr to compute it", what, f.Name, strings.Join(in.Names(), ", "))
 			}
 			fields = append(fields, in.Fields[j])
 			p.exprs = append(p.exprs, nil)
@@ -67,7 +67,7 @@ func compileProject(cfg *ProjectConfig, in *stream.Schema) (*projectPlan, error)
 	}
 	out, err := stream.NewSchema(fields...)
 	if err != nil {
-		return nil, configErrorf("project: %v", err)
+		return nil, stream.ConfigErrorf("project: %v", err)
 	}
 	p.out = out
 	return p, nil
@@ -75,7 +75,7 @@ func compileProject(cfg *ProjectConfig, in *stream.Schema) (*projectPlan, error)
 
 func planProject(pc *stream.PlanContext) (*stream.Schema, error) {
 	var cfg ProjectConfig
-	if err := decodeConfig("project", pc.Config, &cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("project", pc.Config, &cfg); err != nil {
 		return nil, err
 	}
 	in, err := oneInput("project", pc)
@@ -101,7 +101,7 @@ type Project struct {
 // NewProject returns a project operator for a JSON ProjectConfig.
 func NewProject(config []byte) (*Project, error) {
 	p := &Project{}
-	if err := decodeConfig("project", config, &p.cfg); err != nil {
+	if err := stream.DecodeOperatorConfig("project", config, &p.cfg); err != nil {
 		return nil, err
 	}
 	return p, nil

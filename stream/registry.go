@@ -61,6 +61,27 @@ func DecodeConfig(config []byte, v any) error {
 	return nil
 }
 
+// ConfigErrorf returns an error about an operator's config found at planning
+// time: its text is the reason alone (a spec parser adds where it is), and
+// errors.Is(err, ErrConfig) holds.
+func ConfigErrorf(format string, args ...any) error {
+	return &configError{msg: fmt.Sprintf(format, args...)}
+}
+
+type configError struct{ msg string }
+
+func (e *configError) Error() string { return e.msg }
+func (e *configError) Unwrap() error { return ErrConfig }
+
+// DecodeOperatorConfig is DecodeConfig for operator type op, returning a
+// ConfigErrorf error that names op.
+func DecodeOperatorConfig(op string, config []byte, v any) error {
+	if err := DecodeConfig(config, v); err != nil {
+		return ConfigErrorf("%s: %v", op, err)
+	}
+	return nil
+}
+
 // OperatorType is a registered kind of operator: how to check its config
 // against its inputs and how to build instances.
 type OperatorType struct {

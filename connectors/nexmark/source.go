@@ -98,23 +98,13 @@ func SchemaOf(k Kind) *stream.Schema {
 	return BidSchema
 }
 
-// configError is a planning error; errors.Is(err, stream.ErrConfig) holds.
-type configError struct{ msg string }
-
-func (e *configError) Error() string { return e.msg }
-func (e *configError) Unwrap() error { return stream.ErrConfig }
-
-func configErrorf(format string, args ...any) error {
-	return &configError{msg: fmt.Sprintf(format, args...)}
-}
-
 const maxBatchSize = 1 << 20
 
 func parseConfig(k Kind, raw []byte) (Config, error) {
 	op := typeName(k)
 	var c Config
 	if err := stream.DecodeConfig(raw, &c); err != nil {
-		return c, configErrorf("%s: %v (want {\"events\": 10000000, \"seed\": 1, \"eventsPerSecond\": 10000000})", op, err)
+		return c, stream.ConfigErrorf("%s: %v (want {\"events\": 10000000, \"seed\": 1, \"eventsPerSecond\": 10000000})", op, err)
 	}
 	return c, c.Validate(op)
 }
@@ -123,13 +113,13 @@ func parseConfig(k Kind, raw []byte) (Config, error) {
 func (c Config) Validate(op string) error {
 	switch {
 	case c.Events < 0:
-		return configErrorf("%s: events %d: must be 0 (unbounded) or positive", op, c.Events)
+		return stream.ConfigErrorf("%s: events %d: must be 0 (unbounded) or positive", op, c.Events)
 	case c.EventsPerSecond < 0:
-		return configErrorf("%s: eventsPerSecond %d: must be positive (0 or unset means %d)", op, c.EventsPerSecond, DefaultEventsPerSecond)
+		return stream.ConfigErrorf("%s: eventsPerSecond %d: must be positive (0 or unset means %d)", op, c.EventsPerSecond, DefaultEventsPerSecond)
 	case c.BatchSize < 0 || c.BatchSize > maxBatchSize:
-		return configErrorf("%s: batchSize %d: must be between 1 and %d (0 or unset means %d)", op, c.BatchSize, maxBatchSize, stream.DefaultBatchSize)
+		return stream.ConfigErrorf("%s: batchSize %d: must be between 1 and %d (0 or unset means %d)", op, c.BatchSize, maxBatchSize, stream.DefaultBatchSize)
 	case c.StartMillis < 0:
-		return configErrorf("%s: startMillis %d: must not be negative (0 or unset means %d, 2026-01-01)", op, c.StartMillis, DefaultStartMillis)
+		return stream.ConfigErrorf("%s: startMillis %d: must not be negative (0 or unset means %d, 2026-01-01)", op, c.StartMillis, DefaultStartMillis)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package join
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -64,15 +63,6 @@ func Register(r *stream.Registry) {
 	})
 }
 
-type configError struct{ msg string }
-
-func (e *configError) Error() string { return e.msg }
-func (e *configError) Unwrap() error { return stream.ErrConfig }
-
-func configErrorf(format string, args ...any) error {
-	return &configError{msg: fmt.Sprintf(format, args...)}
-}
-
 // spec is a parsed config.
 type spec struct {
 	op           string
@@ -84,7 +74,7 @@ type spec struct {
 func parse(op string, raw []byte) (*spec, error) {
 	var c Config
 	if err := stream.DecodeConfig(raw, &c); err != nil {
-		return nil, configErrorf("%s: %v", op, err)
+		return nil, stream.ConfigErrorf("%s: %v", op, err)
 	}
 	s := &spec{op: op, prefix: c.RightPrefix, bounds: op == TypeWindowJoin}
 	if s.prefix == "" {
@@ -92,7 +82,7 @@ func parse(op string, raw []byte) (*spec, error) {
 	}
 	if op == TypeStreamJoin {
 		if c.Size != "" || c.Offset != "" || c.WindowBounds != nil {
-			return nil, configErrorf("%s: size, offset and windowBounds are options of %s only; a stream join has no windows", op, TypeWindowJoin)
+			return nil, stream.ConfigErrorf("%s: size, offset and windowBounds are options of %s only; a stream join has no windows", op, TypeWindowJoin)
 		}
 		return s, nil
 	}
@@ -101,13 +91,13 @@ func parse(op string, raw []byte) (*spec, error) {
 	}
 	var err error
 	if c.Size == "" {
-		return nil, configErrorf("%s: size is required (the tumbling window length, e.g. \"10s\")", op)
+		return nil, stream.ConfigErrorf("%s: size is required (the tumbling window length, e.g. \"10s\")", op)
 	}
 	if s.size, err = millis(op, "size", c.Size); err != nil {
 		return nil, err
 	}
 	if s.size <= 0 {
-		return nil, configErrorf("%s: size %q must be positive", op, c.Size)
+		return nil, stream.ConfigErrorf("%s: size %q must be positive", op, c.Size)
 	}
 	if c.Offset != "" {
 		if s.offset, err = millis(op, "offset", c.Offset); err != nil {
@@ -115,7 +105,7 @@ func parse(op string, raw []byte) (*spec, error) {
 		}
 	}
 	if s.offset <= -s.size || s.offset >= s.size {
-		return nil, configErrorf("%s: offset %q must be shorter than size %q in either direction", op, c.Offset, c.Size)
+		return nil, stream.ConfigErrorf("%s: offset %q must be shorter than size %q in either direction", op, c.Offset, c.Size)
 	}
 	return s, nil
 }
@@ -123,10 +113,10 @@ func parse(op string, raw []byte) (*spec, error) {
 func millis(op, name, v string) (int64, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return 0, configErrorf("%s: %s %q is not a duration; write a Go duration such as \"10s\" or \"500ms\"", op, name, v)
+		return 0, stream.ConfigErrorf("%s: %s %q is not a duration; write a Go duration such as \"10s\" or \"500ms\"", op, name, v)
 	}
 	if d%time.Millisecond != 0 {
-		return 0, configErrorf("%s: %s %q is not a whole number of milliseconds; event time has millisecond precision", op, name, v)
+		return 0, stream.ConfigErrorf("%s: %s %q is not a whole number of milliseconds; event time has millisecond precision", op, name, v)
 	}
 	return d.Milliseconds(), nil
 }
@@ -143,7 +133,7 @@ func plan(op string, p *stream.PlanContext) (*stream.Schema, error) {
 		return nil, err
 	}
 	if len(p.Inputs) != 2 {
-		return nil, configErrorf("%s: takes 2 inputs, got %d; write inputs: [left, right]", op, len(p.Inputs))
+		return nil, stream.ConfigErrorf("%s: takes 2 inputs, got %d; write inputs: [left, right]", op, len(p.Inputs))
 	}
 	r, err := s.resolve([2]*stream.Schema{p.Inputs[0].Schema, p.Inputs[1].Schema},
 		[2][]string{p.Inputs[0].KeyFields, p.Inputs[1].KeyFields})
@@ -157,22 +147,22 @@ func (s *spec) resolve(in [2]*stream.Schema, keys [2][]string) (*resolved, error
 	r := &resolved{}
 	for i := range 2 {
 		if len(keys[i]) == 0 {
-			return nil, configErrorf("%s: input %d is not keyed; key both inputs by the join fields, e.g. inputs: [{from: persons, keyBy: [id]}, {from: auctions, keyBy: [seller]}]", s.op, i)
+			return nil, stream.ConfigErrorf("%s: input %d is not keyed; key both inputs by the join fields, e.g. inputs: [{from: persons, keyBy: [id]}, {from: auctions, keyBy: [seller]}]", s.op, i)
 		}
 		cols, err := in[i].Lookup(keys[i]...)
 		if err != nil {
-			return nil, configErrorf("%s: input %d key: %v", s.op, i, err)
+			return nil, stream.ConfigErrorf("%s: input %d key: %v", s.op, i, err)
 		}
 		r.keyCols[i] = cols
 	}
 	if len(keys[0]) != len(keys[1]) {
-		return nil, configErrorf("%s: input 0 is keyed by %d fields (%s), input 1 by %d (%s); key both by the same number of fields", s.op,
+		return nil, stream.ConfigErrorf("%s: input 0 is keyed by %d fields (%s), input 1 by %d (%s); key both by the same number of fields", s.op,
 			len(keys[0]), strings.Join(keys[0], ", "), len(keys[1]), strings.Join(keys[1], ", "))
 	}
 	for j := range keys[0] {
 		a, b := in[0].Fields[r.keyCols[0][j]], in[1].Fields[r.keyCols[1][j]]
 		if !sameKind(a.Type, b.Type) {
-			return nil, configErrorf("%s: key field %d is %s %v in input 0 but %s %v in input 1; join keys must have the same type", s.op, j, a.Name, a.Type, b.Name, b.Type)
+			return nil, stream.ConfigErrorf("%s: key field %d is %s %v in input 0 but %s %v in input 1; join keys must have the same type", s.op, j, a.Name, a.Type, b.Name, b.Type)
 		}
 	}
 	fields := append([]stream.Field(nil), in[0].Fields...)
@@ -188,7 +178,7 @@ func (s *spec) resolve(in [2]*stream.Schema, keys [2][]string) (*resolved, error
 	}
 	out, err := stream.NewSchema(fields...)
 	if err != nil {
-		return nil, configErrorf("%s: output schema: %v; choose another rightPrefix, or set windowBounds: false if the inputs already carry window bounds", s.op, err)
+		return nil, stream.ConfigErrorf("%s: output schema: %v; choose another rightPrefix, or set windowBounds: false if the inputs already carry window bounds", s.op, err)
 	}
 	r.out = out
 	return r, nil

@@ -48,7 +48,7 @@ var ErrInjected = errors.New("injected failure")
 
 func parseFail(raw []byte, parallelism int) (FailConfig, error) {
 	var c FailConfig
-	if err := decodeConfig(TypeFail, raw, &c); err != nil {
+	if err := stream.DecodeOperatorConfig(TypeFail, raw, &c); err != nil {
 		return c, err
 	}
 	for i, f := range c.Failures {
@@ -56,21 +56,21 @@ func parseFail(raw []byte, parallelism int) (FailConfig, error) {
 		switch f.At {
 		case AtRecords, AtSnapshot, AtRestore, AtNotify:
 		case "":
-			return c, configErrorf("%s: at is required (records, snapshot, restore or notify)", where)
+			return c, stream.ConfigErrorf("%s: at is required (records, snapshot, restore or notify)", where)
 		default:
-			return c, configErrorf("%s: unknown at %q (want records, snapshot, restore or notify)", where, f.At)
+			return c, stream.ConfigErrorf("%s: unknown at %q (want records, snapshot, restore or notify)", where, f.At)
 		}
 		if f.Attempt < 1 {
-			return c, configErrorf("%s: attempt %d: must be at least 1 (the first deployment is attempt 1)", where, f.Attempt)
+			return c, stream.ConfigErrorf("%s: attempt %d: must be at least 1 (the first deployment is attempt 1)", where, f.Attempt)
 		}
 		if f.After < 0 {
-			return c, configErrorf("%s: after %d: must not be negative", where, f.After)
+			return c, stream.ConfigErrorf("%s: after %d: must not be negative", where, f.After)
 		}
 		if f.After != 0 && f.At != AtRecords {
-			return c, configErrorf("%s: after applies only to at \"records\", not %q", where, f.At)
+			return c, stream.ConfigErrorf("%s: after applies only to at \"records\", not %q", where, f.At)
 		}
 		if f.Subtask != nil && (*f.Subtask < 0 || parallelism > 0 && *f.Subtask >= parallelism) {
-			return c, configErrorf("%s: subtask %d: must be in [0, %d) (the operator's parallelism)", where, *f.Subtask, max(parallelism, 1))
+			return c, stream.ConfigErrorf("%s: subtask %d: must be in [0, %d) (the operator's parallelism)", where, *f.Subtask, max(parallelism, 1))
 		}
 	}
 	return c, nil
@@ -81,7 +81,7 @@ func planFail(p *stream.PlanContext) (*stream.Schema, error) {
 		return nil, err
 	}
 	if len(p.Inputs) != 1 || p.Inputs[0].Schema == nil {
-		return nil, configErrorf("%s: takes exactly one input, got %d", TypeFail, len(p.Inputs))
+		return nil, stream.ConfigErrorf("%s: takes exactly one input, got %d", TypeFail, len(p.Inputs))
 	}
 	return p.Inputs[0].Schema, nil
 }

@@ -39,37 +39,19 @@ func Register(r *stream.Registry) {
 	})
 }
 
-// configError is a planning error: its text is the reason alone, and
-// errors.Is(err, stream.ErrConfig) holds.
-type configError struct{ msg string }
-
-func (e *configError) Error() string { return e.msg }
-func (e *configError) Unwrap() error { return stream.ErrConfig }
-
-func configErrorf(format string, args ...any) error {
-	return &configError{msg: fmt.Sprintf(format, args...)}
-}
-
-func decodeConfig(op string, raw []byte, v any) error {
-	if err := stream.DecodeConfig(raw, v); err != nil {
-		return configErrorf("%s: %v", op, err)
-	}
-	return nil
-}
-
 // keyedInput checks that a plan has one keyed input and returns its schema
 // and key column indexes.
 func keyedInput(op string, p *stream.PlanContext) (*stream.Schema, []int, error) {
 	if len(p.Inputs) != 1 || p.Inputs[0].Schema == nil {
-		return nil, nil, configErrorf("%s: takes exactly one input, got %d", op, len(p.Inputs))
+		return nil, nil, stream.ConfigErrorf("%s: takes exactly one input, got %d", op, len(p.Inputs))
 	}
 	in := p.Inputs[0]
 	if len(in.KeyFields) == 0 {
-		return nil, nil, configErrorf("%s: needs a keyed input: put keyBy [fields] on the edge into it (its state is kept per key)", op)
+		return nil, nil, stream.ConfigErrorf("%s: needs a keyed input: put keyBy [fields] on the edge into it (its state is kept per key)", op)
 	}
 	cols, err := in.Schema.Lookup(in.KeyFields...)
 	if err != nil {
-		return nil, nil, configErrorf("%s: key: %v", op, err)
+		return nil, nil, stream.ConfigErrorf("%s: key: %v", op, err)
 	}
 	return in.Schema, cols, nil
 }
@@ -104,14 +86,14 @@ func runningCountSchema(in *stream.Schema, keyCols []int, as string) (*stream.Sc
 	fields := make([]stream.Field, 0, len(keyCols)+1)
 	for _, c := range keyCols {
 		if in.Fields[c].Name == as {
-			return nil, configErrorf("%s: the count field %q is also a key field; name it otherwise with \"as\"", TypeRunningCount, as)
+			return nil, stream.ConfigErrorf("%s: the count field %q is also a key field; name it otherwise with \"as\"", TypeRunningCount, as)
 		}
 		fields = append(fields, in.Fields[c])
 	}
 	fields = append(fields, stream.Field{Name: as, Type: stream.TypeInt64})
 	s, err := stream.NewSchema(fields...)
 	if err != nil {
-		return nil, configErrorf("%s: output schema: %v", TypeRunningCount, err)
+		return nil, stream.ConfigErrorf("%s: output schema: %v", TypeRunningCount, err)
 	}
 	return s, nil
 }
@@ -128,14 +110,14 @@ type RunningCountConfig struct {
 
 func parseRunningCount(raw []byte) (RunningCountConfig, error) {
 	var c RunningCountConfig
-	if err := decodeConfig(TypeRunningCount, raw, &c); err != nil {
+	if err := stream.DecodeOperatorConfig(TypeRunningCount, raw, &c); err != nil {
 		return c, err
 	}
 	switch c.Emit {
 	case "", "every":
 		c.Emit = "every"
 	default:
-		return c, configErrorf("%s: unknown emit %q (want \"every\": one row per record)", TypeRunningCount, c.Emit)
+		return c, stream.ConfigErrorf("%s: unknown emit %q (want \"every\": one row per record)", TypeRunningCount, c.Emit)
 	}
 	if c.As == "" {
 		c.As = "count"
@@ -164,11 +146,11 @@ type SequenceCheckConfig struct {
 
 func parseSequenceCheck(raw []byte) (SequenceCheckConfig, error) {
 	var c SequenceCheckConfig
-	if err := decodeConfig(TypeSequenceCheck, raw, &c); err != nil {
+	if err := stream.DecodeOperatorConfig(TypeSequenceCheck, raw, &c); err != nil {
 		return c, err
 	}
 	if c.Field == "" {
-		return c, configErrorf("%s: field is required: name the int64 field that counts 1, 2, 3, ... per key", TypeSequenceCheck)
+		return c, stream.ConfigErrorf("%s: field is required: name the int64 field that counts 1, 2, 3, ... per key", TypeSequenceCheck)
 	}
 	return c, nil
 }
@@ -191,10 +173,10 @@ func planSequenceCheck(p *stream.PlanContext) (*stream.Schema, error) {
 func seqColumn(in *stream.Schema, field string) (int, error) {
 	i := in.Index(field)
 	if i < 0 {
-		return 0, configErrorf("%s: field %q is not in the input (the input has %s)", TypeSequenceCheck, field, strings.Join(in.Names(), ", "))
+		return 0, stream.ConfigErrorf("%s: field %q is not in the input (the input has %s)", TypeSequenceCheck, field, strings.Join(in.Names(), ", "))
 	}
 	if t := in.Fields[i].Type; t != stream.TypeInt64 {
-		return 0, configErrorf("%s: field %q is %v; it must be int64", TypeSequenceCheck, field, t)
+		return 0, stream.ConfigErrorf("%s: field %q is %v; it must be int64", TypeSequenceCheck, field, t)
 	}
 	return i, nil
 }

@@ -1,7 +1,6 @@
 package topn
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -77,15 +76,6 @@ func docOf(op string) string {
 	return "per key and event-time window, the n rows with the largest (or smallest) value of a field ({size, slide, field, n, order, withTies, rankAs})"
 }
 
-type configError struct{ msg string }
-
-func (e *configError) Error() string { return e.msg }
-func (e *configError) Unwrap() error { return stream.ErrConfig }
-
-func configErrorf(format string, args ...any) error {
-	return &configError{msg: fmt.Sprintf(format, args...)}
-}
-
 type spec struct {
 	op                  string
 	size, slide, offset int64
@@ -98,10 +88,10 @@ type spec struct {
 func millis(op, name, v string) (int64, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return 0, configErrorf("%s: %s %q is not a duration; write a Go duration such as \"10s\" or \"500ms\"", op, name, v)
+		return 0, stream.ConfigErrorf("%s: %s %q is not a duration; write a Go duration such as \"10s\" or \"500ms\"", op, name, v)
 	}
 	if d%time.Millisecond != 0 {
-		return 0, configErrorf("%s: %s %q is not a whole number of milliseconds; event time has millisecond precision", op, name, v)
+		return 0, stream.ConfigErrorf("%s: %s %q is not a whole number of milliseconds; event time has millisecond precision", op, name, v)
 	}
 	return d.Milliseconds(), nil
 }
@@ -109,18 +99,18 @@ func millis(op, name, v string) (int64, error) {
 func parse(op string, raw []byte) (*spec, error) {
 	var c Config
 	if err := stream.DecodeConfig(raw, &c); err != nil {
-		return nil, configErrorf("%s: %v", op, err)
+		return nil, stream.ConfigErrorf("%s: %v", op, err)
 	}
 	s := &spec{op: op, field: c.Field, n: 1, ties: op == TypeMax, bounds: true, rankAs: c.RankAs}
 	var err error
 	if c.Size == "" {
-		return nil, configErrorf("%s: size is required (the window length, e.g. \"10s\")", op)
+		return nil, stream.ConfigErrorf("%s: size is required (the window length, e.g. \"10s\")", op)
 	}
 	if s.size, err = millis(op, "size", c.Size); err != nil {
 		return nil, err
 	}
 	if s.size <= 0 {
-		return nil, configErrorf("%s: size %q must be positive", op, c.Size)
+		return nil, stream.ConfigErrorf("%s: size %q must be positive", op, c.Size)
 	}
 	s.slide = s.size
 	if c.Slide != "" {
@@ -128,7 +118,7 @@ func parse(op string, raw []byte) (*spec, error) {
 			return nil, err
 		}
 		if s.slide <= 0 || s.slide > s.size || s.size%s.slide != 0 {
-			return nil, configErrorf("%s: slide %q must be positive and divide size %q (e.g. size \"10s\", slide \"2s\")", op, c.Slide, c.Size)
+			return nil, stream.ConfigErrorf("%s: slide %q must be positive and divide size %q (e.g. size \"10s\", slide \"2s\")", op, c.Slide, c.Size)
 		}
 	}
 	if c.Offset != "" {
@@ -137,16 +127,16 @@ func parse(op string, raw []byte) (*spec, error) {
 		}
 	}
 	if s.offset <= -s.slide || s.offset >= s.slide {
-		return nil, configErrorf("%s: offset %q must be shorter than the slide (%dms) in either direction", op, c.Offset, s.slide)
+		return nil, stream.ConfigErrorf("%s: offset %q must be shorter than the slide (%dms) in either direction", op, c.Offset, s.slide)
 	}
 	if c.Field == "" {
-		return nil, configErrorf("%s: field is required: name the int64, float64 or timestamp field to rank by", op)
+		return nil, stream.ConfigErrorf("%s: field is required: name the int64, float64 or timestamp field to rank by", op)
 	}
 	switch {
 	case op == TypeMax && c.N != 0:
-		return nil, configErrorf("%s: n is not an option of window_max (it keeps the top 1); use window_topn for n rows", op)
+		return nil, stream.ConfigErrorf("%s: n is not an option of window_max (it keeps the top 1); use window_topn for n rows", op)
 	case c.N < 0:
-		return nil, configErrorf("%s: n %d must be positive (default 1)", op, c.N)
+		return nil, stream.ConfigErrorf("%s: n %d must be positive (default 1)", op, c.N)
 	case c.N > 0:
 		s.n = c.N
 	}
@@ -155,7 +145,7 @@ func parse(op string, raw []byte) (*spec, error) {
 	case "asc":
 		s.asc = true
 	default:
-		return nil, configErrorf("%s: order %q: want desc (largest first, the default) or asc", op, c.Order)
+		return nil, stream.ConfigErrorf("%s: order %q: want desc (largest first, the default) or asc", op, c.Order)
 	}
 	if c.WithTies != nil {
 		s.ties = *c.WithTies
@@ -175,15 +165,15 @@ type resolved struct {
 func (s *spec) resolve(in *stream.Schema, keys []string) (*resolved, error) {
 	r := &resolved{col: in.Index(s.field)}
 	if r.col < 0 {
-		return nil, configErrorf("%s: field %q is not in the input (the input has %s)", s.op, s.field, strings.Join(in.Names(), ", "))
+		return nil, stream.ConfigErrorf("%s: field %q is not in the input (the input has %s)", s.op, s.field, strings.Join(in.Names(), ", "))
 	}
 	if t := in.Fields[r.col].Type; !t.IsNumeric() {
-		return nil, configErrorf("%s: field %q is %v; rank by an int64, float64 or timestamp field", s.op, s.field, t)
+		return nil, stream.ConfigErrorf("%s: field %q is %v; rank by an int64, float64 or timestamp field", s.op, s.field, t)
 	}
 	if len(keys) > 0 {
 		cols, err := in.Lookup(keys...)
 		if err != nil {
-			return nil, configErrorf("%s: key: %v", s.op, err)
+			return nil, stream.ConfigErrorf("%s: key: %v", s.op, err)
 		}
 		r.keyCols = cols
 	}
@@ -196,7 +186,7 @@ func (s *spec) resolve(in *stream.Schema, keys []string) (*resolved, error) {
 	}
 	out, err := stream.NewSchema(fields...)
 	if err != nil {
-		return nil, configErrorf("%s: output schema: %v; the input already has that field: set windowBounds: false (when the input carries the window bounds already) or choose another rankAs", s.op, err)
+		return nil, stream.ConfigErrorf("%s: output schema: %v; the input already has that field: set windowBounds: false (when the input carries the window bounds already) or choose another rankAs", s.op, err)
 	}
 	r.out = out
 	return r, nil

@@ -104,17 +104,6 @@ type AggregateConfig struct {
 	As string `json:"as,omitempty"`
 }
 
-// configError is a planning error: its text is the reason alone, and
-// errors.Is(err, stream.ErrConfig) holds.
-type configError struct{ msg string }
-
-func (e *configError) Error() string { return e.msg }
-func (e *configError) Unwrap() error { return stream.ErrConfig }
-
-func configErrorf(format string, args ...any) error {
-	return &configError{msg: fmt.Sprintf(format, args...)}
-}
-
 // parseMillis parses the duration option name of operator op into
 // milliseconds. An empty value yields def. Sub-millisecond durations are
 // rejected because event time has millisecond precision.
@@ -124,10 +113,10 @@ func parseMillis(op, name, value string, def int64) (int64, error) {
 	}
 	d, err := time.ParseDuration(value)
 	if err != nil {
-		return 0, configErrorf("%s: %s %q is not a duration; write a Go duration such as \"10s\", \"500ms\" or \"1m30s\"", op, name, value)
+		return 0, stream.ConfigErrorf("%s: %s %q is not a duration; write a Go duration such as \"10s\", \"500ms\" or \"1m30s\"", op, name, value)
 	}
 	if d%time.Millisecond != 0 {
-		return 0, configErrorf("%s: %s %q is not a whole number of milliseconds; event time has millisecond precision", op, name, value)
+		return 0, stream.ConfigErrorf("%s: %s %q is not a whole number of milliseconds; event time has millisecond precision", op, name, value)
 	}
 	return d.Milliseconds(), nil
 }
@@ -154,17 +143,17 @@ type watermarksSpec struct {
 func parseWatermarksConfig(raw []byte) (*watermarksSpec, error) {
 	var c WatermarksConfig
 	if err := stream.DecodeConfig(raw, &c); err != nil {
-		return nil, configErrorf("%s: %v (want {\"timestampField\": \"ts\", \"maxOutOfOrderness\": \"2s\"})", TypeWatermarks, err)
+		return nil, stream.ConfigErrorf("%s: %v (want {\"timestampField\": \"ts\", \"maxOutOfOrderness\": \"2s\"})", TypeWatermarks, err)
 	}
 	if c.TimestampField == "" {
-		return nil, configErrorf("%s: timestampField is required: name the int64 or timestamp field that holds each record's event time in milliseconds", TypeWatermarks)
+		return nil, stream.ConfigErrorf("%s: timestampField is required: name the int64 or timestamp field that holds each record's event time in milliseconds", TypeWatermarks)
 	}
 	ooo, err := parseMillis(TypeWatermarks, "maxOutOfOrderness", c.MaxOutOfOrderness, 0)
 	if err != nil {
 		return nil, err
 	}
 	if ooo < 0 {
-		return nil, configErrorf("%s: maxOutOfOrderness %q is negative; use \"0s\" for ascending timestamps or a positive bound such as \"2s\"", TypeWatermarks, c.MaxOutOfOrderness)
+		return nil, stream.ConfigErrorf("%s: maxOutOfOrderness %q is negative; use \"0s\" for ascending timestamps or a positive bound such as \"2s\"", TypeWatermarks, c.MaxOutOfOrderness)
 	}
 	return &watermarksSpec{field: c.TimestampField, ooo: ooo}, nil
 }
@@ -173,10 +162,10 @@ func parseWatermarksConfig(raw []byte) (*watermarksSpec, error) {
 func (s *watermarksSpec) resolve(in *stream.Schema) (int, error) {
 	i := in.Index(s.field)
 	if i < 0 {
-		return 0, configErrorf("%s: timestampField %q is not in the input (the input has %s)", TypeWatermarks, s.field, strings.Join(in.Names(), ", "))
+		return 0, stream.ConfigErrorf("%s: timestampField %q is not in the input (the input has %s)", TypeWatermarks, s.field, strings.Join(in.Names(), ", "))
 	}
 	if t := in.Fields[i].Type; t != stream.TypeTimestamp && t != stream.TypeInt64 {
-		return 0, configErrorf("%s: timestampField %q is %v; it must be a timestamp or an int64 of milliseconds since the epoch", TypeWatermarks, s.field, t)
+		return 0, stream.ConfigErrorf("%s: timestampField %q is %v; it must be a timestamp or an int64 of milliseconds since the epoch", TypeWatermarks, s.field, t)
 	}
 	return i, nil
 }
@@ -210,33 +199,33 @@ func parseWindowConfig(op string, raw []byte) (*windowSpec, error) {
 	sliding := op == TypeSlidingWindow
 	var c WindowConfig
 	if err := stream.DecodeConfig(raw, &c); err != nil {
-		return nil, configErrorf("%s: %v", op, err)
+		return nil, stream.ConfigErrorf("%s: %v", op, err)
 	}
 	s := &windowSpec{op: op}
 	var err error
 	if c.Size == "" {
-		return nil, configErrorf("%s: size is required (a duration such as \"10s\")", op)
+		return nil, stream.ConfigErrorf("%s: size is required (a duration such as \"10s\")", op)
 	}
 	if s.size, err = parseMillis(op, "size", c.Size, 0); err != nil {
 		return nil, err
 	}
 	if s.size <= 0 {
-		return nil, configErrorf("%s: size %q must be positive", op, c.Size)
+		return nil, stream.ConfigErrorf("%s: size %q must be positive", op, c.Size)
 	}
 	switch {
 	case sliding && c.Slide == "":
-		return nil, configErrorf("%s: slide is required (a duration that divides size %q, such as \"1s\"); for non-overlapping windows use %s", op, c.Size, TypeTumblingWindow)
+		return nil, stream.ConfigErrorf("%s: slide is required (a duration that divides size %q, such as \"1s\"); for non-overlapping windows use %s", op, c.Size, TypeTumblingWindow)
 	case !sliding && c.Slide != "":
-		return nil, configErrorf("%s: slide is not an option of tumbling windows; remove it, or use %s for overlapping windows", op, TypeSlidingWindow)
+		return nil, stream.ConfigErrorf("%s: slide is not an option of tumbling windows; remove it, or use %s for overlapping windows", op, TypeSlidingWindow)
 	case sliding:
 		if s.slide, err = parseMillis(op, "slide", c.Slide, 0); err != nil {
 			return nil, err
 		}
 		if s.slide <= 0 {
-			return nil, configErrorf("%s: slide %q must be positive", op, c.Slide)
+			return nil, stream.ConfigErrorf("%s: slide %q must be positive", op, c.Slide)
 		}
 		if s.slide > s.size || s.size%s.slide != 0 {
-			return nil, configErrorf("%s: size %q is not a multiple of slide %q; choose a slide that divides the size (e.g. size \"10s\", slide \"2s\")", op, c.Size, c.Slide)
+			return nil, stream.ConfigErrorf("%s: size %q is not a multiple of slide %q; choose a slide that divides the size (e.g. size \"10s\", slide \"2s\")", op, c.Size, c.Slide)
 		}
 	default:
 		s.slide = s.size
@@ -249,16 +238,16 @@ func parseWindowConfig(op string, raw []byte) (*windowSpec, error) {
 		if !sliding {
 			what = "size"
 		}
-		return nil, configErrorf("%s: offset %q must be shorter than the %s (%dms), in either direction", op, c.Offset, what, s.slide)
+		return nil, stream.ConfigErrorf("%s: offset %q must be shorter than the %s (%dms), in either direction", op, c.Offset, what, s.slide)
 	}
 	if s.lateness, err = parseMillis(op, "allowedLateness", c.AllowedLateness, 0); err != nil {
 		return nil, err
 	}
 	if s.lateness < 0 {
-		return nil, configErrorf("%s: allowedLateness %q is negative; use \"0s\" to drop every record that arrives after its window fired", op, c.AllowedLateness)
+		return nil, stream.ConfigErrorf("%s: allowedLateness %q is negative; use \"0s\" to drop every record that arrives after its window fired", op, c.AllowedLateness)
 	}
 	if len(c.Aggregates) == 0 {
-		return nil, configErrorf("%s: aggregates is empty; list at least one, e.g. [{\"fn\": \"count\", \"as\": \"n\"}]", op)
+		return nil, stream.ConfigErrorf("%s: aggregates is empty; list at least one, e.g. [{\"fn\": \"count\", \"as\": \"n\"}]", op)
 	}
 	s.aggs = c.Aggregates
 	return s, nil
@@ -279,7 +268,7 @@ func (s *windowSpec) resolve(in *stream.Schema, keys []string) (*resolved, error
 	for _, k := range keys {
 		i := in.Index(k)
 		if i < 0 {
-			return nil, configErrorf("%s: key field %q is not in the input (the input has %s); keyBy fields of the input that exist", s.op, k, strings.Join(in.Names(), ", "))
+			return nil, stream.ConfigErrorf("%s: key field %q is not in the input (the input has %s); keyBy fields of the input that exist", s.op, k, strings.Join(in.Names(), ", "))
 		}
 		r.keyCols = append(r.keyCols, i)
 		fields = append(fields, in.Fields[i])
@@ -306,15 +295,15 @@ func (s *windowSpec) resolve(in *stream.Schema, keys []string) (*resolved, error
 		}
 		if prev, dup := seen[f.Name]; dup {
 			if prev == what {
-				return nil, configErrorf("%s: output field %q is produced by two aggregates; name one of them with \"as\"", s.op, f.Name)
+				return nil, stream.ConfigErrorf("%s: output field %q is produced by two aggregates; name one of them with \"as\"", s.op, f.Name)
 			}
-			return nil, configErrorf("%s: output field %q is both %s and %s; give the aggregate another name with \"as\"", s.op, f.Name, prev, what)
+			return nil, stream.ConfigErrorf("%s: output field %q is both %s and %s; give the aggregate another name with \"as\"", s.op, f.Name, prev, what)
 		}
 		seen[f.Name] = what
 	}
 	out, err := stream.NewSchema(fields...)
 	if err != nil {
-		return nil, configErrorf("%s: output schema: %v", s.op, err)
+		return nil, stream.ConfigErrorf("%s: output schema: %v", s.op, err)
 	}
 	r.out = out
 	return r, nil
@@ -328,7 +317,7 @@ func resolveAgg(op string, n int, a AggregateConfig, in *stream.Schema) (aggSpec
 	if a.Field != "" {
 		sp.col = in.Index(a.Field)
 		if sp.col < 0 {
-			return sp, configErrorf("%s (%s): field %q is not in the input (the input has %s)", where, fn, a.Field, strings.Join(in.Names(), ", "))
+			return sp, stream.ConfigErrorf("%s (%s): field %q is not in the input (the input has %s)", where, fn, a.Field, strings.Join(in.Names(), ", "))
 		}
 	}
 	var ft stream.Type
@@ -337,7 +326,7 @@ func resolveAgg(op string, n int, a AggregateConfig, in *stream.Schema) (aggSpec
 	}
 	needField := func() error {
 		if sp.col < 0 {
-			return configErrorf("%s (%s): field is required: name the input field to aggregate", where, fn)
+			return stream.ConfigErrorf("%s (%s): field is required: name the input field to aggregate", where, fn)
 		}
 		return nil
 	}
@@ -357,7 +346,7 @@ func resolveAgg(op string, n int, a AggregateConfig, in *stream.Schema) (aggSpec
 		case stream.TypeFloat64:
 			sp.kind, sp.outType = aggSumFloat, stream.TypeFloat64
 		default:
-			return sp, configErrorf("%s (%s): field %q is %v; %s needs an int64 or float64 field", where, fn, a.Field, ft, fn)
+			return sp, stream.ConfigErrorf("%s (%s): field %q is %v; %s needs an int64 or float64 field", where, fn, a.Field, ft, fn)
 		}
 		if fn == "avg" {
 			sp.kind += aggAvgInt - aggSumInt
@@ -373,16 +362,16 @@ func resolveAgg(op string, n int, a AggregateConfig, in *stream.Schema) (aggSpec
 		case stream.TypeFloat64:
 			sp.kind = aggMinFloat
 		default:
-			return sp, configErrorf("%s (%s): field %q is %v; %s needs an int64, float64 or timestamp field", where, fn, a.Field, ft, fn)
+			return sp, stream.ConfigErrorf("%s (%s): field %q is %v; %s needs an int64, float64 or timestamp field", where, fn, a.Field, ft, fn)
 		}
 		if fn == "max" {
 			sp.kind += aggMaxInt - aggMinInt
 		}
 		sp.outType = ft
 	case "":
-		return sp, configErrorf("%s: fn is required (count, sum, min, max or avg)", where)
+		return sp, stream.ConfigErrorf("%s: fn is required (count, sum, min, max or avg)", where)
 	default:
-		return sp, configErrorf("%s: unknown aggregate fn %q (want count, sum, min, max or avg)", where, a.Fn)
+		return sp, stream.ConfigErrorf("%s: unknown aggregate fn %q (want count, sum, min, max or avg)", where, a.Fn)
 	}
 	if sp.name == "" {
 		sp.name = fn
