@@ -35,6 +35,7 @@
 //	<prefix>/jobs/<id>/status                opaque bytes
 //	<prefix>/jobs/<id>/checkpoints/latest    {"v":1,"id","manifestKey","manifestSha256"}
 //	<prefix>/jobs/<id>/checkpoint-id         the last allocated id, decimal
+//	<prefix>/leader-term                     the last allocated leadership term, decimal
 //
 // ha imports the etcd client (it is the only package that does), zap (to
 // silence the client's logs) and the standard library. It must not import

@@ -377,7 +377,9 @@ func (s *Store) commit(ctx context.Context, what string, cmps []clientv3.Cmp, th
 func (s *Store) refuse(what, why string) error {
 	s.fenced.Add(1)
 	s.c.fenced.Add(1)
-	s.c.log.Warn("fenced write refused", "write", what, "epoch", s.l.Epoch(), "id", s.l.ID(), "why", why, "fencedWrites", s.c.fenced.Load())
+	// zombie_write_rejected=1 marks each refused write exactly once (the
+	// process tests count these lines).
+	s.c.log.Warn("fenced write refused", "zombie_write_rejected", 1, "write", what, "epoch", s.l.Epoch(), "id", s.l.ID(), "why", why, "fencedWrites", s.c.fenced.Load())
 	return fmt.Errorf("ha: %s refused: %w: jobmanager %q (epoch %d) no longer leads: %s; it must step down",
 		what, ErrFenced, s.l.ID(), s.l.Epoch(), why)
 }
@@ -429,4 +431,37 @@ func checkValue(job, what string, b []byte) error {
 		return fmt.Errorf("ha: job %s: %s of %d bytes exceeds %d; store it in checkpoint storage and put a pointer to it here", job, what, len(b), MaxValueSize)
 	}
 	return nil
+}
+
+// NextTerm allocates the next leadership term of the cluster: 1 for the
+// first leader, then strictly increasing across leaders, never handed out
+// twice. Unlike Epoch (an etcd revision, large and sparse) terms are small
+// and dense, so a jobmanager can use one as a base for identifiers that
+// must never repeat across leaders (execution attempts).
+func (s *Store) NextTerm(ctx context.Context) (int64, error) {
+	key := s.c.prefix + "/leader-term"
+	for range maxCASAttempts {
+		resp, err := s.c.etcd.Get(ctx, key)
+		if err != nil {
+			return 0, fmt.Errorf("ha: read the leader-term counter %s: %w", key, err)
+		}
+		var cur, mod int64
+		if len(resp.Kvs) > 0 {
+			mod = resp.Kvs[0].ModRevision
+			if cur, err = decodeCounter(key, resp.Kvs[0].Value); err != nil {
+				return 0, err
+			}
+		}
+		next := cur + 1
+		_, err = s.commit(ctx, fmt.Sprintf("allocate leader term %d", next),
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", mod)},
+			[]clientv3.Op{clientv3.OpPut(key, strconv.FormatInt(next, 10))})
+		if err == nil {
+			return next, nil
+		}
+		if !errors.Is(err, errConflict) {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("ha: allocate a leader term: the counter %s kept changing under %d attempts", key, maxCASAttempts)
 }

@@ -163,6 +163,11 @@ type jobOptions struct {
 	Restore *weirpb.Manifest
 	// FirstCheckpointID is the coordinator's first checkpoint id; 0 means 1.
 	FirstCheckpointID int64
+	// FirstAttempt is the attempt of the job's first deployment; 0 means 1.
+	// In ha: etcd it starts above every attempt an earlier leader may have
+	// used (see JobManager.attemptBase), so that execution ids, channel ids,
+	// snapshot keys and sink transaction ids never repeat across leaders.
+	FirstAttempt int64
 }
 
 type job struct {
@@ -787,7 +792,7 @@ func (c *core) submit(id string, g *stream.JobGraph, opts jobOptions, now time.T
 		submitted: now, slotDeadline: now.Add(opts.SlotWait), byKey: make(map[execKey]*execution)}
 	for _, t := range tasks {
 		for i := range t.Parallelism {
-			ex := &execution{spec: t, subtask: i, attempt: 1, state: taskCreated}
+			ex := &execution{spec: t, subtask: i, attempt: max(opts.FirstAttempt, 1), state: taskCreated}
 			j.execs = append(j.execs, ex)
 			j.byKey[execKey{t.Head, i}] = ex
 		}

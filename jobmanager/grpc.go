@@ -71,6 +71,7 @@ func (s *clusterServer) RegisterTaskManager(_ context.Context, req *weirpb.Regis
 		JobmanagerId:        s.jm.id,
 		HeartbeatIntervalMs: s.jm.cfg.HeartbeatInterval.Milliseconds(),
 		HeartbeatTimeoutMs:  s.jm.cfg.HeartbeatTimeout.Milliseconds(),
+		Epoch:               s.jm.epoch(),
 	}, nil
 }
 
@@ -91,7 +92,7 @@ func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatReques
 		rereg, acts = c.heartbeat(req.GetTaskmanagerId(), reports, now)
 		return acts
 	})
-	return &weirpb.HeartbeatResponse{Reregister: rereg}, nil
+	return &weirpb.HeartbeatResponse{Reregister: rereg, Epoch: s.jm.epoch()}, nil
 }
 
 func (s *clusterServer) UpdateTaskState(_ context.Context, req *weirpb.UpdateTaskStateRequest) (*weirpb.UpdateTaskStateResponse, error) {
@@ -218,7 +219,7 @@ func (jm *JobManager) prepare(ctx context.Context, id string, pg *weirpb.JobGrap
 	if err != nil {
 		return jobOptions{}, nil, fmt.Errorf("%w: job %q: restart strategy: %v", ErrInvalidArgument, g.Name, err)
 	}
-	opts := jobOptions{SlotWait: slotWait, Restart: strategy, Checkpoint: ck}
+	opts := jobOptions{SlotWait: slotWait, Restart: strategy, Checkpoint: ck, FirstAttempt: jm.attemptBase.Load() + 1}
 	if ck.Enabled() {
 		opts.Storage = cmp.Or(ck.Storage, jm.cfg.CheckpointStorage, DefaultCheckpointStorage)
 		st, err := jm.openStorage(ctx, opts.Storage)

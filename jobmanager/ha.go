@@ -2,6 +2,8 @@ package jobmanager
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,9 +11,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
 )
@@ -76,19 +80,67 @@ func (jm *JobManager) epoch() int64 {
 	return 0
 }
 
+// leading reports whether this jobmanager leads (always in ha: none) and
+// the epoch of its leadership (0 in ha: none or while standing by).
+func (jm *JobManager) leading() (bool, int64) {
+	if !jm.cfg.HA.etcd() {
+		return true, 0
+	}
+	l := jm.lead.Load()
+	if l == nil {
+		return false, 0
+	}
+	select {
+	case <-l.Lost():
+		return false, l.Epoch()
+	default:
+		return true, l.Epoch()
+	}
+}
+
+// leaderAddress returns the current leader's advertised address as etcd
+// knows it, or "" when unknown.
+func (jm *JobManager) leaderAddress(ctx context.Context) string {
+	if !jm.cfg.HA.etcd() {
+		return jm.advertised()
+	}
+	c := jm.haClient.Load()
+	if c == nil {
+		return ""
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	li, err := c.Leader(lctx)
+	if err != nil {
+		return ""
+	}
+	return li.Address
+}
+
+// advertised is the address this jobmanager campaigns with.
+func (jm *JobManager) advertised() string {
+	if a := jm.cfg.HA.AdvertisedAddress; a != "" {
+		return a
+	}
+	return jm.RPCAddr()
+}
+
+// LeaderMetadataKey is the gRPC trailer (and header) that a standby sets
+// to the leader's address when it refuses a call, so that clients can
+// follow it.
+const LeaderMetadataKey = "weir-leader"
+
 // standbyInterceptor refuses every RPC while this jobmanager is a standby
 // (ha: etcd), naming the leader so that clients can follow.
 func (jm *JobManager) standbyInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !jm.cfg.HA.etcd() || jm.lead.Load() != nil {
 		return handler(ctx, req)
 	}
-	leader := "unknown"
-	if c := jm.haClient.Load(); c != nil {
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if li, err := c.Leader(lctx); err == nil {
-			leader = li.Address
-		}
-		cancel()
+	leader := jm.leaderAddress(ctx)
+	if leader != "" {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(LeaderMetadataKey, leader))
+	} else {
+		leader = "unknown"
 	}
 	return nil, status.Errorf(codes.Unavailable, "not the leader; the leader is %s", leader)
 }
@@ -101,16 +153,22 @@ func (jm *JobManager) campaign(ctx context.Context) (*ha.Leadership, error) {
 		return nil, err
 	}
 	jm.haClient.Store(c)
-	addr := jm.cfg.HA.AdvertisedAddress
-	if addr == "" {
-		addr = jm.RPCAddr()
-	}
+	addr := jm.advertised()
 	jm.log.Info("campaigning for leadership (standby until elected)", "id", jm.id, "address", addr)
 	l, err := c.Campaign(ctx, jm.id, addr)
 	if err != nil {
 		return nil, fmt.Errorf("jobmanager: campaign: %w", err)
 	}
-	jm.log.Info("elected leader", "id", jm.id, "epoch", l.Epoch())
+	term, err := l.Store().NextTerm(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jobmanager: allocating a leader term in etcd: %w", err)
+	}
+	if term >= maxTerms {
+		return nil, fmt.Errorf("jobmanager: leader term %d in etcd (key %s/leader-term) exceeds %d, so execution attempts would overflow; "+
+			"stop every job, then delete that key (or use a new ha.prefix)", term, jm.cfg.HA.Prefix, maxTerms-1)
+	}
+	jm.attemptBase.Store(term << attemptTermShift)
+	jm.log.Info("elected leader", "id", jm.id, "epoch", l.Epoch(), "term", term)
 	if err := jm.recoverJobs(ctx, l.Store()); err != nil {
 		return nil, err
 	}
@@ -142,9 +200,15 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st *ha.Store) error {
 		}
 		opts.FirstCheckpointID = rec.LastCheckpointID + 1
 		if rec.Latest != nil {
-			m, err := jm.storage(rec.ID).ReadManifest(ctx, rec.ID, rec.Latest.ID)
+			m, err := readVerifiedManifest(ctx, jm.storage(rec.ID), rec.ID, *rec.Latest)
 			if err != nil {
-				return fmt.Errorf("jobmanager: job %s: reading the manifest of checkpoint %d (%s): %w", rec.ID, rec.Latest.ID, rec.Latest.ManifestKey, err)
+				// No fallback to an older retained checkpoint: its 2PC
+				// sinks may already have committed the latest one, so
+				// restoring an older state would duplicate output. The
+				// job stays "running" in etcd and is recovered by the
+				// next leader once the manifest is repaired.
+				jm.log.Error("cannot recover a job: its latest checkpoint does not verify; the job stays stopped", "job", rec.ID, "error", err)
+				continue
 			}
 			opts.Restore = m
 			opts.FirstCheckpointID = max(opts.FirstCheckpointID, rec.Latest.ID+1)
@@ -200,12 +264,21 @@ func (jm *JobManager) haPublishTerminal(ctx context.Context, done map[string]boo
 	}
 }
 
-// haWritePointer reserves the checkpoint id in etcd's counter (so that a
-// later leader never reuses it, and a fenced leader writes no manifest),
-// or, after the manifest is written, moves the latest pointer.
+// haReserve reserves checkpoint id in etcd's counter before the checkpoint
+// is triggered and again before its manifest is written, so that a later
+// leader never reuses the id (its checkpoints start above the counter, and
+// a fenced leader's snapshots, manifests and deletions of aborted
+// checkpoints never touch the new leader's) and a fenced leader neither
+// triggers nor completes a checkpoint. Reservations are cached per job.
 func (jm *JobManager) haReserve(ctx context.Context, jobID string, id int64) error {
 	st := jm.leaderStore()
 	if st == nil {
+		return nil
+	}
+	jm.reserved.Lock()
+	done := jm.reserved.m[jobID] >= id
+	jm.reserved.Unlock()
+	if done {
 		return nil
 	}
 	for {
@@ -214,7 +287,51 @@ func (jm *JobManager) haReserve(ctx context.Context, jobID string, id int64) err
 			return fmt.Errorf("reserving checkpoint id %d in etcd: %w", id, err)
 		}
 		if n >= id {
+			jm.reserved.Lock()
+			jm.reserved.m[jobID] = max(jm.reserved.m[jobID], n)
+			jm.reserved.Unlock()
 			return nil
 		}
 	}
+}
+
+// Execution attempts of a leadership start at term<<attemptTermShift, so
+// each leadership has 65535 (re)deployments per job before it would reach
+// the next term's range, and there are maxTerms terms before an attempt
+// reaches 2^31, where the file sink's transaction ids (attempt<<32) would
+// overflow.
+const (
+	attemptTermShift = 16
+	maxTerms         = 1 << (31 - attemptTermShift)
+)
+
+// rawStore is the optional capability of a checkpoint store to read an
+// object's bytes (the real checkpoint.Storage has it).
+type rawStore interface {
+	Store() blobstore.Store
+}
+
+// readVerifiedManifest reads the manifest that an etcd pointer names and
+// checks its SHA-256 against the pointer's.
+func readVerifiedManifest(ctx context.Context, st checkpointStore, jobID string, p ha.Pointer) (*weirpb.Manifest, error) {
+	if st == nil {
+		return nil, fmt.Errorf("job %s: no checkpoint storage to read checkpoint %d from", jobID, p.ID)
+	}
+	if rs, ok := st.(rawStore); ok && p.ManifestSHA256 != "" {
+		data, err := rs.Store().Get(ctx, p.ManifestKey)
+		if err != nil {
+			return nil, fmt.Errorf("job %s: checkpoint %d: reading manifest %s: %w", jobID, p.ID, p.ManifestKey, err)
+		}
+		sum := sha256.Sum256(data)
+		if got := hex.EncodeToString(sum[:]); got != p.ManifestSHA256 {
+			return nil, fmt.Errorf("job %s: checkpoint %d: manifest %s: checksum mismatch (etcd pointer says sha256 %s, storage has %s); "+
+				"the manifest was modified or truncated after it was written: restore the object from a backup, or cancel the job and resubmit it",
+				jobID, p.ID, p.ManifestKey, p.ManifestSHA256, got)
+		}
+	}
+	m, err := st.ReadManifest(ctx, jobID, p.ID)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: reading the manifest of checkpoint %d (%s): %w", jobID, p.ID, p.ManifestKey, err)
+	}
+	return m, nil
 }

@@ -66,6 +66,16 @@ type JobManager struct {
 	// haClient the etcd client once connected.
 	lead     atomic.Pointer[ha.Leadership]
 	haClient atomic.Pointer[ha.Client]
+	// attemptBase is added to the execution attempts of the jobs this
+	// leader deploys: the leadership term (from etcd) << attemptTermShift,
+	// 0 in ha: none.
+	attemptBase atomic.Int64
+	// reserved caches, per job, the highest checkpoint id reserved in
+	// etcd's counter by this leader.
+	reserved struct {
+		sync.Mutex
+		m map[string]int64
+	}
 	// queue holds actions the core returned, for the dispatcher.
 	queue struct {
 		sync.Mutex
@@ -92,6 +102,7 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 	jm.mu.core = newCore(coreConfig{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout, Logger: log})
 	jm.queue.signal = make(chan struct{}, 1)
 	jm.storages.m = make(map[string]checkpointStore)
+	jm.reserved.m = make(map[string]int64)
 	if jm.metrics == nil {
 		jm.metrics = prometheus.NewRegistry()
 	}
@@ -160,7 +171,7 @@ func (jm *JobManager) Run(ctx context.Context) error {
 			return fmt.Errorf("jobmanager: listen for REST on %s: %w; pick another RESTAddress or disable REST with an empty one", jm.cfg.RESTAddress, err)
 		}
 	}
-	execs := newGRPCTaskExecutors()
+	execs := newGRPCTaskExecutors(jm.epoch)
 	defer execs.Close()
 
 	gs := grpc.NewServer(grpc.UnaryInterceptor(jm.standbyInterceptor))
@@ -385,8 +396,11 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 		gone := status.Code(err) == codes.NotFound || status.Code(err) == codes.Unavailable
 		jm.step(func(c *core, now time.Time) []action { return c.cancelDone(a, err, gone, now) })
 	case triggerAction:
-		err := execs.TriggerCheckpoint(ctx, a.Addr, &weirpb.TriggerCheckpointRequest{
-			Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, TimestampMs: a.Timestamp.UnixMilli()})
+		err := jm.haReserve(ctx, a.JobID, a.CheckpointID)
+		if err == nil {
+			err = execs.TriggerCheckpoint(ctx, a.Addr, &weirpb.TriggerCheckpointRequest{
+				Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, TimestampMs: a.Timestamp.UnixMilli()})
+		}
 		if err != nil {
 			jm.log.Warn("triggering a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID, "vertex", a.Vertex,
 				"subtask", a.Subtask, "taskmanager", a.TaskManager, "error", err)

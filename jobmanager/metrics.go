@@ -37,6 +37,12 @@ var (
 			"named an unknown job or execution, or came from a replaced registration: "+
 			"kind task_report (status reports) or checkpoint_ack (checkpoint acknowledgements and declines).",
 		[]string{"kind"}, nil)
+	descLeader = prometheus.NewDesc("weir_jobmanager_leader",
+		"1 while this jobmanager leads (always in ha: none), 0 while it stands by or after its leadership ended.", nil, nil)
+	descEpoch = prometheus.NewDesc("weir_jobmanager_epoch",
+		"The fencing epoch of this jobmanager's leadership (ha: etcd; 0 in ha: none or while standing by).", nil, nil)
+	descFencedWrites = prometheus.NewDesc("weir_jobmanager_fenced_writes_total",
+		"etcd writes of this jobmanager refused because its leadership had ended (zombie writes).", nil, nil)
 )
 
 // collector exports the core's state as Prometheus metrics.
@@ -47,7 +53,7 @@ var _ prometheus.Collector = (*collector)(nil)
 func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCheckpointsInProgress, descCheckpointsCompleted, descCheckpointsFailed,
 		descCheckpointsAborted, descLastDuration, descLastSize, descAlignment, descRestarts, descTaskManagersLive, descJobs,
-		descRestartingRegions, descStale} {
+		descRestartingRegions, descStale, descLeader, descEpoch, descFencedWrites} {
 		ch <- d
 	}
 }
@@ -64,6 +70,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	gauge(descTaskManagersLive, float64(live))
+	leader, epoch := c.jm.leading()
+	gauge(descLeader, float64(b2i(leader)))
+	gauge(descEpoch, float64(epoch))
+	var fenced int64
+	if hc := c.jm.haClient.Load(); hc != nil {
+		fenced = hc.FencedWrites()
+	}
+	counter(descFencedWrites, float64(fenced))
 	counter(descStale, float64(staleReports), "task_report")
 	counter(descStale, float64(staleAcks), "checkpoint_ack")
 	byState := make(map[string]int, len(jobStateNames))
@@ -92,4 +106,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for s, n := range byState {
 		gauge(descJobs, float64(n), s)
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -271,6 +271,14 @@ func (jm *JobManager) restHandler() http.Handler {
 		_, _ = w.Write(append(body, '\n')) // the client went away
 	})
 	mux.Handle("GET /metrics", jm.Metrics())
+	mux.HandleFunc("GET /v1/ha", func(w http.ResponseWriter, r *http.Request) {
+		leader, epoch := jm.leading()
+		mode := "none"
+		if jm.cfg.HA.etcd() {
+			mode = "etcd"
+		}
+		writeJSON(w, http.StatusOK, restHA{Mode: mode, Leader: leader, Epoch: epoch, LeaderAddress: jm.leaderAddress(r.Context())})
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET")
@@ -279,7 +287,39 @@ func (jm *JobManager) restHandler() http.Handler {
 		}
 		writeError(w, http.StatusNotFound, "no such resource "+r.URL.Path+"; try /v1/jobs, /v1/jobs/{id}/checkpoints, /v1/taskmanagers, /v1/overview, /metrics or /healthz")
 	})
-	return mux
+	return jm.standbyREST(mux)
+}
+
+// restHA is GET /v1/ha: this jobmanager's view of the election.
+type restHA struct {
+	Mode          string `json:"mode"` // "none" or "etcd"
+	Leader        bool   `json:"leader"`
+	Epoch         int64  `json:"epoch"`
+	LeaderAddress string `json:"leaderAddress"` // the leader's gRPC address; "" when unknown
+}
+
+// standbyREST answers 503 with the leader's address on a standby (ha:
+// etcd), except for /v1/ha, /healthz and /metrics, which describe this
+// jobmanager itself.
+func (jm *JobManager) standbyREST(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/ha", "/healthz", "/metrics":
+			next.ServeHTTP(w, r)
+			return
+		}
+		if leader, _ := jm.leading(); leader {
+			next.ServeHTTP(w, r)
+			return
+		}
+		addr := jm.leaderAddress(r.Context())
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+			"error":         "this jobmanager is a standby, not the leader; ask the leader (leaderAddress is its gRPC address)",
+			"leader":        false,
+			"leaderAddress": addr,
+		})
+	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -25,16 +25,19 @@ type taskExecutors interface {
 var _ taskExecutors = (*grpcTaskExecutors)(nil)
 
 // grpcTaskExecutors keeps one client connection per taskmanager address.
-// Connections use insecure credentials: the cluster runs on a trusted
-// network (loopback in tests); TLS is future work.
+// Every call carries the fencing epoch that epoch returns at the time of
+// the call (0 in ha: none), so that a taskmanager that has seen a newer
+// leader rejects it. Connections use insecure credentials: the cluster
+// runs on a trusted network (loopback in tests); TLS is future work.
 type grpcTaskExecutors struct {
+	epoch  func() int64
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
 }
 
-func newGRPCTaskExecutors() *grpcTaskExecutors {
-	return &grpcTaskExecutors{conns: make(map[string]*grpc.ClientConn)}
+func newGRPCTaskExecutors(epoch func() int64) *grpcTaskExecutors {
+	return &grpcTaskExecutors{epoch: epoch, conns: make(map[string]*grpc.ClientConn)}
 }
 
 func (g *grpcTaskExecutors) client(addr string) (weirpb.TaskExecutorServiceClient, error) {
@@ -60,7 +63,7 @@ func (g *grpcTaskExecutors) SubmitTask(ctx context.Context, addr string, d *weir
 	if err != nil {
 		return err
 	}
-	_, err = c.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: d})
+	_, err = c.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: d, Epoch: g.epoch()})
 	return err
 }
 
@@ -69,7 +72,7 @@ func (g *grpcTaskExecutors) CancelTask(ctx context.Context, addr string, id *wei
 	if err != nil {
 		return err
 	}
-	_, err = c.CancelTask(ctx, &weirpb.CancelTaskRequest{Id: id})
+	_, err = c.CancelTask(ctx, &weirpb.CancelTaskRequest{Id: id, Epoch: g.epoch()})
 	return err
 }
 
@@ -78,6 +81,7 @@ func (g *grpcTaskExecutors) TriggerCheckpoint(ctx context.Context, addr string, 
 	if err != nil {
 		return err
 	}
+	req.Epoch = g.epoch()
 	_, err = c.TriggerCheckpoint(ctx, req)
 	return err
 }
@@ -87,6 +91,7 @@ func (g *grpcTaskExecutors) NotifyCheckpoint(ctx context.Context, addr string, r
 	if err != nil {
 		return err
 	}
+	req.Epoch = g.epoch()
 	_, err = c.NotifyCheckpoint(ctx, req)
 	return err
 }

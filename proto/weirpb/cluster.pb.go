@@ -234,8 +234,12 @@ type RegisterTaskManagerResponse struct {
 	JobmanagerId        string                 `protobuf:"bytes,1,opt,name=jobmanager_id,json=jobmanagerId,proto3" json:"jobmanager_id,omitempty"`
 	HeartbeatIntervalMs int64                  `protobuf:"varint,2,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
 	HeartbeatTimeoutMs  int64                  `protobuf:"varint,3,opt,name=heartbeat_timeout_ms,json=heartbeatTimeoutMs,proto3" json:"heartbeat_timeout_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// epoch is the jobmanager's fencing epoch (ha: etcd; 0 in ha: none).
+	// The taskmanager remembers the highest epoch it has seen and rejects
+	// calls that carry a lower one.
+	Epoch         int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterTaskManagerResponse) Reset() {
@@ -285,6 +289,13 @@ func (x *RegisterTaskManagerResponse) GetHeartbeatIntervalMs() int64 {
 func (x *RegisterTaskManagerResponse) GetHeartbeatTimeoutMs() int64 {
 	if x != nil {
 		return x.HeartbeatTimeoutMs
+	}
+	return 0
+}
+
+func (x *RegisterTaskManagerResponse) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -421,7 +432,9 @@ type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reregister is set when the jobmanager does not know the taskmanager
 	// (it restarted, or declared the taskmanager lost).
-	Reregister    bool `protobuf:"varint,1,opt,name=reregister,proto3" json:"reregister,omitempty"`
+	Reregister bool `protobuf:"varint,1,opt,name=reregister,proto3" json:"reregister,omitempty"`
+	// epoch is the jobmanager's fencing epoch, as in RegisterTaskManagerResponse.
+	Epoch         int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -461,6 +474,13 @@ func (x *HeartbeatResponse) GetReregister() bool {
 		return x.Reregister
 	}
 	return false
+}
+
+func (x *HeartbeatResponse) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type UpdateTaskStateRequest struct {
@@ -1226,10 +1246,13 @@ func (x *StateFile) GetShared() bool {
 }
 
 type TriggerCheckpointRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	CheckpointId  int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
-	TimestampMs   int64                  `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	CheckpointId int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	TimestampMs  int64                  `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	// epoch is the calling jobmanager's fencing epoch (0 in ha: none); a
+	// taskmanager that has seen a higher one rejects the call.
+	Epoch         int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1285,6 +1308,13 @@ func (x *TriggerCheckpointRequest) GetTimestampMs() int64 {
 	return 0
 }
 
+func (x *TriggerCheckpointRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type TriggerCheckpointResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1326,7 +1356,11 @@ type NotifyCheckpointRequest struct {
 	Id           *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	CheckpointId int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	// complete is true for checkpointComplete, false for checkpointAborted.
-	Complete      bool `protobuf:"varint,3,opt,name=complete,proto3" json:"complete,omitempty"`
+	Complete bool `protobuf:"varint,3,opt,name=complete,proto3" json:"complete,omitempty"`
+	// epoch is the calling jobmanager's fencing epoch (0 in ha: none); a
+	// taskmanager that has seen a higher one rejects the call, so a stale
+	// leader never makes a sink commit.
+	Epoch         int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1380,6 +1414,13 @@ func (x *NotifyCheckpointRequest) GetComplete() bool {
 		return x.Complete
 	}
 	return false
+}
+
+func (x *NotifyCheckpointRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type NotifyCheckpointResponse struct {
@@ -1659,8 +1700,11 @@ func (*DeclineCheckpointResponse) Descriptor() ([]byte, []int) {
 }
 
 type SubmitTaskRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Task          *TaskDeployment        `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Task  *TaskDeployment        `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// epoch is the calling jobmanager's fencing epoch (0 in ha: none). The
+	// task is cancelled when the taskmanager sees a higher epoch.
+	Epoch         int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1702,6 +1746,13 @@ func (x *SubmitTaskRequest) GetTask() *TaskDeployment {
 	return nil
 }
 
+func (x *SubmitTaskRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type SubmitTaskResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1739,8 +1790,10 @@ func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
 }
 
 type CancelTaskRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// epoch is the calling jobmanager's fencing epoch (0 in ha: none).
+	Epoch         int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1780,6 +1833,13 @@ func (x *CancelTaskRequest) GetId() *ExecutionID {
 		return x.Id
 	}
 	return nil
+}
+
+func (x *CancelTaskRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type CancelTaskResponse struct {
@@ -1920,11 +1980,12 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05slots\x18\x03 \x01(\x05R\x05slots\x12%\n" +
-	"\x0eoperator_types\x18\x04 \x03(\tR\roperatorTypes\"\xa8\x01\n" +
+	"\x0eoperator_types\x18\x04 \x03(\tR\roperatorTypes\"\xbe\x01\n" +
 	"\x1bRegisterTaskManagerResponse\x12#\n" +
 	"\rjobmanager_id\x18\x01 \x01(\tR\fjobmanagerId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +
-	"\x14heartbeat_timeout_ms\x18\x03 \x01(\x03R\x12heartbeatTimeoutMs\"\xb2\x01\n" +
+	"\x14heartbeat_timeout_ms\x18\x03 \x01(\x03R\x12heartbeatTimeoutMs\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\xb2\x01\n" +
 	"\n" +
 	"TaskStatus\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12(\n" +
@@ -1936,11 +1997,12 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"recordsOut\"d\n" +
 	"\x10HeartbeatRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12)\n" +
-	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\"3\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\"I\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +
-	"reregister\"l\n" +
+	"reregister\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"l\n" +
 	"\x16UpdateTaskStateRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12+\n" +
 	"\x06status\x18\x02 \x01(\v2\x13.weir.v1.TaskStatusR\x06status\"\x19\n" +
@@ -2002,16 +2064,18 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x16\n" +
-	"\x06shared\x18\x05 \x01(\bR\x06shared\"\x88\x01\n" +
+	"\x06shared\x18\x05 \x01(\bR\x06shared\"\x9e\x01\n" +
 	"\x18TriggerCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
-	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\"\x1b\n" +
-	"\x19TriggerCheckpointResponse\"\x80\x01\n" +
+	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\x1b\n" +
+	"\x19TriggerCheckpointResponse\"\x96\x01\n" +
 	"\x17NotifyCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x1a\n" +
-	"\bcomplete\x18\x03 \x01(\bR\bcomplete\"\x1a\n" +
+	"\bcomplete\x18\x03 \x01(\bR\bcomplete\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\x1a\n" +
 	"\x18NotifyCheckpointResponse\"\xe0\x02\n" +
 	"\x1cAcknowledgeCheckpointRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
@@ -2028,12 +2092,14 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\x03R\fcheckpointId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x1b\n" +
-	"\x19DeclineCheckpointResponse\"@\n" +
+	"\x19DeclineCheckpointResponse\"V\n" +
 	"\x11SubmitTaskRequest\x12+\n" +
-	"\x04task\x18\x01 \x01(\v2\x17.weir.v1.TaskDeploymentR\x04task\"\x14\n" +
-	"\x12SubmitTaskResponse\"9\n" +
+	"\x04task\x18\x01 \x01(\v2\x17.weir.v1.TaskDeploymentR\x04task\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"\x14\n" +
+	"\x12SubmitTaskResponse\"O\n" +
 	"\x11CancelTaskRequest\x12$\n" +
-	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\"\x14\n" +
+	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"\x14\n" +
 	"\x12CancelTaskResponse\"f\n" +
 	"\x17SourceInputEndedRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
