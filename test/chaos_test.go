@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,39 +13,6 @@ import (
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
 )
-
-// chaosSpec: every key of `keys` emits 1, 2, 3, ... in order (key = seq %
-// keys, n = 1 + seq / keys); sequence_check fails the task if a key's n ever
-// skips or repeats in its state; the two-phase-commit file sink writes what
-// the test reads back.
-const chaosSpec = `name: chaos
-parallelism: 4
-checkpointing:
-  interval: 500ms
-  storage: %q
-restartStrategy:
-  type: fixed-delay
-  attempts: 100000
-  delay: 100ms
-operators:
-  - uid: events
-    type: datagen
-    parallelism: 2
-    config:
-      rows: %d
-      ratePerSecond: %d
-      batchSize: 64
-      fields:
-        - {name: key, kind: sequence, modulo: %d}
-        - {name: n, kind: sequence, divide: %d, start: 1}
-  - uid: continuity
-    type: sequence_check
-    keyBy: [key]
-    config: {field: n}
-  - uid: out
-    type: file
-    config: {path: %q, format: csv}
-`
 
 type chaosConfig struct {
 	duration time.Duration // how long kills go on, at least
@@ -73,52 +39,24 @@ func TestChaosKillAndPauseTaskManagers(t *testing.T) {
 	const hbTimeout = 3 * time.Second
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 3, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
 		HeartbeatTimeout: hbTimeout, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info"})
-	dir := t.TempDir()
-	out := filepath.Join(dir, "out")
 	// Enough rows to outlast the kills: twice the chaos duration at the
 	// rate, rounded to whole sequences per key.
-	perKey := int64(2*cc.duration.Seconds()*float64(cc.rate)) / int64(cc.keys)
-	rows := perKey * int64(cc.keys)
-	spec := filepath.Join(dir, "job.yaml")
-	body := fmt.Sprintf(chaosSpec, "file://"+filepath.Join(dir, "ckpt"), rows, cc.rate, cc.keys, cc.keys, out)
-	if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	text, err := c.Weir("submit", spec)
-	if err != nil {
-		t.Fatalf("weir submit: %v\n%s", err, text)
-	}
-	fields := stringsFields(text)
-	jobID := fields[len(fields)-1]
+	job := newSequenceJob(t, "chaos", 2*cc.duration.Seconds(), cc.rate, cc.keys)
+	jobID := job.submit(t, c)
 
 	rnd := rand.New(rand.NewPCG(1, 2)) // which taskmanager, and pacing: deterministic
 	completed := func() (n int64, lastTrigger int64) {
-		resp, err := c.Checkpoints(jobID)
-		if err != nil {
-			return 0, 0
-		}
-		for _, ck := range resp.GetCheckpoints() {
-			if ck.GetStatus() == weirpb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED {
-				lastTrigger = max(lastTrigger, ck.GetTriggerTimeMs())
-			}
-		}
-		return resp.GetCompleted(), lastTrigger
+		p := checkpointProgress(c, jobID)
+		return p.completed, p.lastTrigger
 	}
-	jobEnded := func() bool {
-		resp, err := c.Job(jobID)
-		if err != nil {
-			return false
-		}
-		s := resp.GetJob().GetState()
-		return s == weirpb.JobState_JOB_STATE_FINISHED || s == weirpb.JobState_JOB_STATE_FAILED || s == weirpb.JobState_JOB_STATE_CANCELED
-	}
+	ended := func() bool { return jobEnded(c, jobID) }
 	// recovered waits until a checkpoint triggered after `since` completes:
 	// the job runs again end to end.
 	var recoveries []time.Duration
 	recovered := func(since time.Time) {
 		clustertest.Eventually(t, 2*time.Minute, "a checkpoint after the failure", func() bool {
 			_, last := completed()
-			return last > since.UnixMilli() || jobEnded()
+			return last > since.UnixMilli() || ended()
 		})
 		took := time.Since(since)
 		recoveries = append(recoveries, took)
@@ -131,13 +69,13 @@ func TestChaosKillAndPauseTaskManagers(t *testing.T) {
 	start := time.Now()
 	kills, pauses := 0, 0
 	lastCount, _ := completed()
-	for (kills < cc.kills || pauses < 1 || time.Since(start) < cc.duration) && !jobEnded() {
+	for (kills < cc.kills || pauses < 1 || time.Since(start) < cc.duration) && !ended() {
 		// Fault only after the checkpoint count has moved since the last one.
 		clustertest.Eventually(t, 2*time.Minute, "checkpoints to progress", func() bool {
 			n, _ := completed()
-			return n > lastCount || jobEnded()
+			return n > lastCount || ended()
 		})
-		if jobEnded() {
+		if ended() {
 			break
 		}
 		time.Sleep(time.Duration(500+rnd.IntN(1500)) * time.Millisecond) // chaos pacing, not synchronisation
@@ -159,44 +97,14 @@ func TestChaosKillAndPauseTaskManagers(t *testing.T) {
 		recovered(at)
 		lastCount, _ = completed()
 	}
-	job := c.WaitJob(jobID, 10*time.Minute)
-	if job.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
-		t.Fatalf("job ended %v: %s", job.GetJob().GetState(), job.GetJob().GetError())
+	final := c.WaitJob(jobID, 10*time.Minute)
+	if final.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
+		t.Fatalf("job ended %v: %s", final.GetJob().GetState(), final.GetJob().GetError())
 	}
 	checkpoints, _ := completed()
 
 	// Every key must show exactly 1..perKey.
-	_, got := committedRows(t, out)
-	seen := make(map[int64]map[int64]int)
-	for _, r := range got {
-		k, err1 := strconv.ParseInt(r[0], 10, 64)
-		n, err2 := strconv.ParseInt(r[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("bad row %v", r)
-		}
-		if seen[k] == nil {
-			seen[k] = make(map[int64]int)
-		}
-		seen[k][n]++
-	}
-	lost, duplicated := 0, 0
-	for k := int64(0); k < int64(cc.keys); k++ {
-		for n := int64(1); n <= perKey; n++ {
-			switch c := seen[k][n]; {
-			case c == 0:
-				lost++
-			case c > 1:
-				duplicated += c - 1
-			}
-		}
-	}
-	for k, ns := range seen {
-		for n, c := range ns {
-			if k < 0 || k >= int64(cc.keys) || n < 1 || n > perKey {
-				duplicated += c
-			}
-		}
-	}
+	lost, duplicated := job.verify(t)
 	slices.Sort(recoveries)
 	p50, p90, worst := 0.0, 0.0, 0.0
 	if n := len(recoveries); n > 0 {

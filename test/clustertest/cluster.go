@@ -4,6 +4,19 @@
 // offers what fault tests need: submit a job, wait for a state, kill and
 // restart a taskmanager. Every process is stopped by t.Cleanup, and the tail
 // of each process's log is printed when a test fails.
+//
+// With Options.HA the cluster runs in ha: etcd mode against an etcd the
+// test provides (ha/etcdtest): several jobmanagers campaign, taskmanagers
+// and the CLI find the leader through etcd, and the harness acts as the
+// jobmanagers' supervisor (systemd's Restart=always): a jobmanager process
+// that exits — killed, or stepping down after losing its leadership — is
+// started again on the same ports and stands by. Leader reads the leader
+// from etcd, KillJobManager/PauseJobManager/ResumeJobManager hit one
+// jobmanager, and Client follows the leader. The logs of every process the
+// cluster ever started, exited ones included, stay readable (CountLogLines).
+//
+// clustertest imports the ha package (to read the leader from etcd), the
+// generated gRPC code and the standard library.
 package clustertest
 
 import (
@@ -81,6 +94,11 @@ func moduleRoot() (string, error) {
 type Options struct {
 	TaskManagers int // default 2
 	Slots        int // per taskmanager, default 2
+	// JobManagers is how many jobmanager processes run (default 1). More
+	// than one needs HA.
+	JobManagers int
+	// HA, if not nil, runs the cluster in ha: etcd mode.
+	HA *HA
 	// HeartbeatInterval and HeartbeatTimeout for the jobmanager (defaults
 	// 1s and 10s).
 	HeartbeatInterval time.Duration
@@ -93,30 +111,60 @@ type Options struct {
 	LogLevel string
 }
 
+// HA configures ha: etcd mode.
+type HA struct {
+	// Endpoints of the etcd the cluster uses, e.g. etcdtest.Server's
+	// Endpoints(). Required.
+	Endpoints []string
+	// Prefix is the cluster's etcd key prefix (default "/weir-clustertest").
+	Prefix string
+	// LeaseTTL is the jobmanagers' leader lease TTL (default 3s): a killed
+	// leader blocks a takeover for up to this long.
+	LeaseTTL time.Duration
+}
+
 // Process is one running Weir process.
 type Process struct {
-	Name string
-	cmd  *exec.Cmd
-	log  string
-	args []string
-	done chan struct{}
+	Name    string
+	cmd     *exec.Cmd
+	log     string
+	args    []string
+	started time.Time
+	done    chan struct{}
 }
 
-// Cluster is a running jobmanager with its taskmanagers.
+// Cluster is a running jobmanager (or, with HA, several) with its
+// taskmanagers.
 type Cluster struct {
-	t       testing.TB
-	bin     string
-	dir     string
-	opts    Options
+	t    testing.TB
+	bin  string
+	dir  string
+	opts Options
+	// RPCAddr and REST are the addresses of jobmanager 0. Without HA that
+	// is the jobmanager; with HA it may be a standby (use Client, Leader).
 	RPCAddr string
 	REST    string
-	JM      *Process
-	TMs     []*Process
-	conn    *grpc.ClientConn
-	Client  weirpb.JobServiceClient
+	// JM is jobmanager 0 as first started. With HA use JobManager(i),
+	// which follows the supervisor's restarts.
+	JM  *Process
+	TMs []*Process
+	// Client is a JobService client. With HA it follows the leader: a call
+	// answered Unavailable (a standby, a dead or paused jobmanager) is
+	// retried on the leader until its context ends, so use contexts with
+	// deadlines.
+	Client weirpb.JobServiceClient
+	conn   *grpc.ClientConn // without HA
+
+	ha *haState // nil without HA
+
+	mu struct {
+		sync.Mutex
+		all []*Process // every process ever started, in order
+	}
 }
 
-// Start launches a cluster and waits until every taskmanager registered.
+// Start launches a cluster and waits until every taskmanager registered
+// (and, with HA, until a jobmanager leads).
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.TaskManagers == 0 {
@@ -125,42 +173,23 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Slots == 0 {
 		opts.Slots = 2
 	}
+	if opts.JobManagers == 0 {
+		opts.JobManagers = 1
+	}
+	if opts.JobManagers > 1 && opts.HA == nil {
+		t.Fatalf("clustertest: %d jobmanagers need Options.HA (etcd); set HA or use one jobmanager", opts.JobManagers)
+	}
 	if opts.LogLevel == "" {
 		opts.LogLevel = "debug"
 	}
 	c := &Cluster{t: t, bin: Binaries(t), dir: t.TempDir(), opts: opts}
 	t.Cleanup(c.stop)
 
-	addrFile := filepath.Join(c.dir, "jobmanager.addr")
-	args := []string{"--rpc-address", "127.0.0.1:0", "--rest-address", "127.0.0.1:0", "--address-file", addrFile, "--log-level", opts.LogLevel}
-	if opts.HeartbeatInterval > 0 {
-		args = append(args, "--heartbeat-interval", opts.HeartbeatInterval.String())
+	if opts.HA != nil {
+		c.startHA()
+	} else {
+		c.startSingle()
 	}
-	if opts.HeartbeatTimeout > 0 {
-		args = append(args, "--heartbeat-timeout", opts.HeartbeatTimeout.String())
-	}
-	if opts.SlotWaitTimeout > 0 {
-		args = append(args, "--slot-wait-timeout", opts.SlotWaitTimeout.String())
-	}
-	c.JM = c.spawn("jobmanager", filepath.Join(c.bin, "jobmanager"), args)
-	Eventually(t, 60*time.Second, "jobmanager writes its address file", func() bool {
-		data, err := os.ReadFile(addrFile)
-		if err != nil {
-			return false
-		}
-		var a map[string]string
-		if json.Unmarshal(data, &a) != nil {
-			return false
-		}
-		c.RPCAddr, c.REST = a["rpc"], a["rest"]
-		return c.RPCAddr != ""
-	})
-	conn, err := grpc.NewClient(c.RPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.conn = conn
-	c.Client = weirpb.NewJobServiceClient(conn)
 	for i := 0; i < opts.TaskManagers; i++ {
 		c.TMs = append(c.TMs, c.startTaskManager(i))
 	}
@@ -168,29 +197,119 @@ func Start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
+// startSingle starts the one jobmanager of ha: none.
+func (c *Cluster) startSingle() {
+	addrFile := filepath.Join(c.dir, "jobmanager.addr")
+	c.JM = c.spawn("jobmanager", filepath.Join(c.bin, "jobmanager"), c.jobManagerArgs("127.0.0.1:0", "127.0.0.1:0", addrFile))
+	c.RPCAddr, c.REST = c.waitAddressFile("jobmanager", addrFile)
+	conn, err := grpc.NewClient(c.RPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.conn = conn
+	c.Client = weirpb.NewJobServiceClient(conn)
+}
+
+// jobManagerArgs are the flags every jobmanager gets.
+func (c *Cluster) jobManagerArgs(rpc, rest, addrFile string) []string {
+	args := []string{"--rpc-address", rpc, "--rest-address", rest, "--address-file", addrFile, "--log-level", c.opts.LogLevel}
+	if c.opts.HeartbeatInterval > 0 {
+		args = append(args, "--heartbeat-interval", c.opts.HeartbeatInterval.String())
+	}
+	if c.opts.HeartbeatTimeout > 0 {
+		args = append(args, "--heartbeat-timeout", c.opts.HeartbeatTimeout.String())
+	}
+	if c.opts.SlotWaitTimeout > 0 {
+		args = append(args, "--slot-wait-timeout", c.opts.SlotWaitTimeout.String())
+	}
+	if h := c.opts.HA; h != nil {
+		args = append(args, "--ha", "etcd", "--ha-etcd-endpoints", strings.Join(h.Endpoints, ","),
+			"--ha-prefix", h.Prefix, "--ha-lease-ttl", h.LeaseTTL.String())
+	}
+	return args
+}
+
+// waitAddressFile waits until a jobmanager wrote its bound addresses.
+func (c *Cluster) waitAddressFile(name, path string) (rpc, rest string) {
+	c.t.Helper()
+	Eventually(c.t, 60*time.Second, name+" writes its address file", func() bool {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		var a map[string]string
+		if json.Unmarshal(data, &a) != nil {
+			return false
+		}
+		rpc, rest = a["rpc"], a["rest"]
+		return rpc != ""
+	})
+	return rpc, rest
+}
+
 func (c *Cluster) startTaskManager(i int) *Process {
 	id := "tm-" + strconv.Itoa(i)
-	return c.spawn(id, filepath.Join(c.bin, "taskmanager"), []string{"--id", id, "--jobmanager", c.RPCAddr,
-		"--rpc-address", "127.0.0.1:0", "--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel})
+	args := []string{"--id", id, "--rpc-address", "127.0.0.1:0", "--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel}
+	if h := c.opts.HA; h != nil {
+		args = append(args, "--ha", "etcd", "--ha-etcd-endpoints", strings.Join(h.Endpoints, ","), "--ha-prefix", h.Prefix)
+	} else {
+		args = append(args, "--jobmanager", c.RPCAddr)
+	}
+	return c.spawn(id, filepath.Join(c.bin, "taskmanager"), args)
 }
 
 func (c *Cluster) spawn(name, exe string, args []string) *Process {
 	c.t.Helper()
+	p, err := c.start(name, exe, args)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return p
+}
+
+// start starts a process; unlike spawn it may be called from any
+// goroutine (the jobmanager supervisor).
+func (c *Cluster) start(name, exe string, args []string) (*Process, error) {
 	logPath := filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
 	f, err := os.Create(logPath)
 	if err != nil {
-		c.t.Fatal(err)
+		return nil, fmt.Errorf("clustertest: log file for %s: %w", name, err)
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), c.opts.Env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		c.t.Fatalf("start %s: %v", name, err)
+		return nil, fmt.Errorf("clustertest: start %s: %w", name, err)
 	}
-	p := &Process{Name: name, cmd: cmd, log: logPath, args: args, done: make(chan struct{})}
+	p := &Process{Name: name, cmd: cmd, log: logPath, args: args, started: time.Now(), done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	return p
+	c.mu.Lock()
+	c.mu.all = append(c.mu.all, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+// Processes returns every process the cluster started, exited ones
+// included, in start order.
+func (c *Cluster) Processes() []*Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Process(nil), c.mu.all...)
+}
+
+// CountLogLines counts the lines containing substr in the logs of every
+// process the cluster started, exited ones included.
+func (c *Cluster) CountLogLines(substr string) int {
+	n := 0
+	for _, p := range c.Processes() {
+		for _, line := range strings.Split(p.Log(), "\n") {
+			if strings.Contains(line, substr) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Pid returns the operating-system process id.
@@ -332,9 +451,13 @@ func (c *Cluster) JobRestarts(id string) int {
 }
 
 // Weir runs the weir CLI against the cluster and returns its combined
-// output and exit error.
+// output and exit error. With HA the CLI finds the leader through etcd.
 func (c *Cluster) Weir(args ...string) (string, error) {
-	cmd := exec.Command(filepath.Join(c.bin, "weir"), append([]string{"--jobmanager", c.RPCAddr}, args...)...)
+	target := []string{"--jobmanager", c.RPCAddr}
+	if h := c.opts.HA; h != nil {
+		target = []string{"--ha-etcd-endpoints", strings.Join(h.Endpoints, ","), "--ha-prefix", h.Prefix}
+	}
+	cmd := exec.Command(filepath.Join(c.bin, "weir"), append(target, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -342,20 +465,21 @@ func (c *Cluster) Weir(args ...string) (string, error) {
 }
 
 func (c *Cluster) stop() {
+	if c.ha != nil {
+		c.ha.stopSupervisors() // no restarts from here on
+	}
 	if c.conn != nil {
 		c.conn.Close()
 	}
-	procs := append([]*Process{}, c.TMs...)
-	if c.JM != nil {
-		procs = append(procs, c.JM)
-	}
-	for _, p := range procs {
+	var live []*Process
+	for _, p := range c.Processes() {
 		if !p.Exited() {
+			live = append(live, p)
 			_ = p.cmd.Process.Signal(syscall.SIGCONT) // in case a test left it paused
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
-	for _, p := range procs {
+	for _, p := range live {
 		select {
 		case <-p.done:
 		case <-time.After(15 * time.Second):
@@ -363,10 +487,23 @@ func (c *Cluster) stop() {
 			<-p.done
 		}
 	}
+	if c.ha != nil {
+		c.ha.close()
+	}
 	if c.t.Failed() {
-		for _, p := range procs {
-			c.t.Logf("---- %s log (tail) ----\n%s", p.Name, tail(p.Log(), 60))
+		c.DumpLogs(60)
+	}
+}
+
+// DumpLogs logs the last n lines of every process the cluster started
+// (exited ones get n/3 lines), for failure reports.
+func (c *Cluster) DumpLogs(n int) {
+	for _, p := range c.Processes() {
+		lines, state := n, "running"
+		if p.Exited() {
+			lines, state = max(n/3, 10), "exited: "+p.cmd.ProcessState.String()
 		}
+		c.t.Logf("---- %s (pid %d, started %s, %s) log (tail) ----\n%s", p.Name, p.Pid(), p.started.Format("15:04:05.000"), state, tail(p.Log(), lines))
 	}
 }
 

@@ -1,0 +1,217 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/ha/etcdtest"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/test/clustertest"
+)
+
+// The HA tests run the sequence workload (the chaos job) on two
+// jobmanagers in ha: etcd mode against a real etcd embedded in the test
+// binary, and hit the jobmanagers — not the taskmanagers, which the chaos
+// test covers — with SIGKILL, SIGSTOP and an etcd restart. Each prints
+//
+//	takeovers=T zombie_writes_rejected=Z lost=0 duplicated=0 ...
+//
+// where T counts "elected leader" lines beyond the first, Z counts the
+// zombie_write_rejected=1 lines of every process (exited ones included),
+// and lost/duplicated are counted against the job's known output.
+
+const (
+	haLeaseTTL = 3 * time.Second
+	haRate     = 4000 // rows per second
+	haKeys     = 64
+	// zombieLine is what a process logs once per rejected zombie write.
+	zombieLine = "zombie_write_rejected=1"
+	// electedLine is what a jobmanager logs when it takes over.
+	electedLine = `msg="elected leader"`
+)
+
+// haKillsFromEnv: `make test` kills the leader 3 times; `make chaos` sets
+// WEIR_HA_KILLS for the long run.
+func haKillsFromEnv() int {
+	if k, err := strconv.Atoi(os.Getenv("WEIR_HA_KILLS")); err == nil && k > 0 {
+		return k
+	}
+	return 3
+}
+
+// startHA starts etcd and a cluster of two jobmanagers and two
+// taskmanagers (4 slots: the job's parallelism) in ha: etcd mode.
+func startHA(t *testing.T) (*etcdtest.Server, *clustertest.Cluster) {
+	t.Helper()
+	etcd := etcdtest.Start(t)
+	c := clustertest.Start(t, clustertest.Options{
+		JobManagers:       2,
+		TaskManagers:      2,
+		Slots:             2,
+		HeartbeatInterval: 500 * time.Millisecond,
+		HeartbeatTimeout:  3 * time.Second,
+		SlotWaitTimeout:   2 * time.Minute,
+		LogLevel:          "info",
+		HA:                &clustertest.HA{Endpoints: etcd.Endpoints(), Prefix: "/weir-hatest", LeaseTTL: haLeaseTTL},
+	})
+	return etcd, c
+}
+
+// waitCheckpointsSince waits until at least n checkpoints triggered after
+// since have completed, and returns when the first of them completed. It
+// fails the test if the job ends first: the job was sized too small for
+// the faults.
+func waitCheckpointsSince(t *testing.T, c *clustertest.Cluster, jobID string, since time.Time, n int, what string) time.Time {
+	t.Helper()
+	var first time.Time
+	clustertest.Eventually(t, 2*time.Minute, fmt.Sprintf("%d checkpoints %s", n, what), func() bool {
+		var got int
+		got, first = completedSince(c, jobID, since)
+		if got < n && jobEnded(c, jobID) {
+			t.Fatalf("job %s ended before %d checkpoints %s; give it more rows", jobID, n, what)
+		}
+		return got >= n
+	})
+	return first
+}
+
+// finishAndVerify waits for the job to finish and counts its committed
+// output against the expected one.
+func finishAndVerify(t *testing.T, c *clustertest.Cluster, job *sequenceJob) (lost, duplicated int) {
+	t.Helper()
+	final := c.WaitJob(job.id, 5*time.Minute)
+	if s := final.GetJob().GetState(); s != weirpb.JobState_JOB_STATE_FINISHED {
+		t.Fatalf("job ended %v: %s", s, final.GetJob().GetError())
+	}
+	return job.verify(t)
+}
+
+// report prints the test's result line and fails on lost or duplicated
+// rows.
+func report(t *testing.T, c *clustertest.Cluster, scenario string, lost, duplicated int, extra string) (takeovers, zombies int) {
+	t.Helper()
+	takeovers = c.CountLogLines(electedLine) - 1
+	zombies = c.CountLogLines(zombieLine)
+	fmt.Printf("takeovers=%d zombie_writes_rejected=%d lost=%d duplicated=%d%s scenario=%s\n", takeovers, zombies, lost, duplicated, extra, scenario)
+	if lost != 0 || duplicated != 0 {
+		t.Fatalf("not exactly-once across jobmanager takeovers: lost=%d duplicated=%d", lost, duplicated)
+	}
+	return takeovers, zombies
+}
+
+// TestHAKillLeader SIGKILLs the leading jobmanager several times while the
+// job runs (taskmanagers are left alone). Each time the standby must take
+// over and complete two checkpoints before the next kill; the supervisor
+// restarts the killed process, which stands by. The takeover time is from
+// the kill to the first checkpoint the new leader completes.
+func TestHAKillLeader(t *testing.T) {
+	kills := haKillsFromEnv()
+	_, c := startHA(t)
+	// Rows for the progress made between kills plus a tail after the last.
+	job := newSequenceJob(t, "ha-kill", float64(10+4*kills), haRate, haKeys)
+	submitted := time.Now()
+	jobID := job.submit(t, c)
+	waitCheckpointsSince(t, c, jobID, submitted, 2, "by the first leader")
+
+	var took []time.Duration
+	for k := 0; k < kills; k++ {
+		leader, epoch := c.WaitLeader(0)
+		at := time.Now()
+		c.KillJobManager(leader)
+		dead := time.Now() // checkpoints triggered from here on are the new leader's
+		next, nextEpoch := c.WaitLeader(epoch)
+		first := waitCheckpointsSince(t, c, jobID, dead, 2, fmt.Sprintf("by the new leader (jobmanager-%d, epoch %d) after kill %d", next, nextEpoch, k+1))
+		took = append(took, first.Sub(at))
+		t.Logf("kill %d: jobmanager-%d (epoch %d) killed; jobmanager-%d took over (epoch %d); first checkpoint %.2fs after the kill",
+			k+1, leader, epoch, next, nextEpoch, first.Sub(at).Seconds())
+	}
+	lost, duplicated := finishAndVerify(t, c, job)
+	slices.Sort(took)
+	p50, worst := took[len(took)/2].Seconds(), took[len(took)-1].Seconds()
+	takeovers, _ := report(t, c, "kill-leader", lost, duplicated,
+		fmt.Sprintf(" takeover_seconds_p50=%.2f takeover_seconds_max=%.2f", p50, worst))
+	if takeovers < kills {
+		t.Errorf("%d takeovers logged (%q lines beyond the first), want at least %d: one per kill", takeovers, electedLine, kills)
+	}
+	if r := c.JobManagerRestarts(); r < kills {
+		t.Errorf("the supervisor restarted jobmanagers %d times, want at least %d", r, kills)
+	}
+}
+
+// TestHAPausedLeaderIsFenced SIGSTOPs the leader for longer than its lease
+// TTL: the standby takes over and completes checkpoints. Then SIGCONT: the
+// old leader wakes believing it leads; whatever it attempts is rejected
+// (etcd writes fenced at the jobmanager, stale-epoch calls at the
+// taskmanagers, each logging zombie_write_rejected=1), it exits, the
+// supervisor restarts it as a standby, and the new leader keeps leading.
+func TestHAPausedLeaderIsFenced(t *testing.T) {
+	_, c := startHA(t)
+	job := newSequenceJob(t, "ha-pause", 25, haRate, haKeys)
+	submitted := time.Now()
+	jobID := job.submit(t, c)
+	waitCheckpointsSince(t, c, jobID, submitted, 2, "by the first leader")
+
+	leader, epoch := c.WaitLeader(0)
+	old := c.PauseJobManager(leader)
+	paused := time.Now()
+	// The standby can only lead once the paused leader's lease expired:
+	// the pause outlasts the TTL.
+	next, nextEpoch := c.WaitLeader(epoch)
+	waitCheckpointsSince(t, c, jobID, paused, 2, "by the new leader while the old one is paused")
+	if d := time.Since(paused); d < haLeaseTTL {
+		t.Fatalf("a standby led %v after the leader was paused, before the %v lease could expire", d, haLeaseTTL)
+	}
+	resumed := time.Now()
+	c.ResumeJobManager(leader)
+	clustertest.Eventually(t, time.Minute, "the woken old leader to exit", old.Exited)
+	if !strings.Contains(old.Log(), "leadership lost") {
+		t.Errorf("the old leader exited without logging that it lost its leadership; log tail:\n%s", tailLines(old.Log(), 20))
+	}
+	waitCheckpointsSince(t, c, jobID, resumed, 2, "by the new leader after the old one woke")
+	if i, e, err := c.Leader(); err != nil || i != next || e != nextEpoch {
+		t.Errorf("after the old leader woke, etcd names jobmanager-%d epoch %d (err %v); want jobmanager-%d epoch %d still leading", i, e, err, next, nextEpoch)
+	}
+	lost, duplicated := finishAndVerify(t, c, job)
+	takeovers, zombies := report(t, c, "pause-leader", lost, duplicated, "")
+	t.Logf("jobmanager-%d paused at epoch %d, jobmanager-%d took over at epoch %d; %d takeovers, %d zombie writes rejected", leader, epoch, next, nextEpoch, takeovers, zombies)
+	if takeovers < 1 {
+		t.Errorf("no takeover logged")
+	}
+}
+
+// TestHAEtcdRestart stops etcd for longer than the lease TTL while the job
+// runs: the leader steps down and exits, and the job stops rather than
+// diverges. When etcd is back the jobmanagers campaign again, one leads,
+// recovers the job from its latest checkpoint and completes more.
+func TestHAEtcdRestart(t *testing.T) {
+	etcd, c := startHA(t)
+	job := newSequenceJob(t, "ha-etcd", 25, haRate, haKeys)
+	submitted := time.Now()
+	jobID := job.submit(t, c)
+	waitCheckpointsSince(t, c, jobID, submitted, 2, "before etcd stops")
+
+	leader, epoch := c.WaitLeader(0)
+	old := c.JobManager(leader)
+	etcd.Stop()
+	stopped := time.Now()
+	clustertest.Eventually(t, time.Minute, "the leader to step down and exit without etcd", old.Exited)
+	if rest := haLeaseTTL + time.Second - time.Since(stopped); rest > 0 {
+		time.Sleep(rest) // keep etcd away past the lease TTL: the fault itself, not synchronisation
+	}
+	etcd.Restart()
+	back := time.Now()
+	next, nextEpoch := c.WaitLeader(epoch)
+	first := waitCheckpointsSince(t, c, jobID, back, 2, fmt.Sprintf("by jobmanager-%d (epoch %d) after etcd came back", next, nextEpoch))
+	t.Logf("etcd down %.2fs; jobmanager-%d led at epoch %d before, jobmanager-%d at epoch %d after; first checkpoint %.2fs after etcd came back",
+		back.Sub(stopped).Seconds(), leader, epoch, next, nextEpoch, first.Sub(back).Seconds())
+	lost, duplicated := finishAndVerify(t, c, job)
+	takeovers, _ := report(t, c, "etcd-restart", lost, duplicated, "")
+	if takeovers < 1 {
+		t.Errorf("no new election logged after etcd came back")
+	}
+}
