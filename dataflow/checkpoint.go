@@ -242,6 +242,12 @@ func (r *taskRun) notified(kind ctlKind, id int64) error {
 	if id <= ck.lastNotified {
 		return nil
 	}
+	if g := r.t.spec.CommitGuard; kind == ctlComplete && g != nil {
+		if err := g(id); err != nil {
+			r.t.log.Warn("checkpoint completion not delivered; nothing is committed", "checkpoint", id, "err", err)
+			return nil
+		}
+	}
 	ck.lastNotified = id
 	if kind == ctlComplete {
 		ck.lastCompleted = id

@@ -71,6 +71,13 @@ type TaskSpec struct {
 	Checkpointing bool
 	Mode          stream.CheckpointMode
 	Hooks         CheckpointHooks
+	// CommitGuard, when set, is asked before a checkpoint completion is
+	// delivered to the chain's operators (where two-phase-commit sinks
+	// commit); an error drops the notification, logged, and the task runs
+	// on. The taskmanager refuses commits of tasks deployed by a
+	// jobmanager that has since been deposed (fencing). Called on the
+	// task goroutine.
+	CommitGuard func(checkpointID int64) error
 	// RestoreCheckpointID is the checkpoint the task starts from; 0 is a
 	// fresh start.
 	RestoreCheckpointID int64

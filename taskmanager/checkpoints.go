@@ -141,7 +141,7 @@ func (h *taskHooks) SnapshotTaken(id, timestamp int64, snaps map[string]*stream.
 		h.tm.metrics.observeSnapshot(h.id.GetJobId(), h.name, bytes, stats, async)
 		ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 		defer cancel()
-		_, err = h.tm.client.AcknowledgeCheckpoint(ctx, &weirpb.AcknowledgeCheckpointRequest{
+		_, err = h.tm.cluster().AcknowledgeCheckpoint(ctx, &weirpb.AcknowledgeCheckpointRequest{
 			TaskmanagerId: h.tm.cfg.ID, Id: h.id, CheckpointId: id, Handles: handles,
 			SyncDurationMs: stats.Sync.Milliseconds(), AsyncDurationMs: async.Milliseconds(),
 			AlignmentDurationMs: stats.Alignment.Milliseconds(), Bytes: bytes,
@@ -221,7 +221,7 @@ func (h *taskHooks) SnapshotFailed(id int64, err error) {
 func (h *taskHooks) decline(id int64, cause error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := h.tm.client.DeclineCheckpoint(ctx, &weirpb.DeclineCheckpointRequest{
+	_, err := h.tm.cluster().DeclineCheckpoint(ctx, &weirpb.DeclineCheckpointRequest{
 		TaskmanagerId: h.tm.cfg.ID, Id: h.id, CheckpointId: id, Reason: fmt.Sprintf("task %s: %v", h.name, cause),
 	})
 	if err != nil {
@@ -239,7 +239,7 @@ func (h *taskHooks) SourceInputEnded() {
 		defer h.wg.Done()
 		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
 		defer cancel()
-		_, err := h.tm.client.SourceInputEnded(ctx, &weirpb.SourceInputEndedRequest{TaskmanagerId: h.tm.cfg.ID, Id: h.id})
+		_, err := h.tm.cluster().SourceInputEnded(ctx, &weirpb.SourceInputEndedRequest{TaskmanagerId: h.tm.cfg.ID, Id: h.id})
 		if err != nil && h.ctx.Err() == nil {
 			h.tm.log.Debug("reporting the end of a source's input failed; the final checkpoint waits for the interval", "task", h.name, "err", err)
 		}

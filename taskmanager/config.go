@@ -37,8 +37,25 @@ type Config struct {
 	// StateDir holds the local state of this taskmanager's tasks (one
 	// subdirectory per task). Default os.TempDir()/weir-state-<ID>.
 	StateDir string
-	Logger   *slog.Logger
+	// HA selects how the jobmanager is found: mode "none" (default) uses
+	// JobManagerAddress; "etcd" reads the leading jobmanager's address from
+	// etcd (it never campaigns) and follows leader changes.
+	HA     HAConfig
+	Logger *slog.Logger
 }
+
+// HAConfig is the taskmanager's side of high availability; the keys are
+// those of the jobmanager's ha: block.
+type HAConfig struct {
+	// Mode is "none" (or empty) or "etcd".
+	Mode string
+	// Endpoints are the etcd client URLs or host:port pairs (ha: etcd).
+	Endpoints []string
+	// Prefix is the cluster's etcd key prefix. Default "/weir".
+	Prefix string
+}
+
+func (h HAConfig) etcd() bool { return h.Mode == "etcd" }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
@@ -72,6 +89,15 @@ func (c *Config) Validate() error {
 	}
 	if c.CreditsPerChannel < 1 {
 		return fmt.Errorf("taskmanager config: credits per channel %d: must be at least 1", c.CreditsPerChannel)
+	}
+	switch c.HA.Mode {
+	case "", "none":
+	case "etcd":
+		if len(c.HA.Endpoints) == 0 {
+			return errors.New("taskmanager config: ha mode etcd without endpoints; set --ha-etcd-endpoints (ha.endpoints) to the etcd client URLs")
+		}
+	default:
+		return fmt.Errorf("taskmanager config: ha mode %q: want none or etcd", c.HA.Mode)
 	}
 	if c.RegisterRetry <= 0 {
 		return fmt.Errorf("taskmanager config: register retry %v: must be positive", c.RegisterRetry)

@@ -20,6 +20,7 @@ type metrics struct {
 	syncDuration    *prometheus.GaugeVec
 	asyncDuration   *prometheus.GaugeVec
 	tasksRunning    prometheus.GaugeFunc
+	fencedCalls     prometheus.Counter
 }
 
 func newMetrics(tm *TaskManager) *metrics {
@@ -46,7 +47,9 @@ func newMetrics(tm *TaskManager) *metrics {
 			defer tm.mu.Unlock()
 			return float64(len(tm.mu.tasks))
 		})
-	m.reg.MustRegister(m.stateBytesWrite, m.stateBytesRead, m.snapshots, m.alignment, m.syncDuration, m.asyncDuration,
+	m.fencedCalls = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "weir_taskmanager_fenced_calls_total", Help: "Calls from a jobmanager with a lower fencing epoch than one already seen (a deposed leader), rejected."})
+	m.reg.MustRegister(m.fencedCalls, m.stateBytesWrite, m.stateBytesRead, m.snapshots, m.alignment, m.syncDuration, m.asyncDuration,
 		m.tasksRunning, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

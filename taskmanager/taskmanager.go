@@ -10,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -41,11 +41,15 @@ type TaskManager struct {
 		stopping bool
 		// hbInterval and hbTimeout are what the jobmanager asked for.
 		hbInterval, hbTimeout time.Duration
+		// epoch is the highest jobmanager fencing epoch seen (ha.go).
+		epoch int64
 	}
+	// jm is the jobmanager the taskmanager talks to (in ha: etcd, the
+	// leader etcd named last).
+	jm atomic.Pointer[jmConn]
 	wg sync.WaitGroup // running tasks
 
 	exchange *dataflow.Exchange
-	client   weirpb.ClusterServiceClient
 	storages storages
 	metrics  *metrics
 	uploads  sync.WaitGroup // checkpoint uploads in flight
@@ -68,6 +72,8 @@ type runningTask struct {
 	cancel context.CancelFunc
 	state  weirpb.TaskState
 	err    string
+	// epoch is the jobmanager epoch the task was deployed under.
+	epoch int64
 }
 
 // New returns a TaskManager; it does nothing until Run.
@@ -106,18 +112,22 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	if tm.cfg.AdvertiseAddress != "" {
 		tm.addr = tm.cfg.AdvertiseAddress
 	}
-	// Cap gRPC's reconnect backoff (default up to 2 minutes) so that a
-	// taskmanager finds a restarted jobmanager within a few retries.
-	backoff := grpcbackoff.DefaultConfig
-	backoff.MaxDelay = max(5*time.Second, 2*tm.cfg.RegisterRetry)
-	conn, err := grpc.NewClient(tm.cfg.JobManagerAddress, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff, MinConnectTimeout: 5 * time.Second}))
-	if err != nil {
-		lis.Close()
-		return fmt.Errorf("taskmanager: jobmanager address %s: %w", tm.cfg.JobManagerAddress, err)
+	if !tm.cfg.HA.etcd() {
+		if err := tm.switchTo(tm.cfg.JobManagerAddress); err != nil {
+			lis.Close()
+			return err
+		}
+	} else {
+		// Until etcd names the leader, calls go nowhere useful.
+		c, err := tm.dial("passthrough:///0.0.0.0:1")
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		c.addr = ""
+		tm.jm.Store(c)
 	}
-	defer conn.Close()
-	tm.client = weirpb.NewClusterServiceClient(conn)
+	defer func() { tm.jm.Load().conn.Close() }()
 
 	tm.exchange = dataflow.NewExchange(dataflow.ExchangeConfig{
 		SelfAddress:       tm.addr,
@@ -131,7 +141,11 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	weirpb.RegisterTaskExecutorServiceServer(srv, &executorServer{tm: tm})
 	tm.exchange.Register(srv)
 	close(tm.ready)
-	tm.log.Info("taskmanager listening", "address", tm.addr, "slots", tm.cfg.Slots, "jobmanager", tm.cfg.JobManagerAddress)
+	if tm.cfg.HA.etcd() {
+		tm.log.Info("taskmanager listening", "address", tm.addr, "slots", tm.cfg.Slots, "ha", "etcd", "etcd", tm.cfg.HA.Endpoints, "prefix", tm.cfg.HA.Prefix)
+	} else {
+		tm.log.Info("taskmanager listening", "address", tm.addr, "slots", tm.cfg.Slots, "jobmanager", tm.cfg.JobManagerAddress)
+	}
 
 	var metricsSrv *http.Server
 	var metricsLis net.Listener
@@ -167,7 +181,11 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		tm.membership(gctx)
+		if tm.cfg.HA.etcd() {
+			tm.membershipHA(gctx)
+		} else {
+			tm.membership(gctx)
+		}
 		tm.stopTasks()
 		tm.wg.Wait()
 		tm.uploads.Wait()
@@ -199,9 +217,11 @@ func (tm *TaskManager) register(ctx context.Context) bool {
 	}
 	for attempt := 0; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := tm.client.RegisterTaskManager(rctx, req)
+		jm := tm.jm.Load()
+		resp, err := jm.client.RegisterTaskManager(rctx, req)
 		cancel()
 		if err == nil {
+			tm.observeEpoch(resp.GetEpoch())
 			tm.mu.Lock()
 			if d := time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond; d > 0 {
 				tm.mu.hbInterval = d
@@ -210,7 +230,7 @@ func (tm *TaskManager) register(ctx context.Context) bool {
 				tm.mu.hbTimeout = d
 			}
 			tm.mu.Unlock()
-			tm.log.Info("registered with jobmanager", "jobmanager", tm.cfg.JobManagerAddress, "jobmanager_id", resp.GetJobmanagerId())
+			tm.log.Info("registered with jobmanager", "jobmanager", jm.addr, "jobmanager_id", resp.GetJobmanagerId(), "epoch", resp.GetEpoch())
 			return true
 		}
 		if ctx.Err() != nil {
@@ -218,7 +238,7 @@ func (tm *TaskManager) register(ctx context.Context) bool {
 		}
 		if attempt%10 == 0 {
 			tm.log.Warn("cannot register with the jobmanager; retrying (check that it runs and that --jobmanager is right)",
-				"jobmanager", tm.cfg.JobManagerAddress, "err", err)
+				"jobmanager", jm.addr, "err", err)
 		}
 		if !sleepCtx(ctx, tm.cfg.RegisterRetry) {
 			return false
@@ -242,8 +262,11 @@ func (tm *TaskManager) heartbeat(ctx context.Context) {
 		}
 		req := &weirpb.HeartbeatRequest{TaskmanagerId: tm.cfg.ID, Tasks: tm.statuses(true)}
 		hctx, cancel := context.WithTimeout(ctx, timeout)
-		resp, err := tm.client.Heartbeat(hctx, req)
+		resp, err := tm.cluster().Heartbeat(hctx, req)
 		cancel()
+		if err == nil {
+			tm.observeEpoch(resp.GetEpoch())
+		}
 		switch {
 		case err == nil && resp.GetReregister():
 			tm.log.Warn("jobmanager does not know this taskmanager; cancelling tasks and registering again")
@@ -326,8 +349,9 @@ func (tm *TaskManager) cancelAllLocked() {
 	}
 }
 
-// submit starts a deployed task.
-func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
+// submit starts a task deployed under jobmanager epoch epoch (already
+// admitted by fenceCall; checked again under the lock that registers it).
+func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 	spec, err := toTaskSpec(d)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "task %s: %v", d.GetTaskName(), err)
@@ -335,6 +359,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
 	spec.LocalStateDir = filepath.Join(tm.cfg.StateDir, d.GetId().GetJobId(),
 		fmt.Sprintf("v%d-s%d", d.GetId().GetVertexId(), d.GetId().GetSubtask()))
 	ctx, cancel := context.WithCancel(context.Background())
+	spec.CommitGuard = tm.commitGuard(d.GetTaskName(), epoch)
 	if spec.Checkpointing {
 		spec.Hooks = &taskHooks{tm: tm, id: d.GetId(), name: d.GetTaskName(), storage: d.GetCheckpointing().GetStorage(),
 			spec: spec, ctx: ctx, wg: &tm.uploads}
@@ -351,8 +376,13 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
 		cancel()
 		return status.Errorf(codes.Unavailable, "task %s: taskmanager %s is shutting down; deploy the task elsewhere", d.GetTaskName(), tm.cfg.ID)
 	}
+	if epoch < tm.mu.epoch { // a newer leader appeared since fenceCall
+		tm.mu.Unlock()
+		cancel()
+		return status.Errorf(codes.FailedPrecondition, "stale jobmanager epoch %d < %d: task %s not deployed", epoch, tm.mu.epoch, d.GetTaskName())
+	}
 	if old, ok := tm.mu.tasks[k]; ok && !terminal(old.state) {
-		if old.id.GetAttempt() >= d.GetId().GetAttempt() {
+		if old.epoch >= epoch && old.id.GetAttempt() >= d.GetId().GetAttempt() {
 			tm.mu.Unlock()
 			cancel()
 			return status.Errorf(codes.AlreadyExists, "task %s attempt %d is already running here", d.GetTaskName(), old.id.GetAttempt())
@@ -360,12 +390,12 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
 		old.cancel() // an older attempt: it is stale
 	}
 	rt := &runningTask{id: d.GetId(), name: d.GetTaskName(), task: task, deploy: d, spec: spec, cancel: cancel,
-		state: weirpb.TaskState_TASK_STATE_RUNNING}
+		state: weirpb.TaskState_TASK_STATE_RUNNING, epoch: epoch}
 	tm.mu.tasks[k] = rt
 	tm.wg.Add(1)
 	tm.mu.Unlock()
 
-	tm.log.Info("task deployed", "task", d.GetTaskName(), "job", d.GetId().GetJobId(), "attempt", d.GetId().GetAttempt())
+	tm.log.Info("task deployed", "task", d.GetTaskName(), "job", d.GetId().GetJobId(), "attempt", d.GetId().GetAttempt(), "epoch", epoch)
 	go tm.runTask(ctx, rt)
 	return nil
 }
@@ -400,7 +430,7 @@ func (tm *TaskManager) report(rt *runningTask, state weirpb.TaskState, msg strin
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	m := rt.task.Metrics()
-	_, err := tm.client.UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{
+	_, err := tm.cluster().UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{
 		TaskmanagerId: tm.cfg.ID,
 		Status: &weirpb.TaskStatus{Id: rt.id, State: state, Error: msg,
 			RecordsIn: m.RecordsIn.Load(), RecordsOut: m.RecordsOut.Load()},
@@ -439,13 +469,19 @@ func (s *executorServer) SubmitTask(_ context.Context, req *weirpb.SubmitTaskReq
 	if req.GetTask() == nil || req.GetTask().GetId() == nil {
 		return nil, status.Error(codes.InvalidArgument, "submit task: no task deployment")
 	}
-	if err := s.tm.submit(req.GetTask()); err != nil {
+	if err := s.tm.fenceCall("SubmitTask", req.GetEpoch()); err != nil {
+		return nil, err
+	}
+	if err := s.tm.submit(req.GetTask(), req.GetEpoch()); err != nil {
 		return nil, err
 	}
 	return &weirpb.SubmitTaskResponse{}, nil
 }
 
 func (s *executorServer) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpointRequest) (*weirpb.TriggerCheckpointResponse, error) {
+	if err := s.tm.fenceCall("TriggerCheckpoint", req.GetEpoch()); err != nil {
+		return nil, err
+	}
 	rt, ok := s.tm.task(req.GetId())
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "trigger checkpoint %d: no such task attempt on taskmanager %s", req.GetCheckpointId(), s.tm.cfg.ID)
@@ -457,6 +493,9 @@ func (s *executorServer) TriggerCheckpoint(_ context.Context, req *weirpb.Trigge
 }
 
 func (s *executorServer) NotifyCheckpoint(_ context.Context, req *weirpb.NotifyCheckpointRequest) (*weirpb.NotifyCheckpointResponse, error) {
+	if err := s.tm.fenceCall("NotifyCheckpoint", req.GetEpoch()); err != nil {
+		return nil, err
+	}
 	rt, ok := s.tm.task(req.GetId())
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "notify checkpoint %d: no such task attempt on taskmanager %s", req.GetCheckpointId(), s.tm.cfg.ID)
@@ -470,6 +509,9 @@ func (s *executorServer) NotifyCheckpoint(_ context.Context, req *weirpb.NotifyC
 }
 
 func (s *executorServer) CancelTask(_ context.Context, req *weirpb.CancelTaskRequest) (*weirpb.CancelTaskResponse, error) {
+	if err := s.tm.fenceCall("CancelTask", req.GetEpoch()); err != nil {
+		return nil, err
+	}
 	s.tm.cancel(req.GetId())
 	return &weirpb.CancelTaskResponse{}, nil
 }

@@ -28,6 +28,10 @@ type clientConfig struct {
 	jobmanager string
 	output     string
 	timeout    time.Duration
+	// haEndpoints and haPrefix find the leading jobmanager through etcd
+	// instead of --jobmanager.
+	haEndpoints []string
+	haPrefix    string
 }
 
 func (c *clientConfig) bind(cmd *cobra.Command) {
@@ -38,6 +42,21 @@ func (c *clientConfig) bind(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&c.jobmanager, "jobmanager", def, "jobmanager gRPC address (env WEIR_JOBMANAGER)")
 	cmd.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 	cmd.PersistentFlags().DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the jobmanager to answer")
+	var eps []string
+	if env := os.Getenv("WEIR_HA_ETCD_ENDPOINTS"); env != "" {
+		for _, e := range strings.Split(env, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				eps = append(eps, e)
+			}
+		}
+	}
+	prefix := os.Getenv("WEIR_HA_PREFIX")
+	if prefix == "" {
+		prefix = "/weir"
+	}
+	cmd.PersistentFlags().StringSliceVar(&c.haEndpoints, "ha-etcd-endpoints", eps,
+		"find the leading jobmanager through these etcd endpoints instead of --jobmanager (env WEIR_HA_ETCD_ENDPOINTS, comma-separated)")
+	cmd.PersistentFlags().StringVar(&c.haPrefix, "ha-prefix", prefix, "etcd key prefix of the cluster, with --ha-etcd-endpoints (env WEIR_HA_PREFIX)")
 }
 
 func (c *clientConfig) validate() error {
@@ -53,11 +72,19 @@ func (c *clientConfig) dial() (weirpb.JobServiceClient, func(), error) {
 	if err := c.validate(); err != nil {
 		return nil, nil, err
 	}
-	conn, err := grpc.NewClient(c.jobmanager, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if len(c.haEndpoints) > 0 {
+		addr, err := findLeader(context.Background(), c.haEndpoints, c.haPrefix, c.timeout)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.jobmanager = addr
+	}
+	r := &redirector{target: &c.jobmanager}
+	conn, err := grpc.NewClient(c.jobmanager, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(r.intercept))
 	if err != nil {
 		return nil, nil, fmt.Errorf("jobmanager address %q: %v (want host:port)", c.jobmanager, err)
 	}
-	return weirpb.NewJobServiceClient(conn), func() { conn.Close() }, nil
+	return weirpb.NewJobServiceClient(conn), func() { conn.Close(); r.close() }, nil
 }
 
 // connect dials the jobmanager and returns a client, a context bounded by

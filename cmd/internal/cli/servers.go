@@ -198,6 +198,13 @@ type taskManagerFile struct {
 	Slots             int    `yaml:"slots"`
 	CreditsPerChannel int    `yaml:"creditsPerChannel"`
 	MetricsAddress    string `yaml:"metricsAddress"`
+	// HA finds the leading jobmanager through etcd (the keys of the
+	// jobmanager's ha: block; the others are ignored).
+	HA struct {
+		Mode      string   `yaml:"mode"`
+		Endpoints []string `yaml:"endpoints"`
+		Prefix    string   `yaml:"prefix"`
+	} `yaml:"ha"`
 }
 
 // NewTaskManagerCommand returns the taskmanager process command.
@@ -241,6 +248,15 @@ func NewTaskManagerCommand() *cobra.Command {
 				if f.CreditsPerChannel != 0 && !set("credits-per-channel") {
 					cfg.CreditsPerChannel = f.CreditsPerChannel
 				}
+				if f.HA.Mode != "" && !set("ha") {
+					cfg.HA.Mode = f.HA.Mode
+				}
+				if len(f.HA.Endpoints) > 0 && !set("ha-etcd-endpoints") {
+					cfg.HA.Endpoints = f.HA.Endpoints
+				}
+				if f.HA.Prefix != "" && !set("ha-prefix") {
+					cfg.HA.Prefix = f.HA.Prefix
+				}
 			}
 			log, err := newLogger(logLevel)
 			if err != nil {
@@ -264,6 +280,9 @@ func NewTaskManagerCommand() *cobra.Command {
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for local keyed state (pebble backend); default $TMPDIR/weir-state-<id>")
 	f.IntVar(&cfg.CreditsPerChannel, "credits-per-channel", cfg.CreditsPerChannel, "batches buffered per input channel (flow-control credits)")
+	f.StringVar(&cfg.HA.Mode, "ha", "none", "how to find the jobmanager: none (--jobmanager), or etcd (the leader named in etcd, followed across takeovers)")
+	f.StringSliceVar(&cfg.HA.Endpoints, "ha-etcd-endpoints", nil, "etcd client URLs for --ha etcd, comma-separated")
+	f.StringVar(&cfg.HA.Prefix, "ha-prefix", "/weir", "etcd key prefix of this cluster (--ha etcd)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
