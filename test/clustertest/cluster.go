@@ -193,7 +193,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for i := 0; i < opts.TaskManagers; i++ {
 		c.TMs = append(c.TMs, c.startTaskManager(i))
 	}
-	c.WaitLiveTaskManagers(opts.TaskManagers)
+	c.waitLive(opts.TaskManagers, true)
 	return c
 }
 
@@ -364,7 +364,21 @@ func (c *Cluster) RestartTaskManager(i int) {
 // WaitLiveTaskManagers waits until the jobmanager lists n live taskmanagers.
 func (c *Cluster) WaitLiveTaskManagers(n int) {
 	c.t.Helper()
+	c.waitLive(n, false)
+}
+
+// waitLive is WaitLiveTaskManagers; at start-up (failFast) a taskmanager
+// that exits fails the test at once with its log.
+func (c *Cluster) waitLive(n int, failFast bool) {
+	c.t.Helper()
 	Eventually(c.t, 60*time.Second, fmt.Sprintf("%d live taskmanagers", n), func() bool {
+		if failFast {
+			for _, p := range c.TMs {
+				if p.Exited() {
+					c.t.Fatalf("clustertest: %s exited while starting (%s); log tail:\n%s", p.Name, p.cmd.ProcessState, tail(p.Log(), 20))
+				}
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		resp, err := c.Client.ListTaskManagers(ctx, &weirpb.ListTaskManagersRequest{})

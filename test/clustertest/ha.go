@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,6 +74,7 @@ func (c *Cluster) startHA() {
 	}
 	cfg := ha.DefaultConfig()
 	cfg.Endpoints, cfg.Prefix, cfg.LeaseTTL = h.Endpoints, h.Prefix, h.LeaseTTL
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	etcd, err := ha.Connect(ctx, cfg)
 	cancel()
