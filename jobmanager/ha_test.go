@@ -2,6 +2,7 @@ package jobmanager
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/builtin"
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/proto/weirpb"
 )
@@ -76,5 +79,102 @@ func TestHAStandbyRedirects(t *testing.T) {
 	}
 	if b.epoch() <= 0 {
 		t.Fatalf("new leader's epoch %d, want > 0", b.epoch())
+	}
+}
+
+// TestReadVerifiedManifest: on takeover the manifest an etcd pointer names
+// must have the pointer's SHA-256; a modified manifest is refused with an
+// error naming the job, the checkpoint, the key and both sums.
+func TestReadVerifiedManifest(t *testing.T) {
+	ctx := t.Context()
+	st, err := checkpoint.OpenStorage(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, sum, err := st.WriteManifest(ctx, &weirpb.Manifest{JobId: "job", CheckpointId: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := ha.Pointer{ID: 4, ManifestKey: key, ManifestSHA256: sum}
+	if m, err := readVerifiedManifest(ctx, st, "job", good); err != nil || m.GetCheckpointId() != 4 {
+		t.Fatalf("intact manifest: %v, %v", m, err)
+	}
+	// Rewrite the object with other (valid) content: same key, other sum.
+	if _, _, err := st.WriteManifest(ctx, &weirpb.Manifest{JobId: "job", CheckpointId: 4, Operators: []*weirpb.OperatorState{{OperatorUid: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = readVerifiedManifest(ctx, st, "job", good)
+	if err == nil {
+		t.Fatal("a modified manifest was accepted")
+	}
+	for _, want := range []string{"job job", "checkpoint 4", key, sum, "checksum mismatch"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}
+
+// TestFencedLeaderCompletesNoCheckpoint: once its leadership has ended, a
+// jobmanager's checkpoint write fails with ErrFenced before anything marks
+// the checkpoint complete: the etcd reservation (nothing is written) or,
+// when the id was reserved earlier, the etcd pointer (the storage pointer,
+// written after it, stays unwritten). perform hands that error to
+// manifestWritten, so no NotifyCheckpoint (no sink commit) follows.
+func TestFencedLeaderCompletesNoCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		reserved     bool // the id was reserved while still leading
+		wantManifest bool
+	}{
+		{name: "reservation fenced", reserved: false, wantManifest: false},
+		{name: "pointer fenced", reserved: true, wantManifest: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			etcd := etcdtest.Start(t)
+			cfg := DefaultConfig()
+			cfg.RPCAddress, cfg.RESTAddress = "127.0.0.1:0", ""
+			cfg.HA = HAConfig{Mode: "etcd", Endpoints: etcd.Endpoints(), Prefix: "/weir-fence", LeaseTTL: 2 * time.Second,
+				AdvertisedAddress: "127.0.0.1:1"}
+			jm, err := New(cfg, builtin.Registry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Campaign without Run, so that the etcd client stays open
+			// after the leadership ends.
+			l, err := jm.campaign(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer jm.haClient.Load().Close()
+			st, err := checkpoint.OpenStorage(t.Context(), "file://"+t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			jm.storages.Lock()
+			jm.storages.m["job"] = st
+			jm.storages.Unlock()
+			if tc.reserved {
+				jm.reserved.Lock()
+				jm.reserved.m["job"] = 7
+				jm.reserved.Unlock()
+			}
+			if err := l.Resign(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			<-l.Lost()
+			err = jm.writeManifest(t.Context(), writeManifestAction{JobID: "job", Manifest: &weirpb.Manifest{JobId: "job", CheckpointId: 7}})
+			if !errors.Is(err, ha.ErrFenced) {
+				t.Fatalf("writeManifest after the leadership ended: %v, want ErrFenced", err)
+			}
+			if _, err := st.ReadManifest(t.Context(), "job", 7); (err == nil) != tc.wantManifest {
+				t.Fatalf("manifest written: %v, want %v", err == nil, tc.wantManifest)
+			}
+			if _, err := st.ReadPointer(t.Context(), "job"); err == nil {
+				t.Fatal("the storage pointer was written by a fenced leader")
+			}
+			if n := jm.haClient.Load().FencedWrites(); n != 1 {
+				t.Fatalf("%d fenced writes counted, want 1", n)
+			}
+		})
 	}
 }
