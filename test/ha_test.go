@@ -98,6 +98,11 @@ func report(t *testing.T, c *clustertest.Cluster, scenario string, lost, duplica
 	takeovers = c.CountLogLines(electedLine) - 1
 	zombies = c.CountLogLines(zombieLine)
 	fmt.Printf("takeovers=%d zombie_writes_rejected=%d lost=%d duplicated=%d%s scenario=%s\n", takeovers, zombies, lost, duplicated, extra, scenario)
+	for _, p := range c.Processes() {
+		if n := strings.Count(p.Log(), zombieLine); n > 0 {
+			t.Logf("%s (pid %d) rejected %d zombie writes", p.Name, p.Pid(), n)
+		}
+	}
 	if lost != 0 || duplicated != 0 {
 		t.Fatalf("not exactly-once across jobmanager takeovers: lost=%d duplicated=%d", lost, duplicated)
 	}
