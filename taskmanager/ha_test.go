@@ -28,6 +28,8 @@ func TestStaleEpochRejected(t *testing.T) {
 		t.Fatalf("SubmitTask at epoch 7: %v", err)
 	}
 	id := task.GetId()
+	// Both operators of the epoch-7 task open before the stale calls come.
+	waitFor(t, "the epoch-7 task opens its operators", func() bool { return st.opened.Load() == 2 })
 	calls := []struct {
 		name string
 		call func(epoch int64) error
