@@ -29,6 +29,7 @@ var incrementalTunings = map[string]func(*pebble.Options){
 		o.L0CompactionThreshold = 4
 		o.L0CompactionFileThreshold = 500
 		o.L0StopWritesThreshold = 12
+		o.Experimental.ReadSamplingMultiplier = 1 << 4
 		o.LBaseMaxBytes = 64 << 20
 		o.TargetFileSizes = [len(o.TargetFileSizes)]int64{}
 		o.TargetFileSizes[0] = 2 << 20
