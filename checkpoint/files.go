@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -29,13 +30,25 @@ func SharedKey(jobID, sum string) string { return SharedPrefix(jobID) + sum }
 
 // UploadFiles uploads the local files of an incremental snapshot of an
 // operator subtask, in parallel: a shared file to SharedKey(jobID, its
-// SHA-256) only if storage does not hold it yet (PutIfAbsent), any other to
+// SHA-256) only if storage does not hold it yet, any other to
 // SnapshotKey(...).files/<name> under the checkpoint. It returns the files
 // for the StateHandle and the bytes it actually wrote.
+//
+// Which shared files storage holds is learnt from one listing of
+// SharedPrefix(jobID) (when files has a shared file whose hash is known),
+// so a file already stored is neither read nor sent again; the others are
+// written with PutIfAbsent, which settles races with other uploaders. (A
+// conditional PUT of a large body that the server rejects may also be cut
+// off by the server before the body is sent, which clients report as a
+// reset connection rather than as the rejection.)
 func (s *Storage) UploadFiles(ctx context.Context, jobID string, checkpointID int64, operatorUID string,
 	subtask int, attempt int64, files []stream.SnapshotFile) ([]*weirpb.StateFile, int64, error) {
 	if err := validSegment("job id", jobID); err != nil {
 		return nil, 0, err
+	}
+	stored, err := s.storedShared(ctx, jobID, files)
+	if err != nil {
+		return nil, 0, fmt.Errorf("checkpoint %d: listing the shared files of job %s for %s subtask %d: %w", checkpointID, jobID, operatorUID, subtask, err)
 	}
 	out := make([]*weirpb.StateFile, len(files))
 	var written atomic.Int64
@@ -44,6 +57,12 @@ func (s *Storage) UploadFiles(ctx context.Context, jobID string, checkpointID in
 	for i, f := range files {
 		if err := validSegment("snapshot file name", f.Name); err != nil {
 			return nil, 0, err
+		}
+		if f.Shared && f.SHA256 != "" {
+			if size, ok := stored[SharedKey(jobID, f.SHA256)]; ok && size == f.Size {
+				out[i] = &weirpb.StateFile{Name: f.Name, Size: f.Size, Sha256: f.SHA256, Shared: true, Key: SharedKey(jobID, f.SHA256)}
+				continue
+			}
 		}
 		g.Go(func() error {
 			data, err := os.ReadFile(f.Path)
@@ -80,6 +99,24 @@ func (s *Storage) UploadFiles(ctx context.Context, jobID string, checkpointID in
 		return nil, 0, err
 	}
 	return out, written.Load(), nil
+}
+
+// storedShared returns the sizes of the shared files of jobID in storage,
+// by key, if any of files is a shared file with a known hash (nil
+// otherwise).
+func (s *Storage) storedShared(ctx context.Context, jobID string, files []stream.SnapshotFile) (map[string]int64, error) {
+	if !slices.ContainsFunc(files, func(f stream.SnapshotFile) bool { return f.Shared && f.SHA256 != "" }) {
+		return nil, nil
+	}
+	objs, err := s.store.List(ctx, SharedPrefix(jobID))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(objs))
+	for _, o := range objs {
+		out[o.Key] = o.Size
+	}
+	return out, nil
 }
 
 // DownloadFiles fetches the files of one handle into dir (created if

@@ -89,9 +89,10 @@ type TaskSpec struct {
 	// checkpoint: its operators start empty (Restore is ignored) and a
 	// source behaves as exhausted, so that its input is not produced twice.
 	RestoreFinished bool
-	// StateBackend and LocalStateDir are passed to operators in
-	// stream.OperatorContext.
+	// StateBackend, FullSnapshots and LocalStateDir are passed to
+	// operators in stream.OperatorContext.
 	StateBackend  string
+	FullSnapshots bool
 	LocalStateDir string
 }
 
@@ -187,6 +188,7 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			Checkpointing:  spec.Checkpointing,
 			CheckpointMode: t.mode,
 			StateBackend:   spec.StateBackend,
+			FullSnapshots:  spec.FullSnapshots,
 			LocalStateDir:  spec.LocalStateDir,
 		}}
 		var err error

@@ -11,11 +11,12 @@ import (
 func buildDeployment(a *deployAction) *weirpb.TaskDeployment {
 	g, t, subtask := a.Graph, a.Task, a.Subtask
 	d := &weirpb.TaskDeployment{
-		Id:             &weirpb.ExecutionID{JobId: a.JobID, VertexId: int32(t.Head), Subtask: int32(subtask), Attempt: a.Attempt},
-		TaskName:       t.SubtaskName(subtask),
-		Parallelism:    int32(t.Parallelism),
-		MaxParallelism: int32(g.MaxParallelism),
-		StateBackend:   g.State.Backend,
+		Id:                 &weirpb.ExecutionID{JobId: a.JobID, VertexId: int32(t.Head), Subtask: int32(subtask), Attempt: a.Attempt},
+		TaskName:           t.SubtaskName(subtask),
+		Parallelism:        int32(t.Parallelism),
+		MaxParallelism:     int32(g.MaxParallelism),
+		StateBackend:       g.State.Backend,
+		StateFullSnapshots: g.State.FullSnapshots,
 	}
 	if ck := a.Checkpointing; ck.Enabled {
 		d.Checkpointing = &weirpb.TaskCheckpointing{Enabled: true, Mode: weirpb.CheckpointMode(ck.Mode), Storage: ck.Storage}

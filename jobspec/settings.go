@@ -16,7 +16,7 @@ var (
 		"retained", "retention", "storage"}
 	restartKeys = []string{"type", "attempts", "delay", "maxFailures", "interval", "initialBackoff", "maxBackoff",
 		"multiplier", "jitter", "resetBackoffAfter"}
-	stateKeys    = []string{"backend"}
+	stateKeys    = []string{"backend", "incremental"}
 	restartTypes = []string{"none", "fixed-delay", "failure-rate", "exponential-delay"}
 )
 
@@ -183,12 +183,20 @@ func ParseRestartStrategy(m map[string]any) (stream.RestartConfig, error) {
 	return p.g.Restart, nil
 }
 
-// parseState reads the `state:` mapping into g.State.
-func (p *parser) parseState(n *yaml.Node) error {
+// parseState reads the `state:` mapping into g.State. `incremental: false`
+// sets FullSnapshots; `incremental: true` is the default, and an error with
+// `backend: heap`, which snapshots in full only.
+func (p *parser) parseState(n *yaml.Node) (err error) {
 	ps, at, err := pairs(n)
 	if err != nil {
 		return p.errAt(at, "state: %v", err)
 	}
+	var incremental *yaml.Node
+	defer func() {
+		if incremental != nil && !p.g.State.FullSnapshots && p.g.State.Backend == stream.StateBackendHeap && err == nil {
+			err = p.errAt(incremental, "state: incremental: the heap backend takes full snapshots only; remove incremental: true or use backend: pebble")
+		}
+	}()
 	for _, kv := range ps {
 		k, err := stringKey(kv.key)
 		if err != nil {
@@ -200,6 +208,17 @@ func (p *parser) parseState(n *yaml.Node) error {
 			if s, err = asString(kv.val); err == nil {
 				err = stream.ValidateStateBackend(s)
 				p.g.State.Backend = s
+			}
+		case "incremental":
+			d := deref(kv.val)
+			if d.Kind != yaml.ScalarNode || d.ShortTag() != "!!bool" {
+				err = fmt.Errorf("must be true or false, got %s", describe(kv.val))
+				break
+			}
+			var inc bool
+			if err = d.Decode(&inc); err == nil {
+				p.g.State.FullSnapshots = !inc
+				incremental = kv.val
 			}
 		default:
 			return p.errAt(kv.key, "state: unknown key %q%s; it has %s", k, suggest(k, stateKeys), strings.Join(stateKeys, ", "))

@@ -57,6 +57,11 @@ func TestCheckpointingSettingErrors(t *testing.T) {
 		{"restartStrategy: {multiplier: x}", `job.yaml:2: restartStrategy: multiplier: must be a number`},
 		{"state: {backend: rocksdb}", `job.yaml:2: state: backend: unknown state backend "rocksdb"; want heap or pebble`},
 		{"state: {backnd: heap}", `job.yaml:2: state: unknown key "backnd" (did you mean "backend"?)`},
+		{"state: {backend: pebble, incremental: no}", `job.yaml:2: state: incremental: must be true or false, got`},
+		{"state: {backend: pebble, incremental: 0}", `job.yaml:2: state: incremental: must be true or false, got`},
+		{"state: {backend: heap, incremental: true}", `job.yaml:2: state: incremental: the heap backend takes full snapshots only; remove incremental: true or use backend: pebble`},
+		{"state: {incremental: true, backend: heap}", `job.yaml:2: state: incremental: the heap backend takes full snapshots only`},
+		{"state: {incrementl: false}", `job.yaml:2: state: unknown key "incrementl" (did you mean "incremental"?)`},
 	} {
 		spec := "name: j\n" + tc.body + "\noperators:\n  - {uid: g, type: gen}\n"
 		_, err := Parse("job.yaml", []byte(spec), testRegistry())
@@ -80,18 +85,25 @@ func TestParseRestartStrategyForClusterConfig(t *testing.T) {
 }
 
 func TestStateBackendSetting(t *testing.T) {
-	for _, tc := range []struct{ body, want string }{
-		{"", ""},
-		{"state: {backend: heap}\n", "heap"},
-		{"state: {backend: pebble}\n", "pebble"},
+	for _, tc := range []struct {
+		body, want string
+		full       bool
+	}{
+		{"", "", false},
+		{"state: {backend: heap}\n", "heap", false},
+		{"state: {backend: pebble}\n", "pebble", false},
+		{"state: {backend: pebble, incremental: true}\n", "pebble", false},
+		{"state: {backend: pebble, incremental: false}\n", "pebble", true},
+		{"state: {backend: heap, incremental: false}\n", "heap", true},
+		{"state: {incremental: false}\n", "", true},
 	} {
 		spec := "name: j\n" + tc.body + "operators:\n  - {uid: g, type: gen}\n"
 		g, err := Parse("job.yaml", []byte(spec), testRegistry())
 		if err != nil {
 			t.Fatalf("%q: %v", tc.body, err)
 		}
-		if g.State.Backend != tc.want {
-			t.Errorf("%q: backend %q, want %q", tc.body, g.State.Backend, tc.want)
+		if g.State.Backend != tc.want || g.State.FullSnapshots != tc.full {
+			t.Errorf("%q: backend %q, full snapshots %v; want %q, %v", tc.body, g.State.Backend, g.State.FullSnapshots, tc.want, tc.full)
 		}
 	}
 }

@@ -57,6 +57,9 @@ type OperatorContext struct {
 	// StateBackend names the keyed-state backend operators should use
 	// (StateBackendHeap or StateBackendPebble; empty means heap).
 	StateBackend string
+	// FullSnapshots asks a backend that can snapshot incrementally to take
+	// full snapshots (StateConfig.FullSnapshots).
+	FullSnapshots bool
 	// LocalStateDir is a directory private to this task where a backend may
 	// keep files (empty: use a temporary directory).
 	LocalStateDir string

@@ -14,6 +14,13 @@ type StateConfig struct {
 	// Backend is StateBackendHeap, StateBackendPebble, or empty for the
 	// cluster default.
 	Backend string
+	// FullSnapshots makes a backend that can checkpoint incrementally
+	// (Pebble) take full snapshots instead, in the canonical per-key-group
+	// format the heap backend writes too: every checkpoint uploads all
+	// state and writes no shared files, and the checkpoint restores into
+	// either backend. Default false (incremental where the backend can).
+	// In a job spec: `state: {incremental: false}`.
+	FullSnapshots bool
 }
 
 // ValidateStateBackend reports a state backend name that is not known.

@@ -27,6 +27,7 @@ func toTaskSpec(d *weirpb.TaskDeployment) (*dataflow.TaskSpec, error) {
 		Mode:            stream.CheckpointMode(d.GetCheckpointing().GetMode()),
 		RestoreFinished: d.GetRestoreFinished(),
 		StateBackend:    d.GetStateBackend(),
+		FullSnapshots:   d.GetStateFullSnapshots(),
 	}
 	if spec.Checkpointing && d.GetCheckpointing().GetStorage() == "" {
 		return nil, errors.New("checkpointing is on but the deployment names no checkpoint storage")

@@ -857,9 +857,12 @@ type TaskDeployment struct {
 	RestoreFinished bool `protobuf:"varint,11,opt,name=restore_finished,json=restoreFinished,proto3" json:"restore_finished,omitempty"`
 	// state_backend is the keyed-state backend the task's operators use
 	// ("heap" or "pebble"), already resolved against the cluster default.
-	StateBackend  string `protobuf:"bytes,12,opt,name=state_backend,json=stateBackend,proto3" json:"state_backend,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StateBackend string `protobuf:"bytes,12,opt,name=state_backend,json=stateBackend,proto3" json:"state_backend,omitempty"`
+	// state_full_snapshots: the operators take full snapshots even with a
+	// backend that can checkpoint incrementally (JobGraph.state_full_snapshots).
+	StateFullSnapshots bool `protobuf:"varint,13,opt,name=state_full_snapshots,json=stateFullSnapshots,proto3" json:"state_full_snapshots,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *TaskDeployment) Reset() {
@@ -974,6 +977,13 @@ func (x *TaskDeployment) GetStateBackend() string {
 		return x.StateBackend
 	}
 	return ""
+}
+
+func (x *TaskDeployment) GetStateFullSnapshots() bool {
+	if x != nil {
+		return x.StateFullSnapshots
+	}
+	return false
 }
 
 // TaskCheckpointing is what a task needs to know about the job's checkpoints.
@@ -2027,7 +2037,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\x12\x1d\n" +
 	"\n" +
 	"key_fields\x18\x05 \x03(\tR\tkeyFields\x12\x18\n" +
-	"\atargets\x18\x06 \x03(\tR\atargets\"\x9f\x04\n" +
+	"\atargets\x18\x06 \x03(\tR\atargets\"\xd1\x04\n" +
 	"\x0eTaskDeployment\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x1b\n" +
 	"\ttask_name\x18\x02 \x01(\tR\btaskName\x12 \n" +
@@ -2041,7 +2051,8 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\arestore\x18\n" +
 	" \x03(\v2\x14.weir.v1.StateHandleR\arestore\x12)\n" +
 	"\x10restore_finished\x18\v \x01(\bR\x0frestoreFinished\x12#\n" +
-	"\rstate_backend\x18\f \x01(\tR\fstateBackend\"t\n" +
+	"\rstate_backend\x18\f \x01(\tR\fstateBackend\x120\n" +
+	"\x14state_full_snapshots\x18\r \x01(\bR\x12stateFullSnapshots\"t\n" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +

@@ -49,6 +49,7 @@ func FromGraph(g *stream.JobGraph) *JobGraph {
 	out.Checkpoint = FromCheckpointConfig(g.Checkpoint)
 	out.Restart = FromRestartConfig(g.Restart)
 	out.StateBackend = g.State.Backend
+	out.StateFullSnapshots = g.State.FullSnapshots
 	return out
 }
 
@@ -124,5 +125,6 @@ func ToGraph(g *JobGraph) (*stream.JobGraph, error) {
 	out.Checkpoint = ToCheckpointConfig(g.GetCheckpoint())
 	out.Restart = ToRestartConfig(g.GetRestart())
 	out.State.Backend = g.GetStateBackend()
+	out.State.FullSnapshots = g.GetStateFullSnapshots()
 	return out, nil
 }

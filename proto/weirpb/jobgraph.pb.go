@@ -464,9 +464,12 @@ type JobGraph struct {
 	Checkpoint     *CheckpointSettings    `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	Restart        *RestartStrategy       `protobuf:"bytes,7,opt,name=restart,proto3" json:"restart,omitempty"`
 	// state_backend is "heap", "pebble" or empty (the cluster default).
-	StateBackend  string `protobuf:"bytes,8,opt,name=state_backend,json=stateBackend,proto3" json:"state_backend,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StateBackend string `protobuf:"bytes,8,opt,name=state_backend,json=stateBackend,proto3" json:"state_backend,omitempty"`
+	// state_full_snapshots: take full (canonical, per-key-group) snapshots
+	// even with a backend that can checkpoint incrementally.
+	StateFullSnapshots bool `protobuf:"varint,9,opt,name=state_full_snapshots,json=stateFullSnapshots,proto3" json:"state_full_snapshots,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *JobGraph) Reset() {
@@ -553,6 +556,13 @@ func (x *JobGraph) GetStateBackend() string {
 		return x.StateBackend
 	}
 	return ""
+}
+
+func (x *JobGraph) GetStateFullSnapshots() bool {
+	if x != nil {
+		return x.StateFullSnapshots
+	}
+	return false
 }
 
 // CheckpointSettings mirrors stream.CheckpointConfig; durations in ms.
@@ -807,7 +817,7 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\x05input\x18\x03 \x01(\x05R\x05input\x129\n" +
 	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\x12\x1d\n" +
 	"\n" +
-	"key_fields\x18\x05 \x03(\tR\tkeyFields\"\xd1\x02\n" +
+	"key_fields\x18\x05 \x03(\tR\tkeyFields\"\x83\x03\n" +
 	"\bJobGraph\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vparallelism\x18\x02 \x01(\x05R\vparallelism\x12'\n" +
@@ -818,7 +828,8 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"checkpoint\x18\x06 \x01(\v2\x1b.weir.v1.CheckpointSettingsR\n" +
 	"checkpoint\x122\n" +
 	"\arestart\x18\a \x01(\v2\x18.weir.v1.RestartStrategyR\arestart\x12#\n" +
-	"\rstate_backend\x18\b \x01(\tR\fstateBackend\"\xd9\x02\n" +
+	"\rstate_backend\x18\b \x01(\tR\fstateBackend\x120\n" +
+	"\x14state_full_snapshots\x18\t \x01(\bR\x12stateFullSnapshots\"\xd9\x02\n" +
 	"\x12CheckpointSettings\x12\x1f\n" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
 	"intervalMs\x12\x1d\n" +

@@ -23,6 +23,11 @@ import (
 // by an earlier attempt of the task is removed first: state comes back from
 // checkpoints through Backend.Restore. The Pebble directory is deleted when
 // the backend is closed.
+//
+// With octx.FullSnapshots the Pebble backend is returned as a plain
+// statebackend.Backend that is not a statebackend.IncrementalSnapshotter,
+// so operators take full snapshots (Backend.Snapshot, the canonical chunk
+// format) instead of uploading Pebble checkpoint files.
 func Open(octx *stream.OperatorContext) (statebackend.Backend, error) {
 	switch octx.StateBackend {
 	case "", stream.StateBackendHeap:
@@ -43,10 +48,18 @@ func Open(octx *stream.OperatorContext) (statebackend.Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
 		}
+		if octx.FullSnapshots {
+			return fullSnapshots{b}, nil
+		}
 		return b, nil
 	}
 	return nil, fmt.Errorf("operator %q: %w", octx.OperatorUID, stream.ValidateStateBackend(octx.StateBackend))
 }
+
+// fullSnapshots hides a backend's optional interfaces (Pebble's
+// IncrementalSnapshotter): only the methods of statebackend.Backend are
+// promoted.
+type fullSnapshots struct{ statebackend.Backend }
 
 // safeName maps an operator uid to a file name: characters other than
 // letters, digits, '-', '_' and '.' become '_'.
@@ -79,7 +92,8 @@ func RestoreDir(localStateDir, operatorUID string, checkpointID int64, subtask i
 // OpenFromSnapshots opens a Pebble backend for octx from the local
 // directories of incremental snapshots (each a Pebble checkpoint, from
 // SnapshotFiles), keeping only octx.KeyGroups: the first directory is opened
-// and trimmed, the others are merged into it.
+// and trimmed, the others are merged into it. With octx.FullSnapshots the
+// backend snapshots in full from then on, as in Open.
 func OpenFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebackend.Backend, error) {
 	if len(dirs) == 0 {
 		return nil, fmt.Errorf("operator %q: restore from no snapshot directories", octx.OperatorUID)
@@ -100,6 +114,11 @@ func OpenFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebacken
 			b.Close()
 			return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
 		}
+	}
+	if octx.FullSnapshots {
+		// Switching a job from incremental to full snapshots: restore the
+		// files, snapshot in full from now on.
+		return fullSnapshots{b}, nil
 	}
 	return b, nil
 }

@@ -1,6 +1,9 @@
 package backends_test
 
 import (
+	"fmt"
+	"path/filepath"
+
 	"testing"
 
 	"github.com/weirstream/weir/statebackend"
@@ -61,4 +64,109 @@ func TestOpen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFullSnapshots checks that a Pebble backend opened with FullSnapshots
+// (state: {incremental: false}) is no IncrementalSnapshotter, and that its
+// full snapshots restore into the heap backend and back: a job can switch
+// backends through a full checkpoint.
+func TestFullSnapshots(t *testing.T) {
+	kg := stream.KeyGroupRange{Start: 0, End: 15}
+	octx := func(backend string) *stream.OperatorContext {
+		return &stream.OperatorContext{OperatorUID: "count", KeyGroups: kg, StateBackend: backend, FullSnapshots: true, LocalStateDir: t.TempDir()}
+	}
+	const keys = 500
+	write := func(b statebackend.Backend, gen int64) {
+		v, err := statebackend.GetValueState(b, "n", statebackend.Int64Codec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range keys {
+			b.SetCurrentKey([]byte(fmt.Sprint("key-", i)), i%kg.Len())
+			v.Update(int64(i) * gen)
+		}
+	}
+	check := func(name string, b statebackend.Backend, gen int64) {
+		t.Helper()
+		v, err := statebackend.GetValueState(b, "n", statebackend.Int64Codec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var missing, wrong int
+		for i := range keys {
+			b.SetCurrentKey([]byte(fmt.Sprint("key-", i)), i%kg.Len())
+			n, ok := v.Value()
+			switch {
+			case !ok:
+				missing++
+			case n != int64(i)*gen:
+				wrong++
+			}
+		}
+		if missing+wrong > 0 {
+			t.Fatalf("%s: %d of %d keys missing, %d with a wrong value", name, missing, keys, wrong)
+		}
+	}
+	snapshot := func(b statebackend.Backend, id int64) *stream.OperatorSnapshot {
+		c := &stream.SnapshotContext{CheckpointID: id, KeyGroups: kg}
+		if err := b.Snapshot(c); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.State.Files) > 0 {
+			t.Fatalf("full snapshot lists %d files", len(c.State.Files))
+		}
+		return &c.State
+	}
+	restore := func(backend string, snap *stream.OperatorSnapshot, id int64) statebackend.Backend {
+		b, err := backends.Open(octx(backend))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		if err := b.Restore(&stream.RestoreContext{CheckpointID: id, KeyGroups: kg, State: snap}); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+
+	peb, err := backends.Open(octx(stream.StateBackendPebble))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peb.Close()
+	if _, ok := peb.(statebackend.IncrementalSnapshotter); ok {
+		t.Fatal("a Pebble backend opened with FullSnapshots is an IncrementalSnapshotter")
+	}
+	write(peb, 3)
+	hp := restore(stream.StateBackendHeap, snapshot(peb, 1), 1)
+	check("pebble → heap", hp, 3)
+	write(hp, 7)
+	peb2 := restore(stream.StateBackendPebble, snapshot(hp, 2), 2)
+	if _, ok := peb2.(statebackend.IncrementalSnapshotter); ok {
+		t.Fatal("a restored Pebble backend with FullSnapshots is an IncrementalSnapshotter")
+	}
+	check("heap → pebble", peb2, 7)
+
+	// From incremental files to full snapshots: OpenFromSnapshots keeps
+	// FullSnapshots too.
+	inc, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(t.TempDir(), "db"), DeleteOnClose: true}, kg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inc.Close()
+	write(inc, 11)
+	dir := filepath.Join(t.TempDir(), "chk-3")
+	if _, err := inc.SnapshotFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	fromFiles, err := backends.OpenFromSnapshots(octx(stream.StateBackendPebble), []string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromFiles.Close()
+	if _, ok := fromFiles.(statebackend.IncrementalSnapshotter); ok {
+		t.Fatal("OpenFromSnapshots with FullSnapshots returned an IncrementalSnapshotter")
+	}
+	check("incremental files → pebble with full snapshots", fromFiles, 11)
+	check("… → heap", restore(stream.StateBackendHeap, snapshot(fromFiles, 4), 4), 11)
 }

@@ -36,8 +36,11 @@ type Options struct {
 	// Configure, if set, adjusts the Pebble options last (compaction
 	// thresholds, compression, ...). With uniformly random updates, L0→Lbase
 	// compactions rewrite most of the state and so most of the next
-	// incremental checkpoint; higher L0 thresholds trade read cost for
-	// fewer rewrites. Default nil.
+	// incremental checkpoint. The defaults favour small checkpoints: L0
+	// compactions start at 64 sublevels (Pebble: 4), writes stall at 256,
+	// and read-triggered compactions are off; the price is up to 64 L0
+	// files a point read may consult (bloom filters keep most of those
+	// lookups in memory) and a scan merges them all. Default nil.
 	Configure func(*pebble.Options)
 	// Logger receives Pebble's log output. Default: errors only, to the
 	// standard logger; informational messages are dropped.
@@ -153,6 +156,11 @@ func checkRange(kg stream.KeyGroupRange) error {
 	return nil
 }
 
+// l0CompactionThreshold is the number of L0 sublevels (about one per
+// memtable flush and one per checkpoint) that starts an L0 compaction;
+// Pebble's default is 4.
+const l0CompactionThreshold = 64
+
 func openDB(opts Options, create bool) (*pebble.DB, error) {
 	po := &pebble.Options{
 		CacheSize:          opts.CacheBytes,
@@ -169,6 +177,16 @@ func openDB(opts Options, create bool) (*pebble.DB, error) {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	// Settings for small incremental checkpoints (see "Compaction and
+	// incremental checkpoints" in the package doc): every sstable a
+	// compaction writes is uploaded by the next checkpoint, so let L0
+	// collect many flushes before compacting it into Lbase (which, with
+	// uniformly spread keys, rewrites all of Lbase), and do not compact
+	// files merely because they are read.
+	po.L0CompactionThreshold = l0CompactionThreshold
+	po.L0CompactionFileThreshold = 16 * l0CompactionThreshold
+	po.L0StopWritesThreshold = 4 * l0CompactionThreshold
+	po.Experimental.ReadSamplingMultiplier = -1
 	if opts.Configure != nil {
 		opts.Configure(po)
 	}

@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/weirstream/weir/blobstore/blobstoretest"
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/statebackend"
+	"github.com/weirstream/weir/statebackend/pebblestate"
+	"github.com/weirstream/weir/stream"
+)
+
+// incrementalTunings are alternative Pebble settings the benchmark can run
+// with (WEIR_INCR_TUNING=<name>) to compare with the backend's defaults
+// (the empty name). "pebble" restores Pebble's own defaults for the
+// settings the backend changes.
+var incrementalTunings = map[string]func(*pebble.Options){
+	"": nil,
+	"pebble": func(o *pebble.Options) {
+		o.L0CompactionThreshold = 4
+		o.L0CompactionFileThreshold = 500
+		o.L0StopWritesThreshold = 12
+		o.Experimental.ReadSamplingMultiplier = 1 << 4
+		o.LBaseMaxBytes = 64 << 20
+		o.TargetFileSizes = [len(o.TargetFileSizes)]int64{}
+		o.TargetFileSizes[0] = 2 << 20
+		for i := 1; i < len(o.TargetFileSizes); i++ {
+			o.TargetFileSizes[i] = o.TargetFileSizes[i-1] * 2
+		}
+	},
+}
+
+// BenchmarkIncrementalCheckpoint1GB is issue 5's benchmark: about 1 GB of
+// keyed state in the Pebble backend (WEIR_INCR_KEYS keys, default 10
+// million, of 8 bytes with 100-byte random — incompressible — values),
+// a first checkpoint uploaded in full, then rounds of: update a seeded
+// random 1 % of the keys, snapshot (SnapshotFiles: flush + Pebble
+// checkpoint) and upload (checkpoint.Storage.UploadFiles, shared sstables
+// content-addressed) to S3 on a versitygw server. WEIR_INCR_WARMUP rounds
+// (default 3) are not measured, then WEIR_INCR_ROUNDS (default 20) are.
+//
+// It prints:
+//
+//	incremental_state_bytes              live key+value bytes of state
+//	incremental_changed_bytes_per_round  key+value bytes written per round
+//	incremental_upload_ratio_amortized   Σ bytes uploaded ÷ Σ bytes changed
+//	                                     over the measured rounds
+//	incremental_upload_ratio_p50         median of the per-round ratios
+//	incremental_upload_ratio             = the amortized ratio
+//	checkpoint_duration_p50_ms/_p99_ms   snapshot + upload of one round
+//	full_checkpoint_bytes                bytes uploaded by the first checkpoint
+//
+// Bytes uploaded are every byte PUT to storage: new sstables and the
+// per-checkpoint files (MANIFEST, OPTIONS, markers). With 20 rounds the p99
+// is the slowest round.
+func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
+	var (
+		n       = int(envInt("WEIR_INCR_KEYS", 10_000_000))
+		warmup  = int(envInt("WEIR_INCR_WARMUP", 3))
+		rounds  = int(envInt("WEIR_INCR_ROUNDS", 20))
+		tuning  = os.Getenv("WEIR_INCR_TUNING")
+		valSize = 100
+		maxPar  = stream.DefaultMaxParallelism
+	)
+	base, ok := incrementalTunings[tuning]
+	if !ok {
+		b.Fatalf("WEIR_INCR_TUNING=%q: unknown tuning", tuning)
+	}
+	// WEIR_INCR_L0 (sublevels), WEIR_INCR_LBASE_MB and WEIR_INCR_TARGET_MB
+	// override single settings on top of the tuning, for exploring.
+	l0, lbase, target := envInt("WEIR_INCR_L0", 0), envInt("WEIR_INCR_LBASE_MB", 0), envInt("WEIR_INCR_TARGET_MB", 0)
+	noReadCompactions := os.Getenv("WEIR_INCR_NO_READ_COMPACTIONS") != ""
+	configure := func(o *pebble.Options) {
+		if base != nil {
+			base(o)
+		}
+		if noReadCompactions {
+			o.Experimental.ReadSamplingMultiplier = -1
+		}
+		if l0 > 0 {
+			o.L0CompactionThreshold = int(l0)
+			o.L0CompactionFileThreshold = max(o.L0CompactionFileThreshold, int(l0)*8)
+			o.L0StopWritesThreshold = max(o.L0StopWritesThreshold, int(l0)*4)
+		}
+		if lbase > 0 {
+			o.LBaseMaxBytes = lbase << 20
+		}
+		if target > 0 {
+			for i := range o.TargetFileSizes {
+				o.TargetFileSizes[i] = target << 20
+			}
+		}
+	}
+	memtable := envInt("WEIR_INCR_MEMTABLE_MB", 0) << 20
+	endpoint, access, secret := blobstoretest.StartVersityGW(b)
+	st := checkpoint.NewStorage(blobstoretest.NewS3Store(b, endpoint, access, secret))
+	root := b.TempDir()
+	kg := stream.KeyGroupRange{Start: 0, End: maxPar - 1}
+	be, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), DeleteOnClose: true, Configure: configure, MemTableBytes: memtable}, kg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	s, err := statebackend.GetValueState(be, "v", statebackend.BytesCodec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 42))
+	buf := make([]byte, valSize+7)
+	val := buf[:valSize]
+	key := make([]byte, 8)
+	put := func(i int) int64 {
+		for j := 0; j < valSize; j += 8 {
+			binary.LittleEndian.PutUint64(buf[j:], rng.Uint64())
+		}
+		binary.BigEndian.PutUint64(key, uint64(i)*0x9e3779b97f4a7c15)
+		be.SetCurrentKey(key, i%maxPar)
+		s.Update(val)
+		return int64(len(key) + valSize)
+	}
+	start := time.Now()
+	for i := range n {
+		put(i)
+	}
+	load := time.Since(start)
+
+	ctx := b.Context()
+	ckpt := int64(0)
+	var prevDir string
+	take := func() (int64, time.Duration) {
+		ckpt++
+		start := time.Now()
+		dir := filepath.Join(root, fmt.Sprint("chk-", ckpt))
+		files, err := be.SnapshotFiles(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, up, err := st.UploadFiles(ctx, "job", ckpt, "op", 0, 1, files)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(start)
+		// Keep the latest local checkpoint only (its hard links hold
+		// compacted-away files on disk).
+		if prevDir != "" {
+			os.RemoveAll(prevDir)
+		}
+		prevDir = dir
+		return up, d
+	}
+	full, fullDur := take()
+	stateBytes := be.SizeBytes()
+
+	round := func() (changed, uploaded int64, d time.Duration) {
+		for range n / 100 {
+			changed += put(rng.IntN(n))
+		}
+		uploaded, d = take()
+		return changed, uploaded, d
+	}
+	for range warmup {
+		round()
+	}
+	var totalUp, totalChanged int64
+	var durs []time.Duration
+	var ratios []float64
+	for b.Loop() {
+		for r := range rounds {
+			changed, up, d := round()
+			totalUp += up
+			totalChanged += changed
+			durs = append(durs, d)
+			ratios = append(ratios, float64(up)/float64(changed))
+			b.Logf("round %d: changed %d B, uploaded %d B (ratio %.2f), %v", r, changed, up, float64(up)/float64(changed), d)
+		}
+	}
+	slices.Sort(durs)
+	slices.Sort(ratios)
+	amortized := float64(totalUp) / float64(totalChanged)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	fmt.Printf("incremental_state_bytes=%d\n", stateBytes)
+	fmt.Printf("incremental_changed_bytes_per_round=%d\n", totalChanged/int64(len(durs)))
+	fmt.Printf("incremental_upload_ratio_amortized=%.2f\n", amortized)
+	fmt.Printf("incremental_upload_ratio_p50=%.2f\n", ratios[len(ratios)/2])
+	fmt.Printf("incremental_upload_ratio=%.2f\n", amortized)
+	fmt.Printf("checkpoint_duration_p50_ms=%.0f\n", ms(durs[len(durs)/2]))
+	fmt.Printf("checkpoint_duration_p99_ms=%.0f\n", ms(durs[min(len(durs)-1, len(durs)*99/100)]))
+	fmt.Printf("full_checkpoint_bytes=%d\n", full)
+	b.Logf("keys %d, load %v, first checkpoint %v, tuning %q, %d warm-up + %d measured rounds", n, load, fullDur, tuning, warmup, rounds)
+}
