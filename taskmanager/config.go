@@ -37,8 +37,20 @@ type Config struct {
 	// StateDir holds the local state of this taskmanager's tasks (one
 	// subdirectory per task). Default os.TempDir()/weir-state-<ID>.
 	StateDir string
-	Logger   *slog.Logger
+	// StateCacheBytes is the memory in bytes for the caches of keyed state
+	// on this taskmanager, divided evenly among its slots: a task gets
+	// StateCacheBytes/Slots for its keyed-state backend (Pebble: half for
+	// the block cache, half for the write-back value cache; the heap
+	// backend keeps all state in memory and ignores it). Default 0: every
+	// Pebble backend takes the pebblestate defaults (64 MiB block cache and
+	// 32 MiB value cache).
+	StateCacheBytes int64
+	Logger          *slog.Logger
 }
+
+// minStateCachePerSlot is the smallest per-slot share of StateCacheBytes:
+// below it Pebble's block cache cannot hold even its index blocks.
+const minStateCachePerSlot = 256 << 10
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
@@ -72,6 +84,13 @@ func (c *Config) Validate() error {
 	}
 	if c.CreditsPerChannel < 1 {
 		return fmt.Errorf("taskmanager config: credits per channel %d: must be at least 1", c.CreditsPerChannel)
+	}
+	if c.StateCacheBytes < 0 {
+		return fmt.Errorf("taskmanager config: state cache bytes %d: must be 0 (backend defaults) or positive", c.StateCacheBytes)
+	}
+	if c.StateCacheBytes > 0 && c.StateCacheBytes/int64(c.Slots) < minStateCachePerSlot {
+		return fmt.Errorf("taskmanager config: state cache bytes %d: %d bytes per slot (%d slots) is below the minimum of %d; give at least %d bytes or use fewer slots",
+			c.StateCacheBytes, c.StateCacheBytes/int64(c.Slots), c.Slots, minStateCachePerSlot, minStateCachePerSlot*int64(c.Slots))
 	}
 	if c.RegisterRetry <= 0 {
 		return fmt.Errorf("taskmanager config: register retry %v: must be positive", c.RegisterRetry)

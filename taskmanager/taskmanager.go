@@ -334,6 +334,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment) error {
 	}
 	spec.LocalStateDir = filepath.Join(tm.cfg.StateDir, d.GetId().GetJobId(),
 		fmt.Sprintf("v%d-s%d", d.GetId().GetVertexId(), d.GetId().GetSubtask()))
+	spec.StateCacheBytes = tm.cfg.StateCacheBytes / int64(tm.cfg.Slots)
 	ctx, cancel := context.WithCancel(context.Background())
 	if spec.Checkpointing {
 		spec.Hooks = &taskHooks{tm: tm, id: d.GetId(), name: d.GetTaskName(), storage: d.GetCheckpointing().GetStorage(),

@@ -221,6 +221,9 @@ func newBackend(opts Options, db *pebble.DB, kg stream.KeyGroupRange) *Backend {
 	return b
 }
 
+// Options returns the backend's options, with defaults filled in.
+func (b *Backend) Options() Options { return b.opts }
+
 // Err returns the first error the backend met in a call that cannot return
 // one (a failed read or write in Pebble, a value its codec cannot encode).
 // Snapshot, Checkpoint and Close return it too, so that a checkpoint never

@@ -198,6 +198,7 @@ type taskManagerFile struct {
 	Slots             int    `yaml:"slots"`
 	CreditsPerChannel int    `yaml:"creditsPerChannel"`
 	MetricsAddress    string `yaml:"metricsAddress"`
+	StateCacheBytes   int64  `yaml:"stateCacheBytes"`
 }
 
 // NewTaskManagerCommand returns the taskmanager process command.
@@ -241,6 +242,9 @@ func NewTaskManagerCommand() *cobra.Command {
 				if f.CreditsPerChannel != 0 && !set("credits-per-channel") {
 					cfg.CreditsPerChannel = f.CreditsPerChannel
 				}
+				if f.StateCacheBytes != 0 && !set("state-cache-bytes") {
+					cfg.StateCacheBytes = f.StateCacheBytes
+				}
 			}
 			log, err := newLogger(logLevel)
 			if err != nil {
@@ -263,6 +267,7 @@ func NewTaskManagerCommand() *cobra.Command {
 	f.IntVar(&cfg.Slots, "slots", cfg.Slots, "number of task slots")
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for local keyed state (pebble backend); default $TMPDIR/weir-state-<id>")
+	f.Int64Var(&cfg.StateCacheBytes, "state-cache-bytes", cfg.StateCacheBytes, "memory for keyed-state caches, divided among the slots; per slot half goes to Pebble's block cache, half to its write-back value cache (0: 64 MiB + 32 MiB per Pebble backend)")
 	f.IntVar(&cfg.CreditsPerChannel, "credits-per-channel", cfg.CreditsPerChannel, "batches buffered per input channel (flow-control credits)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
