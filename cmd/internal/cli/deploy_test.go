@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/weirstream/weir/jobmanager"
+)
+
+// TestDeployConfigsLoad loads every example config under deploy/ the way
+// the binaries do (unknown keys are errors) and checks what they promise:
+// the jobmanager configs validate, and the ha/ examples really configure
+// ha: etcd with the same prefix and endpoints everywhere.
+func TestDeployConfigsLoad(t *testing.T) {
+	root := filepath.Join("..", "..", "..", "deploy")
+	jms, _ := filepath.Glob(filepath.Join(root, "*", "jobmanager*.yaml"))
+	top, _ := filepath.Glob(filepath.Join(root, "jobmanager*.yaml"))
+	jms = append(jms, top...)
+	tms, _ := filepath.Glob(filepath.Join(root, "*", "taskmanager*.yaml"))
+	top, _ = filepath.Glob(filepath.Join(root, "taskmanager*.yaml"))
+	tms = append(tms, top...)
+	if len(jms) < 3 || len(tms) < 2 {
+		t.Fatalf("found %d jobmanager and %d taskmanager configs under %s; want the plain and the ha/ examples", len(jms), len(tms), root)
+	}
+	type haSetting struct {
+		prefix    string
+		endpoints []string
+	}
+	var ha []haSetting
+	for _, path := range jms {
+		var f jobManagerFile
+		if err := loadConfigFile(path, &f); err != nil {
+			t.Fatal(err)
+		}
+		cfg := jobmanager.DefaultConfig()
+		if err := applyJobManagerFile(NewJobManagerCommand(), &cfg, f); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if filepath.Base(filepath.Dir(path)) == "ha" {
+			if f.HA.Mode != "etcd" || f.HA.AdvertisedAddress == "" {
+				t.Fatalf("%s: ha mode %q, advertised address %q; the HA example must set mode etcd and an advertised address", path, f.HA.Mode, f.HA.AdvertisedAddress)
+			}
+			ha = append(ha, haSetting{f.HA.Prefix, f.HA.Endpoints})
+		}
+	}
+	for _, path := range tms {
+		var f taskManagerFile
+		if err := loadConfigFile(path, &f); err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Base(filepath.Dir(path)) == "ha" {
+			if f.HA.Mode != "etcd" {
+				t.Fatalf("%s: ha mode %q; the HA example must find the leader through etcd", path, f.HA.Mode)
+			}
+			ha = append(ha, haSetting{f.HA.Prefix, f.HA.Endpoints})
+		}
+	}
+	if len(ha) < 3 {
+		t.Fatalf("%d ha: etcd configs under %s/ha; want two jobmanagers and a taskmanager", len(ha), root)
+	}
+	for _, h := range ha[1:] {
+		if h.prefix != ha[0].prefix || !slices.Equal(h.endpoints, ha[0].endpoints) {
+			t.Fatalf("ha examples disagree: prefix %q endpoints %v vs prefix %q endpoints %v", h.prefix, h.endpoints, ha[0].prefix, ha[0].endpoints)
+		}
+	}
+	if len(ha[0].endpoints) != 3 {
+		t.Fatalf("the ha examples name %d etcd endpoints; the example cluster has 3", len(ha[0].endpoints))
+	}
+}
