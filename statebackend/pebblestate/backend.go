@@ -25,7 +25,11 @@ type Options struct {
 	// read from disk.
 	CacheBytes int64
 	// MemTableBytes is the size of one Pebble memtable in bytes. Default
-	// 4 MiB.
+	// 32 MiB (Pebble keeps up to two, filled lazily). Checkpoints flush
+	// the memtable; a memtable that holds what one checkpoint interval
+	// writes keeps it to one L0 sublevel per checkpoint, so that L0
+	// compactions, and the large uploads after them, come every ~64
+	// checkpoints.
 	MemTableBytes int64
 	// WriteBatchBytes is how many bytes of writes the backend buffers in an
 	// indexed batch before it commits them to the database. Default 1 MiB.
@@ -34,13 +38,18 @@ type Options struct {
 	// Close flushes and leaves the database on disk.
 	DeleteOnClose bool
 	// Configure, if set, adjusts the Pebble options last (compaction
-	// thresholds, compression, ...). With uniformly random updates, L0→Lbase
-	// compactions rewrite most of the state and so most of the next
-	// incremental checkpoint. The defaults favour small checkpoints: L0
-	// compactions start at 64 sublevels (Pebble: 4), writes stall at 256,
-	// and read-triggered compactions are off; the price is up to 64 L0
-	// files a point read may consult (bloom filters keep most of those
-	// lookups in memory) and a scan merges them all. Default nil.
+	// thresholds, compression, ...). With uniformly random updates, an L0
+	// compaction rewrites most of the state and so most of the next
+	// incremental checkpoint. The defaults favour small checkpoints: two
+	// levels (L0 and the bottom level, LBaseMaxBytes 2^50), L0 compacted
+	// at 64 sublevels (L0CompactionThreshold 128; Pebble: 2 sublevels),
+	// writes stalled at 256 sublevels, read-triggered compactions off.
+	// The price: a point read may consult up to 64 L0 files (bloom filters
+	// answer most of them from memory), a scan merges them all, disk space
+	// up to ~2× the state (L0 holds up to 64 checkpoints' worth of
+	// overwritten values; a compaction briefly needs another copy of the
+	// bottom level), and each L0 compaction rewrites the whole bottom
+	// level. Default nil.
 	Configure func(*pebble.Options)
 	// Logger receives Pebble's log output. Default: errors only, to the
 	// standard logger; informational messages are dropped.
@@ -67,7 +76,7 @@ func (o Options) withDefaults() Options {
 		o.CacheBytes = 64 << 20
 	}
 	if o.MemTableBytes == 0 {
-		o.MemTableBytes = 4 << 20
+		o.MemTableBytes = defaultMemTableBytes
 	}
 	if o.WriteBatchBytes == 0 {
 		o.WriteBatchBytes = 1 << 20
@@ -156,10 +165,25 @@ func checkRange(kg stream.KeyGroupRange) error {
 	return nil
 }
 
-// l0CompactionThreshold is the number of L0 sublevels (about one per
-// memtable flush and one per checkpoint) that starts an L0 compaction;
-// Pebble's default is 4.
-const l0CompactionThreshold = 64
+// Defaults for small incremental checkpoints; see "Compaction and
+// incremental checkpoints" in the package doc.
+const (
+	// l0CompactionThreshold is Pebble's L0CompactionThreshold. Pebble
+	// scores L0 as 2 × sublevels ÷ this, so L0 is compacted once it holds
+	// half as many sublevels: 64, about one per checkpoint (Pebble: 4,
+	// i.e. 2 sublevels).
+	l0CompactionThreshold = 128
+	// l0StopWritesThreshold is the L0 depth in sublevels at which Pebble
+	// stops writes until compactions catch up: four compaction cycles.
+	l0StopWritesThreshold = 256
+	// lbaseMaxBytes makes the bottom level Lbase however large the state
+	// is, so the LSM has two levels, L0 and L6, and a byte of state is
+	// rewritten once per L0 compaction rather than once per level.
+	lbaseMaxBytes = 1 << 50
+	// defaultMemTableBytes holds what a checkpoint interval writes at
+	// typical rates, so that one checkpoint adds one L0 sublevel.
+	defaultMemTableBytes = 32 << 20
+)
 
 func openDB(opts Options, create bool) (*pebble.DB, error) {
 	po := &pebble.Options{
@@ -180,12 +204,14 @@ func openDB(opts Options, create bool) (*pebble.DB, error) {
 	// Settings for small incremental checkpoints (see "Compaction and
 	// incremental checkpoints" in the package doc): every sstable a
 	// compaction writes is uploaded by the next checkpoint, so let L0
-	// collect many flushes before compacting it into Lbase (which, with
-	// uniformly spread keys, rewrites all of Lbase), and do not compact
-	// files merely because they are read.
+	// collect about 64 flushes before compacting it straight into the
+	// bottom level (which, with uniformly spread keys, rewrites all of
+	// it), keep no intermediate levels, and do not compact files merely
+	// because they are read.
 	po.L0CompactionThreshold = l0CompactionThreshold
 	po.L0CompactionFileThreshold = 16 * l0CompactionThreshold
-	po.L0StopWritesThreshold = 4 * l0CompactionThreshold
+	po.L0StopWritesThreshold = l0StopWritesThreshold
+	po.LBaseMaxBytes = lbaseMaxBytes
 	po.Experimental.ReadSamplingMultiplier = -1
 	if opts.Configure != nil {
 		opts.Configure(po)

@@ -73,24 +73,46 @@
 // An incremental checkpoint uploads every sstable the previous checkpoint
 // did not have, so it costs what flushes and compactions wrote since then,
 // not what the application changed. With keys updated uniformly at random
-// each L0 file spans the whole key space, and an L0→Lbase compaction
-// rewrites all of Lbase; with Pebble's defaults (compact L0 at 4 sublevels,
-// read-triggered compactions on) a checkpoint after 1 % of 1M keys changed
-// uploaded ~45× the changed bytes. openDB therefore lets L0 collect up to
-// 64 sublevels (one per memtable flush, one per checkpoint) before
-// compacting, stops writes only at 256, and turns off read-triggered
-// compactions (the backend reads each key it writes, which made Pebble
-// rewrite files merely for being read). Most checkpoints then upload about
-// one flush of changed data (~1.15× the changed bytes); every few dozen
-// sublevels one uploads a rewritten Lbase, which dominates the amortized
-// ratio (test/bench BenchmarkIncrementalCheckpoint1GB prints both).
+// each flushed L0 file spans the whole key space, and any compaction from
+// L0 (or an intermediate level) into a level rewrites all of that level.
+// With Pebble's defaults (compact L0 at 2 sublevels, Lbase of 64 MB with
+// intermediate levels, read-triggered compactions on) a checkpoint after
+// 1 % of 1M keys changed uploaded ~45× the changed bytes.
 //
-// The cost is on reads: a point lookup may consult up to 64 L0 files
-// (bloom filters, 10 bits per key on every level, answer most of them from
-// memory) and a scan merges them all. Options.Configure can restore Pebble's
-// thresholds for read-heavy jobs with rare checkpoints, and
-// state: {incremental: false} (stream.StateConfig.FullSnapshots) avoids
-// shared files altogether by taking full canonical snapshots.
+// openDB therefore shapes the LSM for checkpoints:
+//
+//   - One sublevel per checkpoint: Checkpoint flushes the memtable, and the
+//     32 MiB default memtable (Options.MemTableBytes) holds what a
+//     checkpoint interval usually writes, so no flush happens in between.
+//   - Two levels: LBaseMaxBytes is 2^50, so L0 is compacted straight into
+//     the bottom level, and a byte is rewritten once per L0 compaction,
+//     not once more per intermediate level (each of which adds about its
+//     fan-out, 10, to the ratio).
+//   - L0 compacted every ~T = 64 sublevels: Pebble's L0 score is
+//     2 × sublevels ÷ L0CompactionThreshold, which is 128. Writes stop at
+//     256 sublevels. Read-triggered compactions are off (the backend reads
+//     each key it writes, which made Pebble rewrite files merely for being
+//     read).
+//
+// A checkpoint then uploads one flushed file, ~1.15× the changed bytes,
+// and one in T uploads the rewritten bottom level, the whole state. The
+// amortized ratio is about 1.15 + state ÷ (T × changed per checkpoint):
+// 1.15 + 100/64 ≈ 2.7 at 1 % per checkpoint (test/bench
+// BenchmarkIncrementalCheckpoint1GB prints it, the p50 and the compactions
+// in its window). Below ~2 needs T ≥ 128 or a different design (a
+// changelog of state changes uploaded per checkpoint and materialized
+// periodically, as Flink's changelog state backend does).
+//
+// The costs: a point read may consult up to T L0 files (bloom filters, 10
+// bits per key on every level, answer most of them from memory; see
+// BenchmarkValueStateGetUpdateAfterCheckpoints) and a scan merges them
+// all; disk space up to ~2× the state (L0 holds up to T checkpoints of
+// overwritten values, and a compaction briefly needs a second copy of the
+// bottom level); and the checkpoint after a compaction uploads the whole
+// state. Options.Configure can restore Pebble's thresholds for read-heavy
+// jobs with rare checkpoints, and state: {incremental: false}
+// (stream.StateConfig.FullSnapshots) avoids shared files altogether by
+// taking full canonical snapshots.
 //
 // pebblestate imports the standard library, stream, statebackend,
 // statebackend/internal/chunk and Pebble.

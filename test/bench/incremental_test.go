@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,7 +69,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	var (
 		n       = int(envInt("WEIR_INCR_KEYS", 10_000_000))
 		warmup  = int(envInt("WEIR_INCR_WARMUP", 3))
-		rounds  = int(envInt("WEIR_INCR_ROUNDS", 20))
+		rounds  = int(envInt("WEIR_INCR_ROUNDS", 0))
 		tuning  = os.Getenv("WEIR_INCR_TUNING")
 		valSize = 100
 		maxPar  = stream.DefaultMaxParallelism
@@ -79,6 +82,10 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	// override single settings on top of the tuning, for exploring.
 	l0, lbase, target := envInt("WEIR_INCR_L0", 0), envInt("WEIR_INCR_LBASE_MB", 0), envInt("WEIR_INCR_TARGET_MB", 0)
 	noReadCompactions := os.Getenv("WEIR_INCR_NO_READ_COMPACTIONS") != ""
+	var (
+		ev          compactionCounter
+		l0Threshold int
+	)
 	configure := func(o *pebble.Options) {
 		if base != nil {
 			base(o)
@@ -99,13 +106,20 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 				o.TargetFileSizes[i] = target << 20
 			}
 		}
+		l0Threshold = o.L0CompactionThreshold
+		o.EventListener = ev.listener()
 	}
 	memtable := envInt("WEIR_INCR_MEMTABLE_MB", 0) << 20
+	// The block cache holds the whole state (WEIR_INCR_CACHE_MB, default
+	// 2048): every update reads the key first, and with the backend's
+	// 64 MiB default most reads go to disk, which makes a round of 100k
+	// updates take seconds — time spent on reads, not checkpoints.
+	cache := envInt("WEIR_INCR_CACHE_MB", 2048) << 20
 	endpoint, access, secret := blobstoretest.StartVersityGW(b)
 	st := checkpoint.NewStorage(blobstoretest.NewS3Store(b, endpoint, access, secret))
 	root := b.TempDir()
 	kg := stream.KeyGroupRange{Start: 0, End: maxPar - 1}
-	be, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), DeleteOnClose: true, Configure: configure, MemTableBytes: memtable}, kg)
+	be, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), DeleteOnClose: true, Configure: configure, MemTableBytes: memtable, CacheBytes: cache}, kg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,11 +141,26 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 		s.Update(val)
 		return int64(len(key) + valSize)
 	}
+	// Load in key order — key group first, then the key's bytes, as the
+	// backend lays keys out — so that flushes do not overlap and go to the
+	// bottom level without compactions. The load is not measured.
 	start := time.Now()
-	for i := range n {
-		put(i)
+	order := make([]uint32, n)
+	for i := range order {
+		order[i] = uint32(i)
 	}
+	slices.SortFunc(order, func(x, y uint32) int {
+		if c := cmp.Compare(x%uint32(maxPar), y%uint32(maxPar)); c != 0 {
+			return c
+		}
+		return cmp.Compare(uint64(x)*0x9e3779b97f4a7c15, uint64(y)*0x9e3779b97f4a7c15)
+	})
+	for _, i := range order {
+		put(int(i))
+	}
+	order = nil
 	load := time.Since(start)
+	b.Logf("loaded %d keys in %v", n, load)
 
 	ctx := b.Context()
 	ckpt := int64(0)
@@ -160,7 +189,10 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	full, fullDur := take()
 	stateBytes := be.SizeBytes()
 
+	nround := 0
 	round := func() (changed, uploaded int64, d time.Duration) {
+		nround++
+		ev.round.Store(int64(nround))
 		for range n / 100 {
 			changed += put(rng.IntN(n))
 		}
@@ -170,6 +202,12 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	for range warmup {
 		round()
 	}
+	if rounds == 0 {
+		// At least two L0 compaction cycles (one flush, so about one L0
+		// sublevel, per round).
+		rounds = max(2*l0Threshold, 40)
+	}
+	ev.reset()
 	var totalUp, totalChanged int64
 	var durs []time.Duration
 	var ratios []float64
@@ -183,6 +221,10 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 			b.Logf("round %d: changed %d B, uploaded %d B (ratio %.2f), %v", r, changed, up, float64(up)/float64(changed), d)
 		}
 	}
+	flushes, compactions, compacted, log := ev.get()
+	for _, l := range log {
+		b.Log(l)
+	}
 	slices.Sort(durs)
 	slices.Sort(ratios)
 	amortized := float64(totalUp) / float64(totalChanged)
@@ -195,5 +237,70 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	fmt.Printf("checkpoint_duration_p50_ms=%.0f\n", ms(durs[len(durs)/2]))
 	fmt.Printf("checkpoint_duration_p99_ms=%.0f\n", ms(durs[min(len(durs)-1, len(durs)*99/100)]))
 	fmt.Printf("full_checkpoint_bytes=%d\n", full)
+	fmt.Printf("incremental_rounds=%d\n", len(durs))
+	fmt.Printf("incremental_flushes=%d\n", flushes)
+	fmt.Printf("incremental_compactions=%d\n", compactions)
+	fmt.Printf("incremental_compacted_bytes=%d\n", compacted)
+	fmt.Printf("incremental_l0_compaction_threshold=%d\n", l0Threshold)
+	fmt.Printf("incremental_load_s=%.0f\n", load.Seconds())
 	b.Logf("keys %d, load %v, first checkpoint %v, tuning %q, %d warm-up + %d measured rounds", n, load, fullDur, tuning, warmup, rounds)
+}
+
+// compactionCounter counts the flushes and compactions Pebble finishes, and
+// logs each compaction (reason, levels, bytes written), to show what makes
+// a checkpoint upload rewritten files.
+type compactionCounter struct {
+	round       atomic.Int64 // the round being run, for the log
+	mu          sync.Mutex
+	flushes     int
+	compactions int
+	written     uint64
+	log         []string
+}
+
+func (c *compactionCounter) listener() *pebble.EventListener {
+	return &pebble.EventListener{
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err != nil {
+				return
+			}
+			c.mu.Lock()
+			c.flushes++
+			c.mu.Unlock()
+		},
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			if info.Err != nil {
+				return
+			}
+			var in []string
+			var inBytes, out uint64
+			for _, l := range info.Input {
+				for _, t := range l.Tables {
+					inBytes += t.Size
+				}
+				in = append(in, fmt.Sprintf("L%d×%d", l.Level, len(l.Tables)))
+			}
+			for _, t := range info.Output.Tables {
+				out += t.Size
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.compactions++
+			c.written += out
+			c.log = append(c.log, fmt.Sprintf("round %d: compaction %s: %v → L%d, read %d MB, wrote %d MB in %v",
+				c.round.Load(), info.Reason, in, info.Output.Level, inBytes>>20, out>>20, info.TotalDuration.Round(time.Millisecond)))
+		},
+	}
+}
+
+func (c *compactionCounter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flushes, c.compactions, c.written, c.log = 0, 0, 0, nil
+}
+
+func (c *compactionCounter) get() (flushes, compactions int, written uint64, log []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.flushes, c.compactions, c.written, slices.Clone(c.log)
 }
