@@ -103,10 +103,14 @@
 // changelog of state changes uploaded per checkpoint and materialized
 // periodically, as Flink's changelog state backend does).
 //
-// The costs: a point read may consult up to T L0 files (bloom filters, 10
-// bits per key on every level, answer most of them from memory; see
-// BenchmarkValueStateGetUpdateAfterCheckpoints) and a scan merges them
-// all; disk space up to ~2× the state (L0 holds up to T checkpoints of
+// The costs: a point read consults every L0 file that spans its key, up
+// to T of them, and although bloom filters (10 bits per key on every
+// level) keep most of those lookups off the disk, each costs an iterator:
+// BenchmarkValueStateGetUpdateAfterCheckpoints measured ~250 µs per
+// read-modify-write with ~60 sublevels against ~15 µs compacted (1M keys,
+// a busy 2-core machine), so read-heavy jobs pay for small checkpoints
+// with up to an order of magnitude slower state access just before each
+// L0 compaction; a scan merges all L0 files; disk space up to ~2× the state (L0 holds up to T checkpoints of
 // overwritten values, and a compaction briefly needs a second copy of the
 // bottom level); and the checkpoint after a compaction uploads the whole
 // state. Options.Configure can restore Pebble's thresholds for read-heavy
