@@ -430,6 +430,25 @@ func GenerateRow(cfg DatagenConfig, seq int64) []any {
 	return b.Row(0)
 }
 
+// GenerateRows calls fn with rows start, start+1, …, start+n-1 of cfg, as
+// GenerateRow would return them, compiling cfg once. It is for tests that
+// recompute a source's output; it panics if cfg is invalid.
+func GenerateRows(cfg DatagenConfig, start, n int64, fn func(seq int64, row []any)) {
+	p, err := cfg.compile()
+	if err != nil {
+		panic(err)
+	}
+	const chunk = 4096
+	for off := int64(0); off < n; off += chunk {
+		m := min(chunk, n-off)
+		b := p.fillBatch(start+off, 1, int(m))
+		for i := range int(m) {
+			fn(start+off+int64(i), b.Row(i))
+		}
+		b.Release()
+	}
+}
+
 func intsOf(c *stream.Column, n int) []int64 {
 	if cap(c.Ints) < n {
 		c.Ints = make([]int64, n)

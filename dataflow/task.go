@@ -89,11 +89,12 @@ type TaskSpec struct {
 	// checkpoint: its operators start empty (Restore is ignored) and a
 	// source behaves as exhausted, so that its input is not produced twice.
 	RestoreFinished bool
-	// StateBackend, FullSnapshots and LocalStateDir are passed to
-	// operators in stream.OperatorContext.
-	StateBackend  string
-	FullSnapshots bool
-	LocalStateDir string
+	// StateBackend, FullSnapshots, LocalStateDir and StateCacheBytes are
+	// passed to operators in stream.OperatorContext.
+	StateBackend    string
+	FullSnapshots   bool
+	LocalStateDir   string
+	StateCacheBytes int64
 }
 
 // Metrics are a task's counters; they may be read while the task runs.
@@ -190,6 +191,9 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			StateBackend:   spec.StateBackend,
 			FullSnapshots:  spec.FullSnapshots,
 			LocalStateDir:  spec.LocalStateDir,
+			// Every operator of the chain may open a backend; the
+			// caches of one task share its slot's budget.
+			StateCacheBytes: spec.StateCacheBytes,
 		}}
 		var err error
 		switch {

@@ -63,6 +63,10 @@ type OperatorContext struct {
 	// LocalStateDir is a directory private to this task where a backend may
 	// keep files (empty: use a temporary directory).
 	LocalStateDir string
+	// StateCacheBytes is the memory in bytes this subtask's keyed-state
+	// backend may use for caches (Pebble: its block cache and its
+	// write-back value cache, half each); 0 leaves the backend's defaults.
+	StateCacheBytes int64
 }
 
 // Operator is a transformation or a sink. The task runtime calls its methods

@@ -40,8 +40,16 @@ type Config struct {
 	// HA selects how the jobmanager is found: mode "none" (default) uses
 	// JobManagerAddress; "etcd" reads the leading jobmanager's address from
 	// etcd (it never campaigns) and follows leader changes.
-	HA     HAConfig
-	Logger *slog.Logger
+	HA HAConfig
+	// StateCacheBytes is the memory in bytes for the caches of keyed state
+	// on this taskmanager, divided evenly among its slots: a task gets
+	// StateCacheBytes/Slots for its keyed-state backend (Pebble: half for
+	// the block cache, half for the write-back value cache; the heap
+	// backend keeps all state in memory and ignores it). Default 0: every
+	// Pebble backend takes the pebblestate defaults (64 MiB block cache and
+	// 32 MiB value cache).
+	StateCacheBytes int64
+	Logger          *slog.Logger
 }
 
 // HAConfig is the taskmanager's side of high availability; the keys are
@@ -56,6 +64,10 @@ type HAConfig struct {
 }
 
 func (h HAConfig) etcd() bool { return h.Mode == "etcd" }
+
+// minStateCachePerSlot is the smallest per-slot share of StateCacheBytes:
+// below it Pebble's block cache cannot hold even its index blocks.
+const minStateCachePerSlot = 256 << 10
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
@@ -98,6 +110,13 @@ func (c *Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("taskmanager config: ha mode %q: want none or etcd", c.HA.Mode)
+	}
+	if c.StateCacheBytes < 0 {
+		return fmt.Errorf("taskmanager config: state cache bytes %d: must be 0 (backend defaults) or positive", c.StateCacheBytes)
+	}
+	if c.StateCacheBytes > 0 && c.StateCacheBytes/int64(c.Slots) < minStateCachePerSlot {
+		return fmt.Errorf("taskmanager config: state cache bytes %d: %d bytes per slot (%d slots) is below the minimum of %d; give at least %d bytes or use fewer slots",
+			c.StateCacheBytes, c.StateCacheBytes/int64(c.Slots), c.Slots, minStateCachePerSlot, minStateCachePerSlot*int64(c.Slots))
 	}
 	if c.RegisterRetry <= 0 {
 		return fmt.Errorf("taskmanager config: register retry %v: must be positive", c.RegisterRetry)

@@ -24,6 +24,8 @@ func TestConfigValidate(t *testing.T) {
 		{"zero credits", func(c *Config) { c.CreditsPerChannel = 0 }, "credits per channel 0"},
 		{"zero register retry", func(c *Config) { c.RegisterRetry = 0 }, "register retry"},
 		{"negative register retry", func(c *Config) { c.RegisterRetry = -time.Second }, "register retry -1s"},
+		{"negative state cache", func(c *Config) { c.StateCacheBytes = -1 }, "state cache bytes -1"},
+		{"state cache too small per slot", func(c *Config) { c.StateCacheBytes, c.Slots = 300<<10, 2 }, "153600 bytes per slot (2 slots)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()

@@ -358,6 +358,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 	}
 	spec.LocalStateDir = filepath.Join(tm.cfg.StateDir, d.GetId().GetJobId(),
 		fmt.Sprintf("v%d-s%d", d.GetId().GetVertexId(), d.GetId().GetSubtask()))
+	spec.StateCacheBytes = tm.cfg.StateCacheBytes / int64(tm.cfg.Slots)
 	ctx, cancel := context.WithCancel(context.Background())
 	spec.CommitGuard = tm.commitGuard(d.GetTaskName(), epoch)
 	if spec.Checkpointing {

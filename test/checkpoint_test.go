@@ -124,9 +124,7 @@ func checkRunningCounts(t *testing.T, dir string, datagen string) (lost, duplica
 		t.Fatal(err)
 	}
 	want := map[string]int{}
-	for seq := int64(0); seq < cfg.Rows; seq++ {
-		want[connectors.GenerateRow(cfg, seq)[0].(string)]++
-	}
+	connectors.GenerateRows(cfg, 0, cfg.Rows, func(_ int64, row []any) { want[row[0].(string)]++ })
 	header, rows := committedRows(t, dir)
 	if len(rows) > 0 && strings.Join(header, ",") != "key,count" {
 		t.Fatalf("running count header %v", header)

@@ -44,7 +44,7 @@ func Open(octx *stream.OperatorContext) (statebackend.Backend, error) {
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 			return nil, fmt.Errorf("state backend of operator %q: cannot create local state directory %s: %w; check its permissions or set another --state-dir", octx.OperatorUID, base, err)
 		}
-		b, err := pebblestate.New(pebblestate.Options{Dir: dir, DeleteOnClose: true}, octx.KeyGroups)
+		b, err := pebblestate.New(pebbleOptions(octx, dir), octx.KeyGroups)
 		if err != nil {
 			return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
 		}
@@ -105,7 +105,7 @@ func OpenFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebacken
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("state backend of operator %q: cannot clear local state directory %s: %w", octx.OperatorUID, dir, err)
 	}
-	b, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: dir, DeleteOnClose: true}, dirs[0], octx.KeyGroups)
+	b, err := pebblestate.OpenFromCheckpoint(pebbleOptions(octx, dir), dirs[0], octx.KeyGroups)
 	if err != nil {
 		return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
 	}
@@ -121,6 +121,20 @@ func OpenFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebacken
 		return fullSnapshots{b}, nil
 	}
 	return b, nil
+}
+
+// pebbleOptions are the options of a Pebble backend in dir for octx: its
+// cache budget, octx.StateCacheBytes, is split evenly between the block
+// cache (which holds compressed blocks of every key read from disk) and the
+// write-back value cache (decoded values of hot keys, and writes not yet in
+// Pebble). 0 keeps the pebblestate defaults.
+func pebbleOptions(octx *stream.OperatorContext, dir string) pebblestate.Options {
+	o := pebblestate.Options{Dir: dir, DeleteOnClose: true}
+	if n := octx.StateCacheBytes; n > 0 {
+		o.CacheBytes = max(n/2, 1)
+		o.ValueCacheBytes = max(n-n/2, 1)
+	}
+	return o
 }
 
 func localBase(octx *stream.OperatorContext) string {

@@ -170,3 +170,31 @@ func TestFullSnapshots(t *testing.T) {
 	check("incremental files → pebble with full snapshots", fromFiles, 11)
 	check("… → heap", restore(stream.StateBackendHeap, snapshot(fromFiles, 4), 4), 11)
 }
+
+// TestOpenStateCacheBytes checks that a subtask's cache budget is split
+// between Pebble's block cache and the write-back value cache, and that 0
+// keeps the defaults.
+func TestOpenStateCacheBytes(t *testing.T) {
+	for _, tc := range []struct {
+		budget            int64
+		wantBlock, wantVC int64
+	}{
+		{0, pebblestate.DefaultCacheBytes, pebblestate.DefaultValueCacheBytes},
+		{8 << 20, 4 << 20, 4 << 20},
+		{3, 1, 2},
+	} {
+		octx := &stream.OperatorContext{OperatorUID: "count/1", KeyGroups: stream.KeyGroupRange{Start: 0, End: 7},
+			StateBackend: stream.StateBackendPebble, LocalStateDir: t.TempDir(), StateCacheBytes: tc.budget}
+		b, err := backends.Open(octx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := b.(*pebblestate.Backend).Options()
+		if o.CacheBytes != tc.wantBlock || o.ValueCacheBytes != tc.wantVC {
+			t.Errorf("budget %d: block cache %d, value cache %d; want %d and %d", tc.budget, o.CacheBytes, o.ValueCacheBytes, tc.wantBlock, tc.wantVC)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -31,6 +31,13 @@ type Options struct {
 	// compactions, and the large uploads after them, come every ~64
 	// checkpoints.
 	MemTableBytes int64
+	// ValueCacheBytes bounds the write-back value cache in front of Pebble,
+	// in bytes (keys, encoded values and a fixed per-entry overhead;
+	// decoded values are not counted). Reads of cached keys are served
+	// from memory; changed values reach Pebble when evicted and before
+	// anything reads Pebble directly (Keys, map Range, Snapshot,
+	// Checkpoint, Close). Default 32 MiB. State may be many times larger.
+	ValueCacheBytes int64
 	// WriteBatchBytes is how many bytes of writes the backend buffers in an
 	// indexed batch before it commits them to the database. Default 1 MiB.
 	WriteBatchBytes int
@@ -56,6 +63,12 @@ type Options struct {
 	Logger pebble.Logger
 }
 
+// Defaults of Options.
+const (
+	DefaultCacheBytes      = 64 << 20
+	DefaultValueCacheBytes = 32 << 20
+)
+
 // Validate reports options no backend can run with.
 func (o Options) Validate() error {
 	switch {
@@ -63,6 +76,8 @@ func (o Options) Validate() error {
 		return errors.New("pebble state backend: no directory; set Options.Dir to a local directory for the database")
 	case o.CacheBytes < 0:
 		return fmt.Errorf("pebble state backend: cache size %d bytes is negative", o.CacheBytes)
+	case o.ValueCacheBytes < 0:
+		return fmt.Errorf("pebble state backend: value cache size %d bytes is negative", o.ValueCacheBytes)
 	case o.MemTableBytes < 0:
 		return fmt.Errorf("pebble state backend: memtable size %d bytes is negative", o.MemTableBytes)
 	case o.WriteBatchBytes < 0:
@@ -73,7 +88,10 @@ func (o Options) Validate() error {
 
 func (o Options) withDefaults() Options {
 	if o.CacheBytes == 0 {
-		o.CacheBytes = 64 << 20
+		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.ValueCacheBytes == 0 {
+		o.ValueCacheBytes = DefaultValueCacheBytes
 	}
 	if o.MemTableBytes == 0 {
 		o.MemTableBytes = defaultMemTableBytes
@@ -132,7 +150,10 @@ type Backend struct {
 	err    error             // first I/O or encoding error; see Err
 	closed bool
 
-	kbuf, vbuf, tbuf []byte
+	// cache is the write-back value cache in front of batch (cache.go).
+	cache valueCache
+
+	kbuf, vbuf, tbuf, wbuf []byte
 }
 
 var _ statebackend.Backend = (*Backend)(nil)
@@ -239,9 +260,13 @@ func newBackend(opts Options, db *pebble.DB, kg stream.KeyGroupRange) *Backend {
 		sizes:    make([]int64, kg.Len()),
 		hashes:   make(map[string]string),
 	}
+	b.cache.init(opts.ValueCacheBytes)
 	b.timers.init(b)
 	return b
 }
+
+// Options returns the backend's options, with defaults filled in.
+func (b *Backend) Options() Options { return b.opts }
 
 // Err returns the first error the backend met in a call that cannot return
 // one (a failed read or write in Pebble, a value its codec cannot encode).
@@ -406,6 +431,7 @@ func (b *Backend) Keys(name string, keyGroup int, fn func(key []byte) bool) {
 	keys := make([][]byte, 0, page)
 	for {
 		keys = keys[:0]
+		b.flush()
 		it, err := b.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			b.fail(err)
@@ -481,6 +507,20 @@ func (b *Backend) set(k, v []byte, old int) {
 	b.maybeCommit()
 }
 
+// account adds the change of state key k's value from length old to length
+// n (-1: none) to the key group's size.
+func (b *Backend) account(k []byte, old, n int) {
+	var d int64
+	if old >= 0 {
+		d -= int64(len(k) + old)
+	}
+	if n >= 0 {
+		d += int64(len(k) + n)
+	}
+	b.sizes[b.kgIndex(k)] += d
+	b.size += d
+}
+
 // del deletes k, whose value has length old (≥ 0).
 func (b *Backend) del(k []byte, old int) {
 	if err := b.batch.Delete(k, nil); err != nil {
@@ -554,6 +594,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	err := b.err
 	if !b.opts.DeleteOnClose {
+		b.flush()
 		b.saveSizes()
 		err = errors.Join(err, b.commit(), b.db.Flush())
 	}

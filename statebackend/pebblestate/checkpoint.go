@@ -55,6 +55,7 @@ func (b *Backend) Checkpoint(dir string) ([]SSTFile, error) {
 	if b.closed {
 		return nil, statebackend.ErrClosed
 	}
+	b.flush()
 	b.saveSizes()
 	if err := b.commit(); err != nil {
 		return nil, err
@@ -291,6 +292,7 @@ func MergeInto(dst *Backend, srcDirs []string) error {
 	if dst.closed {
 		return statebackend.ErrClosed
 	}
+	dst.dropCache()
 	for _, dir := range srcDirs {
 		if err := dst.mergeFrom(dir); err != nil {
 			return fmt.Errorf("pebble state backend: merging checkpoint %s into %s: %w", dir, dst.opts.Dir, err)

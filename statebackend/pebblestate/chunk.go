@@ -29,6 +29,7 @@ func (b *Backend) Snapshot(c *stream.SnapshotContext) error {
 	if err := chunk.CheckSnapshot(c, b.kg); err != nil {
 		return fmt.Errorf("pebble state backend: %w", err)
 	}
+	b.flush()
 	if err := b.commit(); err != nil {
 		return err
 	}
@@ -163,6 +164,7 @@ func (b *Backend) Restore(c *stream.RestoreContext) error {
 	for i := range empty {
 		empty[i] = b.sizes[i] == 0 && len(c.State.Keyed[b.kg.Start+i]) == 1
 	}
+	b.dropCache()
 	for _, p := range parsed {
 		b.applyChunk(p, empty[p.kg-b.kg.Start])
 	}

@@ -124,6 +124,7 @@ type diffHarness struct {
 	rng    *rand.Rand
 	sides  [2]*side // heap, pebble
 	newPeb func(kg stream.KeyGroupRange) *pebblestate.Backend
+	cache  int64 // value cache bytes of the Pebble side
 	root   string
 	ckpt   int
 	keys   []string
@@ -143,11 +144,13 @@ func TestDifferentialHeapPebble(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4, 5, 6}
 	steps := 3000
 	if testing.Short() {
-		seeds, steps = seeds[:2], 1000
+		seeds, steps = seeds[:3], 1000
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			h := &diffHarness{t: t, rng: rand.New(rand.NewPCG(seed, 99)), newPeb: newFactory(t), root: t.TempDir()}
+		// Each seed runs with one of the value cache sizes in turn.
+		cache := testCacheSizes[int(seed)%len(testCacheSizes)]
+		t.Run(fmt.Sprintf("seed=%d/valuecache=%d", seed, cache), func(t *testing.T) {
+			h := &diffHarness{t: t, rng: rand.New(rand.NewPCG(seed, 99)), newPeb: newFactory(t, cache), cache: cache, root: t.TempDir()}
 			for i := range 40 {
 				h.keys = append(h.keys, fmt.Sprint("k", i))
 			}
@@ -304,7 +307,7 @@ func (h *diffHarness) restore(step int) {
 		if _, err := h.sides[1].b.(*pebblestate.Backend).Checkpoint(dir); err != nil {
 			t.Fatalf("step %d: Checkpoint: %v", step, err)
 		}
-		p, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: dir + "-work", DeleteOnClose: true}, dir, diffRange)
+		p, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: dir + "-work", ValueCacheBytes: h.cache, DeleteOnClose: true}, dir, diffRange)
 		if err != nil {
 			t.Fatalf("step %d: OpenFromCheckpoint: %v", step, err)
 		}

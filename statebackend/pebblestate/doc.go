@@ -42,13 +42,43 @@
 //
 // # Writes and reads
 //
-// All reads and writes go through an indexed Pebble batch that is committed
-// every Options.WriteBatchBytes and before Snapshot, Checkpoint and Close.
-// Values are encoded with the table's codec on Put and decoded on every Get
-// (nothing is cached above Pebble's block cache, Options.CacheBytes). No
-// Pebble iterator is open while user code runs (Keys, map Range and timer
-// firing read a page at a time), so callbacks may change state. The WAL is
-// disabled: state survives a crash only through checkpoints.
+// Table reads and writes go through a write-back value cache (below); the
+// cache, timers, restores and merges write to an indexed Pebble batch that is
+// committed every Options.WriteBatchBytes and before Snapshot, Checkpoint
+// and Close. No Pebble iterator is open while user code runs (Keys, map Range
+// and timer firing read a page at a time), so callbacks may change state.
+// The WAL is disabled: state survives a crash only through checkpoints.
+//
+// # Write-back value cache
+//
+// In front of the batch sits a cache of state values, bounded by
+// Options.ValueCacheBytes (default 32 MiB; counted as key bytes + encoded
+// value bytes + about 128 bytes per entry, decoded values not counted). It
+// is keyed by the full state key, so all tables share the budget. An entry
+// holds the key's encoded value, its decoded value once a Get or Put has
+// seen it, or the fact that the key has no value (so a first-seen key costs
+// one Pebble lookup, not one per access):
+//
+//   - Get of a cached key returns the decoded value: no Pebble lookup, no
+//     decoding. As in the heap backend, the value given to Put is what Get
+//     returns, so callers must treat values as immutable (the Table
+//     contract).
+//   - Put encodes at once (encoding errors surface where they happen and
+//     SizeBytes stays exact) and marks the entry dirty; Delete marks it
+//     absent and dirty. Neither touches Pebble.
+//   - Eviction is CLOCK (second chance). An evicted dirty entry is written
+//     to the batch first.
+//   - Every operation that reads Pebble directly first writes all dirty
+//     entries to the batch (they stay cached, clean): Keys and map Range and
+//     Clear (before every page), Snapshot, Checkpoint/SnapshotFiles, Close
+//     and the codec check of a restored table. Restore and MergeInto write
+//     around the cache, so they flush and empty it first. Timers are not
+//     cached.
+//
+// Pebble's block cache (Options.CacheBytes, default 64 MiB) sits below and
+// holds compressed blocks of keys the value cache missed. Both are per
+// backend; a taskmanager sizes them from --state-cache-bytes (see package
+// statebackend/backends).
 //
 // Errors Pebble reports in calls that cannot return one (Get, Put) are kept
 // and returned by Err, Snapshot, Checkpoint and Close.

@@ -18,14 +18,21 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// Value cache sizes the tests run with: the default (0), one byte (every
+// entry is written back and evicted as soon as the call that touched it
+// returns) and a few entries' worth, so that hits, misses, negative entries
+// and evictions of dirty entries interleave.
+var testCacheSizes = []int64{0, 1, 4 << 10}
+
 // newFactory returns a constructor of empty backends in fresh directories
-// under t's temporary directory, removed on Close.
-func newFactory(t testing.TB) func(kg stream.KeyGroupRange) *pebblestate.Backend {
+// under t's temporary directory, removed on Close, with a value cache of
+// cacheBytes (0: the default).
+func newFactory(t testing.TB, cacheBytes int64) func(kg stream.KeyGroupRange) *pebblestate.Backend {
 	root := t.TempDir()
 	var n atomic.Int64
 	return func(kg stream.KeyGroupRange) *pebblestate.Backend {
 		dir := filepath.Join(root, fmt.Sprint("db-", n.Add(1)))
-		b, err := pebblestate.New(pebblestate.Options{Dir: dir, CacheBytes: 1 << 20, DeleteOnClose: true}, kg)
+		b, err := pebblestate.New(pebblestate.Options{Dir: dir, CacheBytes: 1 << 20, ValueCacheBytes: cacheBytes, DeleteOnClose: true}, kg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,8 +41,13 @@ func newFactory(t testing.TB) func(kg stream.KeyGroupRange) *pebblestate.Backend
 }
 
 func TestConformance(t *testing.T) {
-	nb := newFactory(t)
-	statebackendtest.RunConformance(t, func(kg stream.KeyGroupRange) statebackend.Backend {
-		return nb(kg)
-	})
+	// The differential test covers the third size.
+	for _, cache := range testCacheSizes[:2] {
+		t.Run(fmt.Sprint("valuecache=", cache), func(t *testing.T) {
+			nb := newFactory(t, cache)
+			statebackendtest.RunConformance(t, func(kg stream.KeyGroupRange) statebackend.Backend {
+				return nb(kg)
+			})
+		})
+	}
 }

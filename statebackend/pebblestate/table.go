@@ -46,27 +46,29 @@ func (t *table) Get(userKey []byte) (any, bool) {
 	if b.closed {
 		return nil, false
 	}
-	k := t.key(userKey)
-	raw, closer, err := b.batch.Get(k)
-	if err != nil {
-		if err != pebble.ErrNotFound {
-			b.fail(fmt.Errorf("pebble state backend: %s state %q, key %s: read: %w", t.kind, t.name, chunk.Printable(b.key), err))
-		}
-		b.setProbe(k, -1)
+	e := b.entry(t.key(userKey))
+	if e.cur < 0 {
+		b.settle(e)
 		return nil, false
 	}
-	b.setProbe(k, len(raw))
-	v, err := t.d.Codec.DecodeValue(raw)
-	closer.Close()
-	if err != nil {
-		// Values are written by this codec, and restored ones checked
-		// when the table was asked for: the codec is broken.
-		panic(fmt.Sprintf("pebble state backend: %s state %q, key %s: stored value does not decode with codec %s: %v",
-			t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
+	if !e.decoded {
+		v, err := t.d.Codec.DecodeValue(e.enc)
+		if err != nil {
+			// Values are written by this codec, and restored ones checked
+			// when the table was asked for: the codec is broken.
+			panic(fmt.Sprintf("pebble state backend: %s state %q, key %s: stored value does not decode with codec %s: %v",
+				t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
+		}
+		e.v, e.decoded = v, true
 	}
+	v := e.v
+	b.settle(e)
 	return v, true
 }
 
+// Put encodes v (so that an encoding error is reported here and SizeBytes
+// stays exact) and keeps both forms in the value cache; Pebble sees the
+// value when the entry is written back.
 func (t *table) Put(userKey []byte, v any) {
 	b := t.b
 	if b.closed {
@@ -80,7 +82,15 @@ func (t *table) Put(userKey []byte, v any) {
 		return
 	}
 	k := t.key(userKey)
-	b.set(k, b.vbuf, b.oldLen(k))
+	e := b.entry(k)
+	if !cachedValue(e, b.vbuf) {
+		b.account(k, e.cur, len(b.vbuf))
+		e.enc = append(e.enc[:0], b.vbuf...)
+		e.cur = len(b.vbuf)
+		b.cache.markDirty(e)
+	}
+	e.v, e.decoded = v, true
+	b.settle(e)
 }
 
 func (t *table) Delete(userKey []byte) {
@@ -89,9 +99,14 @@ func (t *table) Delete(userKey []byte) {
 		return
 	}
 	k := t.key(userKey)
-	if old := b.oldLen(k); old >= 0 {
-		b.del(k, old)
+	e := b.entry(k)
+	if e.cur >= 0 {
+		b.account(k, e.cur, -1)
+		e.enc, e.cur = e.enc[:0], -1
+		e.v, e.decoded = nil, false
+		b.cache.markDirty(e)
 	}
+	b.settle(e)
 }
 
 // Range reads the current key's entries a page at a time, so that no
@@ -116,6 +131,7 @@ func (t *table) Range(fn func(userKey []byte, v any) bool) {
 	var lens []int // user key and value lengths, in pairs
 	for {
 		entries, arena, lens = entries[:0], arena[:0], lens[:0]
+		b.flush()
 		it, err := b.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			b.fail(err)
@@ -169,7 +185,8 @@ func (t *table) Clear() {
 	b.clearPrefix(bytes.Clone(t.key(nil)))
 }
 
-// clearPrefix deletes every key starting with prefix, a page at a time.
+// clearPrefix deletes every key starting with prefix, a page at a time,
+// and drops the keys from the value cache.
 func (b *Backend) clearPrefix(prefix []byte) {
 	upper := prefixEnd(prefix)
 	type entry struct {
@@ -179,6 +196,7 @@ func (b *Backend) clearPrefix(prefix []byte) {
 	const page = 256
 	for {
 		var entries []entry
+		b.flush()
 		it, err := b.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
 		if err != nil {
 			b.fail(err)
@@ -192,6 +210,7 @@ func (b *Backend) clearPrefix(prefix []byte) {
 			return
 		}
 		for _, e := range entries {
+			b.dropKey(e.k)
 			b.del(e.k, e.n)
 		}
 		if len(entries) < page {
@@ -204,6 +223,7 @@ func (b *Backend) clearPrefix(prefix []byte) {
 // decodes with d's codecs. It changes nothing.
 func (t *table) validate(d statebackend.Descriptor) error {
 	b := t.b
+	b.flush()
 	if err := b.commit(); err != nil {
 		return err
 	}

@@ -109,6 +109,8 @@ type Options struct {
 	Env []string
 	// LogLevel of the processes (default debug).
 	LogLevel string
+	// TaskManagerArgs are added to every taskmanager's command line.
+	TaskManagerArgs []string
 }
 
 // HA configures ha: etcd mode.
@@ -255,6 +257,7 @@ func (c *Cluster) startTaskManager(i int) *Process {
 	} else {
 		args = append(args, "--jobmanager", c.RPCAddr)
 	}
+	args = append(args, c.opts.TaskManagerArgs...)
 	return c.spawn(id, filepath.Join(c.bin, "taskmanager"), args)
 }
 

@@ -205,6 +205,7 @@ type taskManagerFile struct {
 		Endpoints []string `yaml:"endpoints"`
 		Prefix    string   `yaml:"prefix"`
 	} `yaml:"ha"`
+	StateCacheBytes int64 `yaml:"stateCacheBytes"`
 }
 
 // NewTaskManagerCommand returns the taskmanager process command.
@@ -257,6 +258,9 @@ func NewTaskManagerCommand() *cobra.Command {
 				if f.HA.Prefix != "" && !set("ha-prefix") {
 					cfg.HA.Prefix = f.HA.Prefix
 				}
+				if f.StateCacheBytes != 0 && !set("state-cache-bytes") {
+					cfg.StateCacheBytes = f.StateCacheBytes
+				}
 			}
 			log, err := newLogger(logLevel)
 			if err != nil {
@@ -279,6 +283,7 @@ func NewTaskManagerCommand() *cobra.Command {
 	f.IntVar(&cfg.Slots, "slots", cfg.Slots, "number of task slots")
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for local keyed state (pebble backend); default $TMPDIR/weir-state-<id>")
+	f.Int64Var(&cfg.StateCacheBytes, "state-cache-bytes", cfg.StateCacheBytes, "memory for keyed-state caches, divided among the slots; per slot half goes to Pebble's block cache, half to its write-back value cache (0: 64 MiB + 32 MiB per Pebble backend)")
 	f.IntVar(&cfg.CreditsPerChannel, "credits-per-channel", cfg.CreditsPerChannel, "batches buffered per input channel (flow-control credits)")
 	f.StringVar(&cfg.HA.Mode, "ha", "none", "how to find the jobmanager: none (--jobmanager), or etcd (the leader named in etcd, followed across takeovers)")
 	f.StringSliceVar(&cfg.HA.Endpoints, "ha-etcd-endpoints", nil, "etcd client URLs for --ha etcd, comma-separated")

@@ -1,0 +1,217 @@
+package pebblestate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/weirstream/weir/statebackend/internal/chunk"
+)
+
+// valueCache is the write-back cache of state values in front of the write
+// batch and Pebble (see "Write-back value cache" in doc.go). It is keyed by
+// the full state key (key group, table id, key, user key), so one byte budget
+// serves every table of the backend.
+//
+// An entry holds the key's value as the table's codec encodes it and, once
+// read or written through the table, the decoded value too; or it records
+// that the key has no value (a negative entry, so that a first-seen key is
+// looked up in Pebble once). The encoding is kept up to date on every Put,
+// which keeps SizeBytes exact and reports encoding errors where they happen;
+// reads of cached keys do no decoding and no Pebble lookup.
+//
+// Dirty entries (changed since they were last written to the batch) are
+// written to the batch when they are evicted and by flush, which every
+// operation that reads Pebble directly calls first: Keys, map Range and
+// Clear, Snapshot, Checkpoint, Restore, MergeInto, validate and Close.
+// Timers are not cached.
+//
+// Eviction is CLOCK (second chance): ring holds every entry, a touched entry
+// gets its ref bit set, and the hand clears ref bits until it finds an entry
+// without one.
+type valueCache struct {
+	budget int64 // bytes; entries are evicted while used exceeds it
+	used   int64
+	m      map[string]*cacheEntry
+	ring   []*cacheEntry
+	hand   int
+	dirty  []*cacheEntry // entries made dirty since the last flush (some may be clean or gone again)
+	last   *cacheEntry   // the entry of the last call, tried before the map
+}
+
+// cacheEntryOverhead approximates the bytes an entry costs beyond its key
+// and encoded value: the entry struct, its map slot and ring slot.
+const cacheEntryOverhead = 128
+
+type cacheEntry struct {
+	key string
+	// enc is the encoded value; cur its length, -1 if the key has no value.
+	enc []byte
+	cur int
+	// v is the decoded value, valid if decoded (and cur ≥ 0).
+	v       any
+	decoded bool
+	// disk is the length of the key's value in the batch and database
+	// (-1: none), as of the last write-back.
+	disk  int
+	dirty bool
+	ref   bool
+	gone  bool // evicted or dropped: no longer in m and ring
+	idx   int  // position in ring
+	size  int64
+}
+
+func (c *valueCache) init(budget int64) {
+	*c = valueCache{budget: budget, m: make(map[string]*cacheEntry)}
+}
+
+// entry returns the cache entry of state key k, loading the key's encoded
+// value (or its absence) from the batch on a miss. The caller must call
+// b.settle once it has changed the entry.
+func (b *Backend) entry(k []byte) *cacheEntry {
+	c := &b.cache
+	if e := c.last; e != nil && e.key == string(k) {
+		e.ref = true
+		return e
+	}
+	if e := c.m[string(k)]; e != nil {
+		e.ref = true
+		c.last = e
+		return e
+	}
+	e := &cacheEntry{key: string(k), cur: -1, disk: -1, ref: true}
+	raw, closer, err := b.batch.Get(k)
+	switch {
+	case err == nil:
+		e.enc = append(make([]byte, 0, len(raw)), raw...)
+		e.cur, e.disk = len(raw), len(raw)
+		closer.Close()
+	case !errors.Is(err, pebble.ErrNotFound):
+		b.fail(fmt.Errorf("pebble state backend: key %s: read: %w", chunk.Printable(k), err))
+	}
+	e.idx = len(c.ring)
+	c.ring = append(c.ring, e)
+	c.m[e.key] = e
+	e.size = entrySize(e)
+	c.used += e.size
+	c.last = e
+	return e
+}
+
+func entrySize(e *cacheEntry) int64 {
+	return int64(len(e.key)+cap(e.enc)) + cacheEntryOverhead
+}
+
+// markDirty records that e changed since it was last written back.
+func (c *valueCache) markDirty(e *cacheEntry) {
+	if !e.dirty {
+		e.dirty = true
+		c.dirty = append(c.dirty, e)
+	}
+}
+
+// settle recomputes e's size after a change and evicts entries while the
+// cache is over its budget.
+func (b *Backend) settle(e *cacheEntry) {
+	c := &b.cache
+	if !e.gone {
+		n := entrySize(e)
+		c.used += n - e.size
+		e.size = n
+	}
+	for c.used > c.budget && len(c.ring) > 0 {
+		v := c.ring[c.hand]
+		if v.ref {
+			v.ref = false
+			c.hand++
+			if c.hand == len(c.ring) {
+				c.hand = 0
+			}
+			continue
+		}
+		b.writeBack(v)
+		c.remove(v)
+	}
+}
+
+// remove takes e out of the cache without writing it back.
+func (c *valueCache) remove(e *cacheEntry) {
+	delete(c.m, e.key)
+	last := len(c.ring) - 1
+	c.ring[e.idx] = c.ring[last]
+	c.ring[e.idx].idx = e.idx
+	c.ring[last] = nil
+	c.ring = c.ring[:last]
+	if c.hand >= len(c.ring) {
+		c.hand = 0
+	}
+	c.used -= e.size
+	e.gone = true
+	if c.last == e {
+		c.last = nil
+	}
+}
+
+// writeBack writes a dirty entry's value (or its deletion) to the batch.
+func (b *Backend) writeBack(e *cacheEntry) {
+	if !e.dirty {
+		return
+	}
+	e.dirty = false
+	b.wbuf = append(b.wbuf[:0], e.key...)
+	var err error
+	switch {
+	case e.cur >= 0:
+		err = b.batch.Set(b.wbuf, e.enc, nil)
+	case e.disk >= 0:
+		err = b.batch.Delete(b.wbuf, nil)
+	}
+	if err != nil {
+		b.fail(fmt.Errorf("pebble state backend: key %s: write: %w", chunk.Printable(b.wbuf), err))
+		return
+	}
+	e.disk = e.cur
+	b.probe.ok = false
+	b.maybeCommit()
+}
+
+// flush writes every dirty entry to the batch. The entries stay cached,
+// clean. Afterwards the batch (and the database under it) holds all state.
+func (b *Backend) flush() {
+	c := &b.cache
+	for i, e := range c.dirty {
+		if !e.gone {
+			b.writeBack(e)
+		}
+		c.dirty[i] = nil
+	}
+	c.dirty = c.dirty[:0]
+}
+
+// dropCache flushes and then empties the cache: before writes that bypass
+// it (Restore, MergeInto).
+func (b *Backend) dropCache() {
+	b.flush()
+	c := &b.cache
+	for _, e := range c.ring {
+		e.gone = true
+	}
+	clear(c.m)
+	clear(c.ring)
+	c.ring, c.hand, c.used, c.last = c.ring[:0], 0, 0, nil
+}
+
+// dropKey removes the entry of state key k, if cached, without writing it
+// back: the caller deletes k in the batch itself.
+func (b *Backend) dropKey(k []byte) {
+	if e := b.cache.m[string(k)]; e != nil {
+		b.cache.remove(e)
+	}
+}
+
+// cachedValue reports whether e holds the same encoded value as enc.
+func cachedValue(e *cacheEntry, enc []byte) bool {
+	return e.cur == len(enc) && bytes.Equal(e.enc, enc)
+}
