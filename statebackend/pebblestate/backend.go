@@ -25,12 +25,19 @@ type Options struct {
 	// read from disk.
 	CacheBytes int64
 	// MemTableBytes is the size of one Pebble memtable in bytes. Default
-	// 32 MiB (Pebble keeps up to two, filled lazily). Checkpoints flush
-	// the memtable; a memtable that holds what one checkpoint interval
-	// writes keeps it to one L0 sublevel per checkpoint, so that L0
-	// compactions, and the large uploads after them, come every ~64
-	// checkpoints.
+	// 32 MiB (Pebble keeps up to two, filled lazily).
 	MemTableBytes int64
+	// MaterializeFactor decides how often SnapshotFiles takes a new Pebble
+	// checkpoint (materializes) rather than extending the changelog chain:
+	// once the changelog written since the last materialization reaches
+	// MaterializeFactor × SizeBytes. A larger factor uploads less (about
+	// 1 + 1/MaterializeFactor times the changed bytes per checkpoint,
+	// amortized, since a materialization uploads about the whole state
+	// after compactions) and makes a restore replay more (up to
+	// MaterializeFactor × SizeBytes of changelog) and keeps more local
+	// disk. Default 1.5 (DefaultMaterializeFactor); negative: materialize
+	// at every snapshot and keep no changelog.
+	MaterializeFactor float64
 	// ValueCacheBytes bounds the write-back value cache in front of Pebble,
 	// in bytes (keys, encoded values and a fixed per-entry overhead;
 	// decoded values are not counted). Reads of cached keys are served
@@ -45,18 +52,11 @@ type Options struct {
 	// Close flushes and leaves the database on disk.
 	DeleteOnClose bool
 	// Configure, if set, adjusts the Pebble options last (compaction
-	// thresholds, compression, ...). With uniformly random updates, an L0
-	// compaction rewrites most of the state and so most of the next
-	// incremental checkpoint. The defaults favour small checkpoints: two
-	// levels (L0 and the bottom level, LBaseMaxBytes 2^50), L0 compacted
-	// at 64 sublevels (L0CompactionThreshold 128; Pebble: 2 sublevels),
-	// writes stalled at 256 sublevels, read-triggered compactions off.
-	// The price: a point read may consult up to 64 L0 files (bloom filters
-	// answer most of them from memory), a scan merges them all, disk space
-	// up to ~2× the state (L0 holds up to 64 checkpoints' worth of
-	// overwritten values; a compaction briefly needs another copy of the
-	// bottom level), and each L0 compaction rewrites the whole bottom
-	// level. Default nil.
+	// thresholds, compression, ...). The defaults are Pebble's own
+	// compaction settings, which keep reads fast, plus bloom filters on
+	// every level; checkpoint size is kept small by the changelog, not by
+	// compaction tuning (see "Incremental checkpoints" in the package
+	// doc). Default nil.
 	Configure func(*pebble.Options)
 	// Logger receives Pebble's log output. Default: errors only, to the
 	// standard logger; informational messages are dropped.
@@ -80,6 +80,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("pebble state backend: value cache size %d bytes is negative", o.ValueCacheBytes)
 	case o.MemTableBytes < 0:
 		return fmt.Errorf("pebble state backend: memtable size %d bytes is negative", o.MemTableBytes)
+	case o.MaterializeFactor != o.MaterializeFactor:
+		return errors.New("pebble state backend: materialize factor is NaN; set Options.MaterializeFactor to a number (0 for the default)")
 	case o.WriteBatchBytes < 0:
 		return fmt.Errorf("pebble state backend: write batch size %d bytes is negative", o.WriteBatchBytes)
 	}
@@ -95,6 +97,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MemTableBytes == 0 {
 		o.MemTableBytes = defaultMemTableBytes
+	}
+	if o.MaterializeFactor == 0 {
+		o.MaterializeFactor = DefaultMaterializeFactor
 	}
 	if o.WriteBatchBytes == 0 {
 		o.WriteBatchBytes = 1 << 20
@@ -134,8 +139,9 @@ type Backend struct {
 	nextID uint64
 	timers timerService
 
-	sizes []int64 // live key+value bytes per key group - kg.Start
-	size  int64
+	sizes      []int64 // live key+value bytes per key group - kg.Start
+	savedSizes []int64 // sizes as last written to the batch
+	size       int64
 
 	// probe remembers the value length (-1: absent) of the last key read
 	// or written, so that a read-modify-write does not read twice to keep
@@ -152,6 +158,9 @@ type Backend struct {
 
 	// cache is the write-back value cache in front of batch (cache.go).
 	cache valueCache
+
+	// cl records writes for changelog snapshots (changelog.go).
+	cl changelog
 
 	kbuf, vbuf, tbuf, wbuf []byte
 }
@@ -186,25 +195,8 @@ func checkRange(kg stream.KeyGroupRange) error {
 	return nil
 }
 
-// Defaults for small incremental checkpoints; see "Compaction and
-// incremental checkpoints" in the package doc.
-const (
-	// l0CompactionThreshold is Pebble's L0CompactionThreshold. Pebble
-	// scores L0 as 2 × sublevels ÷ this, so L0 is compacted once it holds
-	// half as many sublevels: 64, about one per checkpoint (Pebble: 4,
-	// i.e. 2 sublevels).
-	l0CompactionThreshold = 128
-	// l0StopWritesThreshold is the L0 depth in sublevels at which Pebble
-	// stops writes until compactions catch up: four compaction cycles.
-	l0StopWritesThreshold = 256
-	// lbaseMaxBytes makes the bottom level Lbase however large the state
-	// is, so the LSM has two levels, L0 and L6, and a byte of state is
-	// rewritten once per L0 compaction rather than once per level.
-	lbaseMaxBytes = 1 << 50
-	// defaultMemTableBytes holds what a checkpoint interval writes at
-	// typical rates, so that one checkpoint adds one L0 sublevel.
-	defaultMemTableBytes = 32 << 20
-)
+// defaultMemTableBytes is Options.MemTableBytes's default.
+const defaultMemTableBytes = 32 << 20
 
 func openDB(opts Options, create bool) (*pebble.DB, error) {
 	po := &pebble.Options{
@@ -222,18 +214,6 @@ func openDB(opts Options, create bool) (*pebble.DB, error) {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	// Settings for small incremental checkpoints (see "Compaction and
-	// incremental checkpoints" in the package doc): every sstable a
-	// compaction writes is uploaded by the next checkpoint, so let L0
-	// collect about 64 flushes before compacting it straight into the
-	// bottom level (which, with uniformly spread keys, rewrites all of
-	// it), keep no intermediate levels, and do not compact files merely
-	// because they are read.
-	po.L0CompactionThreshold = l0CompactionThreshold
-	po.L0CompactionFileThreshold = 16 * l0CompactionThreshold
-	po.L0StopWritesThreshold = l0StopWritesThreshold
-	po.LBaseMaxBytes = lbaseMaxBytes
-	po.Experimental.ReadSamplingMultiplier = -1
 	if opts.Configure != nil {
 		opts.Configure(po)
 	}
@@ -249,16 +229,17 @@ func openDB(opts Options, create bool) (*pebble.DB, error) {
 
 func newBackend(opts Options, db *pebble.DB, kg stream.KeyGroupRange) *Backend {
 	b := &Backend{
-		opts:     opts,
-		db:       db,
-		kg:       kg,
-		keyGroup: kg.Start,
-		batch:    db.NewIndexedBatch(),
-		tables:   make(map[string]*table),
-		byID:     make(map[uint64]*table),
-		nextID:   1,
-		sizes:    make([]int64, kg.Len()),
-		hashes:   make(map[string]string),
+		opts:       opts,
+		db:         db,
+		kg:         kg,
+		keyGroup:   kg.Start,
+		batch:      db.NewIndexedBatch(),
+		tables:     make(map[string]*table),
+		byID:       make(map[uint64]*table),
+		nextID:     1,
+		sizes:      make([]int64, kg.Len()),
+		savedSizes: make([]int64, kg.Len()),
+		hashes:     make(map[string]string),
 	}
 	b.cache.init(opts.ValueCacheBytes)
 	b.timers.init(b)
@@ -367,7 +348,7 @@ func (b *Backend) saveTable(t *table) {
 	v = append(v, byte(t.kind))
 	v = chunk.AppendField(v, t.codecID)
 	v = chunk.AppendField(v, t.ukCodecID)
-	if err := b.batch.Set(append(bytes.Clone(metaTablePfx), t.name...), v, nil); err != nil {
+	if err := b.batchSet(append(bytes.Clone(metaTablePfx), t.name...), v); err != nil {
 		b.fail(err)
 	}
 }
@@ -493,7 +474,7 @@ func (b *Backend) kgIndex(k []byte) int { return (int(k[0])<<8 | int(k[1])) - b.
 
 // set writes k=v; old is k's previous value length (-1: none).
 func (b *Backend) set(k, v []byte, old int) {
-	if err := b.batch.Set(k, v, nil); err != nil {
+	if err := b.batchSet(k, v); err != nil {
 		b.fail(err)
 		return
 	}
@@ -523,7 +504,7 @@ func (b *Backend) account(k []byte, old, n int) {
 
 // del deletes k, whose value has length old (≥ 0).
 func (b *Backend) del(k []byte, old int) {
-	if err := b.batch.Delete(k, nil); err != nil {
+	if err := b.batchDelete(k); err != nil {
 		b.fail(err)
 		return
 	}
@@ -558,10 +539,15 @@ func (b *Backend) commit() error {
 // backend opened from a checkpoint knows its SizeBytes.
 func (b *Backend) saveSizes() {
 	for i, n := range b.sizes {
-		k := appendKG(bytes.Clone(metaSizePfx), b.kg.Start+i)
-		if err := b.batch.Set(k, binary.AppendVarint(nil, n), nil); err != nil {
-			b.fail(err)
+		if n == b.savedSizes[i] {
+			continue
 		}
+		k := appendKG(bytes.Clone(metaSizePfx), b.kg.Start+i)
+		if err := b.batchSet(k, binary.AppendVarint(nil, n)); err != nil {
+			b.fail(err)
+			continue
+		}
+		b.savedSizes[i] = n
 	}
 }
 
@@ -578,7 +564,7 @@ func (b *Backend) loadSizes() error {
 		}
 		n, _ := binary.Varint(v)
 		closer.Close()
-		b.sizes[i] = n
+		b.sizes[i], b.savedSizes[i] = n, n
 		b.size += n
 	}
 	return nil
@@ -599,7 +585,7 @@ func (b *Backend) Close() error {
 		err = errors.Join(err, b.commit(), b.db.Flush())
 	}
 	b.batch.Close()
-	err = errors.Join(err, b.db.Close())
+	err = errors.Join(err, b.closeChangelog(), b.db.Close())
 	if b.opts.DeleteOnClose {
 		err = errors.Join(err, os.RemoveAll(b.opts.Dir))
 	}
