@@ -29,7 +29,7 @@ import (
 //
 //	kind byte (clSet, clDelete) | uvarint key length | key | [uvarint value length | value]   (value for clSet only)
 //
-// A snapshot directory with segments also holds chainFile, which lists
+// A snapshot directory with segments also holds ChainFile, which lists
 // them in order, one "name size sha256" line each; a snapshot without it
 // is a plain Pebble checkpoint.
 const (
@@ -38,8 +38,8 @@ const (
 	clSet     = 1
 	clDelete  = 2
 
-	// chainFile names the changelog segments of a snapshot, in order.
-	chainFile = "WEIR-CHANGELOG"
+	// ChainFile names the changelog segments of a snapshot, in order.
+	ChainFile = "WEIR-CHANGELOG"
 	// workDirName is the backend's changelog working directory inside
 	// Options.Dir: the open segment, closed segments of the current chain
 	// and the materialized checkpoint.
@@ -206,8 +206,8 @@ func (b *Backend) SnapshotStats() SnapshotStats {
 // hard-linked, until the next materialization) and starts a new changelog
 // chain. The others close the changelog segment written since the
 // previous snapshot and list the materialized checkpoint's files plus the
-// chain's segments, in order, named in chainFile. Every file except
-// chainFile is immutable and Shared.
+// chain's segments, in order, named in ChainFile. Every file except
+// ChainFile is immutable and Shared.
 func (b *Backend) SnapshotFiles(dir string) ([]statebackend.SnapshotFile, error) {
 	if b.closed {
 		return nil, statebackend.ErrClosed
@@ -254,12 +254,12 @@ func (b *Backend) SnapshotFiles(dir string) ([]statebackend.SnapshotFile, error)
 			}
 			fmt.Fprintf(&chain, "%s %d %s\n", s.name, s.size, s.sha256)
 		}
-		path := filepath.Join(dir, chainFile)
+		path := filepath.Join(dir, ChainFile)
 		if err := os.WriteFile(path, []byte(chain.String()), 0o644); err != nil {
 			return nil, fmt.Errorf("pebble state backend: snapshot into %s: %w", dir, err)
 		}
 		sum := sha256.Sum256([]byte(chain.String()))
-		out = append(out, statebackend.SnapshotFile{Path: path, Name: chainFile, Size: int64(chain.Len()), SHA256: hex.EncodeToString(sum[:])})
+		out = append(out, statebackend.SnapshotFile{Path: path, Name: ChainFile, Size: int64(chain.Len()), SHA256: hex.EncodeToString(sum[:])})
 	}
 	return out, nil
 }
@@ -317,7 +317,7 @@ func (b *Backend) closeChangelog() error {
 // order (nil for a plain Pebble checkpoint), after checking that each
 // exists with its size.
 func readChain(dir string) ([]segment, error) {
-	data, err := os.ReadFile(filepath.Join(dir, chainFile))
+	data, err := os.ReadFile(filepath.Join(dir, ChainFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -333,7 +333,7 @@ func readChain(dir string) ([]segment, error) {
 		}
 		if len(f) != 3 || err != nil || !IsChangelogSegment(f[0]) || f[0] != segmentName(i+1) {
 			return nil, fmt.Errorf("%w: pebble state backend: snapshot %s: %s line %d is %q, want \"%s <size> <sha256>\"; the snapshot is damaged, restore another checkpoint",
-				statebackend.ErrCorrupt, dir, chainFile, i+1, line, segmentName(i+1))
+				statebackend.ErrCorrupt, dir, ChainFile, i+1, line, segmentName(i+1))
 		}
 		s := segment{name: f[0], path: filepath.Join(dir, f[0]), size: size, sha256: f[2]}
 		info, err := os.Stat(s.path)

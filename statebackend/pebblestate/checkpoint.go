@@ -280,7 +280,7 @@ func cloneDir(src, dst string) error {
 		return fmt.Errorf("%s is not empty; local recovery needs a fresh working directory", dst)
 	}
 	for _, e := range entries {
-		if !e.Type().IsRegular() || IsChangelogSegment(e.Name()) || e.Name() == chainFile {
+		if !e.Type().IsRegular() || IsChangelogSegment(e.Name()) || e.Name() == ChainFile {
 			continue
 		}
 		from, to := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
