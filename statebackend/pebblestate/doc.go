@@ -98,55 +98,53 @@
 //     DeleteRange as the fallback); MergeInto adds the owned key groups of
 //     further checkpoint directories (scale-in), rewriting table ids.
 //
-// # Compaction and incremental checkpoints
+// # Incremental checkpoints: materialized checkpoint + changelog
 //
-// An incremental checkpoint uploads every sstable the previous checkpoint
-// did not have, so it costs what flushes and compactions wrote since then,
-// not what the application changed. With keys updated uniformly at random
-// each flushed L0 file spans the whole key space, and any compaction from
-// L0 (or an intermediate level) into a level rewrites all of that level.
-// With Pebble's defaults (compact L0 at 2 sublevels, Lbase of 64 MB with
-// intermediate levels, read-triggered compactions on) a checkpoint after
-// 1 % of 1M keys changed uploaded ~45× the changed bytes.
+// SnapshotFiles (statebackend.IncrementalSnapshotter) does what Flink's
+// changelog state backend does. Once snapshots start, every write the
+// backend makes to Pebble (puts and deletes of state, timers, the table
+// registry and key-group sizes; the value cache's dirty entries reach
+// Pebble, and so the changelog, before a snapshot) is also appended to a
+// local changelog segment (changelog.go: header WEIRCL + version, then
+// records of kind, uvarint-framed key and value). A snapshot is
 //
-// openDB therefore shapes the LSM for checkpoints:
+//   - the last materialized Pebble checkpoint (its sstables, MANIFEST,
+//     OPTIONS and marker files, kept hard-linked in Options.Dir/weir-changelog
+//     until the next materialization), plus
+//   - the changelog segments written since, changelog-<seq>.wcl with seq
+//     from 1 in chain order, listed with size and SHA-256 in the
+//     per-snapshot file WEIR-CHANGELOG (ChainFile).
 //
-//   - One sublevel per checkpoint: Checkpoint flushes the memtable, and the
-//     32 MiB default memtable (Options.MemTableBytes) holds what a
-//     checkpoint interval usually writes, so no flush happens in between.
-//   - Two levels: LBaseMaxBytes is 2^50, so L0 is compacted straight into
-//     the bottom level, and a byte is rewritten once per L0 compaction,
-//     not once more per intermediate level (each of which adds about its
-//     fan-out, 10, to the ratio).
-//   - L0 compacted every ~T = 64 sublevels: Pebble's L0 score is
-//     2 × sublevels ÷ L0CompactionThreshold, which is 128. Writes stop at
-//     256 sublevels. Read-triggered compactions are off (the backend reads
-//     each key it writes, which made Pebble rewrite files merely for being
-//     read).
+// All files but WEIR-CHANGELOG are immutable and Shared, so storage keeps
+// one copy per content hash and a checkpoint uploads only the segment
+// closed since the previous one (about the changed bytes plus ~10 %
+// framing and key overhead) — until the changelog since the last
+// materialization reaches Options.MaterializeFactor (default 1.5) × the
+// state's size. Then the snapshot materializes: it commits and flushes,
+// takes a Pebble checkpoint and starts an empty chain; after compactions
+// that uploads about the whole state once. The amortized upload is so
+// about 1 + 1/MaterializeFactor of the changed bytes, and a restore
+// (OpenFromCheckpoint, MergeInto) replays at most MaterializeFactor × the
+// state after opening the materialized checkpoint: each segment's
+// SHA-256 is checked, records are applied in order in write batches,
+// state of key groups not owned is skipped, then the rest is trimmed as
+// before. The first snapshot of a backend (new or restored) always
+// materializes; a negative factor materializes at every snapshot (a plain
+// Pebble checkpoint, no changelog). A backend that only takes full
+// snapshots (Snapshot) never writes a changelog.
 //
-// A checkpoint then uploads one flushed file, ~1.15× the changed bytes,
-// and one in T uploads the rewritten bottom level, the whole state. The
-// amortized ratio is about 1.15 + state ÷ (T × changed per checkpoint):
-// 1.15 + 100/64 ≈ 2.7 at 1 % per checkpoint (test/bench
-// BenchmarkIncrementalCheckpoint1GB prints it, the p50 and the compactions
-// in its window). Below ~2 needs T ≥ 128 or a different design (a
-// changelog of state changes uploaded per checkpoint and materialized
-// periodically, as Flink's changelog state backend does).
+// # Compaction
 //
-// The costs: a point read consults every L0 file that spans its key, up
-// to T of them, and although bloom filters (10 bits per key on every
-// level) keep most of those lookups off the disk, each costs an iterator:
-// BenchmarkValueStateGetUpdateAfterCheckpoints measured ~250 µs per
-// read-modify-write with ~60 sublevels against ~15 µs compacted (1M keys,
-// a busy 2-core machine), so read-heavy jobs pay for small checkpoints
-// with up to an order of magnitude slower state access just before each
-// L0 compaction; a scan merges all L0 files; disk space up to ~2× the state (L0 holds up to T checkpoints of
-// overwritten values, and a compaction briefly needs a second copy of the
-// bottom level); and the checkpoint after a compaction uploads the whole
-// state. Options.Configure can restore Pebble's thresholds for read-heavy
-// jobs with rare checkpoints, and state: {incremental: false}
-// (stream.StateConfig.FullSnapshots) avoids shared files altogether by
-// taking full canonical snapshots.
+// Pebble runs with its own compaction settings (L0 compacted at 2
+// sublevels, Lbase with intermediate levels), a 32 MiB memtable and bloom
+// filters (10 bits per key) on every level, which keep point reads fast.
+// Earlier versions tuned compaction for small sstable-based incremental
+// checkpoints instead (two levels, L0 compacted at 64 sublevels): that
+// reached an amortized upload of ~2.8× the changed bytes at 112 MB of
+// state and ~4.7× at 1.1 GB (compactions rewrite most sstables with
+// uniformly spread updates), but made a read-modify-write with a deep L0
+// ~17× slower (~250 µs against ~15 µs): the changelog gets a lower ratio
+// without that cost. Options.Configure can still change the settings.
 //
 // pebblestate imports the standard library, stream, statebackend,
 // statebackend/internal/chunk and Pebble.

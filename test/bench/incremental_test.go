@@ -17,6 +17,7 @@ import (
 
 	"github.com/weirstream/weir/blobstore/blobstoretest"
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/statebackend/pebblestate"
 	"github.com/weirstream/weir/stream"
@@ -46,14 +47,16 @@ var incrementalTunings = map[string]func(*pebble.Options){
 // keyed state in the Pebble backend (WEIR_INCR_KEYS keys, default 10
 // million, of 8 bytes with 100-byte random — incompressible — values),
 // loaded in key order (not measured), a first checkpoint uploaded in full,
-// then rounds of: update a seeded random 1 % of the keys, snapshot
-// (SnapshotFiles: flush + Pebble checkpoint) and upload
-// (checkpoint.Storage.UploadFiles, shared sstables content-addressed) to S3
+// then rounds of: update a seeded random 1 % of the keys (blind puts: each
+// is an update of an existing key), snapshot (SnapshotFiles: close the
+// changelog segment, or materialize a Pebble checkpoint once the chain
+// reaches WEIR_INCR_FACTOR_PCT, default 150, % of the state) and upload
+// (checkpoint.Storage.UploadFiles, shared files content-addressed) to S3
 // on a versitygw server. WEIR_INCR_WARMUP rounds (default 3) are not
-// measured, then WEIR_INCR_ROUNDS are; the default, max(L0CompactionThreshold,
-// 40), spans two L0 compaction cycles (Pebble compacts L0 at half that many
-// sublevels, and a round adds one), so the amortized ratio includes the
-// compactions it must include.
+// measured, then WEIR_INCR_ROUNDS are; the default, factor × 100 + 10,
+// spans one materialization after the first, so the amortized ratio
+// includes it. Last, the last checkpoint is downloaded and opened
+// (changelog replayed): incremental_restore_seconds.
 //
 // It prints:
 //
@@ -80,6 +83,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 		n       = int(envInt("WEIR_INCR_KEYS", 10_000_000))
 		warmup  = int(envInt("WEIR_INCR_WARMUP", 3))
 		rounds  = int(envInt("WEIR_INCR_ROUNDS", 0))
+		factor  = float64(envInt("WEIR_INCR_FACTOR_PCT", 150)) / 100
 		tuning  = os.Getenv("WEIR_INCR_TUNING")
 		valSize = 100
 		maxPar  = stream.DefaultMaxParallelism
@@ -92,10 +96,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	// override single settings on top of the tuning, for exploring.
 	l0, lbase, target := envInt("WEIR_INCR_L0", 0), envInt("WEIR_INCR_LBASE_MB", 0), envInt("WEIR_INCR_TARGET_MB", 0)
 	noReadCompactions := os.Getenv("WEIR_INCR_NO_READ_COMPACTIONS") != ""
-	var (
-		ev          compactionCounter
-		l0Threshold int
-	)
+	var ev compactionCounter
 	configure := func(o *pebble.Options) {
 		if base != nil {
 			base(o)
@@ -116,7 +117,6 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 				o.TargetFileSizes[i] = target << 20
 			}
 		}
-		l0Threshold = o.L0CompactionThreshold
 		o.EventListener = ev.listener()
 	}
 	memtable := envInt("WEIR_INCR_MEMTABLE_MB", 0) << 20
@@ -129,7 +129,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	st := checkpoint.NewStorage(blobstoretest.NewS3Store(b, endpoint, access, secret))
 	root := b.TempDir()
 	kg := stream.KeyGroupRange{Start: 0, End: maxPar - 1}
-	be, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), DeleteOnClose: true, Configure: configure, MemTableBytes: memtable, CacheBytes: cache}, kg)
+	be, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), DeleteOnClose: true, Configure: configure, MemTableBytes: memtable, CacheBytes: cache, MaterializeFactor: factor}, kg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -175,6 +175,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	ctx := b.Context()
 	ckpt := int64(0)
 	var prevDir string
+	var lastHandle []*weirpb.StateFile
 	take := func() (int64, time.Duration) {
 		ckpt++
 		start := time.Now()
@@ -183,10 +184,11 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		_, up, err := st.UploadFiles(ctx, "job", ckpt, "op", 0, 1, files)
+		handle, up, err := st.UploadFiles(ctx, "job", ckpt, "op", 0, 1, files)
 		if err != nil {
 			b.Fatal(err)
 		}
+		lastHandle = handle
 		d := time.Since(start)
 		// Keep the latest local checkpoint only (its hard links hold
 		// compacted-away files on disk).
@@ -213,12 +215,13 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 		round()
 	}
 	if rounds == 0 {
-		// At least two L0 compaction cycles: one flush, so one L0
-		// sublevel, per round, and Pebble compacts L0 at
-		// L0CompactionThreshold/2 sublevels.
-		rounds = max(l0Threshold, 40)
+		// One materialization cycle after the first, and a few rounds
+		// of the next: a round writes about 1 % of the state to the
+		// changelog, and a materialization comes after factor × 100 %.
+		rounds = int(factor*100) + 10
 	}
 	ev.reset()
+	mat0 := be.SnapshotStats().Materializations
 	var totalUp, totalChanged int64
 	var durs []time.Duration
 	var ratios []float64
@@ -232,7 +235,23 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 			b.Logf("round %d: changed %d B, uploaded %d B (ratio %.2f), %v", r, changed, up, float64(up)/float64(changed), d)
 		}
 	}
+	mats := be.SnapshotStats().Materializations - mat0
 	flushes, compactions, compacted, log := ev.get()
+	// Restore the last checkpoint: download, open, replay the changelog.
+	start = time.Now()
+	restoreDir := filepath.Join(root, "restore")
+	if _, _, err := st.DownloadFiles(ctx, lastHandle, restoreDir, nil); err != nil {
+		b.Fatal(err)
+	}
+	rb, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: filepath.Join(root, "restored-db"), DeleteOnClose: true, CacheBytes: 64 << 20}, restoreDir, kg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	restoreDur := time.Since(start)
+	if rb.SizeBytes() != be.SizeBytes() {
+		b.Fatalf("restored state has %d bytes, the backend %d", rb.SizeBytes(), be.SizeBytes())
+	}
+	rb.Close()
 	for _, l := range log {
 		b.Log(l)
 	}
@@ -249,10 +268,11 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	fmt.Printf("checkpoint_duration_p99_ms=%.0f\n", ms(durs[min(len(durs)-1, len(durs)*99/100)]))
 	fmt.Printf("full_checkpoint_bytes=%d\n", full)
 	fmt.Printf("incremental_rounds=%d\n", len(durs))
+	fmt.Printf("incremental_materializations=%d\n", mats)
+	fmt.Printf("incremental_restore_seconds=%.1f\n", restoreDur.Seconds())
 	fmt.Printf("incremental_flushes=%d\n", flushes)
 	fmt.Printf("incremental_compactions=%d\n", compactions)
 	fmt.Printf("incremental_compacted_bytes=%d\n", compacted)
-	fmt.Printf("incremental_l0_compaction_threshold=%d\n", l0Threshold)
 	fmt.Printf("incremental_load_s=%.0f\n", load.Seconds())
 	b.Logf("keys %d, load %v, first checkpoint %v, tuning %q, %d warm-up + %d measured rounds", n, load, fullDur, tuning, warmup, rounds)
 }
