@@ -30,12 +30,13 @@ type Options struct {
 	// MaterializeFactor decides how often SnapshotFiles takes a new Pebble
 	// checkpoint (materializes) rather than extending the changelog chain:
 	// once the changelog written since the last materialization reaches
-	// MaterializeFactor × SizeBytes. A larger factor uploads less (about
-	// 1 + 1/MaterializeFactor times the changed bytes per checkpoint,
-	// amortized, since a materialization uploads about the whole state
-	// after compactions) and makes a restore replay more (up to
-	// MaterializeFactor × SizeBytes of changelog) and keeps more local
-	// disk. Default 1.5 (DefaultMaterializeFactor); negative: materialize
+	// MaterializeFactor × the state's size (the larger of SizeBytes and the
+	// bytes of the last materialized checkpoint). A larger factor uploads
+	// less (about 1 + 1/MaterializeFactor times the changed bytes per
+	// checkpoint, amortized, since a materialization uploads about the
+	// whole state after compactions) and makes a restore replay more (up
+	// to MaterializeFactor × the state's size of changelog) and keeps more
+	// local disk. Default 2 (DefaultMaterializeFactor); negative: materialize
 	// at every snapshot and keep no changelog.
 	MaterializeFactor float64
 	// ValueCacheBytes bounds the write-back value cache in front of Pebble,

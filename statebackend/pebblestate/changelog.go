@@ -45,7 +45,7 @@ const (
 	// and the materialized checkpoint.
 	workDirName = "weir-changelog"
 	// DefaultMaterializeFactor is Options.MaterializeFactor's default.
-	DefaultMaterializeFactor = 1.5
+	DefaultMaterializeFactor = 2
 )
 
 // IsChangelogSegment reports whether a snapshot file name is a changelog
@@ -180,7 +180,18 @@ func (b *Backend) shouldMaterialize() bool {
 	if f < 0 || !b.cl.on || b.cl.matDir == "" {
 		return true
 	}
-	return float64(b.cl.sinceMat+b.cl.n) >= f*float64(max(b.size, 1))
+	return float64(b.cl.sinceMat+b.cl.n) >= f*float64(max(b.size, b.cl.matBytes(), 1))
+}
+
+// matBytes is the size of the materialized checkpoint's files: about what
+// the next materialization uploads once compactions have rewritten the
+// state (more than SizeBytes while overwritten values await compaction).
+func (c *changelog) matBytes() int64 {
+	var n int64
+	for _, f := range c.matFiles {
+		n += f.Size
+	}
+	return n
 }
 
 // SnapshotStats describes the snapshots a backend has taken.

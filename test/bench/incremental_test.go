@@ -50,13 +50,15 @@ var incrementalTunings = map[string]func(*pebble.Options){
 // then rounds of: update a seeded random 1 % of the keys (blind puts: each
 // is an update of an existing key), snapshot (SnapshotFiles: close the
 // changelog segment, or materialize a Pebble checkpoint once the chain
-// reaches WEIR_INCR_FACTOR_PCT, default 150, % of the state) and upload
+// reaches WEIR_INCR_FACTOR_PCT, default 200, % of the state) and upload
 // (checkpoint.Storage.UploadFiles, shared files content-addressed) to S3
 // on a versitygw server. WEIR_INCR_WARMUP rounds (default 3) are not
-// measured, then WEIR_INCR_ROUNDS are; the default, factor × 100 + 10,
-// spans one materialization after the first, so the amortized ratio
-// includes it. Last, the last checkpoint is downloaded and opened
-// (changelog replayed): incremental_restore_seconds.
+// measured; then, unless WEIR_INCR_ROUNDS sets a count, exactly one
+// materialization cycle is: rounds up to and including the next
+// materialization, so the amortized ratio includes it. Last, the
+// checkpoint just before that materialization — the longest changelog
+// chain a restore replays — is downloaded and opened (changelog replayed):
+// incremental_restore_seconds.
 //
 // It prints:
 //
@@ -67,13 +69,15 @@ var incrementalTunings = map[string]func(*pebble.Options){
 //	incremental_upload_ratio_p50         median of the per-round ratios
 //	incremental_upload_ratio             = the amortized ratio
 //	checkpoint_duration_p50_ms/_p99_ms   snapshot + upload of one round
+//	checkpoint_duration_max_ms           the slowest (the materialization)
 //	full_checkpoint_bytes                bytes uploaded by the first checkpoint
 //	incremental_rounds                   measured rounds
+//	incremental_materializations         materializations in them
+//	incremental_restore_seconds          download + open + replay
 //	incremental_flushes                  memtable flushes in them
 //	incremental_compactions              compactions in them (each is logged
 //	                                     with -v: reason, levels, bytes)
 //	incremental_compacted_bytes          bytes those compactions wrote
-//	incremental_l0_compaction_threshold  Pebble's L0CompactionThreshold
 //	incremental_load_s                   seconds the load took
 //
 // Bytes uploaded are every byte PUT to storage: new sstables and the
@@ -83,7 +87,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 		n       = int(envInt("WEIR_INCR_KEYS", 10_000_000))
 		warmup  = int(envInt("WEIR_INCR_WARMUP", 3))
 		rounds  = int(envInt("WEIR_INCR_ROUNDS", 0))
-		factor  = float64(envInt("WEIR_INCR_FACTOR_PCT", 150)) / 100
+		factor  = float64(envInt("WEIR_INCR_FACTOR_PCT", 200)) / 100
 		tuning  = os.Getenv("WEIR_INCR_TUNING")
 		valSize = 100
 		maxPar  = stream.DefaultMaxParallelism
@@ -175,8 +179,10 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	ctx := b.Context()
 	ckpt := int64(0)
 	var prevDir string
-	var lastHandle []*weirpb.StateFile
+	var lastHandle, prevHandle []*weirpb.StateFile
+	var prevSize int64
 	take := func() (int64, time.Duration) {
+		prevHandle, prevSize = lastHandle, be.SizeBytes()
 		ckpt++
 		start := time.Now()
 		dir := filepath.Join(root, fmt.Sprint("chk-", ckpt))
@@ -214,33 +220,42 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	for range warmup {
 		round()
 	}
-	if rounds == 0 {
-		// One materialization cycle after the first, and a few rounds
-		// of the next: a round writes about 1 % of the state to the
-		// changelog, and a materialization comes after factor × 100 %.
-		rounds = int(factor*100) + 10
-	}
 	ev.reset()
 	mat0 := be.SnapshotStats().Materializations
 	var totalUp, totalChanged int64
 	var durs []time.Duration
 	var ratios []float64
+	// restoreHandle is the checkpoint whose restore is timed: the one just
+	// before the measured materialization, whose changelog chain is the
+	// longest a restore replays.
+	var restoreHandle []*weirpb.StateFile
+	var restoreSize int64
 	for b.Loop() {
-		for r := range rounds {
+		// Without WEIR_INCR_ROUNDS: exactly one materialization cycle —
+		// rounds until the next materialization, inclusive (a cap guards
+		// against a backend that never materializes).
+		for r := 0; rounds > 0 && r < rounds || rounds == 0 && r < 2000; r++ {
 			changed, up, d := round()
 			totalUp += up
 			totalChanged += changed
 			durs = append(durs, d)
 			ratios = append(ratios, float64(up)/float64(changed))
 			b.Logf("round %d: changed %d B, uploaded %d B (ratio %.2f), %v", r, changed, up, float64(up)/float64(changed), d)
+			if rounds == 0 && be.SnapshotStats().Materializations > mat0 {
+				restoreHandle, restoreSize = prevHandle, prevSize
+				break
+			}
 		}
+	}
+	if restoreHandle == nil {
+		restoreHandle, restoreSize = lastHandle, be.SizeBytes()
 	}
 	mats := be.SnapshotStats().Materializations - mat0
 	flushes, compactions, compacted, log := ev.get()
 	// Restore the last checkpoint: download, open, replay the changelog.
 	start = time.Now()
 	restoreDir := filepath.Join(root, "restore")
-	if _, _, err := st.DownloadFiles(ctx, lastHandle, restoreDir, nil); err != nil {
+	if _, _, err := st.DownloadFiles(ctx, restoreHandle, restoreDir, nil); err != nil {
 		b.Fatal(err)
 	}
 	rb, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: filepath.Join(root, "restored-db"), DeleteOnClose: true, CacheBytes: 64 << 20}, restoreDir, kg)
@@ -248,8 +263,8 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 		b.Fatal(err)
 	}
 	restoreDur := time.Since(start)
-	if rb.SizeBytes() != be.SizeBytes() {
-		b.Fatalf("restored state has %d bytes, the backend %d", rb.SizeBytes(), be.SizeBytes())
+	if rb.SizeBytes() != restoreSize {
+		b.Fatalf("restored state has %d bytes, the backend had %d at that checkpoint", rb.SizeBytes(), restoreSize)
 	}
 	rb.Close()
 	for _, l := range log {
@@ -266,6 +281,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	fmt.Printf("incremental_upload_ratio=%.2f\n", amortized)
 	fmt.Printf("checkpoint_duration_p50_ms=%.0f\n", ms(durs[len(durs)/2]))
 	fmt.Printf("checkpoint_duration_p99_ms=%.0f\n", ms(durs[min(len(durs)-1, len(durs)*99/100)]))
+	fmt.Printf("checkpoint_duration_max_ms=%.0f\n", ms(durs[len(durs)-1]))
 	fmt.Printf("full_checkpoint_bytes=%d\n", full)
 	fmt.Printf("incremental_rounds=%d\n", len(durs))
 	fmt.Printf("incremental_materializations=%d\n", mats)
