@@ -25,8 +25,20 @@ type Options struct {
 	// read from disk.
 	CacheBytes int64
 	// MemTableBytes is the size of one Pebble memtable in bytes. Default
-	// 4 MiB.
+	// 32 MiB (Pebble keeps up to two, filled lazily).
 	MemTableBytes int64
+	// MaterializeFactor decides how often SnapshotFiles takes a new Pebble
+	// checkpoint (materializes) rather than extending the changelog chain:
+	// once the changelog written since the last materialization reaches
+	// MaterializeFactor × the state's size (the larger of SizeBytes and the
+	// bytes of the last materialized checkpoint). A larger factor uploads
+	// less (about 1 + 1/MaterializeFactor times the changed bytes per
+	// checkpoint, amortized, since a materialization uploads about the
+	// whole state after compactions) and makes a restore replay more (up
+	// to MaterializeFactor × the state's size of changelog) and keeps more
+	// local disk. Default 2 (DefaultMaterializeFactor); negative: materialize
+	// at every snapshot and keep no changelog.
+	MaterializeFactor float64
 	// ValueCacheBytes bounds the write-back value cache in front of Pebble,
 	// in bytes (keys, encoded values and a fixed per-entry overhead;
 	// decoded values are not counted). Reads of cached keys are served
@@ -41,13 +53,11 @@ type Options struct {
 	// Close flushes and leaves the database on disk.
 	DeleteOnClose bool
 	// Configure, if set, adjusts the Pebble options last (compaction
-	// thresholds, compression, ...). With uniformly random updates, L0→Lbase
-	// compactions rewrite most of the state and so most of the next
-	// incremental checkpoint. The defaults favour small checkpoints: L0
-	// compactions start at 64 sublevels (Pebble: 4), writes stall at 256,
-	// and read-triggered compactions are off; the price is up to 64 L0
-	// files a point read may consult (bloom filters keep most of those
-	// lookups in memory) and a scan merges them all. Default nil.
+	// thresholds, compression, ...). The defaults are Pebble's own
+	// compaction settings, which keep reads fast, plus bloom filters on
+	// every level; checkpoint size is kept small by the changelog, not by
+	// compaction tuning (see "Incremental checkpoints" in the package
+	// doc). Default nil.
 	Configure func(*pebble.Options)
 	// Logger receives Pebble's log output. Default: errors only, to the
 	// standard logger; informational messages are dropped.
@@ -71,6 +81,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("pebble state backend: value cache size %d bytes is negative", o.ValueCacheBytes)
 	case o.MemTableBytes < 0:
 		return fmt.Errorf("pebble state backend: memtable size %d bytes is negative", o.MemTableBytes)
+	case o.MaterializeFactor != o.MaterializeFactor:
+		return errors.New("pebble state backend: materialize factor is NaN; set Options.MaterializeFactor to a number (0 for the default)")
 	case o.WriteBatchBytes < 0:
 		return fmt.Errorf("pebble state backend: write batch size %d bytes is negative", o.WriteBatchBytes)
 	}
@@ -85,7 +97,10 @@ func (o Options) withDefaults() Options {
 		o.ValueCacheBytes = DefaultValueCacheBytes
 	}
 	if o.MemTableBytes == 0 {
-		o.MemTableBytes = 4 << 20
+		o.MemTableBytes = defaultMemTableBytes
+	}
+	if o.MaterializeFactor == 0 {
+		o.MaterializeFactor = DefaultMaterializeFactor
 	}
 	if o.WriteBatchBytes == 0 {
 		o.WriteBatchBytes = 1 << 20
@@ -125,8 +140,9 @@ type Backend struct {
 	nextID uint64
 	timers timerService
 
-	sizes []int64 // live key+value bytes per key group - kg.Start
-	size  int64
+	sizes      []int64 // live key+value bytes per key group - kg.Start
+	savedSizes []int64 // sizes as last written to the batch
+	size       int64
 
 	// probe remembers the value length (-1: absent) of the last key read
 	// or written, so that a read-modify-write does not read twice to keep
@@ -143,6 +159,9 @@ type Backend struct {
 
 	// cache is the write-back value cache in front of batch (cache.go).
 	cache valueCache
+
+	// cl records writes for changelog snapshots (changelog.go).
+	cl changelog
 
 	kbuf, vbuf, tbuf, wbuf []byte
 }
@@ -177,10 +196,8 @@ func checkRange(kg stream.KeyGroupRange) error {
 	return nil
 }
 
-// l0CompactionThreshold is the number of L0 sublevels (about one per
-// memtable flush and one per checkpoint) that starts an L0 compaction;
-// Pebble's default is 4.
-const l0CompactionThreshold = 64
+// defaultMemTableBytes is Options.MemTableBytes's default.
+const defaultMemTableBytes = 32 << 20
 
 func openDB(opts Options, create bool) (*pebble.DB, error) {
 	po := &pebble.Options{
@@ -198,16 +215,6 @@ func openDB(opts Options, create bool) (*pebble.DB, error) {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	// Settings for small incremental checkpoints (see "Compaction and
-	// incremental checkpoints" in the package doc): every sstable a
-	// compaction writes is uploaded by the next checkpoint, so let L0
-	// collect many flushes before compacting it into Lbase (which, with
-	// uniformly spread keys, rewrites all of Lbase), and do not compact
-	// files merely because they are read.
-	po.L0CompactionThreshold = l0CompactionThreshold
-	po.L0CompactionFileThreshold = 16 * l0CompactionThreshold
-	po.L0StopWritesThreshold = 4 * l0CompactionThreshold
-	po.Experimental.ReadSamplingMultiplier = -1
 	if opts.Configure != nil {
 		opts.Configure(po)
 	}
@@ -223,16 +230,17 @@ func openDB(opts Options, create bool) (*pebble.DB, error) {
 
 func newBackend(opts Options, db *pebble.DB, kg stream.KeyGroupRange) *Backend {
 	b := &Backend{
-		opts:     opts,
-		db:       db,
-		kg:       kg,
-		keyGroup: kg.Start,
-		batch:    db.NewIndexedBatch(),
-		tables:   make(map[string]*table),
-		byID:     make(map[uint64]*table),
-		nextID:   1,
-		sizes:    make([]int64, kg.Len()),
-		hashes:   make(map[string]string),
+		opts:       opts,
+		db:         db,
+		kg:         kg,
+		keyGroup:   kg.Start,
+		batch:      db.NewIndexedBatch(),
+		tables:     make(map[string]*table),
+		byID:       make(map[uint64]*table),
+		nextID:     1,
+		sizes:      make([]int64, kg.Len()),
+		savedSizes: make([]int64, kg.Len()),
+		hashes:     make(map[string]string),
 	}
 	b.cache.init(opts.ValueCacheBytes)
 	b.timers.init(b)
@@ -341,7 +349,7 @@ func (b *Backend) saveTable(t *table) {
 	v = append(v, byte(t.kind))
 	v = chunk.AppendField(v, t.codecID)
 	v = chunk.AppendField(v, t.ukCodecID)
-	if err := b.batch.Set(append(bytes.Clone(metaTablePfx), t.name...), v, nil); err != nil {
+	if err := b.batchSet(append(bytes.Clone(metaTablePfx), t.name...), v); err != nil {
 		b.fail(err)
 	}
 }
@@ -467,7 +475,7 @@ func (b *Backend) kgIndex(k []byte) int { return (int(k[0])<<8 | int(k[1])) - b.
 
 // set writes k=v; old is k's previous value length (-1: none).
 func (b *Backend) set(k, v []byte, old int) {
-	if err := b.batch.Set(k, v, nil); err != nil {
+	if err := b.batchSet(k, v); err != nil {
 		b.fail(err)
 		return
 	}
@@ -497,7 +505,7 @@ func (b *Backend) account(k []byte, old, n int) {
 
 // del deletes k, whose value has length old (≥ 0).
 func (b *Backend) del(k []byte, old int) {
-	if err := b.batch.Delete(k, nil); err != nil {
+	if err := b.batchDelete(k); err != nil {
 		b.fail(err)
 		return
 	}
@@ -532,10 +540,15 @@ func (b *Backend) commit() error {
 // backend opened from a checkpoint knows its SizeBytes.
 func (b *Backend) saveSizes() {
 	for i, n := range b.sizes {
-		k := appendKG(bytes.Clone(metaSizePfx), b.kg.Start+i)
-		if err := b.batch.Set(k, binary.AppendVarint(nil, n), nil); err != nil {
-			b.fail(err)
+		if n == b.savedSizes[i] {
+			continue
 		}
+		k := appendKG(bytes.Clone(metaSizePfx), b.kg.Start+i)
+		if err := b.batchSet(k, binary.AppendVarint(nil, n)); err != nil {
+			b.fail(err)
+			continue
+		}
+		b.savedSizes[i] = n
 	}
 }
 
@@ -552,7 +565,7 @@ func (b *Backend) loadSizes() error {
 		}
 		n, _ := binary.Varint(v)
 		closer.Close()
-		b.sizes[i] = n
+		b.sizes[i], b.savedSizes[i] = n, n
 		b.size += n
 	}
 	return nil
@@ -573,7 +586,7 @@ func (b *Backend) Close() error {
 		err = errors.Join(err, b.commit(), b.db.Flush())
 	}
 	b.batch.Close()
-	err = errors.Join(err, b.db.Close())
+	err = errors.Join(err, b.closeChangelog(), b.db.Close())
 	if b.opts.DeleteOnClose {
 		err = errors.Join(err, os.RemoveAll(b.opts.Dir))
 	}

@@ -164,9 +164,9 @@ func (b *Backend) writeBack(e *cacheEntry) {
 	var err error
 	switch {
 	case e.cur >= 0:
-		err = b.batch.Set(b.wbuf, e.enc, nil)
+		err = b.batchSet(b.wbuf, e.enc)
 	case e.disk >= 0:
-		err = b.batch.Delete(b.wbuf, nil)
+		err = b.batchDelete(b.wbuf)
 	}
 	if err != nil {
 		b.fail(fmt.Errorf("pebble state backend: key %s: write: %w", chunk.Printable(b.wbuf), err))

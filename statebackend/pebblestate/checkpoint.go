@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -185,8 +186,19 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 			return nil, fmt.Errorf("pebble state backend: local recovery from %s into %s: %w", dir, opts.Dir, err)
 		}
 	}
+	segs, err := readChain(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(filepath.Join(opts.Dir, workDirName)); err != nil {
+		return nil, fmt.Errorf("pebble state backend: changelog directory in %s: %w", opts.Dir, err)
+	}
 	db, err := openDB(opts, false)
 	if err != nil {
+		return nil, err
+	}
+	if err := applyChain(db, segs, kg.Contains); err != nil {
+		db.Close()
 		return nil, err
 	}
 	tables, err := loadTables(db, dir)
@@ -206,6 +218,26 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 	}
 	b.timers.unknownAll()
 	return b, nil
+}
+
+// replayInto clones the snapshot directory dir into the new directory
+// scratch and applies its changelog segments there, leaving a database
+// that holds the snapshot's state (of the key groups keep accepts).
+func replayInto(opts Options, dir, scratch string, segs []segment, keep func(int) bool) error {
+	if err := cloneDir(dir, scratch); err != nil {
+		return err
+	}
+	o := opts
+	o.Dir, o.Configure = scratch, nil
+	db, err := openDB(o, false)
+	if err != nil {
+		return err
+	}
+	if err := applyChain(db, segs, keep); err != nil {
+		db.Close()
+		return err
+	}
+	return errors.Join(db.Flush(), db.Close())
 }
 
 // trim removes the state of key groups outside b.kg, and their sizes.
@@ -248,7 +280,7 @@ func cloneDir(src, dst string) error {
 		return fmt.Errorf("%s is not empty; local recovery needs a fresh working directory", dst)
 	}
 	for _, e := range entries {
-		if !e.Type().IsRegular() {
+		if !e.Type().IsRegular() || IsChangelogSegment(e.Name()) || e.Name() == ChainFile {
 			continue
 		}
 		from, to := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
@@ -302,6 +334,22 @@ func MergeInto(dst *Backend, srcDirs []string) error {
 }
 
 func (b *Backend) mergeFrom(dir string) error {
+	segs, err := readChain(dir)
+	if err != nil {
+		return err
+	}
+	if len(segs) > 0 {
+		// Replay the source's chain into a scratch copy, then merge that.
+		tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(b.opts.Dir)), "weir-merge-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		if err := replayInto(b.opts, dir, tmp, segs, b.kg.Contains); err != nil {
+			return err
+		}
+		dir = tmp
+	}
 	src, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, Logger: b.opts.Logger, CacheSize: 8 << 20})
 	if err != nil {
 		return err
@@ -373,17 +421,3 @@ func (b *Backend) mergeFrom(dir string) error {
 }
 
 var _ statebackend.IncrementalSnapshotter = (*Backend)(nil)
-
-// SnapshotFiles implements statebackend.IncrementalSnapshotter with
-// Checkpoint: sstables are Shared, the other files are per checkpoint.
-func (b *Backend) SnapshotFiles(dir string) ([]statebackend.SnapshotFile, error) {
-	files, err := b.Checkpoint(dir)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]statebackend.SnapshotFile, len(files))
-	for i, f := range files {
-		out[i] = statebackend.SnapshotFile{Path: filepath.Join(dir, f.Name), Name: f.Name, Size: f.Size, SHA256: f.SHA256, Shared: f.Shared}
-	}
-	return out, nil
-}

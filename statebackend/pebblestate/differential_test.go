@@ -127,6 +127,7 @@ type diffHarness struct {
 	cache  int64 // value cache bytes of the Pebble side
 	root   string
 	ckpt   int
+	factor float64 // MaterializeFactor of backends restored from changelog snapshots
 	keys   []string
 	wm     int64
 }
@@ -149,8 +150,10 @@ func TestDifferentialHeapPebble(t *testing.T) {
 	for _, seed := range seeds {
 		// Each seed runs with one of the value cache sizes in turn.
 		cache := testCacheSizes[int(seed)%len(testCacheSizes)]
-		t.Run(fmt.Sprintf("seed=%d/valuecache=%d", seed, cache), func(t *testing.T) {
-			h := &diffHarness{t: t, rng: rand.New(rand.NewPCG(seed, 99)), newPeb: newFactory(t, cache), cache: cache, root: t.TempDir()}
+		t.Run(fmt.Sprintf("seed=%d/valuecache=%d/factor=%v", seed, cache, []float64{0.5, 100, -1}[int(seed)%3]), func(t *testing.T) {
+			// and one of the materialize factors: often, rarely, always.
+			factor := []float64{0.5, 100, -1}[int(seed)%3]
+			h := &diffHarness{t: t, rng: rand.New(rand.NewPCG(seed, 99)), newPeb: newFactory(t, cache), cache: cache, root: t.TempDir(), factor: factor}
 			for i := range 40 {
 				h.keys = append(h.keys, fmt.Sprint("k", i))
 			}
@@ -256,6 +259,14 @@ func (h *diffHarness) step(step int) (restored bool) {
 		h.apply(step, "agg.Add", func(s *side) string { s.agg.Add(v); return "" })
 	case op < 53:
 		h.apply(step, "agg.Clear", func(s *side) string { s.agg.Clear(); return "" })
+	case op < 57:
+		// A changelog snapshot the test does not restore: it extends the
+		// chain (or materializes) that a later restore (mode 2) replays.
+		h.ckpt++
+		dir := filepath.Join(h.root, fmt.Sprint("snap-", h.ckpt))
+		if _, err := h.sides[1].b.(*pebblestate.Backend).SnapshotFiles(dir); err != nil {
+			h.t.Fatalf("step %d: SnapshotFiles: %v", step, err)
+		}
 	case op < 60:
 		h.apply(step, "describe", func(s *side) string { return s.describe() })
 	case op < 70:
@@ -302,12 +313,12 @@ func (h *diffHarness) restore(step int) {
 			t.Fatalf("step %d: pebble Restore (mode %d): %v", step, mode, err)
 		}
 		peb = p
-	case 2: // Pebble checkpoint and local recovery
+	case 2: // changelog snapshot (materialized checkpoint + chain) and local recovery
 		dir := filepath.Join(h.root, fmt.Sprint("chk-", h.ckpt))
-		if _, err := h.sides[1].b.(*pebblestate.Backend).Checkpoint(dir); err != nil {
-			t.Fatalf("step %d: Checkpoint: %v", step, err)
+		if _, err := h.sides[1].b.(*pebblestate.Backend).SnapshotFiles(dir); err != nil {
+			t.Fatalf("step %d: SnapshotFiles: %v", step, err)
 		}
-		p, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: dir + "-work", ValueCacheBytes: h.cache, DeleteOnClose: true}, dir, diffRange)
+		p, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: dir + "-work", ValueCacheBytes: h.cache, DeleteOnClose: true, MaterializeFactor: h.factor}, dir, diffRange)
 		if err != nil {
 			t.Fatalf("step %d: OpenFromCheckpoint: %v", step, err)
 		}

@@ -39,7 +39,7 @@ func TestSnapshotFiles(t *testing.T) {
 		if int64(len(data)) != f.Size || hex.EncodeToString(sum[:]) != f.SHA256 {
 			t.Fatalf("%s: size %d sha %s, listed as %d %s", f.Name, len(data), hex.EncodeToString(sum[:]), f.Size, f.SHA256)
 		}
-		if f.Shared != pebblestate.IsShared(f.Name) {
+		if f.Shared != (f.Name != pebblestate.ChainFile) {
 			t.Fatalf("%s: Shared=%v", f.Name, f.Shared)
 		}
 		if f.Shared {
@@ -47,7 +47,7 @@ func TestSnapshotFiles(t *testing.T) {
 		}
 	}
 	if shared == 0 {
-		t.Fatal("a snapshot with state has no shared sstable")
+		t.Fatal("a snapshot with state has no shared file")
 	}
 	r, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: filepath.Join(root, "restored")}, filepath.Join(root, "chk-1"), full)
 	if err != nil {

@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 
 	"github.com/weirstream/weir/blobstore/blobstoretest"
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/statebackend/pebblestate"
 	"github.com/weirstream/weir/stream"
@@ -42,11 +46,19 @@ var incrementalTunings = map[string]func(*pebble.Options){
 // BenchmarkIncrementalCheckpoint1GB is issue 5's benchmark: about 1 GB of
 // keyed state in the Pebble backend (WEIR_INCR_KEYS keys, default 10
 // million, of 8 bytes with 100-byte random — incompressible — values),
-// a first checkpoint uploaded in full, then rounds of: update a seeded
-// random 1 % of the keys, snapshot (SnapshotFiles: flush + Pebble
-// checkpoint) and upload (checkpoint.Storage.UploadFiles, shared sstables
-// content-addressed) to S3 on a versitygw server. WEIR_INCR_WARMUP rounds
-// (default 3) are not measured, then WEIR_INCR_ROUNDS (default 20) are.
+// loaded in key order (not measured), a first checkpoint uploaded in full,
+// then rounds of: update a seeded random 1 % of the keys (blind puts: each
+// is an update of an existing key), snapshot (SnapshotFiles: close the
+// changelog segment, or materialize a Pebble checkpoint once the chain
+// reaches WEIR_INCR_FACTOR_PCT, default 200, % of the state) and upload
+// (checkpoint.Storage.UploadFiles, shared files content-addressed) to S3
+// on a versitygw server. WEIR_INCR_WARMUP rounds (default 3) are not
+// measured; then, unless WEIR_INCR_ROUNDS sets a count, exactly one
+// materialization cycle is: rounds up to and including the next
+// materialization, so the amortized ratio includes it. Last, the
+// checkpoint just before that materialization — the longest changelog
+// chain a restore replays — is downloaded and opened (changelog replayed):
+// incremental_restore_seconds.
 //
 // It prints:
 //
@@ -57,16 +69,25 @@ var incrementalTunings = map[string]func(*pebble.Options){
 //	incremental_upload_ratio_p50         median of the per-round ratios
 //	incremental_upload_ratio             = the amortized ratio
 //	checkpoint_duration_p50_ms/_p99_ms   snapshot + upload of one round
+//	checkpoint_duration_max_ms           the slowest (the materialization)
 //	full_checkpoint_bytes                bytes uploaded by the first checkpoint
+//	incremental_rounds                   measured rounds
+//	incremental_materializations         materializations in them
+//	incremental_restore_seconds          download + open + replay
+//	incremental_flushes                  memtable flushes in them
+//	incremental_compactions              compactions in them (each is logged
+//	                                     with -v: reason, levels, bytes)
+//	incremental_compacted_bytes          bytes those compactions wrote
+//	incremental_load_s                   seconds the load took
 //
 // Bytes uploaded are every byte PUT to storage: new sstables and the
-// per-checkpoint files (MANIFEST, OPTIONS, markers). With 20 rounds the p99
-// is the slowest round.
+// per-checkpoint files (MANIFEST, OPTIONS, markers).
 func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	var (
 		n       = int(envInt("WEIR_INCR_KEYS", 10_000_000))
 		warmup  = int(envInt("WEIR_INCR_WARMUP", 3))
-		rounds  = int(envInt("WEIR_INCR_ROUNDS", 20))
+		rounds  = int(envInt("WEIR_INCR_ROUNDS", 0))
+		factor  = float64(envInt("WEIR_INCR_FACTOR_PCT", 200)) / 100
 		tuning  = os.Getenv("WEIR_INCR_TUNING")
 		valSize = 100
 		maxPar  = stream.DefaultMaxParallelism
@@ -79,6 +100,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	// override single settings on top of the tuning, for exploring.
 	l0, lbase, target := envInt("WEIR_INCR_L0", 0), envInt("WEIR_INCR_LBASE_MB", 0), envInt("WEIR_INCR_TARGET_MB", 0)
 	noReadCompactions := os.Getenv("WEIR_INCR_NO_READ_COMPACTIONS") != ""
+	var ev compactionCounter
 	configure := func(o *pebble.Options) {
 		if base != nil {
 			base(o)
@@ -99,13 +121,19 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 				o.TargetFileSizes[i] = target << 20
 			}
 		}
+		o.EventListener = ev.listener()
 	}
 	memtable := envInt("WEIR_INCR_MEMTABLE_MB", 0) << 20
+	// The block cache holds the whole state (WEIR_INCR_CACHE_MB, default
+	// 2048): every update reads the key first, and with the backend's
+	// 64 MiB default most reads go to disk, which makes a round of 100k
+	// updates take seconds — time spent on reads, not checkpoints.
+	cache := envInt("WEIR_INCR_CACHE_MB", 2048) << 20
 	endpoint, access, secret := blobstoretest.StartVersityGW(b)
 	st := checkpoint.NewStorage(blobstoretest.NewS3Store(b, endpoint, access, secret))
 	root := b.TempDir()
 	kg := stream.KeyGroupRange{Start: 0, End: maxPar - 1}
-	be, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), DeleteOnClose: true, Configure: configure, MemTableBytes: memtable}, kg)
+	be, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), DeleteOnClose: true, Configure: configure, MemTableBytes: memtable, CacheBytes: cache, MaterializeFactor: factor}, kg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,16 +155,34 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 		s.Update(val)
 		return int64(len(key) + valSize)
 	}
+	// Load in key order — key group first, then the key's bytes, as the
+	// backend lays keys out — so that flushes do not overlap and go to the
+	// bottom level without compactions. The load is not measured.
 	start := time.Now()
-	for i := range n {
-		put(i)
+	order := make([]uint32, n)
+	for i := range order {
+		order[i] = uint32(i)
 	}
+	slices.SortFunc(order, func(x, y uint32) int {
+		if c := cmp.Compare(x%uint32(maxPar), y%uint32(maxPar)); c != 0 {
+			return c
+		}
+		return cmp.Compare(uint64(x)*0x9e3779b97f4a7c15, uint64(y)*0x9e3779b97f4a7c15)
+	})
+	for _, i := range order {
+		put(int(i))
+	}
+	order = nil
 	load := time.Since(start)
+	b.Logf("loaded %d keys in %v", n, load)
 
 	ctx := b.Context()
 	ckpt := int64(0)
 	var prevDir string
+	var lastHandle, prevHandle []*weirpb.StateFile
+	var prevSize int64
 	take := func() (int64, time.Duration) {
+		prevHandle, prevSize = lastHandle, be.SizeBytes()
 		ckpt++
 		start := time.Now()
 		dir := filepath.Join(root, fmt.Sprint("chk-", ckpt))
@@ -144,10 +190,11 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		_, up, err := st.UploadFiles(ctx, "job", ckpt, "op", 0, 1, files)
+		handle, up, err := st.UploadFiles(ctx, "job", ckpt, "op", 0, 1, files)
 		if err != nil {
 			b.Fatal(err)
 		}
+		lastHandle = handle
 		d := time.Since(start)
 		// Keep the latest local checkpoint only (its hard links hold
 		// compacted-away files on disk).
@@ -160,7 +207,10 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	full, fullDur := take()
 	stateBytes := be.SizeBytes()
 
+	nround := 0
 	round := func() (changed, uploaded int64, d time.Duration) {
+		nround++
+		ev.round.Store(int64(nround))
 		for range n / 100 {
 			changed += put(rng.IntN(n))
 		}
@@ -170,18 +220,55 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	for range warmup {
 		round()
 	}
+	ev.reset()
+	mat0 := be.SnapshotStats().Materializations
 	var totalUp, totalChanged int64
 	var durs []time.Duration
 	var ratios []float64
+	// restoreHandle is the checkpoint whose restore is timed: the one just
+	// before the measured materialization, whose changelog chain is the
+	// longest a restore replays.
+	var restoreHandle []*weirpb.StateFile
+	var restoreSize int64
 	for b.Loop() {
-		for r := range rounds {
+		// Without WEIR_INCR_ROUNDS: exactly one materialization cycle —
+		// rounds until the next materialization, inclusive (a cap guards
+		// against a backend that never materializes).
+		for r := 0; rounds > 0 && r < rounds || rounds == 0 && r < 2000; r++ {
 			changed, up, d := round()
 			totalUp += up
 			totalChanged += changed
 			durs = append(durs, d)
 			ratios = append(ratios, float64(up)/float64(changed))
 			b.Logf("round %d: changed %d B, uploaded %d B (ratio %.2f), %v", r, changed, up, float64(up)/float64(changed), d)
+			if rounds == 0 && be.SnapshotStats().Materializations > mat0 {
+				restoreHandle, restoreSize = prevHandle, prevSize
+				break
+			}
 		}
+	}
+	if restoreHandle == nil {
+		restoreHandle, restoreSize = lastHandle, be.SizeBytes()
+	}
+	mats := be.SnapshotStats().Materializations - mat0
+	flushes, compactions, compacted, log := ev.get()
+	// Restore the last checkpoint: download, open, replay the changelog.
+	start = time.Now()
+	restoreDir := filepath.Join(root, "restore")
+	if _, _, err := st.DownloadFiles(ctx, restoreHandle, restoreDir, nil); err != nil {
+		b.Fatal(err)
+	}
+	rb, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: filepath.Join(root, "restored-db"), DeleteOnClose: true, CacheBytes: 64 << 20}, restoreDir, kg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	restoreDur := time.Since(start)
+	if rb.SizeBytes() != restoreSize {
+		b.Fatalf("restored state has %d bytes, the backend had %d at that checkpoint", rb.SizeBytes(), restoreSize)
+	}
+	rb.Close()
+	for _, l := range log {
+		b.Log(l)
 	}
 	slices.Sort(durs)
 	slices.Sort(ratios)
@@ -194,6 +281,73 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	fmt.Printf("incremental_upload_ratio=%.2f\n", amortized)
 	fmt.Printf("checkpoint_duration_p50_ms=%.0f\n", ms(durs[len(durs)/2]))
 	fmt.Printf("checkpoint_duration_p99_ms=%.0f\n", ms(durs[min(len(durs)-1, len(durs)*99/100)]))
+	fmt.Printf("checkpoint_duration_max_ms=%.0f\n", ms(durs[len(durs)-1]))
 	fmt.Printf("full_checkpoint_bytes=%d\n", full)
+	fmt.Printf("incremental_rounds=%d\n", len(durs))
+	fmt.Printf("incremental_materializations=%d\n", mats)
+	fmt.Printf("incremental_restore_seconds=%.1f\n", restoreDur.Seconds())
+	fmt.Printf("incremental_flushes=%d\n", flushes)
+	fmt.Printf("incremental_compactions=%d\n", compactions)
+	fmt.Printf("incremental_compacted_bytes=%d\n", compacted)
+	fmt.Printf("incremental_load_s=%.0f\n", load.Seconds())
 	b.Logf("keys %d, load %v, first checkpoint %v, tuning %q, %d warm-up + %d measured rounds", n, load, fullDur, tuning, warmup, rounds)
+}
+
+// compactionCounter counts the flushes and compactions Pebble finishes, and
+// logs each compaction (reason, levels, bytes written), to show what makes
+// a checkpoint upload rewritten files.
+type compactionCounter struct {
+	round       atomic.Int64 // the round being run, for the log
+	mu          sync.Mutex
+	flushes     int
+	compactions int
+	written     uint64
+	log         []string
+}
+
+func (c *compactionCounter) listener() *pebble.EventListener {
+	return &pebble.EventListener{
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err != nil {
+				return
+			}
+			c.mu.Lock()
+			c.flushes++
+			c.mu.Unlock()
+		},
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			if info.Err != nil {
+				return
+			}
+			var in []string
+			var inBytes, out uint64
+			for _, l := range info.Input {
+				for _, t := range l.Tables {
+					inBytes += t.Size
+				}
+				in = append(in, fmt.Sprintf("L%d×%d", l.Level, len(l.Tables)))
+			}
+			for _, t := range info.Output.Tables {
+				out += t.Size
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.compactions++
+			c.written += out
+			c.log = append(c.log, fmt.Sprintf("round %d: compaction %s: %v → L%d, read %d MB, wrote %d MB in %v",
+				c.round.Load(), info.Reason, in, info.Output.Level, inBytes>>20, out>>20, info.TotalDuration.Round(time.Millisecond)))
+		},
+	}
+}
+
+func (c *compactionCounter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flushes, c.compactions, c.written, c.log = 0, 0, 0, nil
+}
+
+func (c *compactionCounter) get() (flushes, compactions int, written uint64, log []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.flushes, c.compactions, c.written, slices.Clone(c.log)
 }
