@@ -8,6 +8,10 @@ mkdir -p .run
 echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3-)"
 go test -run '^$' -bench "${WEIR_BENCH:-Q1|CheckpointOverhead|Recovery|IncrementalCheckpoint1GB}" -benchtime 1x -timeout 90m ./test/bench/ > .run/bench.log 2>&1
 rc=$?
+if [ -z "${WEIR_BENCH:-}" ]; then
+  # Keyed state on Pebble against the heap (running_count, in-process).
+  go test -run '^$' -bench 'RunningCountHeapVsPebble' -benchtime 1x ./operators/keyed/ >> .run/bench.log 2>&1 || rc=$?
+fi
 grep -E '^[a-z0-9_]+=' .run/bench.log
 if [ $rc -ne 0 ]; then
   echo "benchmarks failed (exit $rc); see .run/bench.log" >&2
