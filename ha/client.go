@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -52,6 +53,28 @@ type LeaderInfo struct {
 type leaderValue struct {
 	ID      string `json:"id"`
 	Address string `json:"address"`
+}
+
+// ConnectRetrying calls Connect until it succeeds or ctx ends, waiting
+// retry between attempts and passing each failure to failed (to log it
+// with what the caller needs etcd for). It returns ctx's error when ctx
+// ends first.
+func ConnectRetrying(ctx context.Context, cfg Config, retry time.Duration, failed func(error)) (*Client, error) {
+	for {
+		c, err := Connect(ctx, cfg)
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		failed(err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(retry):
+		}
+	}
 }
 
 // Connect connects to etcd and checks that the cluster answers a

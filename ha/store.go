@@ -289,10 +289,30 @@ func (s *Store) NextCheckpointID(ctx context.Context, job string) (int64, error)
 		return 0, err
 	}
 	key, graph := s.jobKey(job, "checkpoint-id"), s.jobKey(job, "graph")
+	next, err := s.increment(ctx, key, "checkpoint id of job "+job,
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(graph), ">", 0)},
+		func() error {
+			missing, err := s.jobMissing(ctx, job)
+			if err != nil || missing {
+				return errors.Join(err, boolErr(missing, s.notFound(job)))
+			}
+			return nil
+		})
+	if err != nil {
+		return 0, err
+	}
+	return next, nil
+}
+
+// increment adds one to the decimal counter at key (absent: 0) in a fenced
+// compare-and-swap that also requires cmps, and returns the new value.
+// When the swap loses a race it calls conflict, whose error ends the
+// attempts, and tries again.
+func (s *Store) increment(ctx context.Context, key, what string, cmps []clientv3.Cmp, conflict func() error) (int64, error) {
 	for range maxCASAttempts {
 		resp, err := s.c.etcd.Get(ctx, key)
 		if err != nil {
-			return 0, fmt.Errorf("ha: read checkpoint-id counter of job %s: %w", job, err)
+			return 0, fmt.Errorf("ha: read the %s counter %s: %w", what, key, err)
 		}
 		var cur, mod int64
 		if len(resp.Kvs) > 0 {
@@ -302,11 +322,8 @@ func (s *Store) NextCheckpointID(ctx context.Context, job string) (int64, error)
 			}
 		}
 		next := cur + 1
-		_, err = s.commit(ctx, fmt.Sprintf("allocate checkpoint id %d of job %s", next, job),
-			[]clientv3.Cmp{
-				clientv3.Compare(clientv3.ModRevision(key), "=", mod),
-				clientv3.Compare(clientv3.CreateRevision(graph), ">", 0),
-			},
+		_, err = s.commit(ctx, fmt.Sprintf("allocate %s %d", what, next),
+			append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", mod)}, cmps...),
 			[]clientv3.Op{clientv3.OpPut(key, strconv.FormatInt(next, 10))})
 		if err == nil {
 			return next, nil
@@ -314,11 +331,13 @@ func (s *Store) NextCheckpointID(ctx context.Context, job string) (int64, error)
 		if !errors.Is(err, errConflict) {
 			return 0, err
 		}
-		if missing, err := s.jobMissing(ctx, job); err != nil || missing {
-			return 0, errors.Join(err, boolErr(missing, s.notFound(job)))
+		if conflict != nil {
+			if err := conflict(); err != nil {
+				return 0, err
+			}
 		}
 	}
-	return 0, fmt.Errorf("ha: allocate checkpoint id of job %s: the counter kept changing under %d attempts", job, maxCASAttempts)
+	return 0, fmt.Errorf("ha: allocate a %s: the counter %s kept changing under %d attempts", what, key, maxCASAttempts)
 }
 
 // errConflict: the fence held but another condition of the transaction did
@@ -439,29 +458,5 @@ func checkValue(job, what string, b []byte) error {
 // and dense, so a jobmanager can use one as a base for identifiers that
 // must never repeat across leaders (execution attempts).
 func (s *Store) NextTerm(ctx context.Context) (int64, error) {
-	key := s.c.prefix + "/leader-term"
-	for range maxCASAttempts {
-		resp, err := s.c.etcd.Get(ctx, key)
-		if err != nil {
-			return 0, fmt.Errorf("ha: read the leader-term counter %s: %w", key, err)
-		}
-		var cur, mod int64
-		if len(resp.Kvs) > 0 {
-			mod = resp.Kvs[0].ModRevision
-			if cur, err = decodeCounter(key, resp.Kvs[0].Value); err != nil {
-				return 0, err
-			}
-		}
-		next := cur + 1
-		_, err = s.commit(ctx, fmt.Sprintf("allocate leader term %d", next),
-			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", mod)},
-			[]clientv3.Op{clientv3.OpPut(key, strconv.FormatInt(next, 10))})
-		if err == nil {
-			return next, nil
-		}
-		if !errors.Is(err, errConflict) {
-			return 0, err
-		}
-	}
-	return 0, fmt.Errorf("ha: allocate a leader term: the counter %s kept changing under %d attempts", key, maxCASAttempts)
+	return s.increment(ctx, s.c.prefix+"/leader-term", "leader term", nil, nil)
 }

@@ -45,21 +45,9 @@ func (jm *JobManager) haConnect(ctx context.Context) (*ha.Client, error) {
 		cfg.LeaseTTL = jm.cfg.HA.LeaseTTL
 	}
 	cfg.Logger = jm.log
-	for {
-		c, err := ha.Connect(ctx, cfg)
-		if err == nil {
-			return c, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+	return ha.ConnectRetrying(ctx, cfg, haRetry, func(err error) {
 		jm.log.Error("cannot reach etcd; retrying (check ha.endpoints and that etcd runs)", "endpoints", cfg.Endpoints, "retry", haRetry, "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(haRetry):
-		}
-	}
+	})
 }
 
 // leaderStore returns the fenced store of the current leadership, or nil

@@ -136,20 +136,10 @@ func (tm *TaskManager) haConnect(ctx context.Context) (*ha.Client, error) {
 		cfg.Prefix = tm.cfg.HA.Prefix
 	}
 	cfg.Logger = tm.log
-	for {
-		c, err := ha.Connect(ctx, cfg)
-		if err == nil {
-			return c, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+	return ha.ConnectRetrying(ctx, cfg, tm.cfg.RegisterRetry, func(err error) {
 		tm.log.Error("cannot reach etcd to find the leading jobmanager; retrying (check --ha-etcd-endpoints and that etcd runs)",
 			"endpoints", cfg.Endpoints, "retry", tm.cfg.RegisterRetry, "err", err)
-		if !sleepCtx(ctx, tm.cfg.RegisterRetry) {
-			return nil, ctx.Err()
-		}
-	}
+	})
 }
 
 // resolveLeader blocks until etcd names a leader and makes it the current
