@@ -123,25 +123,33 @@ func checkRunningCounts(t *testing.T, dir string, datagen string) (lost, duplica
 	if err := json.Unmarshal([]byte(datagen), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{}
+	want := map[string]int64{}
 	connectors.GenerateRows(cfg, 0, cfg.Rows, func(_ int64, row []any) { want[row[0].(string)]++ })
 	header, rows := committedRows(t, dir)
 	if len(rows) > 0 && strings.Join(header, ",") != "key,count" {
 		t.Fatalf("running count header %v", header)
 	}
-	seen := map[string]map[int]int{}
+	seen := map[string]map[int64]int{}
 	for _, r := range rows {
-		n, err := strconv.Atoi(r[1])
+		n, err := strconv.ParseInt(r[1], 10, 64)
 		if err != nil {
 			t.Fatalf("bad count %v", r)
 		}
 		if seen[r[0]] == nil {
-			seen[r[0]] = map[int]int{}
+			seen[r[0]] = map[int64]int{}
 		}
 		seen[r[0]][n]++
 	}
+	return lostAndDuplicated(want, seen)
+}
+
+// lostAndDuplicated compares the numbers seen per key (with how often each
+// was seen) with 1..want[key] for every key: a number never seen is lost;
+// every extra copy, and every number or key outside the expected ones (a
+// count beyond N means a record was counted twice), is a duplicate.
+func lostAndDuplicated[K comparable](want map[K]int64, seen map[K]map[int64]int) (lost, duplicated int) {
 	for key, n := range want {
-		for i := 1; i <= n; i++ {
+		for i := int64(1); i <= n; i++ {
 			switch c := seen[key][i]; {
 			case c == 0:
 				lost++
@@ -153,7 +161,7 @@ func checkRunningCounts(t *testing.T, dir string, datagen string) (lost, duplica
 	for key, counts := range seen {
 		for i, c := range counts {
 			if i < 1 || i > want[key] {
-				duplicated += c // a count beyond N means a record was counted twice
+				duplicated += c
 			}
 		}
 	}

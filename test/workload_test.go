@@ -102,24 +102,11 @@ func (j *sequenceJob) verify(t *testing.T) (lost, duplicated int) {
 		}
 		seen[k][n]++
 	}
-	for k := int64(0); k < j.keys; k++ {
-		for n := int64(1); n <= j.perKey; n++ {
-			switch c := seen[k][n]; {
-			case c == 0:
-				lost++
-			case c > 1:
-				duplicated += c - 1
-			}
-		}
+	want := make(map[int64]int64, j.keys)
+	for k := range j.keys {
+		want[k] = j.perKey
 	}
-	for k, ns := range seen {
-		for n, c := range ns {
-			if k < 0 || k >= j.keys || n < 1 || n > j.perKey {
-				duplicated += c
-			}
-		}
-	}
-	return lost, duplicated
+	return lostAndDuplicated(want, seen)
 }
 
 // checkpointsOf summarises a job's checkpoint list as its jobmanager

@@ -140,7 +140,7 @@
 // # Compaction
 //
 // Pebble runs with its own compaction settings (L0 compacted at 2
-// sublevels, Lbase with intermediate levels), a 32 MiB memtable and bloom
+// sublevels, Lbase with intermediate levels), a 4 MiB memtable and bloom
 // filters (10 bits per key) on every level, which keep point reads fast.
 // Earlier versions tuned compaction for small sstable-based incremental
 // checkpoints instead (two levels, L0 compacted at 64 sublevels): that
