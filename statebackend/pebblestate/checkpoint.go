@@ -193,12 +193,13 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 	if err := os.RemoveAll(filepath.Join(opts.Dir, workDirName)); err != nil {
 		return nil, fmt.Errorf("pebble state backend: changelog directory in %s: %w", opts.Dir, err)
 	}
+	if len(segs) > 0 {
+		if err := replayChain(opts, segs, kg); err != nil {
+			return nil, err
+		}
+	}
 	db, err := openDB(opts, false)
 	if err != nil {
-		return nil, err
-	}
-	if err := applyChain(db, segs, kg.Contains); err != nil {
-		db.Close()
 		return nil, err
 	}
 	tables, err := loadTables(db, dir)
@@ -220,6 +221,36 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 	return b, nil
 }
 
+// replayMemTableBytes is the memtable size while a changelog chain is
+// replayed: the replay writes up to MaterializeFactor × the state, and
+// small memtables turn that into many small flushes and compactions.
+const replayMemTableBytes = 64 << 20
+
+// replayChain applies a changelog chain to the database in opts.Dir, opened
+// with a large memtable for the replay, then flushes and closes it.
+func replayChain(opts Options, segs []segment, kg stream.KeyGroupRange) error {
+	ro := opts
+	ro.MemTableBytes = max(opts.MemTableBytes, replayMemTableBytes)
+	db, err := openDB(ro, false)
+	if err != nil {
+		return err
+	}
+	if err := applyChain(db, segs, kg.Contains); err != nil {
+		db.Close()
+		return err
+	}
+	// The WAL is off: without a flush, Close would drop the replayed
+	// writes still in the memtable.
+	if err := db.Flush(); err != nil {
+		db.Close()
+		return fmt.Errorf("pebble state backend: flushing the replayed changelog in %s: %w", opts.Dir, err)
+	}
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("pebble state backend: closing %s after replaying the changelog: %w", opts.Dir, err)
+	}
+	return nil
+}
+
 // replayInto clones the snapshot directory dir into the new directory
 // scratch and applies its changelog segments there, leaving a database
 // that holds the snapshot's state (of the key groups keep accepts).
@@ -229,6 +260,7 @@ func replayInto(opts Options, dir, scratch string, segs []segment, keep func(int
 	}
 	o := opts
 	o.Dir, o.Configure = scratch, nil
+	o.MemTableBytes = max(opts.MemTableBytes, replayMemTableBytes)
 	db, err := openDB(o, false)
 	if err != nil {
 		return err
