@@ -54,12 +54,32 @@ type jobManagerFile struct {
 	RestartStrategy map[string]any `yaml:"restartStrategy"`
 	// HA configures high availability (mode none or etcd).
 	HA struct {
-		Mode              string   `yaml:"mode"`
-		Endpoints         []string `yaml:"endpoints"`
-		Prefix            string   `yaml:"prefix"`
-		LeaseTTL          string   `yaml:"leaseTTL"`
-		AdvertisedAddress string   `yaml:"advertisedAddress"`
+		haDiscoveryFile   `yaml:",inline"`
+		LeaseTTL          string `yaml:"leaseTTL"`
+		AdvertisedAddress string `yaml:"advertisedAddress"`
 	} `yaml:"ha"`
+}
+
+// haDiscoveryFile is the part of the ha: block that jobmanagers and
+// taskmanagers share: how to reach etcd and the cluster's prefix.
+type haDiscoveryFile struct {
+	Mode      string   `yaml:"mode"`
+	Endpoints []string `yaml:"endpoints"`
+	Prefix    string   `yaml:"prefix"`
+}
+
+// apply copies the keys that are set into the config fields whose flags
+// (--ha, --ha-etcd-endpoints, --ha-prefix) were not given.
+func (h haDiscoveryFile) apply(set func(flag string) bool, mode *string, endpoints *[]string, prefix *string) {
+	if h.Mode != "" && !set("ha") {
+		*mode = h.Mode
+	}
+	if len(h.Endpoints) > 0 && !set("ha-etcd-endpoints") {
+		*endpoints = h.Endpoints
+	}
+	if h.Prefix != "" && !set("ha-prefix") {
+		*prefix = h.Prefix
+	}
 }
 
 // NewJobManagerCommand returns the jobmanager process command.
@@ -143,15 +163,7 @@ func applyJobManagerFile(cmd *cobra.Command, cfg *jobmanager.Config, f jobManage
 	if f.CheckpointStorage != "" && !set("checkpoint-storage") {
 		cfg.CheckpointStorage = f.CheckpointStorage
 	}
-	if f.HA.Mode != "" && !set("ha") {
-		cfg.HA.Mode = f.HA.Mode
-	}
-	if len(f.HA.Endpoints) > 0 && !set("ha-etcd-endpoints") {
-		cfg.HA.Endpoints = f.HA.Endpoints
-	}
-	if f.HA.Prefix != "" && !set("ha-prefix") {
-		cfg.HA.Prefix = f.HA.Prefix
-	}
+	f.HA.apply(set, &cfg.HA.Mode, &cfg.HA.Endpoints, &cfg.HA.Prefix)
 	if f.HA.AdvertisedAddress != "" && !set("ha-advertised-address") {
 		cfg.HA.AdvertisedAddress = f.HA.AdvertisedAddress
 	}
@@ -200,12 +212,8 @@ type taskManagerFile struct {
 	MetricsAddress    string `yaml:"metricsAddress"`
 	// HA finds the leading jobmanager through etcd (the keys of the
 	// jobmanager's ha: block; the others are ignored).
-	HA struct {
-		Mode      string   `yaml:"mode"`
-		Endpoints []string `yaml:"endpoints"`
-		Prefix    string   `yaml:"prefix"`
-	} `yaml:"ha"`
-	StateCacheBytes int64 `yaml:"stateCacheBytes"`
+	HA              haDiscoveryFile `yaml:"ha"`
+	StateCacheBytes int64           `yaml:"stateCacheBytes"`
 }
 
 // NewTaskManagerCommand returns the taskmanager process command.
@@ -249,15 +257,7 @@ func NewTaskManagerCommand() *cobra.Command {
 				if f.CreditsPerChannel != 0 && !set("credits-per-channel") {
 					cfg.CreditsPerChannel = f.CreditsPerChannel
 				}
-				if f.HA.Mode != "" && !set("ha") {
-					cfg.HA.Mode = f.HA.Mode
-				}
-				if len(f.HA.Endpoints) > 0 && !set("ha-etcd-endpoints") {
-					cfg.HA.Endpoints = f.HA.Endpoints
-				}
-				if f.HA.Prefix != "" && !set("ha-prefix") {
-					cfg.HA.Prefix = f.HA.Prefix
-				}
+				f.HA.apply(set, &cfg.HA.Mode, &cfg.HA.Endpoints, &cfg.HA.Prefix)
 				if f.StateCacheBytes != 0 && !set("state-cache-bytes") {
 					cfg.StateCacheBytes = f.StateCacheBytes
 				}
