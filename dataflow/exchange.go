@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -27,7 +29,8 @@ type ExchangeConfig struct {
 	// (grpc.MaxRecvMsgSize). Default 1 MiB.
 	MaxFrameBytes int
 	// DialOptions are used to dial peers. Default: plaintext (insecure
-	// transport credentials), for a cluster-internal network.
+	// transport credentials), for a cluster-internal network, and
+	// PeerConnectParams.
 	DialOptions []grpc.DialOption
 	// Logger receives exchange events. Default: discarded.
 	Logger *slog.Logger
@@ -71,7 +74,7 @@ func (c ExchangeConfig) withDefaults() ExchangeConfig {
 		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	if c.DialOptions == nil {
-		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), PeerConnectParams()}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -81,6 +84,18 @@ func (c ExchangeConfig) withDefaults() ExchangeConfig {
 
 // ErrExchangeClosed is returned by operations on a closed Exchange.
 var ErrExchangeClosed = errors.New("dataflow: exchange closed")
+
+// PeerError is what a task fails with when a network stream to or from
+// another taskmanager's exchange broke (the peer died, or the network
+// between them failed). Addr is the peer's exchange address, so that the
+// failure can be pinned on that taskmanager (errors.As).
+type PeerError struct {
+	Addr string
+	err  error
+}
+
+func (e *PeerError) Error() string { return e.err.Error() }
+func (e *PeerError) Unwrap() error { return e.err }
 
 // channelKey names one logical channel.
 type channelKey struct {
@@ -280,4 +295,16 @@ func (x *Exchange) numEndpoints() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return len(x.mu.endpoints)
+}
+
+// PeerConnectParams caps gRPC's reconnect backoff for connections between
+// cluster processes (gRPC's default grows to 2 minutes): a process that
+// restarts, on the same address or not, is reached again within about a
+// second. Every stream to a peer also dials a connection of its own, so no
+// stream waits out the backoff of a connection to a process that died.
+func PeerConnectParams() grpc.DialOption {
+	return grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: 2 * time.Second,
+	})
 }

@@ -170,7 +170,7 @@ func (c *peerConn) fail(err error) {
 		if errors.Is(err, ErrExchangeClosed) {
 			c.err = fmt.Errorf("dataflow: network stream to taskmanager %s closed: %w", c.addr, err)
 		} else {
-			c.err = fmt.Errorf("dataflow: network stream to taskmanager %s broke: %w; the tasks sending to it fail and are restarted", c.addr, err)
+			c.err = &PeerError{Addr: c.addr, err: fmt.Errorf("dataflow: network stream to taskmanager %s broke: %w; the tasks sending to it fail and are restarted", c.addr, err)}
 		}
 		close(c.done)
 		c.cancel()
@@ -535,8 +535,8 @@ func (s *inboundStream) teardown(cause error) {
 			continue
 		}
 		if in := ic.e.in.Load(); in != nil {
-			in.gate.push(in, event{kind: eventError, err: fmt.Errorf(
-				"dataflow: network stream from taskmanager %s broke before channel %v ended: %w; the upstream task or its taskmanager failed", s.peer, ic.key, cause)})
+			in.gate.push(in, event{kind: eventError, err: &PeerError{Addr: s.peer, err: fmt.Errorf(
+				"dataflow: network stream from taskmanager %s broke before channel %v ended: %w; the upstream task or its taskmanager failed", s.peer, ic.key, cause)}})
 		}
 	}
 }

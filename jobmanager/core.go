@@ -92,14 +92,26 @@ func (s taskState) terminal() bool { return s == taskFinished || s == taskCancel
 // same id makes a new entry; executions keep pointing at the entry they were
 // deployed to, so the core can tell an old incarnation's reports apart.
 type tmEntry struct {
-	id, addr      string
+	id, addr string
+	// instance is the process's instance id: new at every start of the
+	// taskmanager process.
+	instance      string
 	slots, used   int
 	opTypes       []string
 	registered    time.Time
 	lastHeartbeat time.Time
 	lost          bool
 	lostReason    string
+	// suspected: its connection broke, a call to it failed as
+	// Unavailable, or a peer's data stream from it broke. It gets no new
+	// slots until a probe answers (then it is live again) or fails (then
+	// it is lost); the heartbeat timeout also ends a suspicion.
+	suspected     bool
+	suspectReason string
 }
+
+// usable reports whether new slots may be placed on tm.
+func (tm *tmEntry) usable() bool { return !tm.lost && !tm.suspected }
 
 func (tm *tmEntry) free() int { return tm.slots - tm.used }
 
@@ -197,6 +209,9 @@ type job struct {
 	restartDue   time.Time // RESTARTING: redeploy once tasks stopped and now ≥ restartDue
 	restartCause string    // RESTARTING: the failure being recovered from
 	lastFailure  string    // the latest failure that caused a restart
+	// deployFailures counts the failed deployments in a row, until every
+	// execution runs (deployFailed).
+	deployFailures int
 
 	// Checkpointing (nil coord: off, or the job has not run yet).
 	coord *coordinator.Coordinator
@@ -237,6 +252,7 @@ type deployAction struct {
 	Subtask       int
 	Attempt       int64
 	TaskManager   string
+	Instance      string
 	Addr          string
 	SlotAddrs     []string
 	Checkpointing taskCheckpointing
@@ -251,6 +267,7 @@ type cancelAction struct {
 	Subtask     int
 	Attempt     int64
 	TaskManager string
+	Instance    string
 	Addr        string
 	// Stale: the execution attempt is not the current one (a live
 	// taskmanager still reported it running); its outcome changes nothing.
@@ -265,6 +282,7 @@ type triggerAction struct {
 	Subtask      int
 	Attempt      int64
 	TaskManager  string
+	Instance     string
 	Addr         string
 	CheckpointID int64
 	Timestamp    time.Time
@@ -278,6 +296,7 @@ type notifyAction struct {
 	Subtask      int
 	Attempt      int64
 	TaskManager  string
+	Instance     string
 	Addr         string
 	CheckpointID int64
 	Complete     bool
@@ -298,7 +317,16 @@ type deleteCheckpointsAction struct {
 	IDs   []int64
 }
 
+// probeAction asks the shell to probe a suspected taskmanager process and
+// to report with probed.
+type probeAction struct {
+	TaskManager string
+	Instance    string
+	Addr        string
+}
+
 func (deployAction) isAction()            {}
+func (probeAction) isAction()             {}
 func (cancelAction) isAction()            {}
 func (triggerAction) isAction()           {}
 func (notifyAction) isAction()            {}
@@ -313,6 +341,9 @@ type taskReport struct {
 	State                 taskState
 	Err                   string
 	RecordsIn, RecordsOut int64
+	// BrokenPeer, on a failed task, is the exchange address of the
+	// taskmanager whose data stream broke and failed it.
+	BrokenPeer string
 }
 
 type coreConfig struct {
@@ -345,6 +376,11 @@ type core struct {
 	// staleCancels rate-limits the cancels of stale executions that a live
 	// taskmanager still reports running: when each was last sent.
 	staleCancels map[string]time.Time
+	// replaced holds the instance ids of taskmanager processes that a
+	// newer process with the same id replaced (instance → id), so that
+	// the old one, should it come back, cannot take the id over again.
+	// Bounded by maxReplaced.
+	replaced map[string]string
 }
 
 func newCore(cfg coreConfig) *core {
@@ -353,36 +389,15 @@ func newCore(cfg coreConfig) *core {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &core{cfg: cfg, log: log, tms: make(map[string]*tmEntry), jobs: make(map[string]*job),
-		staleCancels: make(map[string]time.Time)}
+		staleCancels: make(map[string]time.Time), replaced: make(map[string]string)}
 }
 
-// register adds a taskmanager, replacing an earlier registration with the
-// same id (whose tasks are then gone).
-func (c *core) register(id, addr string, slots int, opTypes []string, now time.Time) ([]action, error) {
-	switch {
-	case id == "":
-		return nil, fmt.Errorf("%w: taskmanager registration has no id; give each taskmanager a unique id", ErrInvalidArgument)
-	case addr == "":
-		return nil, fmt.Errorf("%w: taskmanager %s registered without an address; it must send the host:port of its gRPC server", ErrInvalidArgument, id)
-	case slots < 1:
-		return nil, fmt.Errorf("%w: taskmanager %s offers %d slots; it must offer at least 1", ErrInvalidArgument, id, slots)
-	}
-	var acts []action
-	if old := c.tms[id]; old != nil && !old.lost {
-		old.lost = true
-		old.lostReason = "re-registered"
-		acts = c.tmGone(old, fmt.Sprintf("taskmanager %s re-registered (it restarted?); its tasks are gone", id), now)
-	}
-	c.tms[id] = &tmEntry{id: id, addr: addr, slots: slots, opTypes: slices.Clone(opTypes), registered: now, lastHeartbeat: now}
-	c.log.Info("taskmanager registered", "taskmanager", id, "address", addr, "slots", slots)
-	return append(acts, c.scheduleWaiting(now)...), nil
-}
-
-// heartbeat records a heartbeat; reregister is true when the taskmanager is
-// unknown or was declared lost.
-func (c *core) heartbeat(id string, reports []taskReport, now time.Time) (reregister bool, acts []action) {
+// heartbeat records a heartbeat of process instance of taskmanager id;
+// reregister is true when the taskmanager is unknown, was declared lost,
+// or registered as another process.
+func (c *core) heartbeat(id, instance string, reports []taskReport, now time.Time) (reregister bool, acts []action) {
 	tm := c.tms[id]
-	if tm == nil || tm.lost {
+	if tm == nil || tm.lost || tm.instance != instance {
 		return true, nil
 	}
 	tm.lastHeartbeat = now
@@ -399,6 +414,16 @@ func (c *core) heartbeat(id string, reports []taskReport, now time.Time) (reregi
 // that attempt is told to cancel (at most once per HeartbeatTimeout).
 func (c *core) report(tmID string, r taskReport, now time.Time) []action {
 	tm := c.tms[tmID]
+	var acts []action
+	if r.State == taskFailed && r.BrokenPeer != "" && tm != nil && !tm.lost && r.BrokenPeer != tm.addr {
+		acts = c.suspectPeer(r.BrokenPeer, fmt.Sprintf("a data stream between it and taskmanager %s broke", tmID), now)
+	}
+	return append(acts, c.applyReport(tmID, tm, r, now)...)
+}
+
+// applyReport is report after the broken peer was suspected; tm is
+// c.tms[tmID].
+func (c *core) applyReport(tmID string, tm *tmEntry, r taskReport, now time.Time) []action {
 	j := c.jobs[r.JobID]
 	var ex *execution
 	if j != nil {
@@ -452,7 +477,7 @@ func (c *core) cancelStale(tm *tmEntry, r taskReport, now time.Time) []action {
 	c.log.Info("cancelling a stale task attempt that is still running", "job", r.JobID, "vertex", r.Vertex,
 		"subtask", r.Subtask, "attempt", r.Attempt, "taskmanager", tm.id)
 	return []action{cancelAction{JobID: r.JobID, Vertex: r.Vertex, Subtask: r.Subtask, Attempt: r.Attempt,
-		TaskManager: tm.id, Addr: tm.addr, Stale: true}}
+		TaskManager: tm.id, Instance: tm.instance, Addr: tm.addr, Stale: true}}
 }
 
 // execChanged moves the job on after ex reached a new state.
@@ -499,6 +524,9 @@ func (c *core) progress(j *job, now time.Time) []action {
 	for _, e := range j.execs {
 		allFinished = allFinished && e.state == taskFinished
 		allRunning = allRunning && (e.state == taskRunning || e.state == taskFinished)
+	}
+	if allRunning {
+		j.deployFailures = 0
 	}
 	switch {
 	case allFinished:
@@ -554,15 +582,26 @@ func (c *core) jobFailure(j *job, cause string, now time.Time) []action {
 // else only the failed regions restart: their executions are cancelled and
 // deployed again after the delay, while the other regions run on.
 func (c *core) failRegions(j *job, failed []*region, cause string, now time.Time) []action {
+	return c.failOver(j, failed, cause, true, 0, now)
+}
+
+// failOver is failRegions; counted says whether the restart strategy is
+// asked (and the failure counted against its budget) or the regions restart
+// regardless, and the restart waits at least minDelay.
+func (c *core) failOver(j *job, failed []*region, cause string, counted bool, minDelay time.Duration, now time.Time) []action {
 	acts := c.stopCheckpointing(j, "job failing over: "+cause, now)
 	restart, delay, name := false, time.Duration(0), "none"
-	if j.opts.Restart != nil {
+	switch {
+	case !counted:
+		restart = true
+	case j.opts.Restart != nil:
 		restart, delay = j.opts.Restart.OnFailure(now, cause)
 		name = j.opts.Restart.Name()
 	}
 	if !restart {
 		return append(acts, c.failJob(j, fmt.Sprintf("%s; restart strategy %s gave up", cause, name), now)...)
 	}
+	delay = max(delay, minDelay)
 	j.lastFailure = cause
 	whole := true
 	for _, r := range j.regions {
@@ -637,7 +676,8 @@ func (c *core) cancelExecs(j *job, execs []*execution) []action {
 }
 
 func (c *core) cancelAction(j *job, ex *execution) cancelAction {
-	return cancelAction{JobID: j.id, Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, TaskManager: ex.tm.id, Addr: ex.tm.addr}
+	return cancelAction{JobID: j.id, Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, TaskManager: ex.tm.id,
+		Instance: ex.tm.instance, Addr: ex.tm.addr}
 }
 
 func allTerminal(execs []*execution) bool {
@@ -709,8 +749,15 @@ func (c *core) maybeRedeployRegion(j *job, r *region, now time.Time) []action {
 	}
 	var lost []int
 	for _, i := range r.slots {
-		if tm := j.slots[i]; tm == nil || tm.lost {
+		switch tm := j.slots[i]; {
+		case tm == nil || tm.lost:
 			lost = append(lost, i)
+		case tm.suspected:
+			// Wait for the probe: it ends the suspicion (deploy there
+			// again) or declares the taskmanager lost (place the slot
+			// anew). The slot may be shared with regions still running
+			// there, so it does not move while the taskmanager lives.
+			return nil
 		}
 	}
 	if len(lost) > 0 {
@@ -812,7 +859,7 @@ func (c *core) submit(id string, g *stream.JobGraph, opts jobOptions, now time.T
 func (c *core) liveOffers() []slotOffer {
 	var offers []slotOffer
 	for _, tm := range c.tms {
-		if !tm.lost {
+		if tm.usable() {
 			offers = append(offers, slotOffer{TaskManager: tm.id, Free: tm.free()})
 		}
 	}
@@ -849,7 +896,7 @@ func (c *core) deployExec(j *job, ex *execution, addrs []string, ckpt taskCheckp
 	ex.tm = j.slots[ex.subtask]
 	ex.state = taskDeploying
 	return deployAction{JobID: j.id, Graph: j.graph, Task: ex.spec, Subtask: ex.subtask, Attempt: ex.attempt,
-		TaskManager: ex.tm.id, Addr: ex.tm.addr, SlotAddrs: addrs, Checkpointing: ckpt, Restore: j.latest}
+		TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, SlotAddrs: addrs, Checkpointing: ckpt, Restore: j.latest}
 }
 
 // trySchedule places a waiting job into slots and deploys all of it, or
@@ -924,7 +971,35 @@ func (c *core) deployDone(a deployAction, err error, now time.Time) []action {
 	}
 	ex.state = taskFailed
 	ex.err = fmt.Sprintf("deploying to %s failed: %v", a.Addr, err)
-	return c.taskFailed(j, ex, now)
+	return c.deployFailed(j, ex, now)
+}
+
+// Deployment retries: the second failed deployment in a row waits
+// deployRetryBase, and each further one twice as long, up to
+// deployRetryMax.
+const (
+	deployRetryBase = 100 * time.Millisecond
+	deployRetryMax  = 5 * time.Second
+)
+
+// deployFailed handles the failed deployment of ex in an active job. The
+// deployment failures in a row (until every execution of the job runs)
+// count as one failure for the restart strategy; each one after the first
+// restarts its region after a backoff (deployRetryBase doubling up to
+// deployRetryMax) instead, so that a taskmanager that cannot take tasks
+// never causes a storm of restarts.
+func (c *core) deployFailed(j *job, ex *execution, now time.Time) []action {
+	j.deployFailures++
+	if j.deployFailures == 1 {
+		return c.taskFailed(j, ex, now)
+	}
+	delay := deployRetryMax
+	if n := j.deployFailures - 2; n < 16 {
+		delay = min(deployRetryBase<<n, deployRetryMax)
+	}
+	c.log.Warn("deployment failed again; retrying after a backoff, not counted by the restart strategy",
+		"job", j.id, "failuresInARow", j.deployFailures, "delay", delay)
+	return c.failOver(j, []*region{ex.region}, failureCause(ex), false, delay, now)
 }
 
 // cancelDone records the outcome of a cancel action. gone says the
@@ -1015,11 +1090,7 @@ func (c *core) tick(now time.Time) []action {
 		if tm.lost || now.Sub(tm.lastHeartbeat) < c.cfg.HeartbeatTimeout {
 			continue
 		}
-		tm.lost = true
-		tm.lostReason = fmt.Sprintf("no heartbeat for %s", c.cfg.HeartbeatTimeout)
-		reason := fmt.Sprintf("taskmanager %s at %s lost: %s", tm.id, tm.addr, tm.lostReason)
-		c.log.Warn("taskmanager lost", "taskmanager", tm.id, "address", tm.addr, "reason", tm.lostReason)
-		acts = append(acts, c.tmGone(tm, reason, now)...)
+		acts = append(acts, c.lose(tm, fmt.Sprintf("no heartbeat for %s", c.cfg.HeartbeatTimeout), now)...)
 	}
 	for k, t := range c.staleCancels {
 		if now.Sub(t) >= c.cfg.HeartbeatTimeout {

@@ -48,7 +48,7 @@ func (h *coreHarness) loseTM(id string) []action {
 	h.now = h.now.Add(h.c.cfg.HeartbeatTimeout)
 	for other, tm := range h.c.tms {
 		if other != id && !tm.lost {
-			h.c.heartbeat(other, nil, h.now)
+			h.c.heartbeat(other, tm.instance, nil, h.now)
 		}
 	}
 	acts := h.c.tick(h.now)
@@ -314,7 +314,7 @@ func TestCoreTaskManagerLossRestartsItsRegions(t *testing.T) {
 	if !strings.Contains(v.RestartingRegions[0].Cause, "taskmanager b at b:1 lost: no heartbeat for 10s") {
 		t.Errorf("cause %q", v.RestartingRegions[0].Cause)
 	}
-	h.c.heartbeat("a", nil, h.now)
+	h.c.heartbeat("a", "a-1", nil, h.now)
 	redeploys := actionsOf[deployAction](h.advance(time.Second))
 	if len(redeploys) != 6 {
 		t.Fatalf("%d redeploys, want 6 (regions 1 and 3)", len(redeploys))
@@ -349,7 +349,7 @@ func TestCoreRegionWaitsForSlots(t *testing.T) {
 	deploys := actionsOf[deployAction](h.submitGraph("j", fanOut(t, 2), jobOptions{Restart: fixedDelay(t, 2, time.Second), SlotWait: 5 * time.Second}))
 	h.run(asActions(deploys))
 	h.loseTM("b")
-	h.c.heartbeat("a", nil, h.now)
+	h.c.heartbeat("a", "a-1", nil, h.now)
 	if acts := h.advance(time.Second); len(acts) != 0 {
 		t.Fatalf("actions without free slots: %v", acts)
 	}
@@ -360,13 +360,13 @@ func TestCoreRegionWaitsForSlots(t *testing.T) {
 	if got := jobMessage(&v, h.now); !strings.HasPrefix(got, "region 2 of 2 (3 tasks) waiting for slots (attempt 2) for up to 5s after: ") {
 		t.Errorf("message %q", got)
 	}
-	h.c.heartbeat("a", nil, h.now.Add(4*time.Second))
+	h.c.heartbeat("a", "a-1", nil, h.now.Add(4*time.Second))
 	if acts := h.advance(4 * time.Second); len(acts) != 0 {
 		t.Fatalf("actions while waiting: %v", acts)
 	}
 
 	// b comes back at a new address: region 2 is deployed there at once.
-	acts, err := h.c.register("b", "b:2", 1, nil, h.now)
+	acts, err := h.c.register(tmRegistration{ID: "b", Instance: "b-2", Addr: "b:2", Slots: 1}, h.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,9 +394,9 @@ func TestCoreRegionWaitsForSlots(t *testing.T) {
 	// b is lost again (failure 2, the last restart allowed); this time no
 	// taskmanager comes: the slot wait times out, failure 3 ends the job.
 	h.loseTM("b")
-	h.c.heartbeat("a", nil, h.now)
+	h.c.heartbeat("a", "a-1", nil, h.now)
 	h.advance(time.Second)
-	h.c.heartbeat("a", nil, h.now.Add(5*time.Second))
+	h.c.heartbeat("a", "a-1", nil, h.now.Add(5*time.Second))
 	acts = h.advance(5 * time.Second)
 	if got := cancelSet(acts); !slices.Equal(got, []execAttempt{{0, 0, 1}, {1, 0, 1}, {3, 0, 1}}) {
 		t.Fatalf("cancels %v, want region 1's", got)

@@ -187,7 +187,7 @@ func TestCoreRestartWithoutSlots(t *testing.T) {
 	h.run(deploys)
 	// b restarts (re-registers with 1 slot): its tasks are gone, and the
 	// job no longer fits.
-	acts, err := h.c.register("b", "b:2", 1, nil, h.now)
+	acts, err := h.c.register(tmRegistration{ID: "b", Instance: "b-2", Addr: "b:2", Slots: 1}, h.now)
 	if err != nil {
 		t.Fatal(err)
 	}

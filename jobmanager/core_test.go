@@ -27,7 +27,7 @@ func (h *coreHarness) advance(d time.Duration) []action {
 
 func (h *coreHarness) register(id string, slots int) []action {
 	h.t.Helper()
-	acts, err := h.c.register(id, id+":1", slots, nil, h.now)
+	acts, err := h.c.register(tmRegistration{ID: id, Instance: id + "-1", Addr: id + ":1", Slots: slots}, h.now)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestCoreHeartbeatTimeout(t *testing.T) {
 	h.reportAll(deploys, taskRunning)
 
 	h.advance(9 * time.Second)
-	if rereg, _ := h.c.heartbeat("b", nil, h.now); rereg {
+	if rereg, _ := h.c.heartbeat("b", "b-1", nil, h.now); rereg {
 		t.Fatal("b told to re-register")
 	}
 	if acts := h.advance(999 * time.Millisecond); len(acts) != 0 || h.jobState("j") != jobRunning {
@@ -162,7 +162,7 @@ func TestCoreHeartbeatTimeout(t *testing.T) {
 	if err := h.c.jobs["j"].err; !strings.Contains(err, "on taskmanager a failed: taskmanager a at a:1 lost: no heartbeat for 10s") {
 		t.Errorf("job error %q", err)
 	}
-	if rereg, _ := h.c.heartbeat("a", nil, h.now); !rereg {
+	if rereg, _ := h.c.heartbeat("a", "a-1", nil, h.now); !rereg {
 		t.Error("lost taskmanager not told to re-register")
 	}
 	for _, a := range acts {

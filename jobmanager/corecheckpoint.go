@@ -86,7 +86,7 @@ func (c *core) drainCoordinator(j *job, now time.Time) []action {
 					continue
 				}
 				acts = append(acts, triggerAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
-					TaskManager: ex.tm.id, Addr: ex.tm.addr, CheckpointID: a.ID, Timestamp: a.Timestamp})
+					TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, CheckpointID: a.ID, Timestamp: a.Timestamp})
 			}
 		case coordinator.WriteManifestAction:
 			j.writing = a.ID
@@ -133,7 +133,7 @@ func (c *core) notifyActions(j *job, id int64, tasks []coordinator.TaskID, compl
 			continue
 		}
 		acts = append(acts, notifyAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
-			TaskManager: ex.tm.id, Addr: ex.tm.addr, CheckpointID: id, Complete: complete})
+			TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, CheckpointID: id, Complete: complete})
 	}
 	return acts
 }

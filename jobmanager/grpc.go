@@ -36,6 +36,8 @@ func toGRPCError(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, ErrInvalidArgument):
 		code = codes.InvalidArgument
+	case errors.Is(err, ErrTaskManagerReplaced):
+		code = codes.AlreadyExists
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -59,9 +61,19 @@ type clusterServer struct {
 
 func (s *clusterServer) RegisterTaskManager(_ context.Context, req *weirpb.RegisterTaskManagerRequest) (*weirpb.RegisterTaskManagerResponse, error) {
 	var err error
+	r := tmRegistration{ID: req.GetTaskmanagerId(), Instance: req.GetInstanceId(), Addr: req.GetAddress(),
+		Slots: int(req.GetSlots()), OpTypes: req.GetOperatorTypes()}
 	s.jm.step(func(c *core, now time.Time) []action {
 		var acts []action
-		acts, err = c.register(req.GetTaskmanagerId(), req.GetAddress(), int(req.GetSlots()), req.GetOperatorTypes(), now)
+		acts, err = c.register(r, now)
+		if err == nil {
+			// A fresh, watched connection before any action for the new
+			// registration is dispatched: the old one may sit in the
+			// reconnect backoff of a process that died at this address.
+			if ex := s.jm.execs.Load(); ex != nil {
+				ex.Track(r.ID, r.Instance, r.Addr)
+			}
+		}
 		return acts
 	})
 	if err != nil {
@@ -78,7 +90,8 @@ func (s *clusterServer) RegisterTaskManager(_ context.Context, req *weirpb.Regis
 func fromTaskStatus(st *weirpb.TaskStatus) taskReport {
 	id := st.GetId()
 	return taskReport{JobID: id.GetJobId(), Vertex: int(id.GetVertexId()), Subtask: int(id.GetSubtask()), Attempt: id.GetAttempt(),
-		State: taskState(st.GetState()), Err: st.GetError(), RecordsIn: st.GetRecordsIn(), RecordsOut: st.GetRecordsOut()}
+		State: taskState(st.GetState()), Err: st.GetError(), RecordsIn: st.GetRecordsIn(), RecordsOut: st.GetRecordsOut(),
+		BrokenPeer: st.GetBrokenPeer()}
 }
 
 func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatRequest) (*weirpb.HeartbeatResponse, error) {
@@ -89,7 +102,7 @@ func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatReques
 	var rereg bool
 	s.jm.step(func(c *core, now time.Time) []action {
 		var acts []action
-		rereg, acts = c.heartbeat(req.GetTaskmanagerId(), reports, now)
+		rereg, acts = c.heartbeat(req.GetTaskmanagerId(), req.GetInstanceId(), reports, now)
 		return acts
 	})
 	return &weirpb.HeartbeatResponse{Reregister: rereg, Epoch: s.jm.epoch()}, nil

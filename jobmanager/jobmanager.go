@@ -76,6 +76,9 @@ type JobManager struct {
 		sync.Mutex
 		m map[string]int64
 	}
+	// execs calls the taskmanagers and watches their connections; set by
+	// Run before anything is served.
+	execs atomic.Pointer[grpcTaskExecutors]
 	// queue holds actions the core returned, for the dispatcher.
 	queue struct {
 		sync.Mutex
@@ -171,8 +174,9 @@ func (jm *JobManager) Run(ctx context.Context) error {
 			return fmt.Errorf("jobmanager: listen for REST on %s: %w; pick another RESTAddress or disable REST with an empty one", jm.cfg.RESTAddress, err)
 		}
 	}
-	execs := newGRPCTaskExecutors(jm.epoch)
+	execs := newGRPCTaskExecutors(jm.epoch, jm, jm.probeTimeout())
 	defer execs.Close()
+	jm.execs.Store(execs)
 
 	gs := grpc.NewServer(grpc.UnaryInterceptor(jm.standbyInterceptor))
 	weirpb.RegisterClusterServiceServer(gs, &clusterServer{jm: jm})
@@ -272,6 +276,32 @@ func (jm *JobManager) stopServers(ctx context.Context, gs *grpc.Server, hs *http
 			hs.Close()
 		}
 	}
+}
+
+// probeTimeout is how long a suspected taskmanager has to answer a probe:
+// half the heartbeat timeout, at least 500ms and at most 3s.
+func (jm *JobManager) probeTimeout() time.Duration {
+	return min(max(jm.cfg.HeartbeatTimeout/2, 500*time.Millisecond), 3*time.Second)
+}
+
+// connBroken and probed receive the connection watchers' findings
+// (connEvents).
+func (jm *JobManager) connBroken(id, instance, reason string) {
+	jm.step(func(c *core, now time.Time) []action { return c.suspect(id, instance, reason, now) })
+}
+
+func (jm *JobManager) probed(id, instance string, err error) {
+	jm.step(func(c *core, now time.Time) []action { return c.probed(id, instance, err, now) })
+}
+
+// suspectIfUnavailable suspects process instance of taskmanager id when a
+// call to it failed as Unavailable: it died, is cut off, or another process
+// serves its address.
+func (jm *JobManager) suspectIfUnavailable(c *core, id, instance string, err error, now time.Time) []action {
+	if !unavailable(err) {
+		return nil
+	}
+	return c.suspect(id, instance, fmt.Sprintf("a call to it failed: %v", err), now)
 }
 
 // tickInterval is how often deadlines (heartbeats, slot waits, cancel
@@ -381,11 +411,13 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 	switch a := a.(type) {
 	case deployAction:
 		d := buildDeployment(&a)
-		err := execs.SubmitTask(ctx, a.Addr, d)
+		err := execs.SubmitTask(ctx, a.Addr, d, a.Instance)
 		if err != nil {
 			jm.log.Warn("deploying task failed", "job", a.JobID, "task", d.TaskName, "taskmanager", a.TaskManager, "error", err)
 		}
-		jm.step(func(c *core, now time.Time) []action { return c.deployDone(a, err, now) })
+		jm.step(func(c *core, now time.Time) []action {
+			return append(jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.deployDone(a, err, now)...)
+		})
 	case cancelAction:
 		err := execs.CancelTask(ctx, a.Addr, executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt))
 		// Unavailable: the taskmanager process is not there (killed, or
@@ -393,8 +425,10 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 		// runs somewhere carries an old attempt, so its data, acks and
 		// commits are rejected, and its taskmanager cancels it when it
 		// learns it was declared lost.
-		gone := status.Code(err) == codes.NotFound || status.Code(err) == codes.Unavailable
-		jm.step(func(c *core, now time.Time) []action { return c.cancelDone(a, err, gone, now) })
+		gone := status.Code(err) == codes.NotFound || unavailable(err)
+		jm.step(func(c *core, now time.Time) []action {
+			return append(jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.cancelDone(a, err, gone, now)...)
+		})
 	case triggerAction:
 		err := jm.haReserve(ctx, a.JobID, a.CheckpointID)
 		if err == nil {
@@ -404,11 +438,16 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 		if err != nil {
 			jm.log.Warn("triggering a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID, "vertex", a.Vertex,
 				"subtask", a.Subtask, "taskmanager", a.TaskManager, "error", err)
-			jm.step(func(c *core, now time.Time) []action { return c.triggerFailed(a, err, now) })
+			jm.step(func(c *core, now time.Time) []action {
+				return append(jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.triggerFailed(a, err, now)...)
+			})
 		}
 	case notifyAction:
 		err := execs.NotifyCheckpoint(ctx, a.Addr, &weirpb.NotifyCheckpointRequest{
 			Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, Complete: a.Complete})
+		if unavailable(err) {
+			jm.step(func(c *core, now time.Time) []action { return jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now) })
+		}
 		if err != nil { // best effort: a later completion subsumes this one
 			jm.log.Debug("notifying a task of a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID,
 				"complete", a.Complete, "vertex", a.Vertex, "subtask", a.Subtask, "error", err)
@@ -419,6 +458,8 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 			jm.log.Warn("writing a checkpoint manifest failed", "job", a.JobID, "checkpoint", a.Manifest.CheckpointId, "error", err)
 		}
 		jm.step(func(c *core, now time.Time) []action { return c.manifestWritten(a.JobID, a.Manifest, err, now) })
+	case probeAction:
+		execs.Probe(a.TaskManager, a.Instance)
 	case deleteCheckpointsAction:
 		st := jm.storage(a.JobID)
 		if st == nil {

@@ -149,6 +149,7 @@ type fakeTM struct {
 	weirpb.UnimplementedTaskExecutorServiceServer
 	t       *testing.T
 	id      string
+	inst    string // process instance id
 	slots   int
 	addr    string
 	srv     *grpc.Server
@@ -180,11 +181,21 @@ func execKeyString(id *weirpb.ExecutionID) string {
 
 func startFakeTM(t *testing.T, jmAddr, id string, slots int, failWith func(*weirpb.TaskDeployment) string) *fakeTM {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	return startFakeTMAt(t, jmAddr, id, "127.0.0.1:0", slots, failWith)
+}
+
+// fakeInstances numbers the fake taskmanager processes.
+var fakeInstances atomic.Int64
+
+// startFakeTMAt starts a fake taskmanager listening on addr.
+func startFakeTMAt(t *testing.T, jmAddr, id, addr string, slots int, failWith func(*weirpb.TaskDeployment) string) *fakeTM {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fakeTM{t: t, id: id, slots: slots, addr: lis.Addr().String(), srv: grpc.NewServer(), failWith: failWith,
+		inst: fmt.Sprintf("%s-%d", id, fakeInstances.Add(1)),
 		stopHB: make(chan struct{}), live: make(map[string]*weirpb.ExecutionID), acked: make(map[string]bool)}
 	weirpb.RegisterTaskExecutorServiceServer(f.srv, f)
 	f.wg.Go(func() { _ = f.srv.Serve(lis) })
@@ -208,7 +219,7 @@ func (f *fakeTM) register() *weirpb.RegisterTaskManagerResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	resp, err := f.cluster.RegisterTaskManager(ctx, &weirpb.RegisterTaskManagerRequest{
-		TaskmanagerId: f.id, Address: f.addr, Slots: int32(f.slots), OperatorTypes: []string{"gen", "pass"}})
+		TaskmanagerId: f.id, InstanceId: f.instance(), Address: f.addr, Slots: int32(f.slots), OperatorTypes: []string{"gen", "pass"}})
 	if err != nil {
 		f.t.Errorf("register %s: %v", f.id, err)
 		return &weirpb.RegisterTaskManagerResponse{HeartbeatIntervalMs: 20}
@@ -226,7 +237,7 @@ func (f *fakeTM) heartbeatLoop(interval time.Duration) {
 		case <-tick.C:
 		}
 		f.mu.Lock()
-		req := &weirpb.HeartbeatRequest{TaskmanagerId: f.id}
+		req := &weirpb.HeartbeatRequest{TaskmanagerId: f.id, InstanceId: f.instance()}
 		for _, id := range f.live {
 			req.Tasks = append(req.Tasks, &weirpb.TaskStatus{Id: id, State: weirpb.TaskState_TASK_STATE_RUNNING, RecordsIn: 7})
 		}
@@ -241,6 +252,19 @@ func (f *fakeTM) heartbeatLoop(interval time.Duration) {
 			}
 		}
 	}
+}
+
+func (f *fakeTM) instance() string { return f.inst }
+
+// kill stops the fake as a killed process stops: its server and its
+// connections close, and it heartbeats no more.
+func (f *fakeTM) kill() {
+	f.stopHeartbeats()
+	f.srv.Stop()
+}
+
+func (f *fakeTM) Ping(context.Context, *weirpb.PingRequest) (*weirpb.PingResponse, error) {
+	return &weirpb.PingResponse{TaskmanagerId: f.id, InstanceId: f.instance()}, nil
 }
 
 func (f *fakeTM) stopHeartbeats() { f.hbOnce.Do(func() { close(f.stopHB) }) }

@@ -217,3 +217,42 @@ func TestTaskManagerLossRegionWaitsForSlots(t *testing.T) {
 		t.Errorf("tm-b %v", tb)
 	}
 }
+
+// A taskmanager killed and restarted at once on the same address: the
+// jobmanager finds the death through the broken connection (long before
+// the heartbeat timeout) and deploys to the new process over a fresh
+// connection, without a single failed deployment.
+func TestSameAddressRestartDeploysAtOnce(t *testing.T) {
+	c := startJobManager(t, nil) // HeartbeatTimeout 10s
+	a := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 1, nil)
+	b := startFakeTM(t, c.jm.RPCAddr(), "tm-b", 1, nil)
+	g := fanOut(t, 2)
+	g.Restart = stream.RestartConfig{Type: "fixed-delay", Attempts: 1000, Delay: 50 * time.Millisecond}
+	id := c.submit(g, 0)
+	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
+	if n := len(b.deployments()); n != 3 {
+		t.Fatalf("tm-b runs %d tasks, want region 2's 3", n)
+	}
+	start := time.Now()
+	b.kill()
+	eventually(t, waitTimeout, "tm-b to be lost", func() bool { return !c.taskManagers()["tm-b"].GetLive() })
+	if took := time.Since(start); took >= 10*time.Second {
+		t.Fatalf("tm-b lost after %v: by the heartbeat timeout, not by its broken connection", took)
+	}
+	b2 := startFakeTMAt(t, c.jm.RPCAddr(), "tm-b", b.addr, 1, nil)
+	eventually(t, waitTimeout, "region 2 to run on the restarted tm-b", func() bool {
+		rj, _ := restJobOf(t, c, id)
+		return rj.State == "RUNNING" && len(rj.RestartingRegions) == 0 && len(b2.deployments()) == 3
+	})
+	for _, d := range b2.deployments() {
+		if d.Id.Subtask != 1 || d.Id.Attempt != 2 {
+			t.Errorf("%s: subtask %d attempt %d; want subtask 1, attempt 2 (one restart, no failed deployment)", d.TaskName, d.Id.Subtask, d.Id.Attempt)
+		}
+	}
+	if rj, _ := restJobOf(t, c, id); rj.Restarts != 1 {
+		t.Errorf("job restarted %d times, want once", rj.Restarts)
+	}
+	if n, cancels := len(a.deployments()), a.cancels(); n != 3 || cancels != 0 {
+		t.Errorf("tm-a: %d deployments, %d cancels; want 3 and 0 (region 1 untouched)", n, cancels)
+	}
+}

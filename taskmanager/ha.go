@@ -171,10 +171,10 @@ func (tm *TaskManager) resolveLeader(ctx context.Context, c *ha.Client) bool {
 // membershipHA is membership in ha: etcd: it finds the leader through
 // etcd, registers and heartbeats, and starts over with the new leader when
 // etcd names another one or the current one stops answering.
-func (tm *TaskManager) membershipHA(ctx context.Context) {
+func (tm *TaskManager) membershipHA(ctx context.Context) error {
 	c, err := tm.haConnect(ctx)
 	if err != nil {
-		return
+		return nil // ctx ended
 	}
 	defer c.Close()
 	changed := make(chan string, 1)
@@ -195,7 +195,7 @@ func (tm *TaskManager) membershipHA(ctx context.Context) {
 	}()
 	for ctx.Err() == nil {
 		if !tm.resolveLeader(ctx, c) {
-			return
+			return nil
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -214,10 +214,15 @@ func (tm *TaskManager) membershipHA(ctx context.Context) {
 				}
 			}
 		}()
-		if tm.register(sctx) {
+		ok, err := tm.register(sctx)
+		if ok {
 			tm.heartbeat(sctx)
 		}
 		cancel()
 		<-done
+		if err != nil {
+			return err
+		}
 	}
+	return nil
 }

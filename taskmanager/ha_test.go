@@ -24,7 +24,7 @@ func TestStaleEpochRejected(t *testing.T) {
 	ctx := context.Background()
 
 	task := chainedTask("job-e", 1, genJSON(0, true), "count", "")
-	if _, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: task, Epoch: 7}); err != nil {
+	if _, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: task, Epoch: 7, InstanceId: h.tm.Instance()}); err != nil {
 		t.Fatalf("SubmitTask at epoch 7: %v", err)
 	}
 	id := task.GetId()
@@ -36,7 +36,7 @@ func TestStaleEpochRejected(t *testing.T) {
 	}{
 		{"SubmitTask", func(e int64) error {
 			d := chainedTask("job-z", 1, genJSON(0, true), "count", "")
-			_, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: d, Epoch: e})
+			_, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: d, Epoch: e, InstanceId: h.tm.Instance()})
 			return err
 		}},
 		{"CancelTask", func(e int64) error {
@@ -97,7 +97,7 @@ func TestHigherEpochCancelsOlderTasks(t *testing.T) {
 	ctx := context.Background()
 
 	old := chainedTask("job-h", 1, genJSON(0, true), "count", "")
-	if _, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: old, Epoch: 5}); err != nil {
+	if _, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: old, Epoch: 5, InstanceId: h.tm.Instance()}); err != nil {
 		t.Fatal(err)
 	}
 	jm.waitReported(t, old.GetId(), running)
@@ -107,7 +107,7 @@ func TestHigherEpochCancelsOlderTasks(t *testing.T) {
 	}
 	// The new leader redeploys with a higher attempt (its term's base).
 	next := chainedTask("job-h", 1<<16+1, genJSON(0, true), "count", "")
-	if _, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: next, Epoch: 9}); err != nil {
+	if _, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: next, Epoch: 9, InstanceId: h.tm.Instance()}); err != nil {
 		t.Fatalf("SubmitTask of the new leader: %v", err)
 	}
 	jm.waitReported(t, old.GetId(), canceled)

@@ -379,7 +379,7 @@ func (h *harness) submit(t testing.TB, d *weirpb.TaskDeployment) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	_, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: d})
+	_, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: d, InstanceId: h.tm.Instance()})
 	return err
 }
 

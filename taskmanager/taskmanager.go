@@ -2,6 +2,8 @@ package taskmanager
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/dataflow"
@@ -32,6 +35,10 @@ type TaskManager struct {
 	log   *slog.Logger
 	ready chan struct{}
 	addr  string // advertised address, set before ready is closed
+	// instance is random and new for every TaskManager (process start):
+	// the jobmanager tells a restarted process from the old one by it,
+	// even at the same address.
+	instance string
 
 	mu struct {
 		sync.Mutex
@@ -72,6 +79,9 @@ type runningTask struct {
 	cancel context.CancelFunc
 	state  weirpb.TaskState
 	err    string
+	// brokenPeer, on a failed task, is the exchange address of the
+	// taskmanager whose data stream broke and failed it.
+	brokenPeer string
 	// epoch is the jobmanager epoch the task was deployed under.
 	epoch int64
 }
@@ -87,13 +97,23 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(os.TempDir(), "weir-state-"+cfg.ID)
 	}
-	tm := &TaskManager{cfg: cfg, reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID), ready: make(chan struct{})}
+	tm := &TaskManager{cfg: cfg, reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID), ready: make(chan struct{}), instance: newInstanceID()}
 	tm.mu.tasks = make(map[taskKey]*runningTask)
 	tm.metrics = newMetrics(tm)
 	tm.mu.hbInterval = time.Second
 	tm.mu.hbTimeout = 10 * time.Second
 	return tm, nil
 }
+
+// newInstanceID returns 16 random hex characters.
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails
+	return hex.EncodeToString(b[:])
+}
+
+// Instance returns the process instance id the taskmanager registers with.
+func (tm *TaskManager) Instance() string { return tm.instance }
 
 // Ready is closed once the taskmanager listens; Addr is valid from then on.
 func (tm *TaskManager) Ready() <-chan struct{} { return tm.ready }
@@ -132,19 +152,22 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	tm.exchange = dataflow.NewExchange(dataflow.ExchangeConfig{
 		SelfAddress:       tm.addr,
 		CreditsPerChannel: tm.cfg.CreditsPerChannel,
-		DialOptions:       []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		DialOptions:       []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dataflow.PeerConnectParams()},
 		Logger:            tm.log,
 	})
 	// A frame holds at most ExchangeConfig.MaxFrameBytes unless one batch is
 	// larger; allow generous messages so a wide batch never breaks a stream.
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 20))
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20),
+		// The jobmanager's keepalive pings (every 10s) find a half-open
+		// connection; allow them.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 	weirpb.RegisterTaskExecutorServiceServer(srv, &executorServer{tm: tm})
 	tm.exchange.Register(srv)
 	close(tm.ready)
 	if tm.cfg.HA.etcd() {
-		tm.log.Info("taskmanager listening", "address", tm.addr, "slots", tm.cfg.Slots, "ha", "etcd", "etcd", tm.cfg.HA.Endpoints, "prefix", tm.cfg.HA.Prefix)
+		tm.log.Info("taskmanager listening", "address", tm.addr, "instance", tm.instance, "slots", tm.cfg.Slots, "ha", "etcd", "etcd", tm.cfg.HA.Endpoints, "prefix", tm.cfg.HA.Prefix)
 	} else {
-		tm.log.Info("taskmanager listening", "address", tm.addr, "slots", tm.cfg.Slots, "jobmanager", tm.cfg.JobManagerAddress)
+		tm.log.Info("taskmanager listening", "address", tm.addr, "instance", tm.instance, "slots", tm.cfg.Slots, "jobmanager", tm.cfg.JobManagerAddress)
 	}
 
 	var metricsSrv *http.Server
@@ -181,17 +204,18 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
+		var err error
 		if tm.cfg.HA.etcd() {
-			tm.membershipHA(gctx)
+			err = tm.membershipHA(gctx)
 		} else {
-			tm.membership(gctx)
+			err = tm.membership(gctx)
 		}
 		tm.stopTasks()
 		tm.wg.Wait()
 		tm.uploads.Wait()
 		tm.exchange.Close()
 		srv.Stop()
-		return nil
+		return err
 	})
 	err = g.Wait()
 	if errors.Is(err, context.Canceled) {
@@ -200,20 +224,31 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	return err
 }
 
-// membership registers with the jobmanager and heartbeats until ctx ends,
-// registering again whenever the jobmanager asks or stops answering.
-func (tm *TaskManager) membership(ctx context.Context) {
+// membership registers with the jobmanager and heartbeats until ctx ends
+// (nil), registering again whenever the jobmanager asks or stops
+// answering. It returns ErrReplaced when the jobmanager refuses this
+// process because a newer one took its id.
+func (tm *TaskManager) membership(ctx context.Context) error {
 	for ctx.Err() == nil {
-		if !tm.register(ctx) {
-			return
+		ok, err := tm.register(ctx)
+		if !ok {
+			return err
 		}
 		tm.heartbeat(ctx)
 	}
+	return nil
 }
 
-func (tm *TaskManager) register(ctx context.Context) bool {
+// ErrReplaced: the jobmanager refused to register this process because a
+// newer taskmanager process registered with the same id.
+var ErrReplaced = errors.New("taskmanager: replaced by a newer process with the same id")
+
+// register registers with the jobmanager, retrying until it answers; it
+// returns false when ctx ends (nil) or the jobmanager refuses this process
+// for good (ErrReplaced).
+func (tm *TaskManager) register(ctx context.Context) (bool, error) {
 	req := &weirpb.RegisterTaskManagerRequest{
-		TaskmanagerId: tm.cfg.ID, Address: tm.addr, Slots: int32(tm.cfg.Slots), OperatorTypes: tm.reg.Names(),
+		TaskmanagerId: tm.cfg.ID, InstanceId: tm.instance, Address: tm.addr, Slots: int32(tm.cfg.Slots), OperatorTypes: tm.reg.Names(),
 	}
 	for attempt := 0; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -231,17 +266,20 @@ func (tm *TaskManager) register(ctx context.Context) bool {
 			}
 			tm.mu.Unlock()
 			tm.log.Info("registered with jobmanager", "jobmanager", jm.addr, "jobmanager_id", resp.GetJobmanagerId(), "epoch", resp.GetEpoch())
-			return true
+			return true, nil
 		}
 		if ctx.Err() != nil {
-			return false
+			return false, nil
+		}
+		if status.Code(err) == codes.AlreadyExists {
+			return false, fmt.Errorf("%w: %s", ErrReplaced, status.Convert(err).Message())
 		}
 		if attempt%10 == 0 {
 			tm.log.Warn("cannot register with the jobmanager; retrying (check that it runs and that --jobmanager is right)",
 				"jobmanager", jm.addr, "err", err)
 		}
 		if !sleepCtx(ctx, tm.cfg.RegisterRetry) {
-			return false
+			return false, nil
 		}
 	}
 }
@@ -260,7 +298,7 @@ func (tm *TaskManager) heartbeat(ctx context.Context) {
 		if !sleepCtx(ctx, interval) {
 			return
 		}
-		req := &weirpb.HeartbeatRequest{TaskmanagerId: tm.cfg.ID, Tasks: tm.statuses(true)}
+		req := &weirpb.HeartbeatRequest{TaskmanagerId: tm.cfg.ID, InstanceId: tm.instance, Tasks: tm.statuses(true)}
 		hctx, cancel := context.WithTimeout(ctx, timeout)
 		resp, err := tm.cluster().Heartbeat(hctx, req)
 		cancel()
@@ -292,7 +330,7 @@ func (tm *TaskManager) statuses(metrics bool) []*weirpb.TaskStatus {
 	defer tm.mu.Unlock()
 	out := make([]*weirpb.TaskStatus, 0, len(tm.mu.tasks))
 	for _, rt := range tm.mu.tasks {
-		st := &weirpb.TaskStatus{Id: rt.id, State: rt.state, Error: rt.err}
+		st := &weirpb.TaskStatus{Id: rt.id, State: rt.state, Error: rt.err, BrokenPeer: rt.brokenPeer}
 		if metrics && rt.task != nil {
 			m := rt.task.Metrics()
 			st.RecordsIn, st.RecordsOut = m.RecordsIn.Load(), m.RecordsOut.Load()
@@ -403,37 +441,41 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 
 func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 	defer tm.wg.Done()
-	tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "")
+	tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "", "")
 	err := tm.restoreState(ctx, rt.deploy, rt.spec)
 	if err == nil {
 		err = rt.task.Run(ctx)
 	}
-	state, msg := weirpb.TaskState_TASK_STATE_FINISHED, ""
+	state, msg, peer := weirpb.TaskState_TASK_STATE_FINISHED, "", ""
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		state = weirpb.TaskState_TASK_STATE_CANCELED
 	default:
 		state, msg = weirpb.TaskState_TASK_STATE_FAILED, err.Error()
+		if pe := (*dataflow.PeerError)(nil); errors.As(err, &pe) {
+			peer = pe.Addr
+		}
 		tm.log.Error("task failed", "task", rt.name, "err", err)
 	}
 	rt.cancel()
 	tm.mu.Lock()
-	rt.state, rt.err = state, msg
+	rt.state, rt.err, rt.brokenPeer = state, msg, peer
 	tm.mu.Unlock()
 	tm.log.Info("task ended", "task", rt.name, "state", state.String())
-	tm.report(rt, state, msg)
+	tm.report(rt, state, msg, peer)
 }
 
-// report tells the jobmanager about a state change. A lost report is not
-// fatal: heartbeats carry every task's state too.
-func (tm *TaskManager) report(rt *runningTask, state weirpb.TaskState, msg string) {
+// report tells the jobmanager about a state change (brokenPeer: see
+// weirpb.TaskStatus). A lost report is not fatal: heartbeats carry every
+// task's state too.
+func (tm *TaskManager) report(rt *runningTask, state weirpb.TaskState, msg, brokenPeer string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	m := rt.task.Metrics()
 	_, err := tm.cluster().UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{
 		TaskmanagerId: tm.cfg.ID,
-		Status: &weirpb.TaskStatus{Id: rt.id, State: state, Error: msg,
+		Status: &weirpb.TaskStatus{Id: rt.id, State: state, Error: msg, BrokenPeer: brokenPeer,
 			RecordsIn: m.RecordsIn.Load(), RecordsOut: m.RecordsOut.Load()},
 	})
 	if err != nil {
@@ -469,6 +511,13 @@ type executorServer struct {
 func (s *executorServer) SubmitTask(_ context.Context, req *weirpb.SubmitTaskRequest) (*weirpb.SubmitTaskResponse, error) {
 	if req.GetTask() == nil || req.GetTask().GetId() == nil {
 		return nil, status.Error(codes.InvalidArgument, "submit task: no task deployment")
+	}
+	if req.GetInstanceId() != s.tm.instance {
+		// The jobmanager placed the task on another process at this
+		// address (one that died here): Unavailable, so that it takes
+		// that process as gone and places the task anew.
+		return nil, status.Errorf(codes.Unavailable, "task %s was placed on taskmanager process instance %q, but %s at %s is instance %s",
+			req.GetTask().GetTaskName(), req.GetInstanceId(), s.tm.cfg.ID, s.tm.addr, s.tm.instance)
 	}
 	if err := s.tm.fenceCall("SubmitTask", req.GetEpoch()); err != nil {
 		return nil, err
@@ -507,6 +556,10 @@ func (s *executorServer) NotifyCheckpoint(_ context.Context, req *weirpb.NotifyC
 		rt.task.NotifyCheckpointAborted(req.GetCheckpointId())
 	}
 	return &weirpb.NotifyCheckpointResponse{}, nil
+}
+
+func (s *executorServer) Ping(context.Context, *weirpb.PingRequest) (*weirpb.PingResponse, error) {
+	return &weirpb.PingResponse{TaskmanagerId: s.tm.cfg.ID, InstanceId: s.tm.instance}, nil
 }
 
 func (s *executorServer) CancelTask(_ context.Context, req *weirpb.CancelTaskRequest) (*weirpb.CancelTaskResponse, error) {

@@ -167,6 +167,11 @@ type RegisterTaskManagerRequest struct {
 	Address       string   `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	Slots         int32    `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
 	OperatorTypes []string `protobuf:"bytes,4,rep,name=operator_types,json=operatorTypes,proto3" json:"operator_types,omitempty"`
+	// instance_id is random and new at every start of the taskmanager
+	// process. A registration with the same taskmanager_id and another
+	// instance_id is a new process (at the same address, perhaps): the
+	// jobmanager forgets the old one's tasks and connections.
+	InstanceId    string `protobuf:"bytes,5,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,6 +232,13 @@ func (x *RegisterTaskManagerRequest) GetOperatorTypes() []string {
 		return x.OperatorTypes
 	}
 	return nil
+}
+
+func (x *RegisterTaskManagerRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
 }
 
 type RegisterTaskManagerResponse struct {
@@ -301,12 +313,16 @@ func (x *RegisterTaskManagerResponse) GetEpoch() int64 {
 }
 
 type TaskStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	State         TaskState              `protobuf:"varint,2,opt,name=state,proto3,enum=weir.v1.TaskState" json:"state,omitempty"`
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	RecordsIn     int64                  `protobuf:"varint,4,opt,name=records_in,json=recordsIn,proto3" json:"records_in,omitempty"`
-	RecordsOut    int64                  `protobuf:"varint,5,opt,name=records_out,json=recordsOut,proto3" json:"records_out,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	State      TaskState              `protobuf:"varint,2,opt,name=state,proto3,enum=weir.v1.TaskState" json:"state,omitempty"`
+	Error      string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	RecordsIn  int64                  `protobuf:"varint,4,opt,name=records_in,json=recordsIn,proto3" json:"records_in,omitempty"`
+	RecordsOut int64                  `protobuf:"varint,5,opt,name=records_out,json=recordsOut,proto3" json:"records_out,omitempty"`
+	// broken_peer, on a FAILED task, is the exchange address of the
+	// taskmanager whose data stream broke and failed the task; the
+	// jobmanager suspects that taskmanager and probes it.
+	BrokenPeer    string `protobuf:"bytes,6,opt,name=broken_peer,json=brokenPeer,proto3" json:"broken_peer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -376,10 +392,21 @@ func (x *TaskStatus) GetRecordsOut() int64 {
 	return 0
 }
 
+func (x *TaskStatus) GetBrokenPeer() string {
+	if x != nil {
+		return x.BrokenPeer
+	}
+	return ""
+}
+
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskmanagerId string                 `protobuf:"bytes,1,opt,name=taskmanager_id,json=taskmanagerId,proto3" json:"taskmanager_id,omitempty"`
 	Tasks         []*TaskStatus          `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// instance_id is the sending process's (RegisterTaskManagerRequest); a
+	// heartbeat of another instance than the registered one is answered
+	// with reregister.
+	InstanceId    string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -426,6 +453,13 @@ func (x *HeartbeatRequest) GetTasks() []*TaskStatus {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *HeartbeatRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
 }
 
 type HeartbeatResponse struct {
@@ -1714,7 +1748,10 @@ type SubmitTaskRequest struct {
 	Task  *TaskDeployment        `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	// epoch is the calling jobmanager's fencing epoch (0 in ha: none). The
 	// task is cancelled when the taskmanager sees a higher epoch.
-	Epoch         int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// instance_id is the taskmanager process the task was placed on; another
+	// process at the same address refuses the deployment (FailedPrecondition).
+	InstanceId    string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1761,6 +1798,13 @@ func (x *SubmitTaskRequest) GetEpoch() int64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *SubmitTaskRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
 }
 
 type SubmitTaskResponse struct {
@@ -1976,6 +2020,94 @@ func (*SourceInputEndedResponse) Descriptor() ([]byte, []int) {
 	return file_weirpb_cluster_proto_rawDescGZIP(), []int{29}
 }
 
+type PingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingRequest) Reset() {
+	*x = PingRequest{}
+	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingRequest) ProtoMessage() {}
+
+func (x *PingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
+func (*PingRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{30}
+}
+
+type PingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskmanagerId string                 `protobuf:"bytes,1,opt,name=taskmanager_id,json=taskmanagerId,proto3" json:"taskmanager_id,omitempty"`
+	InstanceId    string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingResponse) Reset() {
+	*x = PingResponse{}
+	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingResponse) ProtoMessage() {}
+
+func (x *PingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
+func (*PingResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *PingResponse) GetTaskmanagerId() string {
+	if x != nil {
+		return x.TaskmanagerId
+	}
+	return ""
+}
+
+func (x *PingResponse) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
 var File_weirpb_cluster_proto protoreflect.FileDescriptor
 
 const file_weirpb_cluster_proto_rawDesc = "" +
@@ -1985,17 +2117,19 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tvertex_id\x18\x02 \x01(\x05R\bvertexId\x12\x18\n" +
 	"\asubtask\x18\x03 \x01(\x05R\asubtask\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\x03R\aattempt\"\x9a\x01\n" +
+	"\aattempt\x18\x04 \x01(\x03R\aattempt\"\xbb\x01\n" +
 	"\x1aRegisterTaskManagerRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05slots\x18\x03 \x01(\x05R\x05slots\x12%\n" +
-	"\x0eoperator_types\x18\x04 \x03(\tR\roperatorTypes\"\xbe\x01\n" +
+	"\x0eoperator_types\x18\x04 \x03(\tR\roperatorTypes\x12\x1f\n" +
+	"\vinstance_id\x18\x05 \x01(\tR\n" +
+	"instanceId\"\xbe\x01\n" +
 	"\x1bRegisterTaskManagerResponse\x12#\n" +
 	"\rjobmanager_id\x18\x01 \x01(\tR\fjobmanagerId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +
 	"\x14heartbeat_timeout_ms\x18\x03 \x01(\x03R\x12heartbeatTimeoutMs\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\xb2\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\xd3\x01\n" +
 	"\n" +
 	"TaskStatus\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12(\n" +
@@ -2004,10 +2138,14 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"records_in\x18\x04 \x01(\x03R\trecordsIn\x12\x1f\n" +
 	"\vrecords_out\x18\x05 \x01(\x03R\n" +
-	"recordsOut\"d\n" +
+	"recordsOut\x12\x1f\n" +
+	"\vbroken_peer\x18\x06 \x01(\tR\n" +
+	"brokenPeer\"\x85\x01\n" +
 	"\x10HeartbeatRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12)\n" +
-	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\"I\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\x12\x1f\n" +
+	"\vinstance_id\x18\x03 \x01(\tR\n" +
+	"instanceId\"I\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +
@@ -2103,10 +2241,12 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\x03R\fcheckpointId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x1b\n" +
-	"\x19DeclineCheckpointResponse\"V\n" +
+	"\x19DeclineCheckpointResponse\"w\n" +
 	"\x11SubmitTaskRequest\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.v1.TaskDeploymentR\x04task\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1f\n" +
+	"\vinstance_id\x18\x03 \x01(\tR\n" +
+	"instanceId\"\x14\n" +
 	"\x12SubmitTaskResponse\"O\n" +
 	"\x11CancelTaskRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x14\n" +
@@ -2115,7 +2255,12 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x17SourceInputEndedRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
 	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\"\x1a\n" +
-	"\x18SourceInputEndedResponse*\xee\x01\n" +
+	"\x18SourceInputEndedResponse\"\r\n" +
+	"\vPingRequest\"V\n" +
+	"\fPingResponse\x12%\n" +
+	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12\x1f\n" +
+	"\vinstance_id\x18\x02 \x01(\tR\n" +
+	"instanceId*\xee\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TASK_STATE_CREATED\x10\x01\x12\x18\n" +
@@ -2132,14 +2277,15 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x0fUpdateTaskState\x12\x1f.weir.v1.UpdateTaskStateRequest\x1a .weir.v1.UpdateTaskStateResponse\x12f\n" +
 	"\x15AcknowledgeCheckpoint\x12%.weir.v1.AcknowledgeCheckpointRequest\x1a&.weir.v1.AcknowledgeCheckpointResponse\x12Z\n" +
 	"\x11DeclineCheckpoint\x12!.weir.v1.DeclineCheckpointRequest\x1a\".weir.v1.DeclineCheckpointResponse\x12W\n" +
-	"\x10SourceInputEnded\x12 .weir.v1.SourceInputEndedRequest\x1a!.weir.v1.SourceInputEndedResponse2\xd8\x02\n" +
+	"\x10SourceInputEnded\x12 .weir.v1.SourceInputEndedRequest\x1a!.weir.v1.SourceInputEndedResponse2\x8d\x03\n" +
 	"\x13TaskExecutorService\x12E\n" +
 	"\n" +
 	"SubmitTask\x12\x1a.weir.v1.SubmitTaskRequest\x1a\x1b.weir.v1.SubmitTaskResponse\x12E\n" +
 	"\n" +
 	"CancelTask\x12\x1a.weir.v1.CancelTaskRequest\x1a\x1b.weir.v1.CancelTaskResponse\x12Z\n" +
 	"\x11TriggerCheckpoint\x12!.weir.v1.TriggerCheckpointRequest\x1a\".weir.v1.TriggerCheckpointResponse\x12W\n" +
-	"\x10NotifyCheckpoint\x12 .weir.v1.NotifyCheckpointRequest\x1a!.weir.v1.NotifyCheckpointResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
+	"\x10NotifyCheckpoint\x12 .weir.v1.NotifyCheckpointRequest\x1a!.weir.v1.NotifyCheckpointResponse\x123\n" +
+	"\x04Ping\x12\x14.weir.v1.PingRequest\x1a\x15.weir.v1.PingResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
 
 var (
 	file_weirpb_cluster_proto_rawDescOnce sync.Once
@@ -2154,7 +2300,7 @@ func file_weirpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_weirpb_cluster_proto_goTypes = []any{
 	(TaskState)(0),                        // 0: weir.v1.TaskState
 	(*ExecutionID)(nil),                   // 1: weir.v1.ExecutionID
@@ -2187,28 +2333,30 @@ var file_weirpb_cluster_proto_goTypes = []any{
 	(*CancelTaskResponse)(nil),            // 28: weir.v1.CancelTaskResponse
 	(*SourceInputEndedRequest)(nil),       // 29: weir.v1.SourceInputEndedRequest
 	(*SourceInputEndedResponse)(nil),      // 30: weir.v1.SourceInputEndedResponse
-	(*Vertex)(nil),                        // 31: weir.v1.Vertex
-	(*Schema)(nil),                        // 32: weir.v1.Schema
-	(Partitioning)(0),                     // 33: weir.v1.Partitioning
-	(CheckpointMode)(0),                   // 34: weir.v1.CheckpointMode
+	(*PingRequest)(nil),                   // 31: weir.v1.PingRequest
+	(*PingResponse)(nil),                  // 32: weir.v1.PingResponse
+	(*Vertex)(nil),                        // 33: weir.v1.Vertex
+	(*Schema)(nil),                        // 34: weir.v1.Schema
+	(Partitioning)(0),                     // 35: weir.v1.Partitioning
+	(CheckpointMode)(0),                   // 36: weir.v1.CheckpointMode
 }
 var file_weirpb_cluster_proto_depIdxs = []int32{
 	1,  // 0: weir.v1.TaskStatus.id:type_name -> weir.v1.ExecutionID
 	0,  // 1: weir.v1.TaskStatus.state:type_name -> weir.v1.TaskState
 	4,  // 2: weir.v1.HeartbeatRequest.tasks:type_name -> weir.v1.TaskStatus
 	4,  // 3: weir.v1.UpdateTaskStateRequest.status:type_name -> weir.v1.TaskStatus
-	31, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
-	32, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
+	33, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
+	34, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
 	10, // 6: weir.v1.ChainedOperator.input_keys:type_name -> weir.v1.KeyFields
-	33, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
-	33, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
+	35, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
+	35, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
 	1,  // 9: weir.v1.TaskDeployment.id:type_name -> weir.v1.ExecutionID
 	9,  // 10: weir.v1.TaskDeployment.chain:type_name -> weir.v1.ChainedOperator
 	11, // 11: weir.v1.TaskDeployment.inputs:type_name -> weir.v1.InputGate
 	12, // 12: weir.v1.TaskDeployment.outputs:type_name -> weir.v1.OutputSpec
 	14, // 13: weir.v1.TaskDeployment.checkpointing:type_name -> weir.v1.TaskCheckpointing
 	15, // 14: weir.v1.TaskDeployment.restore:type_name -> weir.v1.StateHandle
-	34, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
+	36, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
 	16, // 16: weir.v1.StateHandle.files:type_name -> weir.v1.StateFile
 	1,  // 17: weir.v1.TriggerCheckpointRequest.id:type_name -> weir.v1.ExecutionID
 	1,  // 18: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
@@ -2228,18 +2376,20 @@ var file_weirpb_cluster_proto_depIdxs = []int32{
 	27, // 32: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
 	17, // 33: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
 	19, // 34: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
-	3,  // 35: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
-	6,  // 36: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
-	8,  // 37: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
-	22, // 38: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
-	24, // 39: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
-	30, // 40: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
-	26, // 41: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
-	28, // 42: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
-	18, // 43: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
-	20, // 44: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
-	35, // [35:45] is the sub-list for method output_type
-	25, // [25:35] is the sub-list for method input_type
+	31, // 35: weir.v1.TaskExecutorService.Ping:input_type -> weir.v1.PingRequest
+	3,  // 36: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
+	6,  // 37: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
+	8,  // 38: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
+	22, // 39: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
+	24, // 40: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
+	30, // 41: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
+	26, // 42: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
+	28, // 43: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
+	18, // 44: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
+	20, // 45: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
+	32, // 46: weir.v1.TaskExecutorService.Ping:output_type -> weir.v1.PingResponse
+	36, // [36:47] is the sub-list for method output_type
+	25, // [25:36] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name
@@ -2257,7 +2407,7 @@ func file_weirpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_cluster_proto_rawDesc), len(file_weirpb_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

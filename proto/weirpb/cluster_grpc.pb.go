@@ -325,6 +325,7 @@ const (
 	TaskExecutorService_CancelTask_FullMethodName        = "/weir.v1.TaskExecutorService/CancelTask"
 	TaskExecutorService_TriggerCheckpoint_FullMethodName = "/weir.v1.TaskExecutorService/TriggerCheckpoint"
 	TaskExecutorService_NotifyCheckpoint_FullMethodName  = "/weir.v1.TaskExecutorService/NotifyCheckpoint"
+	TaskExecutorService_Ping_FullMethodName              = "/weir.v1.TaskExecutorService/Ping"
 )
 
 // TaskExecutorServiceClient is the client API for TaskExecutorService service.
@@ -340,6 +341,11 @@ type TaskExecutorServiceClient interface {
 	TriggerCheckpoint(ctx context.Context, in *TriggerCheckpointRequest, opts ...grpc.CallOption) (*TriggerCheckpointResponse, error)
 	// NotifyCheckpoint tells a task that a checkpoint completed or was aborted.
 	NotifyCheckpoint(ctx context.Context, in *NotifyCheckpointRequest, opts ...grpc.CallOption) (*NotifyCheckpointResponse, error)
+	// Ping answers with the taskmanager's process instance id. The
+	// jobmanager probes a taskmanager it suspects (its connection broke, a
+	// deployment to it failed) and takes it as lost unless the same process
+	// answers.
+	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 }
 
 type taskExecutorServiceClient struct {
@@ -390,6 +396,16 @@ func (c *taskExecutorServiceClient) NotifyCheckpoint(ctx context.Context, in *No
 	return out, nil
 }
 
+func (c *taskExecutorServiceClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PingResponse)
+	err := c.cc.Invoke(ctx, TaskExecutorService_Ping_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskExecutorServiceServer is the server API for TaskExecutorService service.
 // All implementations must embed UnimplementedTaskExecutorServiceServer
 // for forward compatibility.
@@ -403,6 +419,11 @@ type TaskExecutorServiceServer interface {
 	TriggerCheckpoint(context.Context, *TriggerCheckpointRequest) (*TriggerCheckpointResponse, error)
 	// NotifyCheckpoint tells a task that a checkpoint completed or was aborted.
 	NotifyCheckpoint(context.Context, *NotifyCheckpointRequest) (*NotifyCheckpointResponse, error)
+	// Ping answers with the taskmanager's process instance id. The
+	// jobmanager probes a taskmanager it suspects (its connection broke, a
+	// deployment to it failed) and takes it as lost unless the same process
+	// answers.
+	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	mustEmbedUnimplementedTaskExecutorServiceServer()
 }
 
@@ -424,6 +445,9 @@ func (UnimplementedTaskExecutorServiceServer) TriggerCheckpoint(context.Context,
 }
 func (UnimplementedTaskExecutorServiceServer) NotifyCheckpoint(context.Context, *NotifyCheckpointRequest) (*NotifyCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NotifyCheckpoint not implemented")
+}
+func (UnimplementedTaskExecutorServiceServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
 }
 func (UnimplementedTaskExecutorServiceServer) mustEmbedUnimplementedTaskExecutorServiceServer() {}
 func (UnimplementedTaskExecutorServiceServer) testEmbeddedByValue()                             {}
@@ -518,6 +542,24 @@ func _TaskExecutorService_NotifyCheckpoint_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskExecutorService_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskExecutorServiceServer).Ping(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskExecutorService_Ping_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskExecutorServiceServer).Ping(ctx, req.(*PingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskExecutorService_ServiceDesc is the grpc.ServiceDesc for TaskExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -540,6 +582,10 @@ var TaskExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NotifyCheckpoint",
 			Handler:    _TaskExecutorService_NotifyCheckpoint_Handler,
+		},
+		{
+			MethodName: "Ping",
+			Handler:    _TaskExecutorService_Ping_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -133,6 +133,8 @@ type Process struct {
 	args    []string
 	started time.Time
 	done    chan struct{}
+	// addrFile is where a taskmanager writes its address (--address-file).
+	addrFile string
 }
 
 // Cluster is a running jobmanager (or, with HA, several) with its
@@ -193,7 +195,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		c.startSingle()
 	}
 	for i := 0; i < opts.TaskManagers; i++ {
-		c.TMs = append(c.TMs, c.startTaskManager(i))
+		c.TMs = append(c.TMs, c.startTaskManager(i, "127.0.0.1:0"))
 	}
 	c.waitLive(opts.TaskManagers, true)
 	return c
@@ -249,16 +251,20 @@ func (c *Cluster) waitAddressFile(name, path string) (rpc, rest string) {
 	return rpc, rest
 }
 
-func (c *Cluster) startTaskManager(i int) *Process {
+// startTaskManager starts taskmanager i listening on rpcAddr.
+func (c *Cluster) startTaskManager(i int, rpcAddr string) *Process {
 	id := "tm-" + strconv.Itoa(i)
-	args := []string{"--id", id, "--rpc-address", "127.0.0.1:0", "--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel}
+	addrFile := filepath.Join(c.dir, fmt.Sprintf("%s-%d.addr", id, time.Now().UnixNano()))
+	args := []string{"--id", id, "--rpc-address", rpcAddr, "--address-file", addrFile, "--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel}
 	if h := c.opts.HA; h != nil {
 		args = append(args, "--ha", "etcd", "--ha-etcd-endpoints", strings.Join(h.Endpoints, ","), "--ha-prefix", h.Prefix)
 	} else {
 		args = append(args, "--jobmanager", c.RPCAddr)
 	}
 	args = append(args, c.opts.TaskManagerArgs...)
-	return c.spawn(id, filepath.Join(c.bin, "taskmanager"), args)
+	p := c.spawn(id, filepath.Join(c.bin, "taskmanager"), args)
+	p.addrFile = addrFile
+	return p
 }
 
 func (c *Cluster) spawn(name, exe string, args []string) *Process {
@@ -356,12 +362,48 @@ func (c *Cluster) ResumeTaskManager(i int) {
 	}
 }
 
-// RestartTaskManager starts taskmanager i again with the same id.
+// RestartTaskManager starts taskmanager i again with the same id, on a
+// port the kernel picks.
 func (c *Cluster) RestartTaskManager(i int) {
 	if !c.TMs[i].Exited() {
 		c.KillTaskManager(i)
 	}
-	c.TMs[i] = c.startTaskManager(i)
+	c.TMs[i] = c.startTaskManager(i, "127.0.0.1:0")
+}
+
+// RestartTaskManagerSamePort starts taskmanager i again with the same id
+// on the address it listened on (as a service manager restarts a
+// taskmanager with a fixed port), killing it first if it still runs.
+func (c *Cluster) RestartTaskManagerSamePort(i int) {
+	c.t.Helper()
+	addr, _ := c.TaskManagerAddr(i)
+	if !c.TMs[i].Exited() {
+		c.KillTaskManager(i)
+	}
+	c.TMs[i] = c.startTaskManager(i, addr)
+}
+
+// TaskManagerAddr waits until taskmanager i listens and returns its address
+// and its process instance id.
+func (c *Cluster) TaskManagerAddr(i int) (addr, instance string) {
+	c.t.Helper()
+	p := c.TMs[i]
+	Eventually(c.t, 60*time.Second, p.Name+" writes its address file", func() bool {
+		if p.Exited() {
+			c.t.Fatalf("clustertest: %s exited (%s); log tail:\n%s", p.Name, p.cmd.ProcessState, tail(p.Log(), 20))
+		}
+		data, err := os.ReadFile(p.addrFile)
+		if err != nil {
+			return false
+		}
+		var a map[string]string
+		if json.Unmarshal(data, &a) != nil {
+			return false
+		}
+		addr, instance = a["rpc"], a["instance"]
+		return addr != ""
+	})
+	return addr, instance
 }
 
 // WaitLiveTaskManagers waits until the jobmanager lists n live taskmanagers.

@@ -145,7 +145,13 @@ func writeAddressFile(ctx context.Context, path string, jm *jobmanager.JobManage
 		return
 	case <-jm.Ready():
 	}
-	data, _ := json.Marshal(map[string]string{"rpc": jm.RPCAddr(), "rest": jm.RESTAddr()})
+	writeJSONFile(path, map[string]string{"rpc": jm.RPCAddr(), "rest": jm.RESTAddr()})
+}
+
+// writeJSONFile writes v as JSON to a temporary name and renames it to
+// path, so that a reader never sees it half-written.
+func writeJSONFile(path string, v any) {
+	data, _ := json.Marshal(v)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err == nil {
 		_ = os.Rename(tmp, path)
@@ -222,7 +228,7 @@ func NewTaskManagerCommand() *cobra.Command {
 	if env := os.Getenv("WEIR_JOBMANAGER"); env != "" {
 		cfg.JobManagerAddress = env
 	}
-	var configPath, logLevel string
+	var configPath, logLevel, addrFile string
 	cmd := &cobra.Command{
 		Use:           "taskmanager",
 		Short:         "Run a taskmanager: offers slots to the jobmanager and runs tasks",
@@ -271,6 +277,15 @@ func NewTaskManagerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if addrFile != "" {
+				go func() {
+					select {
+					case <-cmd.Context().Done():
+					case <-tm.Ready():
+						writeJSONFile(addrFile, map[string]string{"rpc": tm.Addr(), "instance": tm.Instance()})
+					}
+				}()
+			}
 			return tm.Run(cmd.Context())
 		},
 	}
@@ -289,5 +304,6 @@ func NewTaskManagerCommand() *cobra.Command {
 	f.StringSliceVar(&cfg.HA.Endpoints, "ha-etcd-endpoints", nil, "etcd client URLs for --ha etcd, comma-separated")
 	f.StringVar(&cfg.HA.Prefix, "ha-prefix", "/weir", "etcd key prefix of this cluster (--ha etcd)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&addrFile, "address-file", "", "once listening, write the bound address and process instance id here as JSON {\"rpc\":…,\"instance\":…} (for scripts and tests that listen on port 0)")
 	return cmd
 }

@@ -1,0 +1,145 @@
+package jobmanager
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Taskmanager membership in the core: registration, suspicion and probes,
+// loss. A taskmanager is live from its registration until it is lost: by
+// the heartbeat timeout, by a failed probe, or by a registration of a new
+// process under its id. In between it may be suspected (its connection
+// broke, a call to it failed as Unavailable, a peer's data stream from it
+// broke): a suspected taskmanager keeps its running tasks but gets no new
+// slots until the shell's probe says whether the same process still
+// answers.
+
+// ErrTaskManagerReplaced: a registration came from a taskmanager process
+// that a newer process with the same id has replaced.
+var ErrTaskManagerReplaced = errors.New("jobmanager: taskmanager process replaced")
+
+// maxReplaced bounds the remembered replaced instances.
+const maxReplaced = 4096
+
+// tmRegistration is what a taskmanager process registers with.
+type tmRegistration struct {
+	ID, Instance, Addr string
+	Slots              int
+	OpTypes            []string
+}
+
+// register adds a taskmanager process, replacing an earlier registration
+// with the same id (whose tasks are then gone). The shell opens a fresh
+// connection to the address for every registration.
+func (c *core) register(r tmRegistration, now time.Time) ([]action, error) {
+	switch {
+	case r.ID == "":
+		return nil, fmt.Errorf("%w: taskmanager registration has no id; give each taskmanager a unique id", ErrInvalidArgument)
+	case r.Instance == "":
+		return nil, fmt.Errorf("%w: taskmanager %s registered without a process instance id; upgrade the taskmanager to this jobmanager's version", ErrInvalidArgument, r.ID)
+	case r.Addr == "":
+		return nil, fmt.Errorf("%w: taskmanager %s registered without an address; it must send the host:port of its gRPC server", ErrInvalidArgument, r.ID)
+	case r.Slots < 1:
+		return nil, fmt.Errorf("%w: taskmanager %s offers %d slots; it must offer at least 1", ErrInvalidArgument, r.ID, r.Slots)
+	}
+	if id, ok := c.replaced[r.Instance]; ok {
+		return nil, fmt.Errorf("%w: taskmanager %s (process instance %s) was replaced by a newer process registered as %s; two processes share one id, give each taskmanager its own --id",
+			ErrTaskManagerReplaced, r.ID, r.Instance, id)
+	}
+	var acts []action
+	if old := c.tms[r.ID]; old != nil {
+		if old.instance != r.Instance {
+			if len(c.replaced) >= maxReplaced {
+				clear(c.replaced)
+			}
+			c.replaced[old.instance] = r.ID
+		}
+		if !old.lost {
+			old.lost = true
+			old.lostReason = "re-registered"
+			reason := fmt.Sprintf("taskmanager %s re-registered (it restarted?); its tasks are gone", r.ID)
+			if old.instance != r.Instance {
+				reason = fmt.Sprintf("taskmanager %s registered as a new process (instance %s, was %s): the old process is gone, and its tasks with it",
+					r.ID, r.Instance, old.instance)
+			}
+			acts = c.tmGone(old, reason, now)
+		}
+	}
+	c.tms[r.ID] = &tmEntry{id: r.ID, instance: r.Instance, addr: r.Addr, slots: r.Slots, opTypes: slices.Clone(r.OpTypes),
+		registered: now, lastHeartbeat: now}
+	c.log.Info("taskmanager registered", "taskmanager", r.ID, "instance", r.Instance, "address", r.Addr, "slots", r.Slots)
+	return append(acts, c.scheduleWaiting(now)...), nil
+}
+
+// current returns the live entry of taskmanager id if it is process
+// instance, else nil.
+func (c *core) current(id, instance string) *tmEntry {
+	tm := c.tms[id]
+	if tm == nil || tm.lost || tm.instance != instance {
+		return nil
+	}
+	return tm
+}
+
+// suspect marks process instance of taskmanager id as suspected for
+// reason and asks the shell to probe it. Reports about other processes
+// or lost taskmanagers are ignored.
+func (c *core) suspect(id, instance, reason string, now time.Time) []action {
+	tm := c.current(id, instance)
+	if tm == nil {
+		return nil
+	}
+	if !tm.suspected {
+		tm.suspected = true
+		tm.suspectReason = reason
+		c.log.Warn("taskmanager suspected; probing it", "taskmanager", id, "instance", instance, "address", tm.addr, "reason", reason)
+	}
+	return []action{probeAction{TaskManager: id, Instance: instance, Addr: tm.addr}}
+}
+
+// suspectPeer suspects the live taskmanager whose exchange address is addr
+// (a task's data stream to or from it broke).
+func (c *core) suspectPeer(addr, reason string, now time.Time) []action {
+	for _, tm := range c.tms {
+		if !tm.lost && tm.addr == addr {
+			return c.suspect(tm.id, tm.instance, reason, now)
+		}
+	}
+	return nil
+}
+
+// probed records the outcome of a probe of process instance of taskmanager
+// id: nil, the process answered (a suspicion ends, and deployments that
+// waited for it go on); otherwise it is lost.
+func (c *core) probed(id, instance string, err error, now time.Time) []action {
+	tm := c.current(id, instance)
+	if tm == nil {
+		return nil
+	}
+	if err != nil {
+		return c.lose(tm, fmt.Sprintf("probe failed: %v", err), now)
+	}
+	if !tm.suspected {
+		return nil
+	}
+	tm.suspected, tm.suspectReason = false, ""
+	c.log.Info("taskmanager answered its probe; no longer suspected", "taskmanager", id, "instance", instance)
+	acts := c.scheduleWaiting(now)
+	for _, j := range c.jobOrder {
+		if j.state.active() {
+			acts = append(acts, c.maybeRedeployRegions(j, now)...)
+		}
+	}
+	return acts
+}
+
+// lose declares tm lost for reason: its executions fail over.
+func (c *core) lose(tm *tmEntry, reason string, now time.Time) []action {
+	tm.lost = true
+	tm.suspected = false
+	tm.lostReason = reason
+	c.log.Warn("taskmanager lost", "taskmanager", tm.id, "instance", tm.instance, "address", tm.addr, "reason", reason)
+	return c.tmGone(tm, fmt.Sprintf("taskmanager %s at %s lost: %s", tm.id, tm.addr, reason), now)
+}
