@@ -93,6 +93,8 @@ func (s taskState) terminal() bool { return s == taskFinished || s == taskCancel
 // deployed to, so the core can tell an old incarnation's reports apart.
 type tmEntry struct {
 	id, addr string
+	// exchangeAddr is where other taskmanagers send it data.
+	exchangeAddr string
 	// instance is the process's instance id: new at every start of the
 	// taskmanager process.
 	instance      string
@@ -415,7 +417,7 @@ func (c *core) heartbeat(id, instance string, reports []taskReport, now time.Tim
 func (c *core) report(tmID string, r taskReport, now time.Time) []action {
 	tm := c.tms[tmID]
 	var acts []action
-	if r.State == taskFailed && r.BrokenPeer != "" && tm != nil && !tm.lost && r.BrokenPeer != tm.addr {
+	if r.State == taskFailed && r.BrokenPeer != "" && tm != nil && !tm.lost && r.BrokenPeer != tm.exchangeAddr {
 		acts = c.suspectPeer(r.BrokenPeer, fmt.Sprintf("a data stream between it and taskmanager %s broke", tmID), now)
 	}
 	return append(acts, c.applyReport(tmID, tm, r, now)...)
@@ -866,8 +868,8 @@ func (c *core) liveOffers() []slotOffer {
 	return offers
 }
 
-// slotAddrs are the addresses of the taskmanagers hosting j's shared
-// slots, "" for a slot whose taskmanager is gone (a region restarting
+// slotAddrs are the exchange addresses of the taskmanagers hosting j's
+// shared slots, "" for a slot whose taskmanager is gone (a region restarting
 // later re-places it). A deployment uses the addresses of its own
 // region's slots only: a forward output the one of its own subtask, other
 // outputs those of every downstream subtask, all in its region.
@@ -875,7 +877,7 @@ func slotAddrs(j *job) []string {
 	addrs := make([]string, len(j.slots))
 	for i, tm := range j.slots {
 		if tm != nil && !tm.lost {
-			addrs[i] = tm.addr
+			addrs[i] = tm.exchangeAddr
 		}
 	}
 	return addrs

@@ -26,8 +26,10 @@ const maxReplaced = 4096
 // tmRegistration is what a taskmanager process registers with.
 type tmRegistration struct {
 	ID, Instance, Addr string
-	Slots              int
-	OpTypes            []string
+	// ExchangeAddr is where other taskmanagers send it data; empty: Addr.
+	ExchangeAddr string
+	Slots        int
+	OpTypes      []string
 }
 
 // register adds a taskmanager process, replacing an earlier registration
@@ -67,8 +69,12 @@ func (c *core) register(r tmRegistration, now time.Time) ([]action, error) {
 			acts = c.tmGone(old, reason, now)
 		}
 	}
-	c.tms[r.ID] = &tmEntry{id: r.ID, instance: r.Instance, addr: r.Addr, slots: r.Slots, opTypes: slices.Clone(r.OpTypes),
-		registered: now, lastHeartbeat: now}
+	ex := r.ExchangeAddr
+	if ex == "" {
+		ex = r.Addr
+	}
+	c.tms[r.ID] = &tmEntry{id: r.ID, instance: r.Instance, addr: r.Addr, exchangeAddr: ex, slots: r.Slots,
+		opTypes: slices.Clone(r.OpTypes), registered: now, lastHeartbeat: now}
 	c.log.Info("taskmanager registered", "taskmanager", r.ID, "instance", r.Instance, "address", r.Addr, "slots", r.Slots)
 	return append(acts, c.scheduleWaiting(now)...), nil
 }
@@ -103,7 +109,7 @@ func (c *core) suspect(id, instance, reason string, now time.Time) []action {
 // (a task's data stream to or from it broke).
 func (c *core) suspectPeer(addr, reason string, now time.Time) []action {
 	for _, tm := range c.tms {
-		if !tm.lost && tm.addr == addr {
+		if !tm.lost && tm.exchangeAddr == addr {
 			return c.suspect(tm.id, tm.instance, reason, now)
 		}
 	}

@@ -131,6 +131,28 @@
 // regions that did not restart never pointed at it, since regions exchange
 // no data.
 //
+// Every taskmanager process registers with a random instance id, new at
+// each start; heartbeats and deployments carry it, so a process restarted
+// at the same address is never mistaken for the old one (a deployment
+// meant for the old one is refused as Unavailable), and a replaced process
+// cannot register under the id again (AlreadyExists: two processes share
+// one id). For every registration the shell opens a fresh connection (the
+// old one may sit in gRPC's reconnect backoff from the process that died
+// there; the backoff is capped at 1s anyway) and watches it
+// (taskexecutor.go): when it leaves READY — the process died, or the
+// network broke — the taskmanager is suspected at once and probed (Ping,
+// answered with the instance id, within half the heartbeat timeout, 0.5s
+// to 3s). A call that fails as Unavailable, and a task failure that names
+// the peer whose data stream broke (TaskStatus.broken_peer), suspect the
+// same way. A suspected taskmanager gets no new slots (a region whose
+// slots are on it waits) until the probe answers (suspicion ends) or
+// fails (the taskmanager is lost, as by the heartbeat timeout, which also
+// ends a suspicion).
+//
+// Failed deployments in a row (until every execution of the job runs)
+// count as one failure for the restart strategy: the first asks it, each
+// later one restarts its region after a backoff of 100ms doubling up to 5s.
+//
 // # Fencing
 //
 // Every execution has its own attempt number: 1 at the first deployment,

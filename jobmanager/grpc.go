@@ -62,7 +62,7 @@ type clusterServer struct {
 func (s *clusterServer) RegisterTaskManager(_ context.Context, req *weirpb.RegisterTaskManagerRequest) (*weirpb.RegisterTaskManagerResponse, error) {
 	var err error
 	r := tmRegistration{ID: req.GetTaskmanagerId(), Instance: req.GetInstanceId(), Addr: req.GetAddress(),
-		Slots: int(req.GetSlots()), OpTypes: req.GetOperatorTypes()}
+		ExchangeAddr: req.GetExchangeAddress(), Slots: int(req.GetSlots()), OpTypes: req.GetOperatorTypes()}
 	s.jm.step(func(c *core, now time.Time) []action {
 		var acts []action
 		acts, err = c.register(r, now)

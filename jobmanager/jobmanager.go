@@ -446,7 +446,9 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 		err := execs.NotifyCheckpoint(ctx, a.Addr, &weirpb.NotifyCheckpointRequest{
 			Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, Complete: a.Complete})
 		if unavailable(err) {
-			jm.step(func(c *core, now time.Time) []action { return jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now) })
+			jm.step(func(c *core, now time.Time) []action {
+				return jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now)
+			})
 		}
 		if err != nil { // best effort: a later completion subsumes this one
 			jm.log.Debug("notifying a task of a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID,

@@ -195,7 +195,7 @@ func startFakeTMAt(t *testing.T, jmAddr, id, addr string, slots int, failWith fu
 		t.Fatal(err)
 	}
 	f := &fakeTM{t: t, id: id, slots: slots, addr: lis.Addr().String(), srv: grpc.NewServer(), failWith: failWith,
-		inst: fmt.Sprintf("%s-%d", id, fakeInstances.Add(1)),
+		inst:   fmt.Sprintf("%s-%d", id, fakeInstances.Add(1)),
 		stopHB: make(chan struct{}), live: make(map[string]*weirpb.ExecutionID), acked: make(map[string]bool)}
 	weirpb.RegisterTaskExecutorServiceServer(f.srv, f)
 	f.wg.Go(func() { _ = f.srv.Serve(lis) })

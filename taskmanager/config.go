@@ -23,6 +23,10 @@ type Config struct {
 	// AdvertiseAddress is the address others use to reach RPCAddress.
 	// Default: the bound listen address.
 	AdvertiseAddress string
+	// ExchangeAdvertiseAddress is the address other taskmanagers send data
+	// to (the same server as RPCAddress, reached another way: a separate
+	// network for data, or a proxy). Default: AdvertiseAddress.
+	ExchangeAdvertiseAddress string
 	// Slots is the number of task slots offered. Default 2.
 	Slots int
 	// CreditsPerChannel is the number of batches a receiver buffers per

@@ -35,6 +35,9 @@ type TaskManager struct {
 	log   *slog.Logger
 	ready chan struct{}
 	addr  string // advertised address, set before ready is closed
+	// exchangeAddr is the advertised exchange address (addr unless
+	// configured), set before ready is closed.
+	exchangeAddr string
 	// instance is random and new for every TaskManager (process start):
 	// the jobmanager tells a restarted process from the old one by it,
 	// even at the same address.
@@ -132,6 +135,10 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	if tm.cfg.AdvertiseAddress != "" {
 		tm.addr = tm.cfg.AdvertiseAddress
 	}
+	tm.exchangeAddr = tm.addr
+	if tm.cfg.ExchangeAdvertiseAddress != "" {
+		tm.exchangeAddr = tm.cfg.ExchangeAdvertiseAddress
+	}
 	if !tm.cfg.HA.etcd() {
 		if err := tm.switchTo(tm.cfg.JobManagerAddress); err != nil {
 			lis.Close()
@@ -150,7 +157,7 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	defer func() { tm.jm.Load().conn.Close() }()
 
 	tm.exchange = dataflow.NewExchange(dataflow.ExchangeConfig{
-		SelfAddress:       tm.addr,
+		SelfAddress:       tm.exchangeAddr,
 		CreditsPerChannel: tm.cfg.CreditsPerChannel,
 		DialOptions:       []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dataflow.PeerConnectParams()},
 		Logger:            tm.log,
@@ -248,7 +255,8 @@ var ErrReplaced = errors.New("taskmanager: replaced by a newer process with the 
 // for good (ErrReplaced).
 func (tm *TaskManager) register(ctx context.Context) (bool, error) {
 	req := &weirpb.RegisterTaskManagerRequest{
-		TaskmanagerId: tm.cfg.ID, InstanceId: tm.instance, Address: tm.addr, Slots: int32(tm.cfg.Slots), OperatorTypes: tm.reg.Names(),
+		TaskmanagerId: tm.cfg.ID, InstanceId: tm.instance, Address: tm.addr, ExchangeAddress: tm.exchangeAddr,
+		Slots: int32(tm.cfg.Slots), OperatorTypes: tm.reg.Names(),
 	}
 	for attempt := 0; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

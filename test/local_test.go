@@ -82,20 +82,24 @@ func TestWeirLocalRestartsTaskManagers(t *testing.T) {
 	}
 	clustertest.Eventually(t, time.Minute, "two live taskmanagers", func() bool { return live() == 2 })
 
-	// SIGKILL taskmanager 1, found by its id on its command line.
-	pid := childPID(t, "local-tm-1")
+	// SIGKILL taskmanager 1: the child of this `weir local` with its id on
+	// its command line (another cluster on the machine may run one too).
+	pid := childPID(t, local.Process.Pid, "local-tm-1")
+	if pid == 0 {
+		t.Fatal("no child process of weir local runs taskmanager local-tm-1")
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	clustertest.Eventually(t, time.Minute, "weir local to restart the taskmanager", func() bool {
-		return strings.Contains(out.String(), "taskmanager-1 exited") && childPID(t, "local-tm-1") != pid
+		return strings.Contains(out.String(), "taskmanager-1 exited") && childPID(t, local.Process.Pid, "local-tm-1") != pid
 	})
 	clustertest.Eventually(t, time.Minute, "two live taskmanagers again", func() bool { return live() == 2 })
 }
 
-// childPID returns the pid of the process whose command line contains id
-// (0 if none).
-func childPID(t *testing.T, id string) int {
+// childPID returns the pid of the child of process parent that runs
+// taskmanager id (0 if none).
+func childPID(t *testing.T, parent int, id string) int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
@@ -109,10 +113,32 @@ func childPID(t *testing.T, id string) int {
 		if err != nil {
 			continue
 		}
+		if parentOf(pid) != parent {
+			continue
+		}
 		args := strings.Split(string(cmdline), "\x00")
 		if len(args) > 1 && args[1] == "taskmanager" && strings.Contains(string(cmdline), "\x00"+id+"\x00") {
 			return pid
 		}
 	}
 	return 0
+}
+
+// parentOf returns the parent pid of process pid (0 if it cannot be read).
+func parentOf(pid int) int {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...; comm may contain spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
 }

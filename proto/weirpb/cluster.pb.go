@@ -171,9 +171,13 @@ type RegisterTaskManagerRequest struct {
 	// process. A registration with the same taskmanager_id and another
 	// instance_id is a new process (at the same address, perhaps): the
 	// jobmanager forgets the old one's tasks and connections.
-	InstanceId    string `protobuf:"bytes,5,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InstanceId string `protobuf:"bytes,5,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// exchange_address is host:port at which other taskmanagers send this
+	// one data (the same gRPC server, perhaps reached another way); empty
+	// means address.
+	ExchangeAddress string `protobuf:"bytes,6,opt,name=exchange_address,json=exchangeAddress,proto3" json:"exchange_address,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegisterTaskManagerRequest) Reset() {
@@ -237,6 +241,13 @@ func (x *RegisterTaskManagerRequest) GetOperatorTypes() []string {
 func (x *RegisterTaskManagerRequest) GetInstanceId() string {
 	if x != nil {
 		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *RegisterTaskManagerRequest) GetExchangeAddress() string {
+	if x != nil {
+		return x.ExchangeAddress
 	}
 	return ""
 }
@@ -2117,14 +2128,15 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tvertex_id\x18\x02 \x01(\x05R\bvertexId\x12\x18\n" +
 	"\asubtask\x18\x03 \x01(\x05R\asubtask\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\x03R\aattempt\"\xbb\x01\n" +
+	"\aattempt\x18\x04 \x01(\x03R\aattempt\"\xe6\x01\n" +
 	"\x1aRegisterTaskManagerRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05slots\x18\x03 \x01(\x05R\x05slots\x12%\n" +
 	"\x0eoperator_types\x18\x04 \x03(\tR\roperatorTypes\x12\x1f\n" +
 	"\vinstance_id\x18\x05 \x01(\tR\n" +
-	"instanceId\"\xbe\x01\n" +
+	"instanceId\x12)\n" +
+	"\x10exchange_address\x18\x06 \x01(\tR\x0fexchangeAddress\"\xbe\x01\n" +
 	"\x1bRegisterTaskManagerResponse\x12#\n" +
 	"\rjobmanager_id\x18\x01 \x01(\tR\fjobmanagerId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +

@@ -15,7 +15,14 @@
 // jobmanager, and Client follows the leader. The logs of every process the
 // cluster ever started, exited ones included, stay readable (CountLogLines).
 //
-// clustertest imports the ha package (to read the leader from etcd), the
+// With Options.FaultProxies every network path of a taskmanager runs
+// through a TCP fault proxy (proxytest) that a test can cut, drop, delay
+// and heal: the jobmanager's calls to it, other taskmanagers' data to it,
+// and its calls to the jobmanager (Proxies). A taskmanager advertises the
+// proxies' addresses, which stay the same across its restarts.
+//
+// clustertest imports the ha package (to read the leader from etcd),
+// proxytest (Options.FaultProxies), the
 // generated gRPC code and the standard library.
 package clustertest
 
@@ -39,6 +46,7 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/test/proxytest"
 )
 
 var (
@@ -111,6 +119,25 @@ type Options struct {
 	LogLevel string
 	// TaskManagerArgs are added to every taskmanager's command line.
 	TaskManagerArgs []string
+	// FaultProxies puts a TCP fault proxy (proxytest) on each network path
+	// of every taskmanager: the jobmanager's calls to it, other
+	// taskmanagers' data to it, and (without HA) its calls to the
+	// jobmanager. Proxies(i) returns them.
+	FaultProxies bool
+}
+
+// TMProxies are the fault proxies on the network paths of one
+// taskmanager; they stay the same across its restarts.
+type TMProxies struct {
+	// Control carries the jobmanager's calls to the taskmanager (its
+	// advertised address).
+	Control *proxytest.Proxy
+	// Data carries the other taskmanagers' data streams to it (its
+	// advertised exchange address).
+	Data *proxytest.Proxy
+	// JobManager carries its calls to the jobmanager (nil with HA, where
+	// it finds the leader through etcd).
+	JobManager *proxytest.Proxy
 }
 
 // HA configures ha: etcd mode.
@@ -160,6 +187,8 @@ type Cluster struct {
 	conn   *grpc.ClientConn // without HA
 
 	ha *haState // nil without HA
+
+	proxies []*TMProxies // by taskmanager index, with FaultProxies
 
 	mu struct {
 		sync.Mutex
@@ -256,15 +285,58 @@ func (c *Cluster) startTaskManager(i int, rpcAddr string) *Process {
 	id := "tm-" + strconv.Itoa(i)
 	addrFile := filepath.Join(c.dir, fmt.Sprintf("%s-%d.addr", id, time.Now().UnixNano()))
 	args := []string{"--id", id, "--rpc-address", rpcAddr, "--address-file", addrFile, "--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel}
+	px := c.tmProxies(i)
+	jm := c.RPCAddr
+	if px != nil {
+		args = append(args, "--advertise-address", px.Control.Addr(), "--exchange-advertise-address", px.Data.Addr())
+		if px.JobManager != nil {
+			jm = px.JobManager.Addr()
+		}
+	}
 	if h := c.opts.HA; h != nil {
 		args = append(args, "--ha", "etcd", "--ha-etcd-endpoints", strings.Join(h.Endpoints, ","), "--ha-prefix", h.Prefix)
 	} else {
-		args = append(args, "--jobmanager", c.RPCAddr)
+		args = append(args, "--jobmanager", jm)
 	}
 	args = append(args, c.opts.TaskManagerArgs...)
 	p := c.spawn(id, filepath.Join(c.bin, "taskmanager"), args)
 	p.addrFile = addrFile
+	if px != nil {
+		// The proxies hold the connections that arrive before the
+		// taskmanager's port is known.
+		addr, _ := c.processAddr(p)
+		px.Control.SetTarget(addr)
+		px.Data.SetTarget(addr)
+	}
 	return p
+}
+
+// tmProxies returns taskmanager i's fault proxies (made at its first
+// start), or nil without FaultProxies.
+func (c *Cluster) tmProxies(i int) *TMProxies {
+	if !c.opts.FaultProxies {
+		return nil
+	}
+	for len(c.proxies) <= i {
+		c.proxies = append(c.proxies, nil)
+	}
+	if c.proxies[i] == nil {
+		px := &TMProxies{Control: proxytest.Start(c.t, ""), Data: proxytest.Start(c.t, "")}
+		if c.opts.HA == nil {
+			px.JobManager = proxytest.Start(c.t, c.RPCAddr)
+		}
+		c.proxies[i] = px
+	}
+	return c.proxies[i]
+}
+
+// Proxies returns taskmanager i's fault proxies (Options.FaultProxies).
+func (c *Cluster) Proxies(i int) *TMProxies {
+	c.t.Helper()
+	if !c.opts.FaultProxies {
+		c.t.Fatal("clustertest: Proxies needs Options.FaultProxies")
+	}
+	return c.proxies[i]
 }
 
 func (c *Cluster) spawn(name, exe string, args []string) *Process {
@@ -387,7 +459,13 @@ func (c *Cluster) RestartTaskManagerSamePort(i int) {
 // and its process instance id.
 func (c *Cluster) TaskManagerAddr(i int) (addr, instance string) {
 	c.t.Helper()
-	p := c.TMs[i]
+	return c.processAddr(c.TMs[i])
+}
+
+// processAddr waits until taskmanager process p wrote its address file and
+// returns what it holds.
+func (c *Cluster) processAddr(p *Process) (addr, instance string) {
+	c.t.Helper()
 	Eventually(c.t, 60*time.Second, p.Name+" writes its address file", func() bool {
 		if p.Exited() {
 			c.t.Fatalf("clustertest: %s exited (%s); log tail:\n%s", p.Name, p.cmd.ProcessState, tail(p.Log(), 20))

@@ -209,13 +209,15 @@ func applyJobManagerFile(cmd *cobra.Command, cfg *jobmanager.Config, f jobManage
 
 // taskManagerFile is the taskmanager's YAML config file.
 type taskManagerFile struct {
-	ID                string `yaml:"id"`
-	JobManager        string `yaml:"jobmanager"`
-	RPCAddress        string `yaml:"rpcAddress"`
-	AdvertiseAddress  string `yaml:"advertiseAddress"`
-	Slots             int    `yaml:"slots"`
-	CreditsPerChannel int    `yaml:"creditsPerChannel"`
-	MetricsAddress    string `yaml:"metricsAddress"`
+	ID               string `yaml:"id"`
+	JobManager       string `yaml:"jobmanager"`
+	RPCAddress       string `yaml:"rpcAddress"`
+	AdvertiseAddress string `yaml:"advertiseAddress"`
+	// ExchangeAdvertiseAddress is where other taskmanagers send data.
+	ExchangeAdvertiseAddress string `yaml:"exchangeAdvertiseAddress"`
+	Slots                    int    `yaml:"slots"`
+	CreditsPerChannel        int    `yaml:"creditsPerChannel"`
+	MetricsAddress           string `yaml:"metricsAddress"`
 	// HA finds the leading jobmanager through etcd (the keys of the
 	// jobmanager's ha: block; the others are ignored).
 	HA              haDiscoveryFile `yaml:"ha"`
@@ -253,6 +255,9 @@ func NewTaskManagerCommand() *cobra.Command {
 				}
 				if f.AdvertiseAddress != "" && !set("advertise-address") {
 					cfg.AdvertiseAddress = f.AdvertiseAddress
+				}
+				if f.ExchangeAdvertiseAddress != "" && !set("exchange-advertise-address") {
+					cfg.ExchangeAdvertiseAddress = f.ExchangeAdvertiseAddress
 				}
 				if f.Slots != 0 && !set("slots") {
 					cfg.Slots = f.Slots
@@ -295,6 +300,7 @@ func NewTaskManagerCommand() *cobra.Command {
 	f.StringVar(&cfg.JobManagerAddress, "jobmanager", cfg.JobManagerAddress, "jobmanager gRPC address (env WEIR_JOBMANAGER)")
 	f.StringVar(&cfg.RPCAddress, "rpc-address", cfg.RPCAddress, "listen address for the jobmanager and other taskmanagers")
 	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", cfg.AdvertiseAddress, "address others reach this taskmanager at (default: the listen address)")
+	f.StringVar(&cfg.ExchangeAdvertiseAddress, "exchange-advertise-address", cfg.ExchangeAdvertiseAddress, "address other taskmanagers send data to (default: --advertise-address)")
 	f.IntVar(&cfg.Slots, "slots", cfg.Slots, "number of task slots")
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for local keyed state (pebble backend); default $TMPDIR/weir-state-<id>")
