@@ -35,6 +35,8 @@ type TaskManager struct {
 	log   *slog.Logger
 	ready chan struct{}
 	addr  string // advertised address, set before ready is closed
+	// listenAddr is the bound listen address, set before ready is closed.
+	listenAddr string
 	// exchangeAddr is the advertised exchange address (addr unless
 	// configured), set before ready is closed.
 	exchangeAddr string
@@ -124,6 +126,10 @@ func (tm *TaskManager) Ready() <-chan struct{} { return tm.ready }
 // Addr returns the advertised address of the taskmanager's gRPC server.
 func (tm *TaskManager) Addr() string { return tm.addr }
 
+// ListenAddr returns the address the taskmanager's gRPC server is bound to;
+// valid once Ready is closed.
+func (tm *TaskManager) ListenAddr() string { return tm.listenAddr }
+
 // Run listens, registers with the jobmanager, heartbeats and runs tasks until
 // ctx is cancelled. It returns after every task and goroutine has stopped.
 func (tm *TaskManager) Run(ctx context.Context) error {
@@ -131,7 +137,8 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("taskmanager: listen on %s: %w (is another process using the port?)", tm.cfg.RPCAddress, err)
 	}
-	tm.addr = lis.Addr().String()
+	tm.listenAddr = lis.Addr().String()
+	tm.addr = tm.listenAddr
 	if tm.cfg.AdvertiseAddress != "" {
 		tm.addr = tm.cfg.AdvertiseAddress
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +64,7 @@ func TestNetworkPartitions(t *testing.T) {
 		if !waitProgress(t, c, jobID, last) {
 			t.Fatalf("the job ended after %d of %d partitions: its input is too small for this machine's pace", i, n)
 		}
-		victim := i % len(c.TMs)
+		victim := busyTaskManager(t, c, jobID, i)
 		px := c.Proxies(victim)
 		at := time.Now()
 		f.inject(px)
@@ -95,4 +97,34 @@ func TestNetworkPartitions(t *testing.T) {
 			t.Errorf("taskmanager %s not live after every partition healed", tm.GetTaskmanagerId())
 		}
 	}
+}
+
+// busyTaskManager returns the index of a taskmanager that runs a task of
+// the job receiving data over the network (its keyed "continuity" tasks),
+// the k-th such in id order (wrapping around), so that a fault hits the
+// job.
+func busyTaskManager(t *testing.T, c *clustertest.Cluster, jobID string, k int) int {
+	t.Helper()
+	var busy []int
+	clustertest.Eventually(t, time.Minute, "the job's tasks to run", func() bool {
+		resp, err := c.Job(jobID)
+		if err != nil {
+			return false
+		}
+		seen := make(map[int]bool)
+		busy = busy[:0]
+		for _, task := range resp.GetTasks() {
+			if task.GetState() != weirpb.TaskState_TASK_STATE_RUNNING || !strings.HasPrefix(task.GetName(), "continuity") {
+				continue
+			}
+			i, err := strconv.Atoi(strings.TrimPrefix(task.GetTaskmanagerId(), "tm-"))
+			if err == nil && !seen[i] {
+				seen[i] = true
+				busy = append(busy, i)
+			}
+		}
+		return len(busy) > 0
+	})
+	slices.Sort(busy)
+	return busy[k%len(busy)]
 }

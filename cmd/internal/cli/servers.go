@@ -287,7 +287,7 @@ func NewTaskManagerCommand() *cobra.Command {
 					select {
 					case <-cmd.Context().Done():
 					case <-tm.Ready():
-						writeJSONFile(addrFile, map[string]string{"rpc": tm.Addr(), "instance": tm.Instance()})
+						writeJSONFile(addrFile, map[string]string{"rpc": tm.ListenAddr(), "advertised": tm.Addr(), "instance": tm.Instance()})
 					}
 				}()
 			}
@@ -310,6 +310,6 @@ func NewTaskManagerCommand() *cobra.Command {
 	f.StringSliceVar(&cfg.HA.Endpoints, "ha-etcd-endpoints", nil, "etcd client URLs for --ha etcd, comma-separated")
 	f.StringVar(&cfg.HA.Prefix, "ha-prefix", "/weir", "etcd key prefix of this cluster (--ha etcd)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&addrFile, "address-file", "", "once listening, write the bound address and process instance id here as JSON {\"rpc\":…,\"instance\":…} (for scripts and tests that listen on port 0)")
+	f.StringVar(&addrFile, "address-file", "", "once listening, write the bound address, the advertised one and the process instance id here as JSON {\"rpc\":…,\"advertised\":…,\"instance\":…} (for scripts and tests that listen on port 0)")
 	return cmd
 }
