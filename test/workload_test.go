@@ -21,7 +21,7 @@ parallelism: 4
 checkpointing:
   interval: 500ms
   storage: %q
-restartStrategy:
+%srestartStrategy:
   type: fixed-delay
   attempts: 100000
   delay: 100ms
@@ -61,11 +61,22 @@ type sequenceJob struct {
 // key), checkpointing every 500ms into dir.
 func newSequenceJob(t *testing.T, name string, seconds float64, rate, keys int) *sequenceJob {
 	t.Helper()
+	return newSequenceJobOn(t, name, seconds, rate, keys, "", "")
+}
+
+// newSequenceJobOn is newSequenceJob with checkpoints in storage (default
+// a file:// directory of the test's) and extra lines for the checkpointing
+// block (each "  key: value\n").
+func newSequenceJobOn(t *testing.T, name string, seconds float64, rate, keys int, storage, checkpointing string) *sequenceJob {
+	t.Helper()
 	dir := t.TempDir()
 	j := &sequenceJob{keys: int64(keys), out: filepath.Join(dir, "out"), spec: filepath.Join(dir, "job.yaml")}
 	j.perKey = int64(seconds*float64(rate)) / j.keys
 	rows := j.perKey * j.keys
-	body := fmt.Sprintf(sequenceSpec, name, "file://"+filepath.Join(dir, "ckpt"), rows, rate, keys, keys, j.out)
+	if storage == "" {
+		storage = "file://" + filepath.Join(dir, "ckpt")
+	}
+	body := fmt.Sprintf(sequenceSpec, name, storage, checkpointing, rows, rate, keys, keys, j.out)
 	if err := os.WriteFile(j.spec, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -107,32 +107,81 @@ func randomHex(n int) string {
 // The binary is found by VersityGWPath; the test fails if it is missing.
 func StartVersityGW(t testing.TB) (endpoint, accessKey, secretKey string) {
 	t.Helper()
-	bin := VersityGWPath(t)
-	accessKey = "weirtest" + randomHex(4)
-	secretKey = randomHex(16)
-	dir := t.TempDir()
+	gw := StartVersityGWServer(t)
+	return gw.Endpoint(), gw.AccessKey, gw.SecretKey
+}
+
+// VersityGW is a running versitygw server that a test can kill and start
+// again on the same data. Its methods may be called from one goroutine at
+// a time.
+type VersityGW struct {
+	AccessKey, SecretKey string
+	t                    testing.TB
+	bin, dir             string
+	endpoint             string
+	stop                 func(kill bool)
+}
+
+// StartVersityGWServer is StartVersityGW returning the server.
+func StartVersityGWServer(t testing.TB) *VersityGW {
+	t.Helper()
+	gw := &VersityGW{t: t, bin: VersityGWPath(t), dir: t.TempDir(),
+		AccessKey: "weirtest" + randomHex(4), SecretKey: randomHex(16)}
+	gw.start()
+	cfg := s3store.Config{Endpoint: gw.endpoint, AccessKey: gw.AccessKey, SecretKey: gw.SecretKey, Bucket: VersityBucket}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s3store.MakeBucket(ctx, cfg); err != nil {
+		t.Fatalf("versitygw on %s: %v", gw.endpoint, err)
+	}
+	t.Cleanup(func() {
+		if gw.stop != nil {
+			gw.stop(false)
+		}
+	})
+	return gw
+}
+
+// Endpoint is the server's host:port (plain http); it changes with
+// Restart.
+func (gw *VersityGW) Endpoint() string { return gw.endpoint }
+
+// Kill ends the server with SIGKILL, as a crash would.
+func (gw *VersityGW) Kill() {
+	if gw.stop != nil {
+		gw.stop(true)
+		gw.stop = nil
+	}
+}
+
+// Restart starts the server again (after Kill) on its data directory, on a
+// new free port: see Endpoint.
+func (gw *VersityGW) Restart() {
+	gw.t.Helper()
+	gw.Kill()
+	gw.start()
+}
+
+func (gw *VersityGW) start() {
+	gw.t.Helper()
 	var lastErr error
 	for range 3 { // another process may take the port between pick and bind
-		addr := freePort(t)
-		if err := startVersityGW(t, bin, addr, dir, accessKey, secretKey); err != nil {
+		addr := freePort(gw.t)
+		stop, err := startVersityGW(gw.t, gw.bin, addr, gw.dir, gw.AccessKey, gw.SecretKey)
+		if err != nil {
 			lastErr = err
 			continue
 		}
-		cfg := s3store.Config{Endpoint: addr, AccessKey: accessKey, SecretKey: secretKey, Bucket: VersityBucket}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s3store.MakeBucket(ctx, cfg); err != nil {
-			t.Fatalf("versitygw on %s: %v", addr, err)
-		}
-		return addr, accessKey, secretKey
+		gw.endpoint, gw.stop = addr, stop
+		return
 	}
-	t.Fatalf("start versitygw: %v", lastErr)
-	return "", "", ""
+	gw.t.Fatalf("start versitygw: %v", lastErr)
 }
 
-// startVersityGW runs the server and waits until it answers HTTP. On
-// success the server is stopped in t.Cleanup.
-func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string) error {
+// startVersityGW runs the server and waits until it answers HTTP. It
+// returns the function that stops it (SIGTERM, or SIGKILL with kill); the
+// caller must call it.
+func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string) (stop func(kill bool), err error) {
 	t.Helper()
 	var out lockedBuffer
 	cmd := exec.Command(bin,
@@ -147,7 +196,7 @@ func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string) e
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("%s: %w", bin, err)
+		return nil, fmt.Errorf("%s: %w", bin, err)
 	}
 	exited := make(chan struct{})
 	var waitErr error
@@ -155,13 +204,20 @@ func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string) e
 		waitErr = cmd.Wait()
 		close(exited)
 	}()
-	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+	stop = func(kill bool) {
+		if kill {
+			cmd.Process.Kill()
+		} else {
+			cmd.Process.Signal(syscall.SIGTERM)
+		}
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
 			cmd.Process.Kill()
 			<-exited
+		}
+		if t.Failed() {
+			t.Logf("versitygw on %s output:\n%s", addr, out.String())
 		}
 	}
 
@@ -170,27 +226,20 @@ func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string) e
 	for {
 		select {
 		case <-exited:
-			return fmt.Errorf("versitygw on %s exited before answering (%v); output:\n%s", addr, waitErr, out.String())
+			return nil, fmt.Errorf("versitygw on %s exited before answering (%v); output:\n%s", addr, waitErr, out.String())
 		default:
 		}
 		resp, err := client.Get("http://" + addr + "/")
 		if err == nil {
 			resp.Body.Close()
-			break
+			return stop, nil
 		}
 		if time.Now().After(deadline) {
-			stop()
-			return fmt.Errorf("versitygw on %s did not answer within 30s (last error: %v); output:\n%s", addr, err, out.String())
+			stop(true)
+			return nil, fmt.Errorf("versitygw on %s did not answer within 30s (last error: %v); output:\n%s", addr, err, out.String())
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
 	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("versitygw on %s output:\n%s", addr, out.String())
-		}
-	})
-	return nil
 }
 
 // NewS3Store returns an s3store on the server StartVersityGW started,

@@ -17,6 +17,7 @@
 package proxytest
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"sync"
@@ -49,6 +50,10 @@ type Proxy struct {
 		target string
 		mode   mode
 		delay  time.Duration
+		// cutOn, when set, cuts as soon as a chunk from a client contains
+		// it; fired is closed then.
+		cutOn  []byte
+		fired  chan struct{}
 		conns  map[net.Conn]struct{}
 		closed bool
 	}
@@ -129,6 +134,18 @@ func (p *Proxy) Heal() {
 		p.closeConnsLocked()
 	}
 	p.mu.mode = pass
+}
+
+// CutWhen arms a Cut that fires as soon as a client sends bytes containing
+// pattern within one read (a plain-text request line, say "/_manifest"),
+// before they reach the target; the returned channel is closed then. Heal
+// ends the Cut as usual.
+func (p *Proxy) CutWhen(pattern []byte) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.cutOn = bytes.Clone(pattern)
+	p.mu.fired = make(chan struct{})
+	return p.mu.fired
 }
 
 // Delay holds every chunk of relayed bytes for d before passing it on (0:
@@ -214,20 +231,27 @@ func (p *Proxy) relay(c net.Conn) {
 		p.mu.conns[b] = struct{}{}
 		p.mu.Unlock()
 		p.pipes.Add(2)
-		go p.pipe(b, c)
-		go p.pipe(c, b)
+		go p.pipe(b, c, true)
+		go p.pipe(c, b, false)
 	}()
 }
 
-// pipe copies src to dst, discarding while dropping and waiting out the
-// delay, until either side closes.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst (fromClient: src is the accepted connection),
+// discarding while dropping and waiting out the delay, until either side
+// closes.
+func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
 	defer p.pipes.Done()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
+			if fromClient && p.mu.cutOn != nil && bytes.Contains(buf[:n], p.mu.cutOn) {
+				p.mu.cutOn = nil
+				close(p.mu.fired)
+				p.mu.mode = cut
+				p.closeConnsLocked()
+			}
 			m, delay := p.mu.mode, p.mu.delay
 			p.mu.Unlock()
 			if delay > 0 {

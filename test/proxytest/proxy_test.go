@@ -116,6 +116,25 @@ func TestProxyFaults(t *testing.T) {
 	}
 	p.Delay(0)
 
+	// CutWhen: the chunk with the pattern never arrives; the proxy cuts.
+	fired := p.CutWhen([]byte("boom"))
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("boom\n")); err == nil {
+		if line, err := r.ReadString('\n'); err == nil {
+			t.Fatalf("read %q through a proxy armed to cut on it", line)
+		}
+	}
+	select {
+	case <-fired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("CutWhen did not fire")
+	}
+	p.Heal()
+	c, r = dial(t, p.Addr())
+	if err := roundTrip(c, r, 5*time.Second); err != nil {
+		t.Fatalf("after a CutWhen and Heal: %v", err)
+	}
+
 	// SetTarget: new connections go to the new backend.
 	other := echoServer(t)
 	p.SetTarget(other)
