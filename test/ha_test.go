@@ -48,8 +48,16 @@ func haKillsFromEnv() int {
 // taskmanagers (4 slots: the job's parallelism) in ha: etcd mode.
 func startHA(t *testing.T) (*etcdtest.Server, *clustertest.Cluster) {
 	t.Helper()
+	return startHAOpts(t, false)
+}
+
+// startHAOpts is startHA, with fault proxies on every network path
+// (clustertest.Options.FaultProxies) when proxies is set.
+func startHAOpts(t *testing.T, proxies bool) (*etcdtest.Server, *clustertest.Cluster) {
+	t.Helper()
 	etcd := etcdtest.Start(t)
 	c := clustertest.Start(t, clustertest.Options{
+		FaultProxies:      proxies,
 		JobManagers:       2,
 		TaskManagers:      2,
 		Slots:             2,
@@ -218,5 +226,43 @@ func TestHAEtcdRestart(t *testing.T) {
 	takeovers, _ := report(t, c, "etcd-restart", lost, duplicated, "")
 	if takeovers < 1 {
 		t.Errorf("no new election logged after etcd came back")
+	}
+}
+
+// TestHALeaderCutFromEtcd cuts the network between the leading jobmanager
+// and etcd (etcd and everything else stay up) past the lease TTL: the
+// leader must step down and exit before the standby, which still reaches
+// etcd, takes over; its writes are fenced meanwhile. Once healed, the old
+// leader's process (restarted by the supervisor) stands by.
+func TestHALeaderCutFromEtcd(t *testing.T) {
+	_, c := startHAOpts(t, true)
+	job := newSequenceJob(t, "ha-etcd-cut", 25, haRate, haKeys)
+	submitted := time.Now()
+	jobID := job.submit(t, c)
+	waitCheckpointsSince(t, c, jobID, submitted, 2, "by the first leader")
+
+	leader, epoch := c.WaitLeader(0)
+	old := c.JobManager(leader)
+	px := c.EtcdProxy(leader)
+	px.Cut()
+	cut := time.Now()
+	next, nextEpoch := c.WaitLeader(epoch)
+	tookOver := time.Since(cut)
+	if next == leader {
+		t.Fatalf("jobmanager-%d, cut off from etcd, leads again at epoch %d", leader, nextEpoch)
+	}
+	clustertest.Eventually(t, time.Minute, "the leader cut off from etcd to step down and exit", old.Exited)
+	waitCheckpointsSince(t, c, jobID, cut, 2, fmt.Sprintf("by the new leader (jobmanager-%d, epoch %d)", next, nextEpoch))
+	px.Heal()
+	healed := time.Now()
+	waitCheckpointsSince(t, c, jobID, healed, 2, "after the cut healed")
+	if i, e, err := c.Leader(); err != nil || i != next || e != nextEpoch {
+		t.Errorf("after the heal etcd names jobmanager-%d epoch %d (err %v); want jobmanager-%d epoch %d still leading", i, e, err, next, nextEpoch)
+	}
+	lost, duplicated := finishAndVerify(t, c, job)
+	takeovers, _ := report(t, c, "leader-cut-from-etcd", lost, duplicated,
+		fmt.Sprintf(" takeover_seconds=%.2f", tookOver.Seconds()))
+	if takeovers < 1 {
+		t.Errorf("no takeover logged")
 	}
 }

@@ -2,24 +2,24 @@
 // (go.etcd.io/etcd/server/v3/embed) inside a test binary, on loopback ports
 // and in a t.TempDir, for the tests of package ha and of the packages that
 // use it. Nothing here stands in for etcd: clients talk gRPC to the real
-// server through a small TCP relay that lets a test take etcd away and give
-// it back:
+// server through a TCP fault proxy (test/proxytest) that lets a test take
+// etcd away and give it back:
 //
-//   - Stop shuts the server down and closes its client port (connections
-//     are reset, new ones refused); Restart starts it again on the same data
-//     directory and ports, so data and leases survive like a process restart.
+//   - Stop shuts the server down and resets every client connection (new
+//     ones are reset too); Restart starts it again on the same data
+//     directory and ports, so data and leases survive like a process
+//     restart.
 //   - Cut drops every client connection and refuses new ones while the
 //     server keeps running (a network partition: leases expire on the
 //     server); Heal lets clients in again.
 //
-// etcdtest imports the etcd server, zap (to silence etcd's logs) and the
-// standard library. It is a test helper: only _test.go files import it.
+// etcdtest imports the etcd server, zap (to silence etcd's logs),
+// test/proxytest and the standard library. It is a test helper: only
+// _test.go files import it.
 package etcdtest
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -28,30 +28,28 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/weirstream/weir/test/proxytest"
 )
 
 // startTimeout bounds how long Start and Restart wait for the server to be
 // ready to serve clients.
 const startTimeout = 20 * time.Second
 
-// Server is one embedded etcd member behind a TCP relay. Its methods may be
-// called from any goroutine.
+// Server is one embedded etcd member behind a fault proxy. Its methods may
+// be called from any goroutine.
 type Server struct {
-	t        testing.TB
-	dir      string
-	endpoint string // the relay's address, what clients dial
-	backend  url.URL
-	peer     url.URL
+	t       testing.TB
+	dir     string
+	proxy   *proxytest.Proxy // what clients dial
+	backend url.URL
+	peer    url.URL
 
 	mu struct {
 		sync.Mutex
-		etcd     *embed.Etcd
-		ln       net.Listener // nil while stopped
-		cut      bool
-		conns    map[net.Conn]struct{}
-		acceptWG *sync.WaitGroup
+		etcd *embed.Etcd // nil while stopped
+		cut  bool
 	}
-	pipes sync.WaitGroup
 }
 
 // Start starts an etcd server on free loopback ports with its data in a
@@ -60,31 +58,24 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{t: t, dir: t.TempDir()}
-	s.mu.conns = make(map[net.Conn]struct{})
 	s.backend = url.URL{Scheme: "http", Host: freeAddr(t)}
 	s.peer = url.URL{Scheme: "http", Host: freeAddr(t)}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("etcdtest: listen on loopback: %v", err)
-	}
-	s.endpoint = ln.Addr().String()
-	t.Cleanup(s.shutdown)
 	if err := s.startEtcd(); err != nil {
-		ln.Close()
 		t.Fatalf("etcdtest: %v", err)
 	}
-	s.serve(ln)
+	s.proxy = proxytest.Start(t, s.backend.Host)
+	t.Cleanup(s.Stop) // before the proxy closes: cleanups run last first
 	return s
 }
 
 // Endpoint is the address clients dial ("127.0.0.1:port"); it stays the same
 // across Stop and Restart.
-func (s *Server) Endpoint() string { return s.endpoint }
+func (s *Server) Endpoint() string { return s.proxy.Addr() }
 
 // Endpoints is Endpoint as a one-element list, the shape ha.Config wants.
-func (s *Server) Endpoints() []string { return []string{s.endpoint} }
+func (s *Server) Endpoints() []string { return []string{s.Endpoint()} }
 
-// DirectEndpoints is the server's own client URL, bypassing the relay: a
+// DirectEndpoints is the server's own client URL, bypassing the proxy: a
 // client connected here is not affected by Cut (it is by Stop). Tests use
 // it to watch the server while the other clients are cut off.
 func (s *Server) DirectEndpoints() []string { return []string{s.backend.String()} }
@@ -92,53 +83,50 @@ func (s *Server) DirectEndpoints() []string { return []string{s.backend.String()
 // DataDir is the server's data directory.
 func (s *Server) DataDir() string { return s.dir }
 
-// Stop closes every client connection, closes the client port and shuts the
+// Stop resets every client connection, refuses new ones and shuts the
 // server down. It is a no-op when the server is already stopped.
 func (s *Server) Stop() {
 	s.t.Helper()
+	s.proxy.Cut()
 	s.mu.Lock()
-	ln, e, wg := s.mu.ln, s.mu.etcd, s.mu.acceptWG
-	s.mu.ln, s.mu.etcd, s.mu.acceptWG = nil, nil, nil
-	s.closeConnsLocked()
+	e := s.mu.etcd
+	s.mu.etcd = nil
 	s.mu.Unlock()
-	if ln != nil {
-		ln.Close()
-		wg.Wait()
-	}
 	if e != nil {
 		e.Close()
 	}
 }
 
 // Restart starts a stopped server again with the same data directory and
-// ports. It fails the test if the server does not come up.
+// ports, and lets clients in unless Cut. It fails the test if the server
+// does not come up.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.mu.Lock()
 	running := s.mu.etcd != nil
 	s.mu.Unlock()
 	if running {
-		s.t.Fatalf("etcdtest: Restart: the server at %s is running; call Stop first", s.endpoint)
+		s.t.Fatalf("etcdtest: Restart: the server at %s is running; call Stop first", s.Endpoint())
 	}
-	if err := s.startEtcd(); err != nil {
-		s.t.Fatalf("etcdtest: restart: %v", err)
-	}
-	var ln net.Listener
-	var err error
-	// The port was ours a moment ago; the kernel may need a moment to
-	// release it.
+	// The ports were ours a moment ago; the kernel may need a moment to
+	// release them.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		ln, err = net.Listen("tcp", s.endpoint)
-		if err == nil || time.Now().After(deadline) {
+		err := s.startEtcd()
+		if err == nil {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			s.t.Fatalf("etcdtest: restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // retry pacing, not synchronisation
 	}
-	if err != nil {
-		s.t.Fatalf("etcdtest: restart: listen on %s again: %v", s.endpoint, err)
+	s.mu.Lock()
+	cut := s.mu.cut
+	s.mu.Unlock()
+	if !cut {
+		s.proxy.Heal()
 	}
-	s.serve(ln)
 }
 
 // Cut drops every client connection and refuses new ones while the server
@@ -146,26 +134,17 @@ func (s *Server) Restart() {
 func (s *Server) Cut() {
 	s.mu.Lock()
 	s.mu.cut = true
-	s.closeConnsLocked()
 	s.mu.Unlock()
+	s.proxy.Cut()
 }
 
-// Heal undoes Cut.
+// Heal undoes Cut (a stopped server stays unreachable until Restart).
 func (s *Server) Heal() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.mu.cut = false
-	s.mu.Unlock()
-}
-
-func (s *Server) shutdown() {
-	s.Stop()
-	s.pipes.Wait()
-}
-
-func (s *Server) closeConnsLocked() {
-	for c := range s.mu.conns {
-		c.Close()
-		delete(s.mu.conns, c)
+	if s.mu.etcd != nil {
+		s.proxy.Heal()
 	}
 }
 
@@ -197,72 +176,6 @@ func (s *Server) startEtcd() error {
 	s.mu.etcd = e
 	s.mu.Unlock()
 	return nil
-}
-
-// serve relays the connections accepted on ln to the etcd server.
-func (s *Server) serve(ln net.Listener) {
-	wg := &sync.WaitGroup{}
-	s.mu.Lock()
-	s.mu.ln = ln
-	s.mu.acceptWG = wg
-	s.mu.Unlock()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				continue
-			}
-			s.relay(c)
-		}
-	}()
-}
-
-func (s *Server) relay(c net.Conn) {
-	s.mu.Lock()
-	if s.mu.cut || s.mu.etcd == nil {
-		s.mu.Unlock()
-		c.Close()
-		return
-	}
-	s.mu.conns[c] = struct{}{}
-	s.mu.Unlock()
-	b, err := net.Dial("tcp", s.backend.Host)
-	if err != nil {
-		s.forget(c)
-		c.Close()
-		return
-	}
-	s.mu.Lock()
-	if _, ok := s.mu.conns[c]; !ok { // cut or stopped meanwhile
-		s.mu.Unlock()
-		b.Close()
-		return
-	}
-	s.mu.conns[b] = struct{}{}
-	s.mu.Unlock()
-	s.pipes.Add(2)
-	go s.pipe(b, c)
-	go s.pipe(c, b)
-}
-
-func (s *Server) pipe(dst, src net.Conn) {
-	defer s.pipes.Done()
-	io.Copy(dst, src) //nolint:errcheck // either side closing ends the relay
-	dst.Close()
-	src.Close()
-	s.forget(dst)
-	s.forget(src)
-}
-
-func (s *Server) forget(c net.Conn) {
-	s.mu.Lock()
-	delete(s.mu.conns, c)
-	s.mu.Unlock()
 }
 
 // freeAddr returns a loopback address with a port that was free a moment

@@ -19,7 +19,8 @@
 // through a TCP fault proxy (proxytest) that a test can cut, drop, delay
 // and heal: the jobmanager's calls to it, other taskmanagers' data to it,
 // and its calls to the jobmanager (Proxies). A taskmanager advertises the
-// proxies' addresses, which stay the same across its restarts.
+// proxies' addresses, which stay the same across its restarts. With HA each
+// jobmanager also reaches etcd through one (EtcdProxy).
 //
 // clustertest imports the ha package (to read the leader from etcd),
 // proxytest (Options.FaultProxies), the
@@ -233,7 +234,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 // startSingle starts the one jobmanager of ha: none.
 func (c *Cluster) startSingle() {
 	addrFile := filepath.Join(c.dir, "jobmanager.addr")
-	c.JM = c.spawn("jobmanager", filepath.Join(c.bin, "jobmanager"), c.jobManagerArgs("127.0.0.1:0", "127.0.0.1:0", addrFile))
+	c.JM = c.spawn("jobmanager", filepath.Join(c.bin, "jobmanager"), c.jobManagerArgs("127.0.0.1:0", "127.0.0.1:0", addrFile, nil))
 	c.RPCAddr, c.REST = c.waitAddressFile("jobmanager", addrFile)
 	conn, err := grpc.NewClient(c.RPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -243,8 +244,9 @@ func (c *Cluster) startSingle() {
 	c.Client = weirpb.NewJobServiceClient(conn)
 }
 
-// jobManagerArgs are the flags every jobmanager gets.
-func (c *Cluster) jobManagerArgs(rpc, rest, addrFile string) []string {
+// jobManagerArgs are the flags every jobmanager gets; with HA it reaches
+// etcd at etcdEndpoints.
+func (c *Cluster) jobManagerArgs(rpc, rest, addrFile string, etcdEndpoints []string) []string {
 	args := []string{"--rpc-address", rpc, "--rest-address", rest, "--address-file", addrFile, "--log-level", c.opts.LogLevel}
 	if c.opts.HeartbeatInterval > 0 {
 		args = append(args, "--heartbeat-interval", c.opts.HeartbeatInterval.String())
@@ -256,7 +258,7 @@ func (c *Cluster) jobManagerArgs(rpc, rest, addrFile string) []string {
 		args = append(args, "--slot-wait-timeout", c.opts.SlotWaitTimeout.String())
 	}
 	if h := c.opts.HA; h != nil {
-		args = append(args, "--ha", "etcd", "--ha-etcd-endpoints", strings.Join(h.Endpoints, ","),
+		args = append(args, "--ha", "etcd", "--ha-etcd-endpoints", strings.Join(etcdEndpoints, ","),
 			"--ha-prefix", h.Prefix, "--ha-lease-ttl", h.LeaseTTL.String())
 	}
 	return args

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/test/proxytest"
 )
 
 // restartDelay is the supervisor's pause before starting an exited
@@ -44,6 +45,8 @@ type jobManagerSlot struct {
 	name      string
 	rpc, rest string
 	args      []string
+	// etcd is the fault proxy to etcd (Options.FaultProxies), nil without.
+	etcd *proxytest.Proxy
 
 	mu struct {
 		sync.Mutex
@@ -86,12 +89,20 @@ func (c *Cluster) startHA() {
 	for i := 0; i < c.opts.JobManagers; i++ {
 		name := "jobmanager-" + strconv.Itoa(i)
 		addrFile := filepath.Join(c.dir, name+".addr")
-		p := c.spawn(name, filepath.Join(c.bin, "jobmanager"), c.jobManagerArgs("127.0.0.1:0", "127.0.0.1:0", addrFile))
 		slot := &jobManagerSlot{name: name}
+		endpoints := h.Endpoints
+		if c.opts.FaultProxies {
+			if len(h.Endpoints) != 1 {
+				t.Fatalf("clustertest: FaultProxies with HA needs one etcd endpoint, got %v", h.Endpoints)
+			}
+			slot.etcd = proxytest.Start(t, h.Endpoints[0])
+			endpoints = []string{slot.etcd.Addr()}
+		}
+		p := c.spawn(name, filepath.Join(c.bin, "jobmanager"), c.jobManagerArgs("127.0.0.1:0", "127.0.0.1:0", addrFile, endpoints))
 		slot.mu.proc = p
 		slot.rpc, slot.rest = c.waitAddressFile(name, addrFile)
 		// Restarts reuse the ports, so the slot keeps its addresses.
-		slot.args = c.jobManagerArgs(slot.rpc, slot.rest, addrFile)
+		slot.args = c.jobManagerArgs(slot.rpc, slot.rest, addrFile, endpoints)
 		hs.jms = append(hs.jms, slot)
 		if i == 0 {
 			c.JM, c.RPCAddr, c.REST = p, slot.rpc, slot.rest
@@ -146,6 +157,17 @@ func (hs *haState) close() {
 		hs.lc.close()
 	}
 	hs.etcd.Close()
+}
+
+// EtcdProxy returns the fault proxy between jobmanager i and etcd (HA
+// with FaultProxies).
+func (c *Cluster) EtcdProxy(i int) *proxytest.Proxy {
+	c.t.Helper()
+	hs := c.mustHA("EtcdProxy")
+	if hs.jms[i].etcd == nil {
+		c.t.Fatal("clustertest: EtcdProxy needs Options.FaultProxies")
+	}
+	return hs.jms[i].etcd
 }
 
 func (c *Cluster) mustHA(what string) *haState {
