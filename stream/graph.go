@@ -198,7 +198,11 @@ func Plan(g *JobGraph, reg *Registry) error {
 			return &VertexError{v.UID, fmt.Errorf("parallelism %d exceeds maxParallelism %d", pars[i], maxPar)}
 		}
 	}
-	for _, e := range g.Edges {
+	// parts are the edges' partitionings as planned, applied to g only
+	// once everything else succeeded.
+	parts := make([]Partitioning, len(g.Edges))
+	for i, e := range g.Edges {
+		parts[i] = e.Partitioning
 		if e.From < 0 || e.From >= len(g.Vertices) || e.To < 0 || e.To >= len(g.Vertices) {
 			return fmt.Errorf("edge %d->%d names a vertex that does not exist", e.From, e.To)
 		}
@@ -210,7 +214,7 @@ func Plan(g *JobGraph, reg *Registry) error {
 			// Like Flink: an unspecified (forward) edge between operators of
 			// different parallelism redistributes round-robin.
 			if pars[e.From] != pars[e.To] {
-				e.Partitioning = Rebalance
+				parts[i] = Rebalance
 			}
 		case Hash:
 			if len(e.KeyFields) == 0 {
@@ -265,6 +269,9 @@ func Plan(g *JobGraph, reg *Registry) error {
 	}
 	g.Parallelism = par
 	g.MaxParallelism = maxPar
+	for i, e := range g.Edges {
+		e.Partitioning = parts[i]
+	}
 	for i, v := range g.Vertices {
 		v.Parallelism = pars[i]
 		v.OutSchema = schemas[i]

@@ -185,11 +185,26 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
+			before := fmt.Sprintf("%+v", tc.g.Edges)
 			err := Plan(tc.g, reg)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Plan error = %v, want it to contain %q", err, tc.want)
 			}
+			if after := fmt.Sprintf("%+v", tc.g.Edges); after != before {
+				t.Fatalf("a failed Plan changed the edges: %s, was %s", after, before)
+			}
 		})
+	}
+	// A forward edge between parallelisms 2 and 4 planned before a later
+	// operator fails: the edge stays forward.
+	g = build(func(b *Builder) {
+		b.Source("s", "src", nil).SetParallelism(2).Then("p", "pass", nil).Then("q", "pass", map[string]string{"Fail": "boom"})
+	})
+	if err := Plan(g, reg); err == nil {
+		t.Fatal("Plan succeeded with a failing operator")
+	}
+	if g.Edges[0].Partitioning != Forward || g.Vertices[1].Parallelism != 0 || g.Vertices[0].OutSchema != nil {
+		t.Fatalf("a failed Plan changed the graph: edge %v, parallelism %d, schema %v", g.Edges[0].Partitioning, g.Vertices[1].Parallelism, g.Vertices[0].OutSchema)
 	}
 }
 
