@@ -275,18 +275,43 @@ func (s *jsonScanner) lit(want string) error {
 	return nil
 }
 
+// number scans a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (s *jsonScanner) number() ([]byte, error) {
 	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
+	digits := func() int {
+		n := 0
+		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
 			s.i++
-			continue
+			n++
 		}
-		break
+		return n
 	}
-	if s.i == start {
-		return nil, s.syntax("a value")
+	if s.i < len(s.b) && s.b[s.i] == '-' {
+		s.i++
+	}
+	switch {
+	case s.i < len(s.b) && s.b[s.i] == '0':
+		s.i++
+	case digits() == 0:
+		if s.i == start {
+			return nil, s.syntax("a value")
+		}
+		return nil, s.syntax("a digit")
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if digits() == 0 {
+			return nil, s.syntax("a digit after '.'")
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if digits() == 0 {
+			return nil, s.syntax("a digit in the exponent")
+		}
 	}
 	return s.b[start:s.i], nil
 }
@@ -294,6 +319,9 @@ func (s *jsonScanner) number() ([]byte, error) {
 // str scans the string at s (which starts with '"') and returns its
 // contents, unescaped into *scratch when it has escapes. The result is valid
 // until the next call.
+//
+// As encoding/json does, it rejects control characters, replaces each byte
+// of invalid UTF-8 and each unpaired surrogate escape with U+FFFD.
 func (s *jsonScanner) str(scratch *[]byte) ([]byte, error) {
 	s.i++ // opening quote
 	start := s.i
@@ -303,8 +331,16 @@ func (s *jsonScanner) str(scratch *[]byte) ([]byte, error) {
 			s.i++
 			return s.b[start : s.i-1], nil
 		}
-		if c == '\\' {
+		if c == '\\' || c < 0x20 {
 			break
+		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRune(s.b[s.i:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			s.i += size
+			continue
 		}
 		s.i++
 	}
@@ -316,6 +352,17 @@ func (s *jsonScanner) str(scratch *[]byte) ([]byte, error) {
 		case c == '"':
 			s.i++
 			return out, nil
+		case c < 0x20:
+			return nil, s.syntax("no control character in a string")
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(s.b[s.i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, utf8.RuneError)
+			} else {
+				out = append(out, s.b[s.i:s.i+size]...)
+			}
+			s.i += size
+			continue
 		case c != '\\':
 			out = append(out, c)
 			s.i++
@@ -345,11 +392,16 @@ func (s *jsonScanner) str(scratch *[]byte) ([]byte, error) {
 				return nil, s.syntax("4 hex digits after \\u")
 			}
 			if utf16.IsSurrogate(r) {
-				r2 := rune(-1)
-				if s.i+1 < len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
+				// A pair takes the next escape; anything else is U+FFFD
+				// and the next escape stands on its own.
+				r2 := utf8.RuneError
+				if s.i+5 < len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
 					s.i += 2
 					if r2, ok = s.hex4(); !ok {
 						return nil, s.syntax("4 hex digits after \\u")
+					}
+					if utf16.DecodeRune(r, r2) == utf8.RuneError {
+						s.i -= 6
 					}
 				}
 				r = utf16.DecodeRune(r, r2)
