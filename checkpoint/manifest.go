@@ -255,13 +255,13 @@ func FormatManifest(m *weirpb.Manifest) string {
 			handles++
 		}
 	}
-	fmt.Fprintf(&b, "state:           %s in %d objects\n", formatBytes(total), handles)
+	fmt.Fprintf(&b, "state:           %s in %d objects\n", FormatBytes(total), handles)
 	for _, op := range m.GetOperators() {
 		var opSize int64
 		for _, h := range op.GetHandles() {
 			opSize += h.GetSize()
 		}
-		fmt.Fprintf(&b, "operator %s: parallelism %d, %s\n", op.GetOperatorUid(), op.GetParallelism(), formatBytes(opSize))
+		fmt.Fprintf(&b, "operator %s: parallelism %d, %s\n", op.GetOperatorUid(), op.GetParallelism(), FormatBytes(opSize))
 		hs := slices.Clone(op.GetHandles())
 		slices.SortStableFunc(hs, func(a, b *weirpb.StateHandle) int { return int(a.GetSubtask()) - int(b.GetSubtask()) })
 		for _, h := range hs {
@@ -273,7 +273,7 @@ func FormatManifest(m *weirpb.Manifest) string {
 			if len(sha) > 12 {
 				sha = sha[:12]
 			}
-			fmt.Fprintf(&b, "  subtask %-3d key groups %-9s %10s  sha256 %-12s  %s\n", h.GetSubtask(), kg, formatBytes(h.GetSize()), sha, h.GetKey())
+			fmt.Fprintf(&b, "  subtask %-3d key groups %-9s %10s  sha256 %-12s  %s\n", h.GetSubtask(), kg, FormatBytes(h.GetSize()), sha, h.GetKey())
 		}
 	}
 	return b.String()
@@ -296,7 +296,8 @@ func formatMillis(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000 UTC")
 }
 
-func formatBytes(n int64) string {
+// FormatBytes renders a byte count for people: B, KiB, MiB or GiB.
+func FormatBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

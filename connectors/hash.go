@@ -1,21 +1,18 @@
 package connectors
 
-import "math/bits"
+import (
+	"math/bits"
 
-// The datagen value functions hash (field seed, seq) with splitmix64. They are
-// part of the generated data's definition: changing them changes every
-// generated row, so a job replayed after an upgrade would see other data.
-const (
-	golden = 0x9e3779b97f4a7c15
-	mixM1  = 0xbf58476d1ce4e5b9
-	mixM2  = 0x94d049bb133111eb
+	"github.com/weirstream/weir/stream"
 )
 
-func mix64(z uint64) uint64 {
-	z = (z ^ z>>30) * mixM1
-	z = (z ^ z>>27) * mixM2
-	return z ^ z>>31
-}
+// The datagen value functions hash (field seed, seq) with splitmix64
+// (stream.Mix64). They are part of the generated data's definition:
+// changing them changes every generated row, so a job replayed after an
+// upgrade would see other data.
+const golden = stream.Golden64
+
+func mix64(z uint64) uint64 { return stream.Mix64(z) }
 
 // fieldSeed derives the hash seed of field number field from the job's seed.
 func fieldSeed(seed int64, field int) uint64 {

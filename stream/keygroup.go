@@ -45,20 +45,22 @@ func KeyGroupForHash(h uint64, maxParallelism int) int {
 // The key hash is stable across processes and versions: it decides which
 // subtask and key group own a key, and so where its state lives in
 // checkpoints. Changing it breaks restoring old checkpoints.
-const (
-	hashSeed = 0x9e3779b97f4a7c15
-	hashMul1 = 0xbf58476d1ce4e5b9
-	hashMul2 = 0x94d049bb133111eb
-)
+const hashSeed = Golden64
 
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= hashMul1
-	x ^= x >> 27
-	x *= hashMul2
-	x ^= x >> 31
-	return x
+// Golden64 is 2^64 divided by the golden ratio: splitmix64's increment.
+const Golden64 = 0x9e3779b97f4a7c15
+
+// Mix64 is splitmix64's finalizer: a bijective mix of z whose outputs look
+// uniform. It is the one such mix in Weir (key hashing here, generated data
+// in connectors): its outputs decide where keyed state lives and what
+// generated rows hold, so it never changes.
+func Mix64(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
+
+func mix64(x uint64) uint64 { return Mix64(x) }
 
 func hashString(h uint64, s string) uint64 {
 	// FNV-1a over the bytes, then mixed into h.

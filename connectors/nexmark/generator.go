@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/weirstream/weir/stream"
 )
 
 // Config configures the event sequence and a source. The JSON names are the
@@ -166,17 +168,10 @@ const (
 	numFields
 )
 
-const (
-	golden = 0x9e3779b97f4a7c15
-	mixM1  = 0xbf58476d1ce4e5b9
-	mixM2  = 0x94d049bb133111eb
-)
+// splitmix64, as in the datagen source (stream.Mix64).
+const golden = stream.Golden64
 
-func mix64(z uint64) uint64 {
-	z = (z ^ z>>30) * mixM1
-	z = (z ^ z>>27) * mixM2
-	return z ^ z>>31
-}
+func mix64(z uint64) uint64 { return stream.Mix64(z) }
 
 // below maps a uniform h to [0, n).
 func below(h, n uint64) uint64 {

@@ -43,7 +43,7 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 					slowest = fmt.Sprintf("%s (%dms)", c.GetSlowestTask(), c.GetSlowestTaskMs())
 				}
 				rows = append(rows, []string{strconv.FormatInt(c.GetCheckpointId(), 10), trimEnum(c.GetStatus().String(), "CHECKPOINT_STATUS_"),
-					fmtTime(c.GetTriggerTimeMs()), fmt.Sprintf("%dms", c.GetDurationMs()), humanBytes(c.GetSizeBytes()),
+					fmtTime(c.GetTriggerTimeMs()), fmt.Sprintf("%dms", c.GetDurationMs()), checkpoint.FormatBytes(c.GetSizeBytes()),
 					fmt.Sprintf("%d/%d", c.GetAcknowledged(), c.GetTotalTasks()), slowest, c.GetFailure()})
 			}
 			return table(w, "ID\tSTATUS\tTRIGGERED\tDURATION\tSIZE\tACKED\tSLOWEST TASK\tFAILURE", rows)
@@ -126,7 +126,7 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 			}
 			var rows [][]string
 			for _, o := range resp.GetObjects() {
-				rows = append(rows, []string{o.GetKey(), humanBytes(o.GetSize()), fmtTime(o.GetModTimeMs())})
+				rows = append(rows, []string{o.GetKey(), checkpoint.FormatBytes(o.GetSize()), fmtTime(o.GetModTimeMs())})
 			}
 			if err := table(cmd.OutOrStdout(), "OBJECT\tSIZE\tMODIFIED", rows); err != nil {
 				return err
@@ -135,7 +135,7 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 			if dryRun {
 				verb = "would delete"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %d objects, %s\n", verb, len(resp.GetObjects()), humanBytes(resp.GetBytes()))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %d objects, %s\n", verb, len(resp.GetObjects()), checkpoint.FormatBytes(resp.GetBytes()))
 			return nil
 		},
 	}
@@ -143,16 +143,4 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 	gc.Flags().DurationVar(&minAge, "min-age", time.Hour, "collect only objects older than this")
 	cmd.AddCommand(gc)
 	return cmd
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
