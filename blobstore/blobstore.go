@@ -1,17 +1,6 @@
 package blobstore
 
-import (
-	"context"
-	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strings"
-
-	"github.com/weirstream/weir/blobstore/filestore"
-	"github.com/weirstream/weir/blobstore/internal/blob"
-	"github.com/weirstream/weir/blobstore/s3store"
-)
+import "github.com/weirstream/weir/blobstore/internal/blob"
 
 // ObjectInfo describes one stored object: Key (relative to the store's
 // root), Size in bytes and ModTime as the store reports it.
@@ -51,7 +40,7 @@ var ErrBadKey = blob.ErrBadKey
 // object key.
 func ValidateKey(key string) error { return blob.ValidateKey(key) }
 
-// Environment variables that configure s3:// stores in Open.
+// Environment variables that configure s3:// stores in storeuri.Open.
 const (
 	EnvS3Endpoint  = "WEIR_S3_ENDPOINT"   // host:port, required
 	EnvS3AccessKey = "WEIR_S3_ACCESS_KEY" // required unless the service allows anonymous access
@@ -59,53 +48,6 @@ const (
 	EnvS3Region    = "WEIR_S3_REGION"   // default us-east-1
 	EnvS3Insecure  = "WEIR_S3_INSECURE" // "true" for plain http
 )
-
-// Open returns the store that uri names:
-//
-//   - file:///abs/path — a filestore rooted at /abs/path (created if
-//     missing);
-//   - s3://bucket/prefix — an s3store on an existing bucket, with the
-//     endpoint, credentials and region taken from the WEIR_S3_* environment
-//     variables (see EnvS3Endpoint and the others). Open checks that the
-//     bucket can be reached.
-func Open(ctx context.Context, uri string) (Store, error) {
-	u, err := url.Parse(uri)
-	if err != nil {
-		return nil, fmt.Errorf("blobstore: storage URI %q: %v; want file:///abs/path or s3://bucket/prefix", uri, err)
-	}
-	switch u.Scheme {
-	case "file":
-		if u.Host != "" && u.Host != "localhost" {
-			return nil, fmt.Errorf("blobstore: storage URI %q: file URIs take no host; write file:///abs/path (three slashes)", uri)
-		}
-		if u.Path == "" || !filepath.IsAbs(u.Path) {
-			return nil, fmt.Errorf("blobstore: storage URI %q: the path must be absolute, as in file:///var/lib/weir/checkpoints", uri)
-		}
-		return filestore.New(filepath.Clean(u.Path))
-	case "s3":
-		if u.Host == "" {
-			return nil, fmt.Errorf("blobstore: storage URI %q: missing bucket; write s3://bucket/prefix", uri)
-		}
-		cfg := s3store.Config{
-			Endpoint:  os.Getenv(EnvS3Endpoint),
-			AccessKey: os.Getenv(EnvS3AccessKey),
-			SecretKey: os.Getenv(EnvS3SecretKey),
-			Region:    os.Getenv(EnvS3Region),
-			Bucket:    u.Host,
-			Prefix:    strings.Trim(u.Path, "/"),
-			Secure:    !strings.EqualFold(os.Getenv(EnvS3Insecure), "true"),
-		}
-		if cfg.Endpoint == "" {
-			return nil, fmt.Errorf("blobstore: storage URI %q: %s is not set; set it to the S3 service's host:port (and %s, %s, optionally %s and %s=true for http)",
-				uri, EnvS3Endpoint, EnvS3AccessKey, EnvS3SecretKey, EnvS3Region, EnvS3Insecure)
-		}
-		return s3store.New(ctx, cfg)
-	case "":
-		return nil, fmt.Errorf("blobstore: storage URI %q has no scheme; supported: file:///abs/path, s3://bucket/prefix", uri)
-	default:
-		return nil, fmt.Errorf("blobstore: storage URI %q: unsupported scheme %q; supported: file:///abs/path, s3://bucket/prefix", uri, u.Scheme)
-	}
-}
 
 // ValidatePrefix returns an error wrapping ErrBadKey if prefix is not a
 // valid List prefix: empty, or a valid key optionally followed by '/'.

@@ -1,6 +1,6 @@
 // Package blobstore owns the blob-store seam that checkpoint storage is
 // written against: the small Store interface, its error sentinels and key
-// rules, and Open, which turns a storage URI into a Store.
+// rules. storeuri.Open turns a storage URI into a Store.
 //
 // Implementations live in subpackages: filestore (a local or shared file
 // system, file:///abs/path) and s3store (any S3-compatible service,
@@ -14,6 +14,6 @@
 // ErrBadKey. A key must not also be a path prefix of another key ("a" and
 // "a/b" cannot both exist): filestore cannot represent it.
 //
-// blobstore imports the standard library and its own subpackages; only
-// s3store imports minio-go.
+// blobstore imports the standard library and its internal/blob; only
+// s3store imports minio-go, and only storeuri imports s3store.
 package blobstore

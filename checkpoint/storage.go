@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/blobstore/storeuri"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -29,10 +30,10 @@ type Storage struct {
 // NewStorage returns a Storage on store.
 func NewStorage(store blobstore.Store) *Storage { return &Storage{store: store} }
 
-// OpenStorage opens the blob store that uri names (see blobstore.Open:
+// OpenStorage opens the blob store that uri names (see storeuri.Open:
 // file:///abs/path or s3://bucket/prefix) and returns a Storage on it.
 func OpenStorage(ctx context.Context, uri string) (*Storage, error) {
-	store, err := blobstore.Open(ctx, uri)
+	store, err := storeuri.Open(ctx, uri)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint storage: %w", err)
 	}
