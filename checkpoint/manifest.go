@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -208,22 +207,15 @@ func (s *Storage) ListCheckpointIDs(ctx context.Context, jobID string) ([]int64,
 	if err := validSegment("job id", jobID); err != nil {
 		return nil, err
 	}
-	prefix := jobID + "/chk-"
-	infos, err := s.store.List(ctx, prefix)
+	infos, err := s.store.List(ctx, jobID+"/chk-")
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: job %s: list checkpoints: %w", jobID, err)
 	}
 	var ids []int64
 	for _, info := range infos {
-		num, _, ok := strings.Cut(strings.TrimPrefix(info.Key, prefix), "/")
-		if !ok {
-			continue
+		if id, ok := CheckpointOf(jobID, info.Key); ok {
+			ids = append(ids, id)
 		}
-		id, err := strconv.ParseInt(num, 10, 64)
-		if err != nil || id < 0 || strconv.FormatInt(id, 10) != num {
-			continue // not a checkpoint directory of ours
-		}
-		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids), nil

@@ -60,6 +60,25 @@ func CheckpointPrefix(jobID string, id int64) string {
 	return jobID + "/chk-" + strconv.FormatInt(id, 10) + "/"
 }
 
+// CheckpointOf returns the checkpoint id whose objects key (of job jobID)
+// is under, and whether it is under one (CheckpointPrefix) at all.
+func CheckpointOf(jobID, key string) (id int64, ok bool) {
+	prefix := jobID + "/chk-"
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return 0, false
+	}
+	num, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || id < 0 || strconv.FormatInt(id, 10) != num {
+		return 0, false // not a checkpoint directory of ours
+	}
+	return id, true
+}
+
 // SnapshotKey returns the key of an operator subtask's snapshot.
 func SnapshotKey(jobID string, id int64, operatorUID string, subtask int, attempt int64) string {
 	return CheckpointPrefix(jobID, id) + operatorUID + "/" + strconv.Itoa(subtask) + "-a" + strconv.FormatInt(attempt, 10)

@@ -393,3 +393,28 @@ func TestS3(t *testing.T) {
 		}
 	})
 }
+
+func TestCheckpointOf(t *testing.T) {
+	for _, tt := range []struct {
+		key string
+		id  int64
+		ok  bool
+	}{
+		{"job/chk-7/_manifest", 7, true},
+		{"job/chk-0/op/1-a2", 0, true},
+		{"job/chk-12/x", 12, true},
+		{"job/chk-07/x", 0, false}, // not how ids are written
+		{"job/chk-7", 0, false},    // no object under it
+		{"job/chk--1/x", 0, false}, // negative
+		{"job/chk-x/y", 0, false},  // not a number
+		{"job/_completed", 0, false},
+		{"job/shared/abc", 0, false},
+		{"other/chk-7/_manifest", 0, false},
+		{"jobx/chk-7/_manifest", 0, false},
+	} {
+		id, ok := CheckpointOf("job", tt.key)
+		if id != tt.id || ok != tt.ok {
+			t.Errorf("CheckpointOf(job, %q) = %d, %v; want %d, %v", tt.key, id, ok, tt.id, tt.ok)
+		}
+	}
+}

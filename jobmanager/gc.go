@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/proto/weirpb"
 )
@@ -30,15 +29,9 @@ type objectStore interface {
 // pointer and anything not under a chk-<n>/ prefix are never garbage.
 func garbage(objs []blobstore.ObjectInfo, jobID string, keep func(id int64) bool, now time.Time, minAge time.Duration) []blobstore.ObjectInfo {
 	var out []blobstore.ObjectInfo
-	prefix := jobID + "/chk-"
 	for _, o := range objs {
-		rest, ok := strings.CutPrefix(o.Key, prefix)
-		if !ok {
-			continue
-		}
-		num, _, ok := strings.Cut(rest, "/")
-		id, err := strconv.ParseInt(num, 10, 64)
-		if !ok || err != nil || id < 1 || keep(id) || now.Sub(o.ModTime) < minAge {
+		id, ok := checkpoint.CheckpointOf(jobID, o.Key)
+		if !ok || id < 1 || keep(id) || now.Sub(o.ModTime) < minAge {
 			continue
 		}
 		out = append(out, o)

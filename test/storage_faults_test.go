@@ -182,7 +182,7 @@ func jobObjects(t *testing.T, st *checkpoint.Storage, jobID string) []string {
 	}
 	var keys []string
 	for _, o := range objs {
-		if strings.HasPrefix(o.Key, jobID+"/chk-") || strings.HasPrefix(o.Key, checkpoint.SharedPrefix(jobID)) {
+		if _, ok := checkpoint.CheckpointOf(jobID, o.Key); ok || strings.HasPrefix(o.Key, checkpoint.SharedPrefix(jobID)) {
 			keys = append(keys, o.Key)
 		}
 	}
