@@ -65,7 +65,7 @@ type tmConn struct {
 // Every call carries the fencing epoch that epoch returns at the time of
 // the call (0 in ha: none), so that a taskmanager that has seen a newer
 // leader rejects it. Connections use insecure credentials: the cluster
-// runs on a trusted network (loopback in tests); TLS is future work.
+// runs on a trusted network (loopback in tests).
 type grpcTaskExecutors struct {
 	epoch        func() int64
 	events       connEvents

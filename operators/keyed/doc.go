@@ -16,6 +16,7 @@
 // gets exactly its key groups (state format in state.go). They move to
 // package statebackend's keyed value state once that exists.
 //
-// The package imports the standard library, package stream and
+// The package imports the standard library, package stream, statebackend
+// and statebackend/backends (the keyed state it keeps), and
 // operators/internal/rowenc (the encoding of key values in the state).
 package keyed
