@@ -12,7 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 # package; the process-level integration tests live in ./test.
 PKGS := ./...
 
-.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean
+.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean chaos soak
 
 all: build
 
@@ -42,6 +42,17 @@ chaos: $(BIN)/versitygw
 	@WEIR_CHAOS_KILLS=$${WEIR_CHAOS_KILLS:-50} WEIR_HA_KILLS=$${WEIR_HA_KILLS:-20} \
 		$(GO) test -count=1 -v -timeout 60m -run 'TestChaos|TestSamePort|TestHA' ./test/ > .run/chaos.log 2>&1; rc=$$?; \
 		grep -E '^(kills=|same_port_|takeovers=|--- |ok|FAIL)' .run/chaos.log; echo "full log: .run/chaos.log"; exit $$rc
+
+# The soak: a random mix of every fault (taskmanager kills and pauses,
+# partitions, S3 outages, leader kills and leaders cut off from etcd) for
+# WEIR_SOAK_DURATION (default 1h), reporting per WEIR_SOAK_WINDOW (10m):
+# faults, lost and duplicated rows, recovery and checkpoint durations,
+# orphaned objects, and RSS, file descriptors and goroutines per process.
+soak: $(BIN)/versitygw
+	@mkdir -p .run
+	@WEIR_SOAK_DURATION=$${WEIR_SOAK_DURATION:-1h} \
+		$(GO) test -count=1 -v -timeout 0 -run 'TestSoak' ./test/ > .run/soak.log 2>&1; rc=$$?; \
+		grep -E '^(soak_window=|--- |ok|FAIL)' .run/soak.log; echo "full log: .run/soak.log"; exit $$rc
 
 bench: build $(BIN)/versitygw
 	./scripts/bench.sh

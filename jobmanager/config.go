@@ -64,7 +64,8 @@ type Config struct {
 	DefaultStateBackend string
 	// MetricsRegistry, if set, receives the jobmanager's Prometheus
 	// metrics (weir_*); otherwise the jobmanager keeps a registry of its
-	// own. Either way JobManager.Metrics serves them, as does GET /metrics
+	// own, with the Go runtime's and the process's metrics (go_*,
+	// process_*) too. Either way JobManager.Metrics serves them, as does GET /metrics
 	// on the REST address. One registry can hold one jobmanager's metrics.
 	MetricsRegistry *prometheus.Registry
 	// Logger receives the jobmanager's logs; nil means slog.Default().

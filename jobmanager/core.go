@@ -230,6 +230,8 @@ type job struct {
 	// returns, so that a completed write is never deleted.
 	writing    int64
 	stopReason string
+	// swept: the final deleteCheckpointsAction (All) was issued.
+	swept bool
 	// Counters for metrics: checkpoints that failed (declined, expired,
 	// manifest write failed) and that were aborted (subsumed, or stopped
 	// by a failover, a cancel or the end of the job).
@@ -317,6 +319,11 @@ type writeManifestAction struct {
 type deleteCheckpointsAction struct {
 	JobID string
 	IDs   []int64
+	// All: the job ended and keeps no checkpoint; delete every checkpoint
+	// of the job found in storage (IDs and those whose deletion failed
+	// before, under this leader or an earlier one) and every shared file,
+	// retrying while storage is unavailable.
+	All bool
 }
 
 // probeAction asks the shell to probe a suspected taskmanager process and

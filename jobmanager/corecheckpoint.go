@@ -138,18 +138,21 @@ func (c *core) notifyActions(j *job, id int64, tasks []coordinator.TaskID, compl
 	return acts
 }
 
-// retentionDeletes deletes the retained checkpoints of a job that ended
-// CANCELED or FINISHED, unless its checkpoints are retained on cancel. A
-// FAILED job keeps them (as in Flink) for a later restore.
+// retentionDeletes deletes the checkpoints of a job that ended CANCELED or
+// FINISHED, unless its checkpoints are retained on cancel: the retained
+// ones, and whatever else of the job's is still in storage (the files of
+// checkpoints whose deletion failed, for one). A FAILED job keeps its
+// retained checkpoints (as in Flink) for a later restore.
 func (c *core) retentionDeletes(j *job) []action {
-	if !j.state.terminal() || j.writing != 0 || len(j.retained) == 0 ||
+	if !j.state.terminal() || j.writing != 0 || j.swept || !j.opts.Checkpoint.Enabled() ||
 		j.state == jobFailed || j.opts.Checkpoint.Retention == stream.RetainOnCancel {
 		return nil
 	}
 	ids := j.retained
 	j.retained = nil
-	c.log.Info("deleting retained checkpoints", "job", j.id, "state", j.state.String(), "checkpoints", ids)
-	return []action{deleteCheckpointsAction{JobID: j.id, IDs: ids}}
+	j.swept = true
+	c.log.Info("deleting the job's checkpoints", "job", j.id, "state", j.state.String(), "retained", ids)
+	return []action{deleteCheckpointsAction{JobID: j.id, IDs: ids, All: true}}
 }
 
 // restoredFinished are the executions of j that their attempt restored as

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -108,6 +109,7 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 	jm.reserved.m = make(map[string]int64)
 	if jm.metrics == nil {
 		jm.metrics = prometheus.NewRegistry()
+		jm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if err := jm.metrics.Register(&collector{jm: jm}); err != nil {
 		return nil, fmt.Errorf("jobmanager: registering metrics: %w; give each jobmanager its own MetricsRegistry", err)
@@ -405,8 +407,8 @@ func executionID(jobID string, vertex, subtask int, attempt int64) *weirpb.Execu
 	return &weirpb.ExecutionID{JobId: jobID, VertexId: int32(vertex), Subtask: int32(subtask), Attempt: attempt}
 }
 
-func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action) {
-	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a action) {
+	ctx, cancel := context.WithTimeout(parent, rpcTimeout)
 	defer cancel()
 	switch a := a.(type) {
 	case deployAction:
@@ -465,6 +467,10 @@ func (jm *JobManager) perform(ctx context.Context, execs taskExecutors, a action
 	case deleteCheckpointsAction:
 		st := jm.storage(a.JobID)
 		if st == nil {
+			return
+		}
+		if a.All {
+			jm.sweepJob(parent, a.JobID, a.IDs, st)
 			return
 		}
 		for _, id := range a.IDs {

@@ -2,7 +2,9 @@ package jobmanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/weirstream/weir/blobstore"
@@ -38,6 +40,12 @@ func unreferencedShared(ctx context.Context, st sharedFileStore, jobID string, n
 	refs := make(map[string]bool)
 	for _, id := range ids {
 		m, err := st.ReadManifest(ctx, jobID, id)
+		if errors.Is(err, blobstore.ErrNotFound) {
+			// Files of a checkpoint that never completed, or whose
+			// deletion was cut short: no manifest, no references. (One
+			// in progress is protected by minAge.)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading the manifest of checkpoint %d to count shared file references: %w", id, err)
 		}
@@ -69,4 +77,76 @@ func (jm *JobManager) deleteUnreferencedShared(ctx context.Context, jobID string
 			jm.log.Warn("deleting an unreferenced shared checkpoint file failed", "job", jobID, "key", o.Key, "error", err)
 		}
 	}
+}
+
+// Sweeping an ended job: sweepAttempts tries, sweepFirstRetry after the
+// first failure and twice as long after each further one, each try bounded
+// by sweepTimeout.
+const (
+	sweepAttempts   = 6
+	sweepFirstRetry = time.Second
+	sweepTimeout    = 30 * time.Second
+)
+
+// sweepJob deletes every checkpoint of a job that ended and keeps none —
+// ids (its retained ones) and any other found in storage, such as those
+// whose deletion failed while storage was down or a leader changed — and
+// then every shared file, retrying while storage fails.
+func (jm *JobManager) sweepJob(ctx context.Context, jobID string, ids []int64, cs checkpointStore) {
+	delay := sweepFirstRetry
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, sweepTimeout)
+		err := sweepOnce(actx, jobID, ids, cs)
+		cancel()
+		if err == nil {
+			return
+		}
+		if attempt == sweepAttempts || ctx.Err() != nil {
+			jm.log.Warn("deleting the checkpoints of an ended job failed; its files stay in storage (weir checkpoints gc removes them)",
+				"job", jobID, "attempts", attempt, "error", err)
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay *= 2
+	}
+}
+
+func sweepOnce(ctx context.Context, jobID string, ids []int64, cs checkpointStore) error {
+	st, shared := cs.(sharedFileStore)
+	if shared {
+		found, err := st.ListCheckpointIDs(ctx, jobID)
+		if err != nil {
+			return err
+		}
+		ids = append(slices.Clone(ids), found...)
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := cs.DeleteCheckpoint(ctx, jobID, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 || !shared {
+		return errors.Join(errs...)
+	}
+	// The job has ended: no checkpoint is in progress, so a shared file of
+	// any age that no manifest names is garbage.
+	objs, err := unreferencedShared(ctx, st, jobID, time.Now(), 0)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := st.Store().Delete(ctx, o.Key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

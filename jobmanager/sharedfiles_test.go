@@ -2,6 +2,7 @@ package jobmanager
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,5 +65,56 @@ func TestUnreferencedShared(t *testing.T) {
 				t.Fatalf("unreferenced %v, want %v", g, tt.want)
 			}
 		})
+	}
+}
+
+// A manifest-less checkpoint directory (aborted, or its deletion cut
+// short) holds no references and does not keep shared files.
+func TestUnreferencedSharedSkipsIncompleteCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	mem := blobstore.NewMem()
+	st := checkpoint.NewStorage(mem)
+	for _, key := range []string{checkpoint.SharedKey("job", "a1"), "job/chk-3/op/0-a1"} {
+		if err := mem.Put(ctx, key, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs, err := unreferencedShared(ctx, st, "job", time.Now(), 0)
+	if err != nil || len(objs) != 1 || objs[0].Key != checkpoint.SharedKey("job", "a1") {
+		t.Fatalf("unreferencedShared = %v, %v; want the one shared file", objs, err)
+	}
+}
+
+// The sweep of an ended job deletes its retained checkpoints, the files of
+// checkpoints it no longer knows about, and every shared file; the
+// completed pointer and other jobs' objects stay.
+func TestSweepOnce(t *testing.T) {
+	ctx := context.Background()
+	mem := blobstore.NewMem()
+	st := checkpoint.NewStorage(mem)
+	if _, _, err := st.WriteManifest(ctx, &weirpb.Manifest{JobId: "job", CheckpointId: 4,
+		Operators: []*weirpb.OperatorState{{OperatorUid: "op", Handles: []*weirpb.StateHandle{{OperatorUid: "op", Parallelism: 1,
+			Key: "job/chk-4/op/0-a1", Files: []*weirpb.StateFile{{Name: "1.sst", Key: checkpoint.SharedKey("job", "a1"), Shared: true}}}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"job/chk-4/op/0-a1", checkpoint.SharedKey("job", "a1"), checkpoint.SharedKey("job", "b2"),
+		"job/chk-2/op/0-a1", "job/chk-3/_manifest", "job/_completed", "other/chk-1/op/0-a1"} {
+		if err := mem.Put(ctx, key, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sweepOnce(ctx, "job", []int64{4}, st); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := mem.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, o := range objs {
+		left = append(left, o.Key)
+	}
+	if want := []string{"job/_completed", "other/chk-1/op/0-a1"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
 	}
 }

@@ -35,8 +35,9 @@ type TaskManager struct {
 	log   *slog.Logger
 	ready chan struct{}
 	addr  string // advertised address, set before ready is closed
-	// listenAddr is the bound listen address, set before ready is closed.
-	listenAddr string
+	// listenAddr is the bound listen address, and metricsAddr the bound
+	// metrics address ("" when off), set before ready is closed.
+	listenAddr, metricsAddr string
 	// exchangeAddr is the advertised exchange address (addr unless
 	// configured), set before ready is closed.
 	exchangeAddr string
@@ -130,6 +131,10 @@ func (tm *TaskManager) Addr() string { return tm.addr }
 // valid once Ready is closed.
 func (tm *TaskManager) ListenAddr() string { return tm.listenAddr }
 
+// MetricsAddr returns the address metrics are served on ("" when off);
+// valid once Ready is closed.
+func (tm *TaskManager) MetricsAddr() string { return tm.metricsAddr }
+
 // Run listens, registers with the jobmanager, heartbeats and runs tasks until
 // ctx is cancelled. It returns after every task and goroutine has stopped.
 func (tm *TaskManager) Run(ctx context.Context) error {
@@ -177,13 +182,6 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 	weirpb.RegisterTaskExecutorServiceServer(srv, &executorServer{tm: tm})
 	tm.exchange.Register(srv)
-	close(tm.ready)
-	if tm.cfg.HA.etcd() {
-		tm.log.Info("taskmanager listening", "address", tm.addr, "instance", tm.instance, "slots", tm.cfg.Slots, "ha", "etcd", "etcd", tm.cfg.HA.Endpoints, "prefix", tm.cfg.HA.Prefix)
-	} else {
-		tm.log.Info("taskmanager listening", "address", tm.addr, "instance", tm.instance, "slots", tm.cfg.Slots, "jobmanager", tm.cfg.JobManagerAddress)
-	}
-
 	var metricsSrv *http.Server
 	var metricsLis net.Listener
 	if tm.cfg.MetricsAddress != "" {
@@ -195,7 +193,14 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(tm.metrics.reg, promhttp.HandlerOpts{}))
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		tm.log.Info("metrics served", "address", metricsLis.Addr().String())
+		tm.metricsAddr = metricsLis.Addr().String()
+		tm.log.Info("metrics served", "address", tm.metricsAddr)
+	}
+	close(tm.ready)
+	if tm.cfg.HA.etcd() {
+		tm.log.Info("taskmanager listening", "address", tm.addr, "instance", tm.instance, "slots", tm.cfg.Slots, "ha", "etcd", "etcd", tm.cfg.HA.Endpoints, "prefix", tm.cfg.HA.Prefix)
+	} else {
+		tm.log.Info("taskmanager listening", "address", tm.addr, "instance", tm.instance, "slots", tm.cfg.Slots, "jobmanager", tm.cfg.JobManagerAddress)
 	}
 
 	g, gctx := errgroup.WithContext(ctx)

@@ -104,15 +104,14 @@ func TestStorageFaults(t *testing.T) {
 	lost, duplicated := job.verify(t)
 
 	// Retention deletes a finished job's checkpoints in the background.
-	var left []string
-	clustertest.Eventually(t, time.Minute, "the finished job's checkpoints to be deleted", func() bool {
-		left = jobObjects(t, st, jobID)
-		return len(left) == 0
-	})
+	left := waitDeleted(t, st, jobID, time.Minute)
 	fmt.Printf("storage_faults=%d lost=%d duplicated=%d storage_recovery_p50=%.2f storage_recovery_max=%.2f orphaned_objects=%d\n",
 		n, lost, duplicated, recoveries.quantile(0.5), recoveries.quantile(1), len(left))
 	if lost != 0 || duplicated != 0 {
 		t.Fatalf("not exactly-once across storage faults: lost=%d duplicated=%d", lost, duplicated)
+	}
+	if len(left) > 0 {
+		t.Fatalf("the finished job left %d objects in checkpoint storage: %s", len(left), strings.Join(left[:min(len(left), 20)], ", "))
 	}
 }
 

@@ -286,7 +286,8 @@ func (c *Cluster) waitAddressFile(name, path string) (rpc, rest string) {
 func (c *Cluster) startTaskManager(i int, rpcAddr string) *Process {
 	id := "tm-" + strconv.Itoa(i)
 	addrFile := filepath.Join(c.dir, fmt.Sprintf("%s-%d.addr", id, time.Now().UnixNano()))
-	args := []string{"--id", id, "--rpc-address", rpcAddr, "--address-file", addrFile, "--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel}
+	args := []string{"--id", id, "--rpc-address", rpcAddr, "--address-file", addrFile, "--metrics-address", "127.0.0.1:0",
+		"--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel}
 	px := c.tmProxies(i)
 	jm := c.RPCAddr
 	if px != nil {
@@ -464,9 +465,24 @@ func (c *Cluster) TaskManagerAddr(i int) (addr, instance string) {
 	return c.processAddr(c.TMs[i])
 }
 
+// TaskManagerMetricsAddr waits until taskmanager i listens and returns the
+// address of its Prometheus metrics (http://ADDR/metrics).
+func (c *Cluster) TaskManagerMetricsAddr(i int) string {
+	c.t.Helper()
+	return c.addressFile(c.TMs[i])["metrics"]
+}
+
 // processAddr waits until taskmanager process p wrote its address file and
-// returns what it holds.
+// returns its bound address and process instance id.
 func (c *Cluster) processAddr(p *Process) (addr, instance string) {
+	c.t.Helper()
+	a := c.addressFile(p)
+	return a["rpc"], a["instance"]
+}
+
+// addressFile waits until taskmanager process p wrote its address file and
+// returns what it holds.
+func (c *Cluster) addressFile(p *Process) (a map[string]string) {
 	c.t.Helper()
 	Eventually(c.t, 60*time.Second, p.Name+" writes its address file", func() bool {
 		if p.Exited() {
@@ -476,14 +492,12 @@ func (c *Cluster) processAddr(p *Process) (addr, instance string) {
 		if err != nil {
 			return false
 		}
-		var a map[string]string
 		if json.Unmarshal(data, &a) != nil {
 			return false
 		}
-		addr, instance = a["rpc"], a["instance"]
-		return addr != ""
+		return a["rpc"] != ""
 	})
-	return addr, instance
+	return a
 }
 
 // WaitLiveTaskManagers waits until the jobmanager lists n live taskmanagers.

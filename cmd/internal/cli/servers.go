@@ -287,7 +287,8 @@ func NewTaskManagerCommand() *cobra.Command {
 					select {
 					case <-cmd.Context().Done():
 					case <-tm.Ready():
-						writeJSONFile(addrFile, map[string]string{"rpc": tm.ListenAddr(), "advertised": tm.Addr(), "instance": tm.Instance()})
+						writeJSONFile(addrFile, map[string]string{"rpc": tm.ListenAddr(), "advertised": tm.Addr(), "instance": tm.Instance(),
+							"metrics": tm.MetricsAddr()})
 					}
 				}()
 			}
@@ -310,6 +311,6 @@ func NewTaskManagerCommand() *cobra.Command {
 	f.StringSliceVar(&cfg.HA.Endpoints, "ha-etcd-endpoints", nil, "etcd client URLs for --ha etcd, comma-separated")
 	f.StringVar(&cfg.HA.Prefix, "ha-prefix", "/weir", "etcd key prefix of this cluster (--ha etcd)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&addrFile, "address-file", "", "once listening, write the bound address, the advertised one and the process instance id here as JSON {\"rpc\":…,\"advertised\":…,\"instance\":…} (for scripts and tests that listen on port 0)")
+	f.StringVar(&addrFile, "address-file", "", "once listening, write the bound address, the advertised one, the process instance id and the bound metrics address here as JSON {\"rpc\":…,\"advertised\":…,\"instance\":…,\"metrics\":…} (for scripts and tests that listen on port 0)")
 	return cmd
 }
