@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/weirstream/weir/stream"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 func TestMain(m *testing.M) {
@@ -24,13 +26,7 @@ func TestMain(m *testing.M) {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	polltest.Eventually(t, 10*time.Second, what, cond)
 }
 
 var genSchema = stream.MustSchema(

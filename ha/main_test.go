@@ -11,6 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weirstream/weir/ha/etcdtest"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 func TestMain(m *testing.M) {
@@ -107,15 +109,5 @@ func waitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) 
 // checkFor polls cond until it holds or d passes.
 func checkFor(t *testing.T, d time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %v: %v", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.NoError(t, d, what, cond)
 }

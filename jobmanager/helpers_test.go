@@ -8,6 +8,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weirstream/weir/stream"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -74,13 +76,5 @@ func planned(t testing.TB, g *stream.JobGraph, reg *stream.Registry) *stream.Job
 // eventually polls cond until it holds or timeout passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
+	polltest.Eventually(t, timeout, what, cond)
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 func TestMain(m *testing.M) {
@@ -31,13 +33,7 @@ const waitTimeout = 20 * time.Second
 // waitFor polls cond until it holds, failing the test after waitTimeout.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	polltest.Eventually(t, waitTimeout, what, cond)
 }
 
 // Heartbeat settings the fake jobmanager hands out.

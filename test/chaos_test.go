@@ -13,6 +13,8 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // The fault tests are sized by work, not by time: the job's input is a
@@ -56,7 +58,7 @@ type recoveryTimes []time.Duration
 func (r *recoveryTimes) wait(t *testing.T, c *clustertest.Cluster, jobID string, at time.Time) {
 	t.Helper()
 	var done time.Time
-	clustertest.Eventually(t, 3*time.Minute, "a checkpoint triggered after the fault at "+at.Format(time.TimeOnly), func() bool {
+	polltest.Eventually(t, 3*time.Minute, "a checkpoint triggered after the fault at "+at.Format(time.TimeOnly), func() bool {
 		var n int
 		n, done = completedSince(c, jobID, at)
 		return n > 0 || jobEnded(c, jobID)
@@ -87,7 +89,7 @@ func (r recoveryTimes) quantile(q float64) float64 {
 // since, or the job ends; it reports whether the job still runs.
 func waitProgress(t *testing.T, c *clustertest.Cluster, jobID string, since time.Time) bool {
 	t.Helper()
-	clustertest.Eventually(t, 3*time.Minute, "checkpoints to progress", func() bool {
+	polltest.Eventually(t, 3*time.Minute, "checkpoints to progress", func() bool {
 		n, _ := completedSince(c, jobID, since)
 		return n > 0 || jobEnded(c, jobID)
 	})

@@ -12,6 +12,8 @@ import (
 	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // The HA tests run the sequence workload (the chaos job) on two
@@ -77,7 +79,7 @@ func startHAOpts(t *testing.T, proxies bool) (*etcdtest.Server, *clustertest.Clu
 func waitCheckpointsSince(t *testing.T, c *clustertest.Cluster, jobID string, since time.Time, n int, what string) time.Time {
 	t.Helper()
 	var first time.Time
-	clustertest.Eventually(t, 2*time.Minute, fmt.Sprintf("%d checkpoints %s", n, what), func() bool {
+	polltest.Eventually(t, 2*time.Minute, fmt.Sprintf("%d checkpoints %s", n, what), func() bool {
 		var got int
 		got, first = completedSince(c, jobID, since)
 		if got < n && jobEnded(c, jobID) {
@@ -181,7 +183,7 @@ func TestHAPausedLeaderIsFenced(t *testing.T) {
 	}
 	resumed := time.Now()
 	c.ResumeJobManager(leader)
-	clustertest.Eventually(t, time.Minute, "the woken old leader to exit", old.Exited)
+	polltest.Eventually(t, time.Minute, "the woken old leader to exit", old.Exited)
 	if !strings.Contains(old.Log(), "leadership lost") {
 		t.Errorf("the old leader exited without logging that it lost its leadership; log tail:\n%s", tailLines(old.Log(), 20))
 	}
@@ -212,7 +214,7 @@ func TestHAEtcdRestart(t *testing.T) {
 	old := c.JobManager(leader)
 	etcd.Stop()
 	stopped := time.Now()
-	clustertest.Eventually(t, time.Minute, "the leader to step down and exit without etcd", old.Exited)
+	polltest.Eventually(t, time.Minute, "the leader to step down and exit without etcd", old.Exited)
 	if rest := haLeaseTTL + time.Second - time.Since(stopped); rest > 0 {
 		time.Sleep(rest) // keep etcd away past the lease TTL: the fault itself, not synchronisation
 	}
@@ -251,7 +253,7 @@ func TestHALeaderCutFromEtcd(t *testing.T) {
 	if next == leader {
 		t.Fatalf("jobmanager-%d, cut off from etcd, leads again at epoch %d", leader, nextEpoch)
 	}
-	clustertest.Eventually(t, time.Minute, "the leader cut off from etcd to step down and exit", old.Exited)
+	polltest.Eventually(t, time.Minute, "the leader cut off from etcd to step down and exit", old.Exited)
 	waitCheckpointsSince(t, c, jobID, cut, 2, fmt.Sprintf("by the new leader (jobmanager-%d, epoch %d)", next, nextEpoch))
 	px.Heal()
 	healed := time.Now()

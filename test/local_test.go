@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/test/clustertest"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // freePort returns a loopback port that was free a moment ago.
@@ -80,7 +82,7 @@ func TestWeirLocalRestartsTaskManagers(t *testing.T) {
 		}
 		return strings.Count(string(text), " live ")
 	}
-	clustertest.Eventually(t, time.Minute, "two live taskmanagers", func() bool { return live() == 2 })
+	polltest.Eventually(t, time.Minute, "two live taskmanagers", func() bool { return live() == 2 })
 
 	// SIGKILL taskmanager 1: the child of this `weir local` with its id on
 	// its command line (another cluster on the machine may run one too).
@@ -91,10 +93,10 @@ func TestWeirLocalRestartsTaskManagers(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	clustertest.Eventually(t, time.Minute, "weir local to restart the taskmanager", func() bool {
+	polltest.Eventually(t, time.Minute, "weir local to restart the taskmanager", func() bool {
 		return strings.Contains(out.String(), "taskmanager-1 exited") && childPID(t, local.Process.Pid, "local-tm-1") != pid
 	})
-	clustertest.Eventually(t, time.Minute, "two live taskmanagers again", func() bool { return live() == 2 })
+	polltest.Eventually(t, time.Minute, "two live taskmanagers again", func() bool { return live() == 2 })
 }
 
 // childPID returns the pid of the child of process parent that runs

@@ -12,6 +12,8 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // TestNetworkPartitions breaks the network paths of running taskmanagers
@@ -106,7 +108,7 @@ func TestNetworkPartitions(t *testing.T) {
 func busyTaskManager(t *testing.T, c *clustertest.Cluster, jobID string, k int) int {
 	t.Helper()
 	var busy []int
-	clustertest.Eventually(t, time.Minute, "the job's tasks to run", func() bool {
+	polltest.Eventually(t, time.Minute, "the job's tasks to run", func() bool {
 		resp, err := c.Job(jobID)
 		if err != nil {
 			return false

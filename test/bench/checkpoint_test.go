@@ -9,6 +9,8 @@ import (
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/test/clustertest"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // keyedCountGraph is an unbounded keyed count: datagen → keyBy key →
@@ -66,7 +68,7 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 	warmup, window := 3*time.Second, 12*time.Second
 	run := func(ckpt stream.CheckpointConfig) (float64, int64) {
 		id := c.Submit(keyedCountGraph(b, ckpt))
-		clustertest.Eventually(b, time.Minute, "job running", func() bool {
+		polltest.Eventually(b, time.Minute, "job running", func() bool {
 			resp, err := c.Job(id)
 			return err == nil && resp.GetJob().GetState() == weirpb.JobState_JOB_STATE_RUNNING
 		})

@@ -12,6 +12,8 @@ import (
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/test/clustertest"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // rssBytes returns the resident memory of process pid.
@@ -93,7 +95,7 @@ func BenchmarkRecoveryAfterTaskManagerKill(b *testing.B) {
 
 	// Build the state: every key counted at least once, then a checkpoint
 	// that holds it all.
-	clustertest.Eventually(b, 5*time.Minute, "every key counted", func() bool {
+	polltest.Eventually(b, 5*time.Minute, "every key counted", func() bool {
 		resp, err := c.Job(id)
 		if err != nil {
 			return false
@@ -108,7 +110,7 @@ func BenchmarkRecoveryAfterTaskManagerKill(b *testing.B) {
 	})
 	var stateBytes int64
 	var since = time.Now().UnixMilli()
-	clustertest.Eventually(b, 2*time.Minute, "a checkpoint of the full state", func() bool {
+	polltest.Eventually(b, 2*time.Minute, "a checkpoint of the full state", func() bool {
 		resp, err := c.Checkpoints(id)
 		if err != nil {
 			return false
@@ -136,7 +138,7 @@ func BenchmarkRecoveryAfterTaskManagerKill(b *testing.B) {
 	c.KillTaskManager(0)
 	c.RestartTaskManager(0)
 	var recovered time.Duration
-	clustertest.Eventually(b, 3*time.Minute, "the record rate back to 90%", func() bool {
+	polltest.Eventually(b, 3*time.Minute, "the record rate back to 90%", func() bool {
 		time.Sleep(250 * time.Millisecond) // measurement window
 		if m.sample(b) >= 0.9*before {
 			recovered = time.Since(kill)

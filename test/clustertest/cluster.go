@@ -48,6 +48,8 @@ import (
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/test/proxytest"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 var (
@@ -267,7 +269,7 @@ func (c *Cluster) jobManagerArgs(rpc, rest, addrFile string, etcdEndpoints []str
 // waitAddressFile waits until a jobmanager wrote its bound addresses.
 func (c *Cluster) waitAddressFile(name, path string) (rpc, rest string) {
 	c.t.Helper()
-	Eventually(c.t, 60*time.Second, name+" writes its address file", func() bool {
+	polltest.Eventually(c.t, 60*time.Second, name+" writes its address file", func() bool {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return false
@@ -484,7 +486,7 @@ func (c *Cluster) processAddr(p *Process) (addr, instance string) {
 // returns what it holds.
 func (c *Cluster) addressFile(p *Process) (a map[string]string) {
 	c.t.Helper()
-	Eventually(c.t, 60*time.Second, p.Name+" writes its address file", func() bool {
+	polltest.Eventually(c.t, 60*time.Second, p.Name+" writes its address file", func() bool {
 		if p.Exited() {
 			c.t.Fatalf("clustertest: %s exited (%s); log tail:\n%s", p.Name, p.cmd.ProcessState, tail(p.Log(), 20))
 		}
@@ -510,7 +512,7 @@ func (c *Cluster) WaitLiveTaskManagers(n int) {
 // that exits fails the test at once with its log.
 func (c *Cluster) waitLive(n int, failFast bool) {
 	c.t.Helper()
-	Eventually(c.t, 60*time.Second, fmt.Sprintf("%d live taskmanagers", n), func() bool {
+	polltest.Eventually(c.t, 60*time.Second, fmt.Sprintf("%d live taskmanagers", n), func() bool {
 		if failFast {
 			for _, p := range c.TMs {
 				if p.Exited() {
@@ -563,7 +565,7 @@ func (c *Cluster) WaitJob(id string, timeout time.Duration) *weirpb.GetJobRespon
 func (c *Cluster) WaitJobWhile(id string, timeout time.Duration, during func()) *weirpb.GetJobResponse {
 	c.t.Helper()
 	var last *weirpb.GetJobResponse
-	Eventually(c.t, timeout, "job "+id+" ends", func() bool {
+	polltest.Eventually(c.t, timeout, "job "+id+" ends", func() bool {
 		if during != nil {
 			during()
 		}
@@ -666,20 +668,4 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// Eventually polls cond every 50ms until it holds or timeout passes, then
-// fails the test naming what it waited for.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
-	}
 }

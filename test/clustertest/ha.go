@@ -20,6 +20,8 @@ import (
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/proxytest"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // restartDelay is the supervisor's pause before starting an exited
@@ -289,7 +291,7 @@ func (hs *haState) slotOf(addr string) int {
 func (c *Cluster) WaitLeader(after int64) (i int, epoch int64) {
 	c.t.Helper()
 	hs := c.mustHA("WaitLeader")
-	Eventually(c.t, 2*time.Minute, fmt.Sprintf("a jobmanager to lead with an epoch above %d", after), func() bool {
+	polltest.Eventually(c.t, 2*time.Minute, fmt.Sprintf("a jobmanager to lead with an epoch above %d", after), func() bool {
 		var err error
 		i, epoch, err = c.Leader()
 		if err != nil || i < 0 || epoch <= after {

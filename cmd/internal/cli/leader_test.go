@@ -15,6 +15,8 @@ import (
 	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/jobmanager"
 	"github.com/weirstream/weir/taskmanager"
+
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // Generous: CI is a small, noisy 2-core machine.
@@ -22,13 +24,7 @@ const haWait = 30 * time.Second
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(haWait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", haWait, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Eventually(t, haWait, what, cond)
 }
 
 type runningJM struct {
