@@ -116,7 +116,7 @@ func (jm *JobManager) advertised() string {
 // LeaderMetadataKey is the gRPC trailer (and header) that a standby sets
 // to the leader's address when it refuses a call, so that clients can
 // follow it.
-const LeaderMetadataKey = "weir-leader"
+const LeaderMetadataKey = weirpb.LeaderMetadataKey
 
 // standbyInterceptor refuses every RPC while this jobmanager is a standby
 // (ha: etcd), naming the leader so that clients can follow.

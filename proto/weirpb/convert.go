@@ -12,6 +12,11 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
+// LeaderMetadataKey is the gRPC trailer (and header) in which a standby
+// jobmanager names the leader's address when it refuses a call of the job
+// API, so that clients can follow it.
+const LeaderMetadataKey = "weir-leader"
+
 // FromSchema converts a stream schema (nil stays nil).
 func FromSchema(s *stream.Schema) *Schema {
 	if s == nil {

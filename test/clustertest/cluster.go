@@ -22,9 +22,13 @@
 // proxies' addresses, which stay the same across its restarts. With HA each
 // jobmanager also reaches etcd through one (EtcdProxy).
 //
-// clustertest imports the ha package (to read the leader from etcd),
-// proxytest (Options.FaultProxies), the
-// generated gRPC code and the standard library.
+// Cluster.Client is the product's job API client (package client), so
+// that the fault tests exercise it: with HA it follows the leader through
+// etcd, standbys' hints and every jobmanager's address.
+//
+// clustertest imports client, ha (to read the leader from etcd), proxytest
+// (Options.FaultProxies), polltest, the generated gRPC code and the
+// standard library.
 package clustertest
 
 import (
@@ -42,9 +46,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
+	"github.com/weirstream/weir/client"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/test/proxytest"
@@ -182,12 +184,12 @@ type Cluster struct {
 	// which follows the supervisor's restarts.
 	JM  *Process
 	TMs []*Process
-	// Client is a JobService client. With HA it follows the leader: a call
-	// answered Unavailable (a standby, a dead or paused jobmanager) is
-	// retried on the leader until its context ends, so use contexts with
-	// deadlines.
+	// Client is a JobService client (package client). With HA it follows
+	// the leader: a call answered Unavailable (a standby, a dead or paused
+	// jobmanager) is retried on the leader until its context ends, so use
+	// contexts with deadlines.
 	Client weirpb.JobServiceClient
-	conn   *grpc.ClientConn // without HA
+	cl     *client.Client // without HA
 
 	ha *haState // nil without HA
 
@@ -238,12 +240,12 @@ func (c *Cluster) startSingle() {
 	addrFile := filepath.Join(c.dir, "jobmanager.addr")
 	c.JM = c.spawn("jobmanager", filepath.Join(c.bin, "jobmanager"), c.jobManagerArgs("127.0.0.1:0", "127.0.0.1:0", addrFile, nil))
 	c.RPCAddr, c.REST = c.waitAddressFile("jobmanager", addrFile)
-	conn, err := grpc.NewClient(c.RPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cl, err := client.New(client.Config{JobManagers: []string{c.RPCAddr}})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.conn = conn
-	c.Client = weirpb.NewJobServiceClient(conn)
+	c.cl = cl
+	c.Client = cl.API()
 }
 
 // jobManagerArgs are the flags every jobmanager gets; with HA it reaches
@@ -623,8 +625,8 @@ func (c *Cluster) stop() {
 	if c.ha != nil {
 		c.ha.stopSupervisors() // no restarts from here on
 	}
-	if c.conn != nil {
-		c.conn.Close()
+	if c.cl != nil {
+		c.cl.Close()
 	}
 	var live []*Process
 	for _, p := range c.Processes() {

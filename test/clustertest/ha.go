@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
+	"github.com/weirstream/weir/client"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/proxytest"
@@ -34,7 +33,14 @@ type haState struct {
 	c    *Cluster
 	etcd *ha.Client
 	jms  []*jobManagerSlot
-	lc   *leaderConn // behind Cluster.Client
+	cl   *client.Client // behind Cluster.Client
+
+	// direct holds plain connections to single jobmanagers (WaitLeader
+	// asks one whether it answers as the leader).
+	direct struct {
+		sync.Mutex
+		conns map[string]*grpc.ClientConn
+	}
 
 	stopping chan struct{}
 	stopOnce sync.Once
@@ -114,8 +120,22 @@ func (c *Cluster) startHA() {
 		hs.wg.Add(1)
 		go hs.supervise(i)
 	}
-	hs.lc = &leaderConn{hs: hs, conns: make(map[string]*grpc.ClientConn)}
-	c.Client = weirpb.NewJobServiceClient(hs.lc)
+	// The product's client, following the leader through etcd (directly:
+	// the jobmanagers' etcd proxies may be cut), the standbys' hints and
+	// every jobmanager's address; a call waits out a takeover until its
+	// context ends, and a paused jobmanager holds it at most 2s.
+	var addrs []string
+	for _, s := range hs.jms {
+		addrs = append(addrs, s.rpc)
+	}
+	cl, err := client.New(client.Config{JobManagers: addrs, EtcdEndpoints: h.Endpoints, EtcdPrefix: h.Prefix,
+		WaitForLeader: true, AttemptTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("clustertest: %v", err)
+	}
+	hs.cl = cl
+	hs.direct.conns = make(map[string]*grpc.ClientConn)
+	c.Client = cl.API()
 	c.WaitLeader(0)
 }
 
@@ -155,10 +175,31 @@ func (hs *haState) stopSupervisors() {
 }
 
 func (hs *haState) close() {
-	if hs.lc != nil {
-		hs.lc.close()
+	if hs.cl != nil {
+		hs.cl.Close()
 	}
+	hs.direct.Lock()
+	for _, cc := range hs.direct.conns {
+		cc.Close()
+	}
+	hs.direct.conns = nil
+	hs.direct.Unlock()
 	hs.etcd.Close()
+}
+
+// conn returns a plain connection to the jobmanager at addr.
+func (hs *haState) conn(addr string) (*grpc.ClientConn, error) {
+	hs.direct.Lock()
+	defer hs.direct.Unlock()
+	if cc, ok := hs.direct.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	hs.direct.conns[addr] = cc
+	return cc, nil
 }
 
 // EtcdProxy returns the fault proxy between jobmanager i and etcd (HA
@@ -304,7 +345,7 @@ func (c *Cluster) WaitLeader(after int64) (i int, epoch int64) {
 		if paused || p.Exited() {
 			return false
 		}
-		conn, err := hs.lc.conn(slot.rpc)
+		conn, err := hs.conn(slot.rpc)
 		if err != nil {
 			return false
 		}
@@ -314,99 +355,4 @@ func (c *Cluster) WaitLeader(after int64) (i int, epoch int64) {
 		return err == nil
 	})
 	return i, epoch
-}
-
-// leaderConn is a grpc.ClientConnInterface that sends each unary call to
-// the leader: the jobmanager etcd names first, then the others, skipping
-// paused ones; a call answered Unavailable moves on to the next, and the
-// round repeats until the call's context ends.
-type leaderConn struct {
-	hs *haState
-
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
-}
-
-var _ grpc.ClientConnInterface = (*leaderConn)(nil)
-
-func (l *leaderConn) conn(addr string) (*grpc.ClientConn, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if cc, ok := l.conns[addr]; ok {
-		return cc, nil
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	l.conns[addr] = cc
-	return cc, nil
-}
-
-func (l *leaderConn) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, cc := range l.conns {
-		cc.Close()
-	}
-	l.conns = map[string]*grpc.ClientConn{}
-}
-
-// candidates lists the addresses to try: the etcd leader first, then the
-// other jobmanagers; paused ones are left out.
-func (l *leaderConn) candidates(ctx context.Context) []string {
-	first := -1
-	lctx, cancel := context.WithTimeout(ctx, time.Second)
-	if li, err := l.hs.etcd.Leader(lctx); err == nil {
-		first = l.hs.slotOf(li.Address)
-	}
-	cancel()
-	var out []string
-	add := func(i int) {
-		s := l.hs.jms[i]
-		s.mu.Lock()
-		paused := s.mu.paused
-		s.mu.Unlock()
-		if !paused {
-			out = append(out, s.rpc)
-		}
-	}
-	if first >= 0 {
-		add(first)
-	}
-	for i := range l.hs.jms {
-		if i != first {
-			add(i)
-		}
-	}
-	return out
-}
-
-// Invoke implements grpc.ClientConnInterface.
-func (l *leaderConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	err := status.Error(codes.Unavailable, "clustertest: no jobmanager to call (all paused?)")
-	for {
-		for _, addr := range l.candidates(ctx) {
-			cc, cerr := l.conn(addr)
-			if cerr != nil {
-				err = cerr
-				continue
-			}
-			err = cc.Invoke(ctx, method, args, reply, opts...)
-			if status.Code(err) != codes.Unavailable {
-				return err
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("clustertest: no jobmanager led and answered %s before the deadline; last error: %w", method, err)
-		case <-time.After(100 * time.Millisecond): // retry pacing
-		}
-	}
-}
-
-// NewStream implements grpc.ClientConnInterface; JobService has no
-// streaming calls.
-func (l *leaderConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, status.Errorf(codes.Unimplemented, "clustertest: the leader-following client does not stream (%s)", method)
 }

@@ -11,14 +11,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weirstream/weir/builtin"
+	"github.com/weirstream/weir/client"
 	"github.com/weirstream/weir/jobspec"
 	"github.com/weirstream/weir/proto/weirpb"
 )
@@ -32,6 +31,8 @@ type clientConfig struct {
 	// instead of --jobmanager.
 	haEndpoints []string
 	haPrefix    string
+	// client is the client dial made, to name the jobmanager it reached.
+	client *client.Client
 }
 
 func (c *clientConfig) bind(cmd *cobra.Command) {
@@ -66,25 +67,24 @@ func (c *clientConfig) validate() error {
 	return nil
 }
 
-// dial returns a JobService client. grpc connects lazily; errors surface on
-// the first call and are explained by callErr.
+// dial returns a JobService client that follows the leader (package
+// client): the one etcd names with --ha-etcd-endpoints, else --jobmanager,
+// or the leader a standby names. Connections are made lazily; errors
+// surface on the first call and are explained by callErr.
 func (c *clientConfig) dial() (weirpb.JobServiceClient, func(), error) {
 	if err := c.validate(); err != nil {
 		return nil, nil, err
 	}
-	if len(c.haEndpoints) > 0 {
-		addr, err := findLeader(context.Background(), c.haEndpoints, c.haPrefix, c.timeout)
-		if err != nil {
-			return nil, nil, err
-		}
-		c.jobmanager = addr
+	cfg := client.Config{EtcdEndpoints: c.haEndpoints, EtcdPrefix: c.haPrefix}
+	if len(c.haEndpoints) == 0 {
+		cfg.JobManagers = []string{c.jobmanager}
 	}
-	r := &redirector{target: &c.jobmanager}
-	conn, err := grpc.NewClient(c.jobmanager, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(r.intercept))
+	cl, err := client.New(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("jobmanager address %q: %v (want host:port)", c.jobmanager, err)
+		return nil, nil, err
 	}
-	return weirpb.NewJobServiceClient(conn), func() { conn.Close(); r.close() }, nil
+	c.client = cl
+	return cl.API(), func() { cl.Close() }, nil
 }
 
 // connect dials the jobmanager and returns a client, a context bounded by
@@ -103,8 +103,12 @@ func (c *clientConfig) callErr(what string, err error) error {
 	st, _ := status.FromError(err)
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded:
-		return fmt.Errorf("%s: cannot reach the jobmanager at %s (%s); start a cluster with `weir local` or pass --jobmanager / WEIR_JOBMANAGER",
-			what, c.jobmanager, st.Message())
+		where := "at " + c.jobmanager
+		if len(c.haEndpoints) > 0 {
+			where = fmt.Sprintf("through etcd %v (prefix %s)", c.haEndpoints, c.haPrefix)
+		}
+		return fmt.Errorf("%s: cannot reach the leading jobmanager %s (%s); start a cluster with `weir local` or pass --jobmanager / WEIR_JOBMANAGER (--ha-etcd-endpoints for a cluster on etcd)",
+			what, where, st.Message())
 	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists, codes.ResourceExhausted:
 		return fmt.Errorf("%s: %s", what, st.Message())
 	}
