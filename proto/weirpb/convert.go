@@ -1,8 +1,8 @@
 // Package weirpb holds Weir's protobuf messages and gRPC services (generated
 // from the .proto files beside this one by `make proto`) and the hand-written
 // conversions between them and the stream package's types. Only the gRPC
-// adapters (jobmanager, taskmanager, dataflow's network exchange, the CLI
-// client) import it.
+// adapters (jobmanager, taskmanager, dataflow's network exchange, the job
+// API client in package client) import it.
 package weirpb
 
 import (
