@@ -2,6 +2,9 @@
 // scheduler and the job API. See `jobmanager --help`.
 package main
 
-import "github.com/weirstream/weir/cmd/internal/cli"
+import (
+	"github.com/weirstream/weir/builtin"
+	"github.com/weirstream/weir/cmd/cli"
+)
 
-func main() { cli.Main(cli.NewJobManagerCommand()) }
+func main() { cli.Main(cli.NewJobManagerCommand(builtin.Registry())) }

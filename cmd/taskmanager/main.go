@@ -2,6 +2,9 @@
 // jobmanager and runs the tasks deployed to it. See `taskmanager --help`.
 package main
 
-import "github.com/weirstream/weir/cmd/internal/cli"
+import (
+	"github.com/weirstream/weir/builtin"
+	"github.com/weirstream/weir/cmd/cli"
+)
 
-func main() { cli.Main(cli.NewTaskManagerCommand()) }
+func main() { cli.Main(cli.NewTaskManagerCommand(builtin.Registry())) }

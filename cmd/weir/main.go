@@ -2,6 +2,9 @@
 // cancels jobs, shows taskmanagers, and runs a local cluster (`weir local`).
 package main
 
-import "github.com/weirstream/weir/cmd/internal/cli"
+import (
+	"github.com/weirstream/weir/builtin"
+	"github.com/weirstream/weir/cmd/cli"
+)
 
-func main() { cli.Main(cli.NewWeirCommand()) }
+func main() { cli.Main(cli.NewWeirCommand(builtin.Registry())) }

@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/weirstream/weir/builtin"
 	"github.com/weirstream/weir/jobmanager"
 	"github.com/weirstream/weir/jobspec"
+	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/taskmanager"
 )
 
@@ -82,8 +82,9 @@ func (h haDiscoveryFile) apply(set func(flag string) bool, mode *string, endpoin
 	}
 }
 
-// NewJobManagerCommand returns the jobmanager process command.
-func NewJobManagerCommand() *cobra.Command {
+// NewJobManagerCommand returns the jobmanager process command, which plans
+// jobs against reg: the operator types its taskmanagers offer.
+func NewJobManagerCommand(reg *stream.Registry) *cobra.Command {
 	cfg := jobmanager.DefaultConfig()
 	var configPath, logLevel, addrFile string
 	cmd := &cobra.Command{
@@ -107,7 +108,7 @@ func NewJobManagerCommand() *cobra.Command {
 				return err
 			}
 			cfg.Logger = log
-			jm, err := jobmanager.New(cfg, builtin.Registry())
+			jm, err := jobmanager.New(cfg, reg)
 			if err != nil {
 				return err
 			}
@@ -225,7 +226,11 @@ type taskManagerFile struct {
 }
 
 // NewTaskManagerCommand returns the taskmanager process command.
-func NewTaskManagerCommand() *cobra.Command {
+//
+// A binary with operator types of its own (registered in reg, next to
+// builtin.Registry's) runs this command to be a taskmanager that offers
+// them, with every flag and config-file key of the stock one.
+func NewTaskManagerCommand(reg *stream.Registry) *cobra.Command {
 	cfg := taskmanager.DefaultConfig()
 	if env := os.Getenv("WEIR_JOBMANAGER"); env != "" {
 		cfg.JobManagerAddress = env
@@ -278,7 +283,7 @@ func NewTaskManagerCommand() *cobra.Command {
 				return err
 			}
 			cfg.Logger = log
-			tm, err := taskmanager.New(cfg, builtin.Registry())
+			tm, err := taskmanager.New(cfg, reg)
 			if err != nil {
 				return err
 			}

@@ -85,7 +85,7 @@ func haInfo(t *testing.T, jm *jobmanager.JobManager) (info struct {
 // weirCLI runs the weir command with args and returns its output.
 func weirCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := NewWeirCommand()
+	cmd := NewWeirCommand(builtin.Registry())
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(io.Discard)

@@ -16,10 +16,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/weirstream/weir/builtin"
 	"github.com/weirstream/weir/client"
 	"github.com/weirstream/weir/jobspec"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
 )
 
 // clientConfig is what every client command shares.
@@ -153,7 +153,7 @@ func terminalJob(s weirpb.JobState) bool {
 	return s == weirpb.JobState_JOB_STATE_FINISHED || s == weirpb.JobState_JOB_STATE_CANCELED || s == weirpb.JobState_JOB_STATE_FAILED
 }
 
-func newSubmitCommand(cc *clientConfig) *cobra.Command {
+func newSubmitCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 	var wait bool
 	var slotWait time.Duration
 	cmd := &cobra.Command{
@@ -161,7 +161,7 @@ func newSubmitCommand(cc *clientConfig) *cobra.Command {
 		Short: "Check a YAML job spec and submit it to the jobmanager",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			g, err := jobspec.Load(args[0], builtin.Registry())
+			g, err := jobspec.Load(args[0], reg)
 			if err != nil {
 				return err
 			}

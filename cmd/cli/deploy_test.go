@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/weirstream/weir/builtin"
 	"github.com/weirstream/weir/jobmanager"
 )
 
@@ -13,7 +14,7 @@ import (
 // the jobmanager configs validate, and the ha/ examples really configure
 // ha: etcd with the same prefix and endpoints everywhere.
 func TestDeployConfigsLoad(t *testing.T) {
-	root := filepath.Join("..", "..", "..", "deploy")
+	root := filepath.Join("..", "..", "deploy")
 	jms, _ := filepath.Glob(filepath.Join(root, "*", "jobmanager*.yaml"))
 	top, _ := filepath.Glob(filepath.Join(root, "jobmanager*.yaml"))
 	jms = append(jms, top...)
@@ -34,7 +35,7 @@ func TestDeployConfigsLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := jobmanager.DefaultConfig()
-		if err := applyJobManagerFile(NewJobManagerCommand(), &cfg, f); err != nil {
+		if err := applyJobManagerFile(NewJobManagerCommand(builtin.Registry()), &cfg, f); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		if err := cfg.Validate(); err != nil {
