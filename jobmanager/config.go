@@ -104,6 +104,7 @@ func DefaultConfig() Config {
 		HeartbeatTimeout:  10 * time.Second,
 		SlotWaitTimeout:   30 * time.Second,
 		CheckpointStorage: DefaultCheckpointStorage,
+		HA:                HAConfig{Mode: "none", Prefix: "/weir", LeaseTTL: 10 * time.Second},
 	}
 }
 

@@ -86,6 +86,7 @@ func DefaultConfig() Config {
 		Slots:             2,
 		CreditsPerChannel: 4,
 		RegisterRetry:     time.Second,
+		HA:                HAConfig{Mode: "none", Prefix: "/weir"},
 	}
 }
 

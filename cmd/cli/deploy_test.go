@@ -4,9 +4,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-
-	"github.com/weirstream/weir/builtin"
-	"github.com/weirstream/weir/jobmanager"
 )
 
 // TestDeployConfigsLoad loads every example config under deploy/ the way
@@ -30,34 +27,30 @@ func TestDeployConfigsLoad(t *testing.T) {
 	}
 	var ha []haSetting
 	for _, path := range jms {
-		var f jobManagerFile
-		if err := loadConfigFile(path, &f); err != nil {
-			t.Fatal(err)
-		}
-		cfg := jobmanager.DefaultConfig()
-		if err := applyJobManagerFile(NewJobManagerCommand(builtin.Registry()), &cfg, f); err != nil {
+		cfg, err := loadJobManagerConfig(path)
+		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		if filepath.Base(filepath.Dir(path)) == "ha" {
-			if f.HA.Mode != "etcd" || f.HA.AdvertisedAddress == "" {
-				t.Fatalf("%s: ha mode %q, advertised address %q; the HA example must set mode etcd and an advertised address", path, f.HA.Mode, f.HA.AdvertisedAddress)
+			if cfg.HA.Mode != "etcd" || cfg.HA.AdvertisedAddress == "" {
+				t.Fatalf("%s: ha mode %q, advertised address %q; the HA example must set mode etcd and an advertised address", path, cfg.HA.Mode, cfg.HA.AdvertisedAddress)
 			}
-			ha = append(ha, haSetting{f.HA.Prefix, f.HA.Endpoints})
+			ha = append(ha, haSetting{cfg.HA.Prefix, cfg.HA.Endpoints})
 		}
 	}
 	for _, path := range tms {
-		var f taskManagerFile
-		if err := loadConfigFile(path, &f); err != nil {
-			t.Fatal(err)
+		cfg, err := loadTaskManagerConfig(path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
 		}
 		if filepath.Base(filepath.Dir(path)) == "ha" {
-			if f.HA.Mode != "etcd" {
-				t.Fatalf("%s: ha mode %q; the HA example must find the leader through etcd", path, f.HA.Mode)
+			if cfg.HA.Mode != "etcd" {
+				t.Fatalf("%s: ha mode %q; the HA example must find the leader through etcd", path, cfg.HA.Mode)
 			}
-			ha = append(ha, haSetting{f.HA.Prefix, f.HA.Endpoints})
+			ha = append(ha, haSetting{cfg.HA.Prefix, cfg.HA.Endpoints})
 		}
 	}
 	if len(ha) < 3 {
