@@ -30,6 +30,8 @@ func TestExactlyOnceOnPebbleState(t *testing.T) {
 			dir := t.TempDir()
 			ckpt, countsOut, windowsOut := filepath.Join(dir, "ckpt"), filepath.Join(dir, "counts"), filepath.Join(dir, "windows")
 			body := strings.Replace(eoSpec, "parallelism: 4\n", "parallelism: 4\nstate: "+tc.state+"\n", 1)
+			// Keep the checkpoints once the job ends, to look at them.
+			body = strings.Replace(body, "  retained: 3\n", "  retained: 3\n  retention: retain\n", 1)
 			spec := filepath.Join(dir, "job.yaml")
 			if err := os.WriteFile(spec, []byte(fmt.Sprintf(body, "file://"+ckpt, eoDatagen, countsOut, windowsOut)), 0o644); err != nil {
 				t.Fatal(err)

@@ -13,13 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weirstream/weir/blobstore"
-	"github.com/weirstream/weir/blobstore/blobstoretest"
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
-	"github.com/weirstream/weir/test/proxytest"
 )
 
 // TestSoak is `make soak`: for WEIR_SOAK_DURATION (skipped when unset) it
@@ -48,15 +44,11 @@ func TestSoak(t *testing.T) {
 		seed = s
 	}
 	const hbTimeout = 3 * time.Second
-	etcd := etcdtest.Start(t)
-	gw := blobstoretest.StartVersityGWServer(t)
-	s3 := proxytest.Start(t, gw.Endpoint())
 	c := clustertest.Start(t, clustertest.Options{JobManagers: 2, TaskManagers: 3, Slots: 2,
 		HeartbeatInterval: 500 * time.Millisecond, HeartbeatTimeout: hbTimeout, SlotWaitTimeout: 2 * time.Minute,
-		LogLevel: "info", FaultProxies: true,
-		HA: &clustertest.HA{Endpoints: etcd.Endpoints(), Prefix: "/weir-soak", LeaseTTL: 3 * time.Second},
-		Env: []string{blobstore.EnvS3Endpoint + "=" + s3.Addr(), blobstore.EnvS3AccessKey + "=" + gw.AccessKey,
-			blobstore.EnvS3SecretKey + "=" + gw.SecretKey, blobstore.EnvS3Insecure + "=true"}})
+		LogLevel: "info", FaultProxies: true, S3: true,
+		HA: &clustertest.HA{Prefix: "/weir-soak", LeaseTTL: 3 * time.Second}})
+	s3 := c.S3()
 	rnd := rand.New(rand.NewPCG(seed, 7))
 	tm := func() int { return rnd.IntN(len(c.TMs)) }
 
@@ -92,20 +84,19 @@ func TestSoak(t *testing.T) {
 			px.Data.Heal()
 		}},
 		{"s3-cut", func() {
-			s3.Cut()
+			s3.Proxy.Cut()
 			time.Sleep(2 * time.Second) // the outage
-			s3.Heal()
+			s3.Proxy.Heal()
 		}},
 		{"s3-slow", func() {
-			s3.Delay(300 * time.Millisecond)
+			s3.Proxy.Delay(300 * time.Millisecond)
 			time.Sleep(4 * time.Second) // the slow spell
-			s3.Delay(0)
+			s3.Proxy.Delay(0)
 		}},
 		{"s3-kill", func() {
-			gw.Kill()
+			s3.Server.Kill()
 			time.Sleep(time.Second) // the outage
-			gw.Restart()
-			s3.SetTarget(gw.Endpoint())
+			s3.Restart()
 		}},
 		{"leader-kill", func() {
 			leader, _ := c.WaitLeader(0)
@@ -124,7 +115,7 @@ func TestSoak(t *testing.T) {
 	for w := 0; w == 0 || time.Since(start) < total; w++ {
 		prefix := fmt.Sprintf("soak-%d-%d", start.UnixNano(), w)
 		job := newSequenceJobOn(t, fmt.Sprintf("soak-%d", w), window.Seconds(), 2000, 64,
-			"s3://"+blobstoretest.VersityBucket+"/"+prefix, "  timeout: 10s\n  tolerableFailures: 3\n")
+			s3.URI(prefix), "  timeout: 10s\n  tolerableFailures: 3\n")
 		jobID := job.submit(t, c)
 		end := time.Now().Add(window)
 		var recoveries recoveryTimes
@@ -145,7 +136,7 @@ func TestSoak(t *testing.T) {
 		}
 		lost, duplicated := job.verify(t)
 		ckP50, ckP99 := checkpointDurations(t, c, jobID)
-		left := waitDeleted(t, checkpoint.NewStorage(openS3(t, gw, prefix)), jobID, 2*time.Minute)
+		left := waitDeleted(t, checkpoint.NewStorage(s3.Store(t, prefix)), jobID, 2*time.Minute)
 		n := 0
 		var mix []string
 		for name, k := range counts {

@@ -12,12 +12,9 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/blobstore"
-	"github.com/weirstream/weir/blobstore/blobstoretest"
-	"github.com/weirstream/weir/blobstore/s3store"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
-	"github.com/weirstream/weir/test/proxytest"
 )
 
 // TestStorageFaults runs the exactly-once workload with its checkpoints on
@@ -34,13 +31,11 @@ func TestStorageFaults(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("WEIR_STORAGE_FAULT_ROUNDS")); err == nil && n > 0 {
 		rounds = n
 	}
-	gw := blobstoretest.StartVersityGWServer(t)
-	px := proxytest.Start(t, gw.Endpoint())
 	prefix := fmt.Sprintf("storage-faults-%d", time.Now().UnixNano())
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
-		HeartbeatTimeout: 3 * time.Second, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info",
-		Env: []string{blobstore.EnvS3Endpoint + "=" + px.Addr(), blobstore.EnvS3AccessKey + "=" + gw.AccessKey,
-			blobstore.EnvS3SecretKey + "=" + gw.SecretKey, blobstore.EnvS3Insecure + "=true"}})
+		HeartbeatTimeout: 3 * time.Second, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info", S3: true})
+	s3 := c.S3()
+	px := s3.Proxy
 
 	type fault struct {
 		name   string
@@ -63,10 +58,9 @@ func TestStorageFaults(t *testing.T) {
 			px.Heal()
 		}},
 		{"server-killed-and-restarted", func() {
-			gw.Kill()
+			s3.Server.Kill()
 			time.Sleep(time.Second) // the outage
-			gw.Restart()
-			px.SetTarget(gw.Endpoint())
+			s3.Restart()
 		}},
 		{"slow-past-checkpoint-timeout", func() {
 			px.Delay(400 * time.Millisecond)
@@ -76,9 +70,9 @@ func TestStorageFaults(t *testing.T) {
 	}
 	n := rounds * len(faults)
 	job := newSequenceJobOn(t, "storage-faults", float64(n*8+10), 2000, 32,
-		"s3://"+blobstoretest.VersityBucket+"/"+prefix, "  timeout: 3s\n  tolerableFailures: 2\n")
+		s3.URI(prefix), "  timeout: 3s\n  tolerableFailures: 2\n")
 	jobID := job.submit(t, c)
-	st := checkpoint.NewStorage(openS3(t, gw, prefix))
+	st := checkpoint.NewStorage(s3.Store(t, prefix))
 
 	var recoveries recoveryTimes
 	last := time.Now()
@@ -91,7 +85,7 @@ func TestStorageFaults(t *testing.T) {
 		f.inject()
 		t.Logf("storage fault %s", f.name)
 		recoveries.wait(t, c, jobID, at)
-		st = checkpoint.NewStorage(openS3(t, gw, prefix)) // the endpoint may have moved
+		st = checkpoint.NewStorage(s3.Store(t, prefix)) // the endpoint may have moved
 		if err := latestIntact(t.Context(), st, jobID); err != nil {
 			t.Fatalf("after %s: %v", f.name, err)
 		}
@@ -113,17 +107,6 @@ func TestStorageFaults(t *testing.T) {
 	if len(left) > 0 {
 		t.Fatalf("the finished job left %d objects in checkpoint storage: %s", len(left), strings.Join(left[:min(len(left), 20)], ", "))
 	}
-}
-
-// openS3 opens the job's checkpoint bucket prefix on gw directly (not
-// through the proxy).
-func openS3(t *testing.T, gw *blobstoretest.VersityGW, prefix string) blobstore.Store {
-	t.Helper()
-	s, err := s3store.New(t.Context(), blobstoretest.S3Config(gw.Endpoint(), gw.AccessKey, gw.SecretKey, prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // latestIntact checks that every object the job's latest completed

@@ -107,7 +107,7 @@ func (c *clientConfig) callErr(what string, err error) error {
 		if len(c.haEndpoints) > 0 {
 			where = fmt.Sprintf("through etcd %v (prefix %s)", c.haEndpoints, c.haPrefix)
 		}
-		return fmt.Errorf("%s: cannot reach the leading jobmanager %s (%s); start a cluster with `weir local` or pass --jobmanager / WEIR_JOBMANAGER (--ha-etcd-endpoints for a cluster on etcd)",
+		return fmt.Errorf("%s: cannot reach the jobmanager %s (%s); start a cluster with `weir local` or pass --jobmanager / WEIR_JOBMANAGER (--ha-etcd-endpoints for a cluster on etcd)",
 			what, where, st.Message())
 	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists, codes.ResourceExhausted:
 		return fmt.Errorf("%s: %s", what, st.Message())

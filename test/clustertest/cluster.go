@@ -39,6 +39,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,7 +47,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/blobstore/blobstoretest"
+	"github.com/weirstream/weir/blobstore/s3store"
 	"github.com/weirstream/weir/client"
+	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/test/proxytest"
@@ -124,6 +129,11 @@ type Options struct {
 	LogLevel string
 	// TaskManagerArgs are added to every taskmanager's command line.
 	TaskManagerArgs []string
+	// S3 starts a versitygw S3 server (blobstoretest) with the bucket
+	// blobstoretest.VersityBucket, behind a fault proxy, and gives every
+	// process the WEIR_S3_* environment to reach it: jobs can keep their
+	// checkpoints at s3://weir-test/<prefix>. Cluster.S3 returns it.
+	S3 bool
 	// FaultProxies puts a TCP fault proxy (proxytest) on each network path
 	// of every taskmanager: the jobmanager's calls to it, other
 	// taskmanagers' data to it, and (without HA) its calls to the
@@ -148,7 +158,8 @@ type TMProxies struct {
 // HA configures ha: etcd mode.
 type HA struct {
 	// Endpoints of the etcd the cluster uses, e.g. etcdtest.Server's
-	// Endpoints(). Required.
+	// Endpoints(). Empty: the cluster starts an etcd of its own
+	// (etcdtest), which Cluster.Etcd returns.
 	Endpoints []string
 	// Prefix is the cluster's etcd key prefix (default "/weir-clustertest").
 	Prefix string
@@ -191,7 +202,9 @@ type Cluster struct {
 	Client weirpb.JobServiceClient
 	cl     *client.Client // without HA
 
-	ha *haState // nil without HA
+	ha   *haState         // nil without HA
+	s3   *S3              // Options.S3
+	etcd *etcdtest.Server // started by the cluster (HA without endpoints)
 
 	proxies []*TMProxies // by taskmanager index, with FaultProxies
 
@@ -221,6 +234,21 @@ func Start(t testing.TB, opts Options) *Cluster {
 		opts.LogLevel = "debug"
 	}
 	c := &Cluster{t: t, bin: Binaries(t), dir: t.TempDir(), opts: opts}
+	// Dependencies first: their cleanups then run after the processes
+	// stopped.
+	if opts.HA != nil && len(opts.HA.Endpoints) == 0 {
+		c.etcd = etcdtest.Start(t)
+		ha := *opts.HA
+		ha.Endpoints = c.etcd.Endpoints()
+		c.opts.HA = &ha
+	}
+	if opts.S3 {
+		gw := blobstoretest.StartVersityGWServer(t)
+		c.s3 = &S3{Server: gw, Proxy: proxytest.Start(t, gw.Endpoint()), Bucket: blobstoretest.VersityBucket}
+		c.opts.Env = append(slices.Clone(opts.Env), blobstore.EnvS3Endpoint+"="+c.s3.Proxy.Addr(),
+			blobstore.EnvS3AccessKey+"="+gw.AccessKey, blobstore.EnvS3SecretKey+"="+gw.SecretKey, blobstore.EnvS3Insecure+"=true")
+	}
+	opts = c.opts
 	t.Cleanup(c.stop)
 
 	if opts.HA != nil {
@@ -670,4 +698,50 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// S3 is the S3 server a cluster started (Options.S3): the processes reach
+// it through Proxy.
+type S3 struct {
+	Server *blobstoretest.VersityGW
+	Proxy  *proxytest.Proxy
+	Bucket string
+}
+
+// Restart starts the server again (after Server.Kill, say) and points the
+// proxy at it.
+func (s *S3) Restart() {
+	s.Server.Restart()
+	s.Proxy.SetTarget(s.Server.Endpoint())
+}
+
+// URI is the storage URI of prefix in the bucket.
+func (s *S3) URI(prefix string) string { return "s3://" + s.Bucket + "/" + prefix }
+
+// Store opens prefix of the bucket directly, not through the proxy.
+func (s *S3) Store(t testing.TB, prefix string) blobstore.Store {
+	t.Helper()
+	st, err := s3store.New(t.Context(), blobstoretest.S3Config(s.Server.Endpoint(), s.Server.AccessKey, s.Server.SecretKey, prefix))
+	if err != nil {
+		t.Fatalf("clustertest: open S3 prefix %s: %v", prefix, err)
+	}
+	return st
+}
+
+// S3 returns the S3 server the cluster started (Options.S3).
+func (c *Cluster) S3() *S3 {
+	c.t.Helper()
+	if c.s3 == nil {
+		c.t.Fatal("clustertest: S3 needs Options.S3")
+	}
+	return c.s3
+}
+
+// Etcd returns the etcd the cluster started (HA without endpoints).
+func (c *Cluster) Etcd() *etcdtest.Server {
+	c.t.Helper()
+	if c.etcd == nil {
+		c.t.Fatal("clustertest: Etcd: the cluster started no etcd; use Options.HA without endpoints")
+	}
+	return c.etcd
 }
