@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -254,5 +257,28 @@ func TestSameAddressRestartDeploysAtOnce(t *testing.T) {
 	}
 	if n, cancels := len(a.deployments()), a.cancels(); n != 3 || cancels != 0 {
 		t.Errorf("tm-a: %d deployments, %d cancels; want 3 and 0 (region 1 untouched)", n, cancels)
+	}
+}
+
+// A taskmanager that registers an address nobody answers at is lost at
+// once (its first probe fails), and the jobmanager keeps serving.
+func TestUnreachableRegistrationIsLost(t *testing.T) {
+	c := startJobManager(t, nil) // HeartbeatTimeout 10s
+	cc, err := grpc.NewClient(c.jm.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cluster := weirpb.NewClusterServiceClient(cc)
+	for i, addr := range []string{"127.0.0.1:1", "::::bad"} {
+		id := fmt.Sprintf("tm-%d", i)
+		if _, err := cluster.RegisterTaskManager(t.Context(), &weirpb.RegisterTaskManagerRequest{
+			TaskmanagerId: id, InstanceId: id + "-1", Address: addr, Slots: 1}); err != nil {
+			t.Fatalf("register %s at %s: %v", id, addr, err)
+		}
+		eventually(t, waitTimeout, id+" at an unreachable address to be lost", func() bool {
+			tm, ok := c.taskManagers()[id]
+			return ok && !tm.GetLive()
+		})
 	}
 }

@@ -23,7 +23,8 @@ import (
 // for concurrent use.
 type taskExecutors interface {
 	// Track opens a fresh connection to process instance of taskmanager id
-	// at addr, closing any earlier one to addr or to id (which may sit in
+	// at addr (it never calls connEvents itself, so a caller may hold a
+	// lock that the events take), closing any earlier one to addr or to id (which may sit in
 	// the reconnect backoff of a process that died there), probes it at
 	// once and then watches it: a connection that breaks is reported with
 	// connBroken and probed again; every probe's outcome is reported with
@@ -99,7 +100,13 @@ func dialTaskManager(addr string) (*grpc.ClientConn, error) {
 func (g *grpcTaskExecutors) Track(id, instance, addr string) {
 	cc, err := dialTaskManager(addr)
 	if err != nil { // only for an address gRPC cannot parse
-		g.events.probed(id, instance, fmt.Errorf("taskmanager address %q: %w", addr, err))
+		// Reported from another goroutine: Track may be called with the
+		// caller's lock held, which the report takes.
+		g.watchers.Add(1)
+		go func() {
+			defer g.watchers.Done()
+			g.events.probed(id, instance, fmt.Errorf("taskmanager address %q: %w", addr, err))
+		}()
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
