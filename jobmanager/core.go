@@ -1272,6 +1272,8 @@ type regionView struct {
 type tmView struct {
 	ID, Addr      string
 	Live          bool
+	Suspected     bool
+	Reason        string // why suspected or lost
 	Slots, Free   int
 	LastHeartbeat time.Time
 	OperatorTypes []string
@@ -1362,8 +1364,12 @@ func (c *core) tmViews() []tmView {
 		if tm.lost {
 			free = 0
 		}
-		out = append(out, tmView{ID: tm.id, Addr: tm.addr, Live: !tm.lost, Slots: tm.slots, Free: free,
-			LastHeartbeat: tm.lastHeartbeat, OperatorTypes: slices.Clone(tm.opTypes)})
+		reason := tm.suspectReason
+		if tm.lost {
+			reason = tm.lostReason
+		}
+		out = append(out, tmView{ID: tm.id, Addr: tm.addr, Live: !tm.lost, Suspected: tm.suspected, Reason: reason,
+			Slots: tm.slots, Free: free, LastHeartbeat: tm.lastHeartbeat, OperatorTypes: slices.Clone(tm.opTypes)})
 	}
 	slices.SortFunc(out, func(a, b tmView) int { return strings.Compare(a.ID, b.ID) })
 	return out

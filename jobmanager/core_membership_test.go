@@ -2,6 +2,7 @@ package jobmanager
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -27,6 +28,11 @@ func TestCoreSuspectedTaskManagerGetsNoSlots(t *testing.T) {
 			t.Fatalf("suspect %s: actions %v, want one probe", id, acts)
 		}
 	}
+	for _, v := range h.c.tmViews() {
+		if !v.Live || !v.Suspected || v.Reason != "its connection broke" {
+			t.Fatalf("view of suspected %s: %+v", v.ID, v)
+		}
+	}
 	if acts := h.c.suspect("a", "a-0", "an old process", h.now); len(acts) != 0 {
 		t.Fatalf("suspecting another instance of a: %v", acts)
 	}
@@ -49,6 +55,9 @@ func TestCoreSuspectedTaskManagerGetsNoSlots(t *testing.T) {
 	}
 	if rereg, _ := h.c.heartbeat("b", "b-1", nil, h.now); !rereg {
 		t.Error("lost b not told to register again")
+	}
+	if r := h.c.reregisterReason("b", "b-1"); !strings.Contains(r, "declared lost: probe failed: connection refused") {
+		t.Errorf("reason to register again %q", r)
 	}
 	if s := h.jobState("j"); s != jobRunning {
 		t.Fatalf("job %s after losing b, which ran none of its tasks", s)

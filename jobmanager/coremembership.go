@@ -79,6 +79,21 @@ func (c *core) register(r tmRegistration, now time.Time) ([]action, error) {
 	return append(acts, c.scheduleWaiting(now)...), nil
 }
 
+// reregisterReason says why a heartbeat of process instance of taskmanager
+// id is answered with reregister.
+func (c *core) reregisterReason(id, instance string) string {
+	tm := c.tms[id]
+	switch {
+	case tm == nil:
+		return "this jobmanager has no registration of it (it started after the taskmanager registered, or took over the lead)"
+	case tm.instance != instance:
+		return fmt.Sprintf("taskmanager %s is registered as another process (instance %s)", id, tm.instance)
+	case tm.lost:
+		return "it was declared lost: " + tm.lostReason
+	}
+	return ""
+}
+
 // current returns the live entry of taskmanager id if it is process
 // instance, else nil.
 func (c *core) current(id, instance string) *tmEntry {

@@ -100,12 +100,16 @@ func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatReques
 		reports[i] = fromTaskStatus(st)
 	}
 	var rereg bool
+	var reason string
 	s.jm.step(func(c *core, now time.Time) []action {
 		var acts []action
 		rereg, acts = c.heartbeat(req.GetTaskmanagerId(), req.GetInstanceId(), reports, now)
+		if rereg {
+			reason = c.reregisterReason(req.GetTaskmanagerId(), req.GetInstanceId())
+		}
 		return acts
 	})
-	return &weirpb.HeartbeatResponse{Reregister: rereg, Epoch: s.jm.epoch()}, nil
+	return &weirpb.HeartbeatResponse{Reregister: rereg, Epoch: s.jm.epoch(), Reason: reason}, nil
 }
 
 func (s *clusterServer) UpdateTaskState(_ context.Context, req *weirpb.UpdateTaskStateRequest) (*weirpb.UpdateTaskStateResponse, error) {
@@ -348,6 +352,7 @@ func (s *jobServer) ListTaskManagers(context.Context, *weirpb.ListTaskManagersRe
 	resp := &weirpb.ListTaskManagersResponse{}
 	for _, v := range views {
 		resp.Taskmanagers = append(resp.Taskmanagers, &weirpb.TaskManagerInfo{TaskmanagerId: v.ID, Address: v.Addr, Live: v.Live,
+			Suspected: v.Suspected, Reason: v.Reason,
 			SlotsTotal: int32(v.Slots), SlotsFree: int32(v.Free), LastHeartbeatMs: unixMillis(v.LastHeartbeat)})
 	}
 	return resp, nil

@@ -278,7 +278,7 @@ func TestUnreachableRegistrationIsLost(t *testing.T) {
 		}
 		eventually(t, waitTimeout, id+" at an unreachable address to be lost", func() bool {
 			tm, ok := c.taskManagers()[id]
-			return ok && !tm.GetLive()
+			return ok && !tm.GetLive() && strings.Contains(tm.GetReason(), "probe failed: no answer at "+addr)
 		})
 	}
 }

@@ -92,6 +92,8 @@ type restTaskManager struct {
 	ID              string   `json:"id"`
 	Address         string   `json:"address"`
 	Live            bool     `json:"live"`
+	Suspected       bool     `json:"suspected"`
+	Reason          string   `json:"reason,omitempty"`
 	SlotsTotal      int      `json:"slotsTotal"`
 	SlotsFree       int      `json:"slotsFree"`
 	LastHeartbeatMs int64    `json:"lastHeartbeatMs"`
@@ -200,7 +202,8 @@ func (jm *JobManager) restHandler() http.Handler {
 		jm.mu.Unlock()
 		tms := make([]restTaskManager, 0, len(views))
 		for _, v := range views {
-			tms = append(tms, restTaskManager{ID: v.ID, Address: v.Addr, Live: v.Live, SlotsTotal: v.Slots, SlotsFree: v.Free,
+			tms = append(tms, restTaskManager{ID: v.ID, Address: v.Addr, Live: v.Live, Suspected: v.Suspected, Reason: v.Reason,
+				SlotsTotal: v.Slots, SlotsFree: v.Free,
 				LastHeartbeatMs: unixMillis(v.LastHeartbeat), OperatorTypes: append([]string{}, v.OperatorTypes...)})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"taskmanagers": tms})

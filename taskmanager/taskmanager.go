@@ -327,7 +327,7 @@ func (tm *TaskManager) heartbeat(ctx context.Context) {
 		}
 		switch {
 		case err == nil && resp.GetReregister():
-			tm.log.Warn("jobmanager does not know this taskmanager; cancelling tasks and registering again")
+			tm.log.Warn("jobmanager does not know this taskmanager; cancelling tasks and registering again", "reason", resp.GetReason())
 			tm.cancelAll()
 			return
 		case err == nil:

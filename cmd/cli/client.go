@@ -337,7 +337,10 @@ func newTaskManagersCommand(cc *clientConfig) *cobra.Command {
 			var rows [][]string
 			for _, t := range resp.GetTaskmanagers() {
 				state := "lost"
-				if t.GetLive() {
+				switch {
+				case t.GetLive() && t.GetSuspected():
+					state = "suspected"
+				case t.GetLive():
 					state = "live"
 				}
 				used := t.GetSlotsTotal() - t.GetSlotsFree()

@@ -479,7 +479,10 @@ type HeartbeatResponse struct {
 	// (it restarted, or declared the taskmanager lost).
 	Reregister bool `protobuf:"varint,1,opt,name=reregister,proto3" json:"reregister,omitempty"`
 	// epoch is the jobmanager's fencing epoch, as in RegisterTaskManagerResponse.
-	Epoch         int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// reason, with reregister, says why the jobmanager does not know this
+	// process (declared lost, and why; replaced; never registered).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -526,6 +529,13 @@ func (x *HeartbeatResponse) GetEpoch() int64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *HeartbeatResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type UpdateTaskStateRequest struct {
@@ -2157,12 +2167,13 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12)\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\x12\x1f\n" +
 	"\vinstance_id\x18\x03 \x01(\tR\n" +
-	"instanceId\"I\n" +
+	"instanceId\"a\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +
 	"reregister\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"l\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"l\n" +
 	"\x16UpdateTaskStateRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12+\n" +
 	"\x06status\x18\x02 \x01(\v2\x13.weir.v1.TaskStatusR\x06status\"\x19\n" +

@@ -738,8 +738,13 @@ type TaskManagerInfo struct {
 	SlotsTotal      int32                  `protobuf:"varint,4,opt,name=slots_total,json=slotsTotal,proto3" json:"slots_total,omitempty"`
 	SlotsFree       int32                  `protobuf:"varint,5,opt,name=slots_free,json=slotsFree,proto3" json:"slots_free,omitempty"`
 	LastHeartbeatMs int64                  `protobuf:"varint,6,opt,name=last_heartbeat_ms,json=lastHeartbeatMs,proto3" json:"last_heartbeat_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// suspected: live, but its connection broke or a call to it failed; it
+	// gets no new tasks until a probe answers or fails.
+	Suspected bool `protobuf:"varint,7,opt,name=suspected,proto3" json:"suspected,omitempty"`
+	// reason says why it is suspected or lost.
+	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskManagerInfo) Reset() {
@@ -812,6 +817,20 @@ func (x *TaskManagerInfo) GetLastHeartbeatMs() int64 {
 		return x.LastHeartbeatMs
 	}
 	return 0
+}
+
+func (x *TaskManagerInfo) GetSuspected() bool {
+	if x != nil {
+		return x.Suspected
+	}
+	return false
+}
+
+func (x *TaskManagerInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type ListTaskManagersResponse struct {
@@ -1523,7 +1542,7 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x10CancelJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x13\n" +
 	"\x11CancelJobResponse\"\x19\n" +
-	"\x17ListTaskManagersRequest\"\xd2\x01\n" +
+	"\x17ListTaskManagersRequest\"\x88\x02\n" +
 	"\x0fTaskManagerInfo\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -1532,7 +1551,9 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"slotsTotal\x12\x1d\n" +
 	"\n" +
 	"slots_free\x18\x05 \x01(\x05R\tslotsFree\x12*\n" +
-	"\x11last_heartbeat_ms\x18\x06 \x01(\x03R\x0flastHeartbeatMs\"X\n" +
+	"\x11last_heartbeat_ms\x18\x06 \x01(\x03R\x0flastHeartbeatMs\x12\x1c\n" +
+	"\tsuspected\x18\a \x01(\bR\tsuspected\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"X\n" +
 	"\x18ListTaskManagersResponse\x12<\n" +
 	"\ftaskmanagers\x18\x01 \x03(\v2\x18.weir.v1.TaskManagerInfoR\ftaskmanagers\"\x98\x03\n" +
 	"\x0eCheckpointInfo\x12#\n" +
