@@ -5,7 +5,8 @@
 //     input record, the key fields and the key's count so far;
 //   - "sequence_check" verifies that an int64 field of each key arrives as
 //     1, 2, 3, ... and fails the task on a gap or a repeat;
-//   - "fail" passes records through and fails the task at a configured
+//   - "fail" (registered by RegisterFailureInjection, for test binaries
+//     only) passes records through and fails the task at a configured
 //     point (after N records, in a snapshot, in a restore, in a checkpoint
 //     notification) of a configured attempt, to test recovery.
 //

@@ -30,6 +30,12 @@ func Register(r *stream.Registry) {
 		NewOperator: func(config []byte) (stream.Operator, error) { return NewSequenceCheck(config) },
 		Doc:         "keyed: fails the task unless an int64 field arrives as 1, 2, 3, ... per key ({\"field\": \"seq\"}); passes records through",
 	})
+}
+
+// RegisterFailureInjection registers the "fail" operator type, which fails
+// tasks on purpose. It is for test binaries only (test/testbin): the
+// built-in registry, and so the shipped binaries, do not offer it.
+func RegisterFailureInjection(r *stream.Registry) {
 	r.Register(stream.OperatorType{
 		Name:        TypeFail,
 		Kind:        stream.KindTransform,

@@ -372,6 +372,7 @@ func TestKeyedRestoreErrors(t *testing.T) {
 func TestPlanErrors(t *testing.T) {
 	r := stream.NewRegistry()
 	Register(r)
+	RegisterFailureInjection(r)
 	tests := []struct {
 		typ, config string
 		keys        []string

@@ -66,7 +66,9 @@ var (
 )
 
 // Binaries builds jobmanager, taskmanager and weir once per test binary (with
-// the race detector when the test binary has it) and returns their directory.
+// the race detector when the test binary has it) and returns their
+// directory. They are test/testbin's: the stock commands with the
+// failure-injection operator registered too.
 func Binaries(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -84,7 +86,10 @@ func Binaries(t testing.TB) string {
 		if raceEnabled {
 			args = append(args, "-race")
 		}
-		cmd := exec.Command("go", append(args, "./cmd/jobmanager", "./cmd/taskmanager", "./cmd/weir")...)
+		// The test binaries: the stock commands with the test operator
+		// registry (the failure-injection operator besides the built-in
+		// ones).
+		cmd := exec.Command("go", append(args, "./test/testbin/jobmanager", "./test/testbin/taskmanager", "./test/testbin/weir")...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
