@@ -16,7 +16,8 @@
 //     a pure function of a task, a subtask and the slot placement.
 //   - manifest.go: the checkpoint manifest built from the tasks'
 //     acknowledgements, and the state handles each task restores.
-//   - core.go, corecheckpoint.go: the job and taskmanager state machine,
+//   - core.go, coremembership.go, corecheckpoint.go: the job and
+//     taskmanager state machine,
 //     including restarts and one coordinator.Coordinator (itself pure) per
 //     job that takes checkpoints. It has no goroutines, no clock (callers
 //     pass now) and no I/O: each event (register, heartbeat, task report,
@@ -183,9 +184,11 @@
 // checkpoints and those beyond the retained count are deleted in the
 // background. A failure while a manifest is being written waits for the
 // write, so a checkpoint whose pointer was written is never deleted and is
-// the one restored. A job that ends CANCELED or FINISHED deletes its
-// retained checkpoints unless its retention is retain-on-cancel; a FAILED
-// job keeps them.
+// the one restored. A job that ends CANCELED or FINISHED, unless its
+// retention is retain, deletes every checkpoint and shared file of its own
+// that storage holds — its retained checkpoints, and whatever deletes cut
+// short by an outage or a leader change left — retrying while storage
+// fails; a FAILED job keeps its retained checkpoints.
 //
 // A failure of any region stops the coordinator (pending checkpoints are
 // aborted, counted as aborted, not failed); no checkpoint is triggered
@@ -219,8 +222,9 @@
 // GET /healthz, /v1/overview, /v1/jobs, /v1/jobs/{id},
 // /v1/jobs/{id}/checkpoints (recent checkpoints, newest first, with
 // counts and the checkpoint restored from), /v1/jobs/{id}/checkpoints/{cid}
-// (the manifest as protojson), /v1/taskmanagers and /metrics (Prometheus
-// text format); and one endpoint that changes something: POST
+// (the manifest as protojson), /v1/taskmanagers (with "suspected" and the
+// reason a taskmanager is suspected or lost) and /metrics (Prometheus text
+// format, with the Go runtime's and the process's metrics); and one endpoint that changes something: POST
 // /v1/jobs/{id}/checkpoints triggers a checkpoint at once (202 with
 // {"checkpointId": n}; 409 when the job takes no checkpoints, is not
 // running, or another checkpoint is in progress). JSON has lowerCamel
@@ -228,7 +232,7 @@
 // for unknown ids and paths.
 //
 // jobmanager imports stream, coordinator, failover, checkpoint (and
-// blobstore for its ErrNotFound), proto/weirpb (in the gRPC and REST
+// blobstore for its ErrNotFound), ha, proto/weirpb (in the gRPC and REST
 // adapters, the deployment and manifest builders, and as the opaque
 // manifest the core keeps for restore), gRPC, the Prometheus client and the
 // standard library. It never imports taskmanager.
