@@ -299,7 +299,7 @@ func (jm *JobManager) probed(id, instance string, err error) {
 // suspectIfUnavailable suspects process instance of taskmanager id when a
 // call to it failed as Unavailable: it died, is cut off, or another process
 // serves its address.
-func (jm *JobManager) suspectIfUnavailable(c *core, id, instance string, err error, now time.Time) []action {
+func suspectIfUnavailable(c *core, id, instance string, err error, now time.Time) []action {
 	if !unavailable(err) {
 		return nil
 	}
@@ -418,7 +418,7 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a act
 			jm.log.Warn("deploying task failed", "job", a.JobID, "task", d.TaskName, "taskmanager", a.TaskManager, "error", err)
 		}
 		jm.step(func(c *core, now time.Time) []action {
-			return append(jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.deployDone(a, err, now)...)
+			return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.deployDone(a, err, now)...)
 		})
 	case cancelAction:
 		err := execs.CancelTask(ctx, a.Addr, executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt))
@@ -429,7 +429,7 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a act
 		// learns it was declared lost.
 		gone := status.Code(err) == codes.NotFound || unavailable(err)
 		jm.step(func(c *core, now time.Time) []action {
-			return append(jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.cancelDone(a, err, gone, now)...)
+			return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.cancelDone(a, err, gone, now)...)
 		})
 	case triggerAction:
 		err := jm.haReserve(ctx, a.JobID, a.CheckpointID)
@@ -441,7 +441,7 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a act
 			jm.log.Warn("triggering a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID, "vertex", a.Vertex,
 				"subtask", a.Subtask, "taskmanager", a.TaskManager, "error", err)
 			jm.step(func(c *core, now time.Time) []action {
-				return append(jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.triggerFailed(a, err, now)...)
+				return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.triggerFailed(a, err, now)...)
 			})
 		}
 	case notifyAction:
@@ -449,7 +449,7 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a act
 			Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, Complete: a.Complete})
 		if unavailable(err) {
 			jm.step(func(c *core, now time.Time) []action {
-				return jm.suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now)
+				return suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now)
 			})
 		}
 		if err != nil { // best effort: a later completion subsumes this one

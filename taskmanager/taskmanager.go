@@ -3,7 +3,6 @@ package taskmanager
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,19 +102,12 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(os.TempDir(), "weir-state-"+cfg.ID)
 	}
-	tm := &TaskManager{cfg: cfg, reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID), ready: make(chan struct{}), instance: newInstanceID()}
+	tm := &TaskManager{cfg: cfg, reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID), ready: make(chan struct{}), instance: rand.Text()}
 	tm.mu.tasks = make(map[taskKey]*runningTask)
 	tm.metrics = newMetrics(tm)
 	tm.mu.hbInterval = time.Second
 	tm.mu.hbTimeout = 10 * time.Second
 	return tm, nil
-}
-
-// newInstanceID returns 16 random hex characters.
-func newInstanceID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // never fails
-	return hex.EncodeToString(b[:])
 }
 
 // Instance returns the process instance id the taskmanager registers with.

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sort"
@@ -64,12 +66,8 @@ func applyConfigFile(fs *pflag.FlagSet, table []setting, path string, skip func(
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
-	return applyConfig(fs, table, path, data, skip)
-}
-
-func applyConfig(fs *pflag.FlagSet, table []setting, path string, data []byte, skip func(flag string) bool) error {
 	var doc map[string]any
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil && err.Error() != "EOF" {
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) { // EOF: an empty file
 		return fmt.Errorf("config file %s: %v", path, err)
 	}
 	byKey := make(map[string]setting, len(table))
