@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -288,13 +289,22 @@ func (r *taskRun) snapshot(id, ts int64, aligning time.Duration) bool {
 	snaps := make(map[string]*stream.OperatorSnapshot, t.checkpointed)
 	for i := range t.chain {
 		l := &t.chain[i]
-		if l.cp == nil {
+		if l.cp == nil && l.state == nil {
 			continue
 		}
 		sc := &stream.SnapshotContext{CheckpointID: id, Timestamp: ts, KeyGroups: l.octx.KeyGroups}
-		if err := l.cp.SnapshotState(sc); err != nil {
-			r.ck.hooks.SnapshotFailed(id, t.opErr(l.uid, fmt.Errorf("snapshot for checkpoint %d: %w", id, err)))
-			return false
+		if l.cp != nil {
+			if err := l.cp.SnapshotState(sc); err != nil {
+				r.ck.hooks.SnapshotFailed(id, t.opErr(l.uid, fmt.Errorf("snapshot for checkpoint %d: %w", id, err)))
+				return false
+			}
+		}
+		if l.state != nil {
+			sc.KeyGroups = l.state.KeyGroups()
+			if err := l.state.Snapshot(sc); err != nil {
+				r.ck.hooks.SnapshotFailed(id, t.opErr(l.uid, fmt.Errorf("snapshot of keyed state for checkpoint %d: %w", id, err)))
+				return false
+			}
 		}
 		snaps[l.uid] = &sc.State
 	}
@@ -401,6 +411,10 @@ func (t *Task) restore() error {
 		if snap == nil {
 			continue
 		}
+		if l.keyed {
+			// The keyed part went to the backend (openKeyedState).
+			snap = &stream.OperatorSnapshot{List: snap.List, Union: snap.Union}
+		}
 		if l.cp == nil {
 			if snap.Empty() {
 				continue
@@ -422,4 +436,48 @@ func (t *Task) inChain(uid string) bool {
 		}
 	}
 	return false
+}
+
+// openKeyedState opens, and restores from the checkpoint the task starts
+// from, the keyed-state backend of every operator whose keyed state the
+// runtime owns, before the operators are opened.
+func (t *Task) openKeyedState() error {
+	for i := range t.chain {
+		l := &t.chain[i]
+		if !l.keyed {
+			continue
+		}
+		var snap *stream.OperatorSnapshot
+		if !t.spec.RestoreFinished {
+			snap = t.spec.Restore[l.uid]
+		}
+		m, err := backends.OpenManaged(l.octx, t.spec.RestoreCheckpointID, snap)
+		if err != nil {
+			return t.opErr(l.uid, fmt.Errorf("keyed state: %w", err))
+		}
+		l.state = m
+		l.octx.KeyedState = m.Backend()
+	}
+	return nil
+}
+
+// closeKeyedState closes the keyed-state backends opened by openKeyedState;
+// finished says the task finished (its local snapshots are removed too).
+func (t *Task) closeKeyedState(finished bool) error {
+	var first error
+	for i := range t.chain {
+		l := &t.chain[i]
+		if l.state == nil {
+			continue
+		}
+		if err := l.state.Close(!finished); err != nil {
+			t.log.Warn("closing keyed state failed", "operator", l.uid, "err", err)
+			if first == nil {
+				first = t.opErr(l.uid, fmt.Errorf("closing keyed state: %w", err))
+			}
+		}
+		l.state = nil
+		l.octx.KeyedState = nil
+	}
+	return first
 }

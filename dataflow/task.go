@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/dataflow/batchcodec"
+	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -120,7 +121,7 @@ type Task struct {
 	started atomic.Bool
 	mode    stream.CheckpointMode // resolved from the spec
 	// checkpointed counts the chain's operators that implement
-	// stream.Checkpointed.
+	// stream.Checkpointed or have runtime-owned keyed state.
 	checkpointed int
 	ctl          taskControl
 	// awaitingFinal is set while the task waits for the outcome of its final
@@ -136,6 +137,10 @@ type chainLink struct {
 	octx *stream.OperatorContext
 	cp   stream.Checkpointed       // src or op, when it keeps state
 	cl   stream.CheckpointListener // src or op, when it listens
+	// keyed is set for an operator whose keyed state the runtime owns
+	// (stream.KeyedStateful); state is its backend while the task runs.
+	keyed bool
+	state *backends.Managed
 }
 
 // NewTask validates spec and builds the chain's operator instances from the
@@ -226,7 +231,10 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 		}
 		link.cp, _ = inst.(stream.Checkpointed)
 		link.cl, _ = inst.(stream.CheckpointListener)
-		if link.cp != nil {
+		if ks, ok := inst.(stream.KeyedStateful); ok && ks.UsesKeyedState() {
+			link.keyed = true
+		}
+		if link.cp != nil || link.keyed {
 			t.checkpointed++
 		}
 		t.chain = append(t.chain, link)
@@ -459,6 +467,18 @@ func (t *Task) Run(ctx context.Context) (err error) {
 		outs[i] = &link{r: r, next: &t.chain[i+1], out: outs[i+1]}
 	}
 
+	// Deferred first, so that it runs after the operators' Close below.
+	defer func() {
+		// After the operators' Close: a finished task's local snapshots
+		// are of no more use; a failed or cancelled one keeps them for
+		// local recovery.
+		if cerr := t.closeKeyedState(finished); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	if err := t.openKeyedState(); err != nil {
+		return err
+	}
 	opened := 0
 	defer func() {
 		for i := opened - 1; i >= 0; i-- {

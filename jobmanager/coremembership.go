@@ -164,3 +164,16 @@ func (c *core) lose(tm *tmEntry, reason string, now time.Time) []action {
 	c.log.Warn("taskmanager lost", "taskmanager", tm.id, "instance", tm.instance, "address", tm.addr, "reason", reason)
 	return c.tmGone(tm, fmt.Sprintf("taskmanager %s at %s lost: %s", tm.id, tm.addr, reason), now)
 }
+
+// activeJobs returns the ids of the jobs that are not finished, cancelled or
+// failed; heartbeat responses carry them so that taskmanagers remove the
+// local state of the others.
+func (c *core) activeJobs() []string {
+	var out []string
+	for _, j := range c.jobOrder {
+		if !j.state.terminal() {
+			out = append(out, j.id)
+		}
+	}
+	return out
+}

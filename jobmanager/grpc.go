@@ -101,15 +101,17 @@ func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatReques
 	}
 	var rereg bool
 	var reason string
+	var active []string
 	s.jm.step(func(c *core, now time.Time) []action {
 		var acts []action
 		rereg, acts = c.heartbeat(req.GetTaskmanagerId(), req.GetInstanceId(), reports, now)
 		if rereg {
 			reason = c.reregisterReason(req.GetTaskmanagerId(), req.GetInstanceId())
 		}
+		active = c.activeJobs()
 		return acts
 	})
-	return &weirpb.HeartbeatResponse{Reregister: rereg, Epoch: s.jm.epoch(), Reason: reason}, nil
+	return &weirpb.HeartbeatResponse{Reregister: rereg, Epoch: s.jm.epoch(), Reason: reason, ActiveJobs: active}, nil
 }
 
 func (s *clusterServer) UpdateTaskState(_ context.Context, req *weirpb.UpdateTaskStateRequest) (*weirpb.UpdateTaskStateResponse, error) {

@@ -67,6 +67,24 @@ type OperatorContext struct {
 	// backend may use for caches (Pebble: its block cache and its
 	// write-back value cache, half each); 0 leaves the backend's defaults.
 	StateCacheBytes int64
+	// KeyedState is the operator's keyed-state backend (a
+	// statebackend.Backend; get it with statebackend.KeyedBackend) for an
+	// operator that implements KeyedStateful; nil otherwise. The runtime
+	// opens it for KeyGroups before Open, already restored from the
+	// checkpoint the task starts from, snapshots it at every barrier after
+	// the operator's own SnapshotState, and closes it after Close. It is
+	// typed any because package stream cannot name the statebackend types.
+	KeyedState any
+}
+
+// KeyedStateful is implemented by an operator that keeps keyed state. When
+// UsesKeyedState returns true (it is asked once, after the operator is built
+// from its config and before Open), the task runtime owns the operator's
+// keyed state: see OperatorContext.KeyedState. The operator then does not
+// snapshot or restore that state itself; Checkpointed remains for operator
+// (non-keyed) state.
+type KeyedStateful interface {
+	UsesKeyedState() bool
 }
 
 // Operator is a transformation or a sink. The task runtime calls its methods

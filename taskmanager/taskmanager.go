@@ -48,6 +48,9 @@ type TaskManager struct {
 	mu struct {
 		sync.Mutex
 		tasks map[taskKey]*runningTask
+		// jobsRun holds the jobs this process has run tasks of, whose
+		// local state sweepLocalState may remove once they end.
+		jobsRun map[string]bool
 		// stopping is set when Run shuts down; submit then refuses tasks,
 		// which would otherwise start after cancelAll and never end.
 		stopping bool
@@ -104,6 +107,7 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	}
 	tm := &TaskManager{cfg: cfg, reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID), ready: make(chan struct{}), instance: rand.Text()}
 	tm.mu.tasks = make(map[taskKey]*runningTask)
+	tm.mu.jobsRun = make(map[string]bool)
 	tm.metrics = newMetrics(tm)
 	tm.mu.hbInterval = time.Second
 	tm.mu.hbTimeout = 10 * time.Second
@@ -325,6 +329,7 @@ func (tm *TaskManager) heartbeat(ctx context.Context) {
 		case err == nil:
 			lastOK = time.Now()
 			tm.forgetReported(req.GetTasks())
+			tm.sweepLocalState(resp.GetActiveJobs())
 		case ctx.Err() != nil:
 			return
 		case time.Since(lastOK) > timeout:
@@ -443,6 +448,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 	rt := &runningTask{id: d.GetId(), name: d.GetTaskName(), task: task, deploy: d, spec: spec, cancel: cancel,
 		state: weirpb.TaskState_TASK_STATE_RUNNING, epoch: epoch}
 	tm.mu.tasks[k] = rt
+	tm.mu.jobsRun[k.job] = true
 	tm.wg.Add(1)
 	tm.mu.Unlock()
 

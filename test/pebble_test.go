@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // TestExactlyOnceOnPebbleState runs the exactly-once job with
@@ -49,6 +50,7 @@ func TestExactlyOnceOnPebbleState(t *testing.T) {
 			if failures := c.JobRestarts(jobID); failures < 4 {
 				t.Errorf("the job restarted %d times; the injected failures should have caused 4", failures)
 			}
+			waitNoLocalState(t, c, 2)
 			lost, duplicated := checkRunningCounts(t, countsOut, eoDatagen)
 			if lost != 0 || duplicated != 0 {
 				t.Fatalf("not exactly-once on pebble state (%s): lost=%d duplicated=%d", tc.name, lost, duplicated)
@@ -63,4 +65,75 @@ func TestExactlyOnceOnPebbleState(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitNoLocalState waits until no local state is left on the first n
+// taskmanagers: every task removes its working files when it ends, and
+// each taskmanager removes the local snapshots it kept for local recovery
+// once the jobmanager no longer lists the job as running.
+func waitNoLocalState(t *testing.T, c *clustertest.Cluster, n int) {
+	t.Helper()
+	var left []string
+	polltest.Eventually(t, time.Minute, "no local state directory left on the taskmanagers", func() bool {
+		left = left[:0]
+		for i := range n {
+			entries, _ := os.ReadDir(c.StateDir(i))
+			for _, e := range entries {
+				left = append(left, filepath.Join(c.StateDir(i), e.Name()))
+			}
+		}
+		return len(left) == 0
+	})
+}
+
+// TestLocalStateRemovedOnCancel: a cancelled job on Pebble state leaves no
+// local state directory on its taskmanagers.
+func TestLocalStateRemovedOnCancel(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2})
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "job.yaml")
+	body := fmt.Sprintf(`name: cancel-local-state
+parallelism: 2
+state: {backend: pebble}
+checkpointing: {interval: 200ms, storage: %q}
+operators:
+  - uid: events
+    type: datagen
+    config: {ratePerSecond: 20000, seed: 3, fields: [{name: key, kind: key, cardinality: 1000, prefix: k}]}
+  - uid: counts
+    type: running_count
+    keyBy: [key]
+  - uid: out
+    type: discard
+`, "file://"+filepath.Join(dir, "ckpt"))
+	if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Weir("submit", spec)
+	if err != nil {
+		t.Fatalf("weir submit: %v\n%s", err, out)
+	}
+	fields := strings.Fields(out)
+	jobID := fields[len(fields)-1]
+	polltest.Eventually(t, time.Minute, "two completed checkpoints", func() bool {
+		cks, err := c.Checkpoints(jobID)
+		return err == nil && cks.GetCompleted() >= 2
+	})
+	// Local snapshots exist while the job runs.
+	var snaps []string
+	for i := range 2 {
+		m, _ := filepath.Glob(filepath.Join(c.StateDir(i), jobID, "*", "snapshots", "*", "chk-*"))
+		snaps = append(snaps, m...)
+	}
+	if len(snaps) == 0 {
+		t.Fatalf("no local snapshot directories under %s or %s while the job runs", c.StateDir(0), c.StateDir(1))
+	}
+	if out, err := c.Weir("jobs", "cancel", jobID); err != nil {
+		t.Fatalf("weir jobs cancel: %v\n%s", err, out)
+	}
+	job := c.WaitJob(jobID, time.Minute)
+	if s := job.GetJob().GetState(); s != weirpb.JobState_JOB_STATE_CANCELED {
+		t.Fatalf("job state %v after cancel", s)
+	}
+	waitNoLocalState(t, c, 2)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirstream/weir/dataflow/dataflowtest"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -42,8 +43,8 @@ func BenchmarkRunningCount(b *testing.B) {
 	for _, key := range []string{"auction", "bidder"} {
 		b.Run(key, func(b *testing.B) {
 			data := benchBatches(64 << 10)
-			op, _ := NewRunningCount(nil)
-			op.Open(b.Context(), &stream.OperatorContext{InputSchemas: []*stream.Schema{benchSchema}, InputKeys: [][]string{{key}}, MaxParallelism: 128})
+			h := openBench(b, &stream.OperatorContext{InputSchemas: []*stream.Schema{benchSchema}, InputKeys: [][]string{{key}}, MaxParallelism: 128})
+			op := h.Op
 			b.ResetTimer()
 			rows := 0
 			for i := 0; b.Loop(); i++ {
@@ -63,17 +64,33 @@ func BenchmarkRunningCount(b *testing.B) {
 	}
 }
 
-// BenchmarkKeyedSnapshot measures a snapshot of 100000 int keys.
+// openBench opens running_count for octx on the task runtime's keyed state.
+func openBench(b *testing.B, octx *stream.OperatorContext) *dataflowtest.Harness {
+	op, err := NewRunningCount(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := dataflowtest.Open(b.Context(), op, octx, 0, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close(true) })
+	return h
+}
+
+// BenchmarkKeyedSnapshot measures a full snapshot of running_count's state
+// with 100000 int keys on the heap backend.
 func BenchmarkKeyedSnapshot(b *testing.B) {
-	s := newKeyState(benchSchema, []int{0}, 128)
+	h := openBench(b, &stream.OperatorContext{InputSchemas: []*stream.Schema{benchSchema}, InputKeys: [][]string{{"auction"}}, MaxParallelism: 128})
 	in := stream.NewBatch(benchSchema, 100000)
 	for i := range 100000 {
 		in.AppendRow(int64(i), "", int64(0))
 	}
-	s.lookup(in)
+	if err := h.Op.ProcessBatch(0, in, discard{}); err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
-		c := &stream.SnapshotContext{KeyGroups: stream.KeyGroupRange{Start: 0, End: 127}}
-		if err := s.snapshot(c, "bench"); err != nil {
+		if _, err := h.Snapshot(1); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -88,16 +105,11 @@ func BenchmarkKeyedSnapshot(b *testing.B) {
 // million rows; most updates miss the value cache and read Pebble).
 func BenchmarkRunningCountHeapVsPebble(b *testing.B) {
 	rate := func(data []*stream.Batch, backend string, rows int) float64 {
-		op, err := NewRunningCount(nil)
-		if err != nil {
-			b.Fatal(err)
-		}
 		octx := &stream.OperatorContext{InputSchemas: []*stream.Schema{benchSchema}, InputKeys: [][]string{{"auction"}},
 			MaxParallelism: 128, StateBackend: backend, LocalStateDir: b.TempDir()}
-		if err := op.Open(b.Context(), octx); err != nil {
-			b.Fatal(err)
-		}
-		defer op.Close()
+		h := openBench(b, octx)
+		defer h.Close(true)
+		op := h.Op
 		start := time.Now()
 		for done, i := 0, 0; done < rows; i++ {
 			src := data[i%len(data)]

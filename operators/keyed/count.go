@@ -2,16 +2,11 @@ package keyed
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/statebackend"
-	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -25,10 +20,9 @@ const keyTypesState = "running_count.key-types"
 
 // RunningCount is one subtask of running_count. For each record it adds one
 // to its key's count and emits a row of the key fields and the count, with
-// the record's event time. The counts live in the job's keyed-state backend
-// (statebackend/backends: heap or pebble) as ValueState[int64] per key, the
-// key being the rowenc encoding of the key fields; they are checkpointed by
-// the backend as per-key-group chunks, which every backend can restore.
+// the record's event time. The counts are keyed state (ValueState[int64] per
+// key, the key being the rowenc encoding of the key fields) in the backend
+// the task runtime opened for it, which also checkpoints and restores them.
 type RunningCount struct {
 	stream.BaseOperator
 	cfg     RunningCountConfig
@@ -38,19 +32,15 @@ type RunningCount struct {
 	keyCols []int
 	types   []stream.Type
 	maxPar  int
-	octx    stream.OperatorContext // with the backend's key groups
 	backend statebackend.Backend
 	count   statebackend.ValueState[int64]
-	snaps   []string // local incremental snapshot directories, oldest first
-
-	hashes []uint64
-	keys   []byte // encoded keys of the current batch
-	ends   []int  // end offset of each row's key in keys
+	keys    rowenc.Keys
 }
 
 var (
-	_ stream.Operator     = (*RunningCount)(nil)
-	_ stream.Checkpointed = (*RunningCount)(nil)
+	_ stream.Operator      = (*RunningCount)(nil)
+	_ stream.Checkpointed  = (*RunningCount)(nil)
+	_ stream.KeyedStateful = (*RunningCount)(nil)
 )
 
 // NewRunningCount returns a running_count operator for a JSON
@@ -63,7 +53,10 @@ func NewRunningCount(config []byte) (*RunningCount, error) {
 	return &RunningCount{cfg: cfg, name: TypeRunningCount}, nil
 }
 
-// Open binds the operator to its keyed input and opens its state backend.
+// UsesKeyedState says the runtime holds the counts.
+func (o *RunningCount) UsesKeyedState() bool { return true }
+
+// Open binds the operator to its keyed input and its count state.
 func (o *RunningCount) Open(_ context.Context, octx *stream.OperatorContext) error {
 	o.name = instanceName(TypeRunningCount, octx)
 	in, cols, err := keyedOpen(o.name, octx)
@@ -89,20 +82,10 @@ func (o *RunningCount) Open(_ context.Context, octx *stream.OperatorContext) err
 	if o.maxPar <= 0 {
 		o.maxPar = stream.DefaultMaxParallelism
 	}
-	bctx := *octx
-	if octx.Parallelism <= 0 { // not placed by a runtime: own every key group
-		bctx.KeyGroups = stream.KeyGroupRange{Start: 0, End: o.maxPar - 1}
-	}
-	o.octx = bctx
-	if o.backend, err = backends.Open(&bctx); err != nil {
+	o.keys = rowenc.Keys{Cols: cols, MaxParallelism: o.maxPar}
+	if o.backend, err = statebackend.KeyedBackend(octx); err != nil {
 		return fmt.Errorf("%s: %w", o.name, err)
 	}
-	return o.bindState()
-}
-
-// bindState gets the count table of the current backend.
-func (o *RunningCount) bindState() error {
-	var err error
 	if o.count, err = statebackend.GetValueState(o.backend, countTable, statebackend.Int64Codec); err != nil {
 		return fmt.Errorf("%s: %w", o.name, err)
 	}
@@ -116,36 +99,18 @@ func (o *RunningCount) ProcessBatch(_ int, b *stream.Batch, out stream.Collector
 		b.Release()
 		return nil
 	}
-	if cap(o.hashes) < n {
-		o.hashes = make([]uint64, n)
-		o.ends = make([]int, n)
-	}
-	hashes, ends := o.hashes[:n], o.ends[:n]
-	rowenc.PadBatchNulls(b)
-	stream.HashKeys(b, o.keyCols, hashes)
-	// Encode all keys first, column by column: keys[ends[i-1]:ends[i]] is
-	// row i's key. The buffer is not modified while a key of it is current.
-	keys := o.keys[:0]
-	for i := range n {
-		for _, kc := range o.keyCols {
-			keys = rowenc.AppendValue(keys, &b.Cols[kc], i)
-		}
-		ends[i] = len(keys)
-	}
-	o.keys = keys
+	o.keys.Encode(b)
 	owned := o.backend.KeyGroups()
 	res := stream.NewBatch(o.out, n)
 	counts := res.Cols[len(o.keyCols)].Ints[:0]
-	start := 0
-	for i, h := range hashes {
-		kg := stream.KeyGroupForHash(h, o.maxPar)
+	for i := range n {
+		key, kg := o.keys.Key(i)
 		if !owned.Contains(kg) {
 			res.Release()
 			b.Release()
-			return fmt.Errorf("%s: a record of key group %d reached this subtask, which owns %v; records were routed to the wrong subtask (is the input keyed by the same fields?)", o.name, kg, owned)
+			return misrouted(o.name, kg, owned)
 		}
-		o.backend.SetCurrentKey(keys[start:ends[i]:ends[i]], kg)
-		start = ends[i]
+		o.backend.SetCurrentKey(key, kg)
 		c, _ := o.count.Value()
 		c++
 		o.count.Update(c)
@@ -164,43 +129,15 @@ func (o *RunningCount) ProcessBatch(_ int, b *stream.Batch, out stream.Collector
 	return nil
 }
 
-// localSnapshotsKept is how many local incremental snapshot directories
-// running_count keeps for local recovery.
-const localSnapshotsKept = 3
-
-// SnapshotState writes the counts and the key's field types (as union
-// state). A backend that can snapshot incrementally (Pebble) writes its
-// files into a local directory and lists them in c.State.Files for the
-// runtime to upload; another writes per-key-group chunks.
+// SnapshotState records the key's field types as union state; the counts
+// are snapshotted by the runtime with the rest of the keyed state.
 func (o *RunningCount) SnapshotState(c *stream.SnapshotContext) error {
 	c.AddUnionState(keyTypesState, []byte(o.keySignature()))
-	if inc, ok := o.backend.(statebackend.IncrementalSnapshotter); ok {
-		dir := backends.SnapshotDir(o.octx.LocalStateDir, o.octx.OperatorUID, c.CheckpointID)
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("%s: snapshot directory: %w", o.name, err)
-		}
-		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-			return fmt.Errorf("%s: snapshot directory: %w", o.name, err)
-		}
-		files, err := inc.SnapshotFiles(dir)
-		if err != nil {
-			return fmt.Errorf("%s: incremental snapshot of checkpoint %d: %w", o.name, c.CheckpointID, err)
-		}
-		c.State.Files = append(c.State.Files, files...)
-		o.snaps = append(o.snaps, dir)
-		for len(o.snaps) > localSnapshotsKept {
-			_ = os.RemoveAll(o.snaps[0])
-			o.snaps = o.snaps[1:]
-		}
-		return nil
-	}
-	if err := o.backend.Snapshot(c); err != nil {
-		return fmt.Errorf("%s: %w", o.name, err)
-	}
 	return nil
 }
 
-// RestoreState loads the counts of this subtask's key groups.
+// RestoreState checks that the restored counts were written for a key of the
+// same field types.
 func (o *RunningCount) RestoreState(c *stream.RestoreContext) error {
 	if c.State == nil {
 		return nil
@@ -211,46 +148,13 @@ func (o *RunningCount) RestoreState(c *stream.RestoreContext) error {
 			return fmt.Errorf("%s: restoring checkpoint %d: the state was written for another key (%s); this operator's key is %s; restore it into the job that wrote it, or start without the checkpoint", o.name, c.CheckpointID, sig, want)
 		}
 	}
-	if len(c.State.Files) > 0 {
-		var dirs []string
-		for _, f := range c.State.Files {
-			if d := filepath.Dir(f.Path); !slices.Contains(dirs, d) {
-				dirs = append(dirs, d)
-			}
-		}
-		if err := o.backend.Close(); err != nil {
-			return fmt.Errorf("%s: %w", o.name, err)
-		}
-		b, err := backends.OpenFromSnapshots(&o.octx, dirs)
-		if err != nil {
-			o.backend = nil
-			return fmt.Errorf("%s: restoring checkpoint %d: %w", o.name, c.CheckpointID, err)
-		}
-		o.backend = b
-		if err := o.bindState(); err != nil {
-			return err
-		}
-		if len(c.State.Keyed) == 0 {
-			return nil
-		}
-	}
-	if err := o.backend.Restore(c); err != nil {
-		return fmt.Errorf("%s: restoring checkpoint %d: %w", o.name, c.CheckpointID, err)
-	}
 	return nil
 }
 
-// Close releases the state backend.
+// Close lets go of the backend; the runtime closes it.
 func (o *RunningCount) Close() error {
-	if o.backend == nil {
-		return nil
-	}
-	err := o.backend.Close()
-	o.backend = nil
-	if errors.Is(err, statebackend.ErrClosed) {
-		return nil
-	}
-	return err
+	o.backend, o.count = nil, nil
+	return nil
 }
 
 // keySignature names the key's field types, e.g. "(string, int64)".

@@ -7,12 +7,23 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirstream/weir/dataflow/dataflowtest"
 	"github.com/weirstream/weir/stream"
 )
 
 // openOn opens running_count on the named state backend, owning every key
 // group.
-func openOn(t testing.TB, backend string, keys []string) *RunningCount {
+func openOn(t testing.TB, backend string, keys []string) *dataflowtest.Harness {
+	t.Helper()
+	h, err := reopenOn(t, backend, keys, 0, nil)
+	if err != nil {
+		t.Fatalf("Open on %s: %v", backend, err)
+	}
+	return h
+}
+
+// reopenOn is openOn restoring st, the state of checkpoint id.
+func reopenOn(t testing.TB, backend string, keys []string, id int64, st *stream.OperatorSnapshot) (*dataflowtest.Harness, error) {
 	t.Helper()
 	op, err := NewRunningCount(nil)
 	if err != nil {
@@ -21,11 +32,12 @@ func openOn(t testing.TB, backend string, keys []string) *RunningCount {
 	octx := &stream.OperatorContext{OperatorUID: "count", Parallelism: 1, MaxParallelism: stream.DefaultMaxParallelism,
 		KeyGroups: full, InputSchemas: []*stream.Schema{inSchema}, InputKeys: [][]string{keys},
 		StateBackend: backend, LocalStateDir: t.TempDir()}
-	if err := op.Open(context.Background(), octx); err != nil {
-		t.Fatalf("Open on %s: %v", backend, err)
+	h, err := dataflowtest.Open(context.Background(), op, octx, id, st)
+	if err != nil {
+		return nil, err
 	}
-	t.Cleanup(func() { op.Close() })
-	return op
+	t.Cleanup(func() { h.Close(true) })
+	return h, nil
 }
 
 // TestRunningCountBackends runs running_count on each backend against the
@@ -45,9 +57,9 @@ func TestRunningCountBackends(t *testing.T) {
 				var rec recorder
 				a := openOn(t, from, keys)
 				feed(t, a, &rec, data[:half], full, keys)
-				st := snap(t, a, 5, full)
-				b := openOn(t, to, keys)
-				if err := restoreInto(b, 5, full, st); err != nil {
+				st := snap(t, a, 5)
+				b, err := reopenOn(t, to, keys, 5, st)
+				if err != nil {
 					t.Fatal(err)
 				}
 				feed(t, b, &rec, data[half:], full, keys)
@@ -65,12 +77,12 @@ func TestRunningCountPebbleIntoHeap(t *testing.T) {
 	keys := []string{"id"}
 	a := openOn(t, stream.StateBackendPebble, keys)
 	feed(t, a, &recorder{}, gen(1, 200), full, keys)
-	st := snap(t, a, 1, full)
+	st := snap(t, a, 1)
 	if len(st.Files) == 0 || len(st.Keyed) != 0 {
 		t.Fatalf("pebble snapshot has %d files and %d key groups of chunks; want files only", len(st.Files), len(st.Keyed))
 	}
-	b := openOn(t, stream.StateBackendHeap, keys)
-	if err := restoreInto(b, 1, full, st); err == nil || !strings.Contains(err.Error(), "state.backend: pebble") {
+	_, err := reopenOn(t, stream.StateBackendHeap, keys, 1, st)
+	if err == nil || !strings.Contains(err.Error(), "state.backend: pebble") {
 		t.Fatalf("restore of pebble files into heap = %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package keyed
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirstream/weir/dataflow/dataflowtest"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -51,8 +51,18 @@ var (
 )
 
 // open plans and opens an operator of typ as subtask sub of par owning
-// key groups r.
-func open(t *testing.T, typ opType, config string, keys []string, r stream.KeyGroupRange, sub, par int) stream.Operator {
+// key groups r, on the heap backend.
+func open(t *testing.T, typ opType, config string, keys []string, r stream.KeyGroupRange, sub, par int) *dataflowtest.Harness {
+	t.Helper()
+	h, err := reopen(t, typ, config, keys, r, sub, par, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// reopen is open restoring st, the state of checkpoint id.
+func reopen(t *testing.T, typ opType, config string, keys []string, r stream.KeyGroupRange, sub, par int, id int64, st *stream.OperatorSnapshot) (*dataflowtest.Harness, error) {
 	t.Helper()
 	out, err := typ.plan(&stream.PlanContext{UID: "op", Config: []byte(config), Parallelism: par, Inputs: []stream.PlanInput{{Schema: inSchema, KeyFields: keys}}})
 	if err != nil {
@@ -63,12 +73,14 @@ func open(t *testing.T, typ opType, config string, keys []string, r stream.KeyGr
 		t.Fatal(err)
 	}
 	octx := &stream.OperatorContext{OperatorUID: "op", Subtask: sub, Parallelism: par, MaxParallelism: stream.DefaultMaxParallelism,
-		KeyGroups: r, InputSchemas: []*stream.Schema{inSchema}, InputKeys: [][]string{keys}, OutputSchema: out, Attempt: 1}
-	if err := op.Open(context.Background(), octx); err != nil {
-		t.Fatalf("Open: %v", err)
+		KeyGroups: r, InputSchemas: []*stream.Schema{inSchema}, InputKeys: [][]string{keys}, OutputSchema: out, Attempt: 1,
+		LocalStateDir: t.TempDir()}
+	h, err := dataflowtest.Open(t.Context(), op, octx, id, st)
+	if err != nil {
+		return nil, err
 	}
-	t.Cleanup(func() { op.Close() })
-	return op
+	t.Cleanup(func() { h.Close(true) })
+	return h, nil
 }
 
 // gen returns n rows in batches of 100: keys from small pools (some null k),
@@ -151,7 +163,7 @@ func expectedCounts(batches []*stream.Batch, keys []string) [][]any {
 	return out
 }
 
-func feed(t *testing.T, op stream.Operator, out stream.Collector, batches []*stream.Batch, r stream.KeyGroupRange, keys []string) {
+func feed(t *testing.T, h *dataflowtest.Harness, out stream.Collector, batches []*stream.Batch, r stream.KeyGroupRange, keys []string) {
 	t.Helper()
 	for _, b := range batches {
 		in := clone(b)
@@ -159,23 +171,19 @@ func feed(t *testing.T, op stream.Operator, out stream.Collector, batches []*str
 			in.Release()
 			in = split(b, keys, r)
 		}
-		if err := op.ProcessBatch(0, in, out); err != nil {
+		if err := h.Op.ProcessBatch(0, in, out); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
-func snap(t *testing.T, op stream.Operator, id int64, r stream.KeyGroupRange) *stream.OperatorSnapshot {
+func snap(t *testing.T, h *dataflowtest.Harness, id int64) *stream.OperatorSnapshot {
 	t.Helper()
-	c := &stream.SnapshotContext{CheckpointID: id, KeyGroups: r}
-	if err := op.(stream.Checkpointed).SnapshotState(c); err != nil {
+	st, err := h.Snapshot(id)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return &c.State
-}
-
-func restoreInto(op stream.Operator, id int64, r stream.KeyGroupRange, st *stream.OperatorSnapshot) error {
-	return op.(stream.Checkpointed).RestoreState(&stream.RestoreContext{CheckpointID: id, KeyGroups: r, State: st})
+	return st
 }
 
 func TestRunningCount(t *testing.T) {
@@ -201,10 +209,10 @@ func TestRunningCount(t *testing.T) {
 			var a recorder
 			opA := open(t, runningCountType, `{"emit": "every"}`, keys, full, 0, 1)
 			feed(t, opA, &a, data[:half], full, keys)
-			st := snap(t, opA, 3, full)
+			st := snap(t, opA, 3)
 			feed(t, opA, &recorder{}, data[half:half+3], full, keys) // lost
-			opB := open(t, runningCountType, `{"emit": "every"}`, keys, full, 0, 1)
-			if err := restoreInto(opB, 3, full, st); err != nil {
+			opB, err := reopen(t, runningCountType, `{"emit": "every"}`, keys, full, 0, 1, 3, st)
+			if err != nil {
 				t.Fatal(err)
 			}
 			feed(t, opB, &a, data[half:], full, keys)
@@ -221,8 +229,8 @@ func TestRunningCount(t *testing.T) {
 				restGroups = append(restGroups, keyGroups(b, keys)...)
 			}
 			for s, r := range ranges {
-				op := open(t, runningCountType, "", keys, r, s, 2)
-				if err := restoreInto(op, 3, r, st); err != nil {
+				op, err := reopen(t, runningCountType, "", keys, r, s, 2, 3, st)
+				if err != nil {
 					t.Fatal(err)
 				}
 				var out recorder
@@ -237,7 +245,7 @@ func TestRunningCount(t *testing.T) {
 					t.Fatalf("subtask %d (%v): %s", s, r, firstDiff(out.rows, w))
 				}
 				// Its own snapshot holds only its key groups.
-				for kg := range snap(t, op, 4, r).Keyed {
+				for kg := range snap(t, op, 4).Keyed {
 					if !r.Contains(kg) {
 						t.Fatalf("subtask %d snapshot holds key group %d", s, kg)
 					}
@@ -276,23 +284,23 @@ func TestSequenceCheck(t *testing.T) {
 	half := len(data) / 2
 	a := open(t, seqCheckType, `{"field": "seq"}`, keys, full, 0, 1)
 	feed(t, a, &recorder{}, data[:half], full, keys)
-	st := snap(t, a, 1, full)
-	b := open(t, seqCheckType, `{"field": "seq"}`, keys, full, 0, 1)
-	if err := restoreInto(b, 1, full, st); err != nil {
+	st := snap(t, a, 1)
+	b, err := reopen(t, seqCheckType, `{"field": "seq"}`, keys, full, 0, 1, 1, st)
+	if err != nil {
 		t.Fatal(err)
 	}
 	feed(t, b, &recorder{}, data[half:], full, keys)
 
 	// Without the restore, the second half fails at once.
 	c := open(t, seqCheckType, `{"field": "seq"}`, keys, full, 0, 1)
-	if err := c.ProcessBatch(0, clone(data[half]), &recorder{}); err == nil || !strings.Contains(err.Error(), "expected seq 1") {
+	if err := c.Op.ProcessBatch(0, clone(data[half]), &recorder{}); err == nil || !strings.Contains(err.Error(), "expected seq 1") {
 		t.Fatalf("unrestored check = %v", err)
 	}
 
 	// A subtask restored with half the key groups has only their state.
 	r := stream.KeyGroupRange{Start: 0, End: 63}
-	d := open(t, seqCheckType, `{"field": "seq"}`, keys, r, 0, 2)
-	if err := restoreInto(d, 1, r, st); err != nil {
+	d, err := reopen(t, seqCheckType, `{"field": "seq"}`, keys, r, 0, 2, 1, st)
+	if err != nil {
 		t.Fatal(err)
 	}
 	feed(t, d, &recorder{}, data[half:], r, keys)
@@ -319,7 +327,7 @@ func TestSequenceCheckErrors(t *testing.T) {
 			for _, r := range tc.rows {
 				b.AppendRow(r...)
 			}
-			err := op.ProcessBatch(0, b, &recorder{})
+			err := op.Op.ProcessBatch(0, b, &recorder{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
@@ -330,42 +338,38 @@ func TestSequenceCheckErrors(t *testing.T) {
 func TestKeyedRestoreErrors(t *testing.T) {
 	a := open(t, runningCountType, "", []string{"k", "id"}, full, 0, 1)
 	feed(t, a, &recorder{}, gen(1, 200), full, []string{"k", "id"})
-	st := snap(t, a, 1, full)
-	b := open(t, runningCountType, "", []string{"id"}, full, 0, 1)
-	if err := restoreInto(b, 1, full, st); err == nil || !strings.Contains(err.Error(), "written for another key") {
+	st := snap(t, a, 1)
+	_, err := reopen(t, runningCountType, "", []string{"id"}, full, 0, 1, 1, st)
+	if err == nil || !strings.Contains(err.Error(), "written for another key") {
 		t.Fatalf("restore with another key = %v", err)
 	}
 	for kg, chunks := range st.Keyed {
-		c := open(t, runningCountType, "", []string{"k", "id"}, full, 0, 1)
 		bad := &stream.OperatorSnapshot{Keyed: map[int][][]byte{kg: {chunks[0][:len(chunks[0])-2]}}}
-		if err := restoreInto(c, 1, full, bad); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		if _, err := reopen(t, runningCountType, "", []string{"k", "id"}, full, 0, 1, 1, bad); err == nil || !strings.Contains(err.Error(), "corrupt") {
 			t.Fatalf("restore of a truncated chunk = %v", err)
 		}
-		d := open(t, runningCountType, "", []string{"k", "id"}, full, 0, 1)
 		moved := &stream.OperatorSnapshot{Keyed: map[int][][]byte{(kg + 1) % 128: chunks}}
-		if err := restoreInto(d, 1, full, moved); err == nil || !strings.Contains(err.Error(), "holds key group") {
+		if _, err := reopen(t, runningCountType, "", []string{"k", "id"}, full, 0, 1, 1, moved); err == nil || !strings.Contains(err.Error(), "holds key group") {
 			t.Fatalf("restore of a chunk under another key group = %v", err)
 		}
 		break
 	}
-	// Keys outside the subtask's range are an error, not a panic: at once
-	// for running_count (its state backend owns only the subtask's key
-	// groups), at snapshot time for sequence_check.
-	e := open(t, runningCountType, "", []string{"id"}, stream.KeyGroupRange{Start: 0, End: 0}, 0, 128)
-	var err error
-	for _, b := range gen(2, 100) {
-		if err = e.ProcessBatch(0, b, &recorder{}); err != nil {
-			break
+	// Keys outside the subtask's range are an error, not a panic: the
+	// state backend owns only the subtask's key groups.
+	for _, tc := range []struct {
+		typ    opType
+		config string
+	}{{runningCountType, ""}, {seqCheckType, `{"field": "seq"}`}} {
+		e := open(t, tc.typ, tc.config, []string{"k", "id"}, stream.KeyGroupRange{Start: 0, End: 0}, 0, 128)
+		var err error
+		for _, b := range gen(2, 100) {
+			if err = e.Op.ProcessBatch(0, b, &recorder{}); err != nil {
+				break
+			}
 		}
-	}
-	if err == nil || !strings.Contains(err.Error(), "routed to the wrong subtask") {
-		t.Fatalf("running_count with foreign keys = %v", err)
-	}
-	f := open(t, seqCheckType, `{"field": "seq"}`, []string{"k", "id"}, stream.KeyGroupRange{Start: 0, End: 0}, 0, 128)
-	feed(t, f, &recorder{}, gen(2, 100), full, []string{"k", "id"})
-	c := &stream.SnapshotContext{CheckpointID: 2, KeyGroups: stream.KeyGroupRange{Start: 0, End: 0}}
-	if err := f.(stream.Checkpointed).SnapshotState(c); err == nil || !strings.Contains(err.Error(), "routed to the wrong subtask") {
-		t.Fatalf("snapshot with foreign keys = %v", err)
+		if err == nil || !strings.Contains(err.Error(), "routed to the wrong subtask") {
+			t.Fatalf("%s with foreign keys = %v", tc.config, err)
+		}
 	}
 }
 

@@ -3,8 +3,10 @@ package keyed
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
+	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -32,20 +34,28 @@ func copyColumn(dst, src *stream.Column, n int) {
 	}
 }
 
+// lastTable is sequence_check's state table: the last sequence value per
+// key.
+const lastTable = "last"
+
 // SequenceCheck is one subtask of sequence_check: it passes records through
 // and fails the task unless each key's sequence field arrives as 1, 2, 3,
-// ... (the last value per key is checkpointed per key group).
+// ... . The last value per key is keyed state (ValueState[int64]).
 type SequenceCheck struct {
 	stream.BaseOperator
-	cfg  SequenceCheckConfig
-	name string
-	col  int
-	keys *keyState
+	cfg     SequenceCheckConfig
+	name    string
+	in      *stream.Schema
+	keyCols []int
+	col     int
+	backend statebackend.Backend
+	last    statebackend.ValueState[int64]
+	keys    rowenc.Keys
 }
 
 var (
-	_ stream.Operator     = (*SequenceCheck)(nil)
-	_ stream.Checkpointed = (*SequenceCheck)(nil)
+	_ stream.Operator      = (*SequenceCheck)(nil)
+	_ stream.KeyedStateful = (*SequenceCheck)(nil)
 )
 
 // NewSequenceCheck returns a sequence_check operator for a JSON
@@ -58,7 +68,10 @@ func NewSequenceCheck(config []byte) (*SequenceCheck, error) {
 	return &SequenceCheck{cfg: cfg, name: TypeSequenceCheck}, nil
 }
 
-// Open binds the operator to its keyed input.
+// UsesKeyedState says the runtime holds the last values.
+func (o *SequenceCheck) UsesKeyedState() bool { return true }
+
+// Open binds the operator to its keyed input and its state.
 func (o *SequenceCheck) Open(_ context.Context, octx *stream.OperatorContext) error {
 	o.name = instanceName(TypeSequenceCheck, octx)
 	in, cols, err := keyedOpen(o.name, octx)
@@ -68,7 +81,14 @@ func (o *SequenceCheck) Open(_ context.Context, octx *stream.OperatorContext) er
 	if o.col, err = seqColumn(in, o.cfg.Field); err != nil {
 		return fmt.Errorf("%s: %w", o.name, err)
 	}
-	o.keys = newKeyState(in, cols, octx.MaxParallelism)
+	o.in, o.keyCols = in, cols
+	o.keys = rowenc.Keys{Cols: cols, MaxParallelism: octx.MaxParallelism}
+	if o.backend, err = statebackend.KeyedBackend(octx); err != nil {
+		return fmt.Errorf("%s: %w", o.name, err)
+	}
+	if o.last, err = statebackend.GetValueState(o.backend, lastTable, statebackend.Int64Codec); err != nil {
+		return fmt.Errorf("%s: %w", o.name, err)
+	}
 	return nil
 }
 
@@ -79,24 +99,30 @@ func (o *SequenceCheck) ProcessBatch(_ int, b *stream.Batch, out stream.Collecto
 		b.Release()
 		return nil
 	}
-	ids := o.keys.lookup(b)
+	o.keys.Encode(b)
+	owned := o.backend.KeyGroups()
 	c := &b.Cols[o.col]
-	vals := o.keys.vals
 	for i, v := range c.Ints[:n] {
-		id := ids[i]
-		if want := vals[id] + 1; v != want || c.Nulls != nil && rowenc.IsNull(c, i) {
+		key, kg := o.keys.Key(i)
+		if !owned.Contains(kg) {
+			b.Release()
+			return misrouted(o.name, kg, owned)
+		}
+		o.backend.SetCurrentKey(key, kg)
+		last, _ := o.last.Value()
+		if want := last + 1; v != want || c.Nulls != nil && rowenc.IsNull(c, i) {
 			err := o.mismatch(b, i, want)
 			b.Release()
 			return err
 		}
-		vals[id] = v
+		o.last.Update(v)
 	}
 	out.Collect(b)
 	return nil
 }
 
 func (o *SequenceCheck) mismatch(b *stream.Batch, i int, want int64) error {
-	key := o.keys.describe(b, i)
+	key := describeKey(o.in, o.keyCols, b, i)
 	c := &b.Cols[o.col]
 	if rowenc.IsNull(c, i) {
 		return fmt.Errorf("%s: key (%s): expected %s %d, got null", o.name, key, o.cfg.Field, want)
@@ -109,12 +135,26 @@ func (o *SequenceCheck) mismatch(b *stream.Batch, i int, want int64) error {
 	return fmt.Errorf("%s: key (%s): expected %s %d, got %d (%s)", o.name, key, o.cfg.Field, want, got, what)
 }
 
-// SnapshotState writes the last value per key, per key group.
-func (o *SequenceCheck) SnapshotState(c *stream.SnapshotContext) error {
-	return o.keys.snapshot(c, o.name)
+// Close lets go of the backend; the runtime closes it.
+func (o *SequenceCheck) Close() error {
+	o.backend, o.last = nil, nil
+	return nil
 }
 
-// RestoreState loads the last values of this subtask's key groups.
-func (o *SequenceCheck) RestoreState(c *stream.RestoreContext) error {
-	return o.keys.restore(c, o.name)
+// describeKey returns row i's key as "name=value, ..." for error messages.
+func describeKey(in *stream.Schema, keyCols []int, b *stream.Batch, i int) string {
+	var sb strings.Builder
+	for j, kc := range keyCols {
+		if j > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "%s=%v", in.Fields[kc].Name, b.Cols[kc].Value(i))
+	}
+	return sb.String()
+}
+
+// misrouted is the error for a record of key group kg reaching a subtask
+// that owns another range.
+func misrouted(name string, kg int, owned stream.KeyGroupRange) error {
+	return fmt.Errorf("%s: a record of key group %d reached this subtask, which owns %v; records were routed to the wrong subtask (is the input keyed by the same fields?)", name, kg, owned)
 }

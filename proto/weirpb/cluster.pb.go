@@ -482,7 +482,11 @@ type HeartbeatResponse struct {
 	Epoch int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// reason, with reregister, says why the jobmanager does not know this
 	// process (declared lost, and why; replaced; never registered).
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// active_jobs lists the jobs the jobmanager runs (not finished, cancelled
+	// or failed). A taskmanager removes the local state of every other job
+	// it has no task of.
+	ActiveJobs    []string `protobuf:"bytes,4,rep,name=active_jobs,json=activeJobs,proto3" json:"active_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,6 +540,13 @@ func (x *HeartbeatResponse) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *HeartbeatResponse) GetActiveJobs() []string {
+	if x != nil {
+		return x.ActiveJobs
+	}
+	return nil
 }
 
 type UpdateTaskStateRequest struct {
@@ -2167,13 +2178,15 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12)\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\x12\x1f\n" +
 	"\vinstance_id\x18\x03 \x01(\tR\n" +
-	"instanceId\"a\n" +
+	"instanceId\"\x82\x01\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +
 	"reregister\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"l\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vactive_jobs\x18\x04 \x03(\tR\n" +
+	"activeJobs\"l\n" +
 	"\x16UpdateTaskStateRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12+\n" +
 	"\x06status\x18\x02 \x01(\v2\x13.weir.v1.TaskStatusR\x06status\"\x19\n" +

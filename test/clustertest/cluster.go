@@ -323,8 +323,10 @@ func (c *Cluster) waitAddressFile(name, path string) (rpc, rest string) {
 func (c *Cluster) startTaskManager(i int, rpcAddr string) *Process {
 	id := "tm-" + strconv.Itoa(i)
 	addrFile := filepath.Join(c.dir, fmt.Sprintf("%s-%d.addr", id, time.Now().UnixNano()))
+	// Local state under the test's directory, one per taskmanager id (a
+	// restarted taskmanager finds its predecessor's, as on a real host).
 	args := []string{"--id", id, "--rpc-address", rpcAddr, "--address-file", addrFile, "--metrics-address", "127.0.0.1:0",
-		"--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel}
+		"--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel, "--state-dir", c.StateDir(i)}
 	px := c.tmProxies(i)
 	jm := c.RPCAddr
 	if px != nil {
@@ -349,6 +351,11 @@ func (c *Cluster) startTaskManager(i int, rpcAddr string) *Process {
 		px.Data.SetTarget(addr)
 	}
 	return p
+}
+
+// StateDir is taskmanager i's local state directory (--state-dir).
+func (c *Cluster) StateDir(i int) string {
+	return filepath.Join(c.dir, fmt.Sprintf("tm-%d-state", i))
 }
 
 // tmProxies returns taskmanager i's fault proxies (made at its first
