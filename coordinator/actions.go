@@ -44,9 +44,14 @@ type NotifyCompleteAction struct {
 }
 
 // AbortAction says checkpoint ID ended without completing: the shell tells
-// the tasks (checkpointAborted) and deletes the checkpoint's files.
+// the tasks (checkpointAborted) and deletes the checkpoint's files. No
+// manifest write of it is in flight: a checkpoint whose manifest is being
+// written is aborted only by a failed write (CauseWriteFailed), reported
+// with ManifestWritten.
 type AbortAction struct {
-	ID     int64
+	ID    int64
+	Cause AbortCause
+	// Reason explains Cause for people (logs, history); never parse it.
 	Reason string
 	Tasks  []TaskID
 }
@@ -58,11 +63,83 @@ type DiscardAction struct {
 }
 
 // FailJobAction says too many consecutive checkpoints failed: the shell
-// fails the job over. The coordinator has stopped; call Reset after the
-// restart.
+// fails the job over. The coordinator has stopped (as by Stop with
+// CauseTooManyFailures); call Reset after the restart.
 type FailJobAction struct {
+	// ID is the checkpoint whose failure exceeded the tolerance and Cause
+	// why it failed (Cause.IsFailure() holds).
+	ID     int64
+	Cause  AbortCause
 	Reason string
 }
+
+// AbortCause says why a checkpoint ended without completing. The zero
+// value is invalid.
+type AbortCause uint8
+
+// The causes. Only the failures (IsFailure) count against
+// Config.TolerableFailures, as in Flink's CheckpointFailureManager.
+const (
+	// CauseDeclined: a task declined the checkpoint (Decline). A failure.
+	CauseDeclined AbortCause = iota + 1
+	// CauseExpired: not every task acknowledged within Config.Timeout. A
+	// failure.
+	CauseExpired
+	// CauseWriteFailed: ManifestWritten reported an error. A failure.
+	CauseWriteFailed
+	// CauseTasksFinished: every task the checkpoint waited for finished
+	// without acknowledging (TaskFinished).
+	CauseTasksFinished
+	// CauseSubsumed: a checkpoint with a higher id completed first.
+	CauseSubsumed
+	// CauseTooManyFailures: aborted by the stop that comes with
+	// FailJobAction, because another checkpoint failed once too often.
+	CauseTooManyFailures
+	// CauseFailover: Stop for a failover or restart of (part of) the job,
+	// or Reset.
+	CauseFailover
+	// CauseJobEnded: Stop because the job ends (finished, cancelled or
+	// failed for good).
+	CauseJobEnded
+)
+
+var causeNames = [...]string{
+	CauseDeclined:        "declined",
+	CauseExpired:         "expired",
+	CauseWriteFailed:     "write-failed",
+	CauseTasksFinished:   "tasks-finished",
+	CauseSubsumed:        "subsumed",
+	CauseTooManyFailures: "too-many-failures",
+	CauseFailover:        "failover",
+	CauseJobEnded:        "job-ended",
+}
+
+// AbortCauses lists every valid cause, in order.
+func AbortCauses() []AbortCause {
+	out := make([]AbortCause, 0, len(causeNames)-1)
+	for c := CauseDeclined; int(c) < len(causeNames); c++ {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (c AbortCause) String() string {
+	if c == 0 || int(c) >= len(causeNames) {
+		return fmt.Sprintf("AbortCause(%d)", uint8(c))
+	}
+	return causeNames[c]
+}
+
+// IsFailure reports whether the checkpoint failed by its own fault
+// (declined, expired, manifest write failed) rather than being aborted for
+// another reason (subsumed, stopped, its tasks finished). Failures count
+// against Config.TolerableFailures while the coordinator runs.
+func (c AbortCause) IsFailure() bool {
+	return c == CauseDeclined || c == CauseExpired || c == CauseWriteFailed
+}
+
+// stopCause reports whether the shell may pass c to Stop.
+func (c AbortCause) stopCause() bool { return c == CauseFailover || c == CauseJobEnded }
 
 func (TriggerAction) isAction()        {}
 func (WriteManifestAction) isAction()  {}
@@ -105,12 +182,14 @@ func (a NotifyCompleteAction) String() string {
 }
 
 func (a AbortAction) String() string {
-	return fmt.Sprintf("abort %d tasks=%s reason=%q", a.ID, formatTasks(a.Tasks), a.Reason)
+	return fmt.Sprintf("abort %d tasks=%s cause=%v reason=%q", a.ID, formatTasks(a.Tasks), a.Cause, a.Reason)
 }
 
 func (a DiscardAction) String() string { return fmt.Sprintf("discard %v", a.IDs) }
 
-func (a FailJobAction) String() string { return fmt.Sprintf("fail-job reason=%q", a.Reason) }
+func (a FailJobAction) String() string {
+	return fmt.Sprintf("fail-job %d cause=%v reason=%q", a.ID, a.Cause, a.Reason)
+}
 
 // Status is where a checkpoint is in its life.
 type Status int
@@ -151,7 +230,9 @@ type Stats struct {
 	// The largest synchronous, asynchronous and alignment durations reported
 	// by any task.
 	MaxSync, MaxAsync, MaxAlignment time.Duration
-	// Failure is why a failed checkpoint failed.
+	// Cause and Failure say why a failed checkpoint ended: Failure is
+	// Cause's text for people.
+	Cause   AbortCause
 	Failure string
 }
 

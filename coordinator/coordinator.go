@@ -120,6 +120,9 @@ type pendingCheckpoint struct {
 	acks     map[TaskID]any
 	phase    phase
 	stats    *Stats
+	// orphaned: Reset came while the manifest was being written; the tasks
+	// that took the checkpoint are gone.
+	orphaned bool
 }
 
 type completedCheckpoint struct {
@@ -136,6 +139,7 @@ type Coordinator struct {
 	sources  []TaskID // sorted
 	finished map[TaskID]bool
 
+	firstID     int64
 	nextID      int64
 	pending     []*pendingCheckpoint // ascending id
 	lastTrigger time.Time
@@ -148,6 +152,7 @@ type Coordinator struct {
 	history    []*Stats              // oldest first, at most HistorySize
 	nCompleted int
 	nFailed    int
+	aborts     [len(causeNames)]int // by cause
 	ignored    int
 
 	actions []Action
@@ -162,7 +167,7 @@ func New(cfg Config, tasks []TaskID, sources []TaskID, firstID int64, now time.T
 	if firstID < 1 {
 		firstID = 1
 	}
-	c := &Coordinator{cfg: cfg.normalized(), nextID: firstID}
+	c := &Coordinator{cfg: cfg.normalized(), firstID: firstID, nextID: firstID}
 	c.setTasks(tasks, sources)
 	c.lastTrigger = now
 	return c
@@ -205,8 +210,8 @@ func (c *Coordinator) Tick(now time.Time) {
 		}
 		reason := fmt.Sprintf("expired: not acknowledged by all tasks within the timeout of %v (%d of %d acked)",
 			c.cfg.Timeout, p.stats.Acked, p.stats.Total)
-		c.endFailed(now, p, reason)
-		if c.failure(now, p.id, reason) {
+		c.endFailed(now, p, CauseExpired, reason)
+		if c.failure(now, p.id, CauseExpired, reason) {
 			return
 		}
 	}
@@ -326,8 +331,8 @@ func (c *Coordinator) Decline(now time.Time, task TaskID, id int64, reason strin
 		return
 	}
 	why := fmt.Sprintf("declined by task %v: %s", task, reason)
-	c.endFailed(now, p, why)
-	if !c.failure(now, id, why) {
+	c.endFailed(now, p, CauseDeclined, why)
+	if !c.failure(now, id, CauseDeclined, why) {
 		c.advanceWrites()
 	}
 }
@@ -359,7 +364,7 @@ func (c *Coordinator) maybeAcked(now time.Time, p *pendingCheckpoint) {
 		return
 	}
 	if len(p.acks) == 0 {
-		c.endFailed(now, p, "every task finished before acknowledging")
+		c.endFailed(now, p, CauseTasksFinished, "every task finished before acknowledging")
 		return
 	}
 	p.phase = acked
@@ -400,9 +405,10 @@ func (c *Coordinator) advanceWrites() {
 
 // ManifestWritten reports the outcome of a WriteManifestAction. On success
 // the checkpoint is complete: NotifyCompleteAction, then AbortAction
-// ("subsumed") for every pending checkpoint with a lower id, then
+// (CauseSubsumed) for every pending checkpoint with a lower id, then
 // DiscardAction for completed checkpoints beyond Retained. On failure the
-// checkpoint is aborted and counts as a failure. Reports for checkpoints
+// checkpoint is aborted (CauseWriteFailed) and counts as a failure, unless
+// Stop or Reset came while it was being written. Reports for checkpoints
 // whose manifest is not being written are ignored.
 func (c *Coordinator) ManifestWritten(now time.Time, id int64, err error) {
 	p := c.find(id)
@@ -412,8 +418,8 @@ func (c *Coordinator) ManifestWritten(now time.Time, id int64, err error) {
 	}
 	if err != nil {
 		why := fmt.Sprintf("writing the manifest failed: %v", err)
-		c.endFailed(now, p, why)
-		if !c.failure(now, id, why) {
+		c.endFailed(now, p, CauseWriteFailed, why)
+		if c.stopped || p.orphaned || !c.failure(now, id, CauseWriteFailed, why) {
 			c.advanceWrites()
 		}
 		return
@@ -425,10 +431,14 @@ func (c *Coordinator) ManifestWritten(now time.Time, id int64, err error) {
 	c.consecutive = 0
 	c.lastEnd, c.ended = now, true
 	c.completed = append(c.completed, completedCheckpoint{id: id, acks: p.acks})
-	c.emit(NotifyCompleteAction{ID: id, Tasks: c.live(p.required)})
+	notify := NotifyCompleteAction{ID: id, Tasks: []TaskID{}}
+	if !p.orphaned {
+		notify.Tasks = c.live(p.required)
+	}
+	c.emit(notify)
 	for _, q := range slices.Clone(c.pending) {
 		if q.id < id {
-			c.endFailed(now, q, "subsumed")
+			c.endFailed(now, q, CauseSubsumed, "subsumed")
 		}
 	}
 	if n := len(c.completed) - c.cfg.Retained; n > 0 {
@@ -442,56 +452,86 @@ func (c *Coordinator) ManifestWritten(now time.Time, id int64, err error) {
 	c.advanceWrites()
 }
 
-// Stop aborts every pending checkpoint with reason and stops triggering
-// until Reset. It emits no FailJobAction and does not count failures.
-func (c *Coordinator) Stop(now time.Time, reason string) {
+// Stop stops triggering until Reset and aborts every pending checkpoint
+// with cause, which must be CauseFailover or CauseJobEnded (Stop panics
+// otherwise), and reason, except the one whose manifest is being written:
+// the write may already have moved the completed pointer, so that
+// checkpoint ends when ManifestWritten reports (NotifyCompleteAction or
+// AbortAction with CauseWriteFailed). Stop emits no FailJobAction and
+// counts no failure, also for that write.
+func (c *Coordinator) Stop(now time.Time, cause AbortCause, reason string) {
+	if !cause.stopCause() {
+		panic(fmt.Sprintf("coordinator: Stop with cause %v; want %v or %v", cause, CauseFailover, CauseJobEnded))
+	}
+	c.stop(now, cause, reason)
+}
+
+func (c *Coordinator) stop(now time.Time, cause AbortCause, reason string) {
 	c.stopped = true
-	c.abortAll(now, reason)
+	c.abortAll(now, cause, reason)
 }
 
 // Reset starts over with new task executions after a restart: pending
-// checkpoints (if Stop was not called) are aborted, the consecutive-failure
-// count is cleared and triggering resumes, the next periodic trigger coming
-// Interval after now. Checkpoint ids keep increasing; completed checkpoints
-// and the history are kept.
+// checkpoints (if Stop was not called) are aborted with CauseFailover, the
+// consecutive-failure count is cleared and triggering resumes, the next
+// periodic trigger coming Interval after now. Checkpoint ids keep
+// increasing; completed checkpoints and the history are kept. As with Stop,
+// a checkpoint whose manifest is being written stays pending until
+// ManifestWritten; its NotifyCompleteAction or AbortAction names no task
+// (those that took it were replaced) and its failure counts no failure. A shell that restores the
+// new executions from the latest checkpoint waits for that write (Writing)
+// before it restarts them and calls Reset.
 func (c *Coordinator) Reset(now time.Time, tasks, sources []TaskID) {
-	c.abortAll(now, "reset")
+	c.abortAll(now, CauseFailover, "reset: the tasks were restarted")
+	for _, p := range c.pending {
+		p.orphaned = true
+	}
 	c.setTasks(tasks, sources)
 	c.stopped = false
 	c.consecutive = 0
 	c.lastTrigger = now
 }
 
-func (c *Coordinator) abortAll(now time.Time, reason string) {
+// abortAll aborts every pending checkpoint whose manifest is not being
+// written.
+func (c *Coordinator) abortAll(now time.Time, cause AbortCause, reason string) {
 	for _, p := range slices.Clone(c.pending) {
-		c.endFailed(now, p, reason)
+		if p.phase != writing {
+			c.endFailed(now, p, cause, reason)
+		}
 	}
 }
 
 // failure counts a failed checkpoint and, when the consecutive failures
 // exceed TolerableFailures, emits FailJobAction and stops. It reports whether
 // it stopped.
-func (c *Coordinator) failure(now time.Time, id int64, why string) bool {
+func (c *Coordinator) failure(now time.Time, id int64, cause AbortCause, why string) bool {
 	c.consecutive++
 	if c.consecutive <= c.cfg.TolerableFailures {
 		return false
 	}
-	c.emit(FailJobAction{Reason: fmt.Sprintf(
+	c.emit(FailJobAction{ID: id, Cause: cause, Reason: fmt.Sprintf(
 		"checkpoint %d failed (%s): %d consecutive checkpoint failures exceed the %d tolerated; raise checkpointing tolerableFailures to tolerate more",
 		id, why, c.consecutive, c.cfg.TolerableFailures)})
-	c.Stop(now, "job failing: too many consecutive checkpoint failures")
+	c.stop(now, CauseTooManyFailures, "job failing: too many consecutive checkpoint failures")
 	return true
 }
 
 // endFailed ends p without completing it and emits its AbortAction.
-func (c *Coordinator) endFailed(now time.Time, p *pendingCheckpoint, reason string) {
+func (c *Coordinator) endFailed(now time.Time, p *pendingCheckpoint, cause AbortCause, reason string) {
 	c.remove(p)
 	p.stats.Status = Failed
 	p.stats.EndTime = now
+	p.stats.Cause = cause
 	p.stats.Failure = reason
 	c.nFailed++
+	c.aborts[cause]++
 	c.lastEnd, c.ended = now, true
-	c.emit(AbortAction{ID: p.id, Reason: reason, Tasks: c.live(p.required)})
+	a := AbortAction{ID: p.id, Cause: cause, Reason: reason, Tasks: []TaskID{}}
+	if !p.orphaned {
+		a.Tasks = c.live(p.required)
+	}
+	c.emit(a)
 }
 
 // live returns the tasks of ts that have not finished.
@@ -534,6 +574,34 @@ func (c *Coordinator) Latest() (id int64, payloads map[TaskID]any, ok bool) {
 	return l.id, payloads, true
 }
 
+// AdoptCompleted records completed checkpoint id, taken before this
+// coordinator existed (by an earlier leader, say), with payloads as the
+// latest completed checkpoint: Latest reports it, and Retained includes it
+// until retention discards it (DiscardAction) like any other. It is not part
+// of History or Counts. Call it right after New; it is ignored once a
+// checkpoint has completed or when id is not below New's firstID.
+func (c *Coordinator) AdoptCompleted(id int64, payloads map[TaskID]any) {
+	if len(c.completed) > 0 || id < 1 || id >= c.firstID {
+		return
+	}
+	acks := make(map[TaskID]any, len(payloads))
+	for t, v := range payloads {
+		acks[t] = v
+	}
+	c.completed = append(c.completed, completedCheckpoint{id: id, acks: acks})
+}
+
+// Writing returns the checkpoint whose manifest is being written: the one
+// of the latest WriteManifestAction not yet answered by ManifestWritten.
+func (c *Coordinator) Writing() (id int64, ok bool) {
+	for _, p := range c.pending {
+		if p.phase == writing {
+			return p.id, true
+		}
+	}
+	return 0, false
+}
+
 // Retained returns the ids of the completed checkpoints still retained, in
 // increasing order.
 func (c *Coordinator) Retained() []int64 {
@@ -563,6 +631,19 @@ func (c *Coordinator) Stopped() bool { return c.stopped }
 // aborted by Stop or Reset.
 func (c *Coordinator) Counts() (inProgress, completed, failed int) {
 	return len(c.pending), c.nCompleted, c.nFailed
+}
+
+// AbortCounts returns, by cause, how many checkpoints ended without
+// completing since New (their sum is Counts' failed). The map is a copy and
+// lists only causes that occurred.
+func (c *Coordinator) AbortCounts() map[AbortCause]int {
+	out := make(map[AbortCause]int)
+	for cause, n := range c.aborts {
+		if n > 0 {
+			out[AbortCause(cause)] = n
+		}
+	}
+	return out
 }
 
 // Ignored returns how many acknowledgements, declines and manifest reports

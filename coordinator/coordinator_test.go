@@ -59,10 +59,10 @@ func TestTriggerNowErrors(t *testing.T) {
 	}{
 		{"ok", func(*Coordinator) {}, nil},
 		{"too many", func(c *Coordinator) { mustTrigger(t, c) }, ErrTooManyPending},
-		{"stopped", func(c *Coordinator) { c.Stop(t0, "cancel") }, ErrStopped},
+		{"stopped", func(c *Coordinator) { c.Stop(t0, CauseJobEnded, "cancel") }, ErrStopped},
 		{"failed", func(c *Coordinator) { c.Decline(t0, src[0], mustTrigger(t, c), "x") }, ErrStopped},
 		{"sources finished", func(c *Coordinator) { c.TaskFinished(t0, src[0]) }, ErrNoSources},
-		{"reset after stop", func(c *Coordinator) { c.Stop(t0, "x"); c.Reset(t0, src, src) }, nil},
+		{"reset after stop", func(c *Coordinator) { c.Stop(t0, CauseFailover, "x"); c.Reset(t0, src, src) }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,7 +7,9 @@
 // feeds it events — Tick, TriggerNow, Ack, Decline, TaskFinished,
 // ManifestWritten, Stop, Reset — each with the current time, then calls Ready
 // and carries out the returned actions in order. It imports the standard
-// library and package stream (for the configuration) only.
+// library and package stream (for the configuration) only. Read-only
+// queries (Writing, Latest, Retained, Pending, Counts, AbortCounts, History)
+// answer what the shell would otherwise have to mirror.
 //
 // # Contract (Flink's semantics)
 //
@@ -26,17 +28,26 @@
 //     payloads. Manifests are written one at a time, in increasing id order,
 //     so the completed pointer never moves back. Only ManifestWritten(nil)
 //     completes the checkpoint: NotifyCompleteAction, then AbortAction with
-//     reason "subsumed" for every pending checkpoint with a lower id, then
+//     CauseSubsumed for every pending checkpoint with a lower id, then
 //     DiscardAction for the completed checkpoints beyond Retained (never the
 //     latest). A completion clears the consecutive-failure count.
-//   - Failure. A decline, a timeout (the checkpoint is still collecting
-//     acknowledgements Timeout after its trigger) or a failed manifest write
-//     aborts the checkpoint (AbortAction) and counts as a failure. When the
-//     consecutive failures exceed TolerableFailures the coordinator emits
-//     FailJobAction and stops as if by Stop. Once every task has
-//     acknowledged, a checkpoint no longer times out: the shell must always
-//     answer a WriteManifestAction with ManifestWritten, bounding the write
-//     itself.
+//   - Manifest writes are asynchronous. The shell performs a
+//     WriteManifestAction off the coordinator's goroutine (or lock) and
+//     feeds the outcome back as the event ManifestWritten; meanwhile every
+//     other event may arrive. Writing names the write in flight. Once every
+//     task has acknowledged, a checkpoint no longer times out; once its
+//     manifest is being written, nothing but ManifestWritten ends it — not
+//     Stop, not Reset, since the write may already have moved the completed
+//     pointer. The shell must therefore always answer with ManifestWritten,
+//     bounding the write itself.
+//   - Failure. Every AbortAction carries an AbortCause and a text for
+//     people. A decline (CauseDeclined), a timeout (CauseExpired: the
+//     checkpoint is still collecting acknowledgements Timeout after its
+//     trigger) or a failed manifest write (CauseWriteFailed) is a failure
+//     (AbortCause.IsFailure) and counts against TolerableFailures; other
+//     aborts do not. When the consecutive failures exceed TolerableFailures
+//     the coordinator emits FailJobAction and stops, aborting the other
+//     pending checkpoints with CauseTooManyFailures.
 //   - Noise. Acknowledgements and declines for unknown, aborted or completed
 //     checkpoints, from tasks a checkpoint does not wait for, and duplicates
 //     are ignored and counted (Ignored); so are ManifestWritten calls for a
@@ -45,18 +56,19 @@
 //     from the tasks pending checkpoints wait for (an acknowledgement it
 //     already sent is kept). WriteManifestAction.Finished lists such tasks;
 //     a checkpoint all of whose tasks finished without acknowledging is
-//     aborted without counting as a failure.
-//   - Stop and Reset. Stop (the job is failing, restarting or cancelled)
-//     aborts every pending checkpoint with the given reason, counts no
+//     aborted (CauseTasksFinished) without counting as a failure.
+//   - Stop and Reset. Stop (the job is failing over, restarting or ending)
+//     aborts every pending checkpoint but the one being written with the
+//     given cause (CauseFailover or CauseJobEnded) and reason, counts no
 //     failure, emits no FailJobAction and stops triggering. Reset (after a
-//     restart) takes the new task executions, clears the consecutive-failure
-//     count and resumes triggering; completed checkpoints and history stay.
-//     Stop also aborts a checkpoint whose manifest is being written; the
-//     shell should therefore perform WriteManifestAction synchronously on the
-//     goroutine that drives the coordinator (it is one small object and a
-//     pointer), so no write is in flight when it calls Stop.
+//     restart) aborts what Stop would have (CauseFailover), takes the new
+//     task executions, clears the consecutive-failure count and resumes
+//     triggering; completed checkpoints and history stay. A write in flight
+//     at Stop or Reset still completes or fails when ManifestWritten
+//     reports, without counting a failure.
 //
 // Every pending checkpoint ends in exactly one NotifyCompleteAction or
-// AbortAction. Counts and History report the outcomes; Latest gives the
-// latest completed checkpoint's payloads for restore.
+// AbortAction. Counts, AbortCounts and History report the outcomes; Latest
+// gives the latest completed checkpoint's payloads for restore, and
+// AdoptCompleted hands a new coordinator the one an earlier one completed.
 package coordinator

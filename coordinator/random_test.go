@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -19,12 +20,17 @@ type model struct {
 	tasks    []TaskID
 	finished map[TaskID]time.Time
 
-	required  map[int64][]TaskID       // at trigger time
-	acked     map[int64]map[TaskID]any // acks sent while the checkpoint could take them
-	ended     map[int64]string         // "complete" or "abort"
-	writing   int64                    // outstanding WriteManifestAction, 0 if none
-	written   map[int64]bool           // WriteManifestAction emitted
-	okCalled  map[int64]bool           // ManifestWritten(id, nil) called
+	required map[int64][]TaskID       // at trigger time
+	acked    map[int64]map[TaskID]any // acks sent while the checkpoint could take them
+	ended    map[int64]string         // "complete" or "abort"
+	writing  int64                    // outstanding WriteManifestAction, 0 if none
+	written  map[int64]bool           // WriteManifestAction emitted
+	okCalled map[int64]bool           // ManifestWritten(id, nil) called
+	// detached: the manifest was being written when the coordinator
+	// stopped or was reset; orphaned: when it was reset.
+	detached  map[int64]bool
+	orphaned  map[int64]bool
+	aborts    map[AbortCause]int
 	lastTrig  int64
 	lastDone  int64
 	stopped   bool
@@ -33,6 +39,9 @@ type model struct {
 	failed    int
 
 	jobFailures int
+	consecutive int
+	// detachedEnds counts the detached checkpoints that ended.
+	detachedEnds int
 }
 
 func (m *model) fatalf(format string, a ...any) {
@@ -40,9 +49,20 @@ func (m *model) fatalf(format string, a ...any) {
 	m.t.Fatalf("seed %d: %s", m.seed, fmt.Sprintf(format, a...))
 }
 
-func (m *model) check(c *Coordinator, now time.Time) {
+// check checks the actions of one event, whose aborts may have the causes
+// allowed (and, after a FailJobAction, CauseTooManyFailures).
+func (m *model) check(c *Coordinator, now time.Time, allowed ...AbortCause) {
 	m.t.Helper()
+	var completedNow int64 // highest completion in this batch
+	failJobDue := int64(0) // the failure that must be followed by FailJobAction
+	failedOver := false
 	for _, a := range c.Ready() {
+		if failJobDue != 0 {
+			if fa, ok := a.(FailJobAction); !ok || fa.ID != failJobDue {
+				m.fatalf("%v: want FailJobAction for %d, whose failure exceeded the tolerance", a, failJobDue)
+			}
+			failJobDue = 0
+		}
 		switch a := a.(type) {
 		case TriggerAction:
 			if m.stopped {
@@ -90,10 +110,41 @@ func (m *model) check(c *Coordinator, now time.Time) {
 			if a.ID <= m.lastDone {
 				m.fatalf("%v after completing %d", a, m.lastDone)
 			}
+			if m.orphaned[a.ID] && len(a.Tasks) != 0 {
+				m.fatalf("%v: completed after Reset, yet notifies the new tasks", a)
+			}
 			m.end(a.ID, "complete")
 			m.lastDone = a.ID
+			completedNow = max(completedNow, a.ID)
 			m.completed++
+			m.consecutive = 0
 		case AbortAction:
+			switch {
+			case strings.HasPrefix(a.Cause.String(), "AbortCause("):
+				m.fatalf("%v: invalid cause", a)
+			case failedOver:
+				if a.Cause != CauseTooManyFailures {
+					m.fatalf("%v after FailJobAction: want cause %v", a, CauseTooManyFailures)
+				}
+			case !slices.Contains(allowed, a.Cause):
+				m.fatalf("%v: cause %v, want one of %v", a, a.Cause, allowed)
+			case a.Cause == CauseSubsumed && a.ID >= completedNow:
+				m.fatalf("%v: subsumed, but no higher checkpoint completed (highest %d)", a, completedNow)
+			case a.ID == m.writing && a.Cause != CauseWriteFailed:
+				m.fatalf("%v: aborted while its manifest is being written", a)
+			case a.Cause == CauseWriteFailed && a.ID != m.writing:
+				m.fatalf("%v: its manifest was not being written", a)
+			}
+			if a.Cause.IsFailure() && !m.detached[a.ID] {
+				m.consecutive++
+				if m.consecutive > m.cfg.TolerableFailures {
+					failJobDue = a.ID
+				}
+			}
+			if m.orphaned[a.ID] && len(a.Tasks) != 0 {
+				m.fatalf("%v: ended after Reset, yet notifies the new tasks", a)
+			}
+			m.aborts[a.Cause]++
 			m.end(a.ID, "abort")
 			m.failed++
 		case DiscardAction:
@@ -106,10 +157,30 @@ func (m *model) check(c *Coordinator, now time.Time) {
 				}
 			}
 		case FailJobAction:
+			if !a.Cause.IsFailure() {
+				m.fatalf("%v: cause is not a failure", a)
+			}
 			m.stopped = true
+			m.detached[m.writing] = true
+			failedOver = true
 			m.jobFailures++
 		default:
 			m.fatalf("unknown action %T", a)
+		}
+	}
+	if failJobDue != 0 {
+		m.fatalf("no FailJobAction after checkpoint %d failed once too often", failJobDue)
+	}
+	if got := c.ConsecutiveFailures(); got != m.consecutive {
+		m.fatalf("consecutive failures %d, want %d", got, m.consecutive)
+	}
+	if id, ok := c.Writing(); id != m.writing || ok != (m.writing != 0) {
+		m.fatalf("Writing() = %d, %v; want %d", id, ok, m.writing)
+	}
+	counts := c.AbortCounts()
+	for _, cause := range AbortCauses() {
+		if counts[cause] != m.aborts[cause] {
+			m.fatalf("AbortCounts %v, want %v", counts, m.aborts)
 		}
 	}
 	p, done, f := c.Counts()
@@ -129,6 +200,9 @@ func (m *model) end(id int64, how string) {
 		m.fatalf("%s of %d, already %s", how, id, m.ended[id])
 	}
 	m.ended[id] = how
+	if m.detached[id] {
+		m.detachedEnds++
+	}
 	m.pending--
 	if m.writing == id {
 		m.writing = 0
@@ -137,20 +211,24 @@ func (m *model) end(id int64, how string) {
 
 // TestRandomized feeds random event sequences and checks the invariants:
 // ids only increase, nothing completes without all acks or before
-// ManifestWritten(ok), every checkpoint ends once, counts agree.
+// ManifestWritten(ok), every checkpoint ends once, every abort has the
+// cause of the event that caused it, a manifest write in flight ends only
+// by its ManifestWritten, failures are counted by cause, counts agree.
 func TestRandomized(t *testing.T) {
-	var completed, failed, jobFailures int
+	var completed, failed, jobFailures, detachedEnds int
 	for seed := uint64(1); seed <= 400; seed++ {
 		m := runRandom(t, seed)
 		completed += m.completed
 		failed += m.failed
 		jobFailures += m.jobFailures
+		detachedEnds += m.detachedEnds
 	}
-	t.Logf("completed=%d aborted=%d fail-job=%d", completed, failed, jobFailures)
+	t.Logf("completed=%d aborted=%d fail-job=%d detached-writes=%d", completed, failed, jobFailures, detachedEnds)
 	// The sequences must exercise the interesting paths, or the invariants
 	// above prove nothing.
-	if completed < 500 || failed < 1000 || jobFailures < 50 {
-		t.Errorf("random sequences too tame: completed=%d aborted=%d fail-job=%d", completed, failed, jobFailures)
+	if completed < 500 || failed < 1000 || jobFailures < 50 || detachedEnds < 50 {
+		t.Errorf("random sequences too tame: completed=%d aborted=%d fail-job=%d detached-writes=%d",
+			completed, failed, jobFailures, detachedEnds)
 	}
 }
 
@@ -169,15 +247,18 @@ func runRandom(t *testing.T, seed uint64) *model {
 	now := t0
 	m := &model{t: t, seed: seed, cfg: cfg, tasks: tasks, finished: map[TaskID]time.Time{},
 		required: map[int64][]TaskID{}, acked: map[int64]map[TaskID]any{}, ended: map[int64]string{},
-		written: map[int64]bool{}, okCalled: map[int64]bool{}}
+		written: map[int64]bool{}, okCalled: map[int64]bool{}, detached: map[int64]bool{}, orphaned: map[int64]bool{},
+		aborts: map[AbortCause]int{}}
 	c := New(cfg, tasks, sources, 1, now)
 	randID := func() int64 { return m.lastTrig - int64(r.IntN(4)) + 1 }
 	for step := 0; step < 400; step++ {
 		task := tasks[r.IntN(len(tasks))]
+		var allowed []AbortCause // the causes of the aborts this step may cause
 		switch k := r.IntN(100); {
 		case k < 20:
 			now = now.Add(time.Duration(r.IntN(700)) * time.Millisecond)
 			c.Tick(now)
+			allowed = []AbortCause{CauseExpired}
 		case k < 25:
 			id, err := c.TriggerNow(now)
 			if err == nil && id <= 0 {
@@ -207,11 +288,13 @@ func runRandom(t *testing.T, seed uint64) *model {
 			c.Ack(now, task, id, payload, AckStats{Bytes: int64(r.IntN(100))})
 		case k < 67:
 			c.Decline(now, task, randID(), "random")
+			allowed = []AbortCause{CauseDeclined}
 		case k < 71:
 			if _, fin := m.finished[task]; !fin {
 				m.finished[task] = now
 			}
 			c.TaskFinished(now, task)
+			allowed = []AbortCause{CauseTasksFinished}
 		case k < 88:
 			id := m.writing
 			if id == 0 || r.IntN(10) == 0 {
@@ -224,19 +307,26 @@ func runRandom(t *testing.T, seed uint64) *model {
 				m.okCalled[id] = true
 			}
 			c.ManifestWritten(now, id, err)
+			allowed = []AbortCause{CauseWriteFailed, CauseSubsumed}
 		case k < 89:
-			c.Stop(now, "stopped")
+			cause := []AbortCause{CauseFailover, CauseJobEnded}[r.IntN(2)]
+			c.Stop(now, cause, "stopped")
 			m.stopped = true
+			m.detached[m.writing] = true
+			allowed = []AbortCause{cause}
 		case k < 91:
 			c.Reset(now, tasks, sources)
-			m.check(c, now) // the aborts of Reset belong to the old tasks
+			m.detached[m.writing] = true
+			m.orphaned[m.writing] = true
+			m.consecutive = 0
+			m.check(c, now, CauseFailover) // the aborts of Reset belong to the old tasks
 			m.stopped = false
 			m.finished = map[TaskID]time.Time{}
 			continue
 		default:
 			now = now.Add(time.Duration(r.IntN(200)) * time.Millisecond)
 		}
-		m.check(c, now)
+		m.check(c, now, allowed...)
 	}
 	return m
 }

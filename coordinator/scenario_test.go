@@ -35,9 +35,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the te
 //	finished V/S
 //	manifest-ok ID
 //	manifest-fail ID message...
-//	stop reason...
+//	stop CAUSE reason...  (CAUSE: failover or job-ended)
 //	reset [tasks=...] [sources=...]   (defaults: those of the last new/reset)
-//	history | counts | latest | state
+//	adopt ID              AdoptCompleted with payload "adopted"
+//	history | counts | aborts | latest | state
+//
+// Every abort prints its cause (cause=...), so the scenarios pin the cause
+// of every abort path; "aborts" prints AbortCounts.
 //
 // Durations use time.ParseDuration; the clock starts at t0.
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -253,7 +257,23 @@ func (s *scenario) run(t *testing.T, path string, b block) string {
 		}
 		s.c.ManifestWritten(s.now, id, werr)
 	case "stop":
-		s.c.Stop(s.now, strings.Join(args, " "))
+		if len(args) < 1 {
+			return fail("want stop CAUSE reason")
+		}
+		cause, ok := parseCause(args[0])
+		if !ok {
+			return fail("unknown cause %q", args[0])
+		}
+		s.c.Stop(s.now, cause, strings.Join(args[1:], " "))
+	case "adopt":
+		if len(args) != 1 {
+			return fail("want adopt ID")
+		}
+		id, err := strconv.ParseInt(args[0], 10, 64)
+		if err != nil {
+			return fail("%v", err)
+		}
+		s.c.AdoptCompleted(id, map[TaskID]any{s.tasks[0]: "adopted"})
 	case "reset":
 		for _, a := range args {
 			k, v, _ := strings.Cut(a, "=")
@@ -279,6 +299,15 @@ func (s *scenario) run(t *testing.T, path string, b block) string {
 		p, c, f := s.c.Counts()
 		out = append(out, fmt.Sprintf("in-progress=%d completed=%d failed=%d ignored=%d consecutive-failures=%d",
 			p, c, f, s.c.Ignored(), s.c.ConsecutiveFailures()))
+	case "aborts":
+		counts := s.c.AbortCounts()
+		var parts []string
+		for _, cause := range AbortCauses() {
+			if n := counts[cause]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%v=%d", cause, n))
+			}
+		}
+		out = append(out, "aborts: "+strings.Join(parts, " "))
 	case "latest":
 		id, payloads, ok := s.c.Latest()
 		if !ok {
@@ -287,7 +316,11 @@ func (s *scenario) run(t *testing.T, path string, b block) string {
 			out = append(out, WriteManifestAction{ID: id, Acks: payloads}.String()[len("write-manifest "):])
 		}
 	case "state":
-		out = append(out, fmt.Sprintf("pending=%v retained=%v stopped=%v", s.c.Pending(), s.c.Retained(), s.c.Stopped()))
+		writing := "none"
+		if id, ok := s.c.Writing(); ok {
+			writing = strconv.FormatInt(id, 10)
+		}
+		out = append(out, fmt.Sprintf("pending=%v writing=%s retained=%v stopped=%v", s.c.Pending(), writing, s.c.Retained(), s.c.Stopped()))
 	default:
 		return fail("unknown command %q", cmd)
 	}
@@ -330,10 +363,22 @@ func (s *scenario) formatStats(h Stats) string {
 	if h.MaxSync > 0 || h.MaxAsync > 0 || h.MaxAlignment > 0 {
 		line += fmt.Sprintf(" sync=%v async=%v align=%v", h.MaxSync, h.MaxAsync, h.MaxAlignment)
 	}
+	if h.Cause != 0 {
+		line += fmt.Sprintf(" cause=%v", h.Cause)
+	}
 	if h.Failure != "" {
 		line += fmt.Sprintf(" failure=%q", h.Failure)
 	}
 	return line
+}
+
+func parseCause(name string) (AbortCause, bool) {
+	for _, c := range AbortCauses() {
+		if c.String() == name {
+			return c, true
+		}
+	}
+	return 0, false
 }
 
 func parseTasks(s string) ([]TaskID, error) {

@@ -215,27 +215,20 @@ type job struct {
 	// execution runs (deployFailed).
 	deployFailures int
 
-	// Checkpointing (nil coord: off, or the job has not run yet).
+	// Checkpointing (nil coord: off, or the job has not run yet). The
+	// coordinator answers which checkpoints are pending, being written,
+	// retained and how they ended; the core keeps only what it does not
+	// know.
 	coord *coordinator.Coordinator
 	// latest is the latest completed checkpoint's manifest, restored on
 	// restart; immutable once stored.
 	latest       *weirpb.Manifest
-	restoredFrom int64   // checkpoint the latest (re)deployment restored, 0: none
-	retained     []int64 // completed checkpoints whose files exist
+	restoredFrom int64 // checkpoint the latest (re)deployment restored, 0: none
 	// finalWanted: every source's input has ended, and the final
 	// checkpoint is to be triggered as soon as the coordinator accepts it.
 	finalWanted bool
-	// writing is the checkpoint whose manifest the shell is writing (0:
-	// none); stopReason a coordinator Stop deferred until that write
-	// returns, so that a completed write is never deleted.
-	writing    int64
-	stopReason string
 	// swept: the final deleteCheckpointsAction (All) was issued.
 	swept bool
-	// Counters for metrics: checkpoints that failed (declined, expired,
-	// manifest write failed) and that were aborted (subsumed, or stopped
-	// by a failover, a cancel or the end of the job).
-	ckFailed, ckAborted int64
 }
 
 // action is something the shell must do for the core.
@@ -598,7 +591,7 @@ func (c *core) failRegions(j *job, failed []*region, cause string, now time.Time
 // asked (and the failure counted against its budget) or the regions restart
 // regardless, and the restart waits at least minDelay.
 func (c *core) failOver(j *job, failed []*region, cause string, counted bool, minDelay time.Duration, now time.Time) []action {
-	acts := c.stopCheckpointing(j, "job failing over: "+cause, now)
+	acts := c.stopCheckpointing(j, coordinator.CauseFailover, "job failing over: "+cause, now)
 	restart, delay, name := false, time.Duration(0), "none"
 	switch {
 	case !counted:
@@ -645,7 +638,7 @@ func (c *core) failOver(j *job, failed []*region, cause string, counted bool, mi
 
 // failJob cancels every task of j and ends it FAILED with cause.
 func (c *core) failJob(j *job, cause string, now time.Time) []action {
-	acts := c.stopCheckpointing(j, "job failing: "+cause, now)
+	acts := c.stopCheckpointing(j, coordinator.CauseJobEnded, "job failing: "+cause, now)
 	j.state = jobFailing
 	j.err = cause
 	c.log.Warn("job failing", "job", j.id, "name", j.graph.Name, "error", cause)
@@ -722,7 +715,7 @@ func (c *core) maybeFinalize(j *job, now time.Time) []action {
 // one more than the highest so far, so that the attempts of the exchange
 // channels match.
 func (c *core) maybeRestart(j *job, now time.Time) []action {
-	if j.state != jobRestarting || now.Before(j.restartDue) || j.writing != 0 || !allTerminal(j.execs) {
+	if j.state != jobRestarting || now.Before(j.restartDue) || writingManifest(j) || !allTerminal(j.execs) {
 		return nil
 	}
 	for _, tm := range j.slots {
@@ -753,7 +746,7 @@ func (c *core) maybeRestart(j *job, now time.Time) []action {
 // the region gets the same new attempt, one more than the region's highest,
 // and restores its own state from the latest completed checkpoint.
 func (c *core) maybeRedeployRegion(j *job, r *region, now time.Time) []action {
-	if !j.state.active() || !r.down() || now.Before(r.due) || j.writing != 0 || !allTerminal(r.execs) || j.slots == nil {
+	if !j.state.active() || !r.down() || now.Before(r.due) || writingManifest(j) || !allTerminal(r.execs) || j.slots == nil {
 		return nil
 	}
 	var lost []int
@@ -820,7 +813,7 @@ func (c *core) maybeRedeployRegions(j *job, now time.Time) []action {
 // finalize puts j into terminal state s, frees its slots and lets waiting
 // jobs use them.
 func (c *core) finalize(j *job, s jobState, now time.Time) []action {
-	acts := c.stopCheckpointing(j, "job "+strings.ToLower(s.String()), now)
+	acts := c.stopCheckpointing(j, coordinator.CauseJobEnded, "job "+strings.ToLower(s.String()), now)
 	j.state = s
 	j.ended = now
 	for _, tm := range j.slots {
@@ -855,7 +848,6 @@ func (c *core) submit(id string, g *stream.JobGraph, opts jobOptions, now time.T
 	}
 	if opts.Restore != nil {
 		j.latest = opts.Restore
-		j.retained = []int64{opts.Restore.GetCheckpointId()}
 	}
 	buildRegions(j)
 	c.jobs[id] = j
@@ -1043,7 +1035,7 @@ func (c *core) cancel(id string, now time.Time) ([]action, error) {
 	case j.state == jobCanceling || j.state == jobFailing:
 		return nil, nil
 	}
-	acts := c.stopCheckpointing(j, "job cancelled", now)
+	acts := c.stopCheckpointing(j, coordinator.CauseJobEnded, "job cancelled", now)
 	j.state = jobCanceling
 	c.log.Info("job cancelling", "job", id, "name", j.graph.Name)
 	acts = append(acts, c.cancelJobExecs(j, now)...)

@@ -3,11 +3,13 @@ package jobmanager
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -124,8 +126,9 @@ func TestCoreRegionFailover(t *testing.T) {
 	if dels := actionsOf[deleteCheckpointsAction](acts); len(dels) != 1 || !slices.Equal(dels[0].IDs, []int64{2}) {
 		t.Errorf("pending checkpoint 2 not aborted and deleted: %v", acts)
 	}
-	if s := h.jobState("j"); s != jobRunning || !j.coord.Stopped() || j.ckAborted != 1 || j.ckFailed != 0 {
-		t.Fatalf("state %s, coordinator stopped %v, aborted %d failed %d; want RUNNING, stopped, 1 aborted", s, j.coord.Stopped(), j.ckAborted, j.ckFailed)
+	if s, aborts := h.jobState("j"), j.coord.AbortCounts(); s != jobRunning || !j.coord.Stopped() ||
+		!maps.Equal(aborts, map[coordinator.AbortCause]int{coordinator.CauseFailover: 1}) {
+		t.Fatalf("state %s, coordinator stopped %v, aborts %v; want RUNNING, stopped, one aborted by the failover", s, j.coord.Stopped(), aborts)
 	}
 	v, _ := h.c.jobView("j")
 	if len(v.RestartingRegions) != 1 {

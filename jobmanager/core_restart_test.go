@@ -2,11 +2,13 @@ package jobmanager
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/failover"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
@@ -373,9 +375,16 @@ func TestCoreCheckpointFailureFailsOver(t *testing.T) {
 	if len(dels) != 1 || dels[0].IDs[0] != 1 {
 		t.Errorf("aborted checkpoint not deleted: %v", acts)
 	}
-	cause := h.c.jobs["j"].restartCause
-	if !strings.HasPrefix(cause, "checkpointing failed: checkpoint 1 failed (declined by task 0/0: the trigger could not be delivered to taskmanager a at a:1: connection refused)") {
-		t.Errorf("cause %q", cause)
+	cv, _ := h.c.checkpoints("j")
+	if len(cv.History) != 1 || cv.History[0].ID != 1 || cv.History[0].Cause != coordinator.CauseDeclined {
+		t.Errorf("history %+v, want checkpoint 1 declined", cv.History)
+	}
+	if failed, aborted := checkpointFailures(h.c.jobs["j"]); failed != 1 || aborted != 0 {
+		t.Errorf("%d failed, %d aborted checkpoints; want 1 failed", failed, aborted)
+	}
+	// The restart cause tells people why: the trigger's delivery error.
+	if cause := h.c.jobs["j"].restartCause; !strings.Contains(cause, "connection refused") {
+		t.Errorf("restart cause %q does not name the delivery error", cause)
 	}
 	redeploys := h.restart(acts)
 	h.run(asActions(redeploys))
@@ -384,7 +393,7 @@ func TestCoreCheckpointFailureFailsOver(t *testing.T) {
 	}
 	// Checkpointing resumed after the restart with the next id.
 	_, _ = h.checkpointOnce(redeploys, time.Second)
-	cv, _ := h.c.checkpoints("j")
+	cv, _ = h.c.checkpoints("j")
 	if cv.Latest != 2 || cv.Failed != 1 || cv.Completed != 1 {
 		t.Errorf("checkpoints %+v", cv)
 	}
@@ -396,29 +405,145 @@ func TestCoreCheckpointFailureFailsOver(t *testing.T) {
 }
 
 // A failure while a manifest is being written waits for the write: the
-// completed checkpoint is kept and restored, never deleted.
+// coordinator stops at once but ends that checkpoint only when the write
+// returns. Written, it is kept and restored, never deleted; failed, it is
+// deleted and the restart restores nothing.
 func TestCoreFailureDuringManifestWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		writeErr error
+	}{
+		{"write succeeds", nil},
+		{"write fails", errString("s3: 503 slow down")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newCoreHarness(t)
+			h.register("a", 4)
+			ck := stream.CheckpointConfig{Interval: time.Second}.WithDefaults()
+			deploys := actionsOf[deployAction](h.submitOpts("j", 1, 1, jobOptions{Restart: fixedDelay(t, 1, 0 /* default 1s */), Checkpoint: ck, Storage: "file:///ck"}))
+			h.run(asActions(deploys))
+			id := actionsOf[triggerAction](h.advance(time.Second))[0].CheckpointID
+			var acts []action
+			for _, d := range deploys {
+				acts = append(acts, h.c.ack("a", "j", d.Task.Head, d.Subtask, 1, id, handlesFor(d.Graph, d, id), ackStats{}, h.now)...)
+			}
+			w := actionsOf[writeManifestAction](acts)[0]
+			acts = h.confirmCancels(h.fail(deploys[0], "boom"))
+			acts = append(acts, h.advance(2*time.Second)...) // past the restart delay
+			if count[deployAction](acts) != 0 || count[deleteCheckpointsAction](acts) != 0 {
+				t.Fatalf("restarted or deleted while the manifest is being written: %v", acts)
+			}
+			j := h.c.jobs["j"]
+			if !j.coord.Stopped() || !writingManifest(j) {
+				t.Fatalf("coordinator stopped %v, writing %v; want stopped with the write in flight", j.coord.Stopped(), writingManifest(j))
+			}
+			acts = h.c.manifestWritten("j", w.Manifest, tc.writeErr, h.now)
+			redeploys := actionsOf[deployAction](acts)
+			dels := actionsOf[deleteCheckpointsAction](acts)
+			if len(redeploys) != 2 {
+				t.Fatalf("after the write: %v", acts)
+			}
+			failed, aborted := checkpointFailures(j)
+			if tc.writeErr == nil {
+				if len(dels) != 0 || redeploys[0].Restore.GetCheckpointId() != id || failed != 0 || aborted != 0 {
+					t.Fatalf("after the write: %v; %d failed, %d aborted", acts, failed, aborted)
+				}
+				return
+			}
+			// The failed write is a failed checkpoint, though not one that
+			// counts against the tolerance: the coordinator was stopped.
+			if len(dels) != 1 || !slices.Equal(dels[0].IDs, []int64{id}) || redeploys[0].Restore != nil || failed != 1 || aborted != 0 {
+				t.Fatalf("after the failed write: %v; %d failed, %d aborted", acts, failed, aborted)
+			}
+			if got := j.coord.AbortCounts(); !maps.Equal(got, map[coordinator.AbortCause]int{coordinator.CauseWriteFailed: 1}) {
+				t.Fatalf("aborts %v, want one write failure", got)
+			}
+		})
+	}
+}
+
+// Too many checkpoint failures fail the job over while another
+// checkpoint's manifest is being written: the restart waits for the write,
+// which completes that checkpoint, and restores it.
+func TestCoreCheckpointFailureDuringOtherWrite(t *testing.T) {
 	h := newCoreHarness(t)
 	h.register("a", 4)
-	ck := stream.CheckpointConfig{Interval: time.Second}.WithDefaults()
+	ck := stream.CheckpointConfig{Interval: time.Second, MaxConcurrent: 2}.WithDefaults()
 	deploys := actionsOf[deployAction](h.submitOpts("j", 1, 1, jobOptions{Restart: fixedDelay(t, 1, 0 /* default 1s */), Checkpoint: ck, Storage: "file:///ck"}))
 	h.run(asActions(deploys))
-	id := actionsOf[triggerAction](h.advance(time.Second))[0].CheckpointID
+	first := actionsOf[triggerAction](h.advance(time.Second))[0].CheckpointID
 	var acts []action
 	for _, d := range deploys {
-		acts = append(acts, h.c.ack("a", "j", d.Task.Head, d.Subtask, 1, id, handlesFor(d.Graph, d, id), ackStats{}, h.now)...)
+		acts = append(acts, h.c.ack("a", "j", d.Task.Head, d.Subtask, 1, first, handlesFor(d.Graph, d, first), ackStats{}, h.now)...)
 	}
 	w := actionsOf[writeManifestAction](acts)[0]
-	acts = h.confirmCancels(h.fail(deploys[0], "boom"))
-	acts = append(acts, h.advance(2*time.Second)...) // past the restart delay
+	second := actionsOf[triggerAction](h.advance(time.Second))[0]
+	acts = h.c.triggerFailed(second, errString("connection refused"), h.now)
+	if s := h.jobState("j"); s != jobRestarting {
+		t.Fatalf("state %s, want RESTARTING", s)
+	}
+	if dels := actionsOf[deleteCheckpointsAction](acts); len(dels) != 1 || !slices.Equal(dels[0].IDs, []int64{second.CheckpointID}) {
+		t.Fatalf("deletes %+v, want only the declined checkpoint %d", dels, second.CheckpointID)
+	}
+	acts = h.confirmCancels(acts)
+	acts = append(acts, h.advance(2*time.Second)...)
 	if count[deployAction](acts) != 0 || count[deleteCheckpointsAction](acts) != 0 {
 		t.Fatalf("restarted or deleted while the manifest is being written: %v", acts)
 	}
 	acts = h.c.manifestWritten("j", w.Manifest, nil, h.now)
 	redeploys := actionsOf[deployAction](acts)
-	if count[deleteCheckpointsAction](acts) != 0 || len(redeploys) != 2 || redeploys[0].Restore.GetCheckpointId() != id {
+	if count[deleteCheckpointsAction](acts) != 0 || len(redeploys) != 2 || redeploys[0].Restore.GetCheckpointId() != first {
 		t.Fatalf("after the write: %v", acts)
 	}
+	if got := h.c.jobs["j"].coord.AbortCounts(); !maps.Equal(got, map[coordinator.AbortCause]int{coordinator.CauseDeclined: 1}) {
+		t.Errorf("aborts %v, want the one decline", got)
+	}
+}
+
+// A job recovered by a new leader starts from the checkpoint an earlier
+// leader completed: it is retained (the coordinator adopts it) until
+// retention discards it, and a job that ends before it ever ran deletes it.
+func TestCoreRecoveredCheckpointRetained(t *testing.T) {
+	restored := &weirpb.Manifest{JobId: "j", CheckpointId: 7}
+	ck := stream.CheckpointConfig{Interval: time.Second}.WithDefaults()
+	opts := func() jobOptions {
+		return jobOptions{Checkpoint: ck, Storage: "file:///ck", Restore: restored, FirstCheckpointID: 8}
+	}
+	t.Run("discarded by retention", func(t *testing.T) {
+		h := newCoreHarness(t)
+		h.register("a", 4)
+		deploys := actionsOf[deployAction](h.submitOpts("j", 1, 1, opts()))
+		if cv, _ := h.c.checkpoints("j"); !slices.Equal(cv.Retained, []int64{7}) || cv.Latest != 7 {
+			t.Fatalf("before running: %+v", cv)
+		}
+		h.run(asActions(deploys))
+		if cv, _ := h.c.checkpoints("j"); !slices.Equal(cv.Retained, []int64{7}) {
+			t.Fatalf("running: retained %v, want [7]", cv.Retained)
+		}
+		m, acts := h.checkpointOnce(deploys, time.Second)
+		dels := actionsOf[deleteCheckpointsAction](acts)
+		if m.CheckpointId != 8 || len(dels) != 1 || !slices.Equal(dels[0].IDs, []int64{7}) {
+			t.Fatalf("checkpoint %d, deletes %+v; want 8, and 7 deleted", m.CheckpointId, dels)
+		}
+		if cv, _ := h.c.checkpoints("j"); !slices.Equal(cv.Retained, []int64{8}) || cv.Latest != 8 {
+			t.Fatalf("after checkpoint 8: %+v", cv)
+		}
+	})
+	t.Run("cancelled before running", func(t *testing.T) {
+		h := newCoreHarness(t)
+		h.submitOpts("j", 1, 1, opts()) // no taskmanager: waits for slots
+		acts, err := h.c.cancel("j", h.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dels := actionsOf[deleteCheckpointsAction](acts)
+		if h.jobState("j") != jobCanceled || len(dels) != 1 || !dels[0].All || !slices.Equal(dels[0].IDs, []int64{7}) {
+			t.Fatalf("state %s, deletes %+v", h.jobState("j"), dels)
+		}
+		if cv, _ := h.c.checkpoints("j"); len(cv.Retained) != 0 {
+			t.Fatalf("retained %v after the sweep", cv.Retained)
+		}
+	})
 }
 
 // restoreHandles with a changed parallelism gives every handle of the

@@ -3,7 +3,6 @@ package jobmanager
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/weirstream/weir/coordinator"
@@ -35,6 +34,11 @@ func (c *core) startCheckpointing(j *job, now time.Time) []action {
 	}
 	if j.coord == nil {
 		j.coord = coordinator.New(coordinator.ConfigFrom(j.opts.Checkpoint), tasks, sources, max(j.opts.FirstCheckpointID, 1), now)
+		if r := j.opts.Restore; r != nil {
+			// Retained like the coordinator's own, until a newer one
+			// completes and retention discards it.
+			j.coord.AdoptCompleted(r.GetCheckpointId(), nil)
+		}
 	} else {
 		j.coord.Reset(now, tasks, sources)
 	}
@@ -47,28 +51,58 @@ func (c *core) startCheckpointing(j *job, now time.Time) []action {
 }
 
 // stopCheckpointing stops j's coordinator, aborting its pending
-// checkpoints. While a manifest is being written the stop waits for the
-// write to return (manifestWritten), so that a checkpoint whose manifest
-// and pointer were written is never deleted.
-func (c *core) stopCheckpointing(j *job, reason string, now time.Time) []action {
+// checkpoints with cause (coordinator.CauseFailover or CauseJobEnded). A
+// checkpoint whose manifest is being written is not aborted: the
+// coordinator ends it when the write returns (manifestWritten), so that a
+// checkpoint whose manifest and pointer were written is never deleted.
+func (c *core) stopCheckpointing(j *job, cause coordinator.AbortCause, reason string, now time.Time) []action {
 	if j.coord == nil || j.coord.Stopped() {
 		return nil
 	}
-	if j.writing != 0 {
-		if j.stopReason == "" {
-			j.stopReason = reason
-		}
-		return nil
-	}
-	j.coord.Stop(now, reason)
+	j.coord.Stop(now, cause, reason)
 	return c.drainCoordinator(j, now)
 }
 
-// abortedNotFailed tells aborts that are not the checkpoint's fault
-// (subsumed by a newer one; stopped by a failover, cancel or the end of the
-// job; reset by a restart) from failures.
-func abortedNotFailed(reason string) bool {
-	return reason == "subsumed" || reason == "reset" || strings.HasPrefix(reason, "job ")
+// writingManifest reports whether a manifest write of j is in flight.
+func writingManifest(j *job) bool {
+	if j.coord == nil {
+		return false
+	}
+	_, ok := j.coord.Writing()
+	return ok
+}
+
+// retainedCheckpoints are the completed checkpoints of j whose files
+// exist: the coordinator's, or before it started the one the job was
+// recovered from. None once the job's checkpoints were swept.
+func retainedCheckpoints(j *job) []int64 {
+	switch {
+	case j.swept:
+		return nil
+	case j.coord != nil:
+		return j.coord.Retained()
+	case j.opts.Restore != nil:
+		return []int64{j.opts.Restore.GetCheckpointId()}
+	}
+	return nil
+}
+
+// checkpointFailures counts the checkpoints of j that ended without
+// completing: failed by their own fault (declined, expired, manifest write
+// failed) and aborted for another reason (subsumed, stopped by a failover,
+// a cancel or the end of the job, their tasks finished).
+func checkpointFailures(j *job) (failed, aborted int64) {
+	if j.coord == nil {
+		return 0, 0
+	}
+	for cause, n := range j.coord.AbortCounts() {
+		if cause.IsFailure() {
+			failed += int64(n)
+		} else {
+			aborted += int64(n)
+		}
+	}
+	return failed, aborted
 }
 
 // drainCoordinator turns the coordinator's pending actions into the
@@ -89,26 +123,23 @@ func (c *core) drainCoordinator(j *job, now time.Time) []action {
 					TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, CheckpointID: a.ID, Timestamp: a.Timestamp})
 			}
 		case coordinator.WriteManifestAction:
-			j.writing = a.ID
 			m := buildManifest(j.id, j.graph, j.opts.Checkpoint.Mode, a, now)
 			markFinished(m, j.graph, append(slices.Clone(a.Finished), restoredFinished(j)...))
 			acts = append(acts, writeManifestAction{JobID: j.id, Manifest: m})
 		case coordinator.NotifyCompleteAction:
 			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, true)...)
 		case coordinator.AbortAction:
-			if abortedNotFailed(a.Reason) {
-				j.ckAborted++
-				c.log.Info("checkpoint aborted", "job", j.id, "checkpoint", a.ID, "reason", a.Reason)
+			if a.Cause.IsFailure() {
+				c.log.Warn("checkpoint failed", "job", j.id, "checkpoint", a.ID, "cause", a.Cause.String(), "reason", a.Reason)
 			} else {
-				j.ckFailed++
-				c.log.Warn("checkpoint failed", "job", j.id, "checkpoint", a.ID, "reason", a.Reason)
+				c.log.Info("checkpoint aborted", "job", j.id, "checkpoint", a.ID, "cause", a.Cause.String(), "reason", a.Reason)
 			}
 			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, false)...)
-			if a.ID != j.writing { // else manifestWritten decides
-				acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: []int64{a.ID}})
-			}
+			// No manifest write of it is in flight (the coordinator aborts a
+			// checkpoint being written only when the write failed), so
+			// nothing names its files.
+			acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: []int64{a.ID}})
 		case coordinator.DiscardAction:
-			j.retained = slices.DeleteFunc(j.retained, func(id int64) bool { return slices.Contains(a.IDs, id) })
 			acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: slices.Clone(a.IDs)})
 		case coordinator.FailJobAction:
 			fail = a.Reason
@@ -144,12 +175,11 @@ func (c *core) notifyActions(j *job, id int64, tasks []coordinator.TaskID, compl
 // checkpoints whose deletion failed, for one). A FAILED job keeps its
 // retained checkpoints (as in Flink) for a later restore.
 func (c *core) retentionDeletes(j *job) []action {
-	if !j.state.terminal() || j.writing != 0 || j.swept || !j.opts.Checkpoint.Enabled() ||
+	if !j.state.terminal() || writingManifest(j) || j.swept || !j.opts.Checkpoint.Enabled() ||
 		j.state == jobFailed || j.opts.Checkpoint.Retention == stream.RetainOnCancel {
 		return nil
 	}
-	ids := j.retained
-	j.retained = nil
+	ids := retainedCheckpoints(j)
 	j.swept = true
 	c.log.Info("deleting the job's checkpoints", "job", j.id, "state", j.state.String(), "retained", ids)
 	return []action{deleteCheckpointsAction{JobID: j.id, IDs: ids, All: true}}
@@ -220,55 +250,26 @@ func (c *core) triggerFailed(a triggerAction, err error, now time.Time) []action
 		fmt.Sprintf("the trigger could not be delivered to taskmanager %s at %s: %v", a.TaskManager, a.Addr, err), now)
 }
 
-// manifestWritten records the outcome of a writeManifestAction.
+// manifestWritten records the outcome of a writeManifestAction. The
+// coordinator decides what it means, also when checkpointing was stopped
+// while the write was in flight: on success the checkpoint completes (the
+// manifest and pointer are written, so it is the newest to restore), on
+// failure it is aborted and deleted.
 func (c *core) manifestWritten(jobID string, m *weirpb.Manifest, err error, now time.Time) []action {
 	j := c.jobs[jobID]
 	if j == nil || j.coord == nil {
 		return nil
 	}
 	id := m.GetCheckpointId()
-	if j.writing != id {
+	if w, ok := j.coord.Writing(); !ok || w != id {
 		return nil
 	}
-	j.writing = 0
-	ignoredBefore := j.coord.Ignored()
 	j.coord.ManifestWritten(now, id, err)
-	// ignored: the coordinator aborted the checkpoint while its manifest was
-	// being written (too many failures of other checkpoints stopped it).
-	ignored := j.coord.Ignored() > ignoredBefore
-	var acts []action
-	switch {
-	case err == nil:
-		// Complete; when ignored, the manifest and pointer are written all
-		// the same, so it is the newest checkpoint to restore.
+	if latest, _, ok := j.coord.Latest(); ok && latest == id {
 		j.latest = m
-		j.retained = append(j.retained, id)
-		c.log.Info("checkpoint completed", "job", j.id, "checkpoint", id, "coordinatorStopped", ignored)
-	case ignored:
-		acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: []int64{id}})
+		c.log.Info("checkpoint completed", "job", j.id, "checkpoint", id, "coordinatorStopped", j.coord.Stopped())
 	}
-	acts = append(acts, c.drainCoordinator(j, now)...)
-	// Delete completed checkpoints the coordinator no longer retains (one
-	// that completed behind its back above, once a newer one completed).
-	if j.latest != nil {
-		keep := j.coord.Retained()
-		var gone []int64
-		j.retained = slices.DeleteFunc(j.retained, func(r int64) bool {
-			drop := r != j.latest.CheckpointId && !slices.Contains(keep, r)
-			if drop {
-				gone = append(gone, r)
-			}
-			return drop
-		})
-		if len(gone) > 0 {
-			acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: gone})
-		}
-	}
-	if j.stopReason != "" {
-		reason := j.stopReason
-		j.stopReason = ""
-		acts = append(acts, c.stopCheckpointing(j, reason, now)...)
-	}
+	acts := c.drainCoordinator(j, now)
 	acts = append(acts, c.retentionDeletes(j)...)
 	acts = append(acts, c.maybeRestart(j, now)...)
 	return append(acts, c.maybeRedeployRegions(j, now)...)
@@ -324,7 +325,8 @@ func (c *core) checkpoints(jobID string) (checkpointsView, error) {
 		return checkpointsView{}, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, jobID)
 	}
 	v := checkpointsView{JobID: j.id, Storage: j.opts.Storage, Enabled: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom,
-		Retained: slices.Clone(j.retained), TaskNames: make(map[coordinator.TaskID]string), Aborted: j.ckAborted}
+		Retained: retainedCheckpoints(j), TaskNames: make(map[coordinator.TaskID]string)}
+	_, v.Aborted = checkpointFailures(j)
 	if j.latest != nil {
 		v.Latest = j.latest.CheckpointId
 	}
@@ -360,8 +362,8 @@ func (c *core) metrics() (jobs []jobMetrics, tmsLive int) {
 		}
 	}
 	for _, j := range c.jobOrder {
-		m := jobMetrics{ID: j.id, Name: j.graph.Name, State: j.state, Restarts: j.restarts, Checkpointing: j.opts.Checkpoint.Enabled(),
-			Failed: j.ckFailed, Aborted: j.ckAborted}
+		m := jobMetrics{ID: j.id, Name: j.graph.Name, State: j.state, Restarts: j.restarts, Checkpointing: j.opts.Checkpoint.Enabled()}
+		m.Failed, m.Aborted = checkpointFailures(j)
 		if j.state.active() {
 			m.RestartingRegions = restarting(j)
 		}

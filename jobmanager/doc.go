@@ -182,9 +182,14 @@
 // completed pointer (<root>/<job>/_completed); only then is the checkpoint
 // complete and the tasks notified (NotifyCheckpoint, best effort). Aborted
 // checkpoints and those beyond the retained count are deleted in the
-// background. A failure while a manifest is being written waits for the
-// write, so a checkpoint whose pointer was written is never deleted and is
-// the one restored. A job that ends CANCELED or FINISHED, unless its
+// background. Manifests are written off the core's lock and the outcome is
+// fed back to the coordinator (manifestWritten), which decides: a failure
+// while a manifest is being written stops checkpointing at once, but that
+// checkpoint ends only with the write, and a restart waits for it — a
+// checkpoint whose pointer was written is never deleted and is the one
+// restored. The core reads checkpoint state (being written, retained, how
+// checkpoints ended, by coordinator.AbortCause) from the coordinator
+// rather than keeping copies. A job that ends CANCELED or FINISHED, unless its
 // retention is retain, deletes every checkpoint and shared file of its own
 // that storage holds — its retained checkpoints, and whatever deletes cut
 // short by an outage or a leader change left — retrying while storage
@@ -209,8 +214,8 @@
 // Prometheus metrics, read from the core at scrape time: per job (label
 // job) weir_checkpoints_in_progress, weir_checkpoints_completed_total,
 // weir_checkpoints_failed_total (declined, expired, manifest write failed),
-// weir_checkpoints_aborted_total (subsumed, or stopped by a failover,
-// cancel or the job's end), weir_checkpoint_last_duration_seconds,
+// weir_checkpoints_aborted_total (subsumed, stopped by a failover, cancel
+// or the job's end, or all their tasks finished first), weir_checkpoint_last_duration_seconds,
 // weir_checkpoint_last_size_bytes, weir_checkpoint_alignment_seconds
 // (labels job, task), weir_job_restarts_total (redeployments of the job
 // or of one of its regions) and weir_job_restarting_regions; plus
