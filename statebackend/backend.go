@@ -61,8 +61,11 @@ type Backend interface {
 	// group, until fn returns false (in no particular order). It is how an
 	// operator scans its state, for example after a restore. fn owns the key
 	// slice it is given; it may call SetCurrentKey and read or change state
-	// of the keys it is given, but must not add state under new keys. An
-	// unknown table has no keys.
+	// of the keys it is given, but must not add state under new keys. fn may
+	// also delete state of other keys of the table (TTL state does, see
+	// TTLConfig.CleanupPerAccess): a key whose state is deleted before its
+	// turn may or may not be given, and no key is given twice. An unknown
+	// table has no keys.
 	Keys(table string, keyGroup int, fn func(key []byte) bool)
 	// SizeBytes estimates the memory (or disk) the state takes, for
 	// metrics. It is cheap: O(1) or close.
@@ -122,6 +125,17 @@ type Descriptor struct {
 	// kinds). Tables hand user keys to backends already encoded; backends
 	// use it only to check descriptors and to validate restored user keys.
 	UserKeyCodec ValueCodec
+	// SnapshotFilter, if set, says what of a value a snapshot needs: it
+	// returns the value to write in its place (v itself, or a new value
+	// with parts removed) and false if nothing is to be written. Typed
+	// state with TTL sets it to leave out expired values and list elements
+	// (see TTLConfig). A backend MAY call it in Snapshot for every value
+	// it writes (KindMap: the value of one user key; other kinds: the
+	// key's value, for KindList the whole list); it leaves the live state
+	// alone. It must not modify v. The heap backend honours it; the Pebble
+	// backend does not yet. Compatible ignores it, and a backend keeps the
+	// filter of the descriptor a table was first asked for with.
+	SnapshotFilter func(v any) (any, bool)
 }
 
 // Validate reports a descriptor that no backend can accept.
@@ -196,8 +210,8 @@ type Table interface {
 	// Range calls fn for every value of the current key (KindMap: every
 	// user key, in no particular order; other kinds: the value, with a nil
 	// user key) until fn returns false. The userKey slice is valid only
-	// during the call. fn may Delete the entry it is given, but must not Put
-	// new user keys.
+	// during the call. fn may Delete the entry it is given or Put a new
+	// value under its user key, but must not Put new user keys.
 	Range(fn func(userKey []byte, v any) bool)
 	// Clear removes all state of the current key in this table.
 	Clear()

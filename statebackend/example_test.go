@@ -2,6 +2,7 @@ package statebackend_test
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/statebackend/heap"
@@ -57,4 +58,27 @@ func ExampleGetMapState() {
 	n, _ := perPage.Get("/")
 	fmt.Println(n, perPage.Contains("/b"))
 	// Output: 2 false
+}
+
+// The last page a user visited, forgotten 30 minutes after it was written.
+func ExampleWithTTL() {
+	b := heap.New(stream.KeyGroupRange{Start: 0, End: 0})
+	defer b.Close()
+	var now int64 // a manual clock (Unix ms); nil uses the system clock
+	cfg := statebackend.DefaultTTLConfig(30 * time.Minute)
+	cfg.Clock = func() int64 { return now }
+	lastPage, err := statebackend.GetValueState(b, "last-page", statebackend.StringCodec, statebackend.WithTTL(cfg))
+	if err != nil {
+		panic(err)
+	}
+	b.SetCurrentKey([]byte("user-1"), 0)
+	lastPage.Update("/cart")
+	for _, wait := range []time.Duration{29 * time.Minute, time.Minute} {
+		now += wait.Milliseconds()
+		page, ok := lastPage.Value()
+		fmt.Printf("%q %v\n", page, ok)
+	}
+	// Output:
+	// "/cart" true
+	// "" false
 }

@@ -70,10 +70,23 @@ type AggregateFunction[IN, ACC, OUT any] interface {
 
 // The state handles below hold no data: they are a typed view of a Table.
 // Table values are stored as the typed values themselves (T, []T, ACC), so a
-// type assertion is all a read costs on the heap backend.
+// type assertion is all a read costs on the heap backend. State with TTL
+// (WithTTL) stores them wrapped with a timestamp: see ttl.go.
 
-// GetValueState returns the value state called name of b.
-func GetValueState[T any](b Backend, name string, c Codec[T]) (ValueState[T], error) {
+// GetValueState returns the value state called name of b. Options: WithTTL.
+func GetValueState[T any](b Backend, name string, c Codec[T], opts ...StateOption) (ValueState[T], error) {
+	o, err := applyOptions(KindValue, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.ttl != nil {
+		tc, err := openTTL(b, o.ttl, Descriptor{Name: name, Kind: KindValue, Codec: Untyped[ttlEntry[T]](newTTLCodec(c))},
+			filterEntry[T], purgeEntry[T])
+		if err != nil {
+			return nil, err
+		}
+		return ttlValueState[T]{tc}, nil
+	}
 	t, err := b.Table(Descriptor{Name: name, Kind: KindValue, Codec: Untyped(c)})
 	if err != nil {
 		return nil, err
@@ -95,8 +108,20 @@ func (s valueState[T]) Update(v T) { s.t.Put(nil, v) }
 func (s valueState[T]) Clear()     { s.t.Delete(nil) }
 
 // GetListState returns the list state called name of b; c encodes one
-// element.
-func GetListState[T any](b Backend, name string, c Codec[T]) (ListState[T], error) {
+// element. Options: WithTTL (each element expires on its own).
+func GetListState[T any](b Backend, name string, c Codec[T], opts ...StateOption) (ListState[T], error) {
+	o, err := applyOptions(KindList, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.ttl != nil {
+		tc, err := openTTL(b, o.ttl, Descriptor{Name: name, Kind: KindList, Codec: ListCodec[ttlEntry[T]](newTTLCodec(c))},
+			filterList[T], purgeList[T])
+		if err != nil {
+			return nil, err
+		}
+		return ttlListState[T]{tc}, nil
+	}
 	t, err := b.Table(Descriptor{Name: name, Kind: KindList, Codec: ListCodec(c)})
 	if err != nil {
 		return nil, err
@@ -141,8 +166,21 @@ func (s listState[T]) Update(vs []T) {
 
 func (s listState[T]) Clear() { s.t.Delete(nil) }
 
-// GetMapState returns the map state called name of b.
-func GetMapState[K comparable, V any](b Backend, name string, kc Codec[K], vc Codec[V]) (MapState[K, V], error) {
+// GetMapState returns the map state called name of b. Options: WithTTL
+// (each entry expires on its own).
+func GetMapState[K comparable, V any](b Backend, name string, kc Codec[K], vc Codec[V], opts ...StateOption) (MapState[K, V], error) {
+	o, err := applyOptions(KindMap, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.ttl != nil {
+		tc, err := openTTL(b, o.ttl, Descriptor{Name: name, Kind: KindMap, Codec: Untyped[ttlEntry[V]](newTTLCodec(vc)), UserKeyCodec: Untyped(kc)},
+			filterEntry[V], purgeMap[V])
+		if err != nil {
+			return nil, err
+		}
+		return &ttlMapState[K, V]{c: tc, kc: kc}, nil
+	}
 	t, err := b.Table(Descriptor{Name: name, Kind: KindMap, Codec: Untyped(vc), UserKeyCodec: Untyped(kc)})
 	if err != nil {
 		return nil, err
@@ -194,10 +232,23 @@ func (s *mapState[K, V]) Range(fn func(K, V) bool) {
 	})
 }
 
-// GetReducingState returns the reducing state called name of b.
-func GetReducingState[T any](b Backend, name string, c Codec[T], reduce func(a, b T) T) (ReducingState[T], error) {
+// GetReducingState returns the reducing state called name of b. Options:
+// WithTTL.
+func GetReducingState[T any](b Backend, name string, c Codec[T], reduce func(a, b T) T, opts ...StateOption) (ReducingState[T], error) {
 	if reduce == nil {
 		return nil, fmt.Errorf("statebackend: reducing state %q: nil reduce function", name)
+	}
+	o, err := applyOptions(KindReducing, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.ttl != nil {
+		tc, err := openTTL(b, o.ttl, Descriptor{Name: name, Kind: KindReducing, Codec: Untyped[ttlEntry[T]](newTTLCodec(c))},
+			filterEntry[T], purgeEntry[T])
+		if err != nil {
+			return nil, err
+		}
+		return ttlReducingState[T]{c: tc, reduce: reduce}, nil
 	}
 	t, err := b.Table(Descriptor{Name: name, Kind: KindReducing, Codec: Untyped(c)})
 	if err != nil {
@@ -230,10 +281,22 @@ func (s reducingState[T]) Add(v T) {
 func (s reducingState[T]) Clear() { s.t.Delete(nil) }
 
 // GetAggregatingState returns the aggregating state called name of b; c
-// encodes the accumulator.
-func GetAggregatingState[IN, ACC, OUT any](b Backend, name string, c Codec[ACC], agg AggregateFunction[IN, ACC, OUT]) (AggregatingState[IN, OUT], error) {
+// encodes the accumulator. Options: WithTTL.
+func GetAggregatingState[IN, ACC, OUT any](b Backend, name string, c Codec[ACC], agg AggregateFunction[IN, ACC, OUT], opts ...StateOption) (AggregatingState[IN, OUT], error) {
 	if agg == nil {
 		return nil, fmt.Errorf("statebackend: aggregating state %q: nil aggregate function", name)
+	}
+	o, err := applyOptions(KindAggregating, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.ttl != nil {
+		tc, err := openTTL(b, o.ttl, Descriptor{Name: name, Kind: KindAggregating, Codec: Untyped[ttlEntry[ACC]](newTTLCodec(c))},
+			filterEntry[ACC], purgeEntry[ACC])
+		if err != nil {
+			return nil, err
+		}
+		return ttlAggregatingState[IN, ACC, OUT]{c: tc, agg: agg}, nil
 	}
 	t, err := b.Table(Descriptor{Name: name, Kind: KindAggregating, Codec: Untyped(c)})
 	if err != nil {

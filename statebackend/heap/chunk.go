@@ -44,15 +44,16 @@ func (b *Backend) Snapshot(c *stream.SnapshotContext) error {
 // encodeKeyGroup returns the chunk of key group index i (nil if the key
 // group is empty), and the number and encoded size of its values.
 func (b *Backend) encodeKeyGroup(tables []*table, i int) (data []byte, values, valueBytes int64, err error) {
-	nt, n := 0, 0
+	views := make([]tableView, 0, len(tables))
+	n := 0
 	for _, t := range tables {
-		if l := t.len(i); l > 0 {
-			nt++
-			n += l
+		if v := t.snapshotView(i); v.len() > 0 {
+			views = append(views, v)
+			n += v.len()
 		}
 	}
 	timers := b.timers.sets[i]
-	if nt == 0 && len(timers) == 0 {
+	if len(views) == 0 && len(timers) == 0 {
 		return nil, 0, 0, nil
 	}
 	// Size the chunk from the average key and value sizes, so that it is
@@ -62,38 +63,55 @@ func (b *Backend) encodeKeyGroup(tables []*table, i int) (data []byte, values, v
 		perEntry += b.keyBytes / b.entries
 	}
 	dst := make([]byte, 0, 64+int64(n)*perEntry+int64(len(timers))*24)
-	dst = chunk.AppendHeader(dst, b.kg.Start+i, nt)
-	for _, t := range tables {
-		n := t.len(i)
-		if n == 0 {
-			continue
-		}
-		dst = chunk.AppendTable(dst, t.d.Name, t.kind, n)
+	dst = chunk.AppendHeader(dst, b.kg.Start+i, len(views))
+	// appendValue appends a value (of a map table: with its user key).
+	appendValue := func(t *table, key, userKey string, v any) error {
 		if t.maps != nil {
-			for k, um := range t.maps[i] {
+			dst = chunk.AppendField(dst, userKey)
+		}
+		at := len(dst)
+		var err error
+		if dst, err = t.appendValue(dst, v); err != nil {
+			return t.encodeError(i, key, err)
+		}
+		values++
+		valueBytes += int64(len(dst) - at)
+		return nil
+	}
+	for _, v := range views {
+		t := v.t
+		dst = chunk.AppendTable(dst, t.d.Name, t.kind, v.len())
+		switch {
+		case t.maps == nil:
+			for j := range v.vals {
+				sl := &v.vals[j]
+				dst = chunk.AppendField(dst, sl.key)
+				if err := appendValue(t, sl.key, "", sl.v); err != nil {
+					return nil, 0, 0, err
+				}
+			}
+		case v.filtered:
+			uks := v.uks
+			for _, r := range v.runs {
+				dst = chunk.AppendField(dst, r.key)
+				dst = chunk.AppendCount(dst, r.n)
+				for _, u := range uks[:r.n] {
+					if err := appendValue(t, r.key, u.key, u.v); err != nil {
+						return nil, 0, 0, err
+					}
+				}
+				uks = uks[r.n:]
+			}
+		default:
+			for k, um := range v.maps {
 				dst = chunk.AppendField(dst, k)
 				dst = chunk.AppendCount(dst, len(um))
 				for uk, c := range um {
-					dst = chunk.AppendField(dst, uk)
-					at := len(dst)
-					if dst, err = t.appendValue(dst, c.v); err != nil {
-						return nil, 0, 0, t.encodeError(i, k, err)
+					if err := appendValue(t, k, uk, c.v); err != nil {
+						return nil, 0, 0, err
 					}
-					values++
-					valueBytes += int64(len(dst) - at)
 				}
 			}
-			continue
-		}
-		for j := range t.vals[i].slots {
-			sl := &t.vals[i].slots[j]
-			dst = chunk.AppendField(dst, sl.key)
-			at := len(dst)
-			if dst, err = t.appendValue(dst, sl.v); err != nil {
-				return nil, 0, 0, t.encodeError(i, sl.key, err)
-			}
-			values++
-			valueBytes += int64(len(dst) - at)
 		}
 	}
 	dst = chunk.AppendCount(dst, len(timers))
@@ -101,6 +119,73 @@ func (b *Backend) encodeKeyGroup(tables []*table, i int) (data []byte, values, v
 		dst = chunk.AppendTimer(dst, id.ts, id.key)
 	}
 	return chunk.AppendChecksum(dst), values, valueBytes, nil
+}
+
+// tableView is what a snapshot writes of one table in one key group: the
+// live entries, or, for a table whose descriptor has a SnapshotFilter,
+// what the filter keeps of them. The filter is called once per value, so
+// that the counts written ahead of the entries match the entries.
+type tableView struct {
+	t        *table
+	vals     []slot                      // non-map tables
+	maps     map[string]map[string]*cell // KindMap without a filter
+	filtered bool                        // KindMap with a filter: runs and uks
+	runs     []keyRun                    // keys, each with its n user keys in uks
+	uks      []slot                      // user keys and values, key by key
+}
+
+type keyRun struct {
+	key string
+	n   int
+}
+
+func (v tableView) len() int {
+	switch {
+	case v.t.maps == nil:
+		return len(v.vals)
+	case v.filtered:
+		return len(v.runs)
+	}
+	return len(v.maps)
+}
+
+// snapshotView returns the view of key group index i. Without a filter it
+// is the live state; with one, a copy of what the filter keeps.
+func (t *table) snapshotView(i int) tableView {
+	f := t.d.SnapshotFilter
+	if f == nil || !t.registered {
+		if t.maps != nil {
+			return tableView{t: t, maps: t.maps[i]}
+		}
+		return tableView{t: t, vals: t.vals[i].slots}
+	}
+	v := tableView{t: t}
+	if t.maps == nil {
+		live := t.vals[i].slots
+		if len(live) > 0 {
+			v.vals = make([]slot, 0, len(live))
+		}
+		for j := range live {
+			if kept, ok := f(live[j].v); ok {
+				v.vals = append(v.vals, slot{live[j].key, kept})
+			}
+		}
+		return v
+	}
+	v.filtered = true
+	for k, um := range t.maps[i] {
+		n := 0
+		for uk, c := range um {
+			if kept, ok := f(c.v); ok {
+				v.uks = append(v.uks, slot{uk, kept})
+				n++
+			}
+		}
+		if n > 0 {
+			v.runs = append(v.runs, keyRun{k, n})
+		}
+	}
+	return v
 }
 
 // appendValue appends c's value with a length prefix: encoded with the
@@ -124,14 +209,6 @@ func (t *table) appendValue(dst []byte, v any) ([]byte, error) {
 func (t *table) encodeError(i int, key string, err error) error {
 	return fmt.Errorf("heap state backend: snapshot of %s state %q, key group %d, key %s: %w",
 		t.kind, t.d.Name, t.b.kg.Start+i, chunk.Printable(key), err)
-}
-
-// len returns the number of keys with state in key group index i.
-func (t *table) len(i int) int {
-	if t.maps != nil {
-		return len(t.maps[i])
-	}
-	return t.vals[i].len()
 }
 
 // Restore implements statebackend.Backend. It decodes and checks every chunk
@@ -162,7 +239,7 @@ func (b *Backend) Restore(c *stream.RestoreContext) error {
 				raw.vals[p.kg-b.kg.Start].slots = pt.vals
 			}
 			if err := raw.decodeRaw(t.d); err != nil {
-				return fmt.Errorf("%w: checkpoint %d: %v", statebackend.ErrCorrupt, c.CheckpointID, err)
+				return fmt.Errorf("%w: checkpoint %d: %w", statebackend.ErrCorrupt, c.CheckpointID, err)
 			}
 		}
 	}

@@ -20,6 +20,10 @@
 // (entries in the heap that are no longer in the set are skipped) and is what
 // Snapshot writes.
 //
+// Snapshot honours statebackend.Descriptor.SnapshotFilter: TTL state's
+// expired values, list elements and map entries are left out of the chunk
+// (the live state keeps them until TTL cleanup removes them).
+//
 // Snapshot chunks are in the format of statebackend/internal/chunk (shared
 // with the Pebble backend). heap imports the standard library, stream,
 // statebackend and statebackend/internal/chunk.
@@ -135,20 +139,29 @@ func (b *Backend) Keys(name string, keyGroup int, fn func(key []byte) bool) {
 	i := keyGroup - b.kg.Start
 	if t.maps != nil {
 		for k := range t.maps[i] {
-			if !fn([]byte(k)) {
+			if b.closed || !fn([]byte(k)) {
 				return
 			}
 		}
 		return
 	}
-	// Backwards, so that fn may delete the key it is given (deletion moves
-	// the last entry, already visited, into its place).
+	// Deleting moves the last slot into the hole, so iterate over a copy
+	// of the keys (string headers, not bytes): fn may delete any key (TTL
+	// cleanup deletes other keys), and a key deleted before its turn is
+	// skipped.
 	g := &t.vals[i]
-	for j := g.len() - 1; j >= 0; j-- {
-		if j >= g.len() {
+	keys := make([]string, g.len())
+	for j := range g.slots {
+		keys[j] = g.slots[j].key
+	}
+	for _, k := range keys {
+		if b.closed {
+			return
+		}
+		if _, ok := g.index[k]; !ok {
 			continue
 		}
-		if !fn([]byte(g.slots[j].key)) {
+		if !fn([]byte(k)) {
 			return
 		}
 	}
@@ -340,7 +353,7 @@ func (t *table) decodeRaw(d statebackend.Descriptor) error {
 		if t.maps != nil {
 			where += fmt.Sprintf(", user key %s", chunk.Printable(uk))
 		}
-		return fmt.Errorf("heap state backend: restored %s state %q, key group %d, %s: %s does not decode with codec %s: %w; the state was written with another codec or type",
+		return fmt.Errorf("heap state backend: restored %s state %q, key group %d, %s: %s does not decode with codec %s: %w; the state was written with another codec or type, or with TTL switched on or off since",
 			t.kind, d.Name, t.b.kg.Start+i, where, what, codecName(d, what), err)
 	}
 	for i := range t.vals {

@@ -36,6 +36,7 @@ func RunConformance(t *testing.T, newBackend NewBackend) {
 		{"KeyIsolation", testKeyIsolation},
 		{"KeyGroupIsolation", testKeyGroupIsolation},
 		{"Keys", testKeys},
+		{"KeysDeletingOthers", testKeysDeletingOthers},
 		{"TimerOrder", testTimerOrder},
 		{"TimerDedupAndDelete", testTimerDedupAndDelete},
 		{"TimerCurrentKey", testTimerCurrentKey},
@@ -332,6 +333,13 @@ func testMapState(t *testing.T, nb nbFunc, _ NewBackend) {
 		return true
 	})
 	check("Remove during Range")
+	// Overwriting the entry fn is given, during Range.
+	m.Range(func(k string, v int64) bool {
+		m.Put(k, v+100)
+		want[k] = v + 100
+		return true
+	})
+	check("Put of the given entry during Range")
 	m.Clear()
 	want = map[string]int64{}
 	check("Clear")
@@ -642,6 +650,55 @@ func testKeys(t *testing.T, nb nbFunc, _ NewBackend) {
 		b.SetCurrentKey(k, kgOf(keys[0]))
 		if v, ok := s.val.Value(); !ok || v != 1 {
 			t.Errorf("key %q kept from Keys: Value() = %d, %v", k, v, ok)
+		}
+	}
+}
+
+// testKeysDeletingOthers deletes, from fn, state of keys Keys has not given
+// yet (as TTL cleanup may): no key is given twice, and every key that keeps
+// its state is given.
+func testKeysDeletingOthers(t *testing.T, nb nbFunc, _ NewBackend) {
+	b := nb(t, fullRange)
+	s := openStates(t, b)
+	keys := keysIn(fullRange, 400)
+	for _, table := range []string{tVal, tMap} {
+		for _, k := range keys {
+			setKey(b, k)
+			s.val.Update(1)
+			s.m.Put("u", 1)
+		}
+		for kg := range maxPar {
+			var mine []string
+			for _, k := range keys {
+				if kgOf(k) == kg {
+					mine = append(mine, k)
+				}
+			}
+			given := make(map[string]int)
+			deleted := make(map[string]bool)
+			b.Keys(table, kg, func(k []byte) bool {
+				given[string(k)]++
+				// Delete the state of two keys not given yet.
+				n := 0
+				for _, o := range mine {
+					if n < 2 && given[o] == 0 && !deleted[o] && o != string(k) {
+						setKey(b, o)
+						s.val.Clear()
+						s.m.Clear()
+						deleted[o] = true
+						n++
+					}
+				}
+				return true
+			})
+			for _, k := range mine {
+				if given[k] > 1 {
+					t.Errorf("Keys(%s, %d) gave %s %d times", table, kg, k, given[k])
+				}
+				if !deleted[k] && given[k] == 0 {
+					t.Errorf("Keys(%s, %d) did not give %s, whose state was not deleted", table, kg, k)
+				}
+			}
 		}
 	}
 }

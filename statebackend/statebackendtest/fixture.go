@@ -2,7 +2,9 @@
 // backend (statebackend.Backend) must pass: the semantics of every state
 // kind, key and key-group isolation, timers, snapshot and restore including
 // rescaling, descriptor conflicts, and a randomised differential test against
-// a plain Go model. A backend's tests call RunConformance.
+// a plain Go model. A backend's tests call RunConformance, and RunTTL for
+// state time-to-live (statebackend.WithTTL), which drives TTL state with a
+// ManualClock.
 //
 // It imports the standard library, testing, stream and statebackend.
 package statebackendtest
