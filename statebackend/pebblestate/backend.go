@@ -22,8 +22,16 @@ type Options struct {
 	Dir string
 	// CacheBytes is the size of Pebble's block cache in bytes. Default
 	// 64 MiB. State may be many times larger: blocks not in the cache are
-	// read from disk.
+	// read from disk. Ignored if Cache is set.
 	CacheBytes int64
+	// Cache, if set, is the block cache the backend's database uses
+	// instead of one of its own: one cache shared by every backend of a
+	// process (pebble.NewCache) keeps hot blocks of busy backends rather
+	// than a fixed share per backend. Each open database holds its own
+	// reference; the caller keeps the one NewCache returned while it
+	// creates backends and releases it (Unref) when it creates no more.
+	// Pebble also charges memtables to the cache. Default nil.
+	Cache *pebble.Cache
 	// MemTableBytes is the size of one Pebble memtable in bytes. Default
 	// 4 MiB: larger memtables flush into larger sstables whose filter and
 	// index blocks crowd the block cache; point reads of state larger than
@@ -48,9 +56,18 @@ type Options struct {
 	// anything reads Pebble directly (Keys, map Range, Snapshot,
 	// Checkpoint, Close). Default 32 MiB. State may be many times larger.
 	ValueCacheBytes int64
-	// WriteBatchBytes is how many bytes of writes the backend buffers in an
-	// indexed batch before it commits them to the database. Default 1 MiB.
+	// WriteBatchBytes is how many bytes of writes the backend buffers in a
+	// batch before it commits them to the database. Default 1 MiB.
 	WriteBatchBytes int
+	// ReplayMemoryBytes bounds, roughly, the memory a restore
+	// (OpenFromCheckpoint, MergeInto) takes to sort a changelog chain
+	// before ingesting it: a chain of up to this many bytes is sorted in
+	// memory; a longer one is split by key-group range into partitions
+	// spilled to files in Dir (about the chain's size on disk while the
+	// restore runs) and sorted a few at a time (see replay.go). One key
+	// group's records are sorted at once, whatever their size. Default
+	// 256 MiB (DefaultReplayMemoryBytes).
+	ReplayMemoryBytes int64
 	// DeleteOnClose removes Dir when the backend is closed. Default false:
 	// Close flushes and leaves the database on disk.
 	DeleteOnClose bool
@@ -85,6 +102,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("pebble state backend: memtable size %d bytes is negative", o.MemTableBytes)
 	case o.MaterializeFactor != o.MaterializeFactor:
 		return errors.New("pebble state backend: materialize factor is NaN; set Options.MaterializeFactor to a number (0 for the default)")
+	case o.ReplayMemoryBytes < 0:
+		return fmt.Errorf("pebble state backend: replay memory %d bytes is negative", o.ReplayMemoryBytes)
 	case o.WriteBatchBytes < 0:
 		return fmt.Errorf("pebble state backend: write batch size %d bytes is negative", o.WriteBatchBytes)
 	}
@@ -103,6 +122,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaterializeFactor == 0 {
 		o.MaterializeFactor = DefaultMaterializeFactor
+	}
+	if o.ReplayMemoryBytes == 0 {
+		o.ReplayMemoryBytes = DefaultReplayMemoryBytes
 	}
 	if o.WriteBatchBytes == 0 {
 		o.WriteBatchBytes = 1 << 20
@@ -131,11 +153,25 @@ type Backend struct {
 	key      []byte
 	keyGroup int
 
-	// batch buffers writes (indexed, so that reads see them); it is
-	// committed when it exceeds opts.WriteBatchBytes, and before
-	// Snapshot, Checkpoint and Close. No iterator is open across a call
-	// into user code, so a commit may happen in any state call.
+	// batch buffers writes; it is committed when it exceeds
+	// opts.WriteBatchBytes, at the end of an eviction sweep of the value
+	// cache, before an iterator is opened (newIter) and before Snapshot,
+	// Checkpoint and Close. No iterator but rd, which every commit
+	// reopens, is open across a call into user code, so a commit may
+	// happen in any state call. The batch is not indexed: point reads
+	// (get) find the keys it holds in pending, so that neither writes nor
+	// reads search a skiplist of the batch on top of the memtable's.
 	batch *pebble.Batch
+	// pending holds the value of every key written to batch since its last
+	// commit (ok false: deleted); the values are in pendingBuf.
+	pending    map[string]pendingValue
+	pendingBuf []byte
+	// rd is the iterator get seeks (nil: none open): creating one per
+	// read, as DB.Get does, costs more than the seek. It sees the database
+	// as of its creation, so commit closes it; until then it pins that
+	// view's memtables and sstables. It is the only iterator open across
+	// calls into user code.
+	rd *pebble.Iterator
 
 	tables map[string]*table
 	byID   map[uint64]*table
@@ -202,7 +238,28 @@ func checkRange(kg stream.KeyGroupRange) error {
 const defaultMemTableBytes = 4 << 20
 
 func openDB(opts Options, create bool) (*pebble.DB, error) {
+	db, _, err := openDBWith(opts, create)
+	return db, err
+}
+
+// openDBWith is openDB that also returns the Pebble options it opened the
+// database with.
+func openDBWith(opts Options, create bool) (*pebble.DB, *pebble.Options, error) {
+	po := pebbleOptions(opts, create)
+	db, err := pebble.Open(opts.Dir, po)
+	if err != nil {
+		if create {
+			return nil, nil, fmt.Errorf("pebble state backend: cannot create a database in %s: %w; give every backend its own empty directory", opts.Dir, err)
+		}
+		return nil, nil, fmt.Errorf("pebble state backend: cannot open the database in %s: %w", opts.Dir, err)
+	}
+	return db, po, nil
+}
+
+// pebbleOptions returns the Pebble options of a backend's database.
+func pebbleOptions(opts Options, create bool) *pebble.Options {
 	po := &pebble.Options{
+		Cache:              opts.Cache,
 		CacheSize:          opts.CacheBytes,
 		MemTableSize:       uint64(opts.MemTableBytes),
 		DisableWAL:         true, // state is recovered from checkpoints, never from the WAL
@@ -220,14 +277,7 @@ func openDB(opts Options, create bool) (*pebble.DB, error) {
 	if opts.Configure != nil {
 		opts.Configure(po)
 	}
-	db, err := pebble.Open(opts.Dir, po)
-	if err != nil {
-		if create {
-			return nil, fmt.Errorf("pebble state backend: cannot create a database in %s: %w; give every backend its own empty directory", opts.Dir, err)
-		}
-		return nil, fmt.Errorf("pebble state backend: cannot open the database in %s: %w", opts.Dir, err)
-	}
-	return db, nil
+	return po
 }
 
 func newBackend(opts Options, db *pebble.DB, kg stream.KeyGroupRange) *Backend {
@@ -236,7 +286,8 @@ func newBackend(opts Options, db *pebble.DB, kg stream.KeyGroupRange) *Backend {
 		db:         db,
 		kg:         kg,
 		keyGroup:   kg.Start,
-		batch:      db.NewIndexedBatch(),
+		batch:      db.NewBatch(),
+		pending:    make(map[string]pendingValue),
 		tables:     make(map[string]*table),
 		byID:       make(map[uint64]*table),
 		nextID:     1,
@@ -416,7 +467,7 @@ func (b *Backend) Keys(name string, keyGroup int, fn func(key []byte) bool) {
 	for {
 		keys = keys[:0]
 		b.flush()
-		it, err := b.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		it, err := b.newIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			b.fail(err)
 			return
@@ -455,16 +506,62 @@ func (b *Backend) oldLen(k []byte) int {
 	if b.probe.ok && bytes.Equal(b.probe.key, k) {
 		return b.probe.n
 	}
-	v, closer, err := b.batch.Get(k)
+	v, found, err := b.get(k, nil)
 	if err != nil {
-		if !errors.Is(err, pebble.ErrNotFound) {
-			b.fail(err)
-		}
+		b.fail(err)
+	}
+	if !found {
 		return -1
 	}
-	n := len(v)
-	closer.Close()
-	return n
+	return len(v)
+}
+
+// pendingValue is a key's value in the uncommitted batch.
+type pendingValue struct {
+	v  []byte // in pendingBuf
+	ok bool   // false: deleted
+}
+
+// get appends k's value to dst: from the uncommitted batch (pending) if it
+// holds k, else from the database. found is false if k has no value.
+func (b *Backend) get(k, dst []byte) (v []byte, found bool, err error) {
+	if p, ok := b.pending[string(k)]; ok {
+		return append(dst, p.v...), p.ok, nil
+	}
+	if b.rd == nil {
+		// Pebble's iterators skip the bloom filters of L6 by default (L6
+		// mostly holds the keys sought); new keys, which every keyed
+		// stream has, are sought in vain, and their lookups are cheaper
+		// with the filters.
+		if b.rd, err = b.db.NewIter(&pebble.IterOptions{UseL6Filters: true}); err != nil {
+			return dst, false, err
+		}
+	}
+	// The default comparer's prefix is the whole key: SeekPrefixGE finds
+	// k or nothing, and skips files whose bloom filter excludes k.
+	if !b.rd.SeekPrefixGE(k) || !bytes.Equal(b.rd.Key(), k) {
+		return dst, false, b.rd.Error()
+	}
+	v = append(dst, b.rd.Value()...)
+	return v, true, b.rd.Error()
+}
+
+// closeReader closes rd, if open.
+func (b *Backend) closeReader() error {
+	if b.rd == nil {
+		return nil
+	}
+	err := b.rd.Close()
+	b.rd = nil
+	return err
+}
+
+// newIter commits the batch and opens an iterator over the database.
+func (b *Backend) newIter(o *pebble.IterOptions) (*pebble.Iterator, error) {
+	if err := b.commit(); err != nil {
+		return nil, err
+	}
+	return b.db.NewIter(o)
 }
 
 func (b *Backend) setProbe(k []byte, n int) {
@@ -529,9 +626,10 @@ func (b *Backend) commit() error {
 	if b.batch.Empty() {
 		return b.err
 	}
-	err := b.batch.Commit(pebble.NoSync)
-	b.batch.Close()
-	b.batch = b.db.NewIndexedBatch()
+	err := errors.Join(b.closeReader(), b.batch.Commit(pebble.NoSync))
+	b.batch.Reset()
+	clear(b.pending)
+	b.pendingBuf = b.pendingBuf[:0]
 	if err != nil {
 		b.fail(fmt.Errorf("pebble state backend: %s: commit: %w", b.opts.Dir, err))
 	}
@@ -558,15 +656,14 @@ func (b *Backend) saveSizes() {
 func (b *Backend) loadSizes() error {
 	for i := range b.sizes {
 		k := appendKG(bytes.Clone(metaSizePfx), b.kg.Start+i)
-		v, closer, err := b.batch.Get(k)
-		if errors.Is(err, pebble.ErrNotFound) {
-			continue
-		}
+		v, found, err := b.get(k, b.vbuf[:0])
 		if err != nil {
 			return err
 		}
+		if !found {
+			continue
+		}
 		n, _ := binary.Varint(v)
-		closer.Close()
 		b.sizes[i], b.savedSizes[i] = n, n
 		b.size += n
 	}
@@ -588,7 +685,7 @@ func (b *Backend) Close() error {
 		err = errors.Join(err, b.commit(), b.db.Flush())
 	}
 	b.batch.Close()
-	err = errors.Join(err, b.closeChangelog(), b.db.Close())
+	err = errors.Join(err, b.closeReader(), b.closeChangelog(), b.db.Close())
 	if b.opts.DeleteOnClose {
 		err = errors.Join(err, os.RemoveAll(b.opts.Dir))
 	}

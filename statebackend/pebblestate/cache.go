@@ -2,10 +2,7 @@ package pebblestate
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/weirstream/weir/statebackend/internal/chunk"
 )
@@ -32,7 +29,8 @@ import (
 // gets its ref bit set, and the hand clears ref bits until it finds an entry
 // without one.
 type valueCache struct {
-	budget int64 // bytes; entries are evicted while used exceeds it
+	budget int64 // bytes; entries are evicted once used exceeds it
+	slack  int64 // until used is slack below budget
 	used   int64
 	m      map[string]*cacheEntry
 	ring   []*cacheEntry
@@ -64,7 +62,7 @@ type cacheEntry struct {
 }
 
 func (c *valueCache) init(budget int64) {
-	*c = valueCache{budget: budget, m: make(map[string]*cacheEntry)}
+	*c = valueCache{budget: budget, slack: min(budget/16, evictionBatchBytes), m: make(map[string]*cacheEntry)}
 }
 
 // entry returns the cache entry of state key k, loading the key's encoded
@@ -82,14 +80,13 @@ func (b *Backend) entry(k []byte) *cacheEntry {
 		return e
 	}
 	e := &cacheEntry{key: string(k), cur: -1, disk: -1, ref: true}
-	raw, closer, err := b.batch.Get(k)
+	enc, found, err := b.get(k, nil)
 	switch {
-	case err == nil:
-		e.enc = append(make([]byte, 0, len(raw)), raw...)
-		e.cur, e.disk = len(raw), len(raw)
-		closer.Close()
-	case !errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
 		b.fail(fmt.Errorf("pebble state backend: key %s: read: %w", chunk.Printable(k), err))
+	case found:
+		e.enc = enc
+		e.cur, e.disk = len(enc), len(enc)
 	}
 	e.idx = len(c.ring)
 	c.ring = append(c.ring, e)
@@ -112,8 +109,15 @@ func (c *valueCache) markDirty(e *cacheEntry) {
 	}
 }
 
-// settle recomputes e's size after a change and evicts entries while the
-// cache is over its budget.
+// evictionBatchBytes bounds the bytes of entries one eviction sweep
+// evicts below the budget (a sixteenth of the budget if less).
+const evictionBatchBytes = 1 << 20
+
+// settle recomputes e's size after a change and, if the cache is over its
+// budget, evicts entries until it is slack below it and commits their
+// write-backs: reads do not see the batch, so a sweep's writes are
+// committed before the next read, and a sweep writes many, so that a
+// commit is not paid per eviction.
 func (b *Backend) settle(e *cacheEntry) {
 	c := &b.cache
 	if !e.gone {
@@ -121,7 +125,10 @@ func (b *Backend) settle(e *cacheEntry) {
 		c.used += n - e.size
 		e.size = n
 	}
-	for c.used > c.budget && len(c.ring) > 0 {
+	if c.used <= c.budget {
+		return
+	}
+	for c.used > c.budget-c.slack && len(c.ring) > 0 {
 		v := c.ring[c.hand]
 		if v.ref {
 			v.ref = false
@@ -134,6 +141,7 @@ func (b *Backend) settle(e *cacheEntry) {
 		b.writeBack(v)
 		c.remove(v)
 	}
+	b.commit()
 }
 
 // remove takes e out of the cache without writing it back.
@@ -155,6 +163,7 @@ func (c *valueCache) remove(e *cacheEntry) {
 }
 
 // writeBack writes a dirty entry's value (or its deletion) to the batch.
+// The caller commits before the next read.
 func (b *Backend) writeBack(e *cacheEntry) {
 	if !e.dirty {
 		return
@@ -164,9 +173,9 @@ func (b *Backend) writeBack(e *cacheEntry) {
 	var err error
 	switch {
 	case e.cur >= 0:
-		err = b.batchSet(b.wbuf, e.enc)
+		err = b.write(clSet, b.wbuf, e.enc)
 	case e.disk >= 0:
-		err = b.batchDelete(b.wbuf)
+		err = b.write(clDelete, b.wbuf, nil)
 	}
 	if err != nil {
 		b.fail(fmt.Errorf("pebble state backend: key %s: write: %w", chunk.Printable(b.wbuf), err))
@@ -174,11 +183,10 @@ func (b *Backend) writeBack(e *cacheEntry) {
 	}
 	e.disk = e.cur
 	b.probe.ok = false
-	b.maybeCommit()
 }
 
-// flush writes every dirty entry to the batch. The entries stay cached,
-// clean. Afterwards the batch (and the database under it) holds all state.
+// flush writes every dirty entry to the batch and commits it. The entries
+// stay cached, clean. Afterwards the database holds all state.
 func (b *Backend) flush() {
 	c := &b.cache
 	for i, e := range c.dirty {
@@ -188,6 +196,7 @@ func (b *Backend) flush() {
 		c.dirty[i] = nil
 	}
 	c.dirty = c.dirty[:0]
+	b.commit()
 }
 
 // dropCache flushes and then empties the cache: before writes that bypass

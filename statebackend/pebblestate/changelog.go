@@ -2,7 +2,6 @@ package pebblestate
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -14,8 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/weirstream/weir/statebackend"
 )
@@ -86,25 +83,45 @@ type changelog struct {
 	buf []byte
 }
 
-// batchSet and batchDelete write to b.batch and, while the changelog is
-// on, append the write to it; every write to b.batch goes through them.
-func (b *Backend) batchSet(k, v []byte) error {
-	if err := b.batch.Set(k, v, nil); err != nil {
+// write sets k to v (kind clSet) or deletes k (clDelete) in b.batch and,
+// while the changelog is on, appends the write to it: every write to
+// b.batch goes through it. The caller makes the write visible to get,
+// which does not read the batch: batchSet and batchDelete record it in
+// b.pending; the value cache's write-backs are committed before the next
+// read instead.
+func (b *Backend) write(kind byte, k, v []byte) error {
+	var err error
+	if kind == clSet {
+		err = b.batch.Set(k, v, nil)
+	} else {
+		err = b.batch.Delete(k, nil)
+	}
+	if err != nil {
 		return err
 	}
 	if b.cl.on {
-		b.logRecord(clSet, k, v)
+		b.logRecord(kind, k, v)
 	}
 	return nil
 }
 
-func (b *Backend) batchDelete(k []byte) error {
-	if err := b.batch.Delete(k, nil); err != nil {
+// batchSet and batchDelete write to b.batch and record the write in
+// b.pending.
+func (b *Backend) batchSet(k, v []byte) error {
+	if err := b.write(clSet, k, v); err != nil {
 		return err
 	}
-	if b.cl.on {
-		b.logRecord(clDelete, k, nil)
+	n := len(b.pendingBuf)
+	b.pendingBuf = append(b.pendingBuf, v...)
+	b.pending[string(k)] = pendingValue{v: b.pendingBuf[n:len(b.pendingBuf):len(b.pendingBuf)], ok: true}
+	return nil
+}
+
+func (b *Backend) batchDelete(k []byte) error {
+	if err := b.write(clDelete, k, nil); err != nil {
+		return err
 	}
+	b.pending[string(k)] = pendingValue{}
 	return nil
 }
 
@@ -358,83 +375,4 @@ func readChain(dir string) ([]segment, error) {
 		segs = append(segs, s)
 	}
 	return segs, nil
-}
-
-// applyChain replays segs into db in order, in write batches, skipping
-// state of key groups keep rejects (keep may be nil: keep all). Each
-// segment's SHA-256 is checked before any of its records is applied.
-func applyChain(db *pebble.DB, segs []segment, keep func(kg int) bool) error {
-	for _, s := range segs {
-		data, err := os.ReadFile(s.path)
-		if err != nil {
-			return fmt.Errorf("pebble state backend: changelog segment %s: %w", s.path, err)
-		}
-		if sum := sha256.Sum256(data); int64(len(data)) != s.size || hex.EncodeToString(sum[:]) != s.sha256 {
-			return fmt.Errorf("%w: pebble state backend: changelog segment %s: %d bytes with SHA-256 %x, want %d bytes with %s; the file was modified or truncated, download it again",
-				statebackend.ErrCorrupt, s.path, len(data), sum, s.size, s.sha256)
-		}
-		if err := applySegment(db, s.path, data, keep); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func applySegment(db *pebble.DB, path string, data []byte, keep func(kg int) bool) error {
-	bad := func(off int, what string) error {
-		return fmt.Errorf("%w: pebble state backend: changelog segment %s: offset %d: %s; the file is damaged, restore another checkpoint",
-			statebackend.ErrCorrupt, path, off, what)
-	}
-	if len(data) < len(clMagic)+1 || string(data[:len(clMagic)]) != clMagic {
-		return bad(0, "no changelog header")
-	}
-	if data[len(clMagic)] != clVersion {
-		return bad(len(clMagic), fmt.Sprintf("format version %d, this build reads version %d", data[len(clMagic)], clVersion))
-	}
-	batch := db.NewBatch()
-	defer func() { batch.Close() }()
-	field := func(off int) ([]byte, int, bool) {
-		n, w := binary.Uvarint(data[off:])
-		if w <= 0 || uint64(len(data)-off-w) < n {
-			return nil, off, false
-		}
-		return data[off+w : off+w+int(n)], off + w + int(n), true
-	}
-	for off := len(clMagic) + 1; off < len(data); {
-		start, kind := off, data[off]
-		k, next, ok := field(off + 1)
-		if !ok {
-			return bad(start, "truncated key")
-		}
-		off = next
-		var v []byte
-		if kind == clSet {
-			if v, off, ok = field(off); !ok {
-				return bad(start, "truncated value")
-			}
-		} else if kind != clDelete {
-			return bad(start, fmt.Sprintf("unknown record kind %d", kind))
-		}
-		if keep != nil && len(k) >= 2 && !bytes.HasPrefix(k, metaPrefix) && !keep(int(k[0])<<8|int(k[1])) {
-			continue
-		}
-		var err error
-		if kind == clSet {
-			err = batch.Set(k, v, nil)
-		} else {
-			err = batch.Delete(k, nil)
-		}
-		if err == nil && batch.Len() >= 4<<20 {
-			err = batch.Commit(pebble.NoSync)
-			batch.Close()
-			batch = db.NewBatch()
-		}
-		if err != nil {
-			return fmt.Errorf("pebble state backend: replaying changelog segment %s: %w", path, err)
-		}
-	}
-	if err := batch.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("pebble state backend: replaying changelog segment %s: %w", path, err)
-	}
-	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -169,10 +168,17 @@ func VerifyCheckpoint(dir string, files []SSTFile) error {
 // checkpoint; with opts.Dir == dir the checkpoint is opened in place and
 // consumed.
 //
+// dir may also be a snapshot of SnapshotFiles: a materialized checkpoint
+// plus a changelog chain (ChainFile), whose records are sorted and ingested
+// on top of it (see replay.go); that takes memory up to
+// opts.ReplayMemoryBytes and, for a longer chain, about its size in
+// scratch files in opts.Dir.
+//
 // State of key groups outside kg is removed with DB.Excise (Pebble v2:
 // virtual sstables, so no rewrite of the shared files), falling back to
-// DeleteRange if excising fails. Tables come back as restored tables; ask
-// for them with Table as after Restore.
+// DeleteRange if excising fails, before the chain is ingested; the
+// chain's records outside kg are not replayed. Tables come back as
+// restored tables; ask for them with Table as after Restore.
 func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Backend, error) {
 	if err := checkRange(kg); err != nil {
 		return nil, err
@@ -193,13 +199,18 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 	if err := os.RemoveAll(filepath.Join(opts.Dir, workDirName)); err != nil {
 		return nil, fmt.Errorf("pebble state backend: changelog directory in %s: %w", opts.Dir, err)
 	}
-	if len(segs) > 0 {
-		if err := replayChain(opts, segs, kg); err != nil {
-			return nil, err
-		}
-	}
-	db, err := openDB(opts, false)
+	db, po, err := openDBWith(opts, false)
 	if err != nil {
+		return nil, err
+	}
+	// Trim first: the chain's records outside kg are not replayed, so the
+	// ingested sstables need no excising.
+	if err := trim(db, kg); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := ingestChain(db, po, segs, kg, filepath.Join(opts.Dir, replayDirName), opts.ReplayMemoryBytes); err != nil {
+		db.Close()
 		return nil, err
 	}
 	tables, err := loadTables(db, dir)
@@ -209,10 +220,6 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 	}
 	b := newBackend(opts, db, kg)
 	b.adoptTables(tables)
-	if err := b.trim(); err != nil {
-		b.Close()
-		return nil, err
-	}
 	if err := b.loadSizes(); err != nil {
 		b.Close()
 		return nil, err
@@ -221,78 +228,48 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 	return b, nil
 }
 
-// replayMemTableBytes is the memtable size while a changelog chain is
-// replayed: the replay writes up to MaterializeFactor × the state, and
-// small memtables turn that into many small flushes and compactions.
-const replayMemTableBytes = 64 << 20
-
-// replayChain applies a changelog chain to the database in opts.Dir, opened
-// with a large memtable for the replay, then flushes and closes it.
-func replayChain(opts Options, segs []segment, kg stream.KeyGroupRange) error {
-	ro := opts
-	ro.MemTableBytes = max(opts.MemTableBytes, replayMemTableBytes)
-	db, err := openDB(ro, false)
-	if err != nil {
-		return err
-	}
-	if err := applyChain(db, segs, kg.Contains); err != nil {
-		db.Close()
-		return err
-	}
-	// The WAL is off: without a flush, Close would drop the replayed
-	// writes still in the memtable.
-	if err := db.Flush(); err != nil {
-		db.Close()
-		return fmt.Errorf("pebble state backend: flushing the replayed changelog in %s: %w", opts.Dir, err)
-	}
-	if err := db.Close(); err != nil {
-		return fmt.Errorf("pebble state backend: closing %s after replaying the changelog: %w", opts.Dir, err)
-	}
-	return nil
-}
-
 // replayInto clones the snapshot directory dir into the new directory
-// scratch and applies its changelog segments there, leaving a database
-// that holds the snapshot's state (of the key groups keep accepts).
-func replayInto(opts Options, dir, scratch string, segs []segment, keep func(int) bool) error {
+// scratch and replays its changelog segments there, leaving a database
+// that holds the snapshot's state of the key groups kg (and the metadata).
+func replayInto(opts Options, dir, scratch string, segs []segment, kg stream.KeyGroupRange) error {
 	if err := cloneDir(dir, scratch); err != nil {
 		return err
 	}
 	o := opts
 	o.Dir, o.Configure = scratch, nil
-	o.MemTableBytes = max(opts.MemTableBytes, replayMemTableBytes)
-	db, err := openDB(o, false)
+	db, po, err := openDBWith(o, false)
 	if err != nil {
 		return err
 	}
-	if err := applyChain(db, segs, keep); err != nil {
+	if err := ingestChain(db, po, segs, kg, filepath.Join(scratch, replayDirName), opts.ReplayMemoryBytes); err != nil {
 		db.Close()
 		return err
 	}
-	return errors.Join(db.Flush(), db.Close())
+	return db.Close()
 }
 
-// trim removes the state of key groups outside b.kg, and their sizes.
-func (b *Backend) trim() error {
+// trim removes the state of key groups outside kg from db, and their
+// sizes.
+func trim(db *pebble.DB, kg stream.KeyGroupRange) error {
 	var spans [][2][]byte
-	if b.kg.Start > 0 {
-		spans = append(spans, [2][]byte{kgPrefix(0), kgPrefix(b.kg.Start)})
+	if kg.Start > 0 {
+		spans = append(spans, [2][]byte{kgPrefix(0), kgPrefix(kg.Start)})
 	}
-	if b.kg.End+1 < MaxKeyGroup+1 {
-		spans = append(spans, [2][]byte{kgPrefix(b.kg.End + 1), metaPrefix})
+	if kg.End+1 < MaxKeyGroup+1 {
+		spans = append(spans, [2][]byte{kgPrefix(kg.End + 1), metaPrefix})
 	}
 	for _, s := range spans {
-		if err := b.db.Excise(context.Background(), pebble.KeyRange{Start: s[0], End: s[1]}); err != nil {
-			if err := b.db.DeleteRange(s[0], s[1], pebble.NoSync); err != nil {
-				return fmt.Errorf("pebble state backend: removing key groups outside %v: %w", b.kg, err)
+		if err := db.Excise(context.Background(), pebble.KeyRange{Start: s[0], End: s[1]}); err != nil {
+			if err := db.DeleteRange(s[0], s[1], pebble.NoSync); err != nil {
+				return fmt.Errorf("pebble state backend: removing key groups outside %v: %w", kg, err)
 			}
 		}
 	}
 	sizeKey := func(kg int) []byte { return appendKG(bytes.Clone(metaSizePfx), kg) }
-	if err := b.db.DeleteRange(sizeKey(0), sizeKey(b.kg.Start), pebble.NoSync); err != nil {
+	if err := db.DeleteRange(sizeKey(0), sizeKey(kg.Start), pebble.NoSync); err != nil {
 		return err
 	}
-	return b.db.DeleteRange(sizeKey(b.kg.End+1), prefixEnd(metaSizePfx), pebble.NoSync)
+	return db.DeleteRange(sizeKey(kg.End+1), prefixEnd(metaSizePfx), pebble.NoSync)
 }
 
 // cloneDir fills the new or empty directory dst with src's files: shared
@@ -377,12 +354,12 @@ func (b *Backend) mergeFrom(dir string) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		if err := replayInto(b.opts, dir, tmp, segs, b.kg.Contains); err != nil {
+		if err := replayInto(b.opts, dir, tmp, segs, b.kg); err != nil {
 			return err
 		}
 		dir = tmp
 	}
-	src, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, Logger: b.opts.Logger, CacheSize: 8 << 20})
+	src, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, Logger: b.opts.Logger, Cache: b.opts.Cache, CacheSize: 8 << 20})
 	if err != nil {
 		return err
 	}

@@ -43,11 +43,21 @@
 // # Writes and reads
 //
 // Table reads and writes go through a write-back value cache (below); the
-// cache, timers, restores and merges write to an indexed Pebble batch that is
-// committed every Options.WriteBatchBytes and before Snapshot, Checkpoint
-// and Close. No Pebble iterator is open while user code runs (Keys, map Range
-// and timer firing read a page at a time), so callbacks may change state.
-// The WAL is disabled: state survives a crash only through checkpoints.
+// cache, timers, restores and merges write to a Pebble batch that is
+// committed every Options.WriteBatchBytes, at the end of every eviction
+// sweep of the cache, before an iterator is opened and before Snapshot,
+// Checkpoint and Close. The batch is not indexed: a point read looks up
+// the keys written to it since its last commit in a map (pending), then
+// seeks one Pebble iterator kept open for point reads (SeekPrefixGE, which
+// skips sstables by their bloom filters, L6's included) and reopened after
+// every commit. That spares every write and read a search of the batch's
+// skiplist on top of the memtable's, and every read the iterator
+// construction of DB.Get (together about 1.5× the throughput of a keyed
+// count over 1 M keys that mostly miss the value cache). Otherwise no
+// Pebble iterator is open while user code runs (Keys, map Range and timer
+// firing read a page at a time, each page through a new iterator after a
+// commit), so callbacks may change state. The WAL is disabled: state
+// survives a crash only through checkpoints.
 //
 // # Write-back value cache
 //
@@ -66,18 +76,21 @@
 //   - Put encodes at once (encoding errors surface where they happen and
 //     SizeBytes stays exact) and marks the entry dirty; Delete marks it
 //     absent and dirty. Neither touches Pebble.
-//   - Eviction is CLOCK (second chance). An evicted dirty entry is written
-//     to the batch first.
+//   - Eviction is CLOCK (second chance), in sweeps: once over budget, the
+//     cache evicts until it is 1 MiB (a sixteenth of the budget if less)
+//     below it, writes the evicted dirty entries to the batch and commits
+//     it, so that reads need not look for them in the batch.
 //   - Every operation that reads Pebble directly first writes all dirty
-//     entries to the batch (they stay cached, clean): Keys and map Range and
-//     Clear (before every page), Snapshot, Checkpoint/SnapshotFiles, Close
-//     and the codec check of a restored table. Restore and MergeInto write
-//     around the cache, so they flush and empty it first. Timers are not
-//     cached.
+//     entries to the batch and commits it (they stay cached, clean): Keys
+//     and map Range and Clear (before every page), Snapshot,
+//     Checkpoint/SnapshotFiles, Close and the codec check of a restored
+//     table. Restore and MergeInto write around the cache, so they flush
+//     and empty it first. Timers are not cached.
 //
-// Pebble's block cache (Options.CacheBytes, default 64 MiB) sits below and
-// holds compressed blocks of keys the value cache missed. Both are per
-// backend; a taskmanager sizes them from --state-cache-bytes (see package
+// Pebble's block cache sits below and holds blocks of keys the value cache
+// missed: the backend's own (Options.CacheBytes, default 64 MiB), or one
+// shared with other backends (Options.Cache). The value cache is per
+// backend; a taskmanager sizes both from --state-cache-bytes (see package
 // statebackend/backends).
 //
 // Errors Pebble reports in calls that cannot return one (Get, Put) are kept
@@ -94,9 +107,11 @@
 //     as Shared (content-addressed, reference-counted by the storage layer)
 //     and the rest (MANIFEST, OPTIONS, markers) as per-checkpoint.
 //   - OpenFromCheckpoint: local recovery from such a directory into a
-//     working directory, keeping only the owned key groups (DB.Excise, with
-//     DeleteRange as the fallback); MergeInto adds the owned key groups of
-//     further checkpoint directories (scale-in), rewriting table ids.
+//     working directory, keeping only the owned key groups (DB.Excise,
+//     which turns the sstables spanning a trimmed range into virtual
+//     sstables without rewriting them, with DeleteRange as the fallback);
+//     MergeInto adds the owned key groups of further checkpoint
+//     directories (scale-in), rewriting table ids.
 //
 // # Incremental checkpoints: materialized checkpoint + changelog
 //
@@ -129,10 +144,16 @@
 // changed bytes (measured at 1.1 GB of state, 1 % of the keys per
 // checkpoint: 2.01 with factor 1.5), and a restore (OpenFromCheckpoint,
 // MergeInto) replays at most MaterializeFactor × the state after opening
-// the materialized checkpoint: each segment's
-// SHA-256 is checked, records are applied in order in write batches,
-// state of key groups not owned is skipped, then the rest is trimmed as
-// before. The first snapshot of a backend (new or restored) always
+// the materialized checkpoint and trimming it to the owned key groups.
+// The replay does not write the records through the memtable: each
+// segment's SHA-256 is checked, the records of owned key groups are
+// partitioned by key-group range (spilled to files beyond
+// Options.ReplayMemoryBytes), each partition is sorted keeping the last
+// record of every key, and the result is written to sstables that
+// DB.Ingest adds in one step above the checkpoint's data (replay.go). At
+// 1.1 GB of state and 2.2 GB of changelog that opens in 7-13 s on 2 cores
+// where replaying through the memtable took 66 s; a test checks that both
+// leave the same keys and values. The first snapshot of a backend (new or restored) always
 // materializes; a negative factor materializes at every snapshot (a plain
 // Pebble checkpoint, no changelog). A backend that only takes full
 // snapshots (Snapshot) never writes a changelog.

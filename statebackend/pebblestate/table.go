@@ -132,7 +132,7 @@ func (t *table) Range(fn func(userKey []byte, v any) bool) {
 	for {
 		entries, arena, lens = entries[:0], arena[:0], lens[:0]
 		b.flush()
-		it, err := b.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		it, err := b.newIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			b.fail(err)
 			return
@@ -197,7 +197,7 @@ func (b *Backend) clearPrefix(prefix []byte) {
 	for {
 		var entries []entry
 		b.flush()
-		it, err := b.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+		it, err := b.newIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
 		if err != nil {
 			b.fail(err)
 			return

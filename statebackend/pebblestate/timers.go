@@ -142,7 +142,7 @@ func (s *timerService) AdvanceWatermark(wm int64, fire func(key []byte, keyGroup
 // into s.kbuf.
 func (s *timerService) first(i int) (ts int64, found bool, err error) {
 	kg := s.b.kg.Start + i
-	it, err := s.b.batch.NewIter(&pebble.IterOptions{LowerBound: s.hint[i], UpperBound: timerEnd(kg)})
+	it, err := s.b.newIter(&pebble.IterOptions{LowerBound: s.hint[i], UpperBound: timerEnd(kg)})
 	if err != nil {
 		return 0, false, err
 	}

@@ -74,6 +74,8 @@ var incrementalTunings = map[string]func(*pebble.Options){
 //	incremental_rounds                   measured rounds
 //	incremental_materializations         materializations in them
 //	incremental_restore_seconds          download + open + replay
+//	incremental_restore_download_seconds the download alone
+//	incremental_restore_open_seconds     the open (OpenFromCheckpoint) alone
 //	incremental_flushes                  memtable flushes in them
 //	incremental_compactions              compactions in them (each is logged
 //	                                     with -v: reason, levels, bytes)
@@ -258,6 +260,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	if _, _, err := st.DownloadFiles(ctx, restoreHandle, restoreDir, nil); err != nil {
 		b.Fatal(err)
 	}
+	downloadDur := time.Since(start)
 	rb, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: filepath.Join(root, "restored-db"), DeleteOnClose: true, CacheBytes: 64 << 20}, restoreDir, kg)
 	if err != nil {
 		b.Fatal(err)
@@ -286,6 +289,8 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	fmt.Printf("incremental_rounds=%d\n", len(durs))
 	fmt.Printf("incremental_materializations=%d\n", mats)
 	fmt.Printf("incremental_restore_seconds=%.1f\n", restoreDur.Seconds())
+	fmt.Printf("incremental_restore_download_seconds=%.1f\n", downloadDur.Seconds())
+	fmt.Printf("incremental_restore_open_seconds=%.1f\n", (restoreDur - downloadDur).Seconds())
 	fmt.Printf("incremental_flushes=%d\n", flushes)
 	fmt.Printf("incremental_compactions=%d\n", compactions)
 	fmt.Printf("incremental_compacted_bytes=%d\n", compacted)
