@@ -37,6 +37,25 @@ type Config struct {
 	// WindowBounds says whether window_join appends window_start and
 	// window_end to its output. Default true.
 	WindowBounds *bool `json:"windowBounds,omitempty"`
+	// TTL is stream_join's idle-state retention (Flink's
+	// table.exec.state.ttl for regular joins), a Go duration ("10m") of
+	// whole milliseconds, at least 1ms. A stored row expires TTL after it
+	// was stored, in processing time (the task's clock, not event time):
+	// from then on it joins no arriving row, as if it had been removed. So
+	// two rows with equal keys join only if the later one arrives less than
+	// TTL after the earlier one. Each row expires on its own (rows are
+	// written once, so "since last write" is "since stored"); a key whose
+	// rows have all expired holds no state. Expired rows are removed when
+	// their key is next accessed and by incremental cleanup, which checks a
+	// few keys of the subtask at every access (statebackend.TTLConfig with
+	// DefaultCleanupPerAccess), so that state stays bounded on a stream of
+	// ever new keys; checkpoints of the heap backend leave expired rows
+	// out. Expiry survives restores: rows keep the time they were stored.
+	// Switching TTL on or off for a job restored from a checkpoint fails:
+	// start such a job without the checkpoint. Default: none, every row is
+	// kept forever. Not an option of window_join, whose state ends with
+	// its windows.
+	TTL string `json:"ttl,omitempty"`
 }
 
 // Register adds window_join and stream_join to r.
@@ -59,7 +78,7 @@ func Register(r *stream.Registry) {
 		NewOperator: func(config []byte) (stream.Operator, error) {
 			return NewStreamJoin(config)
 		},
-		Doc: "keyed streaming inner join of two inputs, both kept in state ({rightPrefix})",
+		Doc: "keyed streaming inner join of two inputs, both kept in state, rows expiring ttl after they are stored when set ({rightPrefix, ttl})",
 	})
 }
 
@@ -69,6 +88,7 @@ type spec struct {
 	size, offset int64 // ms; window_join only
 	prefix       string
 	bounds       bool
+	ttl          int64 // ms; stream_join only; 0 = none
 }
 
 func parse(op string, raw []byte) (*spec, error) {
@@ -84,7 +104,19 @@ func parse(op string, raw []byte) (*spec, error) {
 		if c.Size != "" || c.Offset != "" || c.WindowBounds != nil {
 			return nil, stream.ConfigErrorf("%s: size, offset and windowBounds are options of %s only; a stream join has no windows", op, TypeWindowJoin)
 		}
+		if c.TTL != "" {
+			var err error
+			if s.ttl, err = millis(op, "ttl", c.TTL); err != nil {
+				return nil, err
+			}
+			if s.ttl <= 0 {
+				return nil, stream.ConfigErrorf("%s: ttl %q must be at least 1ms; leave it out to keep rows forever", op, c.TTL)
+			}
+		}
 		return s, nil
+	}
+	if c.TTL != "" {
+		return nil, stream.ConfigErrorf("%s: ttl is an option of %s only; a window join drops its rows when their window fires", op, TypeStreamJoin)
 	}
 	if c.WindowBounds != nil {
 		s.bounds = *c.WindowBounds

@@ -4,11 +4,13 @@
 //     times fall in the same tumbling event-time window are joined; a
 //     window's pairs are emitted when the watermark passes its end, and its
 //     rows are dropped then (Flink's tumbling window join);
-//   - "stream_join": a keyed streaming inner join that keeps every row of
-//     both inputs in state forever: a row joins with the stored rows of the
-//     other input that have its key, as they arrive (a regular SQL inner
-//     join of two append-only streams, such as Nexmark q3's
-//     person ⋈ auction on seller = id).
+//   - "stream_join": a keyed streaming inner join that keeps the rows of
+//     both inputs in state: a row joins with the stored rows of the other
+//     input that have its key, as they arrive (a regular SQL inner join of
+//     two append-only streams, such as Nexmark q3's person ⋈ auction on
+//     seller = id). Rows are kept forever, or with a ttl (Config.TTL) until
+//     ttl after they were stored, in processing time (Flink's idle-state
+//     retention).
 //
 // Both take two inputs (job spec `inputs: [left, right]`) that must be keyed
 // (keyBy) by the same number of fields of matching types; rows with a null
@@ -18,9 +20,14 @@
 // window_start and window_end. Register adds both types to a
 // stream.Registry.
 //
-// Both implement stream.Checkpointed and write their rows as keyed state per
-// key group (formats in checkpoint.go), so they restore at any parallelism.
+// Both keep their rows (and window_join its timers) in the keyed-state
+// backend the task runtime owns (stream.KeyedStateful; layout in base.go,
+// encodings in row.go), which checkpoints and restores them, at any
+// parallelism. Their own stream.Checkpointed state is union operator state:
+// the type signature a restore checks, and window_join's watermark.
 //
-// Stored rows live in package keyrows (join/keyrows), which package topn
-// shares. join imports the standard library, package stream and keyrows.
+// join imports the standard library, package stream, statebackend, the
+// value encoding of operators/internal/rowenc and, for building output
+// columns, package keyrows (join/keyrows), whose row store and snapshot
+// encodings package topn uses.
 package join

@@ -2,8 +2,9 @@ package join
 
 import (
 	"context"
+	"time"
 
-	"github.com/weirstream/weir/operators/join/keyrows"
+	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -11,17 +12,26 @@ import (
 // stored under its key and joined with the stored rows of the other input
 // with that key, oldest first; the output rows carry the later of the two
 // event times when the arriving batch has event times. Watermarks are
-// forwarded unchanged. State grows with the input: use it where one side is
-// small or bounded (Nexmark q3 joins filtered people and auctions).
+// forwarded unchanged. Without a ttl, state grows with the input: use it
+// where one side is small or bounded (Nexmark q3 joins filtered people and
+// auctions), or set ttl (Config.TTL).
+//
+// The rows are keyed state (see base.go) in the backend the task runtime
+// opened for the operator, which also checkpoints and restores them.
 type StreamJoin struct {
 	joinBase
-	keys  *keyrows.Keys
-	sides [2]side
+	state   statebackend.ValueState[keyRows] // without ttl
+	sides   [2]statebackend.ListState[row]   // with ttl
+	ttlRows []row
+	// clock is the processing time of TTL in Unix ms; nil is the system
+	// clock. Tests set it before Open.
+	clock func() int64
 }
 
 var (
-	_ stream.Operator     = (*StreamJoin)(nil)
-	_ stream.Checkpointed = (*StreamJoin)(nil)
+	_ stream.Operator      = (*StreamJoin)(nil)
+	_ stream.Checkpointed  = (*StreamJoin)(nil)
+	_ stream.KeyedStateful = (*StreamJoin)(nil)
 )
 
 // NewStreamJoin returns a stream_join operator for a JSON Config.
@@ -33,14 +43,20 @@ func NewStreamJoin(config []byte) (*StreamJoin, error) {
 	return &StreamJoin{joinBase: joinBase{spec: s, name: TypeStreamJoin}}, nil
 }
 
-// Open binds the operator to its two keyed inputs.
+// Open binds the operator to its two keyed inputs and its state.
 func (o *StreamJoin) Open(_ context.Context, octx *stream.OperatorContext) error {
 	if err := o.open(octx); err != nil {
 		return err
 	}
-	o.keys = keyrows.NewKeys(o.keyTypes())
-	o.sides = [2]side{newSide(o.in[0]), newSide(o.in[1])}
-	return nil
+	var err error
+	if o.spec.ttl == 0 {
+		o.state, err = o.openRows()
+		return err
+	}
+	cfg := statebackend.DefaultTTLConfig(time.Duration(o.spec.ttl) * time.Millisecond)
+	cfg.Clock = o.clock
+	o.sides, err = o.openSides(cfg)
+	return err
 }
 
 // ProcessBatch joins the rows of b with the stored rows of the other input
@@ -48,40 +64,82 @@ func (o *StreamJoin) Open(_ context.Context, octx *stream.OperatorContext) error
 func (o *StreamJoin) ProcessBatch(input int, b *stream.Batch, out stream.Collector) error {
 	defer b.Release()
 	n := b.Len()
-	me, other := &o.sides[input], &o.sides[1-input]
-	keyCols := o.r.keyCols[input]
-	timed := len(b.Times) == n && n > 0
-	var mine, theirs *[]int32
-	if input == 0 {
-		mine, theirs = &o.left, &o.right
-	} else {
+	if n == 0 {
+		return nil
+	}
+	o.keys[input].Encode(b)
+	dec := &o.dec[1-input]
+	timed := len(b.Times) == n
+	mine, theirs := &o.left, &o.right
+	if input == 1 {
 		mine, theirs = &o.right, &o.left
 	}
 	flush := func() {
 		if input == 0 {
-			o.emit(b.Cols, other.rows.Cols, timed, false, 0, 0, out)
+			o.emit(b.Cols, dec.cols, timed, false, 0, out)
 		} else {
-			o.emit(other.rows.Cols, b.Cols, timed, false, 0, 0, out)
+			o.emit(dec.cols, b.Cols, timed, false, 0, out)
 		}
 	}
+	o.rows = o.rows[:0]
 	for i := range n {
-		if o.nullKey(b, input, i) {
+		if !o.nullKey(b, input, i) {
+			o.rows = append(o.rows, int32(i))
+		}
+	}
+	g := &o.group
+	g.group(&o.keys[input], o.rows, n)
+	for k := range g.groups() {
+		first := g.first[k]
+		if err := o.setKey(input, int(first)); err != nil {
+			return err
+		}
+		// The other input's rows, decoded once for all the key's rows.
+		if !o.pending() {
+			o.resetDecoded()
+		}
+		o.idx = o.idx[:0]
+		var v keyRows
+		if o.state == nil {
+			for _, r := range o.sides[1-input].Get() {
+				o.idx = append(o.idx, dec.add(r))
+			}
+		} else {
+			v, _ = o.state.Value()
+			for p := v.sides[1-input]; len(p) > 0; {
+				var r row
+				r, p = nextRow(p)
+				o.idx = append(o.idx, dec.add(r))
+			}
+		}
+		for i := first; i >= 0; i = g.next[i] {
+			for _, d := range o.idx {
+				*mine = append(*mine, i)
+				*theirs = append(*theirs, d)
+				if timed {
+					o.times = append(o.times, max(b.Times[i], dec.time(d)))
+				}
+				if len(o.left) == maxPairs {
+					flush()
+				}
+			}
+		}
+		if o.state == nil {
+			o.ttlRows = o.ttlRows[:0]
+			for i := first; i >= 0; i = g.next[i] {
+				o.ttlRows = append(o.ttlRows, o.arena.encode(b, int(i)))
+			}
+			o.sides[input].AddAll(o.ttlRows)
+			clear(o.ttlRows)
 			continue
 		}
-		id := o.keys.ID(b, keyCols, i)
-		for r := other.first(id); r >= 0; r = other.next[r] {
-			*mine = append(*mine, int32(i))
-			*theirs = append(*theirs, r)
-			if timed {
-				o.times = append(o.times, max(b.Times[i], other.rows.Times[r]))
-			}
-			if len(o.left) == maxPairs {
-				flush()
-			}
+		for i := first; i >= 0; i = g.next[i] {
+			v.sides[input] = o.blocks.add(v.sides[input], b, int(i))
 		}
-		me.add(b, i, id)
+		o.state.Update(v)
 	}
 	flush()
+	o.resetDecoded()
 	return nil
 }
 
@@ -91,7 +149,8 @@ func (o *StreamJoin) ProcessWatermark(wm int64, out stream.Collector) error {
 	return nil
 }
 
-// Rows returns the number of rows stored from each input.
-func (o *StreamJoin) Rows() (left, right int) {
-	return o.sides[0].rows.Len(), o.sides[1].rows.Len()
+// Close lets go of the state; the runtime closes the backend.
+func (o *StreamJoin) Close() error {
+	o.state, o.sides = nil, [2]statebackend.ListState[row]{}
+	return o.joinBase.Close()
 }

@@ -1,11 +1,14 @@
 // Package keyrows holds rows of a stream by key, for operators that keep
-// whole records in state (the joins of package join and the top-n windows of
-// package topn): Keys interns key values as dense ids and tells each key's
-// key group, Rows stores copies of records column by column (strings copied
-// into an arena so that state never pins an input batch's buffers), and
-// Gather builds output columns from stored or incoming rows. The snapshot
-// encodings of keys and rows are defined here too, from the value encoding
-// and Reader of operators/internal/rowenc.
+// whole records in operator-owned state (the top-n windows of package
+// topn): Keys interns key values as dense ids and tells each key's key
+// group, Rows stores copies of records column by column (strings copied into
+// an arena so that state never pins an input batch's buffers), and Gather
+// builds output columns from stored or incoming rows (package join uses
+// Gather and IsNull; its rows are keyed state of the task runtime). The
+// snapshot encodings of keys and rows are defined here too, from the value
+// encoding and Reader of operators/internal/rowenc; once topn keeps its
+// state in the runtime's keyed state as well, they (and Keys.Groups,
+// AppendKey, ReadKey, Rows.AppendRow, ReadRow, Reader) can go.
 //
 // It imports the standard library, package stream and
 // operators/internal/rowenc. Nothing in it is safe for concurrent use.
