@@ -20,10 +20,18 @@
 // are emitted; with ties (withTies: true) all rows whose value is at least
 // the n-th best are. Nulls never rank. Float NaN ranks above +Inf.
 //
-// Rows are kept per slide-long pane (a row is copied only if it enters its
-// pane's top n), and a sliding window merges its panes' top-n lists. State is
-// checkpointed per key group (format in checkpoint.go) and restores at any
-// parallelism. Register adds both types to a stream.Registry.
+// Rows are kept per key and slide-long pane (a row is encoded only if it
+// enters its pane's top n), and a sliding window merges its panes' top-n
+// lists. With keyBy the panes are keyed state in the backend the task
+// runtime owns (TopN implements stream.KeyedStateful), and windows fire on
+// the backend's event-time timers, one per key and window, which clear a
+// key's state with its last window; the runtime checkpoints that state and
+// restores it at any parallelism. Without keyBy the top-n is per subtask
+// and its panes are operator list state. Both keep their watermark and a
+// check of the state's shape as union operator state. The layout is in
+// state.go. Register adds both types to a stream.Registry.
 //
-// topn imports the standard library, package stream and operators/join/keyrows.
+// topn imports the standard library, package stream, package statebackend
+// (the keyed-state API) and operators/internal/rowenc (key and value
+// encoding).
 package topn
