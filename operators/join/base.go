@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
-	"github.com/weirstream/weir/operators/join/keyrows"
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
@@ -146,7 +145,7 @@ func (j *joinBase) setKey(input, i int) error {
 // nullKey reports whether row i of b (from input) has a null key field.
 func (j *joinBase) nullKey(b *stream.Batch, input, i int) bool {
 	for _, c := range j.r.keyCols[input] {
-		if keyrows.IsNull(&b.Cols[c], i) {
+		if rowenc.IsNull(&b.Cols[c], i) {
 			return true
 		}
 	}
@@ -176,10 +175,10 @@ func (j *joinBase) emit(left, right []stream.Column, timed, bounds bool, size in
 	}
 	b := stream.NewBatch(j.out, n)
 	for c := range left {
-		keyrows.Gather(&b.Cols[c], &left[c], j.left)
+		rowenc.Gather(&b.Cols[c], &left[c], j.left)
 	}
 	for c := range right {
-		keyrows.Gather(&b.Cols[j.nLeft+c], &right[c], j.right)
+		rowenc.Gather(&b.Cols[j.nLeft+c], &right[c], j.right)
 	}
 	if bounds {
 		s, e := &b.Cols[j.nLeft+len(right)], &b.Cols[j.nLeft+len(right)+1]

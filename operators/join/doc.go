@@ -26,8 +26,6 @@
 // parallelism. Their own stream.Checkpointed state is union operator state:
 // the type signature a restore checks, and window_join's watermark.
 //
-// join imports the standard library, package stream, statebackend, the
-// value encoding of operators/internal/rowenc and, for building output
-// columns, package keyrows (join/keyrows), whose row store and snapshot
-// encodings package topn uses.
+// join imports the standard library, package stream, statebackend and the
+// value encoding of operators/internal/rowenc.
 package join

@@ -62,3 +62,38 @@ func (k *Keys) Group(i int) int { return k.groups[i] }
 
 // Hash returns row i's key hash.
 func (k *Keys) Hash(i int) uint64 { return k.hashes[i] }
+
+// Gather appends to dst, for each index in idx, that row of src (same type).
+// Strings are shared, not copied.
+func Gather(dst, src *stream.Column, idx []int32) {
+	n := dst.Len()
+	switch dst.Type {
+	case stream.TypeInt64, stream.TypeTimestamp:
+		s := src.Ints
+		for _, i := range idx {
+			dst.Ints = append(dst.Ints, s[i])
+		}
+	case stream.TypeFloat64:
+		s := src.Floats
+		for _, i := range idx {
+			dst.Floats = append(dst.Floats, s[i])
+		}
+	case stream.TypeString:
+		s := src.Strs
+		for _, i := range idx {
+			dst.Strs = append(dst.Strs, s[i])
+		}
+	case stream.TypeBool:
+		s := src.Bools
+		for _, i := range idx {
+			dst.Bools = append(dst.Bools, s[i])
+		}
+	}
+	if src.Nulls != nil {
+		for k, i := range idx {
+			if IsNull(src, int(i)) {
+				dst.SetNull(n+k, n+len(idx))
+			}
+		}
+	}
+}

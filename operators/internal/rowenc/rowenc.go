@@ -1,6 +1,6 @@
 // Package rowenc owns the byte encoding of key and row values that Weir's
-// stateful operators write into checkpoints (package keyed, package window,
-// and through operators/join/keyrows the joins and top-n), the header of
+// stateful operators write into checkpoints and keyed state (package keyed,
+// package window, the joins and top-n), the header of
 // their per-key-group chunks, and the Reader that decodes both with bounds
 // checks. Each operator keeps its own chunk layout and version; this package
 // only supplies the pieces they share, so that they encode a value the same
