@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"unsafe"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/statebackend"
@@ -255,48 +254,7 @@ func (d *decoded) add(r row) int32 {
 	n := d.n
 	t, w := binary.Varint(r)
 	d.times = append(d.times, t)
-	p := r[w:]
-	for j := range d.cols {
-		c := &d.cols[j]
-		null := p[0] == 1
-		p = p[1:]
-		switch c.Type {
-		case stream.TypeInt64, stream.TypeTimestamp:
-			var v int64
-			if !null {
-				v, w = binary.Varint(p)
-				p = p[w:]
-			}
-			c.Ints = append(c.Ints, v)
-		case stream.TypeFloat64:
-			var v float64
-			if !null {
-				v = math.Float64frombits(binary.LittleEndian.Uint64(p))
-				p = p[8:]
-			}
-			c.Floats = append(c.Floats, v)
-		case stream.TypeString:
-			var v string
-			if !null {
-				l, w := binary.Uvarint(p)
-				if l > 0 {
-					v = unsafe.String(&p[w], int(l))
-				}
-				p = p[w+int(l):]
-			}
-			c.Strs = append(c.Strs, v)
-		case stream.TypeBool:
-			var v bool
-			if !null {
-				v = p[0] == 1
-				p = p[1:]
-			}
-			c.Bools = append(c.Bools, v)
-		}
-		if null {
-			c.SetNull(n, n+1)
-		}
-	}
+	rowenc.DecodeRow(d.cols, int(n), r[w:])
 	d.n++
 	return int32(n)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"unsafe"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/stream"
@@ -246,54 +245,6 @@ func appendRow(dst []byte, b *stream.Batch, i int) []byte {
 		dst = rowenc.AppendExactValue(dst, &b.Cols[j], i)
 	}
 	return dst
-}
-
-// decodeRow appends row (valid: written by appendRow or checked by
-// panesCodec) to cols as row n. Strings share the row's bytes.
-func decodeRow(cols []stream.Column, n int, row []byte) {
-	p := row
-	for j := range cols {
-		c := &cols[j]
-		null := p[0] == 1
-		p = p[1:]
-		switch c.Type {
-		case stream.TypeInt64, stream.TypeTimestamp:
-			var v int64
-			if !null {
-				var w int
-				v, w = binary.Varint(p)
-				p = p[w:]
-			}
-			c.Ints = append(c.Ints, v)
-		case stream.TypeFloat64:
-			var v float64
-			if !null {
-				v = math.Float64frombits(binary.LittleEndian.Uint64(p))
-				p = p[8:]
-			}
-			c.Floats = append(c.Floats, v)
-		case stream.TypeString:
-			var v string
-			if !null {
-				l, w := binary.Uvarint(p)
-				if l > 0 {
-					v = unsafe.String(&p[w], int(l))
-				}
-				p = p[w+int(l):]
-			}
-			c.Strs = append(c.Strs, v)
-		case stream.TypeBool:
-			var v bool
-			if !null {
-				v = p[0] == 1
-				p = p[1:]
-			}
-			c.Bools = append(c.Bools, v)
-		}
-		if null {
-			c.SetNull(n, n+1)
-		}
-	}
 }
 
 // signature names what the state was written for, e.g. "key (int64); rows

@@ -514,7 +514,7 @@ func (o *TopN) emitWindow(ps []pane, end int64) {
 			rank = int64(j + 1)
 		}
 		n := b.Len()
-		decodeRow(b.Cols[:nIn], n, x.row)
+		rowenc.DecodeRow(b.Cols[:nIn], n, x.row)
 		extra := nIn
 		if o.spec.bounds {
 			b.Cols[extra].Ints = append(b.Cols[extra].Ints, start)

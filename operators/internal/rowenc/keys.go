@@ -1,6 +1,12 @@
 package rowenc
 
-import "github.com/weirstream/weir/stream"
+import (
+	"encoding/binary"
+	"math"
+	"unsafe"
+
+	"github.com/weirstream/weir/stream"
+)
 
 // Keys encodes the keys of a batch's rows for a keyed-state backend
 // (statebackend.Backend.SetCurrentKey): a row's key is the AppendValue
@@ -94,6 +100,55 @@ func Gather(dst, src *stream.Column, idx []int32) {
 			if IsNull(src, int(i)) {
 				dst.SetNull(n+k, n+len(idx))
 			}
+		}
+	}
+}
+
+// DecodeRow appends row, the AppendExactValue encodings of one value per
+// column of cols (already checked: it is trusted), to cols as row n.
+// Strings share the row's bytes.
+func DecodeRow(cols []stream.Column, n int, row []byte) {
+	p := row
+	for j := range cols {
+		c := &cols[j]
+		null := p[0] == 1
+		p = p[1:]
+		switch c.Type {
+		case stream.TypeInt64, stream.TypeTimestamp:
+			var v int64
+			if !null {
+				var w int
+				v, w = binary.Varint(p)
+				p = p[w:]
+			}
+			c.Ints = append(c.Ints, v)
+		case stream.TypeFloat64:
+			var v float64
+			if !null {
+				v = math.Float64frombits(binary.LittleEndian.Uint64(p))
+				p = p[8:]
+			}
+			c.Floats = append(c.Floats, v)
+		case stream.TypeString:
+			var v string
+			if !null {
+				l, w := binary.Uvarint(p)
+				if l > 0 {
+					v = unsafe.String(&p[w], int(l))
+				}
+				p = p[w+int(l):]
+			}
+			c.Strs = append(c.Strs, v)
+		case stream.TypeBool:
+			var v bool
+			if !null {
+				v = p[0] == 1
+				p = p[1:]
+			}
+			c.Bools = append(c.Bools, v)
+		}
+		if null {
+			c.SetNull(n, n+1)
 		}
 	}
 }
