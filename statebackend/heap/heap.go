@@ -396,3 +396,7 @@ func codecName(d statebackend.Descriptor, what string) string {
 	}
 	return d.Codec.ID()
 }
+
+// KeepsValues implements statebackend.ValueKeeper: tables keep the values
+// given to Put and encode them only in Snapshot.
+func (b *Backend) KeepsValues() bool { return true }

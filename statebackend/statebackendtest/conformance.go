@@ -55,6 +55,7 @@ func RunConformance(t *testing.T, newBackend NewBackend) {
 		{"SizeBytes", testSizeBytes},
 		{"Close", testClose},
 		{"Model", testModel},
+		{"Slots", testSlots},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, nb, newBackend) })
