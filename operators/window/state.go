@@ -27,6 +27,16 @@ import (
 //     first window that has not fired. A key has no state once its windows
 //     have fired and their lateness passed.
 //
+// That is how a window fires on a backend without statebackend.ValueKeeper
+// (Pebble). On the heap backend, where the slots are in memory anyway, it
+// keeps no timers: a pane index (paneindex.go, derived from the slots, not
+// snapshotted) lists each pane's slots, and a watermark fires the windows
+// it passes pane by pane and drops the panes past their lateness, as a
+// per-key timer would, at a fraction of the cost. Union state firingState
+// says which way the writer fired; a restore onto Pebble of a checkpoint
+// written on the heap sets the timers of every key (one scan), and a
+// restore onto the heap ignores the timers it finds.
+//
 // Without keyBy the window is per subtask: its panes are kept under the
 // empty key in the first key group of the subtask's range.
 //
@@ -44,7 +54,10 @@ const (
 	signatureState    = "signature"
 	watermarkState    = "watermark"
 	maxTimestampState = "maxTimestamp"
-	stateVersion      = 1 // of watermarkState and maxTimestampState
+	firingState       = "firing"
+	firingPanes       = "panes"  // fired from the pane index: no timers
+	firingTimers      = "timers" // fired by per-key timers
+	stateVersion      = 1        // of watermarkState and maxTimestampState
 )
 
 var (
@@ -73,6 +86,11 @@ func (w *Window) SnapshotState(c *stream.SnapshotContext) error {
 	w.slots.Flush()
 	c.AddUnionState(signatureState, []byte(w.signature()))
 	c.AddUnionState(watermarkState, binary.AppendVarint([]byte{stateVersion}, w.wm))
+	firing := firingTimers
+	if w.idx != nil {
+		firing = firingPanes
+	}
+	c.AddUnionState(firingState, []byte(firing))
 	return nil
 }
 
@@ -96,6 +114,15 @@ func (w *Window) RestoreState(c *stream.RestoreContext) error {
 		}
 		if i == 0 || wm < w.wm {
 			w.wm = wm
+		}
+	}
+	if w.idx == nil {
+		for _, f := range c.State.Union[firingState] {
+			if string(f) == firingPanes {
+				// Written on the heap: the keys have no timers yet.
+				w.scheduleAll()
+				break
+			}
 		}
 	}
 	return nil

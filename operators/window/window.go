@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
@@ -35,8 +36,12 @@ type Window struct {
 	out  *stream.Schema
 	lay  *layout
 
-	b      statebackend.Backend
-	slots  *statebackend.Slots
+	b     statebackend.Backend
+	slots *statebackend.Slots
+	// idx lists the slots by pane on an in-place backend (the heap), where
+	// windows fire pane by pane; nil elsewhere, where they fire on per-key
+	// timers.
+	idx    *paneIndex
 	keys   rowenc.Keys
 	keyed  bool
 	global int // key group of a global window's state
@@ -55,6 +60,14 @@ type Window struct {
 	merged   []int64
 	panes    []paneRef
 	drop     []int64
+
+	// Firing scratch of the pane index: res holds one merged accumulator
+	// per key of the window being fired (lay.width words each), outIdx
+	// maps key id → its position in touched (-1 when unused).
+	res     []int64
+	outIdx  []int32
+	touched []int32
+	pairs   []intPair
 
 	cur     *stream.Batch // output batch being filled
 	curRows int
@@ -153,6 +166,17 @@ func (w *Window) Open(_ context.Context, octx *stream.OperatorContext) error {
 	w.keyed = len(r.keyCols) > 0
 	w.keys = rowenc.Keys{Cols: r.keyCols, MaxParallelism: octx.MaxParallelism}
 	w.global = b.KeyGroups().Start
+	if w.slots.InPlace() {
+		types := make([]stream.Type, len(r.keyCols))
+		for j, c := range r.keyCols {
+			types[j] = w.in.Fields[c].Type
+		}
+		w.idx = newPaneIndex(w.slots, types)
+		w.slots.Each(func(s int32) { // the restored slots
+			key, g, ns := w.slots.SlotKey(s)
+			w.idx.add(s, key, g, ns, nil, nil, 0)
+		})
+	}
 	return nil
 }
 
@@ -214,8 +238,12 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 		slot, created := w.slots.Slot(key, g, p)
 		ws[i] = w.slots.Words(slot)
 		if created {
-			w.b.SetCurrentKey(key, g)
-			timers.RegisterEventTimeTimer(w.nextTimer(p, wm))
+			if w.idx != nil {
+				w.idx.add(slot, key, g, p, b.Cols, w.r.keyCols, i)
+			} else {
+				w.b.SetCurrentKey(key, g)
+				timers.RegisterEventTimeTimer(w.nextTimer(p, wm))
+			}
 		}
 		if p+slide-1 <= wm && wm != stream.MinWatermark {
 			// A window of this pane has fired: each that is still within
@@ -262,7 +290,16 @@ func (w *Window) refireLate() {
 			continue
 		}
 		seen[id] = true
-		w.loadPanes(f.key, f.group)
+		if w.idx != nil {
+			w.panes = w.panes[:0]
+			for _, p := range w.idx.panesIn(f.end-w.spec.size, f.end) {
+				if words, ok := w.slots.Lookup(f.key, f.group, p); ok {
+					w.panes = append(w.panes, paneRef{p, words})
+				}
+			}
+		} else {
+			w.loadPanes(f.key, f.group)
+		}
 		w.queue(f.key, f.end)
 	}
 	clear(w.late)
@@ -320,12 +357,102 @@ func (w *Window) ProcessWatermark(wm int64, out stream.Collector) error {
 	return nil
 }
 
-// advance moves the watermark to wm, firing the keys' timers.
+// advance moves the watermark to wm, firing windows and dropping panes.
 func (w *Window) advance(wm int64, out stream.Collector) error {
+	prev := w.wm
 	w.wm = wm
-	err := w.b.Timers().AdvanceWatermark(wm, w.fire)
-	w.emitPending(out)
-	return err
+	if w.idx == nil {
+		err := w.b.Timers().AdvanceWatermark(wm, w.fire)
+		w.emitPending(out)
+		return err
+	}
+	w.fireIndexed(prev, wm, out)
+	w.flush(out)
+	if limit := satSub(wm, w.spec.size+w.spec.lateness-1); limit > math.MinInt64 {
+		w.idx.dropThrough(limit)
+	}
+	// Timers come only from a checkpoint written on another backend; the
+	// pane index has taken over their work.
+	return w.b.Timers().AdvanceWatermark(wm, func([]byte, int, int64) error { return nil })
+}
+
+// fireIndexed fires, in order, the windows with data whose end-1 is in
+// (prev, wm], stepping through aligned ends and jumping over stretches
+// without panes.
+func (w *Window) fireIndexed(prev, wm int64, out stream.Collector) {
+	size, slide, order := w.spec.size, w.spec.slide, w.idx.order
+	if len(order) == 0 {
+		return
+	}
+	e := order[0] + slide // the first end with data
+	if prev != stream.MinWatermark {
+		e = max(e, w.alignUp(prev+2))
+	}
+	for e-1 <= wm {
+		i, _ := slices.BinarySearch(order, e-size)
+		if i == len(order) {
+			break
+		}
+		if order[i] < e {
+			w.fireWindow(e, out)
+			e += slide
+		} else {
+			e = max(e+slide, order[i]+slide)
+		}
+		if e > math.MaxInt64-slide {
+			break // beyond any real timestamp
+		}
+	}
+}
+
+// fireWindow emits the results of the window ending at end for every key
+// with data in it, in key order.
+func (w *Window) fireWindow(end int64, out stream.Collector) {
+	x, width := w.idx, w.lay.width
+	for len(w.outIdx) < len(x.refs) {
+		w.outIdx = append(w.outIdx, -1)
+	}
+	start := end - w.spec.size
+	touched, res := w.touched[:0], w.res[:0]
+	for _, p := range x.panesIn(start, end) {
+		for _, s := range x.panes[p] {
+			k := x.keyOf[s]
+			ri := int(w.outIdx[k])
+			if ri < 0 {
+				ri = len(touched)
+				touched = append(touched, k)
+				w.outIdx[k] = int32(ri)
+				res = append(res, w.lay.init...)
+			}
+			w.lay.merge(res[ri*width:(ri+1)*width], w.slots.Words(s))
+		}
+	}
+	w.pairs = x.sortKeys(touched, w.pairs)
+	nk := len(x.cols)
+	for _, k := range touched {
+		ri := int(w.outIdx[k])
+		w.outIdx[k] = -1
+		if w.cur == nil {
+			w.cur = stream.NewBatch(w.out, stream.DefaultBatchSize)
+			w.curRows = 0
+		}
+		b, row := w.cur, w.curRows
+		for j := range x.cols {
+			appendValue(&b.Cols[j], row, &x.cols[j], k)
+		}
+		b.Cols[nk].Ints = append(b.Cols[nk].Ints, start)
+		b.Cols[nk+1].Ints = append(b.Cols[nk+1].Ints, end)
+		acc := res[ri*width : (ri+1)*width]
+		for j := range w.r.aggs {
+			w.lay.appendResult(j, acc, &b.Cols[nk+2+j], row)
+		}
+		b.Times = append(b.Times, end-1)
+		w.curRows++
+		if w.curRows == stream.DefaultBatchSize {
+			w.flush(out)
+		}
+	}
+	w.touched, w.res = touched[:0], res[:0]
 }
 
 // fire is a key's timer at ts: it queues the key's window ending at ts+1
@@ -333,33 +460,63 @@ func (w *Window) advance(wm int64, out stream.Collector) error {
 // whose last window and allowed lateness end at or before ts, and sets the
 // key's next timer.
 func (w *Window) fire(key []byte, g int, ts int64) error {
-	size, slide, lateness := w.spec.size, w.spec.slide, w.spec.lateness
+	size, lateness := w.spec.size, w.spec.lateness
 	w.loadPanes(key, g)
 	if end := ts + 1; w.alignUp(end) == end {
 		w.queue(key, end)
 	}
-	next := int64(math.MaxInt64)
 	w.drop = w.drop[:0]
 	for _, p := range w.panes {
 		if p.start+size-1+lateness <= ts {
 			w.drop = append(w.drop, p.start)
-			continue
 		}
-		// The pane's first window after ts, or the end of its lateness.
+	}
+	for _, p := range w.drop {
+		w.slots.Delete(key, g, p)
+	}
+	w.schedule(key, g, ts)
+	return nil
+}
+
+// schedule sets the timer key needs after time ts for its panes in
+// w.panes (those not yet dropped): the earliest of each pane's first
+// window end after ts, or, when all its windows have fired, the end of its
+// allowed lateness.
+func (w *Window) schedule(key []byte, g int, ts int64) {
+	size, slide, lateness := w.spec.size, w.spec.slide, w.spec.lateness
+	next := int64(math.MaxInt64)
+	for _, p := range w.panes {
 		t := p.start + size - 1 + lateness
+		if t <= ts {
+			continue // dropped
+		}
 		if e := max(p.start+slide, w.alignUp(ts+2)); e <= p.start+size {
 			t = min(t, e-1)
 		}
 		next = min(next, t)
 	}
-	for _, p := range w.drop {
-		w.slots.Delete(key, g, p)
-	}
 	if next != math.MaxInt64 {
 		w.b.SetCurrentKey(key, g)
 		w.b.Timers().RegisterEventTimeTimer(next)
 	}
-	return nil
+}
+
+// scheduleAll sets the timers of every key with panes, after a restore of
+// a checkpoint written with the pane index (which has no timers).
+func (w *Window) scheduleAll() {
+	kg := w.b.KeyGroups()
+	var keys [][]byte
+	for g := kg.Start; g <= kg.End; g++ {
+		keys = keys[:0]
+		w.b.Keys(panesTable, g, func(key []byte) bool {
+			keys = append(keys, key)
+			return true
+		})
+		for _, key := range keys {
+			w.loadPanes(key, g)
+			w.schedule(key, g, w.wm)
+		}
+	}
 }
 
 // emitPending emits the queued rows ordered by window end and key value.
