@@ -48,11 +48,11 @@ type Slots struct {
 	mask  uint64
 	n     int
 
-	ent   []slotEntry // by slot id
+	ent []slotEntry // by slot id
 	// The words of slot id are blocks[id/slotBlock], at (id%slotBlock)*Words.
 	blocks [][]int64
-	free  []int32
-	nsBuf [8]byte
+	free   []int32
+	nsBuf  [8]byte
 
 	// Snapshot scratch of a hosted Slots: live slot ids by key group,
 	// sorted by key and namespace.

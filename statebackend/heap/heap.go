@@ -225,9 +225,9 @@ type table struct {
 	// (see HostSlots); load adds restored slots to it.
 	hosted statebackend.SlotSource
 	load   func(key []byte, group int, ns int64, words []int64) error
-	vals       []slab                        // per key group; nil for KindMap
-	maps       []map[string]map[string]*cell // per key group; KindMap only
-	ukBuf      []byte
+	vals   []slab                        // per key group; nil for KindMap
+	maps   []map[string]map[string]*cell // per key group; KindMap only
+	ukBuf  []byte
 }
 
 var _ statebackend.Table = (*table)(nil)
