@@ -129,6 +129,13 @@ func openOp(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*s
 // state; the test's clean-up closes it.
 func openOpOn(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*stream.Schema, error), config []byte, in *stream.Schema, keys []string,
 	backend string, id int64, snap *stream.OperatorSnapshot) (*stream.Schema, *dataflowtest.Harness) {
+	return openOpFull(t, op, plan, config, in, keys, backend, false, id, snap)
+}
+
+// openOpFull is openOpOn, with full (not incremental) snapshots on Pebble
+// if fullSnapshots is set, so that they restore on the heap too.
+func openOpFull(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*stream.Schema, error), config []byte, in *stream.Schema, keys []string,
+	backend string, fullSnapshots bool, id int64, snap *stream.OperatorSnapshot) (*stream.Schema, *dataflowtest.Harness) {
 	t.Helper()
 	out, err := plan(&stream.PlanContext{UID: "op", Config: config, Inputs: []stream.PlanInput{{Schema: in, KeyFields: keys}}, Parallelism: 1})
 	if err != nil {
@@ -138,7 +145,7 @@ func openOpOn(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (
 		JobID: "job", TaskName: "op (1/1)", OperatorUID: "op", Parallelism: 1,
 		MaxParallelism: stream.DefaultMaxParallelism, KeyGroups: stream.KeyGroupRange{Start: 0, End: stream.DefaultMaxParallelism - 1},
 		InputSchemas: []*stream.Schema{in}, InputKeys: [][]string{keys}, OutputSchema: out, Config: config,
-		StateBackend: backend, LocalStateDir: t.TempDir(),
+		StateBackend: backend, LocalStateDir: t.TempDir(), FullSnapshots: fullSnapshots,
 	}
 	h, err := dataflowtest.Open(context.Background(), op, octx, id, snap)
 	if err != nil {

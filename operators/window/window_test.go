@@ -277,8 +277,11 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 				}
 				plan := func(pc *stream.PlanContext) (*stream.Schema, error) { return planWindow(op, pc) }
 				wmOp, win := newOps()
-				_, hw := openOpOn(t, wmOp, planWatermarks, mcfg, genSchema, nil, backend, 0, nil)
-				out, hwin := openOpOn(t, win, plan, wcfg, genSchema, keys, backend, 0, nil)
+				// Every other case takes full snapshots and restores them onto
+				// the other backend: the state has one form on both.
+				cross := seed%2 == 1
+				_, hw := openOpFull(t, wmOp, planWatermarks, mcfg, genSchema, nil, backend, cross, 0, nil)
+				out, hwin := openOpFull(t, win, plan, wcfg, genSchema, keys, backend, cross, 0, nil)
 				rec := newRecorder(t)
 				ch := newChain(t, win, rec)
 
@@ -305,8 +308,12 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 						hw.Close(false)
 						hwin.Close(false)
 						wmOp, win = newOps()
-						openOpOn(t, wmOp, planWatermarks, mcfg, genSchema, nil, backend, 1, sw)
-						openOpOn(t, win, plan, wcfg, genSchema, keys, backend, 1, swin)
+						after := backend
+						if cross {
+							after = map[string]string{stream.StateBackendHeap: stream.StateBackendPebble, stream.StateBackendPebble: stream.StateBackendHeap}[backend]
+						}
+						openOpOn(t, wmOp, planWatermarks, mcfg, genSchema, nil, after, 1, sw)
+						openOpOn(t, win, plan, wcfg, genSchema, keys, after, 1, swin)
 						ch.next = win
 					}
 					n := min(len(rows)-i, 1+rng.IntN(200))
