@@ -16,22 +16,22 @@ import (
 // window's pane start). A per-row loop resolves each row's slot id once
 // (Slot); the aggregation loops then update Words(slot) column by column.
 //
-// In checkpoints a Slots is a map table named by the descriptor: user key
-// the namespace (NamespaceCodec), value the words (zig-zag varints), so
-// snapshots, restore, key groups and rescaling are the backend's, and the
-// state has the same form on every backend. In memory Slots keeps an index
-// from (key group, key, namespace) to slot ids, and:
+// In checkpoints a Slots is a value table named by the descriptor: per key
+// one value, the key's slots ordered by namespace (SlotList, encoded by
+// SlotListCodec), so snapshots, restore, key groups and rescaling are the
+// backend's, and the state has the same form on every backend. In memory
+// Slots keeps an index from (key group, key, namespace) to slot ids, and:
 //
 //   - on a backend that hosts slots (SlotHost: the heap backend) the index
 //     is the state: the backend hands it the restored slots and writes the
 //     index's slots into its snapshots, and a slot id stays valid until its
 //     slot is deleted (InPlace). Nothing is encoded but in snapshots.
-//   - on other backends (Pebble) the state is the backend's map table: the
-//     index holds only the slots resolved since the last Flush, read from
-//     the table when first resolved; Flush writes them back and empties it.
-//     The operator calls Flush at the end of each batch, and Range flushes
-//     first, so the table is what a snapshot sees and the memory Slots holds
-//     is one batch's worth.
+//   - on other backends (Pebble) the state is the backend's value table:
+//     the first use of a key after a Flush reads the key's value (one point
+//     read) into the index, and Flush writes back every key used since and
+//     empties the index. The operator calls Flush at the end of each batch,
+//     so the table is what a snapshot sees and the memory Slots holds is
+//     one batch's worth.
 //
 // A Slots is not safe for concurrent use; it uses the backend's current key
 // (SetCurrentKey) and changes it.
@@ -57,6 +57,24 @@ type Slots struct {
 	// Snapshot scratch of a hosted Slots: live slot ids by key group,
 	// sorted by key and namespace.
 	byGroup map[int][]int32
+
+	// Not hosted: the keys read since the last Flush, by key group and
+	// key (gk is scratch for the lookup).
+	loaded map[string]*loadedKey
+	gk     []byte
+}
+
+// loadedKey is a key whose slots are in the index until the next Flush.
+type loadedKey struct {
+	key   []byte
+	group int
+	ids   []int32 // its slot ids (ids are not reused before Flush)
+}
+
+// SlotRecord is one slot of a key in the checkpoint form of Slots.
+type SlotRecord struct {
+	NS    int64
+	Words []int64
 }
 
 type slotEntry struct {
@@ -68,7 +86,7 @@ type slotEntry struct {
 
 // SlotDescriptor describes a Slots table.
 type SlotDescriptor struct {
-	// Name names the backing map table; unique within the operator.
+	// Name names the backing value table; unique within the operator.
 	Name string
 	// Words is the number of int64 words of a slot (> 0).
 	Words int
@@ -77,10 +95,10 @@ type SlotDescriptor struct {
 }
 
 // SlotHost is implemented by a backend that keeps a Slots' state in the
-// Slots itself (the heap backend). HostSlots makes src the state of map
-// table d (the descriptor of a Slots' table): the backend calls load for
-// every slot it restored or restores later for that table, and writes src's
-// slots as the table's entries when it snapshots. Asking for the table
+// Slots itself (the heap backend). HostSlots makes src the state of value
+// table d (the descriptor of a Slots' table, whose values are []SlotRecord):
+// the backend calls load for every slot it restored or restores later for
+// that table, and writes src's slots, a value per key, when it snapshots. Asking for the table
 // otherwise, or hosting it twice, fails with ErrConflict.
 type SlotHost interface {
 	HostSlots(d Descriptor, src SlotSource, load func(key []byte, group int, ns int64, words []int64) error) error
@@ -113,7 +131,7 @@ func GetSlots(b Backend, d SlotDescriptor) (*Slots, error) {
 	if d.Init == nil {
 		d.Init = make([]int64, d.Words)
 	}
-	td := Descriptor{Name: d.Name, Kind: KindMap, Codec: wordsCodec{d.Words}, UserKeyCodec: NamespaceCodec}
+	td := Descriptor{Name: d.Name, Kind: KindValue, Codec: SlotListCodec(d.Words)}
 	s := &Slots{b: b, d: d, table: make([]uint64, 64), mask: 63}
 	if h, ok := b.(SlotHost); ok {
 		s.hosted = true
@@ -127,6 +145,7 @@ func GetSlots(b Backend, d SlotDescriptor) (*Slots, error) {
 		return nil, err
 	}
 	s.t = t
+	s.loaded = make(map[string]*loadedKey)
 	return s, nil
 }
 
@@ -173,35 +192,55 @@ func (s *Slots) Slot(key []byte, group int, ns int64) (slot int32, created bool)
 	if id, ok := s.find(h, key, group, ns); ok {
 		return id, false
 	}
-	var w []int64
-	if !s.hosted {
-		s.b.SetCurrentKey(key, group)
-		if v, ok := s.t.Get(s.nsKey(ns)); ok {
-			w = v.([]int64) // insert copies it: the table's value must not change
+	if s.hosted {
+		return s.insert(h, key, group, ns, s.d.Init), true
+	}
+	lk, fresh := s.loadKey(key, group)
+	if fresh {
+		if id, ok := s.find(h, key, group, ns); ok {
+			return id, false
 		}
 	}
-	if w == nil {
-		w = s.d.Init
-		created = true
+	id := s.insert(h, key, group, ns, s.d.Init)
+	lk.ids = append(lk.ids, id)
+	return id, true
+}
+
+// loadKey reads key's slots from the table into the index, unless it did
+// since the last Flush; fresh says whether it did now.
+func (s *Slots) loadKey(key []byte, group int) (lk *loadedKey, fresh bool) {
+	s.gk = binary.AppendUvarint(s.gk[:0], uint64(group))
+	s.gk = append(s.gk, key...)
+	if lk := s.loaded[string(s.gk)]; lk != nil {
+		return lk, false
 	}
-	return s.insert(h, key, group, ns, w), created
+	lk = &loadedKey{key: append(make([]byte, 0, len(key)), key...), group: group}
+	s.loaded[string(s.gk)] = lk
+	s.b.SetCurrentKey(key, group)
+	if v, ok := s.t.Get(nil); ok {
+		for _, r := range v.([]SlotRecord) {
+			lk.ids = append(lk.ids, s.insert(slotHash(key, r.NS), key, group, r.NS, r.Words))
+		}
+	}
+	return lk, true
 }
 
 // Lookup returns the words of key's slot in ns, if it has one. Unless
-// InPlace they must not be modified.
+// InPlace they are valid until the next Flush.
 func (s *Slots) Lookup(key []byte, group int, ns int64) ([]int64, bool) {
-	if id, ok := s.find(slotHash(key, ns), key, group, ns); ok {
+	h := slotHash(key, ns)
+	if id, ok := s.find(h, key, group, ns); ok {
 		return s.Words(id), true
 	}
 	if s.hosted {
 		return nil, false
 	}
-	s.b.SetCurrentKey(key, group)
-	v, ok := s.t.Get(s.nsKey(ns))
-	if !ok {
-		return nil, false
+	if _, fresh := s.loadKey(key, group); fresh {
+		if id, ok := s.find(h, key, group, ns); ok {
+			return s.Words(id), true
+		}
 	}
-	return v.([]int64), true
+	return nil, false
 }
 
 // Words returns the words of a slot Slot returned, to update in place.
@@ -215,10 +254,10 @@ func (s *Slots) Words(slot int32) []int64 {
 const slotBlock = 1024
 
 // Range calls fn with every namespace of key that has a slot and the slot's
-// words, in no particular order, until fn returns false. fn must not modify
-// the words, resolve slots or delete them; collect what to delete and
-// delete after. On a hosting backend it scans every slot: an operator that
-// needs it often keeps its own index (see InPlace).
+// words, in no particular order, until fn returns false. fn must not
+// resolve or delete slots; collect what to delete and delete after. On a
+// hosting backend it scans every slot: an operator that needs it often
+// keeps its own index (see InPlace).
 func (s *Slots) Range(key []byte, group int, fn func(ns int64, words []int64) bool) {
 	if s.hosted {
 		for id := range s.ent {
@@ -230,26 +269,29 @@ func (s *Slots) Range(key []byte, group int, fn func(ns int64, words []int64) bo
 		}
 		return
 	}
-	s.Flush()
-	s.b.SetCurrentKey(key, group)
-	s.t.Range(func(uk []byte, v any) bool {
-		return fn(decodeNS(uk), v.([]int64))
-	})
+	lk, _ := s.loadKey(key, group)
+	for _, id := range lk.ids {
+		if e := &s.ent[id]; e.key != nil {
+			if !fn(e.ns, s.Words(id)) {
+				return
+			}
+		}
+	}
 }
 
 // Delete removes key's slot in ns, if any.
 func (s *Slots) Delete(key []byte, group int, ns int64) {
 	h := slotHash(key, ns)
+	if !s.hosted {
+		s.loadKey(key, group)
+	}
 	if id, ok := s.find(h, key, group, ns); ok {
 		s.deleteID(id)
 	}
-	if !s.hosted {
-		s.b.SetCurrentKey(key, group)
-		s.t.Delete(s.nsKey(ns))
-	}
 }
 
-// deleteID takes slot id out of the index.
+// deleteID takes slot id out of the index. Ids are reused only when
+// hosted: a loadedKey's ids stay its own until Flush.
 func (s *Slots) deleteID(id int32) {
 	h := s.ent[id].hash
 	p := h & s.mask
@@ -258,24 +300,34 @@ func (s *Slots) deleteID(id int32) {
 	}
 	s.remove(p)
 	s.ent[id] = slotEntry{}
-	s.free = append(s.free, id)
+	if s.hosted {
+		s.free = append(s.free, id)
+	}
 }
 
-// Flush writes the slots resolved since the last Flush to the table and
-// forgets them, unless InPlace; slot ids are then invalid. InPlace it does
-// nothing.
+// Flush writes every key used since the last Flush back to the table and
+// empties the index, unless InPlace; slot ids are then invalid. InPlace it
+// does nothing.
 func (s *Slots) Flush() {
-	if s.hosted || s.n == 0 {
+	if s.hosted || len(s.loaded) == 0 {
 		return
 	}
-	for id := range s.ent {
-		en := &s.ent[id]
-		if en.key == nil {
+	for _, lk := range s.loaded {
+		var recs []SlotRecord
+		for _, id := range lk.ids {
+			if e := &s.ent[id]; e.key != nil {
+				recs = append(recs, SlotRecord{e.ns, append([]int64(nil), s.Words(id)...)})
+			}
+		}
+		s.b.SetCurrentKey(lk.key, lk.group)
+		if len(recs) == 0 {
+			s.t.Delete(nil)
 			continue
 		}
-		s.b.SetCurrentKey(en.key, en.group)
-		s.t.Put(s.nsKey(en.ns), append([]int64(nil), s.Words(int32(id))...)) // the table keeps what it is given
+		slices.SortFunc(recs, func(a, b SlotRecord) int { return cmp.Compare(a.NS, b.NS) })
+		s.t.Put(nil, recs) // the table keeps what it is given
 	}
+	clear(s.loaded)
 	clear(s.table)
 	clear(s.ent)
 	s.ent, s.free = s.ent[:0], s.free[:0]
@@ -283,6 +335,9 @@ func (s *Slots) Flush() {
 	if len(s.table) > 1<<16 {
 		s.table = make([]uint64, 64)
 		s.mask = 63
+	}
+	if len(s.blocks) > 64 {
+		s.blocks = s.blocks[:64]
 	}
 }
 
@@ -405,13 +460,6 @@ func (s *Slots) remove(p uint64) {
 	s.n--
 }
 
-func (s *Slots) nsKey(ns int64) []byte {
-	binary.BigEndian.PutUint64(s.nsBuf[:], uint64(ns)^1<<63)
-	return s.nsBuf[:]
-}
-
-func decodeNS(b []byte) int64 { return int64(binary.BigEndian.Uint64(b) ^ 1<<63) }
-
 // slotSeed seeds the index hash; the index is never persisted.
 var slotSeed = maphash.MakeSeed()
 
@@ -421,58 +469,60 @@ func slotHash(key []byte, ns int64) uint64 {
 	return hi ^ lo
 }
 
-// NamespaceCodec is the user-key codec of Slots' map tables: an int64 as 8
-// bytes big endian with the sign bit flipped, so that byte order is numeric
-// order.
-var NamespaceCodec ValueCodec = namespaceCodec{}
+// SlotListCodec returns the codec of a Slots' values: a key's slots, for
+// slots of words words: uvarint count, then per slot its namespace and its
+// words, zig-zag varints, in ascending namespace order.
+func SlotListCodec(words int) ValueCodec { return slotListCodec{words} }
 
-type namespaceCodec struct{}
+type slotListCodec struct{ n int }
 
-func (namespaceCodec) ID() string { return "namespace-int64" }
+func (c slotListCodec) ID() string { return fmt.Sprintf("slots/%d", c.n) }
 
-func (namespaceCodec) AppendValue(dst []byte, v any) ([]byte, error) {
-	ns, ok := v.(int64)
+func (c slotListCodec) AppendValue(dst []byte, v any) ([]byte, error) {
+	recs, ok := v.([]SlotRecord)
 	if !ok {
-		return dst, fmt.Errorf("statebackend: namespace codec: got %T, want int64", v)
+		return dst, fmt.Errorf("statebackend: slot list: got %T, want []SlotRecord", v)
 	}
-	return binary.BigEndian.AppendUint64(dst, uint64(ns)^1<<63), nil
-}
-
-func (namespaceCodec) DecodeValue(src []byte) (any, error) {
-	if len(src) != 8 {
-		return nil, fmt.Errorf("statebackend: namespace of %d bytes, want 8", len(src))
-	}
-	return decodeNS(src), nil
-}
-
-// wordsCodec encodes a slot's words as zig-zag varints, exactly n of them.
-type wordsCodec struct{ n int }
-
-func (c wordsCodec) ID() string { return fmt.Sprintf("slot-words/%d", c.n) }
-
-func (c wordsCodec) AppendValue(dst []byte, v any) ([]byte, error) {
-	w, ok := v.([]int64)
-	if !ok || len(w) != c.n {
-		return dst, fmt.Errorf("statebackend: slot words: got %T of another length, want %d int64 words", v, c.n)
-	}
-	for _, x := range w {
-		dst = binary.AppendVarint(dst, x)
+	dst = binary.AppendUvarint(dst, uint64(len(recs)))
+	for _, r := range recs {
+		if len(r.Words) != c.n {
+			return dst, fmt.Errorf("statebackend: slot list: a slot of %d words, want %d", len(r.Words), c.n)
+		}
+		dst = binary.AppendVarint(dst, r.NS)
+		for _, x := range r.Words {
+			dst = binary.AppendVarint(dst, x)
+		}
 	}
 	return dst, nil
 }
 
-func (c wordsCodec) DecodeValue(src []byte) (any, error) {
-	w := make([]int64, c.n)
-	for i := range w {
-		x, k := binary.Varint(src)
+func (c slotListCodec) DecodeValue(src []byte) (any, error) {
+	n, k := binary.Uvarint(src)
+	if k <= 0 || n > uint64(len(src)) {
+		return nil, fmt.Errorf("statebackend: slot list: bad count")
+	}
+	src = src[k:]
+	recs := make([]SlotRecord, n)
+	words := make([]int64, int(n)*c.n)
+	for i := range recs {
+		ns, k := binary.Varint(src)
 		if k <= 0 {
-			return nil, fmt.Errorf("statebackend: slot words: %d of %d words decode", i, c.n)
+			return nil, fmt.Errorf("statebackend: slot list: slot %d of %d does not decode", i, n)
 		}
-		w[i] = x
 		src = src[k:]
+		w := words[i*c.n : (i+1)*c.n : (i+1)*c.n]
+		for j := range w {
+			x, k := binary.Varint(src)
+			if k <= 0 {
+				return nil, fmt.Errorf("statebackend: slot list: slot %d of %d does not decode", i, n)
+			}
+			w[j] = x
+			src = src[k:]
+		}
+		recs[i] = SlotRecord{ns, w}
 	}
 	if len(src) != 0 {
-		return nil, fmt.Errorf("statebackend: slot words: %d bytes after %d words", len(src), c.n)
+		return nil, fmt.Errorf("statebackend: slot list: %d bytes after %d slots", len(src), n)
 	}
-	return w, nil
+	return recs, nil
 }

@@ -363,6 +363,7 @@ func (w *Window) advance(wm int64, out stream.Collector) error {
 	w.wm = wm
 	if w.idx == nil {
 		err := w.b.Timers().AdvanceWatermark(wm, w.fire)
+		w.slots.Flush()
 		w.emitPending(out)
 		return err
 	}
@@ -475,8 +476,15 @@ func (w *Window) fire(key []byte, g int, ts int64) error {
 		w.slots.Delete(key, g, p)
 	}
 	w.schedule(key, g, ts)
+	if w.slots.Len() > flushSlots {
+		w.slots.Flush() // bound the keys held between batches
+	}
 	return nil
 }
+
+// flushSlots is how many slots a window lets statebackend.Slots hold while
+// it fires timers before it writes them back.
+const flushSlots = 1 << 16
 
 // schedule sets the timer key needs after time ts for its panes in
 // w.panes (those not yet dropped): the earliest of each pane's first
@@ -515,6 +523,9 @@ func (w *Window) scheduleAll() {
 		for _, key := range keys {
 			w.loadPanes(key, g)
 			w.schedule(key, g, w.wm)
+			if w.slots.Len() > flushSlots {
+				w.slots.Flush()
+			}
 		}
 	}
 }

@@ -272,10 +272,10 @@ func (b *Backend) Restore(c *stream.RestoreContext) error {
 			if t == nil || t.hosted == nil {
 				continue
 			}
-			if pt.kind != statebackend.KindMap {
-				return fmt.Errorf("%w: checkpoint %d: state %q was written as %s state and is slot state (map) here", statebackend.ErrConflict, c.CheckpointID, pt.name, pt.kind)
+			if pt.kind != statebackend.KindValue {
+				return fmt.Errorf("%w: checkpoint %d: state %q was written as %s state and is slot state (value) here", statebackend.ErrConflict, c.CheckpointID, pt.name, pt.kind)
 			}
-			if err := t.loadGroup(p.kg, pt.maps); err != nil {
+			if err := t.loadGroup(p.kg, pt.vals); err != nil {
 				return err
 			}
 		}

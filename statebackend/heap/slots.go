@@ -9,8 +9,9 @@ import (
 
 // The heap backend hosts statebackend.Slots (it implements
 // statebackend.SlotHost): a Slots' index is the state of its table, so
-// slots cost no map entries here and are encoded only by Snapshot, as the
-// map-table entries (key, namespace → words) a Pebble backend stores too.
+// slots cost no entries here and are encoded only by Snapshot, as the
+// value table (per key its slots, statebackend.SlotRecord) that a Pebble
+// backend stores too.
 
 var _ statebackend.SlotHost = (*Backend)(nil)
 
@@ -22,32 +23,29 @@ func (b *Backend) HostSlots(d statebackend.Descriptor, src statebackend.SlotSour
 	if err := d.Validate(); err != nil {
 		return err
 	}
-	if d.Kind != statebackend.KindMap {
-		return fmt.Errorf("heap state backend: slot state %q must be a map table", d.Name)
+	if d.Kind != statebackend.KindValue {
+		return fmt.Errorf("heap state backend: slot state %q must be a value table", d.Name)
 	}
 	t := b.tables[d.Name]
 	switch {
 	case t == nil:
 	case t.hosted != nil || t.registered:
 		return fmt.Errorf("%w: state %q is already in use; give the slot state another name", statebackend.ErrConflict, d.Name)
-	case t.kind != statebackend.KindMap:
-		return fmt.Errorf("%w: state %q was restored as %s state and is requested as slot state (map)", statebackend.ErrConflict, d.Name, t.kind)
+	case t.kind != statebackend.KindValue:
+		return fmt.Errorf("%w: state %q was restored as %s state and is requested as slot state (value)", statebackend.ErrConflict, d.Name, t.kind)
 	}
-	h := &table{b: b, kind: statebackend.KindMap, d: d, registered: true, hosted: src, load: load}
+	h := &table{b: b, kind: statebackend.KindValue, d: d, registered: true, hosted: src, load: load}
 	if t != nil {
 		// Restored and not asked for yet: hand the slots over.
-		for i, g := range t.maps {
-			if err := h.loadGroup(b.kg.Start+i, g); err != nil {
+		for i := range t.vals {
+			if err := h.loadGroup(b.kg.Start+i, t.vals[i].slots); err != nil {
 				return err
 			}
 		}
-		for _, g := range t.maps {
-			for k, um := range g {
-				b.entries -= int64(len(um)) + 1
-				b.keyBytes -= int64(len(k))
-				for uk := range um {
-					b.keyBytes -= int64(len(uk))
-				}
+		for i := range t.vals {
+			for _, sl := range t.vals[i].slots {
+				b.entries--
+				b.keyBytes -= int64(len(sl.key))
 			}
 		}
 	}
@@ -55,20 +53,16 @@ func (b *Backend) HostSlots(d statebackend.Descriptor, src statebackend.SlotSour
 	return nil
 }
 
-// loadGroup decodes restored entries of a hosted table (values as []byte)
-// and loads them.
-func (t *table) loadGroup(kg int, g map[string]map[string]*cell) error {
-	for k, um := range g {
-		for uk, c := range um {
-			ns, err := t.d.UserKeyCodec.DecodeValue([]byte(uk))
-			if err != nil {
-				return fmt.Errorf("%w: heap state backend: restored slot state %q, key group %d, key %s: namespace does not decode: %v", statebackend.ErrCorrupt, t.d.Name, kg, chunk.Printable(k), err)
-			}
-			v, err := t.d.Codec.DecodeValue(c.v.([]byte))
-			if err != nil {
-				return fmt.Errorf("%w: heap state backend: restored slot state %q, key group %d, key %s: value does not decode with codec %s: %v; the state was written for other aggregates", statebackend.ErrCorrupt, t.d.Name, kg, chunk.Printable(k), t.d.Codec.ID(), err)
-			}
-			if err := t.load([]byte(k), kg, ns.(int64), v.([]int64)); err != nil {
+// loadGroup decodes restored values of a hosted table (as []byte) and
+// loads their slots.
+func (t *table) loadGroup(kg int, vals []slot) error {
+	for _, sl := range vals {
+		v, err := t.d.Codec.DecodeValue(sl.v.([]byte))
+		if err != nil {
+			return fmt.Errorf("%w: heap state backend: restored slot state %q, key group %d, key %s: value does not decode with codec %s: %v; the state was written for other aggregates", statebackend.ErrCorrupt, t.d.Name, kg, chunk.Printable(sl.key), t.d.Codec.ID(), err)
+		}
+		for _, r := range v.([]statebackend.SlotRecord) {
+			if err := t.load([]byte(sl.key), kg, r.NS, r.Words); err != nil {
 				return err
 			}
 		}
@@ -94,8 +88,8 @@ func (t *table) hostedKeys(kg int, fn func(key []byte) bool) {
 }
 
 // appendHosted appends a hosted table's entries of key group kg, the slots
-// ids (ordered by key and namespace), to a chunk, and returns the number
-// of values it wrote and their encoded bytes.
+// ids (ordered by key and namespace), to a chunk: one value per key. It
+// returns the number of values it wrote and their encoded bytes.
 func (t *table) appendHosted(dst []byte, kg int, ids []int32) ([]byte, int64, int64, error) {
 	src := t.hosted
 	keys := 0
@@ -104,31 +98,28 @@ func (t *table) appendHosted(dst []byte, kg int, ids []int32) ([]byte, int64, in
 			keys++
 		}
 	}
-	dst = chunk.AppendTable(dst, t.d.Name, statebackend.KindMap, keys)
+	dst = chunk.AppendTable(dst, t.d.Name, statebackend.KindValue, keys)
 	var values, valueBytes int64
-	var nsb []byte
+	var recs []statebackend.SlotRecord
 	for i := 0; i < len(ids); {
 		key := slotKey(src, ids[i])
 		j := i + 1
 		for j < len(ids) && string(slotKey(src, ids[j])) == string(key) {
 			j++
 		}
-		dst = chunk.AppendField(dst, key)
-		dst = chunk.AppendCount(dst, j-i)
+		recs = recs[:0]
 		for _, id := range ids[i:j] {
 			_, _, ns := src.SlotKey(id)
-			var err error
-			if nsb, err = t.d.UserKeyCodec.AppendValue(nsb[:0], ns); err != nil {
-				return dst, 0, 0, t.encodeError(kg-t.b.kg.Start, string(key), err)
-			}
-			dst = chunk.AppendField(dst, nsb)
-			at := len(dst)
-			if dst, err = t.appendValue(dst, src.Words(id)); err != nil {
-				return dst, 0, 0, t.encodeError(kg-t.b.kg.Start, string(key), err)
-			}
-			values++
-			valueBytes += int64(len(dst) - at)
+			recs = append(recs, statebackend.SlotRecord{NS: ns, Words: src.Words(id)})
 		}
+		dst = chunk.AppendField(dst, key)
+		at := len(dst)
+		var err error
+		if dst, err = t.appendValue(dst, recs); err != nil {
+			return dst, 0, 0, t.encodeError(kg-t.b.kg.Start, string(key), err)
+		}
+		values++
+		valueBytes += int64(len(dst) - at)
 		i = j
 	}
 	return dst, values, valueBytes, nil
