@@ -3,6 +3,7 @@ package statebackend
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"math/bits"
 )
 
@@ -37,7 +38,7 @@ type Slots struct {
 	inPlace bool
 
 	// Open-addressing index: table holds slot id+1 (0 is empty); entries
-	// are found by the mixed hash of (key hash, namespace).
+	// are found by slotHash.
 	table []int32
 	mask  uint64
 	n     int
@@ -49,7 +50,7 @@ type Slots struct {
 }
 
 type slotEntry struct {
-	hash  uint64 // mixed (key hash, namespace)
+	hash  uint64 // slotHash(key, ns)
 	key   []byte // owned
 	group int
 	ns    int64
@@ -97,12 +98,11 @@ func GetSlots(b Backend, d SlotDescriptor) (*Slots, error) {
 // Descriptor returns the descriptor the slots were asked for with.
 func (s *Slots) Descriptor() SlotDescriptor { return s.d }
 
-// Slot returns the slot of key (in key group group, whose stream key hash
-// is hash) in namespace ns, creating it with the descriptor's initial words
+// Slot returns the slot of key (in key group group) in namespace ns, creating it with the descriptor's initial words
 // if it has none; created says which. The slot id stays valid until the
 // slot is deleted or, on a backend without ValueKeeper, until Flush.
-func (s *Slots) Slot(key []byte, group int, hash uint64, ns int64) (slot int32, created bool) {
-	h := mixNS(hash, ns)
+func (s *Slots) Slot(key []byte, group int, ns int64) (slot int32, created bool) {
+	h := slotHash(key, ns)
 	for p := h & s.mask; ; p = (p + 1) & s.mask {
 		e := s.table[p]
 		if e == 0 {
@@ -133,8 +133,8 @@ func (s *Slots) Slot(key []byte, group int, hash uint64, ns int64) (slot int32, 
 // Lookup returns the words of key's slot in ns, if it has one. On a backend
 // with ValueKeeper the words may be updated in place; otherwise they must
 // not be modified.
-func (s *Slots) Lookup(key []byte, group int, hash uint64, ns int64) ([]int64, bool) {
-	h := mixNS(hash, ns)
+func (s *Slots) Lookup(key []byte, group int, ns int64) ([]int64, bool) {
+	h := slotHash(key, ns)
 	for p := h & s.mask; ; p = (p + 1) & s.mask {
 		e := s.table[p]
 		if e == 0 {
@@ -170,8 +170,8 @@ func (s *Slots) Range(key []byte, group int, fn func(ns int64, words []int64) bo
 }
 
 // Delete removes key's slot in ns, if any.
-func (s *Slots) Delete(key []byte, group int, hash uint64, ns int64) {
-	h := mixNS(hash, ns)
+func (s *Slots) Delete(key []byte, group int, ns int64) {
+	h := slotHash(key, ns)
 	for p := h & s.mask; ; p = (p + 1) & s.mask {
 		e := s.table[p]
 		if e == 0 {
@@ -281,9 +281,12 @@ func (s *Slots) nsKey(ns int64) []byte {
 
 func decodeNS(b []byte) int64 { return int64(binary.BigEndian.Uint64(b) ^ 1<<63) }
 
-// mixNS combines a key hash and a namespace into the index hash.
-func mixNS(hash uint64, ns int64) uint64 {
-	hi, lo := bits.Mul64(hash^uint64(ns), 0x9E3779B97F4A7C15)
+// slotSeed seeds the index hash; the index is never persisted.
+var slotSeed = maphash.MakeSeed()
+
+// slotHash is the index hash of (key, ns).
+func slotHash(key []byte, ns int64) uint64 {
+	hi, lo := bits.Mul64(maphash.Bytes(slotSeed, key)^uint64(ns), 0x9E3779B97F4A7C15)
 	return hi ^ lo
 }
 

@@ -1,7 +1,6 @@
 package statebackendtest
 
 import (
-	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -15,12 +14,6 @@ import (
 type slotKey struct {
 	key string
 	ns  int64
-}
-
-func keyHash(key string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	return h.Sum64()
 }
 
 // testSlots drives statebackend.Slots with random updates, deletes, flushes
@@ -41,7 +34,7 @@ func testSlots(t *testing.T, nb nbFunc, newBackend NewBackend) {
 		sk := slotKey{k, ns}
 		switch r := rng.IntN(10); {
 		case r < 6:
-			slot, created := s.Slot([]byte(k), kgOf(k), keyHash(k), ns)
+			slot, created := s.Slot([]byte(k), kgOf(k), ns)
 			if _, had := model[sk]; created == had {
 				t.Fatalf("Slot(%s, %d): created=%v, model has it: %v", k, ns, created, had)
 			}
@@ -60,7 +53,7 @@ func testSlots(t *testing.T, nb nbFunc, newBackend NewBackend) {
 				t.Fatalf("slot %s/%d words %v, model %v", k, ns, w, m)
 			}
 		case r < 8:
-			s.Delete([]byte(k), kgOf(k), keyHash(k), ns)
+			s.Delete([]byte(k), kgOf(k), ns)
 			delete(model, sk)
 		case r < 9:
 			s.Flush()
@@ -85,7 +78,7 @@ func testSlots(t *testing.T, nb nbFunc, newBackend NewBackend) {
 		t.Helper()
 		for _, k := range keys {
 			for ns := int64(-2000); ns <= 3000; ns += 1000 {
-				w, ok := s.Lookup([]byte(k), kgOf(k), keyHash(k), ns)
+				w, ok := s.Lookup([]byte(k), kgOf(k), ns)
 				m, had := model[slotKey{k, ns}]
 				if ok != had || (ok && !slices.Equal(w, m)) {
 					t.Fatalf("%s: Lookup(%s, %d) = %v %v, model %v %v", what, k, ns, w, ok, m, had)
