@@ -11,6 +11,9 @@ rc=$?
 if [ -z "${WEIR_BENCH:-}" ]; then
   # Keyed state on Pebble against the heap (running_count, in-process).
   go test -run '^$' -bench 'RunningCountHeapVsPebble' -benchtime 1x ./operators/keyed/ >> .run/bench.log 2>&1 || rc=$?
+  # Nexmark q5 in-process (sliding window, then window_max) on the heap
+  # and on Pebble: q5_pebble_vs_heap is the ratio of their events/s/core.
+  go test -run '^$' -bench 'Q5$' -benchtime 1x ./operators/topn/ >> .run/bench.log 2>&1 || rc=$?
 fi
 grep -E '^[a-z0-9_]+=' .run/bench.log
 if [ $rc -ne 0 ]; then

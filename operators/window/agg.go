@@ -264,3 +264,61 @@ func (l *layout) appendResult(j int, w []int64, out *stream.Column, row int) {
 		out.Floats = append(out.Floats, f64(w[o]))
 	}
 }
+
+// accs is a table of accumulator slots of layout lay, lay.width words each,
+// for operators that keep them outside statebackend.Slots (the session
+// window, which moves them in and out of its per-key state).
+type accs struct {
+	lay *layout
+	w   []int64
+	ws  [][]int64 // update scratch
+	nm  [][]int64
+}
+
+func newAccs(aggs []aggSpec) *accs { return &accs{lay: newLayout(aggs)} }
+
+// size returns the number of slots allocated.
+func (a *accs) size() int { return len(a.w) / a.lay.width }
+
+// grow allocates slots up to n (exclusive).
+func (a *accs) grow(n int) {
+	for a.size() < n {
+		a.w = append(a.w, a.lay.init...)
+	}
+}
+
+// words returns slot s.
+func (a *accs) words(s int32) []int64 {
+	i := int(s) * a.lay.width
+	return a.w[i : i+a.lay.width : i+a.lay.width]
+}
+
+// reset sets slot s to the empty accumulator.
+func (a *accs) reset(s int32) { copy(a.words(s), a.lay.init) }
+
+// update adds the rows of b to their slots: slots[i] is row i's slot, or
+// -1 for a row that is dropped.
+func (a *accs) update(b *stream.Batch, slots, _ []int32) {
+	if cap(a.ws) < len(slots) {
+		a.ws = make([][]int64, len(slots))
+		a.nm = make([][]int64, len(slots))
+	}
+	ws := a.ws[:len(slots)]
+	for i, s := range slots {
+		ws[i] = nil
+		if s >= 0 {
+			ws[i] = a.words(s)
+		}
+	}
+	a.lay.update(b, ws, a.nm[:len(slots)])
+	clear(ws)
+}
+
+// merge adds src's slot s into a's slot d.
+func (a *accs) merge(d int32, src *accs, s int32) { a.lay.merge(a.words(d), src.words(s)) }
+
+// appendResult appends aggregate j's result for slot s to out, whose row
+// count before the append is row.
+func (a *accs) appendResult(j int, s int32, out *stream.Column, row int) {
+	a.lay.appendResult(j, a.words(s), out, row)
+}

@@ -13,6 +13,7 @@ const (
 	TypeWatermarks     = "watermarks"
 	TypeTumblingWindow = "tumbling_window"
 	TypeSlidingWindow  = "sliding_window"
+	TypeSessionWindow  = "session_window"
 )
 
 // Names of the window bounds in a window operator's output.
@@ -21,8 +22,8 @@ const (
 	FieldWindowEnd   = "window_end"
 )
 
-// Register adds the watermarks, tumbling_window and sliding_window operator
-// types to r.
+// Register adds the watermarks, tumbling_window, sliding_window and
+// session_window operator types to r.
 func Register(r *stream.Registry) {
 	r.Register(stream.OperatorType{
 		Name: TypeWatermarks,
@@ -50,6 +51,15 @@ func Register(r *stream.Registry) {
 			return NewSlidingWindow(config)
 		},
 		Doc: "keyed event-time sliding windows with count/sum/min/max/avg aggregates",
+	})
+	r.Register(stream.OperatorType{
+		Name: TypeSessionWindow,
+		Kind: stream.KindTransform,
+		Plan: planSessionWindow,
+		NewOperator: func(config []byte) (stream.Operator, error) {
+			return NewSessionWindow(config)
+		},
+		Doc: "keyed event-time session windows (merging on a gap of inactivity) with count/sum/min/max/avg aggregates",
 	})
 }
 
@@ -83,6 +93,24 @@ type WindowConfig struct {
 	AllowedLateness string `json:"allowedLateness,omitempty"`
 	// Aggregates are the output columns computed per key and window, in
 	// order. At least one is required.
+	Aggregates []AggregateConfig `json:"aggregates"`
+}
+
+// SessionWindowConfig is the JSON config of the session_window operator.
+// Durations are Go durations ("30s", "500ms") with millisecond precision.
+type SessionWindowConfig struct {
+	// Gap is the inactivity that ends a session: a record at event time ts
+	// opens the window [ts, ts+gap), and the windows of one key that
+	// overlap or touch merge into one session. Two records of a key more
+	// than Gap apart, with none between them, are therefore in different
+	// sessions. Required, positive.
+	Gap string `json:"gap"`
+	// AllowedLateness keeps a fired session's state this long (in event
+	// time) so that late records merge into it and re-fire it with an
+	// updated result. Default "0s".
+	AllowedLateness string `json:"allowedLateness,omitempty"`
+	// Aggregates are the output columns computed per key and session, in
+	// order, as for the other windows. At least one is required.
 	Aggregates []AggregateConfig `json:"aggregates"`
 }
 
@@ -250,6 +278,58 @@ func parseWindowConfig(op string, raw []byte) (*windowSpec, error) {
 		return nil, stream.ConfigErrorf("%s: aggregates is empty; list at least one, e.g. [{\"fn\": \"count\", \"as\": \"n\"}]", op)
 	}
 	s.aggs = c.Aggregates
+	return s, nil
+}
+
+// sessionSpec is a parsed session window config; durations in
+// milliseconds. win carries the operator name and aggregates, for resolve.
+type sessionSpec struct {
+	gap      int64
+	lateness int64
+	win      windowSpec
+}
+
+// planSessionWindow checks a session window config against its input and
+// returns the output schema, laid out as planWindow's.
+func planSessionWindow(p *stream.PlanContext) (*stream.Schema, error) {
+	spec, err := parseSessionConfig(p.Config)
+	if err != nil {
+		return nil, err
+	}
+	r, err := spec.win.resolve(p.Inputs[0].Schema, p.Inputs[0].KeyFields)
+	if err != nil {
+		return nil, err
+	}
+	return r.out, nil
+}
+
+func parseSessionConfig(raw []byte) (*sessionSpec, error) {
+	const op = TypeSessionWindow
+	var c SessionWindowConfig
+	if err := stream.DecodeConfig(raw, &c); err != nil {
+		return nil, stream.ConfigErrorf("%s: %v (want {\"gap\": \"30s\", \"aggregates\": [{\"fn\": \"count\"}]})", op, err)
+	}
+	s := &sessionSpec{win: windowSpec{op: op}}
+	var err error
+	if c.Gap == "" {
+		return nil, stream.ConfigErrorf("%s: gap is required: set it to the event-time inactivity that ends a session, a duration such as \"30s\"", op)
+	}
+	if s.gap, err = parseMillis(op, "gap", c.Gap, 0); err != nil {
+		return nil, err
+	}
+	if s.gap <= 0 {
+		return nil, stream.ConfigErrorf("%s: gap %q must be positive: it is the event-time inactivity that ends a session; write a duration such as \"30s\"", op, c.Gap)
+	}
+	if s.lateness, err = parseMillis(op, "allowedLateness", c.AllowedLateness, 0); err != nil {
+		return nil, err
+	}
+	if s.lateness < 0 {
+		return nil, stream.ConfigErrorf("%s: allowedLateness %q is negative; use \"0s\" to drop every record that arrives after its session fired", op, c.AllowedLateness)
+	}
+	if len(c.Aggregates) == 0 {
+		return nil, stream.ConfigErrorf("%s: aggregates is empty; list at least one, e.g. [{\"fn\": \"count\", \"as\": \"n\"}]", op)
+	}
+	s.win.aggs = c.Aggregates
 	return s, nil
 }
 

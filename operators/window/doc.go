@@ -4,9 +4,12 @@
 //     timestamp field and emits bounded-out-of-orderness watermarks;
 //   - "tumbling_window" and "sliding_window" aggregate keyed records into
 //     event-time windows (count, sum, min, max, avg) and emit one row per key
-//     and window when the watermark passes the window's end.
+//     and window when the watermark passes the window's end;
+//   - "session_window" aggregates keyed records into event-time sessions,
+//     windows [ts, ts+gap) that merge when they overlap or touch, and emits
+//     one row per key and session when the watermark passes its end.
 //
-// Register adds the three operator types to a stream.Registry. Their Plan
+// Register adds the four operator types to a stream.Registry. Their Plan
 // functions check a config against the input schema at submit time and return
 // the output schema; the operators themselves are built per subtask by the
 // task runtime.
@@ -18,11 +21,14 @@
 // that time re-fires the window with the updated result), and a record all of
 // whose windows are past that point is dropped and counted.
 //
-// Both operator types implement stream.Checkpointed: a window snapshots its
-// accumulators per key group (so that a restore at another parallelism gets
-// exactly its key groups) and its watermark; the watermarks operator its
-// largest timestamp. The formats are described in checkpoint.go.
+// The tumbling and sliding windows implement stream.Checkpointed: a window
+// snapshots its accumulators per key group (so that a restore at another
+// parallelism gets exactly its key groups) and its watermark; the watermarks
+// operator its largest timestamp. The formats are described in checkpoint.go. The session
+// window keeps its sessions and timers in the runtime's keyed-state backend
+// (stream.KeyedStateful); sessionstate.go describes them.
 //
-// The package imports the standard library, package stream and
-// operators/internal/rowenc (the encoding of key values in the state).
+// The package imports the standard library, package stream, statebackend
+// (the session window's keyed state) and operators/internal/rowenc (the
+// encoding of key values in the state).
 package window

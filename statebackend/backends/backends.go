@@ -1,11 +1,15 @@
 // Package backends owns the choice of keyed-state backend for an operator
 // subtask: it turns stream.OperatorContext.StateBackend and LocalStateDir
-// into a statebackend.Backend. It may import stream, statebackend and the
-// backend packages (heap, pebblestate); operators import it instead of a
-// backend package so that a job chooses its backend.
+// into a statebackend.Backend, and, for the task runtime, restores and
+// snapshots it (Managed). It may import stream, statebackend, the backend
+// packages (heap, pebblestate) and statebackend/internal/chunk, whose
+// errors it names for callers outside statebackend (FormatError,
+// ErrFormatVersion); operators import it instead of a backend package so
+// that a job chooses its backend.
 package backends
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -95,24 +99,34 @@ func RestoreDir(localStateDir, operatorUID string, checkpointID int64, subtask i
 // and trimmed, the others are merged into it. With octx.FullSnapshots the
 // backend snapshots in full from then on, as in Open.
 func OpenFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebackend.Backend, error) {
+	b, err := openFromSnapshots(octx, dirs)
+	if err != nil {
+		return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
+	}
+	return b, nil
+}
+
+// openFromSnapshots is OpenFromSnapshots with errors that do not name the
+// operator.
+func openFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebackend.Backend, error) {
 	if len(dirs) == 0 {
-		return nil, fmt.Errorf("operator %q: restore from no snapshot directories", octx.OperatorUID)
+		return nil, errors.New("restore from no snapshot directories")
 	}
 	if octx.StateBackend != stream.StateBackendPebble {
-		return nil, fmt.Errorf("operator %q: the checkpoint holds incremental Pebble snapshots but the job's state backend is %q; restore it with state.backend: pebble", octx.OperatorUID, octx.StateBackend)
+		return nil, fmt.Errorf("the checkpoint holds incremental Pebble snapshots but the job's state backend is %q; restore it with state.backend: pebble", octx.StateBackend)
 	}
 	dir := filepath.Join(localBase(octx), safeName(octx.OperatorUID))
 	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("state backend of operator %q: cannot clear local state directory %s: %w", octx.OperatorUID, dir, err)
+		return nil, fmt.Errorf("cannot clear local state directory %s: %w", dir, err)
 	}
 	b, err := pebblestate.OpenFromCheckpoint(pebbleOptions(octx, dir), dirs[0], octx.KeyGroups)
 	if err != nil {
-		return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
+		return nil, err
 	}
 	if len(dirs) > 1 {
 		if err := pebblestate.MergeInto(b, dirs[1:]); err != nil {
 			b.Close()
-			return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
+			return nil, err
 		}
 	}
 	if octx.FullSnapshots {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/weirstream/weir/statebackend"
+	"github.com/weirstream/weir/statebackend/internal/chunk"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -43,6 +44,10 @@ type Managed struct {
 // attempts of the task, are removed; the restored checkpoint's own is kept,
 // so that a task that fails again before its next checkpoint still restores
 // locally.
+//
+// A checkpoint whose keyed state cannot be restored fails with a
+// *RestoreError naming the operator; a chunk that cannot be restored is a
+// *FormatError inside it.
 func OpenManaged(octx *stream.OperatorContext, checkpointID int64, snap *stream.OperatorSnapshot) (*Managed, error) {
 	m := &Managed{octx: *octx}
 	m.octx.KeyedState = nil
@@ -63,9 +68,9 @@ func OpenManaged(octx *stream.OperatorContext, checkpointID int64, snap *stream.
 				dirs = append(dirs, d)
 			}
 		}
-		m.backend, err = OpenFromSnapshots(&m.octx, dirs)
+		m.backend, err = openFromSnapshots(&m.octx, dirs)
 		if err != nil {
-			return nil, fmt.Errorf("restoring checkpoint %d: %w", checkpointID, err)
+			return nil, &RestoreError{OperatorUID: octx.OperatorUID, CheckpointID: checkpointID, Err: err}
 		}
 		// The backend has hard-linked or copied what it needs.
 		for _, d := range dirs {
@@ -80,12 +85,40 @@ func OpenManaged(octx *stream.OperatorContext, checkpointID int64, snap *stream.
 		rc := &stream.RestoreContext{CheckpointID: checkpointID, KeyGroups: m.octx.KeyGroups, State: snap}
 		if err := m.backend.Restore(rc); err != nil {
 			m.backend.Close()
-			return nil, fmt.Errorf("restoring checkpoint %d: %w", checkpointID, err)
+			return nil, &RestoreError{OperatorUID: octx.OperatorUID, CheckpointID: checkpointID, Err: err}
 		}
 	}
 	m.adoptLocalSnapshots(checkpointID)
 	return m, nil
 }
+
+// RestoreError is the error of OpenManaged when the keyed state an
+// operator's checkpoint holds cannot be restored into its backend. Err says
+// why: for chunks, a *FormatError (wrapping statebackend.ErrCorrupt,
+// ErrFormatVersion or statebackend.ErrConflict); for incremental snapshot
+// files, the Pebble backend's error.
+type RestoreError struct {
+	OperatorUID  string
+	CheckpointID int64
+	Err          error
+}
+
+func (e *RestoreError) Error() string {
+	return fmt.Sprintf("operator %q: restoring keyed state from checkpoint %d: %v", e.OperatorUID, e.CheckpointID, e.Err)
+}
+
+func (e *RestoreError) Unwrap() error { return e.Err }
+
+// FormatError is a chunk of keyed state that a backend cannot restore: it
+// says which checkpoint, key group, chunk and state (table), what is wrong,
+// what the chunk holds and what was expected. It is the error type of the
+// chunk format (statebackend/internal/chunk), named here for callers
+// outside statebackend; inspect it with errors.As.
+type FormatError = chunk.FormatError
+
+// ErrFormatVersion is wrapped, with statebackend.ErrCorrupt, by the
+// FormatError of a chunk in a format version this build does not read.
+var ErrFormatVersion = chunk.ErrVersion
 
 // Backend is the managed backend.
 func (m *Managed) Backend() statebackend.Backend { return m.backend }

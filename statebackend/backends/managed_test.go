@@ -1,7 +1,11 @@
 package backends_test
 
 import (
+	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -187,7 +191,63 @@ func TestManagedAcrossBackends(t *testing.T) {
 	if err := m.Snapshot(c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := backends.OpenManaged(managedCtx(t, stream.StateBackendHeap, t.TempDir()), 1, &c.State); err == nil || !strings.Contains(err.Error(), "state.backend: pebble") {
-		t.Fatalf("incremental files into heap = %v; want an error saying to restore with the pebble backend", err)
+	_, err = backends.OpenManaged(managedCtx(t, stream.StateBackendHeap, t.TempDir()), 1, &c.State)
+	var re *backends.RestoreError
+	if !errors.As(err, &re) || re.OperatorUID != "op/1" || re.CheckpointID != 1 || !strings.Contains(err.Error(), "state.backend: pebble") {
+		t.Fatalf("incremental files into heap = %v; want a RestoreError of operator op/1 saying to restore with the pebble backend", err)
+	}
+	if strings.Count(err.Error(), "op/1") != 1 {
+		t.Errorf("error %q names the operator more than once", err)
+	}
+}
+
+// TestManagedRestoreErrors: chunks that cannot be restored fail OpenManaged
+// with a RestoreError naming the operator and checkpoint, holding the
+// FormatError of the chunk, on either backend.
+func TestManagedRestoreErrors(t *testing.T) {
+	octx := managedCtx(t, stream.StateBackendHeap, t.TempDir())
+	m, err := backends.OpenManaged(octx, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(true)
+	putCounts(t, m.Backend(), 20, 0)
+	c := &stream.SnapshotContext{CheckpointID: 3, KeyGroups: m.KeyGroups()}
+	if err := m.Snapshot(c); err != nil {
+		t.Fatal(err)
+	}
+	good := c.State.Keyed[5][0]
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	newVersion := bytes.Clone(good)
+	newVersion[3] = 2
+	binary.LittleEndian.PutUint32(newVersion[len(newVersion)-4:], crc32.Checksum(newVersion[:len(newVersion)-4], castagnoli))
+	tests := []struct {
+		name  string
+		chunk []byte
+		want  error
+		found string
+	}{
+		{"truncated", good[:len(good)-1], statebackend.ErrCorrupt, ""},
+		{"newer version", newVersion, backends.ErrFormatVersion, "2"},
+		{"filed under another key group", c.State.Keyed[6][0], statebackend.ErrCorrupt, "6"},
+	}
+	for _, tt := range tests {
+		for _, backend := range []string{stream.StateBackendHeap, stream.StateBackendPebble} {
+			t.Run(tt.name+"/"+backend, func(t *testing.T) {
+				snap := &stream.OperatorSnapshot{Keyed: map[int][][]byte{5: {tt.chunk}}}
+				_, err := backends.OpenManaged(managedCtx(t, backend, t.TempDir()), 3, snap)
+				var re *backends.RestoreError
+				var fe *backends.FormatError
+				if !errors.As(err, &re) || !errors.As(err, &fe) || !errors.Is(err, tt.want) {
+					t.Fatalf("error %v, want a RestoreError holding a FormatError, wrapping %v", err, tt.want)
+				}
+				if re.OperatorUID != "op/1" || re.CheckpointID != 3 || fe.CheckpointID != 3 || fe.KeyGroup != 5 || !strings.HasPrefix(fe.Found, tt.found) {
+					t.Errorf("error %v: RestoreError %+v, FormatError %+v", err, re, fe)
+				}
+				if !strings.HasPrefix(err.Error(), `operator "op/1": restoring keyed state from checkpoint 3: `) {
+					t.Errorf("error %q does not start with the operator and checkpoint", err)
+				}
+			})
+		}
 	}
 }

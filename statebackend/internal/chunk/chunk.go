@@ -31,6 +31,13 @@
 // that every map key has user keys, that nothing follows the timers, and
 // the checksum, so a damaged chunk is an error, not a panic or wrong state.
 //
+// Every error about a chunk's bytes is a *FormatError: it says what is
+// wrong, what the chunk holds there and what a reader expects, which state
+// (table) the problem is in, and, from ParseAll, which checkpoint, key group
+// and chunk. A chunk of a format version this build does not read is one
+// wrapping ErrVersion. A later format version will be read next to version
+// 1 (readVersions), or rejected with that error: never misread.
+//
 // chunk imports the standard library, stream and statebackend. Nothing in
 // it keeps state between calls; it is safe for concurrent use (a Reader is
 // not).
@@ -42,13 +49,26 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
 
-// Version is the format version this package writes and reads.
+// Version is the format version this package writes.
 const Version = 1
+
+// readVersions are the format versions Parse reads. A build that writes a
+// new version keeps reading the old ones: it adds the new one here and
+// decodes each in its own way.
+var readVersions = [...]byte{1}
+
+// ErrVersion is wrapped, together with statebackend.ErrCorrupt, by the
+// *FormatError of a chunk whose format version this build does not read:
+// the checkpoint was written by a newer Weir, or is damaged.
+var ErrVersion = errors.New("statebackend: unknown state format version")
 
 // maxKeyGroup bounds the key group a chunk may name.
 const maxKeyGroup = 1 << 30
@@ -60,6 +80,94 @@ var (
 
 // headerLen is the length of the magic and the version byte.
 const headerLen = len(magic) + 1
+
+// FormatError is a chunk that cannot be restored: damaged, not a chunk, of
+// a format version this build does not read, filed under another key group
+// than the one it holds, or holding a state with another kind than the
+// rest of the restore. Inspect it with errors.As; errors.Is finds Err.
+type FormatError struct {
+	// Err classifies the problem: statebackend.ErrCorrupt (the bytes are
+	// damaged or not a chunk), ErrVersion (an unknown format version; the
+	// error also wraps statebackend.ErrCorrupt) or statebackend.ErrConflict
+	// (a state of two kinds).
+	Err error
+	// CheckpointID, KeyGroup (the key group the chunk is filed under),
+	// Chunk (1-based) of Chunks, and Size (its length in bytes) place the
+	// chunk in a restore. ParseAll sets them; from Parse, Chunks is 0.
+	CheckpointID int64
+	KeyGroup     int
+	Chunk        int
+	Chunks       int
+	Size         int
+	// Table is the state (table) the problem is in; empty when it is in no
+	// one state (the header, the checksum, the key group, the timers).
+	Table string
+	// Tables are then the states the chunk holds, as far as they could be
+	// read (nil if none could). Of a chunk whose checksum failed they are
+	// read from the damaged bytes: a hint, which may be damaged too.
+	Tables []string
+	// What names the part of the chunk that is wrong, Found what the chunk
+	// holds there and Expected what a reader expects, all for people.
+	What, Found, Expected string
+}
+
+func (e *FormatError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Err.Error())
+	sep := ": "
+	if e.Chunks > 0 {
+		fmt.Fprintf(&b, ": checkpoint %d, key group %d, chunk %d of %d (%d bytes)", e.CheckpointID, e.KeyGroup, e.Chunk, e.Chunks, e.Size)
+		sep = ", "
+	}
+	switch {
+	case e.Table != "":
+		fmt.Fprintf(&b, "%sstate %q", sep, e.Table)
+	case len(e.Tables) > 0:
+		fmt.Fprintf(&b, "%sholding state %s", sep, quoteAll(e.Tables))
+	}
+	fmt.Fprintf(&b, ": %s: found %s, expected %s; ", e.What, e.Found, e.Expected)
+	switch e.Err {
+	case ErrVersion:
+		b.WriteString("restore with the Weir version that wrote the checkpoint or a newer one")
+	case statebackend.ErrConflict:
+		b.WriteString("the state changed kind under the same name; restore into the job version that wrote the checkpoint, or give the new state another name")
+	default:
+		b.WriteString("the checkpoint data is damaged or was not written by a Weir state backend")
+	}
+	return b.String()
+}
+
+// Unwrap returns Err, and statebackend.ErrCorrupt with ErrVersion.
+func (e *FormatError) Unwrap() []error {
+	if e.Err == ErrVersion {
+		return []error{ErrVersion, statebackend.ErrCorrupt}
+	}
+	return []error{e.Err}
+}
+
+func corrupt(what, found, expected string) *FormatError {
+	return &FormatError{Err: statebackend.ErrCorrupt, What: what, Found: found, Expected: expected}
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// versionList names the versions this build reads, e.g. "1" or "1 or 2".
+func versionList() string {
+	s := make([]string, len(readVersions))
+	for i, v := range readVersions {
+		s[i] = strconv.Itoa(int(v))
+	}
+	if len(s) == 1 {
+		return s[0]
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
 
 // AppendHeader appends the start of the chunk of key group kg that holds
 // the given number of tables.
@@ -127,39 +235,59 @@ type Handler interface {
 }
 
 // Parse checks chunk and hands its contents to h. It returns the key group
-// the chunk holds; the caller checks that it is the expected one. The error
-// says what is wrong and where, without naming the chunk: the caller adds
-// the checkpoint and key group.
+// the chunk holds; the caller checks that it is the expected one. An error
+// is a *FormatError without the chunk's place in a restore, which the
+// caller adds (ParseAll does).
 func Parse(chunk []byte, h Handler) (kg int, err error) {
 	if len(chunk) < headerLen+4 {
-		return 0, errors.New("too short for a chunk")
+		return 0, corrupt("length", fmt.Sprintf("%d bytes", len(chunk)), fmt.Sprintf("at least %d bytes", headerLen+4))
 	}
 	if [3]byte(chunk[:3]) != magic {
-		return 0, fmt.Errorf("bad magic %q", chunk[:3])
+		return 0, corrupt("magic", strconv.Quote(string(chunk[:3])), strconv.Quote(string(magic[:])))
 	}
-	if v := chunk[3]; v != Version {
-		return 0, fmt.Errorf("format version %d, this build reads version %d; restore with the Weir version that wrote the checkpoint or a newer one", v, Version)
+	if v := chunk[3]; !slices.Contains(readVersions[:], v) {
+		return 0, &FormatError{Err: ErrVersion, What: "format version", Found: strconv.Itoa(int(v)),
+			Expected: versionList() + " (the versions this build reads)"}
 	}
 	body := chunk[:len(chunk)-4]
 	if want, got := binary.LittleEndian.Uint32(chunk[len(chunk)-4:]), crc32.Checksum(body, crcTable); want != got {
-		return 0, fmt.Errorf("checksum mismatch (stored %08x, computed %08x)", want, got)
+		e := corrupt("checksum mismatch", fmt.Sprintf("%08x (computed)", got), fmt.Sprintf("%08x (stored)", want))
+		// Name the states the chunk holds if its structure still parses:
+		// the damage may be in a value.
+		var names tableNames
+		if _, err := parseBody(body, &names); err == nil {
+			e.Tables = names.names
+		}
+		return 0, e
 	}
-	r := NewReader(body[headerLen:])
-	kg = r.Count(maxKeyGroup)
+	return parseBody(body, h)
+}
+
+// parseBody parses what follows the header of a chunk without its
+// checksum.
+func parseBody(body []byte, h Handler) (kg int, err error) {
+	r := &Reader{buf: body[:len(body):len(body)], pos: headerLen}
+	kg = r.count("key group", maxKeyGroup)
 	if r.err == nil {
 		h.KeyGroup(kg)
 	}
-	nt := r.Count(r.Left())
+	table := "" // the table being read, for errors
+	nt := r.count("table count", r.Left())
 	for range nt {
 		if r.err != nil {
 			break
 		}
+		table = ""
 		name := string(r.Bytes())
 		kind := statebackend.Kind(r.Byte())
-		if r.err == nil && !kind.Valid() {
-			r.Fail(fmt.Errorf("table %q: unknown kind %d", name, kind))
+		if r.err != nil {
+			break
 		}
-		nk := r.Count(r.Left())
+		table = name
+		if !kind.Valid() {
+			r.Fail(corrupt("kind", strconv.Itoa(int(kind)), "1 to 5 (value, list, map, reducing, aggregating)"))
+		}
+		nk := r.count("key count", r.Left())
 		if r.err != nil {
 			break
 		}
@@ -174,9 +302,9 @@ func Parse(chunk []byte, h Handler) (kg int, err error) {
 				h.Value(k, v)
 				continue
 			}
-			nu := r.Count(r.Left())
+			nu := r.count("user-key count", r.Left())
 			if nu == 0 && r.err == nil {
-				r.Fail(fmt.Errorf("table %q: key %s without user keys", name, Printable(k)))
+				r.Fail(corrupt("user keys of key "+Printable(k), "0", "at least 1"))
 			}
 			if r.err != nil {
 				break
@@ -192,7 +320,10 @@ func Parse(chunk []byte, h Handler) (kg int, err error) {
 			}
 		}
 	}
-	ntm := r.Count(r.Left())
+	if r.err == nil {
+		table = ""
+	}
+	ntm := r.count("timer count", r.Left())
 	for range ntm {
 		ts := r.Varint()
 		k := r.Bytes()
@@ -202,13 +333,31 @@ func Parse(chunk []byte, h Handler) (kg int, err error) {
 		h.Timer(ts, k)
 	}
 	if r.err == nil && r.Left() != 0 {
-		r.Fail(fmt.Errorf("%d unexpected bytes after the timers", r.Left()))
+		r.Fail(corrupt("bytes after the timers", strconv.Itoa(r.Left()), "0"))
 	}
 	if r.err != nil {
+		var fe *FormatError
+		if errors.As(r.err, &fe) {
+			fe.Table = table
+		}
 		return 0, r.err
 	}
 	return kg, nil
 }
+
+// tableNames is a Handler that keeps only the names of the tables.
+type tableNames struct{ names []string }
+
+var _ Handler = (*tableNames)(nil)
+
+func (t *tableNames) KeyGroup(int) {}
+func (t *tableNames) Table(name string, _ statebackend.Kind, _ int) {
+	t.names = append(t.names, name)
+}
+func (t *tableNames) Value(_, _ []byte)    {}
+func (t *tableNames) MapKey([]byte, int)   {}
+func (t *tableNames) MapValue(_, _ []byte) {}
+func (t *tableNames) Timer(int64, []byte)  {}
 
 // Printable shows a key in an error message: quoted if it is short text,
 // else as hex, and truncated to 64 bytes.
@@ -234,8 +383,9 @@ func Printable[S string | []byte](k S) string {
 // Reader decodes the fields chunks are made of: uvarints, zig-zag
 // varints, bytes and length-prefixed fields, checking every length against
 // the bytes left. After the first error every read returns a zero value and
-// Err keeps that error. Positions in errors count from the start of the
-// bytes given to NewReader. A Reader is not safe for concurrent use.
+// Err keeps that error, a *FormatError wrapping statebackend.ErrCorrupt for
+// a failed read. Positions in errors count from the start of the bytes
+// given to NewReader. A Reader is not safe for concurrent use.
 type Reader struct {
 	buf []byte
 	pos int
@@ -265,7 +415,7 @@ func (r *Reader) Uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(r.buf[r.pos:])
 	if n <= 0 {
-		r.Fail(fmt.Errorf("bad varint at byte %d", r.pos))
+		r.badVarint(n)
 		return 0
 	}
 	r.pos += n
@@ -279,20 +429,34 @@ func (r *Reader) Varint() int64 {
 	}
 	v, n := binary.Varint(r.buf[r.pos:])
 	if n <= 0 {
-		r.Fail(fmt.Errorf("bad varint at byte %d", r.pos))
+		r.badVarint(n)
 		return 0
 	}
 	r.pos += n
 	return v
 }
 
+// badVarint fails for the varint at r.pos, which encoding/binary decoded
+// with result n (0: the data ends inside it; negative: it overflows).
+func (r *Reader) badVarint(n int) {
+	found := "one that overflows 64 bits"
+	if n == 0 {
+		found = fmt.Sprintf("the end of the data after %d bytes of it", r.Left())
+	}
+	r.Fail(corrupt(fmt.Sprintf("varint at byte %d", r.pos), found, "a complete varint"))
+}
+
 // Count reads a count (an unsigned varint) of at most limit; for counted
 // items of at least one byte each, Left is the limit. It keeps a damaged
 // count from making the caller allocate a lot.
-func (r *Reader) Count(limit int) int {
+func (r *Reader) Count(limit int) int { return r.count("count", limit) }
+
+// count is Count with what it counts named in errors.
+func (r *Reader) count(what string, limit int) int {
+	at := r.pos
 	v := r.Uvarint()
 	if r.err == nil && v > uint64(limit) {
-		r.Fail(fmt.Errorf("count %d at byte %d exceeds its limit %d", v, r.pos, limit))
+		r.Fail(corrupt(fmt.Sprintf("%s at byte %d", what, at), strconv.FormatUint(v, 10), fmt.Sprintf("at most %d", limit)))
 		return 0
 	}
 	return int(v)
@@ -304,7 +468,7 @@ func (r *Reader) Byte() byte {
 		return 0
 	}
 	if r.pos >= len(r.buf) {
-		r.Fail(errors.New("truncated"))
+		r.Fail(corrupt(fmt.Sprintf("byte %d", r.pos), "the end of the data", "one more byte"))
 		return 0
 	}
 	r.pos++
@@ -315,12 +479,13 @@ func (r *Reader) Byte() byte {
 // bytes, with its capacity cut so that appending to it cannot overwrite
 // what follows.
 func (r *Reader) Bytes() []byte {
+	at := r.pos
 	n := r.Uvarint()
 	if r.err != nil {
 		return nil
 	}
 	if n > uint64(r.Left()) {
-		r.Fail(fmt.Errorf("field of %d bytes at byte %d exceeds the %d bytes left", n, r.pos, r.Left()))
+		r.Fail(corrupt(fmt.Sprintf("length of the field at byte %d", at), fmt.Sprintf("%d bytes", n), fmt.Sprintf("at most the %d bytes left", r.Left())))
 		return nil
 	}
 	s := r.buf[r.pos : r.pos+int(n) : r.pos+int(n)]
@@ -353,26 +518,41 @@ type Owner struct {
 }
 
 // ParseAll parses every chunk of c of a key group that o owns, each into a
-// new handler from newHandler, which it returns, and checks that each chunk holds the key
-// group it is filed under and that every table has one kind across the
-// chunks and the tables o holds. It changes nothing in the backend, so a
-// backend can check a whole restore before it applies any of it; chunks
-// come in no particular order.
+// new handler from newHandler, which it returns, and checks that each chunk
+// holds the key group it is filed under and that every table has one kind
+// across the chunks and the tables o holds. It changes nothing in the
+// backend, so a backend can check a whole restore before it applies any of
+// it. It parses the key groups in ascending order, so that of several bad
+// chunks it always reports the same one.
 //
-// A damaged chunk is an error wrapping statebackend.ErrCorrupt, and a table
-// of two kinds one wrapping statebackend.ErrConflict; both name the
-// checkpoint, the key group and (for a damaged one) the chunk.
+// Its error is a *FormatError that places the chunk: one wrapping
+// statebackend.ErrCorrupt for a damaged chunk or one filed under another
+// key group (and ErrVersion for an unknown format version), one wrapping
+// statebackend.ErrConflict for a table of two kinds.
 func ParseAll[H Handler](c *stream.RestoreContext, o Owner, newHandler func() H) ([]H, error) {
 	if c.State == nil {
 		return nil, nil
 	}
-	var parsed []H
-	kinds := make(map[string]statebackend.Kind)
-	for kg, chunks := range c.State.Keyed {
-		if !o.KeyGroups.Contains(kg) {
-			continue
+	kgs := make([]int, 0, len(c.State.Keyed))
+	for kg := range c.State.Keyed {
+		if o.KeyGroups.Contains(kg) {
+			kgs = append(kgs, kg)
 		}
+	}
+	slices.Sort(kgs)
+	var parsed []H
+	type seen struct {
+		kind statebackend.Kind
+		kg   int // -1: the backend holds the table
+	}
+	kinds := make(map[string]seen)
+	for _, kg := range kgs {
+		chunks := c.State.Keyed[kg]
 		for n, data := range chunks {
+			place := func(e *FormatError) *FormatError {
+				e.CheckpointID, e.KeyGroup, e.Chunk, e.Chunks, e.Size = c.CheckpointID, kg, n+1, len(chunks), len(data)
+				return e
+			}
 			inner := newHandler()
 			h := &tableKinds{Handler: inner}
 			in := data
@@ -380,23 +560,43 @@ func ParseAll[H Handler](c *stream.RestoreContext, o Owner, newHandler func() H)
 				in = bytes.Clone(data)
 			}
 			got, err := Parse(in, h)
-			if err == nil && got != kg {
-				err = fmt.Errorf("holds key group %d", got)
-			}
 			if err != nil {
-				return nil, fmt.Errorf("%w: checkpoint %d, key group %d, chunk %d of %d (%d bytes): %v; the checkpoint data is damaged or was not written by a Weir state backend",
-					statebackend.ErrCorrupt, c.CheckpointID, kg, n+1, len(chunks), len(data), err)
+				var fe *FormatError
+				if !errors.As(err, &fe) {
+					fe = corrupt("chunk", err.Error(), "a chunk")
+				}
+				return nil, place(fe)
+			}
+			if got != kg {
+				found := strconv.Itoa(got)
+				if !o.KeyGroups.Contains(got) {
+					found += fmt.Sprintf(" (outside this backend's key groups %v)", o.KeyGroups)
+				}
+				e := corrupt("chunk holds key group", found, fmt.Sprintf("%d (the key group it is filed under)", kg))
+				for _, t := range h.tables {
+					e.Tables = append(e.Tables, t.name)
+				}
+				return nil, place(e)
 			}
 			for _, t := range h.tables {
 				want, ok := kinds[t.name]
 				if !ok {
-					want, ok = o.Kind(t.name)
+					if k, held := o.Kind(t.name); held {
+						want, ok = seen{k, -1}, true
+					}
 				}
-				if ok && want != t.kind {
-					return nil, fmt.Errorf("%w: checkpoint %d, key group %d: state %q is %s state there and %s state elsewhere",
-						statebackend.ErrConflict, c.CheckpointID, kg, t.name, t.kind, want)
+				if ok && want.kind != t.kind {
+					where := "as the backend holds it"
+					if want.kg >= 0 {
+						where = fmt.Sprintf("its kind in key group %d", want.kg)
+					}
+					e := &FormatError{Err: statebackend.ErrConflict, Table: t.name, What: "kind",
+						Found: t.kind.String() + " state", Expected: fmt.Sprintf("%s state (%s)", want.kind, where)}
+					return nil, place(e)
 				}
-				kinds[t.name] = t.kind
+				if !ok {
+					kinds[t.name] = seen{t.kind, kg}
+				}
 			}
 			parsed = append(parsed, inner)
 		}

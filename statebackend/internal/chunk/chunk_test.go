@@ -109,42 +109,96 @@ func TestParseErrors(t *testing.T) {
 	good, _ := sample()
 	body := good[:len(good)-4]
 	flipped := append([]byte(nil), good...)
-	flipped[10] ^= 0x40
+	flipped[len(flipped)-5] ^= 0x40 // in the last timer's key
+	flippedName := append([]byte(nil), good...)
+	flippedName[7] ^= 0x40 // table v's name, which becomes "6"
 	tests := []struct {
-		name  string
-		chunk []byte
-		want  string
+		name   string
+		chunk  []byte
+		class  error
+		table  string   // FormatError.Table
+		tables []string // FormatError.Tables
+		what   string
+		found  string
 	}{
-		{"empty", nil, "too short"},
-		{"bad magic", withCRC(append([]byte("XKG"), body[3:]...)), "bad magic"},
-		{"bad version", withCRC(append([]byte("WKG\x02"), body[4:]...)), "format version 2"},
-		{"bad checksum", flipped, "checksum mismatch"},
-		{"trailing bytes", withCRC(append(append([]byte(nil), body...), 0)), "1 unexpected bytes after the timers"},
-		{"unknown kind", withCRC(AppendTable(AppendHeader(nil, 0, 1), "t", statebackend.Kind(200), 0)), "unknown kind 200"},
-		{"map key without user keys", withCRC(AppendCount(AppendField(AppendTable(AppendHeader(nil, 0, 1), "m", statebackend.KindMap, 1), "k"), 0)), `key "k" without user keys`},
-		{"huge table count", withCRC(AppendCount(AppendHeader(nil, 0, 0)[:5], 1<<20)), "exceeds its limit"},
-		{"huge key group", withCRC(append([]byte("WKG\x01"), binary.AppendUvarint(nil, 1<<31)...)), "exceeds its limit"},
+		{"empty", nil, statebackend.ErrCorrupt, "", nil, "length", "0 bytes"},
+		{"bad magic", withCRC(append([]byte("XKG"), body[3:]...)), statebackend.ErrCorrupt, "", nil, "magic", `"XKG"`},
+		{"bad version", withCRC(append([]byte("WKG\x02"), body[4:]...)), ErrVersion, "", nil, "format version", "2"},
+		{"bad checksum", flipped, statebackend.ErrCorrupt, "", []string{"v", "m"}, "checksum mismatch", ""},
+		{"bad checksum in a name", flippedName, statebackend.ErrCorrupt, "", []string{"6", "m"}, "checksum mismatch", ""},
+		{"bad checksum in a length", withCRC(body)[:len(body)-2], statebackend.ErrCorrupt, "", nil, "checksum mismatch", ""},
+		{"trailing bytes", withCRC(append(append([]byte(nil), body...), 0)), statebackend.ErrCorrupt, "", nil, "bytes after the timers", "1"},
+		{"unknown kind", withCRC(AppendTable(AppendHeader(nil, 0, 1), "t", statebackend.Kind(200), 0)), statebackend.ErrCorrupt, "t", nil, "kind", "200"},
+		{"map key without user keys", withCRC(AppendCount(AppendField(AppendTable(AppendHeader(nil, 0, 1), "m", statebackend.KindMap, 1), "k"), 0)), statebackend.ErrCorrupt, "m", nil, `user keys of key "k"`, "0"},
+		{"huge key count", withCRC(AppendCount(AppendField(AppendHeader(nil, 0, 1), "t"), 1)[:8]), statebackend.ErrCorrupt, "", nil, "byte 8", ""},
+		{"huge table count", withCRC(AppendCount(AppendHeader(nil, 0, 0)[:5], 1<<20)), statebackend.ErrCorrupt, "", nil, "table count at byte 5", "1048576"},
+		{"huge key group", withCRC(append([]byte("WKG\x01"), binary.AppendUvarint(nil, 1<<31)...)), statebackend.ErrCorrupt, "", nil, "key group at byte 4", "2147483648"},
+		{"field longer than the chunk", withCRC(AppendCount(AppendTable(AppendHeader(nil, 0, 1), "t", statebackend.KindValue, 1), 9)), statebackend.ErrCorrupt, "t", nil, "length of the field at byte 10", "9 bytes"},
 	}
 	// Every truncation of the body is an error, not a panic.
 	for n := 4; n < len(body); n++ {
 		tests = append(tests, struct {
-			name  string
-			chunk []byte
-			want  string
-		}{fmt.Sprintf("truncated to %d", n), withCRC(body[:n]), ""})
+			name   string
+			chunk  []byte
+			class  error
+			table  string
+			tables []string
+			what   string
+			found  string
+		}{fmt.Sprintf("truncated to %d", n), withCRC(body[:n]), statebackend.ErrCorrupt, "?", nil, "", ""})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse(tt.chunk, &recorder{})
-			if err == nil {
-				t.Fatal("no error")
+			var fe *FormatError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v (%T), want a *FormatError", err, err)
 			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %q does not contain %q", err, tt.want)
+			if !errors.Is(err, tt.class) || !errors.Is(err, statebackend.ErrCorrupt) {
+				t.Errorf("error %v does not wrap %v and statebackend.ErrCorrupt", err, tt.class)
+			}
+			if fe.Chunks != 0 {
+				t.Errorf("Parse placed the chunk: %+v", fe)
+			}
+			if fe.What == "" || fe.Found == "" || fe.Expected == "" {
+				t.Errorf("error %+v does not say what, found and expected", fe)
+			}
+			if tt.table != "?" && (fe.Table != tt.table || !reflect.DeepEqual(fe.Tables, tt.tables)) {
+				t.Errorf("Table %q, Tables %q; want %q, %q", fe.Table, fe.Tables, tt.table, tt.tables)
+			}
+			if !strings.Contains(fe.What, tt.what) || !strings.HasPrefix(fe.Found, tt.found) {
+				t.Errorf("What %q, Found %q; want %q, %q", fe.What, fe.Found, tt.what, tt.found)
+			}
+			if tt.table != "?" && tt.table != "" && !strings.Contains(err.Error(), fmt.Sprintf("state %q", tt.table)) {
+				t.Errorf("error %q does not name state %q", err, tt.table)
 			}
 		})
 	}
 }
+
+// TestVersionError checks what a chunk of an unknown version says: the
+// version found and the versions this build reads, as a FormatError that
+// wraps ErrVersion and statebackend.ErrCorrupt.
+func TestVersionError(t *testing.T) {
+	good, _ := sample()
+	bad := withCRC(append([]byte("WKG\x63"), good[4:len(good)-4]...))
+	c := &stream.RestoreContext{CheckpointID: 8, State: &stream.OperatorSnapshot{Keyed: map[int][][]byte{7: {bad}}}}
+	_, err := ParseAll(c, Owner{KeyGroups: stream.KeyGroupRange{Start: 0, End: 9}, Kind: noTables}, func() *recorder { return &recorder{} })
+	var fe *FormatError
+	if !errors.As(err, &fe) || !errors.Is(err, ErrVersion) || !errors.Is(err, statebackend.ErrCorrupt) {
+		t.Fatalf("error %v, want a *FormatError wrapping ErrVersion and statebackend.ErrCorrupt", err)
+	}
+	if fe.Found != "99" || !strings.HasPrefix(fe.Expected, "1 ") || fe.CheckpointID != 8 || fe.KeyGroup != 7 || fe.Chunk != 1 || fe.Chunks != 1 || fe.Size != len(bad) {
+		t.Errorf("error %+v", fe)
+	}
+	want := "statebackend: unknown state format version: checkpoint 8, key group 7, chunk 1 of 1 (" + fmt.Sprint(len(bad)) +
+		" bytes): format version: found 99, expected 1 (the versions this build reads); restore with the Weir version that wrote the checkpoint or a newer one"
+	if err.Error() != want {
+		t.Errorf("error\n%s\nwant\n%s", err, want)
+	}
+}
+
+func noTables(string) (statebackend.Kind, bool) { return 0, false }
 
 func TestReader(t *testing.T) {
 	buf := binary.AppendUvarint(nil, 300)
@@ -236,13 +290,19 @@ func TestParseAll(t *testing.T) {
 			6: {[]byte("garbage of a key group not owned")},
 		}, 3, nil, ""},
 		{"chunk filed under another key group", map[int][][]byte{3: {tableChunk(4, "a", statebackend.KindValue)}},
-			0, statebackend.ErrCorrupt, "key group 3, chunk 1 of 1"},
+			0, statebackend.ErrCorrupt, `key group 3, chunk 1 of 1 (19 bytes), holding state "a": chunk holds key group: found 4, expected 3`},
+		{"chunk of a key group outside the range", map[int][][]byte{3: {tableChunk(9, "a", statebackend.KindValue)}},
+			0, statebackend.ErrCorrupt, "found 9 (outside this backend's key groups [2..5]), expected 3"},
 		{"damaged chunk", map[int][][]byte{3: {tableChunk(3, "a", statebackend.KindValue)[1:]}},
-			0, statebackend.ErrCorrupt, "bad magic"},
+			0, statebackend.ErrCorrupt, "magic"},
 		{"kinds differ between chunks", map[int][][]byte{3: {tableChunk(3, "a", statebackend.KindValue), tableChunk(3, "a", statebackend.KindMap)}},
-			0, statebackend.ErrConflict, `state "a"`},
+			0, statebackend.ErrConflict, `chunk 2 of 2 (23 bytes), state "a": kind: found map state, expected value state (its kind in key group 3)`},
+		{"kinds differ between key groups", map[int][][]byte{
+			2: {tableChunk(2, "a", statebackend.KindValue)}, 3: {tableChunk(3, "a", statebackend.KindValue)},
+			4: {tableChunk(4, "a", statebackend.KindReducing)}, 5: {tableChunk(5, "a", statebackend.KindValue)}},
+			0, statebackend.ErrConflict, `key group 4, chunk 1 of 1 (19 bytes), state "a": kind: found reducing state, expected value state (its kind in key group 2)`},
 		{"kind differs from the backend's", map[int][][]byte{4: {tableChunk(4, "held", statebackend.KindValue)}},
-			0, statebackend.ErrConflict, `state "held"`},
+			0, statebackend.ErrConflict, `state "held": kind: found value state, expected list state (as the backend holds it)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
