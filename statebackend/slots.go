@@ -79,9 +79,35 @@ type SlotRecord struct {
 
 type slotEntry struct {
 	hash  uint64 // slotHash(key, ns)
-	key   []byte // owned
-	group int
 	ns    int64
+	group int32
+	klen  int32 // key length; -1 marks a free id
+	// The key: in inl if it is at most len(inl) bytes (most keys: no
+	// allocation, and no pointer to follow when comparing), else in long.
+	inl  [16]byte
+	long []byte
+}
+
+// key returns e's key; it aliases e.
+func (e *slotEntry) key() []byte {
+	if e.klen <= int32(len(e.inl)) {
+		return e.inl[:e.klen]
+	}
+	return e.long
+}
+
+// live reports whether e is a slot (not a free id).
+func (e *slotEntry) live() bool { return e.klen >= 0 }
+
+// is reports whether e is the slot of (key, group, ns) with hash h.
+func (e *slotEntry) is(h uint64, key []byte, group int, ns int64) bool {
+	if e.hash != h || e.ns != ns || int(e.group) != group || int(e.klen) != len(key) {
+		return false
+	}
+	if len(key) <= len(e.inl) {
+		return string(e.inl[:len(key)]) == string(key)
+	}
+	return string(e.long) == string(key)
 }
 
 // SlotDescriptor describes a Slots table.
@@ -174,7 +200,7 @@ func (s *Slots) find(h uint64, key []byte, group int, ns int64) (int32, bool) {
 			continue
 		}
 		id := int32(uint32(e)) - 1
-		if en := &s.ent[id]; en.hash == h && en.ns == ns && en.group == group && string(en.key) == string(key) {
+		if s.ent[id].is(h, key, group, ns) {
 			return id, true
 		}
 	}
@@ -261,7 +287,7 @@ const slotBlock = 1024
 func (s *Slots) Range(key []byte, group int, fn func(ns int64, words []int64) bool) {
 	if s.hosted {
 		for id := range s.ent {
-			if e := &s.ent[id]; e.key != nil && e.group == group && string(e.key) == string(key) {
+			if e := &s.ent[id]; e.live() && int(e.group) == group && string(e.key()) == string(key) {
 				if !fn(e.ns, s.Words(int32(id))) {
 					return
 				}
@@ -271,7 +297,7 @@ func (s *Slots) Range(key []byte, group int, fn func(ns int64, words []int64) bo
 	}
 	lk, _ := s.loadKey(key, group)
 	for _, id := range lk.ids {
-		if e := &s.ent[id]; e.key != nil {
+		if e := &s.ent[id]; e.live() {
 			if !fn(e.ns, s.Words(id)) {
 				return
 			}
@@ -299,7 +325,7 @@ func (s *Slots) deleteID(id int32) {
 		p = (p + 1) & s.mask
 	}
 	s.remove(p)
-	s.ent[id] = slotEntry{}
+	s.ent[id] = slotEntry{klen: -1}
 	if s.hosted {
 		s.free = append(s.free, id)
 	}
@@ -315,7 +341,7 @@ func (s *Slots) Flush() {
 	for _, lk := range s.loaded {
 		var recs []SlotRecord
 		for _, id := range lk.ids {
-			if e := &s.ent[id]; e.key != nil {
+			if e := &s.ent[id]; e.live() {
 				recs = append(recs, SlotRecord{e.ns, append([]int64(nil), s.Words(id)...)})
 			}
 		}
@@ -354,7 +380,7 @@ func (s *Slots) InPlace() bool { return s.hosted }
 // and namespace of a slot.
 func (s *Slots) SlotKey(slot int32) (key []byte, group int, ns int64) {
 	e := &s.ent[slot]
-	return e.key, e.group, e.ns
+	return e.key(), int(e.group), e.ns
 }
 
 // DeleteSlot removes a slot by id, as Delete does by key.
@@ -364,14 +390,14 @@ func (s *Slots) DeleteSlot(slot int32) {
 		return
 	}
 	e := s.ent[slot]
-	s.Delete(e.key, e.group, e.ns)
+	s.Delete(e.key(), int(e.group), e.ns)
 }
 
 // Each calls fn with the id of every slot in the index (InPlace: every
 // slot), in no particular order.
 func (s *Slots) Each(fn func(slot int32)) {
 	for id := range s.ent {
-		if s.ent[id].key != nil {
+		if s.ent[id].live() {
 			fn(int32(id))
 		}
 	}
@@ -381,14 +407,14 @@ func (s *Slots) Each(fn func(slot int32)) {
 func (s *Slots) BeginSnapshot() {
 	s.byGroup = make(map[int][]int32)
 	for id := range s.ent {
-		if e := &s.ent[id]; e.key != nil {
-			s.byGroup[e.group] = append(s.byGroup[e.group], int32(id))
+		if e := &s.ent[id]; e.live() {
+			s.byGroup[int(e.group)] = append(s.byGroup[int(e.group)], int32(id))
 		}
 	}
 	for _, ids := range s.byGroup {
 		slices.SortFunc(ids, func(a, b int32) int {
 			ea, eb := &s.ent[a], &s.ent[b]
-			if c := bytes.Compare(ea.key, eb.key); c != 0 {
+			if c := bytes.Compare(ea.key(), eb.key()); c != 0 {
 				return c
 			}
 			return cmp.Compare(ea.ns, eb.ns)
@@ -414,7 +440,13 @@ func (s *Slots) insert(h uint64, key []byte, group int, ns int64, w []int64) int
 			s.blocks = append(s.blocks, make([]int64, slotBlock*s.d.Words))
 		}
 	}
-	s.ent[id] = slotEntry{hash: h, key: append(make([]byte, 0, len(key)), key...), group: group, ns: ns} // non-nil: nil marks a free id
+	e := &s.ent[id]
+	*e = slotEntry{hash: h, group: int32(group), ns: ns, klen: int32(len(key))}
+	if len(key) <= len(e.inl) {
+		copy(e.inl[:], key)
+	} else {
+		e.long = append([]byte(nil), key...)
+	}
 	copy(s.Words(id), w)
 	if 2*(s.n+1) > len(s.table) {
 		s.rehash(2 * len(s.table))

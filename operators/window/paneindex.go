@@ -28,6 +28,7 @@ type paneIndex struct {
 	names  []string // by id: the ids key, to forget it
 	refs   []int32
 	free   []int32
+	idle   []int32 // keys whose slots all went at the last drop
 	keyOf  []int32 // by slot id
 	cols   []stream.Column
 	intKey bool
@@ -104,31 +105,48 @@ func (x *paneIndex) panesIn(from, to int64) []int64 {
 }
 
 // dropThrough deletes every pane whose start is at most limit, with its
-// slots; keys left without slots are forgotten.
+// slots. A key left without slots is forgotten only if it still has none
+// when the next panes are dropped: with tumbling windows every key loses
+// its only slot at each window end and usually comes straight back.
 func (x *paneIndex) dropThrough(limit int64) {
 	n := 0
 	for _, p := range x.order {
 		if p > limit {
 			break
 		}
+		if n == 0 {
+			x.forgetIdle()
+		}
 		for _, s := range x.panes[p] {
 			k := x.keyOf[s]
 			x.slots.DeleteSlot(s)
 			if x.refs[k]--; x.refs[k] == 0 {
-				delete(x.ids, x.names[k])
-				x.names[k] = ""
-				for j := range x.cols {
-					if c := &x.cols[j]; c.Type == stream.TypeString {
-						c.Strs[k] = "" // do not pin the string
-					}
-				}
-				x.free = append(x.free, k)
+				x.idle = append(x.idle, k)
 			}
 		}
 		delete(x.panes, p)
 		n++
 	}
 	x.order = slices.Delete(x.order, 0, n)
+}
+
+// forgetIdle forgets the keys that lost their last slot at the previous
+// drop and have none now.
+func (x *paneIndex) forgetIdle() {
+	for _, k := range x.idle {
+		if x.refs[k] != 0 || x.names[k] == "" {
+			continue // back in use, or listed twice
+		}
+		delete(x.ids, x.names[k])
+		x.names[k] = ""
+		for j := range x.cols {
+			if c := &x.cols[j]; c.Type == stream.TypeString {
+				c.Strs[k] = "" // do not pin the string
+			}
+		}
+		x.free = append(x.free, k)
+	}
+	x.idle = x.idle[:0]
 }
 
 // sortKeys sorts key ids by key value.
