@@ -449,6 +449,13 @@ func (r *ckRun) allDone() bool {
 // no source accepts the trigger, nothing happens.
 func (r *ckRun) checkpoint(t *testing.T, id int64) bool {
 	t.Helper()
+	return r.checkpointThen(t, id, nil)
+}
+
+// checkpointThen is checkpoint that calls afterTrigger, if set, once the
+// sources accepted the trigger (which they act on asynchronously).
+func (r *ckRun) checkpointThen(t *testing.T, id int64, afterTrigger func()) bool {
+	t.Helper()
 	accepted := 0
 	for _, task := range r.tasks {
 		if task.chain[0].src != nil && task.TriggerCheckpoint(id, 1000+id) == nil {
@@ -457,6 +464,9 @@ func (r *ckRun) checkpoint(t *testing.T, id int64) bool {
 	}
 	if accepted == 0 {
 		return false
+	}
+	if afterTrigger != nil {
+		afterTrigger()
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	ok := true

@@ -3,7 +3,10 @@
 //   - Task: one deployed subtask, a chain of operators called directly one
 //     after another (no goroutine or queue between chained operators), fed
 //     by a Source or by its input gate, and writing to its outputs through
-//     partitioners (forward, hash, rebalance, broadcast);
+//     partitioners (forward, hash, rebalance, broadcast); an edge reading a
+//     side output of the chain's last operator (stream.CollectSide) has a
+//     partitioner of its own and gets the same watermarks, barriers and
+//     end-of-partition as the main output's edges;
 //   - the input gate: the task's view of every channel it reads, with
 //     per-channel watermarks combined into one operator watermark;
 //   - Exchange: the movement of batches and in-band events (watermarks,

@@ -287,7 +287,7 @@ func buildSpecs(t testing.TB, g *stream.JobGraph, chains [][]int, place func(v, 
 			for _, v := range chain {
 				co := ChainedOperator{Vertex: g.Vertices[v]}
 				for _, e := range g.Inputs(v) {
-					co.InputSchemas = append(co.InputSchemas, g.Vertices[e.From].OutSchema)
+					co.InputSchemas = append(co.InputSchemas, g.EdgeSchema(e))
 					var keys []string
 					if e.Partitioning == stream.Hash {
 						keys = e.KeyFields
@@ -300,7 +300,7 @@ func buildSpecs(t testing.TB, g *stream.JobGraph, chains [][]int, place func(v, 
 				spec.Inputs = append(spec.Inputs, InputGate{Input: e.Input, UpstreamVertex: e.From, UpstreamParallelism: par(e.From), Partitioning: e.Partitioning})
 			}
 			for _, e := range g.Outputs(tail) {
-				o := Output{DownstreamVertex: e.To, DownstreamInput: e.Input, DownstreamParallelism: par(e.To), Partitioning: e.Partitioning, KeyFields: e.KeyFields}
+				o := Output{SideOutput: e.SideOutput, DownstreamVertex: e.To, DownstreamInput: e.Input, DownstreamParallelism: par(e.To), Partitioning: e.Partitioning, KeyFields: e.KeyFields}
 				for d := 0; d < par(e.To); d++ {
 					o.Targets = append(o.Targets, place(e.To, d))
 				}

@@ -3,6 +3,9 @@ package dataflow
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -119,13 +122,35 @@ func (p *partitioner) sendEvent(ctx context.Context, e event) error {
 }
 
 // outputWriter is the collector of the chain's last operator: it counts the
-// rows leaving the task and hands every batch to each output's partitioner.
-// It lives for one Task.Run call and keeps that call's context because the
+// rows leaving the task and hands every batch of an output (the main one or
+// a side output) to the partitioner of each edge reading that output. Events
+// (watermarks, barriers, end-of-partition) go to every edge. It lives for
+// one Task.Run call and keeps that call's context because the
 // stream.Collector methods have none.
 type outputWriter struct {
 	ctx  context.Context
 	r    *taskRun
+	tail *chainLink
+	// outs has every edge's partitioner; main those reading the main
+	// output, side those reading each side output.
 	outs []*partitioner
+	main []*partitioner
+	side map[string][]*partitioner
+}
+
+var _ stream.SideOutputCollector = (*outputWriter)(nil)
+
+// add adds the partitioner of an edge reading output side ("" is main).
+func (w *outputWriter) add(side string, p *partitioner) {
+	w.outs = append(w.outs, p)
+	if side == "" {
+		w.main = append(w.main, p)
+		return
+	}
+	if w.side == nil {
+		w.side = make(map[string][]*partitioner)
+	}
+	w.side[side] = append(w.side[side], p)
 }
 
 func (w *outputWriter) Collect(b *stream.Batch) {
@@ -135,12 +160,37 @@ func (w *outputWriter) Collect(b *stream.Batch) {
 		return
 	}
 	w.r.t.metrics.RecordsOut.Add(int64(n))
-	last := len(w.outs) - 1
+	w.send(w.main, b)
+}
+
+func (w *outputWriter) CollectSide(name string, b *stream.Batch) bool {
+	ps := w.side[name]
+	if w.r.err != nil {
+		b.Release()
+		return len(ps) > 0
+	}
+	if err := checkSideOutput(w.tail.v, name, b); err != nil {
+		b.Release()
+		w.r.fail(w.r.t.opErr(w.tail.uid, err))
+		return false
+	}
+	if len(ps) == 0 || b.Len() == 0 {
+		b.Release()
+		return len(ps) > 0
+	}
+	w.r.t.metrics.RecordsOut.Add(int64(b.Len()))
+	w.send(ps, b)
+	return true
+}
+
+// send hands b to each of ps, cloning it for all but the last.
+func (w *outputWriter) send(ps []*partitioner, b *stream.Batch) {
+	last := len(ps) - 1
 	if last < 0 {
 		b.Release()
 		return
 	}
-	for i, p := range w.outs {
+	for i, p := range ps {
 		bb := b
 		if i < last {
 			bb = cloneBatch(b)
@@ -169,4 +219,32 @@ func (w *outputWriter) broadcast(e event) {
 			return
 		}
 	}
+}
+
+// checkSideOutput checks a batch that the operator of vertex v emits to its
+// side output name: the name must be declared, and b must have the
+// declared schema (readers decode it with that schema).
+func checkSideOutput(v *stream.Vertex, name string, b *stream.Batch) error {
+	s := v.SideOutSchemas[name]
+	if s == nil {
+		return fmt.Errorf("emitted to side output %q, which operator type %q does not declare (its side outputs: %s); declare it in the type's Plan with PlanContext.DeclareSideOutput",
+			name, v.Type, sideOutputNames(v))
+	}
+	if !b.Schema.Equal(s) {
+		return fmt.Errorf("emitted a batch of schema %v to side output %q, declared with schema %v", b.Schema, name, s)
+	}
+	return nil
+}
+
+// sideOutputNames lists v's side outputs for messages.
+func sideOutputNames(v *stream.Vertex) string {
+	if len(v.SideOutSchemas) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(v.SideOutSchemas))
+	for n := range v.SideOutSchemas {
+		names = append(names, strconv.Quote(n))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }

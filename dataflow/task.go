@@ -37,12 +37,17 @@ type InputGate struct {
 
 // Output is one edge out of the last operator of the chain.
 type Output struct {
+	// SideOutput names the last operator's output the edge reads: "" is
+	// its main output, anything else one of its vertex's SideOutSchemas.
+	// Only the last operator's outputs leave the task, so a side output of
+	// an operator earlier in the chain has no reader.
+	SideOutput            string
 	DownstreamVertex      int // the vertex id at the edge's downstream end
 	DownstreamInput       int
 	DownstreamParallelism int
 	Partitioning          stream.Partitioning
-	// KeyFields are the key of a Hash edge, fields of the last operator's
-	// output schema.
+	// KeyFields are the key of a Hash edge, fields of the schema of the
+	// output the edge reads.
 	KeyFields []string
 	// Targets has the exchange address of the taskmanager running each
 	// downstream subtask, indexed by subtask.
@@ -103,7 +108,9 @@ type Metrics struct {
 	// RecordsIn counts rows entering the chain: rows the head takes from its
 	// input gates or, for a source task, rows the source emits.
 	RecordsIn atomic.Int64
-	// RecordsOut counts rows the last operator emits.
+	// RecordsOut counts rows the last operator emits to its main output
+	// and to side outputs that something reads. Rows a source emits to
+	// side outputs count in RecordsIn too.
 	RecordsOut atomic.Int64
 }
 
@@ -132,6 +139,7 @@ type Task struct {
 // chainLink is one operator instance of the chain.
 type chainLink struct {
 	uid  string
+	v    *stream.Vertex
 	src  stream.Source // head of a source task
 	op   stream.Operator
 	octx *stream.OperatorContext
@@ -177,7 +185,7 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			}
 			return nil, fmt.Errorf("dataflow: task %s: operator %q: no %s type %q is registered in this taskmanager; build it with the package that registers %q", t.name, v.UID, what, v.Type, v.Type)
 		}
-		link := chainLink{uid: v.UID, octx: &stream.OperatorContext{
+		link := chainLink{uid: v.UID, v: v, octx: &stream.OperatorContext{
 			JobID:          spec.JobID,
 			TaskName:       t.name,
 			OperatorUID:    v.UID,
@@ -199,6 +207,8 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			// Every operator of the chain may open a backend; the
 			// caches of one task share its slot's budget.
 			StateCacheBytes: spec.StateCacheBytes,
+			// Shared with the vertex, which nothing modifies once planned.
+			SideOutputSchemas: v.SideOutSchemas,
 		}}
 		var err error
 		switch {
@@ -303,8 +313,13 @@ func (t *Task) validate() error {
 	tail := s.Chain[len(s.Chain)-1].Vertex
 	t.keys = make([][]int, len(s.Outputs))
 	for i, o := range s.Outputs {
-		if tail.OutSchema == nil {
+		schema := tail.OutputSchema(o.SideOutput)
+		switch {
+		case o.SideOutput == "" && schema == nil:
 			return bad("operator %q has outputs but no output schema (is it a sink, or was the job not planned?)", tail.UID)
+		case schema == nil:
+			return bad("output %d to vertex %d reads side output %q, which operator %q does not have (its side outputs: %s); was the job planned?",
+				i, o.DownstreamVertex, o.SideOutput, tail.UID, sideOutputNames(tail))
 		}
 		if o.DownstreamParallelism < 1 || len(o.Targets) != o.DownstreamParallelism {
 			return bad("output %d to vertex %d: %d targets for downstream parallelism %d; give one exchange address per downstream subtask", i, o.DownstreamVertex, len(o.Targets), o.DownstreamParallelism)
@@ -318,7 +333,7 @@ func (t *Task) validate() error {
 			if len(o.KeyFields) == 0 {
 				return bad("output %d is hash-partitioned but has no key fields", i)
 			}
-			idx, err := tail.OutSchema.Lookup(o.KeyFields...)
+			idx, err := schema.Lookup(o.KeyFields...)
 			if err != nil {
 				return bad("output %d key: %v", i, err)
 			}
@@ -352,6 +367,30 @@ func (t *Task) checkInputsCovered(inputs int) error {
 	return nil
 }
 
+// OperatorInstance is one operator of a task's chain.
+type OperatorInstance struct {
+	UID string
+	// Instance is the stream.Source or stream.Operator. Other goroutines
+	// than the task's may call only the methods its type documents as safe
+	// for concurrent use, such as stream.LateRecordsCounter's.
+	Instance any
+}
+
+// Operators returns the operators of the task's chain, head first, for
+// reading capabilities such as stream.LateRecordsCounter while the task
+// runs. It may be called from any goroutine at any time.
+func (t *Task) Operators() []OperatorInstance {
+	out := make([]OperatorInstance, len(t.chain))
+	for i := range t.chain {
+		l := &t.chain[i]
+		out[i] = OperatorInstance{UID: l.uid, Instance: l.op}
+		if l.src != nil {
+			out[i].Instance = l.src
+		}
+	}
+	return out
+}
+
 // Name returns the task's name as used in logs and errors.
 func (t *Task) Name() string { return t.name }
 
@@ -377,10 +416,25 @@ func (t *Task) opErr(uid string, err error) error {
 }
 
 // link is the collector of a chained operator: it calls the next operator.
+// Side outputs of the operator have no reader (only the last operator's
+// outputs leave the task), so CollectSide drops them.
 type link struct {
 	r    *taskRun
+	from *chainLink
 	next *chainLink
 	out  stream.Collector
+}
+
+var _ stream.SideOutputCollector = (*link)(nil)
+
+func (l *link) CollectSide(name string, b *stream.Batch) bool {
+	if l.r.err == nil {
+		if err := checkSideOutput(l.from.v, name, b); err != nil {
+			l.r.fail(l.r.t.opErr(l.from.uid, err))
+		}
+	}
+	b.Release()
+	return false
 }
 
 func (l *link) Collect(b *stream.Batch) {
@@ -408,9 +462,16 @@ type countingCollector struct {
 	next stream.Collector
 }
 
+var _ stream.SideOutputCollector = (*countingCollector)(nil)
+
 func (c *countingCollector) Collect(b *stream.Batch) {
 	c.n.Add(int64(b.Len()))
 	c.next.Collect(b)
+}
+
+func (c *countingCollector) CollectSide(name string, b *stream.Batch) bool {
+	c.n.Add(int64(b.Len()))
+	return stream.CollectSide(c.next, name, b)
 }
 
 func (c *countingCollector) EmitWatermark(wm int64) { c.next.EmitWatermark(wm) }
@@ -447,7 +508,7 @@ func (t *Task) Run(ctx context.Context) (err error) {
 		r.ck.align = newAligner(t.mode, len(gate.channels))
 	}
 
-	w := &outputWriter{ctx: ctx, r: r}
+	w := &outputWriter{ctx: ctx, r: r, tail: &t.chain[len(t.chain)-1]}
 	r.w = w
 	finished := false
 	defer func() {
@@ -464,7 +525,7 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	outs := make([]stream.Collector, len(t.chain))
 	outs[len(outs)-1] = w
 	for i := len(t.chain) - 2; i >= 0; i-- {
-		outs[i] = &link{r: r, next: &t.chain[i+1], out: outs[i+1]}
+		outs[i] = &link{r: r, from: &t.chain[i], next: &t.chain[i+1], out: outs[i+1]}
 	}
 
 	// Deferred first, so that it runs after the operators' Close below.
@@ -769,7 +830,7 @@ func (t *Task) openOutputs(w *outputWriter) error {
 			p.subs = make([]*stream.Batch, o.DownstreamParallelism)
 			p.cols = make([]*stream.Column, o.DownstreamParallelism)
 		}
-		w.outs = append(w.outs, p)
+		w.add(o.SideOutput, p)
 		for d, target := range o.Targets {
 			if o.Partitioning == stream.Forward && d != s.Subtask {
 				continue

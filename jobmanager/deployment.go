@@ -30,7 +30,7 @@ func buildDeployment(a *deployAction) *weirpb.TaskDeployment {
 	for _, id := range t.Chain {
 		op := &weirpb.ChainedOperator{Vertex: weirpb.FromVertex(g.Vertices[id])}
 		for _, e := range g.Inputs(id) {
-			op.InputSchemas = append(op.InputSchemas, weirpb.FromSchema(g.Vertices[e.From].OutSchema))
+			op.InputSchemas = append(op.InputSchemas, weirpb.FromSchema(g.EdgeSchema(e)))
 			kf := &weirpb.KeyFields{}
 			if e.Partitioning == stream.Hash {
 				kf.Fields = append([]string(nil), e.KeyFields...)
@@ -50,6 +50,7 @@ func buildDeployment(a *deployAction) *weirpb.TaskDeployment {
 	for _, e := range g.Outputs(t.Last()) {
 		down := g.Vertices[e.To].Parallelism
 		out := &weirpb.OutputSpec{
+			SideOutput:            e.SideOutput,
 			DownstreamVertex:      int32(e.To),
 			DownstreamInput:       int32(e.Input),
 			DownstreamParallelism: int32(down),

@@ -35,9 +35,13 @@ func (t *taskSpec) SubtaskName(i int) string {
 // chainable reports whether the edge's downstream operator joins the
 // upstream operator's task. Like Flink: the edge is forward, both ends have
 // the same parallelism, the upstream operator has this one output, and the
-// downstream one this one input (so it is not a source either).
+// downstream one this one input (so it is not a source either). The edge
+// must read the main output: a chain is a line, and only its last
+// operator's outputs leave the task, so an operator whose side output is
+// read (and so, counting that edge, has one output only if nothing reads
+// its main output) always ends its chain.
 func chainable(g *stream.JobGraph, e *stream.Edge, outDeg, inDeg []int) bool {
-	return e.Partitioning == stream.Forward &&
+	return e.Partitioning == stream.Forward && e.SideOutput == "" &&
 		g.Vertices[e.From].Parallelism == g.Vertices[e.To].Parallelism &&
 		outDeg[e.From] == 1 && inDeg[e.To] == 1
 }

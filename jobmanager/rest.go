@@ -70,6 +70,9 @@ type restInput struct {
 	Input        int      `json:"input"`
 	Partitioning string   `json:"partitioning"`
 	KeyFields    []string `json:"keyFields,omitempty"`
+	// SideOutput is the upstream operator's side output the input reads;
+	// absent for its main output.
+	SideOutput string `json:"sideOutput,omitempty"`
 }
 
 type restVertex struct {
@@ -190,7 +193,7 @@ func (jm *JobManager) restHandler() http.Handler {
 			rv := restVertex{ID: gv.ID, UID: gv.UID, Name: gv.Name, Type: gv.Type, Parallelism: gv.Parallelism, TaskID: v.TaskOf[gv.ID],
 				Inputs: []restInput{}}
 			for _, e := range v.Graph.Inputs(gv.ID) {
-				rv.Inputs = append(rv.Inputs, restInput{From: e.From, Input: e.Input, Partitioning: e.Partitioning.String(), KeyFields: e.KeyFields})
+				rv.Inputs = append(rv.Inputs, restInput{From: e.From, Input: e.Input, Partitioning: e.Partitioning.String(), KeyFields: e.KeyFields, SideOutput: e.SideOutput})
 			}
 			d.Vertices = append(d.Vertices, rv)
 		}

@@ -45,10 +45,13 @@
 //
 // Each operator's inputs are decided in this order:
 //
-//  1. input: <uid> names one input; inputs: [...] names several (input 0,
-//     1, ...). An entry of inputs is a uid or a mapping
-//     {from: <uid>, keyBy: [f, ...], partitioning: p}. inputs: [] says
-//     explicitly that the operator has no input (it is a source).
+//  1. input: <ref> names one input; inputs: [...] names several (input 0,
+//     1, ...). A reference is a uid (the operator's main output) or
+//     <uid>.<output> (its side output called output); an entry of inputs is
+//     a reference or a mapping
+//     {from: <uid>, output: <output>, keyBy: [f, ...], partitioning: p}
+//     (output optional). inputs: [] says explicitly that the operator has
+//     no input (it is a source).
 //  2. Otherwise the first operator in the list has no input.
 //  3. Otherwise an operator whose type is registered only as a source (like
 //     datagen) has no input, wherever it appears: a job may start several
@@ -63,6 +66,30 @@
 // The previous operator is a sink when it has inputs and its type resolves to
 // a stream.KindSink type. An explicit input may name any operator, before or
 // after in the list; cycles are errors.
+//
+// # Side outputs
+//
+// An operator type may declare side outputs: named extra outputs, such as
+// the records a window drops as too late (stream.PlanContext.DeclareSideOutput).
+// Another operator reads one like a main output, by reference:
+//
+//	operators:
+//	  - uid: counts
+//	    type: tumbling_window
+//	    keyBy: [key]
+//	    config: {size: 10s, aggregates: [{fn: count, as: n}]}
+//	  - uid: late-out
+//	    type: file
+//	    input: counts.late    # or inputs: [{from: counts, output: late}]
+//	    config: {path: /tmp/late, format: jsonl}
+//
+// Side-output names are letters, digits, '_' and '-', so the last '.' of a
+// reference separates them; a reference that is itself a uid (uids may
+// contain '.') reads that operator's main output, and the mapping form
+// reads a side output of any uid. Reading an output the operator type does
+// not declare is an error naming the declared ones. A side output's records
+// are partitioned (keyBy, partitioning), checkpointed and ended like the
+// main output's; a side output that nothing reads is dropped.
 //
 // # Partitioning
 //

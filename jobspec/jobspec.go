@@ -83,8 +83,13 @@ type opSpec struct {
 type inputSpec struct {
 	fromN *yaml.Node // the uid's node, for errors
 	from  string
-	edge  edgeSpec
-	label string // "input" or "inputs[i]"
+	// output is the side output of from to read ("" for the main output):
+	// the output: key of a mapping, or the part after the last '.' of a
+	// "uid.output" reference, split off by resolveInputs.
+	output  string
+	outputN *yaml.Node // output:'s value node, nil for the dotted form
+	edge    edgeSpec
+	label   string // "input" or "inputs[i]"
 }
 
 // edgeSpec is a keyBy / partitioning setting; part is 0 when unset.
@@ -109,7 +114,7 @@ type parser struct {
 var (
 	topKeys   = []string{"name", "parallelism", "maxParallelism", "checkpointing", "restartStrategy", "state", "operators"}
 	opKeys    = []string{"uid", "name", "type", "parallelism", "config", "keyBy", "partitioning", "input", "inputs"}
-	inputKeys = []string{"from", "keyBy", "partitioning"}
+	inputKeys = []string{"from", "output", "keyBy", "partitioning"}
 )
 
 func (p *parser) errAt(n *yaml.Node, format string, args ...any) error {
@@ -136,6 +141,10 @@ func (op *opSpec) label() string {
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// sideInputMsg matches stream.Plan's errors about an input reading a side
+// output.
+var sideInputMsg = regexp.MustCompile(`^input (\d+) reads side output `)
 
 func (p *parser) parse(data []byte) (*stream.JobGraph, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -509,6 +518,14 @@ func (p *parser) parseInputs(op *opSpec, n *yaml.Node) ([]inputSpec, error) {
 					if in.from, err = asString(kv.val); err != nil {
 						return nil, p.opErr(op, kv.val, "%s.from: must be the uid of an operator, got %s", in.label, describe(kv.val))
 					}
+				case "output":
+					in.outputN = kv.val
+					if in.output, err = asString(kv.val); err != nil {
+						return nil, p.opErr(op, kv.val, "%s.output: must be the name of a side output, got %s", in.label, describe(kv.val))
+					}
+					if !stream.ValidSideOutputName(in.output) {
+						return nil, p.opErr(op, kv.val, "%s.output: %q is not a side-output name (1-64 letters, digits, '_' or '-', starting with a letter)", in.label, in.output)
+					}
 				case "keyBy":
 					in.edge.keysN = kv.key
 					if in.edge.keys, err = asStrings(kv.val); err != nil {
@@ -554,9 +571,9 @@ func (p *parser) resolveInputs() error {
 			return p.opErr(op, op.parN, "parallelism %d exceeds maxParallelism %d; lower it or raise maxParallelism", op.par, limit)
 		}
 		if op.explicit {
-			for _, in := range op.inputs {
-				if _, ok := p.byUID[in.from]; !ok {
-					return p.opErr(op, in.fromN, "%s: no operator has uid %q%s", in.label, in.from, suggest(in.from, p.uids()))
+			for j := range op.inputs {
+				if err := p.resolveFrom(op, &op.inputs[j]); err != nil {
+					return err
 				}
 			}
 			op.hasInputs = len(op.inputs) > 0
@@ -582,11 +599,36 @@ func (p *parser) resolveInputs() error {
 	for _, op := range p.ops {
 		for _, in := range op.inputs {
 			if up := p.byUID[in.from]; p.isSink(up) {
-				return p.opErr(op, in.fromN, "%s: %q is a sink and has no output; read the operator that feeds it instead", in.label, in.from)
+				what := "has no output"
+				if in.output != "" {
+					what = "has no side outputs"
+				}
+				return p.opErr(op, in.fromN, "%s: %q is a sink and %s; read the operator that feeds it instead", in.label, in.from, what)
 			}
 		}
 	}
 	return nil
+}
+
+// resolveFrom checks that in names an operator. A reference that is not a
+// uid but reads "<uid>.<output>" for an existing uid names that operator's
+// side output; a uid that contains '.' itself wins.
+func (p *parser) resolveFrom(op *opSpec, in *inputSpec) error {
+	if _, ok := p.byUID[in.from]; ok {
+		return nil
+	}
+	if i := strings.LastIndexByte(in.from, '.'); i > 0 && in.outputN == nil {
+		uid, output := in.from[:i], in.from[i+1:]
+		if _, ok := p.byUID[uid]; ok {
+			if !stream.ValidSideOutputName(output) {
+				return p.opErr(op, in.fromN, "%s: %q reads operator %q, but %q is not a side-output name (1-64 letters, digits, '_' or '-', starting with a letter)", in.label, in.from, uid, output)
+			}
+			in.from, in.output = uid, output
+			return nil
+		}
+		return p.opErr(op, in.fromN, "%s: no operator has uid %q or %q%s (read a side output as <uid>.<output>)", in.label, in.from, uid, suggest(uid, p.uids()))
+	}
+	return p.opErr(op, in.fromN, "%s: no operator has uid %q%s", in.label, in.from, suggest(in.from, p.uids()))
 }
 
 func (p *parser) uids() []string {
@@ -695,7 +737,7 @@ func (p *parser) build() {
 			if part == stream.Hash {
 				keys = append([]string(nil), es.keys...)
 			}
-			p.g.Edges = append(p.g.Edges, &stream.Edge{From: ids[in.from], To: i, Input: j, Partitioning: part, KeyFields: keys})
+			p.g.Edges = append(p.g.Edges, &stream.Edge{From: ids[in.from], SideOutput: in.output, To: i, Input: j, Partitioning: part, KeyFields: keys})
 		}
 	}
 }
@@ -759,6 +801,13 @@ func (p *parser) vertexLine(op *opSpec, err error) int {
 		pick(op.parN)
 	case strings.HasPrefix(msg, "unknown operator type"):
 		pick(op.typeN)
+	case sideInputMsg.MatchString(msg):
+		// "input N reads side output ...": the reference to it.
+		m := sideInputMsg.FindStringSubmatch(msg)
+		if j, err := strconv.Atoi(m[1]); err == nil && j < len(op.inputs) {
+			pick(op.inputs[j].fromN)
+			pick(op.inputs[j].outputN)
+		}
 	case strings.Contains(msg, "input"):
 		pick(op.inputN)
 	}

@@ -26,7 +26,11 @@ func describeGraph(g *stream.JobGraph) (vertices, edges []string, configs map[st
 		}
 	}
 	for _, e := range g.Edges {
-		s := fmt.Sprintf("%s->%s#%d %v", g.Vertices[e.From].UID, g.Vertices[e.To].UID, e.Input, e.Partitioning)
+		from := g.Vertices[e.From].UID
+		if e.SideOutput != "" {
+			from += "[" + e.SideOutput + "]"
+		}
+		s := fmt.Sprintf("%s->%s#%d %v", from, g.Vertices[e.To].UID, e.Input, e.Partitioning)
 		if e.KeyFields != nil {
 			s += "[" + strings.Join(e.KeyFields, ",") + "]"
 		}
@@ -921,7 +925,7 @@ operators:
     inputs:
       - {form: a}
 `,
-			want: `job.yaml:8: operator "j": inputs[0]: unknown key "form" (did you mean "from"?); an input has from, keyBy, partitioning`,
+			want: `job.yaml:8: operator "j": inputs[0]: unknown key "form" (did you mean "from"?); an input has from, output, keyBy, partitioning`,
 		},
 		{
 			name: "input entry without from",

@@ -21,10 +21,12 @@ type Builder struct {
 	err error
 }
 
-// Stream is the output of one vertex, waiting to be connected.
+// Stream is an output of one vertex (its main output, or a side output),
+// waiting to be connected.
 type Stream struct {
 	b    *Builder
 	id   int
+	side string // "" for the main output
 	part Partitioning
 	keys []string
 }
@@ -72,16 +74,31 @@ func (s *Stream) Vertex() *Vertex { return s.b.g.Vertices[s.id] }
 // SetParallelism sets the parallelism of the vertex s comes from.
 func (s *Stream) SetParallelism(p int) *Stream { s.Vertex().Parallelism = p; return s }
 
+// SideOutput returns the side output called name of the vertex s comes
+// from, which its operator type must declare (PlanContext.DeclareSideOutput;
+// Plan checks). It is forward-connected until KeyBy, Rebalance or
+// Broadcast says otherwise.
+//
+//	counts := keyed.Then("counts", "tumbling_window", cfg)
+//	counts.SideOutput("late").Then("late-out", "print", nil)
+func (s *Stream) SideOutput(name string) *Stream {
+	return &Stream{b: s.b, id: s.id, side: name, part: Forward}
+}
+
 // KeyBy partitions s by the given fields for the next operator.
 func (s *Stream) KeyBy(fields ...string) *Stream {
-	return &Stream{b: s.b, id: s.id, part: Hash, keys: fields}
+	return &Stream{b: s.b, id: s.id, side: s.side, part: Hash, keys: fields}
 }
 
 // Rebalance spreads s round-robin over the next operator's subtasks.
-func (s *Stream) Rebalance() *Stream { return &Stream{b: s.b, id: s.id, part: Rebalance} }
+func (s *Stream) Rebalance() *Stream {
+	return &Stream{b: s.b, id: s.id, side: s.side, part: Rebalance}
+}
 
 // Broadcast sends all of s to every subtask of the next operator.
-func (s *Stream) Broadcast() *Stream { return &Stream{b: s.b, id: s.id, part: Broadcast} }
+func (s *Stream) Broadcast() *Stream {
+	return &Stream{b: s.b, id: s.id, side: s.side, part: Broadcast}
+}
 
 // Then adds a one-input operator reading s.
 func (s *Stream) Then(uid, typ string, config any) *Stream {
@@ -99,7 +116,7 @@ func (s *Stream) Join(other *Stream, uid, typ string, config any) *Stream {
 }
 
 func (b *Builder) connect(s *Stream, to, input int) {
-	b.g.Edges = append(b.g.Edges, &Edge{From: s.id, To: to, Input: input, Partitioning: s.part, KeyFields: s.keys})
+	b.g.Edges = append(b.g.Edges, &Edge{From: s.id, SideOutput: s.side, To: to, Input: input, Partitioning: s.part, KeyFields: s.keys})
 }
 
 // Build returns the graph, unplanned: call Plan (or submit it) to check it.

@@ -7,6 +7,13 @@
 // (package jobspec) are the same value; Plan checks it against a Registry and
 // fills in every vertex's output schema.
 //
+// Besides its main output an operator may have side outputs (like Flink's
+// OutputTag): its type declares them by name and schema at planning
+// (PlanContext.DeclareSideOutput), an Edge reads one by naming it
+// (Edge.SideOutput, Stream.SideOutput), and the operator emits to one with
+// CollectSide. A window operator sends records later than its allowed
+// lateness to a side output this way.
+//
 // stream imports the standard library only. Everything else in Weir may
 // import it; it imports nothing of Weir's.
 package stream

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -58,14 +60,34 @@ type Vertex struct {
 	Parallelism int
 	// OutSchema is filled by Plan (nil for sinks).
 	OutSchema *Schema
+	// SideOutSchemas is filled by Plan: the side outputs the operator type
+	// declared (PlanContext.DeclareSideOutput), by name; nil when none.
+	SideOutSchemas map[string]*Schema
 }
 
-// Edge connects the output of vertex From to input number Input of To.
+// OutputSchema returns the schema of the vertex's output called name: ""
+// is the main output (OutSchema), anything else a declared side output. It
+// returns nil for an output the vertex does not have.
+func (v *Vertex) OutputSchema(name string) *Schema {
+	if name == "" {
+		return v.OutSchema
+	}
+	return v.SideOutSchemas[name]
+}
+
+// Edge connects an output of vertex From to input number Input of To.
 type Edge struct {
-	From, To     int
+	From, To int
+	// SideOutput names the output of From that the edge reads: "" is the
+	// main output, anything else a side output that From's operator type
+	// declares at planning (PlanContext.DeclareSideOutput). Side-output
+	// edges are partitioned, checkpointed and ended like main ones, but are
+	// never chained: their reader runs in a task of its own.
+	SideOutput   string
 	Input        int
 	Partitioning Partitioning
-	// KeyFields are the key of a Hash edge.
+	// KeyFields are the key of a Hash edge, fields of the schema of the
+	// output the edge reads.
 	KeyFields []string
 }
 
@@ -114,6 +136,12 @@ func (g *JobGraph) Outputs(id int) []*Edge {
 	return out
 }
 
+// EdgeSchema returns the schema of the records travelling along e: the
+// schema of the output of e.From that e reads. The graph must be planned.
+func (g *JobGraph) EdgeSchema(e *Edge) *Schema {
+	return g.Vertices[e.From].OutputSchema(e.SideOutput)
+}
+
 // VertexError is a planning error attributed to one vertex, so a spec parser
 // can point at the line that declared it.
 type VertexError struct {
@@ -126,9 +154,19 @@ func (e *VertexError) Unwrap() error { return e.Err }
 
 var uidPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
+// sideOutputPattern is the syntax of side-output names. It has no '.', so
+// that a job spec can write "uid.output".
+var sideOutputPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+
+// ValidSideOutputName reports whether name may name a side output: 1-64
+// letters, digits, '_' or '-', starting with a letter.
+func ValidSideOutputName(name string) bool { return sideOutputPattern.MatchString(name) }
+
 // Plan checks g against the operator types in reg and fills in defaults and
-// every vertex's OutSchema. It returns the first problem found; errors about
-// one vertex are *VertexError. Plan modifies g only when it succeeds.
+// every vertex's OutSchema and SideOutSchemas. It returns the first problem
+// found; errors about one vertex are *VertexError (an edge reading an output
+// its upstream operator does not have is an error of the reading vertex).
+// Plan modifies g only when it succeeds.
 func Plan(g *JobGraph, reg *Registry) error {
 	if g.Name == "" {
 		return errors.New("job has no name")
@@ -209,6 +247,9 @@ func Plan(g *JobGraph, reg *Registry) error {
 		if e.From == e.To {
 			return &VertexError{g.Vertices[e.To].UID, errors.New("operator reads its own output")}
 		}
+		if e.SideOutput != "" && !ValidSideOutputName(e.SideOutput) {
+			return &VertexError{g.Vertices[e.To].UID, fmt.Errorf("input %d reads side output %q of %q: %s", e.Input, e.SideOutput, g.Vertices[e.From].UID, sideOutputSyntax)}
+		}
 		switch e.Partitioning {
 		case Forward:
 			// Like Flink: an unspecified (forward) edge between operators of
@@ -230,6 +271,7 @@ func Plan(g *JobGraph, reg *Registry) error {
 		return err
 	}
 	schemas := make([]*Schema, len(g.Vertices))
+	sides := make([]map[string]*Schema, len(g.Vertices))
 	for _, id := range order {
 		v, t := g.Vertices[id], types[id]
 		ins := g.Inputs(id)
@@ -248,6 +290,12 @@ func Plan(g *JobGraph, reg *Registry) error {
 				return &VertexError{v.UID, fmt.Errorf("inputs must be numbered 0..%d", len(ins)-1)}
 			}
 			in := schemas[e.From]
+			if e.SideOutput != "" {
+				in = sides[e.From][e.SideOutput]
+				if in == nil {
+					return &VertexError{v.UID, undeclaredSideOutput(g.Vertices[e.From], e, sides[e.From])}
+				}
+			}
 			if in == nil {
 				return &VertexError{v.UID, fmt.Errorf("input %q is a sink and has no output", g.Vertices[e.From].UID)}
 			}
@@ -265,7 +313,14 @@ func Plan(g *JobGraph, reg *Registry) error {
 		if t.Kind != KindSink && out == nil {
 			return &VertexError{v.UID, fmt.Errorf("operator type %q planned no output schema", v.Type)}
 		}
+		if err := pc.sideErr; err != nil {
+			return &VertexError{v.UID, fmt.Errorf("operator type %q: %w", v.Type, err)}
+		}
+		if t.Kind == KindSink && len(pc.sides) > 0 {
+			return &VertexError{v.UID, fmt.Errorf("operator type %q is a sink but declares side outputs (%s); only sources and transforms may", v.Type, strings.Join(sortedNames(pc.sides), ", "))}
+		}
 		schemas[id] = out
+		sides[id] = pc.sides
 	}
 	g.Parallelism = par
 	g.MaxParallelism = maxPar
@@ -275,11 +330,42 @@ func Plan(g *JobGraph, reg *Registry) error {
 	for i, v := range g.Vertices {
 		v.Parallelism = pars[i]
 		v.OutSchema = schemas[i]
+		v.SideOutSchemas = sides[i]
 		if v.Name == "" {
 			v.Name = v.UID
 		}
 	}
 	return nil
+}
+
+const sideOutputSyntax = "a side-output name is 1-64 letters, digits, '_' or '-', starting with a letter"
+
+// undeclaredSideOutput explains an edge reading a side output that its
+// upstream vertex up does not declare.
+func undeclaredSideOutput(up *Vertex, e *Edge, declared map[string]*Schema) error {
+	if len(declared) == 0 {
+		return fmt.Errorf("input %d reads side output %q of %q, but operator type %q declares no side outputs; read its main output (%q) instead",
+			e.Input, e.SideOutput, up.UID, up.Type, up.UID)
+	}
+	return fmt.Errorf("input %d reads side output %q of %q, but operator type %q declares only %s",
+		e.Input, e.SideOutput, up.UID, up.Type, strings.Join(quoted(sortedNames(declared)), ", "))
+}
+
+func sortedNames(m map[string]*Schema) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func quoted(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strconv.Quote(n)
+	}
+	return out
 }
 
 func keyFields(e *Edge) []string {

@@ -25,6 +25,52 @@ type Collector interface {
 	EmitWatermark(wm int64)
 }
 
+// SideOutputCollector is the optional interface of a Collector that can
+// pass batches to the operator's side outputs (like Flink's OutputTag):
+// named extra outputs, declared at planning with
+// PlanContext.DeclareSideOutput, that other operators read through edges
+// naming them (Edge.SideOutput). The task runtime's collectors implement
+// it; operators call it through CollectSide, which also copes with
+// collectors that do not (test fakes, wrappers).
+//
+// Side-output batches travel like main-output ones: through the edge's
+// partitioning, in order with the watermarks, checkpoint barriers and
+// end-of-partition that the operator's task emits on all its outputs, so
+// exactly-once holds for them too.
+type SideOutputCollector interface {
+	// CollectSide passes b to the side output called name; b belongs to
+	// the callee from then on and must have the schema declared for name.
+	// It reports whether anything reads that output: when nothing does, b
+	// is released and dropped (that is not an error). Emitting to a name
+	// the operator did not declare, or with another schema, fails the task.
+	// Like Collect, it is called only from the task goroutine.
+	CollectSide(name string, b *Batch) bool
+}
+
+// CollectSide passes b to the side output called name of the operator whose
+// collector is out, and reports whether anything reads that output. When
+// out cannot pass side outputs, or nothing reads this one, b is released
+// and CollectSide returns false; an operator may count such batches as
+// dropped.
+func CollectSide(out Collector, name string, b *Batch) bool {
+	if so, ok := out.(SideOutputCollector); ok {
+		return so.CollectSide(name, b)
+	}
+	b.Release()
+	return false
+}
+
+// LateRecordsCounter is implemented by an operator that drops records
+// arriving after the windows they belong to were emitted (later than its
+// allowed lateness). The taskmanager exports the count as the Prometheus
+// metric weir_operator_late_records_dropped_total. LateRecordsDropped may be
+// called from any goroutine while the operator runs, concurrently with its
+// other methods; the count starts at 0 for every operator instance and
+// never decreases.
+type LateRecordsCounter interface {
+	LateRecordsDropped() int64
+}
+
 // OperatorContext describes where an operator instance runs. It is filled by
 // the task runtime before Open and is read-only for the operator.
 type OperatorContext struct {
@@ -44,8 +90,12 @@ type OperatorContext struct {
 	InputKeys    [][]string
 	// OutputSchema is what Plan returned (nil for sinks).
 	OutputSchema *Schema
-	Config       []byte // the operator's JSON config
-	Logger       *slog.Logger
+	// SideOutputSchemas are the side outputs Plan declared, by name (nil
+	// when none); the map must not be modified.
+	SideOutputSchemas map[string]*Schema
+
+	Config []byte // the operator's JSON config
+	Logger *slog.Logger
 	// Attempt counts deployments of the job: 1 at first, one more after
 	// every restart.
 	Attempt int64

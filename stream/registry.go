@@ -43,7 +43,45 @@ type PlanContext struct {
 	Config      []byte // JSON; nil or "null" when the spec has none
 	Inputs      []PlanInput
 	Parallelism int
+
+	// sides are the side outputs declared by DeclareSideOutput; sideErr
+	// the first bad declaration, reported by Plan.
+	sides   map[string]*Schema
+	sideErr error
 }
+
+// DeclareSideOutput declares that the operator may emit batches of schema
+// to its side output called name (with CollectSide), so that other
+// operators can read it (an Edge with SideOutput name). A Plan function of
+// a source or transform calls it, once per name, whether or not anything
+// will read the output. A name is 1-64 letters, digits, '_' or '-',
+// starting with a letter; a bad or repeated name or a nil schema is
+// reported by Plan as an error of the operator.
+func (p *PlanContext) DeclareSideOutput(name string, schema *Schema) {
+	var err error
+	switch {
+	case !ValidSideOutputName(name):
+		err = fmt.Errorf("side output %q: %s", name, sideOutputSyntax)
+	case schema == nil:
+		err = fmt.Errorf("side output %q has no schema", name)
+	case p.sides[name] != nil:
+		err = fmt.Errorf("side output %q is declared twice", name)
+	}
+	if err != nil {
+		if p.sideErr == nil {
+			p.sideErr = err
+		}
+		return
+	}
+	if p.sides == nil {
+		p.sides = make(map[string]*Schema)
+	}
+	p.sides[name] = schema
+}
+
+// SideOutputs returns the side outputs declared so far, by name (nil when
+// none). The map must not be modified.
+func (p *PlanContext) SideOutputs() map[string]*Schema { return p.sides }
 
 // DecodeConfig decodes the JSON config into v, rejecting unknown fields so
 // that a misspelt option is an error rather than silently ignored. An empty
@@ -92,7 +130,8 @@ type OperatorType struct {
 	Inputs int
 	// Plan validates the config against the inputs and returns the output
 	// schema (nil for sinks). It runs at submit time on the client and on the
-	// jobmanager, so it must be pure.
+	// jobmanager, so it must be pure. It declares the operator's side
+	// outputs, if any, with p.DeclareSideOutput.
 	Plan func(p *PlanContext) (*Schema, error)
 	// NewSource builds a source instance (KindSource only).
 	NewSource func(config []byte) (Source, error)

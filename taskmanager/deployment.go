@@ -60,6 +60,7 @@ func toTaskSpec(d *weirpb.TaskDeployment) (*dataflow.TaskSpec, error) {
 	}
 	for _, out := range d.GetOutputs() {
 		spec.Outputs = append(spec.Outputs, dataflow.Output{
+			SideOutput:            out.GetSideOutput(),
 			DownstreamVertex:      int(out.GetDownstreamVertex()),
 			DownstreamInput:       int(out.GetDownstreamInput()),
 			DownstreamParallelism: int(out.GetDownstreamParallelism()),

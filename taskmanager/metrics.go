@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/weirstream/weir/dataflow"
+	"github.com/weirstream/weir/stream"
 )
 
 // metrics are the taskmanager's Prometheus metrics, served on
@@ -50,7 +51,8 @@ func newMetrics(tm *TaskManager) *metrics {
 	m.fencedCalls = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "weir_taskmanager_fenced_calls_total", Help: "Calls from a jobmanager with a lower fencing epoch than one already seen (a deposed leader), rejected."})
 	m.reg.MustRegister(m.fencedCalls, m.stateBytesWrite, m.stateBytesRead, m.snapshots, m.alignment, m.syncDuration, m.asyncDuration,
-		m.tasksRunning, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.tasksRunning, newLateRecords(tm.lateRecordCounts),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -60,4 +62,58 @@ func (m *metrics) observeSnapshot(job, task string, bytes int64, stats dataflow.
 	m.alignment.WithLabelValues(job, task).Set(stats.Alignment.Seconds())
 	m.syncDuration.WithLabelValues(job, task).Set(stats.Sync.Seconds())
 	m.asyncDuration.WithLabelValues(job, task).Set(async.Seconds())
+}
+
+// lateRecords is the prometheus.Collector of
+// weir_operator_late_records_dropped_total{job,operator}: at every scrape it
+// reads the counts of the operators that implement
+// stream.LateRecordsCounter, so operators need no metrics code of their own.
+type lateRecords struct {
+	desc *prometheus.Desc
+	// counts returns the current sums by job and operator uid.
+	counts func() map[lateKey]int64
+}
+
+// lateKey is one series of weir_operator_late_records_dropped_total.
+type lateKey struct{ job, operator string }
+
+var _ prometheus.Collector = (*lateRecords)(nil)
+
+func newLateRecords(counts func() map[lateKey]int64) *lateRecords {
+	return &lateRecords{
+		desc: prometheus.NewDesc("weir_operator_late_records_dropped_total",
+			"Records an operator dropped because they arrived after their window was emitted (later than its allowed lateness), "+
+				"summed over the operator's subtasks in this taskmanager. Restarts with the tasks, like any process counter.",
+			[]string{"job", "operator"}, nil),
+		counts: counts,
+	}
+}
+
+func (c *lateRecords) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *lateRecords) Collect(ch chan<- prometheus.Metric) {
+	for k, n := range c.counts() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), k.job, k.operator)
+	}
+}
+
+// lateRecordCounts sums stream.LateRecordsCounter over the operators of
+// every task the taskmanager holds (running, or ended and not yet reported
+// to the jobmanager), by job and operator uid. Operators without late
+// records to count have no series.
+func (tm *TaskManager) lateRecordCounts() map[lateKey]int64 {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	out := make(map[lateKey]int64)
+	for k, rt := range tm.mu.tasks {
+		if rt.task == nil {
+			continue
+		}
+		for _, op := range rt.task.Operators() {
+			if lc, ok := op.Instance.(stream.LateRecordsCounter); ok {
+				out[lateKey{k.job, op.UID}] += lc.LateRecordsDropped()
+			}
+		}
+	}
+	return out
 }

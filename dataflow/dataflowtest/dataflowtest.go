@@ -79,7 +79,7 @@ func TaskSpecs(g *stream.JobGraph) ([]*dataflow.TaskSpec, error) {
 		var gates []dataflow.InputGate
 		for _, e := range g.Inputs(v.ID) {
 			up := g.Vertices[e.From]
-			co.InputSchemas = append(co.InputSchemas, up.OutSchema)
+			co.InputSchemas = append(co.InputSchemas, g.EdgeSchema(e))
 			var keys []string
 			if e.Partitioning == stream.Hash {
 				keys = e.KeyFields
@@ -96,6 +96,7 @@ func TaskSpecs(g *stream.JobGraph) ([]*dataflow.TaskSpec, error) {
 		for _, e := range g.Outputs(v.ID) {
 			down := g.Vertices[e.To].Parallelism
 			o := dataflow.Output{
+				SideOutput:            e.SideOutput,
 				DownstreamVertex:      e.To,
 				DownstreamInput:       e.Input,
 				DownstreamParallelism: down,

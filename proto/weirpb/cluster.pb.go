@@ -824,7 +824,11 @@ type OutputSpec struct {
 	KeyFields             []string               `protobuf:"bytes,5,rep,name=key_fields,json=keyFields,proto3" json:"key_fields,omitempty"`
 	// targets[i] is the address of the taskmanager running downstream
 	// subtask i.
-	Targets       []string `protobuf:"bytes,6,rep,name=targets,proto3" json:"targets,omitempty"`
+	Targets []string `protobuf:"bytes,6,rep,name=targets,proto3" json:"targets,omitempty"`
+	// side_output names the output of the task's last operator that the edge
+	// reads: empty for the main output, else one of the side outputs in its
+	// vertex's side_out_schemas. key_fields are fields of that output.
+	SideOutput    string `protobuf:"bytes,7,opt,name=side_output,json=sideOutput,proto3" json:"side_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -899,6 +903,13 @@ func (x *OutputSpec) GetTargets() []string {
 		return x.Targets
 	}
 	return nil
+}
+
+func (x *OutputSpec) GetSideOutput() string {
+	if x != nil {
+		return x.SideOutput
+	}
+	return ""
 }
 
 type TaskDeployment struct {
@@ -2202,7 +2213,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x05input\x18\x01 \x01(\x05R\x05input\x12'\n" +
 	"\x0fupstream_vertex\x18\x02 \x01(\x05R\x0eupstreamVertex\x121\n" +
 	"\x14upstream_parallelism\x18\x03 \x01(\x05R\x13upstreamParallelism\x129\n" +
-	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\"\x8f\x02\n" +
+	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\"\xb0\x02\n" +
 	"\n" +
 	"OutputSpec\x12+\n" +
 	"\x11downstream_vertex\x18\x01 \x01(\x05R\x10downstreamVertex\x12)\n" +
@@ -2211,7 +2222,9 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\x12\x1d\n" +
 	"\n" +
 	"key_fields\x18\x05 \x03(\tR\tkeyFields\x12\x18\n" +
-	"\atargets\x18\x06 \x03(\tR\atargets\"\xd1\x04\n" +
+	"\atargets\x18\x06 \x03(\tR\atargets\x12\x1f\n" +
+	"\vside_output\x18\a \x01(\tR\n" +
+	"sideOutput\"\xd1\x04\n" +
 	"\x0eTaskDeployment\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x1b\n" +
 	"\ttask_name\x18\x02 \x01(\tR\btaskName\x12 \n" +

@@ -49,7 +49,7 @@ func FromGraph(g *stream.JobGraph) *JobGraph {
 	}
 	for _, e := range g.Edges {
 		out.Edges = append(out.Edges, &Edge{From: int32(e.From), To: int32(e.To), Input: int32(e.Input),
-			Partitioning: Partitioning(e.Partitioning), KeyFields: e.KeyFields})
+			Partitioning: Partitioning(e.Partitioning), KeyFields: e.KeyFields, SideOutput: e.SideOutput})
 	}
 	out.Checkpoint = FromCheckpointConfig(g.Checkpoint)
 	out.Restart = FromRestartConfig(g.Restart)
@@ -96,8 +96,15 @@ func ToRestartConfig(r *RestartStrategy) stream.RestartConfig {
 
 // FromVertex converts one vertex.
 func FromVertex(v *stream.Vertex) *Vertex {
-	return &Vertex{Id: int32(v.ID), Uid: v.UID, Name: v.Name, Type: v.Type, Config: v.Config,
+	out := &Vertex{Id: int32(v.ID), Uid: v.UID, Name: v.Name, Type: v.Type, Config: v.Config,
 		Parallelism: int32(v.Parallelism), OutSchema: FromSchema(v.OutSchema)}
+	if len(v.SideOutSchemas) > 0 {
+		out.SideOutSchemas = make(map[string]*Schema, len(v.SideOutSchemas))
+		for name, s := range v.SideOutSchemas {
+			out.SideOutSchemas[name] = FromSchema(s)
+		}
+	}
+	return out
 }
 
 // ToVertex converts one vertex message.
@@ -106,8 +113,22 @@ func ToVertex(v *Vertex) (*stream.Vertex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("operator %q: output schema: %w", v.GetUid(), err)
 	}
-	return &stream.Vertex{ID: int(v.GetId()), UID: v.GetUid(), Name: v.GetName(), Type: v.GetType(),
-		Config: v.GetConfig(), Parallelism: int(v.GetParallelism()), OutSchema: s}, nil
+	out := &stream.Vertex{ID: int(v.GetId()), UID: v.GetUid(), Name: v.GetName(), Type: v.GetType(),
+		Config: v.GetConfig(), Parallelism: int(v.GetParallelism()), OutSchema: s}
+	for name, ps := range v.GetSideOutSchemas() {
+		s, err := ToSchema(ps)
+		if err != nil {
+			return nil, fmt.Errorf("operator %q: side output %q schema: %w", v.GetUid(), name, err)
+		}
+		if s == nil {
+			return nil, fmt.Errorf("operator %q: side output %q has no schema", v.GetUid(), name)
+		}
+		if out.SideOutSchemas == nil {
+			out.SideOutSchemas = make(map[string]*stream.Schema, len(v.GetSideOutSchemas()))
+		}
+		out.SideOutSchemas[name] = s
+	}
+	return out, nil
 }
 
 // ToGraph converts a job graph message.
@@ -125,7 +146,7 @@ func ToGraph(g *JobGraph) (*stream.JobGraph, error) {
 	}
 	for _, e := range g.GetEdges() {
 		out.Edges = append(out.Edges, &stream.Edge{From: int(e.GetFrom()), To: int(e.GetTo()), Input: int(e.GetInput()),
-			Partitioning: stream.Partitioning(e.GetPartitioning()), KeyFields: e.GetKeyFields()})
+			Partitioning: stream.Partitioning(e.GetPartitioning()), KeyFields: e.GetKeyFields(), SideOutput: e.GetSideOutput()})
 	}
 	out.Checkpoint = ToCheckpointConfig(g.GetCheckpoint())
 	out.Restart = ToRestartConfig(g.GetRestart())

@@ -293,9 +293,12 @@ type Vertex struct {
 	Config      []byte `protobuf:"bytes,5,opt,name=config,proto3" json:"config,omitempty"`
 	Parallelism int32  `protobuf:"varint,6,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
 	// out_schema is filled by planning; absent for sinks.
-	OutSchema     *Schema `protobuf:"bytes,7,opt,name=out_schema,json=outSchema,proto3" json:"out_schema,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OutSchema *Schema `protobuf:"bytes,7,opt,name=out_schema,json=outSchema,proto3" json:"out_schema,omitempty"`
+	// side_out_schemas are the side outputs the operator type declared at
+	// planning, by name (stream.Vertex.SideOutSchemas).
+	SideOutSchemas map[string]*Schema `protobuf:"bytes,8,rep,name=side_out_schemas,json=sideOutSchemas,proto3" json:"side_out_schemas,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Vertex) Reset() {
@@ -377,13 +380,23 @@ func (x *Vertex) GetOutSchema() *Schema {
 	return nil
 }
 
+func (x *Vertex) GetSideOutSchemas() map[string]*Schema {
+	if x != nil {
+		return x.SideOutSchemas
+	}
+	return nil
+}
+
 type Edge struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          int32                  `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
-	To            int32                  `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
-	Input         int32                  `protobuf:"varint,3,opt,name=input,proto3" json:"input,omitempty"`
-	Partitioning  Partitioning           `protobuf:"varint,4,opt,name=partitioning,proto3,enum=weir.v1.Partitioning" json:"partitioning,omitempty"`
-	KeyFields     []string               `protobuf:"bytes,5,rep,name=key_fields,json=keyFields,proto3" json:"key_fields,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	From         int32                  `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To           int32                  `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	Input        int32                  `protobuf:"varint,3,opt,name=input,proto3" json:"input,omitempty"`
+	Partitioning Partitioning           `protobuf:"varint,4,opt,name=partitioning,proto3,enum=weir.v1.Partitioning" json:"partitioning,omitempty"`
+	KeyFields    []string               `protobuf:"bytes,5,rep,name=key_fields,json=keyFields,proto3" json:"key_fields,omitempty"`
+	// side_output names the output of vertex from that the edge reads: empty
+	// for the main output, else a side output its operator type declares.
+	SideOutput    string `protobuf:"bytes,6,opt,name=side_output,json=sideOutput,proto3" json:"side_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +464,13 @@ func (x *Edge) GetKeyFields() []string {
 		return x.KeyFields
 	}
 	return nil
+}
+
+func (x *Edge) GetSideOutput() string {
+	if x != nil {
+		return x.SideOutput
+	}
+	return ""
 }
 
 // JobGraph is a job as submitted: operators and the edges between them.
@@ -801,7 +821,7 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x12.weir.v1.FieldTypeR\x04type\"0\n" +
 	"\x06Schema\x12&\n" +
-	"\x06fields\x18\x01 \x03(\v2\x0e.weir.v1.FieldR\x06fields\"\xbc\x01\n" +
+	"\x06fields\x18\x01 \x03(\v2\x0e.weir.v1.FieldR\x06fields\"\xdf\x02\n" +
 	"\x06Vertex\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x12\n" +
@@ -810,14 +830,20 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\x06config\x18\x05 \x01(\fR\x06config\x12 \n" +
 	"\vparallelism\x18\x06 \x01(\x05R\vparallelism\x12.\n" +
 	"\n" +
-	"out_schema\x18\a \x01(\v2\x0f.weir.v1.SchemaR\toutSchema\"\x9a\x01\n" +
+	"out_schema\x18\a \x01(\v2\x0f.weir.v1.SchemaR\toutSchema\x12M\n" +
+	"\x10side_out_schemas\x18\b \x03(\v2#.weir.v1.Vertex.SideOutSchemasEntryR\x0esideOutSchemas\x1aR\n" +
+	"\x13SideOutSchemasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12%\n" +
+	"\x05value\x18\x02 \x01(\v2\x0f.weir.v1.SchemaR\x05value:\x028\x01\"\xbb\x01\n" +
 	"\x04Edge\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x05R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x05R\x02to\x12\x14\n" +
 	"\x05input\x18\x03 \x01(\x05R\x05input\x129\n" +
 	"\fpartitioning\x18\x04 \x01(\x0e2\x15.weir.v1.PartitioningR\fpartitioning\x12\x1d\n" +
 	"\n" +
-	"key_fields\x18\x05 \x03(\tR\tkeyFields\"\x83\x03\n" +
+	"key_fields\x18\x05 \x03(\tR\tkeyFields\x12\x1f\n" +
+	"\vside_output\x18\x06 \x01(\tR\n" +
+	"sideOutput\"\x83\x03\n" +
 	"\bJobGraph\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vparallelism\x18\x02 \x01(\x05R\vparallelism\x12'\n" +
@@ -889,7 +915,7 @@ func file_weirpb_jobgraph_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_jobgraph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_weirpb_jobgraph_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_weirpb_jobgraph_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_weirpb_jobgraph_proto_goTypes = []any{
 	(FieldType)(0),             // 0: weir.v1.FieldType
 	(Partitioning)(0),          // 1: weir.v1.Partitioning
@@ -901,22 +927,25 @@ var file_weirpb_jobgraph_proto_goTypes = []any{
 	(*JobGraph)(nil),           // 7: weir.v1.JobGraph
 	(*CheckpointSettings)(nil), // 8: weir.v1.CheckpointSettings
 	(*RestartStrategy)(nil),    // 9: weir.v1.RestartStrategy
+	nil,                        // 10: weir.v1.Vertex.SideOutSchemasEntry
 }
 var file_weirpb_jobgraph_proto_depIdxs = []int32{
-	0, // 0: weir.v1.Field.type:type_name -> weir.v1.FieldType
-	3, // 1: weir.v1.Schema.fields:type_name -> weir.v1.Field
-	4, // 2: weir.v1.Vertex.out_schema:type_name -> weir.v1.Schema
-	1, // 3: weir.v1.Edge.partitioning:type_name -> weir.v1.Partitioning
-	5, // 4: weir.v1.JobGraph.vertices:type_name -> weir.v1.Vertex
-	6, // 5: weir.v1.JobGraph.edges:type_name -> weir.v1.Edge
-	8, // 6: weir.v1.JobGraph.checkpoint:type_name -> weir.v1.CheckpointSettings
-	9, // 7: weir.v1.JobGraph.restart:type_name -> weir.v1.RestartStrategy
-	2, // 8: weir.v1.CheckpointSettings.mode:type_name -> weir.v1.CheckpointMode
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	0,  // 0: weir.v1.Field.type:type_name -> weir.v1.FieldType
+	3,  // 1: weir.v1.Schema.fields:type_name -> weir.v1.Field
+	4,  // 2: weir.v1.Vertex.out_schema:type_name -> weir.v1.Schema
+	10, // 3: weir.v1.Vertex.side_out_schemas:type_name -> weir.v1.Vertex.SideOutSchemasEntry
+	1,  // 4: weir.v1.Edge.partitioning:type_name -> weir.v1.Partitioning
+	5,  // 5: weir.v1.JobGraph.vertices:type_name -> weir.v1.Vertex
+	6,  // 6: weir.v1.JobGraph.edges:type_name -> weir.v1.Edge
+	8,  // 7: weir.v1.JobGraph.checkpoint:type_name -> weir.v1.CheckpointSettings
+	9,  // 8: weir.v1.JobGraph.restart:type_name -> weir.v1.RestartStrategy
+	2,  // 9: weir.v1.CheckpointSettings.mode:type_name -> weir.v1.CheckpointMode
+	4,  // 10: weir.v1.Vertex.SideOutSchemasEntry.value:type_name -> weir.v1.Schema
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_jobgraph_proto_init() }
@@ -930,7 +959,7 @@ func file_weirpb_jobgraph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_jobgraph_proto_rawDesc), len(file_weirpb_jobgraph_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
