@@ -98,7 +98,7 @@ type SessionWindow struct {
 var (
 	_ stream.Operator           = (*SessionWindow)(nil)
 	_ stream.KeyedStateful      = (*SessionWindow)(nil)
-	// MERGE-TODO _ stream.LateRecordsCounter = (*SessionWindow)(nil)
+	_ stream.LateRecordsCounter = (*SessionWindow)(nil)
 )
 
 // globalKey is the key of the sessions of a session window without keyBy.
