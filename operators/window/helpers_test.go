@@ -28,6 +28,9 @@ type recorder struct {
 	t      testing.TB
 	events []event
 	lastWM int64
+	// side holds the rows of side output LateOutput, each with its event
+	// time, formatted as fmt.Sprint of its values.
+	side []string
 	// ctx is filled in by a chain to describe the window's input.
 	ctx *chain
 }
@@ -48,6 +51,26 @@ func (r *recorder) Collect(b *stream.Batch) {
 	}
 	r.events = append(r.events, e)
 	b.Release()
+}
+
+// CollectSide implements stream.SideOutputCollector for LateOutput.
+func (r *recorder) CollectSide(name string, b *stream.Batch) bool {
+	r.t.Helper()
+	defer b.Release()
+	if name != LateOutput {
+		r.t.Fatalf("batch for side output %q", name)
+	}
+	if err := b.Validate(); err != nil {
+		r.t.Fatalf("collected an invalid side batch: %v", err)
+	}
+	for i := range b.Len() {
+		row := b.Row(i)
+		if ts := row[2].(int64); b.Times[i] != ts {
+			r.t.Fatalf("late row %v has event time %d, want its ts %d", row, b.Times[i], ts)
+		}
+		r.side = append(r.side, fmt.Sprint(row...))
+	}
+	return true
 }
 
 func (r *recorder) EmitWatermark(wm int64) {

@@ -52,6 +52,7 @@ type Window struct {
 	// Per-batch scratch.
 	ws, mask [][]int64
 	late     []lateFire
+	lateIdx  []int32 // rows past their lateness
 
 	// Results of the windows being fired, emitted in (end, key) order.
 	pend     []pending
@@ -126,8 +127,8 @@ func newWindow(op string, config []byte) (*Window, error) {
 func (w *Window) UsesKeyedState() bool { return true }
 
 // LateRecordsDropped returns how many records arrived after all their
-// windows had been cleaned up and were dropped. It may be called from any
-// goroutine.
+// windows had been cleaned up: they went to side output LateOutput, or
+// nowhere if nothing reads it. It may be called from any goroutine.
 func (w *Window) LateRecordsDropped() int64 { return w.lateDropped.Load() }
 
 // Open binds the operator to its input schema, key and state.
@@ -232,6 +233,7 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 		if w.cleaned(p + size) { // every window of the pane is gone
 			ws[i] = nil
 			dropped++
+			w.lateIdx = append(w.lateIdx, int32(i))
 			continue
 		}
 		key, g := w.key(i)
@@ -255,6 +257,8 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 	}
 	if dropped > 0 {
 		w.lateDropped.Add(dropped)
+		sendLate(w.in, b, w.lateIdx, out)
+		w.lateIdx = w.lateIdx[:0]
 	}
 	w.lay.update(b, ws, w.mask[:n])
 	clear(ws)

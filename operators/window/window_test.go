@@ -157,7 +157,7 @@ type bruteParams struct {
 // counts in window W if W had not passed its allowed lateness when the row
 // arrived. It also counts the rows that no window accepted. The results are
 // sorted by window end and then key, the order the operator emits them in.
-func bruteForce(rows []genRow, arrival []int64, p bruteParams) (want [][]any, dropped int64) {
+func bruteForce(rows []genRow, arrival []int64, p bruteParams) (want [][]any, dropped []string) {
 	keyFn := keyFns[p.key]
 	minTs, maxTs := rows[0].ts, rows[0].ts
 	keys := map[string][]any{}
@@ -215,9 +215,10 @@ func bruteForce(rows []genRow, arrival []int64, p bruteParams) (want [][]any, dr
 			}
 		}
 		if !accepted {
-			dropped++
+			dropped = append(dropped, fmt.Sprint(r.values()...))
 		}
 	}
+	slices.Sort(dropped)
 	return want, dropped
 }
 
@@ -343,10 +344,15 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 				if len(want) == 0 {
 					t.Fatal("test data produced no windows")
 				}
-				if got := droppedBefore + win.LateRecordsDropped(); got != wantDropped {
-					t.Errorf("LateRecordsDropped = %d, want %d", got, wantDropped)
+				if got := droppedBefore + win.LateRecordsDropped(); got != int64(len(wantDropped)) {
+					t.Errorf("LateRecordsDropped = %d, want %d", got, len(wantDropped))
 				}
-				if p.lateness == 0 && tt.jitter > p.ooo && wantDropped == 0 {
+				// Each late record reached the late side output once.
+				side := slices.Sorted(slices.Values(rec.side))
+				if !slices.Equal(side, wantDropped) {
+					t.Errorf("late side output: got %d rows, want %d\ngot  %.300v\nwant %.300v", len(side), len(wantDropped), side, wantDropped)
+				}
+				if p.lateness == 0 && tt.jitter > p.ooo && len(wantDropped) == 0 {
 					t.Errorf("test data has no late records (%d windows); raise the jitter", len(want))
 				}
 				nk := len(keys)
