@@ -132,9 +132,14 @@ type Descriptor struct {
 	// (see TTLConfig). A backend MAY call it in Snapshot for every value
 	// it writes (KindMap: the value of one user key; other kinds: the
 	// key's value, for KindList the whole list); it leaves the live state
-	// alone. It must not modify v. The heap backend honours it; the Pebble
-	// backend does not yet. Compatible ignores it, and a backend keeps the
-	// filter of the descriptor a table was first asked for with.
+	// alone. It must not modify v. The heap and Pebble backends honour it
+	// in Snapshot, and the Pebble backend, whose SnapshotFiles and
+	// Checkpoint are its database files, also applies it to its live state,
+	// a bounded number of values per such snapshot
+	// (pebblestate.Options.SnapshotCleanupEntries), which is sound because
+	// what it drops (expired TTL state) is never returned by reads.
+	// Compatible ignores it, and a backend keeps the filter of the
+	// descriptor a table was first asked for with.
 	SnapshotFilter func(v any) (any, bool)
 }
 

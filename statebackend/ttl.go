@@ -66,10 +66,11 @@ const DefaultCleanupPerAccess = 5
 //     removes it, with a cursor that goes round all keys of the subtask's key
 //     groups. State of keys that are never touched again is removed this way
 //     over time, as long as the state is accessed at all;
-//   - from full snapshots, by backends that honour
-//     Descriptor.SnapshotFilter (the heap backend; not the Pebble backend
-//     yet): expired values are left out of the snapshot, though not removed
-//     from the live state.
+//   - from snapshots, by backends that honour Descriptor.SnapshotFilter:
+//     both leave expired values out of full snapshots (not removing them
+//     from the live state), and the Pebble backend also removes them from
+//     its live state and incremental snapshots, a bounded number of values
+//     per snapshot (pebblestate.Options.SnapshotCleanupEntries).
 //
 // Nothing else removes it: the state of a table that is no longer accessed
 // at all stays (on the heap backend, until the job restores a checkpoint

@@ -59,6 +59,38 @@ type Options struct {
 	// WriteBatchBytes is how many bytes of writes the backend buffers in a
 	// batch before it commits them to the database. Default 1 MiB.
 	WriteBatchBytes int
+	// TimerCacheBytes bounds the in-memory index of event-time timers, in
+	// bytes: timestamps and keys plus about 48 bytes per timer. It is split
+	// evenly among the backend's key groups; each key group's part holds
+	// its earliest timers in order (all of them up to a bound) and timers
+	// found or registered beyond the bound, and at least one timer
+	// whatever its share, so the index takes at most TimerCacheBytes plus
+	// one timer per key group. Firing a timer the index holds, and
+	// registering or deleting a timer that it holds or that lies below the
+	// bound, do not read Pebble; the next timers are read a share at a
+	// time. Timers are written to Pebble as they change, so snapshots and
+	// checkpoints do not depend on the index. Default 8 MiB
+	// (DefaultTimerCacheBytes): over 100,000 timers with 16-byte keys.
+	TimerCacheBytes int64
+	// SnapshotCleanupEntries bounds the clean-up that SnapshotFiles and
+	// Checkpoint do for tables whose descriptor has a SnapshotFilter (TTL
+	// state): those snapshots are the database's files, so they cannot
+	// leave out what the filter drops as Snapshot does. Instead, before
+	// each of them (in the call, on the caller's goroutine), the backend
+	// passes up to SnapshotCleanupEntries stored entries of each such
+	// table (a key's value; for map state, the value of one user key) to
+	// the filter, and deletes the entries it drops and rewrites those it
+	// changes (a list without its expired elements) in the live state.
+	// Each snapshot continues where the previous one stopped, key group
+	// by key group, and starts over after the last key group, so a table
+	// of E entries is swept once every ⌈E/SnapshotCleanupEntries⌉
+	// snapshots: what the filter drops is deleted from the database, and
+	// so missing from the snapshots taken after the sweep that met it,
+	// whether or not its keys are accessed again (compactions then drop
+	// its bytes from the files). A snapshot reads and decodes at most
+	// SnapshotCleanupEntries entries per such table. Default 10,000
+	// (DefaultSnapshotCleanupEntries); negative: no clean-up.
+	SnapshotCleanupEntries int
 	// ReplayMemoryBytes bounds, roughly, the memory a restore
 	// (OpenFromCheckpoint, MergeInto) takes to sort a changelog chain
 	// before ingesting it: a chain of up to this many bytes is sorted in
@@ -85,8 +117,10 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultCacheBytes      = 64 << 20
-	DefaultValueCacheBytes = 32 << 20
+	DefaultCacheBytes             = 64 << 20
+	DefaultValueCacheBytes        = 32 << 20
+	DefaultTimerCacheBytes        = 8 << 20
+	DefaultSnapshotCleanupEntries = 10_000
 )
 
 // Validate reports options no backend can run with.
@@ -106,6 +140,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("pebble state backend: replay memory %d bytes is negative", o.ReplayMemoryBytes)
 	case o.WriteBatchBytes < 0:
 		return fmt.Errorf("pebble state backend: write batch size %d bytes is negative", o.WriteBatchBytes)
+	case o.TimerCacheBytes < 0:
+		return fmt.Errorf("pebble state backend: timer cache size %d bytes is negative", o.TimerCacheBytes)
 	}
 	return nil
 }
@@ -128,6 +164,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WriteBatchBytes == 0 {
 		o.WriteBatchBytes = 1 << 20
+	}
+	if o.TimerCacheBytes == 0 {
+		o.TimerCacheBytes = DefaultTimerCacheBytes
+	}
+	if o.SnapshotCleanupEntries == 0 {
+		o.SnapshotCleanupEntries = DefaultSnapshotCleanupEntries
 	}
 	if o.Logger == nil {
 		o.Logger = quietLogger{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/statebackend/heap"
@@ -61,5 +62,69 @@ func BenchmarkValueStateGetUpdate(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkTimers drives event-time timers on the Pebble backend as a
+// windowed operator does: every key has a timer at the end of its window
+// (one of 4 window ends), registered for the key's first record and again
+// for every later one, and all fire when the watermark passes the windows.
+// With n keys in 128 key groups, visited in a scrambled order, it times
+//
+//   - pebble_timer_register_ns: a registration of a timer the key already
+//     has (rounds × n of them, after the first registration of each key),
+//   - pebble_timer_register_new_ns: the first registration of each key's
+//     timer,
+//   - pebble_timer_fire_ns: firing one timer (one watermark fires all n),
+//
+// in ns per timer, for 100,000 keys and, with the suffix _1m_keys, for
+// 1,000,000 keys (whose timers exceed the default timer cache).
+func BenchmarkTimers(b *testing.B) {
+	for _, c := range []struct {
+		n, rounds int
+		suffix    string
+	}{{100_000, 4, ""}, {1_000_000, 1, "_1m_keys"}} {
+		b.Run(fmt.Sprintf("keys=%d", c.n), func(b *testing.B) {
+			keys, kgs := benchKeys(c.n)
+			var newNs, regNs, fireNs float64
+			for b.Loop() {
+				p, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(b.TempDir(), "db"), DeleteOnClose: true}, full)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ts := p.Timers()
+				register := func() {
+					for i := range c.n {
+						k := (i * 7919) % c.n
+						p.SetCurrentKey(keys[k], kgs[k])
+						ts.RegisterEventTimeTimer(int64(60_000 * (1 + k%4)))
+					}
+				}
+				start := time.Now()
+				register()
+				newNs = float64(time.Since(start).Nanoseconds()) / float64(c.n)
+				start = time.Now()
+				for range c.rounds {
+					register()
+				}
+				regNs = float64(time.Since(start).Nanoseconds()) / float64(c.n*c.rounds)
+				fired := 0
+				start = time.Now()
+				err = ts.AdvanceWatermark(1<<40, func([]byte, int, int64) error { fired++; return nil })
+				fireNs = float64(time.Since(start).Nanoseconds()) / float64(c.n)
+				if err != nil || fired != c.n {
+					b.Fatalf("fired %d timers of %d: %v", fired, c.n, err)
+				}
+				if err := p.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(regNs, "register_ns/timer")
+			b.ReportMetric(newNs, "register_new_ns/timer")
+			b.ReportMetric(fireNs, "fire_ns/timer")
+			fmt.Printf("pebble_timer_register%s_ns=%.0f\n", c.suffix, regNs)
+			fmt.Printf("pebble_timer_register_new%s_ns=%.0f\n", c.suffix, newNs)
+			fmt.Printf("pebble_timer_fire%s_ns=%.0f\n", c.suffix, fireNs)
+		})
 	}
 }

@@ -235,10 +235,16 @@ func (b *Backend) SnapshotStats() SnapshotStats {
 // chain. The others close the changelog segment written since the
 // previous snapshot and list the materialized checkpoint's files plus the
 // chain's segments, in order, named in ChainFile. Every file except
-// ChainFile is immutable and Shared.
+// ChainFile is immutable and Shared. As with Checkpoint, a bounded
+// clean-up first applies the SnapshotFilter of tables that have one to
+// part of the live state (Options.SnapshotCleanupEntries); its writes are
+// part of this snapshot.
 func (b *Backend) SnapshotFiles(dir string) ([]statebackend.SnapshotFile, error) {
 	if b.closed {
 		return nil, statebackend.ErrClosed
+	}
+	if err := b.sweepFiltered(); err != nil {
+		return nil, err
 	}
 	b.flush()
 	b.saveSizes()
@@ -312,7 +318,7 @@ func (b *Backend) materialize() error {
 	}
 	matDir := filepath.Join(c.dir, "mat-"+strconv.Itoa(c.matSeq+1))
 	_ = os.RemoveAll(matDir)
-	files, err := b.Checkpoint(matDir)
+	files, err := b.checkpoint(matDir)
 	if err != nil {
 		return err
 	}

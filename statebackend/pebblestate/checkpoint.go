@@ -50,11 +50,22 @@ func IsShared(name string) bool {
 //
 // Hashes of shared files are remembered by name and size, so a checkpoint
 // hashes only the sstables written since the previous one. Timers and the
-// table registry are part of the checkpoint; the watermark is not.
+// table registry are part of the checkpoint; the watermark is not. Values
+// that a table's SnapshotFilter drops are not left out: a bounded clean-up
+// before the checkpoint removes them from the live state over several
+// checkpoints (see Options.SnapshotCleanupEntries).
 func (b *Backend) Checkpoint(dir string) ([]SSTFile, error) {
 	if b.closed {
 		return nil, statebackend.ErrClosed
 	}
+	if err := b.sweepFiltered(); err != nil {
+		return nil, err
+	}
+	return b.checkpoint(dir)
+}
+
+// checkpoint is Checkpoint without the clean-up.
+func (b *Backend) checkpoint(dir string) ([]SSTFile, error) {
 	b.flush()
 	b.saveSizes()
 	if err := b.commit(); err != nil {

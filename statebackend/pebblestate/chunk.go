@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -15,13 +16,15 @@ import (
 // Snapshot chunks are in the format of package statebackend/internal/chunk,
 // shared with the heap backend so that a full snapshot of either backend
 // restores into the other; values are the codec bytes stored in Pebble as
-// they are. This file walks a key group's key range to write chunks and
-// writes parsed chunks back.
+// they are, or as a table's SnapshotFilter changes them (filter.go). This
+// file walks a key group's key range to write chunks and writes parsed
+// chunks back.
 
 // Snapshot implements statebackend.Backend: it commits buffered writes and
 // encodes every non-empty key group into a chunk by iterating its key range
-// (timers first, then one table after the other). It takes time linear in
-// the state; Checkpoint is the incremental alternative.
+// (timers first, then one table after the other), leaving out what the
+// SnapshotFilter of a table drops. It takes time linear in the state;
+// Checkpoint is the incremental alternative.
 func (b *Backend) Snapshot(c *stream.SnapshotContext) error {
 	if b.closed {
 		return statebackend.ErrClosed
@@ -68,6 +71,7 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 		mapN    int
 		mapBuf  []byte
 		haveKey bool
+		fbuf    []byte // a value changed by a SnapshotFilter
 	)
 	flushMap := func() {
 		if haveKey {
@@ -101,24 +105,33 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 			return nil, fmt.Errorf("%w: pebble state backend: key group %d: bad key %x", statebackend.ErrCorrupt, kg, k)
 		}
 		tb := &bodies[len(bodies)-1]
+		v, keep, err := tb.t.snapshotValue(key, it.Value(), &fbuf)
+		if err != nil {
+			return nil, err
+		}
+		if !keep {
+			continue
+		}
 		if tb.t.kind == statebackend.KindMap {
 			if !haveKey || !bytes.Equal(key, mapKey) {
 				flushMap()
 				mapKey, haveKey = append(mapKey[:0], key...), true
 			}
 			mapBuf = chunk.AppendField(mapBuf, uk)
-			mapBuf = chunk.AppendField(mapBuf, it.Value())
+			mapBuf = chunk.AppendField(mapBuf, v)
 			mapN++
 			continue
 		}
 		tb.body = chunk.AppendField(tb.body, key)
-		tb.body = chunk.AppendField(tb.body, it.Value())
+		tb.body = chunk.AppendField(tb.body, v)
 		tb.n++
 	}
 	flushMap()
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("pebble state backend: snapshot of key group %d: %w", kg, err)
 	}
+	// Tables whose every value a SnapshotFilter dropped.
+	bodies = slices.DeleteFunc(bodies, func(tb tableBody) bool { return tb.n == 0 })
 	if len(bodies) == 0 && nTimers == 0 {
 		return nil, nil
 	}

@@ -125,6 +125,7 @@ type diffHarness struct {
 	sides  [2]*side // heap, pebble
 	newPeb func(kg stream.KeyGroupRange) *pebblestate.Backend
 	cache  int64 // value cache bytes of the Pebble side
+	timers int64 // timer cache bytes of the Pebble side
 	root   string
 	ckpt   int
 	factor float64 // MaterializeFactor of backends restored from changelog snapshots
@@ -148,12 +149,16 @@ func TestDifferentialHeapPebble(t *testing.T) {
 		seeds, steps = seeds[:3], 1000
 	}
 	for _, seed := range seeds {
-		// Each seed runs with one of the value cache sizes in turn.
+		// Each seed runs with one of the value cache sizes in turn,
 		cache := testCacheSizes[int(seed)%len(testCacheSizes)]
-		t.Run(fmt.Sprintf("seed=%d/valuecache=%d/factor=%v", seed, cache, []float64{0.5, 100, -1}[int(seed)%3]), func(t *testing.T) {
+		// one of the timer cache sizes (default, one timer per key group,
+		// about four),
+		timers := []int64{0, 1, 16 * 4 * 60}[int(seed/2)%3]
+		t.Run(fmt.Sprintf("seed=%d/valuecache=%d/timercache=%d/factor=%v", seed, cache, timers, []float64{0.5, 100, -1}[int(seed)%3]), func(t *testing.T) {
 			// and one of the materialize factors: often, rarely, always.
 			factor := []float64{0.5, 100, -1}[int(seed)%3]
-			h := &diffHarness{t: t, rng: rand.New(rand.NewPCG(seed, 99)), newPeb: newFactory(t, cache), cache: cache, root: t.TempDir(), factor: factor}
+			h := &diffHarness{t: t, rng: rand.New(rand.NewPCG(seed, 99)), cache: cache, timers: timers, root: t.TempDir(), factor: factor,
+				newPeb: newFactoryOpts(t, pebblestate.Options{ValueCacheBytes: cache, TimerCacheBytes: timers})}
 			for i := range 40 {
 				h.keys = append(h.keys, fmt.Sprint("k", i))
 			}
@@ -318,7 +323,7 @@ func (h *diffHarness) restore(step int) {
 		if _, err := h.sides[1].b.(*pebblestate.Backend).SnapshotFiles(dir); err != nil {
 			t.Fatalf("step %d: SnapshotFiles: %v", step, err)
 		}
-		p, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: dir + "-work", ValueCacheBytes: h.cache, DeleteOnClose: true, MaterializeFactor: h.factor}, dir, diffRange)
+		p, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: dir + "-work", ValueCacheBytes: h.cache, TimerCacheBytes: h.timers, DeleteOnClose: true, MaterializeFactor: h.factor}, dir, diffRange)
 		if err != nil {
 			t.Fatalf("step %d: OpenFromCheckpoint: %v", step, err)
 		}

@@ -36,9 +36,24 @@
 // Within a key group the timer keys iterate in (timestamp, key) order.
 // Across key groups an in-memory min-heap holds, per key group that may have
 // timers, a lower bound of its smallest timestamp; firing takes the top key
-// group, seeks its first timer and fires it if it matches the bound. Timers
-// fire in (timestamp, key group, key) order, as in the heap backend. See
-// timers.go.
+// group, finds its first timer and fires it if it matches the bound. Timers
+// fire in (timestamp, key group, key) order, as in the heap backend.
+//
+// Timers are written to the batch as they change, but read through an
+// in-memory index bounded by Options.TimerCacheBytes (default 8 MiB, split
+// evenly among the key groups): per key group, its earliest timers in
+// order, every timer up to a bound, plus timers found or registered
+// beyond it. The first timer of a key group comes from the index, which
+// reads the next page of timers from Pebble only once it holds none below
+// its bound; registering (or deleting) a timer the index holds, or one
+// below the bound, reads nothing. Re-registering the same (key, timestamp)
+// for every record of a window thus costs a binary search instead of a
+// Pebble read, and firing a timer a delete instead of an iterator: with
+// 100,000 timers (BenchmarkTimers, 2 cores) registering again took ~190 ns
+// instead of ~1,300 and firing ~500 ns instead of ~4,000; with 1,000,000,
+// beyond the default index, firing took ~850 ns instead of ~4,900 and
+// registering again, mostly a Pebble read still, ~3.5 µs instead of ~4.
+// See timers.go.
 //
 // # Writes and reads
 //
@@ -102,6 +117,14 @@
 //     the format of statebackend/internal/chunk that the heap backend writes
 //     too, so heap and Pebble snapshots restore into either backend, at any
 //     parallelism.
+//   - Snapshot leaves out what a table's Descriptor.SnapshotFilter drops
+//     (expired TTL state); Checkpoint and SnapshotFiles, whose snapshots
+//     are the database's files, cannot, so before each of them the backend
+//     applies the filter to the live state of Options.SnapshotCleanupEntries
+//     entries per such table (default 10,000), continuing where the last
+//     one stopped: expired state leaves the database and the following
+//     snapshots within ⌈entries/SnapshotCleanupEntries⌉ snapshots, without
+//     a scan of the state per snapshot (filter.go).
 //   - Checkpoint(dir): a Pebble checkpoint (hard links) after a flush; it
 //     lists every file with size and SHA-256 and marks immutable sstables
 //     as Shared (content-addressed, reference-counted by the storage layer)

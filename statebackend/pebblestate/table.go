@@ -24,6 +24,9 @@ type table struct {
 	// Codec IDs as persisted in the registry; empty when unknown (state
 	// restored from snapshot chunks, which do not carry them).
 	codecID, ukCodecID string
+	// sweep is the state key where the next clean-up of a table with a
+	// SnapshotFilter starts (nil: at the first key group); see filter.go.
+	sweep []byte
 }
 
 var _ statebackend.Table = (*table)(nil)

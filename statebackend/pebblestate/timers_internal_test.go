@@ -1,0 +1,241 @@
+package pebblestate
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// timerRange is the key groups of the timer tests.
+var timerRange = stream.KeyGroupRange{Start: 0, End: 7}
+
+type modelTimer struct {
+	ts  int64
+	kg  int
+	key string
+}
+
+func (m modelTimer) String() string { return fmt.Sprintf("%s@%d/%d", m.key, m.ts, m.kg) }
+
+func timerKG(key string) int { return int(key[len(key)-1]) % timerRange.Len() }
+
+// checkTimerIndex checks the invariants of b's timer index against the
+// timers in Pebble: every indexed timer exists; with timersAll the index
+// holds every timer of the key group, with timersUpTo every timer up to
+// its bound; and it holds no more than its share, or one timer.
+func checkTimerIndex(t *testing.T, what string, b *Backend) {
+	t.Helper()
+	b.flush()
+	for i := range b.timers.idx {
+		x := &b.timers.idx[i]
+		kg := b.kg.Start + i
+		it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: timerPrefix(kg), UpperBound: timerEnd(kg)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := map[string]bool{}
+		for ok := it.First(); ok; ok = it.Next() {
+			stored[string(it.Key()[timerSuffixAt:])] = true
+		}
+		if err := it.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var indexed []string
+		for _, blk := range x.set.blocks {
+			indexed = append(indexed, blk...)
+		}
+		switch {
+		case !slices.IsSorted(indexed) || len(indexed) != x.set.n:
+			t.Fatalf("%s: key group %d: index of %d timers is not a sorted set of %d", what, kg, len(indexed), x.set.n)
+		case x.set.bytes > b.timers.share && x.set.n > 1:
+			t.Fatalf("%s: key group %d: index holds %d timers in %d bytes, over its share of %d", what, kg, x.set.n, x.set.bytes, b.timers.share)
+		}
+		for _, s := range indexed {
+			if !stored[s] {
+				t.Fatalf("%s: key group %d: indexed timer %x does not exist", what, kg, s)
+			}
+		}
+		for s := range stored {
+			if (x.state == timersAll || x.state == timersUpTo && s <= x.upto) && !slices.Contains(indexed, s) {
+				t.Fatalf("%s: key group %d: timer %x is not indexed, but the index is complete up to %x (state %d)", what, kg, s, x.upto, x.state)
+			}
+		}
+	}
+}
+
+// TestTimerIndex drives timers through registrations, deletions, firings
+// (which register and delete more), full snapshots restored into a new
+// backend, and changelog snapshots opened with OpenFromCheckpoint, with
+// indexes of one to a few timers per key group, and checks the fired
+// timers against a model and the index's invariants against Pebble after
+// every step.
+func TestTimerIndex(t *testing.T) {
+	for _, timerBytes := range []int64{1, 8 * 3 * 64, 8 * 20 * 64} {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprintf("timercache=%d/seed=%d", timerBytes, seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, uint64(timerBytes)))
+				root := t.TempDir()
+				dirs := 0
+				newOpts := func() Options {
+					dirs++
+					return Options{Dir: filepath.Join(root, fmt.Sprint("db-", dirs)), TimerCacheBytes: timerBytes, DeleteOnClose: true}
+				}
+				b, err := New(newOpts(), timerRange)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { b.Close() }()
+				model := map[modelTimer]bool{}
+				var wm int64 = 100 // timers are at wm-10 and later: none negative
+				keys := make([]string, 60)
+				for i := range keys {
+					keys[i] = fmt.Sprint("key-", i)
+				}
+				fired := 0
+				for step := range 600 {
+					key := keys[rng.IntN(len(keys))]
+					b.SetCurrentKey([]byte(key), timerKG(key))
+					ts := wm + rng.Int64N(300) - 10
+					switch op := rng.IntN(100); {
+					case op < 50:
+						b.Timers().RegisterEventTimeTimer(ts)
+						model[modelTimer{ts, timerKG(key), key}] = true
+					case op < 65:
+						b.Timers().DeleteEventTimeTimer(ts)
+						delete(model, modelTimer{ts, timerKG(key), key})
+					case op < 70:
+						// Delete one that exists.
+						for m := range model {
+							if m.key == key {
+								b.Timers().DeleteEventTimeTimer(m.ts)
+								delete(model, m)
+								break
+							}
+						}
+					case op < 90:
+						w := wm + rng.Int64N(80) // the watermark never goes down
+						var got, want []string
+						err := b.Timers().AdvanceWatermark(w, func(k []byte, kg int, ts int64) error {
+							got = append(got, modelTimer{ts, kg, string(k)}.String())
+							if ts%4 == 0 { // at or below the watermark: fires in this call
+								b.Timers().RegisterEventTimeTimer(ts + 1 + ts%3)
+							}
+							if ts%5 == 0 {
+								b.Timers().DeleteEventTimeTimer(ts + 7)
+							}
+							return nil
+						})
+						if err != nil {
+							t.Fatal(err)
+						}
+						wm = max(wm, w)
+						// The model fires the same way, one timer at a time.
+						for {
+							var due []modelTimer
+							for m := range model {
+								if m.ts <= wm {
+									due = append(due, m)
+								}
+							}
+							if len(due) == 0 {
+								break
+							}
+							m := slices.MinFunc(due, func(x, y modelTimer) int {
+								return cmp.Or(cmp.Compare(x.ts, y.ts), cmp.Compare(x.kg, y.kg), strings.Compare(x.key, y.key))
+							})
+							delete(model, m)
+							want = append(want, m.String())
+							if m.ts%4 == 0 {
+								model[modelTimer{m.ts + 1 + m.ts%3, m.kg, m.key}] = true
+							}
+							if m.ts%5 == 0 {
+								delete(model, modelTimer{m.ts + 7, m.kg, m.key})
+							}
+						}
+						if !slices.Equal(got, want) {
+							t.Fatalf("step %d: watermark %d fired %v\nwant %v", step, w, got, want)
+						}
+						fired += len(got)
+					case op < 95:
+						c := &stream.SnapshotContext{CheckpointID: int64(step), KeyGroups: timerRange}
+						if err := b.Snapshot(c); err != nil {
+							t.Fatal(err)
+						}
+						r, err := New(newOpts(), timerRange)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := r.Restore(&stream.RestoreContext{CheckpointID: int64(step), KeyGroups: timerRange, State: &c.State}); err != nil {
+							t.Fatal(err)
+						}
+						b.Close()
+						b = r
+					default:
+						dir := filepath.Join(root, fmt.Sprint("snap-", step))
+						if _, err := b.SnapshotFiles(dir); err != nil {
+							t.Fatal(err)
+						}
+						r, err := OpenFromCheckpoint(newOpts(), dir, timerRange)
+						if err != nil {
+							t.Fatal(err)
+						}
+						b.Close()
+						b = r
+					}
+					if err := b.Err(); err != nil {
+						t.Fatal(err)
+					}
+					checkTimerIndex(t, fmt.Sprintf("step %d", step), b)
+				}
+				if fired < 100 {
+					t.Fatalf("only %d timers fired", fired)
+				}
+			})
+		}
+	}
+}
+
+// TestTimerIndexSparesPebble checks that registering timers the index holds
+// and firing them neither reads Pebble (the point-read iterator stays
+// closed) nor opens an iterator (which would commit the batch first).
+func TestTimerIndexSparesPebble(t *testing.T) {
+	b, err := New(Options{Dir: filepath.Join(t.TempDir(), "db"), DeleteOnClose: true}, timerRange)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	register := func() {
+		for i := range 500 {
+			key := fmt.Sprint("key-", i)
+			b.SetCurrentKey([]byte(key), timerKG(key))
+			b.Timers().RegisterEventTimeTimer(int64(1000 + i%7))
+		}
+	}
+	register()
+	if err := b.commit(); err != nil {
+		t.Fatal(err)
+	}
+	register()
+	if b.rd != nil || !b.batch.Empty() {
+		t.Fatalf("registering known timers again read Pebble (%v) or wrote %d records", b.rd != nil, b.batch.Count())
+	}
+	n := uint32(0)
+	err = b.Timers().AdvanceWatermark(2000, func([]byte, int, int64) error {
+		n++
+		if b.rd != nil || b.batch.Count() != n {
+			return fmt.Errorf("timer %d: Pebble read (%v) or batch committed (%d records)", n, b.rd != nil, b.batch.Count())
+		}
+		return nil
+	})
+	if err != nil || n != 500 {
+		t.Fatalf("fired %d timers of 500: %v", n, err)
+	}
+}
