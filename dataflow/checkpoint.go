@@ -61,6 +61,9 @@ var (
 	ErrNotSourceTask = errors.New("dataflow: not a source task")
 	// ErrTaskNotRunning: Run has not started or the task has ended.
 	ErrTaskNotRunning = errors.New("dataflow: task is not running")
+	// ErrTaskEnded is the ErrTaskNotRunning of a task that has ended: a
+	// trigger that raced with the end of its task, not a failure.
+	ErrTaskEnded = fmt.Errorf("%w: it has ended", ErrTaskNotRunning)
 	// ErrCheckpointingOff: the task was deployed without checkpointing.
 	ErrCheckpointingOff = errors.New("dataflow: checkpointing is off")
 )
@@ -136,11 +139,10 @@ func (t *Task) TriggerCheckpoint(id, timestamp int64) error {
 	if c.mu.state != ctlRunning {
 		st := c.mu.state
 		c.mu.Unlock()
-		why := "Run has not been called"
 		if st == ctlDone {
-			why = "it has ended"
+			return fmt.Errorf("task %s: checkpoint %d: %w", t.name, id, ErrTaskEnded)
 		}
-		return fmt.Errorf("task %s: checkpoint %d: %w (%s)", t.name, id, ErrTaskNotRunning, why)
+		return fmt.Errorf("task %s: checkpoint %d: %w (Run has not been called)", t.name, id, ErrTaskNotRunning)
 	}
 	c.mu.queue = append(c.mu.queue, ctlMsg{kind: ctlTrigger, id: id, ts: timestamp})
 	c.mu.Unlock()

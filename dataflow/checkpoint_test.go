@@ -451,8 +451,8 @@ func TestFinalCheckpointChained(t *testing.T) {
 	if want := expectedCounts(100, 7); !reflect.DeepEqual(got, want) {
 		t.Fatalf("final checkpoint counts %v, want %v", got, want)
 	}
-	if err := task.TriggerCheckpoint(3, 1003); !errors.Is(err, ErrTaskNotRunning) {
-		t.Fatalf("trigger after the end: %v, want ErrTaskNotRunning", err)
+	if err := task.TriggerCheckpoint(3, 1003); !errors.Is(err, ErrTaskNotRunning) || !errors.Is(err, ErrTaskEnded) {
+		t.Fatalf("trigger after the end: %v, want ErrTaskEnded (an ErrTaskNotRunning)", err)
 	}
 	st.mu.Lock()
 	octx := st.octx["sink/0"]
@@ -585,8 +585,8 @@ func TestTriggerErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := notRun.TriggerCheckpoint(1, 1); !errors.Is(err, ErrTaskNotRunning) {
-		t.Fatalf("trigger before Run: %v, want ErrTaskNotRunning", err)
+	if err := notRun.TriggerCheckpoint(1, 1); !errors.Is(err, ErrTaskNotRunning) || errors.Is(err, ErrTaskEnded) {
+		t.Fatalf("trigger before Run: %v, want ErrTaskNotRunning, not ErrTaskEnded", err)
 	}
 	off, err := NewTask(srcSpec(false), reg, x, nil)
 	if err != nil {

@@ -437,7 +437,14 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a act
 			err = execs.TriggerCheckpoint(ctx, a.Addr, &weirpb.TriggerCheckpointRequest{
 				Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, TimestampMs: a.Timestamp.UnixMilli()})
 		}
-		if err != nil {
+		if status.Code(err) == codes.NotFound {
+			// The taskmanager no longer runs the task: the trigger raced
+			// with its end, whose report takes the task out of the
+			// checkpoint (or, after a failure, the failover aborts it).
+			// Not a decline.
+			jm.log.Info("checkpoint trigger found the task ended", "job", a.JobID, "checkpoint", a.CheckpointID,
+				"vertex", a.Vertex, "subtask", a.Subtask, "taskmanager", a.TaskManager)
+		} else if err != nil {
 			jm.log.Warn("triggering a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID, "vertex", a.Vertex,
 				"subtask", a.Subtask, "taskmanager", a.TaskManager, "error", err)
 			jm.step(func(c *core, now time.Time) []action {

@@ -555,7 +555,11 @@ func (s *executorServer) TriggerCheckpoint(_ context.Context, req *weirpb.Trigge
 		return nil, status.Errorf(codes.NotFound, "trigger checkpoint %d: no such task attempt on taskmanager %s", req.GetCheckpointId(), s.tm.cfg.ID)
 	}
 	if err := rt.task.TriggerCheckpoint(req.GetCheckpointId(), req.GetTimestampMs()); err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "trigger checkpoint %d on task %s: %v", req.GetCheckpointId(), rt.name, err)
+		code := codes.FailedPrecondition
+		if errors.Is(err, dataflow.ErrTaskEnded) {
+			code = codes.NotFound // as for a task already removed
+		}
+		return nil, status.Errorf(code, "trigger checkpoint %d on task %s: %v", req.GetCheckpointId(), rt.name, err)
 	}
 	return &weirpb.TriggerCheckpointResponse{}, nil
 }
