@@ -63,10 +63,11 @@ func (r *recorder) CollectSide(name string, b *stream.Batch) bool {
 	if err := b.Validate(); err != nil {
 		r.t.Fatalf("collected an invalid side batch: %v", err)
 	}
+	tsCol := b.Schema.Index("ts")
 	for i := range b.Len() {
 		row := b.Row(i)
-		if ts := row[2].(int64); b.Times[i] != ts {
-			r.t.Fatalf("late row %v has event time %d, want its ts %d", row, b.Times[i], ts)
+		if tsCol >= 0 && b.Times[i] != row[tsCol] {
+			r.t.Fatalf("late row %v has event time %d, want its ts %v", row, b.Times[i], row[tsCol])
 		}
 		r.side = append(r.side, fmt.Sprint(row...))
 	}
