@@ -49,7 +49,10 @@ type Window struct {
 	// wm is the current watermark.
 	wm int64
 
-	// Per-batch scratch.
+	// Per-batch scratch. memo remembers the slots of recent rows of the
+	// batch by key hash, so that a key's later rows skip the slot index.
+	memo [memoSize]memoEntry
+	gen  uint32
 	ws, mask [][]int64
 	late     []lateFire
 	lateIdx  []int32 // rows past their lateness
@@ -80,6 +83,16 @@ var (
 	_ stream.Operator      = (*Window)(nil)
 	_ stream.KeyedStateful = (*Window)(nil)
 )
+
+// memoSize is the number of entries of Window.memo (a power of two).
+const memoSize = 1024
+
+type memoEntry struct {
+	hash uint64
+	pane int64
+	slot int32
+	gen  uint32 // the batch it is of; 0 never is
+}
 
 // lateFire is a window that a late record changed after it fired.
 type lateFire struct {
@@ -221,6 +234,7 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 	}
 	size, slide, wm := w.spec.size, w.spec.slide, w.wm
 	timers := w.b.Timers()
+	w.gen++ // forget the slots of earlier batches
 	// [lo, hi) is the pane of the previous record; most records share it.
 	lo, hi := int64(1), int64(0)
 	var dropped int64
@@ -237,7 +251,19 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 			continue
 		}
 		key, g := w.key(i)
+		var h uint64
+		if w.keyed {
+			h = w.keys.Hash(i)
+		}
+		m := &w.memo[h&(memoSize-1)]
+		if m.gen == w.gen && m.hash == h && m.pane == p {
+			if k, mg, ns := w.slots.SlotKey(m.slot); ns == p && mg == g && string(k) == string(key) {
+				ws[i] = w.slots.Words(m.slot)
+				continue // the slot of an earlier row of this batch
+			}
+		}
 		slot, created := w.slots.Slot(key, g, p)
+		*m = memoEntry{gen: w.gen, hash: h, pane: p, slot: slot}
 		ws[i] = w.slots.Words(slot)
 		if created {
 			if w.idx != nil {
