@@ -224,48 +224,9 @@ func TestExactlyOnceUnderInjectedFailures(t *testing.T) {
 
 	lost, duplicated := checkRunningCounts(t, countsOut, eoDatagen)
 
-	// Every window exactly once with the right aggregates.
-	want := map[windowKey]windowAgg{}
-	var cfg connectors.DatagenConfig
-	_ = json.Unmarshal([]byte(eoDatagen), &cfg)
-	for seq := int64(0); seq < cfg.Rows; seq++ {
-		row := connectors.GenerateRow(cfg, seq)
-		key, value, ts := row[0].(string), row[1].(int64), row[2].(int64)
-		k := windowKey{key, ts - ((ts%1000)+1000)%1000}
-		a, seen := want[k]
-		a.n++
-		a.total += value
-		if !seen || value > a.top {
-			a.top = value
-		}
-		want[k] = a
-	}
-	_, wrows := committedRows(t, windowsOut)
-	got := map[windowKey]windowAgg{}
-	wrong := 0
-	for _, r := range wrows {
-		k := windowKey{r[0], parseTime(t, r[1])}
-		n, _ := strconv.ParseInt(r[3], 10, 64)
-		total, _ := strconv.ParseInt(r[4], 10, 64)
-		top, _ := strconv.ParseInt(r[5], 10, 64)
-		if _, dup := got[k]; dup {
-			duplicated++
-			continue
-		}
-		got[k] = windowAgg{n, total, top}
-	}
-	for k, w := range want {
-		g, ok := got[k]
-		switch {
-		case !ok:
-			lost++
-		case g != w:
-			wrong++
-			if wrong <= 3 {
-				t.Errorf("window %v: got %+v, want %+v", k, g, w)
-			}
-		}
-	}
+	wlost, wdup, wrong := checkWindows(t, windowsOut)
+	lost += wlost
+	duplicated += wdup
 	fmt.Printf("failures=%d checkpoints=%d lost=%d duplicated=%d\n", failures, resp.GetCompleted(), lost, duplicated)
 	if failures < 4 {
 		t.Errorf("the job restarted %d times; the injected failures should have caused 4", failures)
@@ -353,3 +314,52 @@ func TestAtLeastOnceLosesNothing(t *testing.T) {
 }
 
 func stringsFields(s string) []string { return strings.Fields(s) }
+
+// checkWindows checks the tumbling windows of eoSpec's windows-out against
+// windows computed from eoDatagen's rows: it returns how many windows are
+// missing, duplicated and wrong.
+func checkWindows(t *testing.T, windowsOut string) (lost, duplicated, wrong int) {
+	t.Helper()
+	// Every window exactly once with the right aggregates.
+	want := map[windowKey]windowAgg{}
+	var cfg connectors.DatagenConfig
+	_ = json.Unmarshal([]byte(eoDatagen), &cfg)
+	for seq := int64(0); seq < cfg.Rows; seq++ {
+		row := connectors.GenerateRow(cfg, seq)
+		key, value, ts := row[0].(string), row[1].(int64), row[2].(int64)
+		k := windowKey{key, ts - ((ts%1000)+1000)%1000}
+		a, seen := want[k]
+		a.n++
+		a.total += value
+		if !seen || value > a.top {
+			a.top = value
+		}
+		want[k] = a
+	}
+	_, wrows := committedRows(t, windowsOut)
+	got := map[windowKey]windowAgg{}
+	for _, r := range wrows {
+		k := windowKey{r[0], parseTime(t, r[1])}
+		n, _ := strconv.ParseInt(r[3], 10, 64)
+		total, _ := strconv.ParseInt(r[4], 10, 64)
+		top, _ := strconv.ParseInt(r[5], 10, 64)
+		if _, dup := got[k]; dup {
+			duplicated++
+			continue
+		}
+		got[k] = windowAgg{n, total, top}
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			lost++
+		case g != w:
+			wrong++
+			if wrong <= 3 {
+				t.Errorf("window %v: got %+v, want %+v", k, g, w)
+			}
+		}
+	}
+	return lost, duplicated, wrong
+}

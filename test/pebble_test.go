@@ -17,7 +17,8 @@ import (
 // state.backend: pebble, checkpointing incrementally (the default: shared
 // sstables under <job>/shared/) and with incremental: false (full snapshots
 // in the canonical chunk format, no shared files). Either way the counts
-// stay exactly-once across the injected failures and restores.
+// and the tumbling windows stay exactly-once across the injected failures
+// and restores.
 func TestExactlyOnceOnPebbleState(t *testing.T) {
 	for _, tc := range []struct {
 		name, state string
@@ -52,8 +53,10 @@ func TestExactlyOnceOnPebbleState(t *testing.T) {
 			}
 			waitNoLocalState(t, c, 2)
 			lost, duplicated := checkRunningCounts(t, countsOut, eoDatagen)
-			if lost != 0 || duplicated != 0 {
-				t.Fatalf("not exactly-once on pebble state (%s): lost=%d duplicated=%d", tc.name, lost, duplicated)
+			// The tumbling windows' state is on Pebble too.
+			wlost, wdup, wrong := checkWindows(t, windowsOut)
+			if lost != 0 || duplicated != 0 || wlost != 0 || wdup != 0 || wrong != 0 {
+				t.Fatalf("not exactly-once on pebble state (%s): counts lost=%d duplicated=%d, windows lost=%d duplicated=%d wrong=%d", tc.name, lost, duplicated, wlost, wdup, wrong)
 			}
 			sharedDir := filepath.Join(ckpt, jobID, "shared")
 			shared, _ := filepath.Glob(filepath.Join(sharedDir, "*"))

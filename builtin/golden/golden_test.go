@@ -52,10 +52,8 @@ func (f *fixture) file() string {
 	return filepath.Join("testdata", name+".snap")
 }
 
-// The stateful built-in operator types. tumbling_window and sliding_window
-// join once operators/window keeps its state in the runtime's keyed-state
-// backend: an entry each (events input, keyed by k, with an oracle), then
-// -update for them.
+// The stateful built-in operator types (session_window has no fixture yet:
+// its oracle is operators/window's differential test).
 var fixtures = []fixture{
 	{typ: "running_count", inputs: []*stream.Schema{events}, keys: [][]string{{"k"}},
 		input: func() []step { return genEvents(1, 40) }, cut: 25, oracle: runningCount},
@@ -70,6 +68,12 @@ var fixtures = []fixture{
 		input: func() []step { return genEvents(5, 40) }, cut: 25, oracle: topN(200, 50, 2, false, true)},
 	{typ: "window_max", config: `{"size": "300ms", "field": "v"}`, inputs: []*stream.Schema{events}, keys: [][]string{{"k"}},
 		input: func() []step { return genEvents(6, 40) }, cut: 25, oracle: topN(300, 300, 1, true, false)},
+	{typ: "tumbling_window", config: `{"size": "200ms", "aggregates": [{"fn": "count", "as": "n"}, {"fn": "sum", "field": "v", "as": "total"}, {"fn": "max", "field": "v", "as": "top"}]}`,
+		inputs: []*stream.Schema{events}, keys: [][]string{{"k"}},
+		input: func() []step { return genEvents(7, 40) }, cut: 25, oracle: windowAgg(200, 200)},
+	{typ: "sliding_window", config: `{"size": "300ms", "slide": "100ms", "aggregates": [{"fn": "count", "as": "n"}, {"fn": "sum", "field": "v", "as": "total"}, {"fn": "max", "field": "v", "as": "top"}]}`,
+		inputs: []*stream.Schema{events}, keys: [][]string{{"k"}},
+		input: func() []step { return genEvents(8, 40) }, cut: 25, oracle: windowAgg(300, 100)},
 }
 
 // A step is what the test feeds an operator: rows (in the input's schema

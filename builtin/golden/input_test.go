@@ -279,3 +279,66 @@ func topN(size, slide int64, n int, ties, rank bool) func([]step) []string {
 		return out
 	}
 }
+
+// windowAgg is the output of a tumbling (slide = size) or sliding window
+// over events keyed by k with aggregates count(*), sum(v) and max(v): a
+// row counts in every window holding it whose end-1 the watermark had not
+// passed when it arrived (allowedLateness 0), unless its pane's last window
+// had (then it is dropped).
+func windowAgg(size, slide int64) func([]step) []string {
+	return func(steps []step) []string {
+		type kw struct {
+			k   any
+			end int64
+		}
+		type acc struct {
+			n        int64
+			sum, top float64
+			has      bool
+		}
+		accs := map[kw]*acc{}
+		wm := stream.MinWatermark
+		for _, s := range steps {
+			if s.rows == nil {
+				wm = max(wm, s.wm)
+				continue
+			}
+			for i, r := range s.rows {
+				ts := s.times[i]
+				last := ts - ts%slide // the start of the last window holding ts
+				if last+size-1 <= wm {
+					continue
+				}
+				for start := last; start > ts-size; start -= slide {
+					end := start + size
+					if end-1 <= wm {
+						continue
+					}
+					a := accs[kw{r[0], end}]
+					if a == nil {
+						a = &acc{}
+						accs[kw{r[0], end}] = a
+					}
+					a.n++
+					if v, ok := r[2].(float64); ok {
+						a.sum += v
+						if !a.has || v > a.top {
+							a.top = v
+						}
+						a.has = true
+					}
+				}
+			}
+		}
+		var out []string
+		for g, a := range accs {
+			var top any
+			if a.has {
+				top = a.top
+			}
+			out = append(out, formatRow([]any{g.k, g.end - size, g.end, a.n, a.sum, top}, g.end-1, true))
+		}
+		slices.Sort(out)
+		return out
+	}
+}

@@ -32,244 +32,293 @@ type aggSpec struct {
 	outType stream.Type
 }
 
-// accCol holds one aggregate's accumulators, indexed by slot. Which slices
-// are used depends on the kind: n counts non-null values (count(field), and
-// presence for min/max/avg); i holds integer sums, minima and maxima; f float
-// ones.
-type accCol struct {
-	n []int64
-	i []int64
-	f []float64
+// layout places a slot's accumulators in its int64 words (the
+// statebackend.Slots record of one key and pane): word 0 counts the records
+// that reached the slot; then each aggregate has the words its kind uses, at
+// off[j]: count(field) one (non-null values); sum one (the integer sum, or a
+// float sum as IEEE 754 bits); avg, min and max two (the sum, minimum or
+// maximum, then the non-null count). The layout is part of the checkpoint:
+// the window's signature names the aggregate kinds, and the slot width is
+// in the state's codec.
+type layout struct {
+	aggs  []aggSpec
+	off   []int
+	width int
+	init  []int64 // the words of an empty slot
 }
 
-// accs is a struct-of-arrays table of accumulators: slot s of every
-// aggregate, plus rows[s], the number of records that reached the slot.
-type accs struct {
-	aggs []aggSpec
-	rows []int64
-	cols []accCol
-}
-
-func newAccs(aggs []aggSpec) *accs {
-	return &accs{aggs: aggs, cols: make([]accCol, len(aggs))}
-}
-
-// size returns the number of slots allocated.
-func (a *accs) size() int { return len(a.rows) }
-
-// grow allocates slots up to n (exclusive).
-func (a *accs) grow(n int) {
-	for len(a.rows) < n {
-		a.rows = append(a.rows, 0)
-		for j := range a.cols {
-			c := &a.cols[j]
-			c.n = append(c.n, 0)
-			c.i = append(c.i, 0)
-			c.f = append(c.f, 0)
+func newLayout(aggs []aggSpec) *layout {
+	l := &layout{aggs: aggs, off: make([]int, len(aggs)), width: 1}
+	for j, a := range aggs {
+		l.off[j] = l.width
+		switch a.kind {
+		case aggCount:
+		case aggCountField, aggSumInt, aggSumFloat:
+			l.width++
+		default:
+			l.width += 2
 		}
 	}
-}
-
-// reset sets slot s to the empty accumulator.
-func (a *accs) reset(s int32) {
-	a.rows[s] = 0
-	for j := range a.cols {
-		c := &a.cols[j]
-		c.n[s] = 0
-		c.i[s] = 0
-		c.f[s] = 0
-		switch a.aggs[j].kind {
+	l.init = make([]int64, l.width)
+	for j, a := range aggs {
+		switch a.kind {
 		case aggMinInt:
-			c.i[s] = math.MaxInt64
+			l.init[l.off[j]] = math.MaxInt64
 		case aggMaxInt:
-			c.i[s] = math.MinInt64
+			l.init[l.off[j]] = math.MinInt64
 		case aggMinFloat:
-			c.f[s] = math.Inf(1)
+			l.init[l.off[j]] = int64(math.Float64bits(math.Inf(1)))
 		case aggMaxFloat:
-			c.f[s] = math.Inf(-1)
+			l.init[l.off[j]] = int64(math.Float64bits(math.Inf(-1)))
 		}
 	}
+	return l
 }
 
-// update adds the rows of b to their slots, one column at a time. slots[i]
-// is row i's slot, or -1 for a row that is dropped. mask is scratch of at
-// least b.Len() entries.
-func (a *accs) update(b *stream.Batch, slots, mask []int32) {
-	rows := a.rows
-	for _, s := range slots {
-		if s >= 0 {
-			rows[s]++
+// update adds the rows of b to their slots, one column at a time. ws[i] is
+// the words of row i's slot, or nil for a row that is dropped. mask is
+// scratch of at least b.Len() entries.
+func (l *layout) update(b *stream.Batch, ws [][]int64, mask [][]int64) {
+	for _, w := range ws {
+		if w != nil {
+			w[0]++
 		}
 	}
-	for j := range a.aggs {
-		sp := &a.aggs[j]
+	for j := range l.aggs {
+		sp := &l.aggs[j]
 		if sp.kind == aggCount {
 			continue
 		}
 		col := &b.Cols[sp.col]
-		sl := slots
+		sl := ws
 		if col.Nulls != nil {
-			// Fold the nulls into a copy of the slots so that the loops
-			// below only test for a negative slot.
-			sl = mask[:len(slots)]
-			copy(sl, slots)
+			// Fold the nulls into a copy so that the loops below only
+			// test for a nil slot.
+			sl = mask[:len(ws)]
+			copy(sl, ws)
 			for w, word := range col.Nulls {
 				for word != 0 {
 					i := w<<6 + bits.TrailingZeros64(word)
 					word &= word - 1
 					if i < len(sl) {
-						sl[i] = -1
+						sl[i] = nil
 					}
 				}
 			}
 		}
-		updateCol(sp.kind, &a.cols[j], col, sl)
+		updateCol(sp.kind, l.off[j], col, sl)
 	}
 }
 
-func updateCol(kind aggKind, c *accCol, col *stream.Column, slots []int32) {
+func updateCol(kind aggKind, o int, col *stream.Column, ws [][]int64) {
 	switch kind {
 	case aggCountField:
-		n := c.n
-		for _, s := range slots {
-			if s >= 0 {
-				n[s]++
+		for _, w := range ws {
+			if w != nil {
+				w[o]++
 			}
 		}
 	case aggSumInt:
-		v, acc := col.Ints[:len(slots)], c.i
-		for i, s := range slots {
-			if s >= 0 {
-				acc[s] += v[i]
+		v := col.Ints[:len(ws)]
+		for i, w := range ws {
+			if w != nil {
+				w[o] += v[i]
 			}
 		}
 	case aggSumFloat:
-		v, acc := col.Floats[:len(slots)], c.f
-		for i, s := range slots {
-			if s >= 0 {
-				acc[s] += v[i]
+		v := col.Floats[:len(ws)]
+		for i, w := range ws {
+			if w != nil {
+				w[o] = int64(math.Float64bits(math.Float64frombits(uint64(w[o])) + v[i]))
 			}
 		}
 	case aggAvgInt:
-		v, acc, n := col.Ints[:len(slots)], c.i, c.n
-		for i, s := range slots {
-			if s >= 0 {
-				acc[s] += v[i]
-				n[s]++
+		v := col.Ints[:len(ws)]
+		for i, w := range ws {
+			if w != nil {
+				w[o] += v[i]
+				w[o+1]++
 			}
 		}
 	case aggAvgFloat:
-		v, acc, n := col.Floats[:len(slots)], c.f, c.n
-		for i, s := range slots {
-			if s >= 0 {
-				acc[s] += v[i]
-				n[s]++
+		v := col.Floats[:len(ws)]
+		for i, w := range ws {
+			if w != nil {
+				w[o] = int64(math.Float64bits(math.Float64frombits(uint64(w[o])) + v[i]))
+				w[o+1]++
 			}
 		}
 	case aggMinInt:
-		v, acc, n := col.Ints[:len(slots)], c.i, c.n
-		for i, s := range slots {
-			if s >= 0 {
-				acc[s] = min(acc[s], v[i])
-				n[s]++
+		v := col.Ints[:len(ws)]
+		for i, w := range ws {
+			if w != nil {
+				w[o] = min(w[o], v[i])
+				w[o+1]++
 			}
 		}
 	case aggMaxInt:
-		v, acc, n := col.Ints[:len(slots)], c.i, c.n
-		for i, s := range slots {
-			if s >= 0 {
-				acc[s] = max(acc[s], v[i])
-				n[s]++
+		v := col.Ints[:len(ws)]
+		for i, w := range ws {
+			if w != nil {
+				w[o] = max(w[o], v[i])
+				w[o+1]++
 			}
 		}
 	case aggMinFloat:
-		v, acc, n := col.Floats[:len(slots)], c.f, c.n
-		for i, s := range slots {
-			if s >= 0 {
-				if x := v[i]; x < acc[s] {
-					acc[s] = x
+		v := col.Floats[:len(ws)]
+		for i, w := range ws {
+			if w != nil {
+				if x := v[i]; x < math.Float64frombits(uint64(w[o])) {
+					w[o] = int64(math.Float64bits(x))
 				}
-				n[s]++
+				w[o+1]++
 			}
 		}
 	case aggMaxFloat:
-		v, acc, n := col.Floats[:len(slots)], c.f, c.n
-		for i, s := range slots {
-			if s >= 0 {
-				if x := v[i]; x > acc[s] {
-					acc[s] = x
+		v := col.Floats[:len(ws)]
+		for i, w := range ws {
+			if w != nil {
+				if x := v[i]; x > math.Float64frombits(uint64(w[o])) {
+					w[o] = int64(math.Float64bits(x))
 				}
-				n[s]++
+				w[o+1]++
 			}
 		}
 	}
 }
 
-// merge adds src's slot s into a's slot d (a and src have the same
-// aggregates).
-func (a *accs) merge(d int32, src *accs, s int32) {
-	a.rows[d] += src.rows[s]
-	for j := range a.aggs {
-		dc, sc := &a.cols[j], &src.cols[j]
-		dc.n[d] += sc.n[s]
-		switch a.aggs[j].kind {
-		case aggSumInt, aggAvgInt:
-			dc.i[d] += sc.i[s]
-		case aggSumFloat, aggAvgFloat:
-			dc.f[d] += sc.f[s]
+func f64(w int64) float64 { return math.Float64frombits(uint64(w)) }
+func w64(f float64) int64 { return int64(math.Float64bits(f)) }
+
+// merge adds the accumulators of src into d.
+func (l *layout) merge(d, src []int64) {
+	d[0] += src[0]
+	for j := range l.aggs {
+		o := l.off[j]
+		switch l.aggs[j].kind {
+		case aggCountField, aggSumInt:
+			d[o] += src[o]
+		case aggSumFloat:
+			d[o] = w64(f64(d[o]) + f64(src[o]))
+		case aggAvgInt:
+			d[o] += src[o]
+			d[o+1] += src[o+1]
+		case aggAvgFloat:
+			d[o] = w64(f64(d[o]) + f64(src[o]))
+			d[o+1] += src[o+1]
 		case aggMinInt:
-			dc.i[d] = min(dc.i[d], sc.i[s])
+			d[o] = min(d[o], src[o])
+			d[o+1] += src[o+1]
 		case aggMaxInt:
-			dc.i[d] = max(dc.i[d], sc.i[s])
+			d[o] = max(d[o], src[o])
+			d[o+1] += src[o+1]
 		case aggMinFloat:
-			if sc.f[s] < dc.f[d] {
-				dc.f[d] = sc.f[s]
+			if f64(src[o]) < f64(d[o]) {
+				d[o] = src[o]
 			}
+			d[o+1] += src[o+1]
 		case aggMaxFloat:
-			if sc.f[s] > dc.f[d] {
-				dc.f[d] = sc.f[s]
+			if f64(src[o]) > f64(d[o]) {
+				d[o] = src[o]
 			}
+			d[o+1] += src[o+1]
 		}
 	}
 }
 
-// appendResult appends aggregate j's result for slot s to out, whose row
-// count before the append is row.
-func (a *accs) appendResult(j int, s int32, out *stream.Column, row int) {
-	c := &a.cols[j]
-	switch a.aggs[j].kind {
+// appendResult appends aggregate j's result for the accumulators w to out,
+// whose row count before the append is row.
+func (l *layout) appendResult(j int, w []int64, out *stream.Column, row int) {
+	o := l.off[j]
+	switch l.aggs[j].kind {
 	case aggCount:
-		out.Ints = append(out.Ints, a.rows[s])
-	case aggCountField:
-		out.Ints = append(out.Ints, c.n[s])
-	case aggSumInt:
-		out.Ints = append(out.Ints, c.i[s])
+		out.Ints = append(out.Ints, w[0])
+	case aggCountField, aggSumInt:
+		out.Ints = append(out.Ints, w[o])
 	case aggSumFloat:
-		out.Floats = append(out.Floats, c.f[s])
+		out.Floats = append(out.Floats, f64(w[o]))
 	case aggAvgInt, aggAvgFloat:
-		if c.n[s] == 0 {
+		if w[o+1] == 0 {
 			out.Floats = append(out.Floats, 0)
 			out.SetNull(row, row+1)
 			break
 		}
-		sum := c.f[s]
-		if a.aggs[j].kind == aggAvgInt {
-			sum = float64(c.i[s])
+		sum := f64(w[o])
+		if l.aggs[j].kind == aggAvgInt {
+			sum = float64(w[o])
 		}
-		out.Floats = append(out.Floats, sum/float64(c.n[s]))
+		out.Floats = append(out.Floats, sum/float64(w[o+1]))
 	case aggMinInt, aggMaxInt:
-		if c.n[s] == 0 {
+		if w[o+1] == 0 {
 			out.Ints = append(out.Ints, 0)
 			out.SetNull(row, row+1)
 			break
 		}
-		out.Ints = append(out.Ints, c.i[s])
+		out.Ints = append(out.Ints, w[o])
 	case aggMinFloat, aggMaxFloat:
-		if c.n[s] == 0 {
+		if w[o+1] == 0 {
 			out.Floats = append(out.Floats, 0)
 			out.SetNull(row, row+1)
 			break
 		}
-		out.Floats = append(out.Floats, c.f[s])
+		out.Floats = append(out.Floats, f64(w[o]))
 	}
+}
+
+// accs is a table of accumulator slots of layout lay, lay.width words each,
+// for operators that keep them outside statebackend.Slots (the session
+// window, which moves them in and out of its per-key state).
+type accs struct {
+	lay *layout
+	w   []int64
+	ws  [][]int64 // update scratch
+	nm  [][]int64
+}
+
+func newAccs(aggs []aggSpec) *accs { return &accs{lay: newLayout(aggs)} }
+
+// size returns the number of slots allocated.
+func (a *accs) size() int { return len(a.w) / a.lay.width }
+
+// grow allocates slots up to n (exclusive).
+func (a *accs) grow(n int) {
+	for a.size() < n {
+		a.w = append(a.w, a.lay.init...)
+	}
+}
+
+// words returns slot s.
+func (a *accs) words(s int32) []int64 {
+	i := int(s) * a.lay.width
+	return a.w[i : i+a.lay.width : i+a.lay.width]
+}
+
+// reset sets slot s to the empty accumulator.
+func (a *accs) reset(s int32) { copy(a.words(s), a.lay.init) }
+
+// update adds the rows of b to their slots: slots[i] is row i's slot, or
+// -1 for a row that is dropped.
+func (a *accs) update(b *stream.Batch, slots, _ []int32) {
+	if cap(a.ws) < len(slots) {
+		a.ws = make([][]int64, len(slots))
+		a.nm = make([][]int64, len(slots))
+	}
+	ws := a.ws[:len(slots)]
+	for i, s := range slots {
+		ws[i] = nil
+		if s >= 0 {
+			ws[i] = a.words(s)
+		}
+	}
+	a.lay.update(b, ws, a.nm[:len(slots)])
+	clear(ws)
+}
+
+// merge adds src's slot s into a's slot d.
+func (a *accs) merge(d int32, src *accs, s int32) { a.lay.merge(a.words(d), src.words(s)) }
+
+// appendResult appends aggregate j's result for slot s to out, whose row
+// count before the append is row.
+func (a *accs) appendResult(j int, s int32, out *stream.Column, row int) {
+	a.lay.appendResult(j, a.words(s), out, row)
 }

@@ -209,6 +209,7 @@ func planWindow(op string, p *stream.PlanContext) (*stream.Schema, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.DeclareSideOutput(LateOutput, p.Inputs[0].Schema)
 	return r.out, nil
 }
 
@@ -300,6 +301,7 @@ func planSessionWindow(p *stream.PlanContext) (*stream.Schema, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.DeclareSideOutput(LateOutput, p.Inputs[0].Schema)
 	return r.out, nil
 }
 

@@ -19,16 +19,18 @@
 // window [start, end) fires when the watermark reaches end-1, its state is
 // kept until the watermark reaches end-1+allowedLateness (a record arriving in
 // that time re-fires the window with the updated result), and a record all of
-// whose windows are past that point is dropped and counted.
+// whose windows are past that point is late: it is counted
+// (LateRecordsDropped, the weir_operator_late_records_dropped_total metric)
+// and goes to the side output "late" (LateOutput), which a job may read
+// (input: <uid>.late).
 //
-// The tumbling and sliding windows implement stream.Checkpointed: a window
-// snapshots its accumulators per key group (so that a restore at another
-// parallelism gets exactly its key groups) and its watermark; the watermarks
-// operator its largest timestamp. The formats are described in checkpoint.go. The session
-// window keeps its sessions and timers in the runtime's keyed-state backend
-// (stream.KeyedStateful); sessionstate.go describes them.
+// The three window types keep their keyed state in the runtime's keyed-state
+// backend (stream.KeyedStateful): the tumbling and sliding windows one
+// accumulator slot per key and pane (statebackend.Slots; state.go), the
+// session window its sessions (sessionstate.go), and both event-time timers.
+// Their operator state is a signature and the watermark; the watermarks
+// operator keeps its largest timestamp.
 //
 // The package imports the standard library, package stream, statebackend
-// (the session window's keyed state) and operators/internal/rowenc (the
-// encoding of key values in the state).
+// and operators/internal/rowenc (the encoding of key values).
 package window

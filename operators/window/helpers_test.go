@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/weirstream/weir/dataflow/dataflowtest"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -27,6 +28,9 @@ type recorder struct {
 	t      testing.TB
 	events []event
 	lastWM int64
+	// side holds the rows of side output LateOutput, each with its event
+	// time, formatted as fmt.Sprint of its values.
+	side []string
 	// ctx is filled in by a chain to describe the window's input.
 	ctx *chain
 }
@@ -47,6 +51,27 @@ func (r *recorder) Collect(b *stream.Batch) {
 	}
 	r.events = append(r.events, e)
 	b.Release()
+}
+
+// CollectSide implements stream.SideOutputCollector for LateOutput.
+func (r *recorder) CollectSide(name string, b *stream.Batch) bool {
+	r.t.Helper()
+	defer b.Release()
+	if name != LateOutput {
+		r.t.Fatalf("batch for side output %q", name)
+	}
+	if err := b.Validate(); err != nil {
+		r.t.Fatalf("collected an invalid side batch: %v", err)
+	}
+	tsCol := b.Schema.Index("ts")
+	for i := range b.Len() {
+		row := b.Row(i)
+		if tsCol >= 0 && b.Times[i] != row[tsCol] {
+			r.t.Fatalf("late row %v has event time %d, want its ts %v", row, b.Times[i], row[tsCol])
+		}
+		r.side = append(r.side, fmt.Sprint(row...))
+	}
+	return true
 }
 
 func (r *recorder) EmitWatermark(wm int64) {
@@ -116,8 +141,25 @@ func (c *chain) EmitWatermark(wm int64) {
 }
 
 // openOp opens op for one input of schema in keyed by keys (nil: not keyed),
-// with the output schema that plan returns.
+// with the output schema that plan returns, its keyed state on the heap.
 func openOp(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*stream.Schema, error), config []byte, in *stream.Schema, keys []string) *stream.Schema {
+	t.Helper()
+	out, _ := openOpOn(t, op, plan, config, in, keys, stream.StateBackendHeap, 0, nil)
+	return out
+}
+
+// openOpOn is openOp on the named state backend, restoring snap (taken at
+// checkpoint id) if it is not nil. It returns the harness that holds op's
+// state; the test's clean-up closes it.
+func openOpOn(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*stream.Schema, error), config []byte, in *stream.Schema, keys []string,
+	backend string, id int64, snap *stream.OperatorSnapshot) (*stream.Schema, *dataflowtest.Harness) {
+	return openOpFull(t, op, plan, config, in, keys, backend, false, id, snap)
+}
+
+// openOpFull is openOpOn, with full (not incremental) snapshots on Pebble
+// if fullSnapshots is set, so that they restore on the heap too.
+func openOpFull(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*stream.Schema, error), config []byte, in *stream.Schema, keys []string,
+	backend string, fullSnapshots bool, id int64, snap *stream.OperatorSnapshot) (*stream.Schema, *dataflowtest.Harness) {
 	t.Helper()
 	out, err := plan(&stream.PlanContext{UID: "op", Config: config, Inputs: []stream.PlanInput{{Schema: in, KeyFields: keys}}, Parallelism: 1})
 	if err != nil {
@@ -127,16 +169,18 @@ func openOp(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*s
 		JobID: "job", TaskName: "op (1/1)", OperatorUID: "op", Parallelism: 1,
 		MaxParallelism: stream.DefaultMaxParallelism, KeyGroups: stream.KeyGroupRange{Start: 0, End: stream.DefaultMaxParallelism - 1},
 		InputSchemas: []*stream.Schema{in}, InputKeys: [][]string{keys}, OutputSchema: out, Config: config,
+		StateBackend: backend, LocalStateDir: t.TempDir(), FullSnapshots: fullSnapshots,
 	}
-	if err := op.Open(context.Background(), octx); err != nil {
+	h, err := dataflowtest.Open(context.Background(), op, octx, id, snap)
+	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := op.Close(); err != nil {
+		if err := h.Close(true); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return out
+	return out, h
 }
 
 // batchOf builds a batch of schema from rows.
@@ -154,4 +198,14 @@ func fmtRows(rows [][]any) string {
 		s += fmt.Sprintln(r...)
 	}
 	return s
+}
+
+// keysWithState counts the keys that have panes in w's state.
+func keysWithState(w *Window) int {
+	n := 0
+	kg := w.b.KeyGroups()
+	for g := kg.Start; g <= kg.End; g++ {
+		w.b.Keys(panesTable, g, func([]byte) bool { n++; return true })
+	}
+	return n
 }

@@ -285,7 +285,7 @@ func (o *SessionWindow) ProcessBatch(_ int, b *stream.Batch, out stream.Collecto
 			}
 		}
 	}
-	o.lateRows(b, late)
+	o.lateRows(b, late, out)
 	clear(o.groups) // do not pin the keys' old state
 	o.flush(out)
 	return nil
@@ -293,14 +293,11 @@ func (o *SessionWindow) ProcessBatch(_ int, b *stream.Batch, out stream.Collecto
 
 // lateRows takes the rows idx of b that are late: their window merged with
 // no session held and its cleanup time (end-1+allowedLateness) is at or
-// below the watermark. b is released after the call; a row that must
-// outlive it has to be copied.
-//
-// HOOK(late side output): the rows are only counted for now. Routing them
-// to a side output for late data goes here.
-func (o *SessionWindow) lateRows(_ *stream.Batch, idx []int32) {
+// below the watermark. They are counted and go to side output LateOutput.
+func (o *SessionWindow) lateRows(b *stream.Batch, idx []int32, out stream.Collector) {
 	if len(idx) > 0 {
 		o.lateDropped.Add(int64(len(idx)))
+		sendLate(o.in, b, idx, out)
 	}
 }
 

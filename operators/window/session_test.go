@@ -455,6 +455,9 @@ func TestSessionMatchesOracle(t *testing.T) {
 					if dropped != wantDropped {
 						t.Errorf("LateRecordsDropped = %d, want %d", dropped, wantDropped)
 					}
+					if side := sideRows(recs); side != wantDropped {
+						t.Errorf("late side output: %d rows, want %d", side, wantDropped)
+					}
 					checkSessionStateEmpty(t, subs)
 					if keys == nil {
 						return
@@ -857,4 +860,13 @@ func BenchmarkSessionCountSum(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batchRows), "ns/row")
 		})
 	}
+}
+
+// sideRows counts the rows the recorders got on the late side output.
+func sideRows(recs []*recorder) int64 {
+	n := 0
+	for _, r := range recs {
+		n += len(r.side)
+	}
+	return int64(n)
 }

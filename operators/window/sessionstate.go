@@ -62,75 +62,30 @@ type keySessions struct {
 }
 
 // sessionLayout is how an accumulator slot of accs is kept as words: the
-// row count, then per aggregate the fields its kind uses (aggKind.fields),
-// in the order integer, float (its IEEE 754 bits), non-null count.
+// words of the aggregates' layout (see layout in agg.go).
 type sessionLayout struct {
 	kinds []aggKind
-	// per word: 'r' rows, 'i' integer, 'f' float, 'n' non-null count
-	words []byte
+	lay   *layout
 }
 
 func newSessionLayout(aggs []aggSpec) sessionLayout {
-	l := sessionLayout{words: []byte{'r'}}
+	l := sessionLayout{lay: newLayout(aggs)}
 	for _, a := range aggs {
 		l.kinds = append(l.kinds, a.kind)
-		i, f, n := a.kind.fields()
-		if i {
-			l.words = append(l.words, 'i')
-		}
-		if f {
-			l.words = append(l.words, 'f')
-		}
-		if n {
-			l.words = append(l.words, 'n')
-		}
 	}
 	return l
 }
 
 // width is the number of words of one session.
-func (l sessionLayout) width() int { return len(l.words) }
+func (l sessionLayout) width() int { return l.lay.width }
 
 // store appends the words of slot s of a to dst.
 func (l sessionLayout) store(dst []int64, a *accs, s int32) []int64 {
-	dst = append(dst, a.rows[s])
-	for j, k := range l.kinds {
-		c := &a.cols[j]
-		i, f, n := k.fields()
-		if i {
-			dst = append(dst, c.i[s])
-		}
-		if f {
-			dst = append(dst, int64(math.Float64bits(c.f[s])))
-		}
-		if n {
-			dst = append(dst, c.n[s])
-		}
-	}
-	return dst
+	return append(dst, a.words(s)...)
 }
 
-// load sets slot s of a (already reset) to the accumulator in w.
-func (l sessionLayout) load(a *accs, s int32, w []int64) {
-	a.rows[s] = w[0]
-	p := 1
-	for j, k := range l.kinds {
-		c := &a.cols[j]
-		i, f, n := k.fields()
-		if i {
-			c.i[s] = w[p]
-			p++
-		}
-		if f {
-			c.f[s] = math.Float64frombits(uint64(w[p]))
-			p++
-		}
-		if n {
-			c.n[s] = w[p]
-			p++
-		}
-	}
-}
+// load sets slot s of a to the accumulator in w.
+func (l sessionLayout) load(a *accs, s int32, w []int64) { copy(a.words(s), w) }
 
 // kindNames name aggKinds in codec IDs, signatures and errors.
 var kindNames = [...]string{
@@ -167,8 +122,8 @@ func kindList(kinds []aggKind) string {
 //	uvarint number of aggregates, then one aggKind byte per aggregate
 //	uvarint number of sessions, then per session (ascending start):
 //	    varint start, uvarint end-start (> 0), then the words of its
-//	    accumulator (sessionLayout): rows and non-null counts uvarint,
-//	    integers varint, floats 8 bytes little-endian
+//	    accumulator (layout in agg.go), each a varint (floats as their
+//	    IEEE 754 bits)
 //
 // Its ID names the aggregate layout, e.g. "window.sessions.v1(count,
 // sum_int)"; and since every value repeats the layout, state written for
@@ -199,15 +154,8 @@ func (c sessionsCodec) Append(dst []byte, v *keySessions) []byte {
 	for i, s := range v.ss {
 		dst = binary.AppendVarint(dst, s.start)
 		dst = binary.AppendUvarint(dst, uint64(s.end-s.start))
-		for j, x := range v.words[i*w : (i+1)*w] {
-			switch c.l.words[j] {
-			case 'i':
-				dst = binary.AppendVarint(dst, x)
-			case 'f':
-				dst = binary.LittleEndian.AppendUint64(dst, uint64(x))
-			default: // rows, non-null counts
-				dst = binary.AppendUvarint(dst, uint64(x))
-			}
+		for _, x := range v.words[i*w : (i+1)*w] {
+			dst = binary.AppendVarint(dst, x)
 		}
 	}
 	return dst
@@ -244,17 +192,8 @@ func (c sessionsCodec) Decode(src []byte) (*keySessions, error) {
 			return nil, fmt.Errorf("%s codec: session [%d, %d) is not after session [%d, %d)", c.id, s.start, s.end, v.ss[k-1].start, v.ss[k-1].end)
 		}
 		v.ss = append(v.ss, s)
-		for _, kind := range c.l.words {
-			var x int64
-			switch kind {
-			case 'i':
-				x = r.Varint()
-			case 'f':
-				x = int64(r.Uint64())
-			default:
-				x = int64(r.Uvarint())
-			}
-			v.words = append(v.words, x)
+		for range w {
+			v.words = append(v.words, r.Varint())
 		}
 	}
 	if err := r.Done(); err != nil {

@@ -1,7 +1,6 @@
 package window
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -9,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
+	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -24,33 +24,54 @@ import (
 // watermark reaches a window's end-1, ordered by window end and then key
 // value, each with event time end-1, before the watermark is forwarded.
 //
-// A Window is not safe for concurrent use, except LateRecordsDropped.
+// State (see state.go) is keyed state in the backend the task runtime opened
+// for the subtask: one accumulator slot per key and pane, and per key an
+// event-time timer at the end of its next window. A Window is not safe for
+// concurrent use, except LateRecordsDropped.
 type Window struct {
 	spec *windowSpec
 	name string // for errors, e.g. `tumbling_window "counts"`
 	r    *resolved
 	in   *stream.Schema
 	out  *stream.Schema
+	lay  *layout
 
-	st *store
-	// wm is the current watermark; panes starting before acceptFrom have had
-	// all their windows cleaned up, so their records are late.
-	wm         int64
-	acceptFrom int64
+	b     statebackend.Backend
+	slots *statebackend.Slots
+	// idx lists the slots by pane on an in-place backend (the heap), where
+	// windows fire pane by pane; nil elsewhere, where they fire on per-key
+	// timers.
+	idx    *paneIndex
+	keys   rowenc.Keys
+	keyed  bool
+	global int // key group of a global window's state
 
-	// Result scratch: res holds one merged accumulator per key of the window
-	// being fired, outIdx maps key id → res slot (-1 when unused).
-	res     *accs
+	// wm is the current watermark.
+	wm int64
+
+	// Per-batch scratch. memo remembers the slots of recent rows of the
+	// batch by key hash, so that a key's later rows skip the slot index.
+	memo [memoSize]memoEntry
+	gen  uint32
+	ws, mask [][]int64
+	late     []lateFire
+	lateIdx  []int32 // rows past their lateness
+
+	// Results of the windows being fired, emitted in (end, key) order.
+	pend     []pending
+	pendKeys []byte  // the keys of pend
+	pendAcc  []int64 // the merged accumulators of pend, lay.width each
+	merged   []int64
+	panes    []paneRef
+	drop     []int64
+
+	// Firing scratch of the pane index: res holds one merged accumulator
+	// per key of the window being fired (lay.width words each), outIdx
+	// maps key id → its position in touched (-1 when unused).
+	res     []int64
 	outIdx  []int32
 	touched []int32
 	pairs   []intPair
-
-	// Per-batch scratch.
-	hashes []uint64
-	slots  []int32
-	mask   []int32
-	panes  []int64
-	late   map[lateFire]struct{}
 
 	cur     *stream.Batch // output batch being filled
 	curRows int
@@ -58,12 +79,41 @@ type Window struct {
 	lateDropped atomic.Int64
 }
 
-var _ stream.Operator = (*Window)(nil)
+var (
+	_ stream.Operator      = (*Window)(nil)
+	_ stream.KeyedStateful = (*Window)(nil)
+)
+
+// memoSize is the number of entries of Window.memo (a power of two).
+const memoSize = 1024
+
+type memoEntry struct {
+	hash uint64
+	pane int64
+	slot int32
+	gen  uint32 // the batch it is of; 0 never is
+}
 
 // lateFire is a window that a late record changed after it fired.
 type lateFire struct {
-	key int32
-	end int64
+	key   []byte
+	group int
+	end   int64
+}
+
+// pending is one result row waiting to be emitted.
+type pending struct {
+	end        int64
+	keyOff     int // key bytes: pendKeys[keyOff:keyEnd]
+	keyEnd     int
+	acc        int // accumulators: pendAcc[acc : acc+lay.width]
+	start, row int
+}
+
+// paneRef is one pane of a key found by Slots.Range.
+type paneRef struct {
+	start int64
+	words []int64
 }
 
 // NewTumblingWindow returns a tumbling_window operator for a JSON
@@ -83,15 +133,18 @@ func newWindow(op string, config []byte) (*Window, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Window{spec: spec, name: op, wm: stream.MinWatermark, acceptFrom: math.MinInt64}, nil
+	return &Window{spec: spec, name: op, wm: stream.MinWatermark}, nil
 }
 
+// UsesKeyedState says the task runtime holds the window's state.
+func (w *Window) UsesKeyedState() bool { return true }
+
 // LateRecordsDropped returns how many records arrived after all their
-// windows had been cleaned up and were dropped. It may be called from any
-// goroutine.
+// windows had been cleaned up: they went to side output LateOutput, or
+// nowhere if nothing reads it. It may be called from any goroutine.
 func (w *Window) LateRecordsDropped() int64 { return w.lateDropped.Load() }
 
-// Open binds the operator to its input schema and key.
+// Open binds the operator to its input schema, key and state.
 func (w *Window) Open(_ context.Context, octx *stream.OperatorContext) error {
 	if octx.OperatorUID != "" {
 		w.name = fmt.Sprintf("%s %q", w.spec.op, octx.OperatorUID)
@@ -114,20 +167,51 @@ func (w *Window) Open(_ context.Context, octx *stream.OperatorContext) error {
 		}
 		w.out = octx.OutputSchema
 	}
-	maxPar := octx.MaxParallelism
-	if maxPar <= 0 {
-		maxPar = stream.DefaultMaxParallelism
+	w.lay = newLayout(r.aggs)
+	b, err := statebackend.KeyedBackend(octx)
+	if err != nil {
+		return err
 	}
-	types := make([]stream.Type, len(r.keyCols))
-	for j, c := range r.keyCols {
-		types[j] = octx.InputSchemas[0].Fields[c].Type
+	w.b = b
+	w.slots, err = statebackend.GetSlots(b, statebackend.SlotDescriptor{Name: panesTable, Words: w.lay.width, Init: w.lay.init})
+	if err != nil {
+		return fmt.Errorf("%s: %w", w.name, err)
 	}
-	w.st = newStore(newKeyTable(r.keyCols, types, maxPar), r.aggs)
-	w.res = newAccs(r.aggs)
+	w.keyed = len(r.keyCols) > 0
+	w.keys = rowenc.Keys{Cols: r.keyCols, MaxParallelism: octx.MaxParallelism}
+	w.global = b.KeyGroups().Start
+	if w.slots.InPlace() {
+		types := make([]stream.Type, len(r.keyCols))
+		for j, c := range r.keyCols {
+			types[j] = w.in.Fields[c].Type
+		}
+		w.idx = newPaneIndex(w.slots, types)
+		w.slots.Each(func(s int32) { // the restored slots
+			key, g, ns := w.slots.SlotKey(s)
+			w.idx.add(s, key, g, ns, nil, nil, 0)
+		})
+	}
 	return nil
 }
 
-// ProcessBatch adds the records of b to their windows' accumulators and
+// key returns row i's key and key group.
+func (w *Window) key(i int) ([]byte, int) {
+	if !w.keyed {
+		return nil, w.global
+	}
+	return w.keys.Key(i)
+}
+
+// paneStart returns the start of the pane holding ts.
+func (w *Window) paneStart(ts int64) int64 {
+	r := (ts - w.spec.offset) % w.spec.slide
+	if r < 0 {
+		r += w.spec.slide
+	}
+	return ts - r
+}
+
+// ProcessBatch adds the records of b to their panes' accumulators and
 // re-fires windows that late records (within allowedLateness) changed.
 func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) error {
 	defer b.Release()
@@ -138,124 +222,156 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 	if len(b.Times) != n {
 		return fmt.Errorf("%s: a batch of %d records has no event timestamps (Batch.Times is empty); add a %q operator upstream to assign event time from a timestamp field", w.name, n, TypeWatermarks)
 	}
-	if cap(w.slots) < n {
-		w.hashes = make([]uint64, n)
-		w.slots = make([]int32, n)
-		w.mask = make([]int32, n)
-		w.panes = make([]int64, n)
+	if cap(w.ws) < n {
+		w.ws = make([][]int64, n)
+		w.mask = make([][]int64, n)
 	}
-	hashes, slots, panes := w.hashes[:n], w.slots[:n], w.panes[:n]
-	if len(w.r.keyCols) > 0 {
-		rowenc.PadBatchNulls(b)
-		stream.HashKeys(b, w.r.keyCols, hashes)
+	ws := w.ws[:n]
+	if w.keyed {
+		w.keys.Encode(b)
 	} else {
-		clear(hashes)
+		rowenc.PadBatchNulls(b)
 	}
-
-	kt, st := w.st.keys, w.st
-	slide, offset, acceptFrom := w.spec.slide, w.spec.offset, w.acceptFrom
-	var intKeys []int64 // the key column, when findInt applies
-	if kc := w.r.keyCols; kt.intKey && b.Cols[kc[0]].Nulls == nil {
-		intKeys = b.Cols[kc[0]].Ints[:n]
-	}
+	size, slide, wm := w.spec.size, w.spec.slide, w.wm
+	timers := w.b.Timers()
+	w.gen++ // forget the slots of earlier batches
 	// [lo, hi) is the pane of the previous record; most records share it.
 	lo, hi := int64(1), int64(0)
 	var dropped int64
 	for i, ts := range b.Times[:n] {
 		if ts < lo || ts >= hi {
-			r := (ts - offset) % slide
-			if r < 0 {
-				r += slide
-			}
-			lo = ts - r
+			lo = w.paneStart(ts)
 			hi = lo + slide
 		}
 		p := lo
-		panes[i] = p
-		if p < acceptFrom {
-			slots[i] = -1
+		if w.cleaned(p + size) { // every window of the pane is gone
+			ws[i] = nil
 			dropped++
+			w.lateIdx = append(w.lateIdx, int32(i))
 			continue
 		}
-		h := hashes[i]
-		var k int32
-		if intKeys != nil {
-			k = kt.findInt(h, intKeys[i])
-		} else {
-			k = kt.find(h, b, i)
+		key, g := w.key(i)
+		var h uint64
+		if w.keyed {
+			h = w.keys.Hash(i)
 		}
-		if k < 0 {
-			k = kt.insert(h, b, i)
+		m := &w.memo[h&(memoSize-1)]
+		if m.gen == w.gen && m.hash == h && m.pane == p {
+			if k, mg, ns := w.slots.SlotKey(m.slot); ns == p && mg == g && string(k) == string(key) {
+				ws[i] = w.slots.Words(m.slot)
+				continue // the slot of an earlier row of this batch
+			}
 		}
-		slots[i] = st.slot(k, p)
+		slot, created := w.slots.Slot(key, g, p)
+		*m = memoEntry{gen: w.gen, hash: h, pane: p, slot: slot}
+		ws[i] = w.slots.Words(slot)
+		if created {
+			if w.idx != nil {
+				w.idx.add(slot, key, g, p, b.Cols, w.r.keyCols, i)
+			} else {
+				w.b.SetCurrentKey(key, g)
+				timers.RegisterEventTimeTimer(w.nextTimer(p, wm))
+			}
+		}
+		if p+slide-1 <= wm && wm != stream.MinWatermark {
+			// A window of this pane has fired: each that is still within
+			// its allowed lateness fires again with this record.
+			for e := max(p+slide, w.alignUp(satSub(wm, w.spec.lateness)+2)); e <= p+size && e-1 <= wm; e += slide {
+				w.late = append(w.late, lateFire{key: append([]byte(nil), key...), group: g, end: e})
+			}
+		}
 	}
 	if dropped > 0 {
 		w.lateDropped.Add(dropped)
+		sendLate(w.in, b, w.lateIdx, out)
+		w.lateIdx = w.lateIdx[:0]
 	}
-	st.acc.update(b, slots, w.mask[:n])
-
-	if w.spec.lateness > 0 && w.wm != stream.MinWatermark {
-		w.refireLate(slots, panes, out)
+	w.lay.update(b, ws, w.mask[:n])
+	clear(ws)
+	if len(w.late) > 0 {
+		w.refireLate()
+		w.emitPending(out)
 	}
+	w.slots.Flush()
 	return nil
 }
 
-// refireLate emits the windows that have fired but are still within their
-// allowed lateness and that records of this batch changed, as Flink's
-// event-time trigger fires again on each late element.
-func (w *Window) refireLate(slots []int32, panes []int64, out stream.Collector) {
-	size, slide, wm := w.spec.size, w.spec.slide, w.wm
-	for i, s := range slots {
-		p := panes[i]
-		if s < 0 || p+slide-1 > wm { // no window of this pane has fired
+// nextTimer returns the timer a key needs for pane p at watermark wm: the
+// end-1 of the pane's first window that has not fired, or, when all have,
+// the end of its allowed lateness, when its state goes.
+func (w *Window) nextTimer(p, wm int64) int64 {
+	e := p + w.spec.slide
+	if wm != stream.MinWatermark && e-1 <= wm {
+		e = w.alignUp(wm + 2)
+	}
+	if e <= p+w.spec.size {
+		return e - 1
+	}
+	return p + w.spec.size - 1 + w.spec.lateness
+}
+
+// refireLate queues the results of the windows late records changed, once
+// each, with their keys' current panes.
+func (w *Window) refireLate() {
+	seen := make(map[string]bool, len(w.late))
+	for _, f := range w.late {
+		id := fmt.Sprintf("%d/%d/%s", f.end, f.group, f.key)
+		if seen[id] {
 			continue
 		}
-		k := w.st.owner[s]
-		for e := p + slide; e <= p+size && e-1 <= wm; e += slide {
-			if !w.cleaned(e) {
-				if w.late == nil {
-					w.late = make(map[lateFire]struct{})
+		seen[id] = true
+		if w.idx != nil {
+			w.panes = w.panes[:0]
+			for _, p := range w.idx.panesIn(f.end-w.spec.size, f.end) {
+				if words, ok := w.slots.Lookup(f.key, f.group, p); ok {
+					w.panes = append(w.panes, paneRef{p, words})
 				}
-				w.late[lateFire{k, e}] = struct{}{}
 			}
+		} else {
+			w.loadPanes(f.key, f.group)
 		}
-	}
-	if len(w.late) == 0 {
-		return
-	}
-	fires := make([]lateFire, 0, len(w.late))
-	for f := range w.late {
-		fires = append(fires, f)
+		w.queue(f.key, f.end)
 	}
 	clear(w.late)
-	kt := w.st.keys
-	slices.SortFunc(fires, func(a, b lateFire) int {
-		if a.end != b.end {
-			if a.end < b.end {
-				return -1
-			}
-			return 1
-		}
-		return kt.compare(a.key, b.key)
+	w.late = w.late[:0]
+}
+
+// loadPanes sets w.panes to the panes of key.
+func (w *Window) loadPanes(key []byte, g int) {
+	w.panes = w.panes[:0]
+	w.slots.Range(key, g, func(ns int64, words []int64) bool {
+		w.panes = append(w.panes, paneRef{ns, words})
+		return true
 	})
-	w.res.grow(1)
-	for _, f := range fires {
-		w.res.reset(0)
-		start := f.end - size
-		for _, p := range w.st.panesIn(start, f.end) {
-			if s, ok := w.st.lookup(f.key, p); ok {
-				w.res.merge(0, w.st.acc, s)
-			}
+}
+
+// queue merges the panes in w.panes that fall in the window ending at end
+// and, if there are any, queues the window's row for key.
+func (w *Window) queue(key []byte, end int64) {
+	start := end - w.spec.size
+	merged := append(w.merged[:0], w.lay.init...)
+	any := false
+	for _, p := range w.panes {
+		if p.start >= start && p.start < end {
+			w.lay.merge(merged, p.words)
+			any = true
 		}
-		w.emitRow(f.key, start, f.end, 0, out)
 	}
-	w.flush(out)
+	w.merged = merged
+	if !any {
+		return
+	}
+	off := len(w.pendKeys)
+	w.pendKeys = append(w.pendKeys, key...)
+	acc := len(w.pendAcc)
+	w.pendAcc = append(w.pendAcc, merged...)
+	w.pend = append(w.pend, pending{end: end, keyOff: off, keyEnd: len(w.pendKeys), acc: acc})
 }
 
 // cleaned reports whether the window ending at end is past its allowed
 // lateness at the current watermark.
 func (w *Window) cleaned(end int64) bool {
-	return end-1 <= satSub(w.wm, w.spec.lateness)
+	return w.wm != stream.MinWatermark && end-1 <= satSub(w.wm, w.spec.lateness)
 }
 
 // ProcessWatermark fires every window whose end-1 the watermark reached, frees
@@ -264,134 +380,218 @@ func (w *Window) ProcessWatermark(wm int64, out stream.Collector) error {
 	if wm <= w.wm {
 		return nil // watermarks never go back; nothing to do
 	}
-	w.advance(wm, out)
+	if err := w.advance(wm, out); err != nil {
+		return err
+	}
 	out.EmitWatermark(wm)
 	return nil
 }
 
-// advance moves the watermark to wm, firing and cleaning up windows.
-func (w *Window) advance(wm int64, out stream.Collector) {
-	size, slide, prev := w.spec.size, w.spec.slide, w.wm
-	// Fire, in order, the windows with data whose end-1 is in (prev, wm]:
-	// step through aligned ends, jumping over stretches without panes.
-	if order := w.st.order; len(order) > 0 {
-		e := order[0] + slide // the first end with data
-		if prev != stream.MinWatermark {
-			e = max(e, w.alignUp(prev+2))
-		}
-		for e-1 <= wm {
-			i, _ := slices.BinarySearch(order, e-size)
-			if i == len(order) {
-				break
-			}
-			if order[i] < e {
-				w.fire(e, out)
-				e += slide
-			} else {
-				e = max(e+slide, order[i]+slide)
-			}
-			if e > math.MaxInt64-slide {
-				break // beyond any real timestamp
-			}
-		}
-	}
-	w.flush(out)
-
+// advance moves the watermark to wm, firing windows and dropping panes.
+func (w *Window) advance(wm int64, out stream.Collector) error {
+	prev := w.wm
 	w.wm = wm
-	// A pane's last window ends at start+size; its state goes when the
-	// watermark passes that end-1 plus the allowed lateness.
-	if limit := satSub(wm, size+w.spec.lateness-1); limit > math.MinInt64 {
-		w.acceptFrom = limit + 1
-		w.st.dropThrough(limit, wm == stream.MaxWatermark)
+	if w.idx == nil {
+		err := w.b.Timers().AdvanceWatermark(wm, w.fire)
+		w.slots.Flush()
+		w.emitPending(out)
+		return err
+	}
+	w.fireIndexed(prev, wm, out)
+	w.flush(out)
+	if limit := satSub(wm, w.spec.size+w.spec.lateness-1); limit > math.MinInt64 {
+		w.idx.dropThrough(limit)
+	}
+	// Timers come only from a checkpoint written on another backend; the
+	// pane index has taken over their work.
+	return w.b.Timers().AdvanceWatermark(wm, func([]byte, int, int64) error { return nil })
+}
+
+// fireIndexed fires, in order, the windows with data whose end-1 is in
+// (prev, wm], stepping through aligned ends and jumping over stretches
+// without panes.
+func (w *Window) fireIndexed(prev, wm int64, out stream.Collector) {
+	size, slide, order := w.spec.size, w.spec.slide, w.idx.order
+	if len(order) == 0 {
+		return
+	}
+	e := order[0] + slide // the first end with data
+	if prev != stream.MinWatermark {
+		e = max(e, w.alignUp(prev+2))
+	}
+	for e-1 <= wm {
+		i, _ := slices.BinarySearch(order, e-size)
+		if i == len(order) {
+			break
+		}
+		if order[i] < e {
+			w.fireWindow(e, out)
+			e += slide
+		} else {
+			e = max(e+slide, order[i]+slide)
+		}
+		if e > math.MaxInt64-slide {
+			break // beyond any real timestamp
+		}
 	}
 }
 
-// fire emits the results of the window ending at end for every key with
-// data in it, in key order.
-func (w *Window) fire(end int64, out stream.Collector) {
-	st, res := w.st, w.res
-	for len(w.outIdx) < len(st.keys.hash) {
+// fireWindow emits the results of the window ending at end for every key
+// with data in it, in key order.
+func (w *Window) fireWindow(end int64, out stream.Collector) {
+	x, width := w.idx, w.lay.width
+	for len(w.outIdx) < len(x.refs) {
 		w.outIdx = append(w.outIdx, -1)
 	}
 	start := end - w.spec.size
-	touched := w.touched[:0]
-	for _, p := range st.panesIn(start, end) {
-		for _, s := range st.panes[p].slots {
-			k := st.owner[s]
-			ri := w.outIdx[k]
+	touched, res := w.touched[:0], w.res[:0]
+	for _, p := range x.panesIn(start, end) {
+		for _, s := range x.panes[p] {
+			k := x.keyOf[s]
+			ri := int(w.outIdx[k])
 			if ri < 0 {
-				ri = int32(len(touched))
+				ri = len(touched)
 				touched = append(touched, k)
-				w.outIdx[k] = ri
-				if res.size() <= int(ri) {
-					res.grow(int(ri) + 1)
-				}
-				res.reset(ri)
+				w.outIdx[k] = int32(ri)
+				res = append(res, w.lay.init...)
 			}
-			res.merge(ri, st.acc, s)
+			w.lay.merge(res[ri*width:(ri+1)*width], w.slots.Words(s))
 		}
 	}
-	w.touched = touched
-	w.sortKeys()
-	touched = w.touched
+	w.pairs = x.sortKeys(touched, w.pairs)
+	nk := len(x.cols)
 	for _, k := range touched {
-		w.emitRow(k, start, end, w.outIdx[k], out)
+		ri := int(w.outIdx[k])
 		w.outIdx[k] = -1
-	}
-	w.touched = touched[:0]
-}
-
-// sortKeys sorts w.touched by key value.
-func (w *Window) sortKeys() {
-	kt := w.st.keys
-	switch {
-	case len(w.r.keyCols) == 0:
-	case kt.intKey && kt.cols[0].Nulls == nil:
-		// One non-null integer key: sort (value, id) pairs, much faster
-		// than the general comparison.
-		vals := kt.cols[0].Ints
-		pairs := w.pairs[:0]
-		for _, k := range w.touched {
-			pairs = append(pairs, intPair{vals[k], k})
+		if w.cur == nil {
+			w.cur = stream.NewBatch(w.out, stream.DefaultBatchSize)
+			w.curRows = 0
 		}
-		slices.SortFunc(pairs, func(a, b intPair) int { return cmp.Compare(a.v, b.v) })
-		for i, p := range pairs {
-			w.touched[i] = p.k
+		b, row := w.cur, w.curRows
+		for j := range x.cols {
+			appendValue(&b.Cols[j], row, &x.cols[j], k)
 		}
-		w.pairs = pairs[:0]
-	default:
-		slices.SortFunc(w.touched, kt.compare)
+		b.Cols[nk].Ints = append(b.Cols[nk].Ints, start)
+		b.Cols[nk+1].Ints = append(b.Cols[nk+1].Ints, end)
+		acc := res[ri*width : (ri+1)*width]
+		for j := range w.r.aggs {
+			w.lay.appendResult(j, acc, &b.Cols[nk+2+j], row)
+		}
+		b.Times = append(b.Times, end-1)
+		w.curRows++
+		if w.curRows == stream.DefaultBatchSize {
+			w.flush(out)
+		}
+	}
+	w.touched, w.res = touched[:0], res[:0]
+}
+
+// fire is a key's timer at ts: it queues the key's window ending at ts+1
+// (if ts+1 is a window end and the key has data in it), drops the panes
+// whose last window and allowed lateness end at or before ts, and sets the
+// key's next timer.
+func (w *Window) fire(key []byte, g int, ts int64) error {
+	size, lateness := w.spec.size, w.spec.lateness
+	w.loadPanes(key, g)
+	if end := ts + 1; w.alignUp(end) == end {
+		w.queue(key, end)
+	}
+	w.drop = w.drop[:0]
+	for _, p := range w.panes {
+		if p.start+size-1+lateness <= ts {
+			w.drop = append(w.drop, p.start)
+		}
+	}
+	for _, p := range w.drop {
+		w.slots.Delete(key, g, p)
+	}
+	w.schedule(key, g, ts)
+	if w.slots.Len() > flushSlots {
+		w.slots.Flush() // bound the keys held between batches
+	}
+	return nil
+}
+
+// flushSlots is how many slots a window lets statebackend.Slots hold while
+// it fires timers before it writes them back.
+const flushSlots = 1 << 16
+
+// schedule sets the timer key needs after time ts for its panes in
+// w.panes (those not yet dropped): the earliest of each pane's first
+// window end after ts, or, when all its windows have fired, the end of its
+// allowed lateness.
+func (w *Window) schedule(key []byte, g int, ts int64) {
+	size, slide, lateness := w.spec.size, w.spec.slide, w.spec.lateness
+	next := int64(math.MaxInt64)
+	for _, p := range w.panes {
+		t := p.start + size - 1 + lateness
+		if t <= ts {
+			continue // dropped
+		}
+		if e := max(p.start+slide, w.alignUp(ts+2)); e <= p.start+size {
+			t = min(t, e-1)
+		}
+		next = min(next, t)
+	}
+	if next != math.MaxInt64 {
+		w.b.SetCurrentKey(key, g)
+		w.b.Timers().RegisterEventTimeTimer(next)
 	}
 }
 
-type intPair struct {
-	v int64
-	k int32
+// scheduleAll sets the timers of every key with panes, after a restore of
+// a checkpoint written with the pane index (which has no timers).
+func (w *Window) scheduleAll() {
+	kg := w.b.KeyGroups()
+	var keys [][]byte
+	for g := kg.Start; g <= kg.End; g++ {
+		keys = keys[:0]
+		w.b.Keys(panesTable, g, func(key []byte) bool {
+			keys = append(keys, key)
+			return true
+		})
+		for _, key := range keys {
+			w.loadPanes(key, g)
+			w.schedule(key, g, w.wm)
+			if w.slots.Len() > flushSlots {
+				w.slots.Flush()
+			}
+		}
+	}
 }
 
-// emitRow appends the result of key k for window [start, end), held in
-// w.res slot ri, to the output batch, sending the batch when full.
-func (w *Window) emitRow(k int32, start, end int64, ri int32, out stream.Collector) {
-	if w.cur == nil {
-		w.cur = stream.NewBatch(w.out, stream.DefaultBatchSize)
-		w.curRows = 0
+// emitPending emits the queued rows ordered by window end and key value.
+func (w *Window) emitPending(out stream.Collector) {
+	if len(w.pend) == 0 {
+		return
 	}
-	b, row := w.cur, w.curRows
-	kt := w.st.keys
-	for j := range kt.cols {
-		appendValue(&b.Cols[j], row, &kt.cols[j], k)
+	w.sortPending()
+	nk := len(w.r.keyCols)
+	for _, p := range w.pend {
+		if w.cur == nil {
+			w.cur = stream.NewBatch(w.out, stream.DefaultBatchSize)
+			w.curRows = 0
+		}
+		b, row := w.cur, w.curRows
+		if nk > 0 {
+			rowenc.DecodeRow(b.Cols[:nk], row, w.pendKeys[p.keyOff:p.keyEnd])
+		}
+		start := p.end - w.spec.size
+		b.Cols[nk].Ints = append(b.Cols[nk].Ints, start)
+		b.Cols[nk+1].Ints = append(b.Cols[nk+1].Ints, p.end)
+		acc := w.pendAcc[p.acc : p.acc+w.lay.width]
+		for j := range w.r.aggs {
+			w.lay.appendResult(j, acc, &b.Cols[nk+2+j], row)
+		}
+		b.Times = append(b.Times, p.end-1)
+		w.curRows++
+		if w.curRows == stream.DefaultBatchSize {
+			w.flush(out)
+		}
 	}
-	nk := len(kt.cols)
-	b.Cols[nk].Ints = append(b.Cols[nk].Ints, start)
-	b.Cols[nk+1].Ints = append(b.Cols[nk+1].Ints, end)
-	for j := range w.r.aggs {
-		w.res.appendResult(j, ri, &b.Cols[nk+2+j], row)
-	}
-	b.Times = append(b.Times, end-1)
-	w.curRows++
-	if w.curRows == stream.DefaultBatchSize {
-		w.flush(out)
-	}
+	w.flush(out)
+	// The emitted strings share pendKeys: start a new one.
+	w.pend, w.pendKeys, w.pendAcc = w.pend[:0], nil, w.pendAcc[:0]
 }
 
 // flush sends the output batch being filled, if any.
@@ -411,19 +611,18 @@ func (w *Window) flush(out stream.Collector) {
 // runtimes that do not, and emits no watermark.
 func (w *Window) Finish(out stream.Collector) error {
 	if w.wm < stream.MaxWatermark {
-		w.advance(stream.MaxWatermark, out)
+		return w.advance(stream.MaxWatermark, out)
 	}
 	return nil
 }
 
-// Close releases the operator's state.
+// Close releases the operator's scratch; the runtime closes the state.
 func (w *Window) Close() error {
 	if w.cur != nil {
 		w.cur.Release()
 		w.cur = nil
 	}
-	w.st = nil
-	w.res = nil
+	w.slots = nil
 	return nil
 }
 

@@ -157,7 +157,7 @@ type bruteParams struct {
 // counts in window W if W had not passed its allowed lateness when the row
 // arrived. It also counts the rows that no window accepted. The results are
 // sorted by window end and then key, the order the operator emits them in.
-func bruteForce(rows []genRow, arrival []int64, p bruteParams) (want [][]any, dropped int64) {
+func bruteForce(rows []genRow, arrival []int64, p bruteParams) (want [][]any, dropped []string) {
 	keyFn := keyFns[p.key]
 	minTs, maxTs := rows[0].ts, rows[0].ts
 	keys := map[string][]any{}
@@ -215,9 +215,10 @@ func bruteForce(rows []genRow, arrival []int64, p bruteParams) (want [][]any, dr
 			}
 		}
 		if !accepted {
-			dropped++
+			dropped = append(dropped, fmt.Sprint(r.values()...))
 		}
 	}
+	slices.Sort(dropped)
 	return want, dropped
 }
 
@@ -245,117 +246,157 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 		{name: "sliding allowed lateness", sliding: true, p: bruteParams{size: 8000, slide: 2000, lateness: 2500, ooo: 500, key: "name"}, n: 4000, keys: 5, base: 1000, step: 10, jitter: 5000},
 	}
 	for seed, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := tt.p
-			if !tt.sliding {
-				p.slide = p.size
-			}
-			rows := generate(uint64(seed), tt.n, tt.keys, tt.base, tt.step, tt.jitter)
-			cfg := WindowConfig{Size: dur(p.size), Offset: dur(p.offset), AllowedLateness: dur(p.lateness), Aggregates: allAggs}
-			op, newOp := TypeTumblingWindow, NewTumblingWindow
-			if tt.sliding {
-				op, newOp, cfg.Slide = TypeSlidingWindow, NewSlidingWindow, dur(p.slide)
-			}
-			var keys []string
-			if p.key != "" {
-				keys = strings.Split(p.key, ",")
-			}
-			wcfg, _ := json.Marshal(cfg)
-			mcfg, _ := json.Marshal(WatermarksConfig{TimestampField: "ts", MaxOutOfOrderness: dur(p.ooo)})
-
-			wmOp, err := NewWatermarks(mcfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			win, err := newOp(wcfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			openOp(t, wmOp, planWatermarks, mcfg, genSchema, nil)
-			out := openOp(t, win, func(pc *stream.PlanContext) (*stream.Schema, error) { return planWindow(op, pc) }, wcfg, genSchema, keys)
-			rec := newRecorder(t)
-			ch := newChain(t, win, rec)
-
-			// Feed batches of random sizes, noting the watermark each row
-			// arrives under.
-			rng := rand.New(rand.NewPCG(uint64(seed), 99))
-			arrival := make([]int64, len(rows))
-			wm, maxTs := stream.MinWatermark, int64(-1<<63)
-			for i := 0; i < len(rows); {
-				n := min(len(rows)-i, 1+rng.IntN(200))
-				b := stream.NewBatch(genSchema, n)
-				for j := i; j < i+n; j++ {
-					b.AppendRow(rows[j].values()...)
-					arrival[j] = wm
-					maxTs = max(maxTs, rows[j].ts)
+		for _, backend := range []string{stream.StateBackendHeap, stream.StateBackendPebble} {
+			t.Run(tt.name+"/"+backend, func(t *testing.T) {
+				p := tt.p
+				if !tt.sliding {
+					p.slide = p.size
 				}
-				if err := wmOp.ProcessBatch(0, b, ch); err != nil {
+				rows := generate(uint64(seed), tt.n, tt.keys, tt.base, tt.step, tt.jitter)
+				cfg := WindowConfig{Size: dur(p.size), Offset: dur(p.offset), AllowedLateness: dur(p.lateness), Aggregates: allAggs}
+				op, newOp := TypeTumblingWindow, NewTumblingWindow
+				if tt.sliding {
+					op, newOp, cfg.Slide = TypeSlidingWindow, NewSlidingWindow, dur(p.slide)
+				}
+				var keys []string
+				if p.key != "" {
+					keys = strings.Split(p.key, ",")
+				}
+				wcfg, _ := json.Marshal(cfg)
+				mcfg, _ := json.Marshal(WatermarksConfig{TimestampField: "ts", MaxOutOfOrderness: dur(p.ooo)})
+
+				newOps := func() (*Watermarks, *Window) {
+					wmOp, err := NewWatermarks(mcfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					win, err := newOp(wcfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return wmOp, win
+				}
+				plan := func(pc *stream.PlanContext) (*stream.Schema, error) { return planWindow(op, pc) }
+				wmOp, win := newOps()
+				// Every other case takes full snapshots and restores them onto
+				// the other backend: the state has one form on both.
+				cross := seed%2 == 1
+				_, hw := openOpFull(t, wmOp, planWatermarks, mcfg, genSchema, nil, backend, cross, 0, nil)
+				out, hwin := openOpFull(t, win, plan, wcfg, genSchema, keys, backend, cross, 0, nil)
+				rec := newRecorder(t)
+				ch := newChain(t, win, rec)
+
+				// Feed batches of random sizes, noting the watermark each row
+				// arrives under. Half way, snapshot both operators and go on
+				// with new ones restored from the snapshot, as after a failure.
+				rng := rand.New(rand.NewPCG(uint64(seed), 99))
+				arrival := make([]int64, len(rows))
+				wm, maxTs := stream.MinWatermark, int64(-1<<63)
+				var droppedBefore int64
+				restored := false
+				for i := 0; i < len(rows); {
+					if !restored && i >= len(rows)/2 {
+						restored = true
+						sw, err := hw.Snapshot(1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						swin, err := hwin.Snapshot(1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						droppedBefore = win.LateRecordsDropped()
+						hw.Close(false)
+						hwin.Close(false)
+						wmOp, win = newOps()
+						after := backend
+						if cross {
+							after = map[string]string{stream.StateBackendHeap: stream.StateBackendPebble, stream.StateBackendPebble: stream.StateBackendHeap}[backend]
+						}
+						openOpOn(t, wmOp, planWatermarks, mcfg, genSchema, nil, after, 1, sw)
+						openOpOn(t, win, plan, wcfg, genSchema, keys, after, 1, swin)
+						ch.next = win
+					}
+					n := min(len(rows)-i, 1+rng.IntN(200))
+					b := stream.NewBatch(genSchema, n)
+					for j := i; j < i+n; j++ {
+						b.AppendRow(rows[j].values()...)
+						arrival[j] = wm
+						maxTs = max(maxTs, rows[j].ts)
+					}
+					if err := wmOp.ProcessBatch(0, b, ch); err != nil {
+						t.Fatal(err)
+					}
+					wm = max(wm, maxTs-p.ooo-1)
+					i += n
+				}
+				if err := wmOp.ProcessWatermark(stream.MaxWatermark, ch); err != nil {
 					t.Fatal(err)
 				}
-				wm = max(wm, maxTs-p.ooo-1)
-				i += n
-			}
-			if err := wmOp.ProcessWatermark(stream.MaxWatermark, ch); err != nil {
-				t.Fatal(err)
-			}
-			if err := wmOp.Finish(ch); err != nil {
-				t.Fatal(err)
-			}
-			if err := win.Finish(rec); err != nil {
-				t.Fatal(err)
-			}
-
-			want, wantDropped := bruteForce(rows, arrival, p)
-			if len(want) == 0 {
-				t.Fatal("test data produced no windows")
-			}
-			if got := win.LateRecordsDropped(); got != wantDropped {
-				t.Errorf("LateRecordsDropped = %d, want %d", got, wantDropped)
-			}
-			if p.lateness == 0 && tt.jitter > p.ooo && wantDropped == 0 {
-				t.Errorf("test data has no late records (%d windows); raise the jitter", len(want))
-			}
-			nk := len(keys)
-			if !out.Equal(win.out) || out.Len() != nk+2+len(allAggs) {
-				t.Fatalf("output schema %s, planned %s", win.out, out)
-			}
-
-			got := rec.rows()
-			if p.lateness == 0 {
-				// Each window fires exactly once, in (end, key) order.
-				if !reflect.DeepEqual(got, want) {
-					t.Fatalf("got %d rows, want %d\n%s", len(got), len(want), diffRows(got, want))
+				if err := wmOp.Finish(ch); err != nil {
+					t.Fatal(err)
 				}
-			} else {
-				// Late records re-fire windows: the last result of each
-				// window is its final content.
-				last := map[string][]any{}
-				var order []string
-				for _, r := range got {
-					id := fmt.Sprint(r[:nk+2])
-					if _, ok := last[id]; !ok {
-						order = append(order, id)
+				if err := win.Finish(rec); err != nil {
+					t.Fatal(err)
+				}
+
+				want, wantDropped := bruteForce(rows, arrival, p)
+				if len(want) == 0 {
+					t.Fatal("test data produced no windows")
+				}
+				if got := droppedBefore + win.LateRecordsDropped(); got != int64(len(wantDropped)) {
+					t.Errorf("LateRecordsDropped = %d, want %d", got, len(wantDropped))
+				}
+				// Each late record reached the late side output once.
+				side := slices.Sorted(slices.Values(rec.side))
+				if !slices.Equal(side, wantDropped) {
+					t.Errorf("late side output: got %d rows, want %d\ngot  %.300v\nwant %.300v", len(side), len(wantDropped), side, wantDropped)
+				}
+				if p.lateness == 0 && tt.jitter > p.ooo && len(wantDropped) == 0 {
+					t.Errorf("test data has no late records (%d windows); raise the jitter", len(want))
+				}
+				nk := len(keys)
+				if !out.Equal(win.out) || out.Len() != nk+2+len(allAggs) {
+					t.Fatalf("output schema %s, planned %s", win.out, out)
+				}
+
+				got := rec.rows()
+				if p.lateness == 0 {
+					// Each window fires exactly once, in (end, key) order.
+					if !reflect.DeepEqual(got, want) {
+						t.Fatalf("got %d rows, want %d\n%s", len(got), len(want), diffRows(got, want))
 					}
-					last[id] = r
+				} else {
+					// Late records re-fire windows: the last result of each
+					// window is its final content.
+					last := map[string][]any{}
+					var order []string
+					for _, r := range got {
+						id := fmt.Sprint(r[:nk+2])
+						if _, ok := last[id]; !ok {
+							order = append(order, id)
+						}
+						last[id] = r
+					}
+					var final [][]any
+					for _, id := range order {
+						final = append(final, last[id])
+					}
+					sortRows(final, nk)
+					if !reflect.DeepEqual(final, want) {
+						t.Fatalf("final results: got %d rows, want %d\n%s", len(final), len(want), diffRows(final, want))
+					}
+					if len(got) == len(final) {
+						t.Errorf("no window re-fired; the test data should contain records within the allowed lateness")
+					}
 				}
-				var final [][]any
-				for _, id := range order {
-					final = append(final, last[id])
-				}
-				sortRows(final, nk)
-				if !reflect.DeepEqual(final, want) {
-					t.Fatalf("final results: got %d rows, want %d\n%s", len(final), len(want), diffRows(final, want))
-				}
-				if len(got) == len(final) {
-					t.Errorf("no window re-fired; the test data should contain records within the allowed lateness")
-				}
-			}
-			checkTiming(t, rec, nk, p.lateness)
+				checkTiming(t, rec, nk, p.lateness)
 
-			if st := win.st; st != nil && (st.keys.live() != 0 || st.liveSlots() != 0 || len(st.order) != 0) {
-				t.Errorf("state left after the end of input: %d keys, %d slots, %d panes", st.keys.live(), st.liveSlots(), len(st.order))
-			}
-		})
+				if n := keysWithState(win); n != 0 {
+					t.Errorf("state left after the end of input: %d keys have panes", n)
+				}
+			})
+		}
 	}
 }
 

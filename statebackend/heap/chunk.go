@@ -23,6 +23,12 @@ func (b *Backend) Snapshot(c *stream.SnapshotContext) error {
 		return fmt.Errorf("heap state backend: %w", err)
 	}
 	tables := b.sortedTables()
+	for _, t := range tables {
+		if t.hosted != nil {
+			t.hosted.BeginSnapshot()
+			defer t.hosted.EndSnapshot()
+		}
+	}
 	var valueBytes, values int64
 	for i := range b.kg.Len() {
 		data, nv, vb, err := b.encodeKeyGroup(tables, i)
@@ -46,14 +52,22 @@ func (b *Backend) Snapshot(c *stream.SnapshotContext) error {
 func (b *Backend) encodeKeyGroup(tables []*table, i int) (data []byte, values, valueBytes int64, err error) {
 	views := make([]tableView, 0, len(tables))
 	n := 0
+	var hosted []*table // with slots in this key group
 	for _, t := range tables {
+		if t.hosted != nil {
+			if ids := t.hosted.GroupSlots(b.kg.Start + i); len(ids) > 0 {
+				hosted = append(hosted, t)
+				n += len(ids)
+			}
+			continue
+		}
 		if v := t.snapshotView(i); v.len() > 0 {
 			views = append(views, v)
 			n += v.len()
 		}
 	}
 	timers := b.timers.sets[i]
-	if len(views) == 0 && len(timers) == 0 {
+	if len(views) == 0 && len(hosted) == 0 && len(timers) == 0 {
 		return nil, 0, 0, nil
 	}
 	// Size the chunk from the average key and value sizes, so that it is
@@ -63,7 +77,7 @@ func (b *Backend) encodeKeyGroup(tables []*table, i int) (data []byte, values, v
 		perEntry += b.keyBytes / b.entries
 	}
 	dst := make([]byte, 0, 64+int64(n)*perEntry+int64(len(timers))*24)
-	dst = chunk.AppendHeader(dst, b.kg.Start+i, len(views))
+	dst = chunk.AppendHeader(dst, b.kg.Start+i, len(views)+len(hosted))
 	// appendValue appends a value (of a map table: with its user key).
 	appendValue := func(t *table, key, userKey string, v any) error {
 		if t.maps != nil {
@@ -113,6 +127,14 @@ func (b *Backend) encodeKeyGroup(tables []*table, i int) (data []byte, values, v
 				}
 			}
 		}
+	}
+	for _, t := range hosted {
+		var nv, vb int64
+		if dst, nv, vb, err = t.appendHosted(dst, b.kg.Start+i, t.hosted.GroupSlots(b.kg.Start+i)); err != nil {
+			return nil, 0, 0, err
+		}
+		values += nv
+		valueBytes += vb
 	}
 	dst = chunk.AppendCount(dst, len(timers))
 	for id := range timers {
@@ -228,7 +250,7 @@ func (b *Backend) Restore(c *stream.RestoreContext) error {
 	for _, p := range parsed {
 		for _, pt := range p.tables {
 			t := b.tables[pt.name]
-			if t == nil || !t.registered {
+			if t == nil || !t.registered || t.hosted != nil {
 				continue
 			}
 			raw := &table{b: b, kind: pt.kind, vals: make([]slab, b.kg.Len())}
@@ -240,6 +262,21 @@ func (b *Backend) Restore(c *stream.RestoreContext) error {
 			}
 			if err := raw.decodeRaw(t.d); err != nil {
 				return fmt.Errorf("%w: checkpoint %d: %w", statebackend.ErrCorrupt, c.CheckpointID, err)
+			}
+		}
+	}
+	// Hosted tables get their slots (decoded) now too.
+	for _, p := range parsed {
+		for _, pt := range p.tables {
+			t := b.tables[pt.name]
+			if t == nil || t.hosted == nil {
+				continue
+			}
+			if pt.kind != statebackend.KindValue {
+				return fmt.Errorf("%w: checkpoint %d: state %q was written as %s state and is slot state (value) here", statebackend.ErrConflict, c.CheckpointID, pt.name, pt.kind)
+			}
+			if err := t.loadGroup(p.kg, pt.vals); err != nil {
+				return err
 			}
 		}
 	}
@@ -255,6 +292,9 @@ func (b *Backend) apply(p *parsedChunk) {
 	i := p.kg - b.kg.Start
 	for _, pt := range p.tables {
 		t := b.tables[pt.name]
+		if t != nil && t.hosted != nil {
+			continue // loaded by Restore
+		}
 		if t == nil {
 			t = b.newTable(pt.name, pt.kind)
 			b.tables[pt.name] = t

@@ -101,6 +101,9 @@ func (b *Backend) Table(d statebackend.Descriptor) (statebackend.Table, error) {
 		b.tables[d.Name] = t
 		return t, nil
 	}
+	if t.hosted != nil {
+		return nil, fmt.Errorf("%w: state %q is slot state (statebackend.GetSlots) and is requested as a table", statebackend.ErrConflict, d.Name)
+	}
 	if t.registered {
 		if err := t.d.Compatible(d); err != nil {
 			return nil, err
@@ -137,6 +140,10 @@ func (b *Backend) Keys(name string, keyGroup int, fn func(key []byte) bool) {
 		return
 	}
 	i := keyGroup - b.kg.Start
+	if t.hosted != nil {
+		t.hostedKeys(keyGroup, fn)
+		return
+	}
 	if t.maps != nil {
 		for k := range t.maps[i] {
 			if b.closed || !fn([]byte(k)) {
@@ -170,7 +177,13 @@ func (b *Backend) Keys(name string, keyGroup int, fn func(key []byte) bool) {
 // SizeBytes implements statebackend.Backend: key bytes plus a fixed overhead
 // per entry, plus the average encoded value size seen at the last snapshot.
 func (b *Backend) SizeBytes() int64 {
-	return b.keyBytes + b.entries*(entryOverhead+b.avgValue) + b.timers.sizeBytes()
+	n := b.keyBytes + b.entries*(entryOverhead+b.avgValue) + b.timers.sizeBytes()
+	for _, t := range b.tables {
+		if t.hosted != nil {
+			n += int64(t.hosted.Len()) * (entryOverhead + b.avgValue)
+		}
+	}
+	return n
 }
 
 // Close implements statebackend.Backend.
@@ -208,9 +221,13 @@ type table struct {
 	d          statebackend.Descriptor
 	kind       statebackend.Kind
 	registered bool
-	vals       []slab                        // per key group; nil for KindMap
-	maps       []map[string]map[string]*cell // per key group; KindMap only
-	ukBuf      []byte
+	// hosted, if set, holds the table's state instead of vals and maps
+	// (see HostSlots); load adds restored slots to it.
+	hosted statebackend.SlotSource
+	load   func(key []byte, group int, ns int64, words []int64) error
+	vals   []slab                        // per key group; nil for KindMap
+	maps   []map[string]map[string]*cell // per key group; KindMap only
+	ukBuf  []byte
 }
 
 var _ statebackend.Table = (*table)(nil)
@@ -396,7 +413,3 @@ func codecName(d statebackend.Descriptor, what string) string {
 	}
 	return d.Codec.ID()
 }
-
-// KeepsValues implements statebackend.ValueKeeper: tables keep the values
-// given to Put and encode them only in Snapshot.
-func (b *Backend) KeepsValues() bool { return true }
