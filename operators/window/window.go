@@ -51,8 +51,8 @@ type Window struct {
 
 	// Per-batch scratch. memo remembers the slots of recent rows of the
 	// batch by key hash, so that a key's later rows skip the slot index.
-	memo [memoSize]memoEntry
-	gen  uint32
+	memo     [memoSize]memoEntry
+	gen      uint32
 	ws, mask [][]int64
 	late     []lateFire
 	lateIdx  []int32 // rows past their lateness
