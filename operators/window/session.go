@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"sync/atomic"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
@@ -135,7 +134,8 @@ func NewSessionWindow(config []byte) (*SessionWindow, error) {
 func (o *SessionWindow) UsesKeyedState() bool { return true }
 
 // LateRecordsDropped returns how many records arrived too late for any
-// session and were dropped. It may be called from any goroutine.
+// session: they went to side output LateOutput, or nowhere if nothing reads
+// it. It may be called from any goroutine.
 func (o *SessionWindow) LateRecordsDropped() int64 { return o.lateDropped.Load() }
 
 // Open binds the operator to its input, key and keyed state.
@@ -652,33 +652,7 @@ func (o *SessionWindow) compareOut(b *stream.Batch, x, y int) int {
 	if c := cmp.Compare(ends[x], ends[y]); c != 0 {
 		return c
 	}
-	for j := range nk {
-		c := &b.Cols[j]
-		xn, yn := rowenc.IsNull(c, x), rowenc.IsNull(c, y)
-		switch {
-		case xn && yn:
-			continue
-		case xn:
-			return -1
-		case yn:
-			return 1
-		}
-		var r int
-		switch c.Type {
-		case stream.TypeInt64, stream.TypeTimestamp:
-			r = cmp.Compare(c.Ints[x], c.Ints[y])
-		case stream.TypeFloat64:
-			r = cmp.Compare(c.Floats[x], c.Floats[y])
-		case stream.TypeString:
-			r = strings.Compare(c.Strs[x], c.Strs[y])
-		case stream.TypeBool:
-			r = cmp.Compare(b2i(c.Bools[x]), b2i(c.Bools[y]))
-		}
-		if r != 0 {
-			return r
-		}
-	}
-	return 0
+	return compareRows(b.Cols[:nk], x, y)
 }
 
 // Finish fires every session still open. The runtime sends
