@@ -12,7 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 # package; the process-level integration tests live in ./test.
 PKGS := ./...
 
-.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean chaos soak
+.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate
 
 all: build
 
@@ -42,6 +42,15 @@ chaos: $(BIN)/versitygw
 	@WEIR_CHAOS_KILLS=$${WEIR_CHAOS_KILLS:-50} WEIR_HA_KILLS=$${WEIR_HA_KILLS:-20} \
 		$(GO) test -count=1 -v -timeout 60m -run 'TestChaos|TestSamePort|TestHA' ./test/ > .run/chaos.log 2>&1; rc=$$?; \
 		grep -E '^(kills=|same_port_|takeovers=|--- |ok|FAIL)' .run/chaos.log; echo "full log: .run/chaos.log"; exit $$rc
+
+# A sliding window on Pebble with 1,000,000 keys (WEIR_BIGSTATE_KEYS), its
+# state many times the taskmanagers' 512 KiB of state cache, through a
+# taskmanager SIGKILL; every window checked. `make test` runs 4,000 keys.
+bigstate: $(BIN)/versitygw
+	@mkdir -p .run
+	@WEIR_BIGSTATE_KEYS=$${WEIR_BIGSTATE_KEYS:-1000000} \
+		$(GO) test -count=1 -v -timeout 60m -run 'TestWindowBigState' ./test/ > .run/bigstate.log 2>&1; rc=$$?; \
+		grep -E '^(window_bigstate |--- |ok|FAIL)' .run/bigstate.log; echo "full log: .run/bigstate.log"; exit $$rc
 
 # The soak: a random mix of every fault (taskmanager kills and pauses,
 # partitions, S3 outages, leader kills and leaders cut off from etcd) for
