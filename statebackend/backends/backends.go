@@ -145,8 +145,11 @@ func openFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebacken
 func pebbleOptions(octx *stream.OperatorContext, dir string) pebblestate.Options {
 	o := pebblestate.Options{Dir: dir, DeleteOnClose: true}
 	if n := octx.StateCacheBytes; n > 0 {
+		// Half to the block cache, an eighth to the timer index, the rest
+		// to the write-back value cache.
 		o.CacheBytes = max(n/2, 1)
-		o.ValueCacheBytes = max(n-n/2, 1)
+		o.TimerCacheBytes = max(n/8, 1)
+		o.ValueCacheBytes = max(n-n/2-n/8, 1)
 	}
 	return o
 }

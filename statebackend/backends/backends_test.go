@@ -172,16 +172,16 @@ func TestFullSnapshots(t *testing.T) {
 }
 
 // TestOpenStateCacheBytes checks that a subtask's cache budget is split
-// between Pebble's block cache and the write-back value cache, and that 0
-// keeps the defaults.
+// between Pebble's block cache, the timer index and the write-back value
+// cache, and that 0 keeps the defaults.
 func TestOpenStateCacheBytes(t *testing.T) {
 	for _, tc := range []struct {
-		budget            int64
-		wantBlock, wantVC int64
+		budget                       int64
+		wantBlock, wantVC, wantTimer int64
 	}{
-		{0, pebblestate.DefaultCacheBytes, pebblestate.DefaultValueCacheBytes},
-		{8 << 20, 4 << 20, 4 << 20},
-		{3, 1, 2},
+		{0, pebblestate.DefaultCacheBytes, pebblestate.DefaultValueCacheBytes, pebblestate.DefaultTimerCacheBytes},
+		{8 << 20, 4 << 20, 3 << 20, 1 << 20},
+		{3, 1, 2, 1},
 	} {
 		octx := &stream.OperatorContext{OperatorUID: "count/1", KeyGroups: stream.KeyGroupRange{Start: 0, End: 7},
 			StateBackend: stream.StateBackendPebble, LocalStateDir: t.TempDir(), StateCacheBytes: tc.budget}
@@ -190,8 +190,9 @@ func TestOpenStateCacheBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := b.(*pebblestate.Backend).Options()
-		if o.CacheBytes != tc.wantBlock || o.ValueCacheBytes != tc.wantVC {
-			t.Errorf("budget %d: block cache %d, value cache %d; want %d and %d", tc.budget, o.CacheBytes, o.ValueCacheBytes, tc.wantBlock, tc.wantVC)
+		if o.CacheBytes != tc.wantBlock || o.ValueCacheBytes != tc.wantVC || o.TimerCacheBytes != tc.wantTimer {
+			t.Errorf("budget %d: block cache %d, value cache %d, timer index %d; want %d, %d and %d", tc.budget,
+				o.CacheBytes, o.ValueCacheBytes, o.TimerCacheBytes, tc.wantBlock, tc.wantVC, tc.wantTimer)
 		}
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
