@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -77,15 +76,7 @@ func TestWindowBigState(t *testing.T) {
 	// the work with a million keys.
 	interval := max(1, keys/100_000)
 	body := fmt.Sprintf(windowBigStateSpec, interval, "file://"+filepath.Join(dir, "ckpt"), rows, rows/6, keys, keys, keys/2, out)
-	if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	submitted, err := c.Weir("submit", spec)
-	if err != nil {
-		t.Fatalf("weir submit: %v\n%s", err, submitted)
-	}
-	fields := strings.Fields(submitted)
-	jobID := fields[len(fields)-1]
+	jobID := submitSpec(t, c, spec, body)
 
 	// Kill a taskmanager once a checkpoint holds state, while the job runs.
 	polltest.Eventually(t, 3*time.Minute, "a completed checkpoint with state while the job runs", func() bool {

@@ -173,15 +173,7 @@ func TestExactlyOnceUnderInjectedFailures(t *testing.T) {
 	dir := t.TempDir()
 	ckpt, countsOut, windowsOut := filepath.Join(dir, "ckpt"), filepath.Join(dir, "counts"), filepath.Join(dir, "windows")
 	spec := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(spec, []byte(fmt.Sprintf(eoSpec, "file://"+ckpt, eoDatagen, countsOut, windowsOut)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := c.Weir("submit", spec)
-	if err != nil {
-		t.Fatalf("weir submit: %v\n%s", err, out)
-	}
-	fields := strings.Fields(out)
-	jobID := fields[len(fields)-1]
+	jobID := submitSpec(t, c, spec, fmt.Sprintf(eoSpec, "file://"+ckpt, eoDatagen, countsOut, windowsOut))
 
 	// While the job runs, a completed checkpoint can be listed and inspected.
 	var inspected bool

@@ -69,15 +69,7 @@ func TestPebbleStateLargerThanCache(t *testing.T) {
 	dir := t.TempDir()
 	ckpt, countsOut := filepath.Join(dir, "ckpt"), filepath.Join(dir, "counts")
 	spec := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(spec, []byte(fmt.Sprintf(bigStateSpec, "file://"+ckpt, bigStateDatagen, countsOut)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := c.Weir("submit", spec)
-	if err != nil {
-		t.Fatalf("weir submit: %v\n%s", err, out)
-	}
-	fields := strings.Fields(out)
-	jobID := fields[len(fields)-1]
+	jobID := submitSpec(t, c, spec, fmt.Sprintf(bigStateSpec, "file://"+ckpt, bigStateDatagen, countsOut))
 
 	var checkpointBytes int64
 	job := c.WaitJobWhile(jobID, 5*time.Minute, func() {

@@ -35,15 +35,7 @@ func TestExactlyOnceOnPebbleState(t *testing.T) {
 			// Keep the checkpoints once the job ends, to look at them.
 			body = strings.Replace(body, "  retained: 3\n", "  retained: 3\n  retention: retain\n", 1)
 			spec := filepath.Join(dir, "job.yaml")
-			if err := os.WriteFile(spec, []byte(fmt.Sprintf(body, "file://"+ckpt, eoDatagen, countsOut, windowsOut)), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := c.Weir("submit", spec)
-			if err != nil {
-				t.Fatalf("weir submit: %v\n%s", err, out)
-			}
-			fields := strings.Fields(out)
-			jobID := fields[len(fields)-1]
+			jobID := submitSpec(t, c, spec, fmt.Sprintf(body, "file://"+ckpt, eoDatagen, countsOut, windowsOut))
 			job := c.WaitJobWhile(jobID, 5*time.Minute, func() {})
 			if job.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
 				t.Fatalf("job ended %v: %s", job.GetJob().GetState(), job.GetJob().GetError())
@@ -109,15 +101,7 @@ operators:
   - uid: out
     type: discard
 `, "file://"+filepath.Join(dir, "ckpt"))
-	if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := c.Weir("submit", spec)
-	if err != nil {
-		t.Fatalf("weir submit: %v\n%s", err, out)
-	}
-	fields := strings.Fields(out)
-	jobID := fields[len(fields)-1]
+	jobID := submitSpec(t, c, spec, body)
 	polltest.Eventually(t, time.Minute, "two completed checkpoints", func() bool {
 		cks, err := c.Checkpoints(jobID)
 		return err == nil && cks.GetCompleted() >= 2
@@ -139,4 +123,19 @@ operators:
 		t.Fatalf("job state %v after cancel", s)
 	}
 	waitNoLocalState(t, c, 2)
+}
+
+// submitSpec writes a job spec to path, submits it with the weir CLI and
+// returns the job's id.
+func submitSpec(t *testing.T, c *clustertest.Cluster, path, body string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Weir("submit", path)
+	if err != nil {
+		t.Fatalf("weir submit: %v\n%s", err, out)
+	}
+	fields := strings.Fields(out)
+	return fields[len(fields)-1]
 }
