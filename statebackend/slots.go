@@ -52,7 +52,6 @@ type Slots struct {
 	// The words of slot id are blocks[id/slotBlock], at (id%slotBlock)*Words.
 	blocks [][]int64
 	free   []int32
-	nsBuf  [8]byte
 
 	// Snapshot scratch of a hosted Slots: live slot ids by key group,
 	// sorted by key and namespace.

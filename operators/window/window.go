@@ -103,11 +103,11 @@ type lateFire struct {
 
 // pending is one result row waiting to be emitted.
 type pending struct {
-	end        int64
-	keyOff     int // key bytes: pendKeys[keyOff:keyEnd]
-	keyEnd     int
-	acc        int // accumulators: pendAcc[acc : acc+lay.width]
-	start, row int
+	end    int64
+	keyOff int // key bytes: pendKeys[keyOff:keyEnd]
+	keyEnd int
+	acc    int // accumulators: pendAcc[acc : acc+lay.width]
+	row    int // its key's row in sortPending's decoded columns
 }
 
 // paneRef is one pane of a key found by Slots.Range.
