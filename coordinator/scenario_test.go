@@ -2,50 +2,81 @@ package coordinator
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/datadriven"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the testdata scenarios")
-
-// The scenario language. A file is a sequence of blocks:
+// The scenario language. Each file in testdata is a sequence of blocks:
 //
 //	# comment
-//	command arg key=value ...
+//	command arg key=value key=(a,b) ...
 //	----
 //	expected output (one or more lines, ended by a blank line or EOF)
+//
+// Expected output that contains blank lines goes between a double ----
+// separator (----, ----, output, ----, ----). Bare arguments come first, in
+// the order below; key=value arguments follow in any order. A list is
+// written key=(a,b,...); a list of one needs no parentheses. TEXT is free
+// text without commas or unbalanced parentheses, written key=(some text).
 //
 // After every command the driver prints the command's own result (if any)
 // and then the actions returned by Ready, one per line; "ok" when there is
 // nothing. Commands:
 //
 //	new [interval=D] [timeout=D] [min-pause=D] [max-concurrent=N]
-//	    [tolerable=N] [retained=N] [first=N] tasks=V/S,... [sources=V/S,...]
+//	    [tolerable=N] [retained=N] [first=N] [tasks=(V/S,...)] [sources=(V/S,...)]
 //	tick [D]              advance the clock by D (default 0), then Tick
 //	advance D             advance the clock only
 //	trigger               TriggerNow
 //	ack V/S ID [bytes=N] [payload=X] [sync=D] [async=D] [align=D]
-//	decline V/S ID reason...
+//	decline V/S ID [reason=(TEXT)]
 //	finished V/S
 //	manifest-ok ID
-//	manifest-fail ID message...
-//	stop CAUSE reason...  (CAUSE: failover or job-ended)
-//	reset [tasks=...] [sources=...]   (defaults: those of the last new/reset)
+//	manifest-fail ID [reason=(TEXT)]     the write failed with error TEXT
+//	stop CAUSE [reason=(TEXT)]           (CAUSE: failover or job-ended)
+//	reset [tasks=(V/S,...)] [sources=(V/S,...)]
 //	adopt ID              AdoptCompleted with payload "adopted"
 //	history | counts | aborts | latest | state
 //
-// Every abort prints its cause (cause=...), so the scenarios pin the cause
-// of every abort path; "aborts" prints AbortCounts.
+// Tasks and sources left out of new or reset are those of the last new or
+// reset. Every abort prints its cause (cause=...), so the scenarios pin the
+// cause of every abort path; "aborts" prints AbortCounts.
 //
-// Durations use time.ParseDuration; the clock starts at t0.
+// Durations use time.ParseDuration; the clock starts at t0. Run the tests
+// with -rewrite to replace the expected output with the actual one.
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// commands gives the syntax of each command: its bare arguments, by name
+// (optional ones in brackets), and its keys.
+var commands = map[string]struct{ args, keys []string }{
+	"new": {nil, []string{"interval", "timeout", "min-pause", "max-concurrent",
+		"tolerable", "retained", "first", "tasks", "sources"}},
+	"tick":          {[]string{"[D]"}, nil},
+	"advance":       {[]string{"D"}, nil},
+	"trigger":       {},
+	"ack":           {[]string{"V/S", "ID"}, []string{"bytes", "payload", "sync", "async", "align"}},
+	"decline":       {[]string{"V/S", "ID"}, []string{"reason"}},
+	"finished":      {[]string{"V/S"}, nil},
+	"manifest-ok":   {[]string{"ID"}, nil},
+	"manifest-fail": {[]string{"ID"}, []string{"reason"}},
+	"stop":          {[]string{"CAUSE"}, []string{"reason"}},
+	"reset":         {nil, []string{"tasks", "sources"}},
+	"adopt":         {[]string{"ID"}, nil},
+	"history":       {},
+	"counts":        {},
+	"aborts":        {},
+	"latest":        {},
+	"state":         {},
+}
+
+// A scenario is the state carried from one command of a file to the next.
 type scenario struct {
 	c       *Coordinator
 	now     time.Time
@@ -62,139 +93,176 @@ func TestScenarios(t *testing.T) {
 		t.Fatal("no scenarios in testdata")
 	}
 	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScenarioFile(t, f) })
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
+			s := &scenario{now: t0}
+			datadriven.RunTest(t, f, func(t *testing.T, d *datadriven.TestData) string {
+				return s.run(newDirective(t, d))
+			})
+		})
 	}
 }
 
-type block struct {
-	line     int
-	cmd      string
-	expected string
+// A directive is one command of a scenario. Its methods parse the
+// arguments and fail the test, naming the problem, on a bad one.
+type directive struct {
+	t     *testing.T
+	d     *datadriven.TestData
+	args  []string            // bare arguments
+	named []datadriven.CmdArg // key=value arguments
 }
 
-func parseScenario(t *testing.T, path string) (blocks []block, prefix []string) {
-	data, err := os.ReadFile(path)
+// newDirective checks the command of d and its arguments against commands.
+func newDirective(t *testing.T, d *datadriven.TestData) *directive {
+	t.Helper()
+	c := &directive{t: t, d: d}
+	syntax, ok := commands[d.Cmd]
+	if !ok {
+		c.fatalf("unknown command %q", d.Cmd)
+	}
+	if d.Input != "" {
+		c.fatalf("%s takes no input before ----", d.Cmd)
+	}
+	for _, a := range d.CmdArgs {
+		switch {
+		case len(a.Vals) == 0 && len(c.named) > 0:
+			c.fatalf("bare argument %q after key=value arguments", a.Key)
+		case len(a.Vals) == 0:
+			c.args = append(c.args, a.Key)
+		case !slices.Contains(syntax.keys, a.Key):
+			c.fatalf("unknown argument %s", a)
+		case slices.ContainsFunc(c.named, func(b datadriven.CmdArg) bool { return b.Key == a.Key }):
+			c.fatalf("argument %s given twice", a.Key)
+		default:
+			c.named = append(c.named, a)
+		}
+	}
+	required := 0
+	for _, name := range syntax.args {
+		if !strings.HasPrefix(name, "[") {
+			required++
+		}
+	}
+	if len(c.args) < required || len(c.args) > len(syntax.args) {
+		usage := append([]string{d.Cmd}, syntax.args...)
+		for _, k := range syntax.keys {
+			usage = append(usage, "["+k+"=...]")
+		}
+		c.fatalf("want %s", strings.Join(usage, " "))
+	}
+	return c
+}
+
+// fatalf fails the test with a message that names the line of d.
+func (c *directive) fatalf(format string, a ...any) {
+	c.t.Helper()
+	c.d.Fatalf(c.t, format, a...)
+}
+
+// value returns the value of a, which must have one.
+func (c *directive) value(a datadriven.CmdArg) string {
+	c.t.Helper()
+	if len(a.Vals) != 1 {
+		c.fatalf("%s: want one value, not %d (a comma separates values)", a.Key, len(a.Vals))
+	}
+	return a.Vals[0]
+}
+
+// duration parses s, the value of the argument name, as a duration.
+func (c *directive) duration(name, s string) time.Duration {
+	c.t.Helper()
+	d, err := time.ParseDuration(s)
 	if err != nil {
-		t.Fatal(err)
+		c.fatalf("%s: %v", name, err)
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	var comments []string
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			comments = append(comments, l)
-			continue
-		}
-		b := block{line: i + 1, cmd: l}
-		if i+1 >= len(lines) || lines[i+1] != "----" {
-			t.Fatalf("%s:%d: command %q is not followed by ----", path, i+1, l)
-		}
-		i += 2
-		var out []string
-		for ; i < len(lines) && lines[i] != ""; i++ {
-			out = append(out, lines[i])
-		}
-		b.expected = strings.Join(out, "\n")
-		blocks = append(blocks, b)
-		prefix = append(prefix, strings.Join(comments, "\n"))
-		comments = nil
-	}
-	return blocks, prefix
+	return d
 }
 
-func runScenarioFile(t *testing.T, path string) {
-	blocks, prefix := parseScenario(t, path)
-	s := &scenario{now: t0}
-	var rewritten strings.Builder
-	for i, b := range blocks {
-		got := s.run(t, path, b)
-		if *rewrite {
-			if prefix[i] != "" {
-				rewritten.WriteString(prefix[i] + "\n")
-			}
-			fmt.Fprintf(&rewritten, "%s\n----\n%s\n\n", b.cmd, got)
-			continue
-		}
-		if got != b.expected {
-			t.Errorf("%s:%d: %s\n got:\n%s\nwant:\n%s", path, b.line, b.cmd, indent(got), indent(b.expected))
-		}
+// number parses s, the value of the argument name, as an integer.
+func (c *directive) number(name, s string) int64 {
+	c.t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		c.fatalf("%s: %v", name, err)
 	}
-	if *rewrite {
-		out := strings.TrimRight(rewritten.String(), "\n") + "\n"
-		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return n
 }
 
-func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
-
-func (s *scenario) run(t *testing.T, path string, b block) string {
-	fields := strings.Fields(b.cmd)
-	cmd, args := fields[0], fields[1:]
-	fail := func(format string, a ...any) string {
-		t.Fatalf("%s:%d: %s: %s", path, b.line, b.cmd, fmt.Sprintf(format, a...))
-		return ""
+// task parses s, the value of the argument name, as a task V/S.
+func (c *directive) task(name, s string) TaskID {
+	c.t.Helper()
+	task, err := parseTask(s)
+	if err != nil {
+		c.fatalf("%s: %v", name, err)
 	}
+	return task
+}
+
+// tasks returns the list of tasks a; empty values are skipped, so that
+// key=() is the empty list.
+func (c *directive) tasks(a datadriven.CmdArg) []TaskID {
+	c.t.Helper()
+	var out []TaskID
+	for _, v := range a.Vals {
+		if v != "" {
+			out = append(out, c.task(a.Key, v))
+		}
+	}
+	return out
+}
+
+// reason returns the value of the reason argument, or "" without one.
+func (c *directive) reason() string {
+	c.t.Helper()
+	for _, a := range c.named {
+		if a.Key == "reason" {
+			return c.value(a)
+		}
+	}
+	return ""
+}
+
+// run runs the command c and returns its output.
+func (s *scenario) run(c *directive) string {
+	c.t.Helper()
+	cmd, args := c.d.Cmd, c.args
 	if cmd != "new" && s.c == nil {
-		return fail("no coordinator; start with new")
+		c.fatalf("no coordinator; start with new")
 	}
 	var out []string
 	switch cmd {
 	case "new":
 		cfg := Config{}
 		first := int64(1)
-		for _, a := range args {
-			k, v, ok := strings.Cut(a, "=")
-			if !ok {
-				return fail("argument %q is not key=value", a)
-			}
-			var err error
-			switch k {
+		for _, a := range c.named {
+			switch a.Key {
 			case "interval":
-				cfg.Interval, err = time.ParseDuration(v)
+				cfg.Interval = c.duration(a.Key, c.value(a))
 			case "timeout":
-				cfg.Timeout, err = time.ParseDuration(v)
+				cfg.Timeout = c.duration(a.Key, c.value(a))
 			case "min-pause":
-				cfg.MinPause, err = time.ParseDuration(v)
+				cfg.MinPause = c.duration(a.Key, c.value(a))
 			case "max-concurrent":
-				cfg.MaxConcurrent, err = strconv.Atoi(v)
+				cfg.MaxConcurrent = int(c.number(a.Key, c.value(a)))
 			case "tolerable":
-				cfg.TolerableFailures, err = strconv.Atoi(v)
+				cfg.TolerableFailures = int(c.number(a.Key, c.value(a)))
 			case "retained":
-				cfg.Retained, err = strconv.Atoi(v)
+				cfg.Retained = int(c.number(a.Key, c.value(a)))
 			case "first":
-				first, err = strconv.ParseInt(v, 10, 64)
+				first = c.number(a.Key, c.value(a))
 			case "tasks":
-				s.tasks, err = parseTasks(v)
+				s.tasks = c.tasks(a)
 			case "sources":
-				s.sources, err = parseTasks(v)
-			default:
-				err = fmt.Errorf("unknown key")
-			}
-			if err != nil {
-				return fail("%s: %v", a, err)
+				s.sources = c.tasks(a)
 			}
 		}
 		s.c = New(cfg, s.tasks, s.sources, first, s.now)
 	case "tick":
 		if len(args) > 0 {
-			d, err := time.ParseDuration(args[0])
-			if err != nil {
-				return fail("%v", err)
-			}
-			s.now = s.now.Add(d)
+			s.now = s.now.Add(c.duration("D", args[0]))
 		}
 		s.c.Tick(s.now)
 	case "advance":
-		if len(args) != 1 {
-			return fail("want advance DURATION")
-		}
-		d, err := time.ParseDuration(args[0])
-		if err != nil {
-			return fail("%v", err)
-		}
-		s.now = s.now.Add(d)
+		s.now = s.now.Add(c.duration("D", args[0]))
 	case "trigger":
 		id, err := s.c.TriggerNow(s.now)
 		if err != nil {
@@ -203,91 +271,52 @@ func (s *scenario) run(t *testing.T, path string, b block) string {
 			out = append(out, fmt.Sprintf("triggered %d", id))
 		}
 	case "ack":
-		if len(args) < 2 {
-			return fail("want ack V/S ID")
-		}
-		task, id := s.taskAndID(fail, args[0], args[1])
+		task, id := c.task("V/S", args[0]), c.number("ID", args[1])
 		var st AckStats
 		payload := any(fmt.Sprintf("h%d@%v", id, task))
-		for _, a := range args[2:] {
-			k, v, _ := strings.Cut(a, "=")
-			var err error
-			switch k {
+		for _, a := range c.named {
+			switch a.Key {
 			case "bytes":
-				st.Bytes, err = strconv.ParseInt(v, 10, 64)
+				st.Bytes = c.number(a.Key, c.value(a))
 			case "payload":
-				payload = v
+				payload = c.value(a)
 			case "sync":
-				st.SyncDuration, err = time.ParseDuration(v)
+				st.SyncDuration = c.duration(a.Key, c.value(a))
 			case "async":
-				st.AsyncDuration, err = time.ParseDuration(v)
+				st.AsyncDuration = c.duration(a.Key, c.value(a))
 			case "align":
-				st.AlignmentDuration, err = time.ParseDuration(v)
-			default:
-				err = fmt.Errorf("unknown key")
-			}
-			if err != nil {
-				return fail("%s: %v", a, err)
+				st.AlignmentDuration = c.duration(a.Key, c.value(a))
 			}
 		}
 		s.c.Ack(s.now, task, id, payload, st)
 	case "decline":
-		if len(args) < 2 {
-			return fail("want decline V/S ID reason")
-		}
-		task, id := s.taskAndID(fail, args[0], args[1])
-		s.c.Decline(s.now, task, id, strings.Join(args[2:], " "))
+		task, id := c.task("V/S", args[0]), c.number("ID", args[1])
+		s.c.Decline(s.now, task, id, c.reason())
 	case "finished":
-		ts, err := parseTasks(strings.Join(args, ","))
-		if err != nil || len(ts) != 1 {
-			return fail("want finished V/S")
-		}
-		s.c.TaskFinished(s.now, ts[0])
-	case "manifest-ok", "manifest-fail":
-		if len(args) < 1 {
-			return fail("want %s ID", cmd)
-		}
-		id, err := strconv.ParseInt(args[0], 10, 64)
-		if err != nil {
-			return fail("%v", err)
-		}
-		var werr error
-		if cmd == "manifest-fail" {
-			werr = errors.New(strings.Join(args[1:], " "))
-		}
-		s.c.ManifestWritten(s.now, id, werr)
+		s.c.TaskFinished(s.now, c.task("V/S", args[0]))
+	case "manifest-ok":
+		s.c.ManifestWritten(s.now, c.number("ID", args[0]), nil)
+	case "manifest-fail":
+		s.c.ManifestWritten(s.now, c.number("ID", args[0]), errors.New(c.reason()))
 	case "stop":
-		if len(args) < 1 {
-			return fail("want stop CAUSE reason")
-		}
 		cause, ok := parseCause(args[0])
 		if !ok {
-			return fail("unknown cause %q", args[0])
+			c.fatalf("unknown cause %q", args[0])
 		}
-		s.c.Stop(s.now, cause, strings.Join(args[1:], " "))
+		s.c.Stop(s.now, cause, c.reason())
 	case "adopt":
-		if len(args) != 1 {
-			return fail("want adopt ID")
-		}
-		id, err := strconv.ParseInt(args[0], 10, 64)
-		if err != nil {
-			return fail("%v", err)
+		id := c.number("ID", args[0])
+		if len(s.tasks) == 0 {
+			c.fatalf("adopt needs a task")
 		}
 		s.c.AdoptCompleted(id, map[TaskID]any{s.tasks[0]: "adopted"})
 	case "reset":
-		for _, a := range args {
-			k, v, _ := strings.Cut(a, "=")
-			var err error
-			switch k {
+		for _, a := range c.named {
+			switch a.Key {
 			case "tasks":
-				s.tasks, err = parseTasks(v)
+				s.tasks = c.tasks(a)
 			case "sources":
-				s.sources, err = parseTasks(v)
-			default:
-				err = fmt.Errorf("unknown key")
-			}
-			if err != nil {
-				return fail("%s: %v", a, err)
+				s.sources = c.tasks(a)
 			}
 		}
 		s.c.Reset(s.now, s.tasks, s.sources)
@@ -296,9 +325,9 @@ func (s *scenario) run(t *testing.T, path string, b block) string {
 			out = append(out, s.formatStats(h))
 		}
 	case "counts":
-		p, c, f := s.c.Counts()
+		p, completed, f := s.c.Counts()
 		out = append(out, fmt.Sprintf("in-progress=%d completed=%d failed=%d ignored=%d consecutive-failures=%d",
-			p, c, f, s.c.Ignored(), s.c.ConsecutiveFailures()))
+			p, completed, f, s.c.Ignored(), s.c.ConsecutiveFailures()))
 	case "aborts":
 		counts := s.c.AbortCounts()
 		var parts []string
@@ -322,7 +351,7 @@ func (s *scenario) run(t *testing.T, path string, b block) string {
 		}
 		out = append(out, fmt.Sprintf("pending=%v writing=%s retained=%v stopped=%v", s.c.Pending(), writing, s.c.Retained(), s.c.Stopped()))
 	default:
-		return fail("unknown command %q", cmd)
+		c.fatalf("unknown command %q", cmd)
 	}
 	for _, a := range s.c.Ready() {
 		out = append(out, a.String())
@@ -331,18 +360,6 @@ func (s *scenario) run(t *testing.T, path string, b block) string {
 		return "ok"
 	}
 	return strings.Join(out, "\n")
-}
-
-func (s *scenario) taskAndID(fail func(string, ...any) string, task, id string) (TaskID, int64) {
-	ts, err := parseTasks(task)
-	if err != nil || len(ts) != 1 {
-		fail("bad task %q", task)
-	}
-	n, err := strconv.ParseInt(id, 10, 64)
-	if err != nil {
-		fail("bad checkpoint id %q", id)
-	}
-	return ts[0], n
 }
 
 func (s *scenario) rel(t time.Time) string {
@@ -381,22 +398,15 @@ func parseCause(name string) (AbortCause, bool) {
 	return 0, false
 }
 
-func parseTasks(s string) ([]TaskID, error) {
-	var out []TaskID
-	for _, part := range strings.Split(s, ",") {
-		if part == "" {
-			continue
-		}
-		v, st, ok := strings.Cut(part, "/")
-		if !ok {
-			return nil, fmt.Errorf("task %q: want VERTEX/SUBTASK", part)
-		}
-		vi, err1 := strconv.Atoi(v)
-		si, err2 := strconv.Atoi(st)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("task %q: want VERTEX/SUBTASK", part)
-		}
-		out = append(out, TaskID{vi, si})
+func parseTask(s string) (TaskID, error) {
+	v, st, ok := strings.Cut(s, "/")
+	if !ok {
+		return TaskID{}, fmt.Errorf("task %q: want VERTEX/SUBTASK", s)
 	}
-	return out, nil
+	vi, err1 := strconv.Atoi(v)
+	si, err2 := strconv.Atoi(st)
+	if err1 != nil || err2 != nil {
+		return TaskID{}, fmt.Errorf("task %q: want VERTEX/SUBTASK", s)
+	}
+	return TaskID{vi, si}, nil
 }
