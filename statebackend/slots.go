@@ -26,12 +26,15 @@ import (
 //     is the state: the backend hands it the restored slots and writes the
 //     index's slots into its snapshots, and a slot id stays valid until its
 //     slot is deleted (InPlace). Nothing is encoded but in snapshots.
-//   - on other backends (Pebble) the state is the backend's value table:
-//     the first use of a key after a Flush reads the key's value (one point
-//     read) into the index, and Flush writes back every key used since and
-//     empties the index. The operator calls Flush at the end of each batch,
-//     so the table is what a snapshot sees and the memory Slots holds is
-//     one batch's worth.
+//   - on other backends (Pebble) the state is the backend's value table,
+//     and the index is a write-back cache of it (Spills): the first use of
+//     a key reads the key's value (one point read) and the key stays
+//     resident, all its slots in the index, until Evict spills it (writes
+//     it back and forgets it) to keep the index within its memory budget
+//     (SlotMemory). Flush writes back the resident keys changed since the
+//     last Flush; the operator calls it before a snapshot, so the table is
+//     what a snapshot sees. Keys that are not resident are read and
+//     written whole with ReadKey and WriteKey.
 //
 // A Slots is not safe for concurrent use; it uses the backend's current key
 // (SetCurrentKey) and changes it.
@@ -57,17 +60,60 @@ type Slots struct {
 	// sorted by key and namespace.
 	byGroup map[int][]int32
 
-	// Not hosted: the keys read since the last Flush, by key group and
-	// key (gk is scratch for the lookup).
+	// Not hosted: the resident keys by key group and key (gk is scratch
+	// for the lookup), the clock ring over them that Evict turns, the
+	// keys changed since the last Flush, and each slot's key.
 	loaded map[string]*loadedKey
 	gk     []byte
+	ring   []*loadedKey
+	hand   int
+	dirty  []*loadedKey
+	owner  []*loadedKey // by slot id
+	bytes  int64        // estimated memory of the resident keys
+	budget int64
+	onLoad func(slot int32)
 }
 
-// loadedKey is a key whose slots are in the index until the next Flush.
+// loadedKey is a resident key of a Slots that Spills.
 type loadedKey struct {
-	key   []byte
-	group int
-	ids   []int32 // its slot ids (ids are not reused before Flush)
+	name   string // key group and key: its key in Slots.loaded
+	key    []byte
+	group  int
+	ids    []int32 // its slot ids
+	pos    int     // in Slots.ring
+	dirty  bool    // changed since it was last written back
+	stored bool    // the table may hold a value of it
+	ref    bool    // used since Evict's hand last passed it
+	gone   bool    // spilled
+}
+
+// Peeker is implemented by a Table that can read the current key's value
+// without keeping it in a cache of its own (Pebble's value cache): a
+// caller that keeps what it reads (the resident keys of a Slots) then does
+// not hold it twice. Peek returns what Get would.
+type Peeker interface {
+	Peek(userKey []byte) (any, bool)
+}
+
+// Estimated bytes of memory a resident key and a resident slot take
+// beyond the key's bytes and the slot's words, in a Slots and in the
+// index an operator keeps of the slots (a window's pane index): the
+// entries, the hash index at half load, map slots and slice headers.
+const (
+	residentKeyBytes  = 224
+	residentSlotBytes = 112
+)
+
+// DefaultSlotMemory is the memory budget of a Slots that Spills on a
+// backend that is not a SlotMemory.
+const DefaultSlotMemory = 16 << 20
+
+// SlotMemory is implemented by a backend that does not host slots but
+// holds a memory budget for their resident keys (Pebble): ReserveSlotMemory
+// returns the bytes a new Slots may keep resident, taken from the
+// backend's own caches.
+type SlotMemory interface {
+	ReserveSlotMemory() int64
 }
 
 // SlotRecord is one slot of a key in the checkpoint form of Slots.
@@ -171,6 +217,10 @@ func GetSlots(b Backend, d SlotDescriptor) (*Slots, error) {
 	}
 	s.t = t
 	s.loaded = make(map[string]*loadedKey)
+	s.budget = DefaultSlotMemory
+	if m, ok := b.(SlotMemory); ok {
+		s.budget = m.ReserveSlotMemory()
+	}
 	return s, nil
 }
 
@@ -210,48 +260,206 @@ func (s *Slots) Descriptor() SlotDescriptor { return s.d }
 
 // Slot returns the slot of key (in key group group) in namespace ns,
 // creating it with the descriptor's initial words if it has none; created
-// says which. The slot id stays valid until the slot is deleted or, unless
-// InPlace, until Flush.
+// says which. The caller may change the slot's words until it calls
+// another method that changes the index; the slot id stays valid until
+// the slot is deleted or its key spilled (Evict).
 func (s *Slots) Slot(key []byte, group int, ns int64) (slot int32, created bool) {
 	h := slotHash(key, ns)
 	if id, ok := s.find(h, key, group, ns); ok {
+		if !s.hosted {
+			s.touch(s.owner[id])
+		}
 		return id, false
 	}
 	if s.hosted {
 		return s.insert(h, key, group, ns, s.d.Init), true
 	}
 	lk, fresh := s.loadKey(key, group)
+	s.touch(lk)
 	if fresh {
 		if id, ok := s.find(h, key, group, ns); ok {
 			return id, false
 		}
 	}
-	id := s.insert(h, key, group, ns, s.d.Init)
-	lk.ids = append(lk.ids, id)
-	return id, true
+	return s.add(lk, h, ns, s.d.Init), true
 }
 
-// loadKey reads key's slots from the table into the index, unless it did
-// since the last Flush; fresh says whether it did now.
+// touch records that lk is used and (probably) changed.
+func (s *Slots) touch(lk *loadedKey) {
+	lk.ref = true
+	if !lk.dirty {
+		lk.dirty = true
+		s.dirty = append(s.dirty, lk)
+	}
+}
+
+// add inserts a slot of resident key lk.
+func (s *Slots) add(lk *loadedKey, h uint64, ns int64, words []int64) int32 {
+	id := s.insert(h, lk.key, lk.group, ns, words)
+	for int(id) >= len(s.owner) {
+		s.owner = append(s.owner, nil)
+	}
+	s.owner[id] = lk
+	lk.ids = append(lk.ids, id)
+	s.bytes += residentSlotBytes + 8*int64(s.d.Words)
+	return id
+}
+
+// loadKey makes key resident, reading its slots from the table into the
+// index, unless it is resident; fresh says whether it read them now.
 func (s *Slots) loadKey(key []byte, group int) (lk *loadedKey, fresh bool) {
 	s.gk = binary.AppendUvarint(s.gk[:0], uint64(group))
 	s.gk = append(s.gk, key...)
 	if lk := s.loaded[string(s.gk)]; lk != nil {
 		return lk, false
 	}
-	lk = &loadedKey{key: append(make([]byte, 0, len(key)), key...), group: group}
-	s.loaded[string(s.gk)] = lk
+	lk = &loadedKey{name: string(s.gk), key: append(make([]byte, 0, len(key)), key...), group: group, pos: len(s.ring), ref: true}
+	s.loaded[lk.name] = lk
+	s.ring = append(s.ring, lk)
+	s.bytes += residentKeyBytes + 2*int64(len(s.gk))
 	s.b.SetCurrentKey(key, group)
-	if v, ok := s.t.Get(nil); ok {
+	get := s.t.Get
+	if p, ok := s.t.(Peeker); ok {
+		get = p.Peek
+	}
+	if v, ok := get(nil); ok {
+		lk.stored = true
 		for _, r := range v.([]SlotRecord) {
-			lk.ids = append(lk.ids, s.insert(slotHash(key, r.NS), key, group, r.NS, r.Words))
+			s.add(lk, slotHash(key, r.NS), r.NS, r.Words)
+		}
+		if s.onLoad != nil {
+			for _, id := range lk.ids {
+				s.onLoad(id)
+			}
 		}
 	}
 	return lk, true
 }
 
-// Lookup returns the words of key's slot in ns, if it has one. Unless
-// InPlace they are valid until the next Flush.
+// Spills reports whether the backend keeps the slots (Pebble) and the
+// index holds only the resident keys, which Evict spills back to it.
+func (s *Slots) Spills() bool { return !s.hosted }
+
+// SetLoadHook makes fn called with each slot read from the table when its
+// key becomes resident (an operator that keeps its own index of slot ids
+// adds them there). fn must not change the index.
+func (s *Slots) SetLoadHook(fn func(slot int32)) { s.onLoad = fn }
+
+// Resident reports whether key's slots are in the index (always, when the
+// slots do not spill).
+func (s *Slots) Resident(key []byte, group int) bool {
+	if s.hosted {
+		return true
+	}
+	s.gk = binary.AppendUvarint(s.gk[:0], uint64(group))
+	s.gk = append(s.gk, key...)
+	return s.loaded[string(s.gk)] != nil
+}
+
+// ReadKey returns the slots of a key that is not resident, as the table
+// holds them, ordered by namespace. They are the table's: do not modify
+// them.
+func (s *Slots) ReadKey(key []byte, group int) []SlotRecord {
+	s.b.SetCurrentKey(key, group)
+	if v, ok := s.t.Get(nil); ok {
+		return v.([]SlotRecord)
+	}
+	return nil
+}
+
+// WriteKey replaces the slots of a key that is not resident with recs,
+// which must be ordered by namespace and which the table keeps; no slots
+// deletes the key.
+func (s *Slots) WriteKey(key []byte, group int, recs []SlotRecord) {
+	s.b.SetCurrentKey(key, group)
+	if len(recs) == 0 {
+		s.t.Delete(nil)
+		return
+	}
+	s.t.Put(nil, recs)
+}
+
+// Bytes returns the estimated memory of the resident keys (0 when the
+// slots do not spill), and Budget the memory Evict keeps them within.
+func (s *Slots) Bytes() int64  { return s.bytes }
+func (s *Slots) Budget() int64 { return s.budget }
+
+// Evict spills resident keys, the least recently used first (by a clock),
+// while the resident keys take more than their budget, down to seven
+// eighths of it: it writes each back to the table, calls fn (if not nil)
+// with its key and its slot ids, still valid, and takes its slots out of
+// the index. It returns how many keys it spilled. Slot ids held across
+// Evict must be looked up again.
+func (s *Slots) Evict(fn func(key []byte, group int, slots []int32)) int {
+	if s.hosted || s.bytes <= s.budget {
+		return 0
+	}
+	target := s.budget - s.budget/8
+	n := 0
+	for s.bytes > target && len(s.ring) > 0 {
+		if s.hand >= len(s.ring) {
+			s.hand = 0
+		}
+		lk := s.ring[s.hand]
+		if lk.ref {
+			lk.ref = false
+			s.hand++
+			continue
+		}
+		s.spill(lk, fn)
+		n++
+	}
+	return n
+}
+
+// spill writes lk back and makes it not resident.
+func (s *Slots) spill(lk *loadedKey, fn func(key []byte, group int, slots []int32)) {
+	if lk.dirty {
+		s.writeBack(lk)
+	}
+	if fn != nil && len(lk.ids) > 0 {
+		fn(lk.key, lk.group, lk.ids)
+	}
+	for _, id := range lk.ids {
+		s.unindex(id)
+		s.owner[id] = nil
+	}
+	s.bytes -= int64(len(lk.ids)) * (residentSlotBytes + 8*int64(s.d.Words))
+	s.bytes -= residentKeyBytes + 2*int64(len(lk.name))
+	delete(s.loaded, lk.name)
+	last := s.ring[len(s.ring)-1]
+	s.ring[lk.pos], last.pos = last, lk.pos
+	s.ring[len(s.ring)-1] = nil
+	s.ring = s.ring[:len(s.ring)-1]
+	lk.gone, lk.ids = true, nil
+}
+
+// writeBack writes resident key lk's slots to the table.
+func (s *Slots) writeBack(lk *loadedKey) {
+	lk.dirty = false
+	s.b.SetCurrentKey(lk.key, lk.group)
+	if len(lk.ids) == 0 {
+		if lk.stored {
+			s.t.Delete(nil)
+			lk.stored = false
+		}
+		return
+	}
+	recs := make([]SlotRecord, len(lk.ids))
+	words := make([]int64, len(lk.ids)*s.d.Words)
+	for i, id := range lk.ids {
+		w := words[i*s.d.Words : (i+1)*s.d.Words : (i+1)*s.d.Words]
+		copy(w, s.Words(id))
+		recs[i] = SlotRecord{s.ent[id].ns, w}
+	}
+	slices.SortFunc(recs, func(a, b SlotRecord) int { return cmp.Compare(a.NS, b.NS) })
+	s.t.Put(nil, recs) // the table keeps what it is given
+	lk.stored = true
+}
+
+// Lookup returns the words of key's slot in ns, if it has one, making the
+// key resident. They are valid as a slot id is (see Slot); the caller may
+// read them only.
 func (s *Slots) Lookup(key []byte, group int, ns int64) ([]int64, bool) {
 	h := slotHash(key, ns)
 	if id, ok := s.find(h, key, group, ns); ok {
@@ -315,9 +523,21 @@ func (s *Slots) Delete(key []byte, group int, ns int64) {
 	}
 }
 
-// deleteID takes slot id out of the index. Ids are reused only when
-// hosted: a loadedKey's ids stay its own until Flush.
+// deleteID deletes slot id.
 func (s *Slots) deleteID(id int32) {
+	if !s.hosted {
+		lk := s.owner[id]
+		i := slices.Index(lk.ids, id)
+		lk.ids = slices.Delete(lk.ids, i, i+1)
+		s.owner[id] = nil
+		s.touch(lk)
+		s.bytes -= residentSlotBytes + 8*int64(s.d.Words)
+	}
+	s.unindex(id)
+}
+
+// unindex takes slot id out of the index and frees the id.
+func (s *Slots) unindex(id int32) {
 	h := s.ent[id].hash
 	p := h & s.mask
 	for uint32(s.table[p]) != uint32(id+1) {
@@ -325,54 +545,26 @@ func (s *Slots) deleteID(id int32) {
 	}
 	s.remove(p)
 	s.ent[id] = slotEntry{klen: -1}
-	if s.hosted {
-		s.free = append(s.free, id)
-	}
+	s.free = append(s.free, id)
 }
 
-// Flush writes every key used since the last Flush back to the table and
-// empties the index, unless InPlace; slot ids are then invalid. InPlace it
-// does nothing.
+// Flush writes the resident keys changed since the last Flush back to the
+// table (when the slots spill; else it does nothing). They stay resident.
 func (s *Slots) Flush() {
-	if s.hosted || len(s.loaded) == 0 {
-		return
-	}
-	for _, lk := range s.loaded {
-		var recs []SlotRecord
-		for _, id := range lk.ids {
-			if e := &s.ent[id]; e.live() {
-				recs = append(recs, SlotRecord{e.ns, append([]int64(nil), s.Words(id)...)})
-			}
+	for _, lk := range s.dirty {
+		if lk.dirty && !lk.gone {
+			s.writeBack(lk)
 		}
-		s.b.SetCurrentKey(lk.key, lk.group)
-		if len(recs) == 0 {
-			s.t.Delete(nil)
-			continue
-		}
-		slices.SortFunc(recs, func(a, b SlotRecord) int { return cmp.Compare(a.NS, b.NS) })
-		s.t.Put(nil, recs) // the table keeps what it is given
 	}
-	clear(s.loaded)
-	clear(s.table)
-	clear(s.ent)
-	s.ent, s.free = s.ent[:0], s.free[:0]
-	s.n = 0
-	if len(s.table) > 1<<16 {
-		s.table = make([]uint64, 64)
-		s.mask = 63
-	}
-	if len(s.blocks) > 64 {
-		s.blocks = s.blocks[:64]
-	}
+	clear(s.dirty)
+	s.dirty = s.dirty[:0]
 }
 
 // Len returns the number of slots indexed (not of slots in the table).
 func (s *Slots) Len() int { return s.n }
 
-// InPlace reports whether the backend hosts the slots (SlotHost): slot
-// ids then stay valid until their slot is deleted, and the index holds
-// every slot, so that an operator may keep its own index of slot ids (by
-// namespace, say).
+// InPlace reports whether the backend hosts the slots (SlotHost): the index
+// then holds every slot.
 func (s *Slots) InPlace() bool { return s.hosted }
 
 // SlotKey returns the key (owned by the index: do not modify it), key group
@@ -383,17 +575,10 @@ func (s *Slots) SlotKey(slot int32) (key []byte, group int, ns int64) {
 }
 
 // DeleteSlot removes a slot by id, as Delete does by key.
-func (s *Slots) DeleteSlot(slot int32) {
-	if s.hosted {
-		s.deleteID(slot)
-		return
-	}
-	e := s.ent[slot]
-	s.Delete(e.key(), int(e.group), e.ns)
-}
+func (s *Slots) DeleteSlot(slot int32) { s.deleteID(slot) }
 
 // Each calls fn with the id of every slot in the index (InPlace: every
-// slot), in no particular order.
+// slot; else those of the resident keys), in no particular order.
 func (s *Slots) Each(fn func(slot int32)) {
 	for id := range s.ent {
 		if s.ent[id].live() {

@@ -51,7 +51,7 @@ type Config struct {
 	// the block cache, half for the write-back value cache; the heap
 	// backend keeps all state in memory and ignores it). Default 0: every
 	// Pebble backend takes the pebblestate defaults (64 MiB block cache and
-	// 32 MiB value cache).
+	// 64 MiB value cache).
 	StateCacheBytes int64
 	Logger          *slog.Logger
 }

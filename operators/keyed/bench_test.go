@@ -98,7 +98,7 @@ func BenchmarkKeyedSnapshot(b *testing.B) {
 }
 
 // BenchmarkRunningCountHeapVsPebble measures running_count on the heap and
-// on the Pebble state backend (default caches: 64 MiB block cache, 32 MiB
+// on the Pebble state backend (default caches: 64 MiB block cache, 64 MiB
 // write-back value cache) and reports pebble_vs_heap = Pebble throughput ÷
 // heap throughput, with 10,000 int keys (every key's count stays in the
 // value cache) and, as pebble_vs_heap_1m_keys, with 1,000,000 keys (2

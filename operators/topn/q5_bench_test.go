@@ -1,11 +1,16 @@
 package topn_test
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +33,12 @@ import (
 // events/s/core (events ÷ this process's CPU seconds) per backend and
 // pebble_vs_heap (per core). The backend applies to every operator of the
 // query that keeps keyed state in the runtime.
+//
+// Checkpoints are taken as in a job: every q5CheckpointEvents source
+// events (10 s of event time, the interval of test/bench's Nexmark jobs)
+// and at the end, so that both backends take the same ones. Their state
+// is read as an upload would read it (the chunks, and every new file once)
+// but not stored; the lines give their count and bytes.
 func BenchmarkQ5(b *testing.B) {
 	events := int64(10_000_000)
 	if v := os.Getenv("WEIR_Q5_EVENTS"); v != "" {
@@ -42,11 +53,14 @@ func BenchmarkQ5(b *testing.B) {
 		backends = []string{v}
 	}
 	wall, cpu := map[string]float64{}, map[string]float64{}
+	cks := map[string]*q5Checkpoints{}
 	for b.Loop() {
 		for _, backend := range backends {
-			w, c := runQ5(b, events, backend)
+			ck := &q5Checkpoints{seen: map[string]bool{}}
+			w, c := runQ5(b, events, backend, ck)
 			wall[backend] += w
 			cpu[backend] += c
+			cks[backend] = ck
 		}
 	}
 	n := float64(events) * float64(b.N)
@@ -54,6 +68,8 @@ func BenchmarkQ5(b *testing.B) {
 		b.ReportMetric(n/wall[backend], backend+"_events/s")
 		b.ReportMetric(n/cpu[backend], backend+"_events/s/core")
 		fmt.Printf("q5_%s_events_per_sec_per_core=%.0f\n", backend, n/cpu[backend])
+		ck := cks[backend]
+		fmt.Printf("q5_%s_checkpoints=%d\nq5_%s_checkpoint_bytes=%d\n", backend, ck.completed.Load(), backend, ck.bytes.Load())
 	}
 	if len(backends) == 2 {
 		ratio := cpu[stream.StateBackendHeap] / cpu[stream.StateBackendPebble]
@@ -62,8 +78,12 @@ func BenchmarkQ5(b *testing.B) {
 	}
 }
 
-// runQ5 runs q5 once and returns its wall and CPU seconds.
-func runQ5(b *testing.B, events int64, backend string) (wall, cpu float64) {
+// q5CheckpointEvents is how many source events apart runQ5 checkpoints.
+const q5CheckpointEvents = 1_000_000
+
+// runQ5 runs q5 once, checkpointing into ck, and returns its wall and CPU
+// seconds.
+func runQ5(b *testing.B, events int64, backend string, ck *q5Checkpoints) (wall, cpu float64) {
 	reg := builtin.Registry()
 	g, err := jobspec.Load(filepath.Join("..", "..", "examples", "nexmark", "q5.yaml"), reg)
 	if err != nil {
@@ -89,19 +109,145 @@ func runQ5(b *testing.B, events int64, backend string) (wall, cpu float64) {
 	tasks := make([]*dataflow.Task, len(specs))
 	for i, s := range specs {
 		s.StateBackend, s.LocalStateDir = backend, filepath.Join(dir, strconv.Itoa(i))
+		s.Checkpointing, s.Hooks = true, ck
 		if tasks[i], err = dataflow.NewTask(s, reg, x, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
+	ck.tasks, ck.src = tasks, tasks[0] // the source task comes first
+	ck.ended = make(chan struct{})
 	cpu0, start := cpuSeconds(), time.Now()
 	eg, ctx := errgroup.WithContext(b.Context())
 	for _, t := range tasks {
 		eg.Go(func() error { return t.Run(ctx) })
 	}
+	eg.Go(func() error { return ck.trigger(ctx) })
 	if err := eg.Wait(); err != nil {
 		b.Fatal(err)
 	}
+	if err := ck.err(); err != nil {
+		b.Fatal(err)
+	}
 	return time.Since(start).Seconds(), cpuSeconds() - cpu0
+}
+
+// q5Checkpoints triggers runQ5's checkpoints and takes their snapshots
+// (dataflow.CheckpointHooks).
+type q5Checkpoints struct {
+	tasks []*dataflow.Task
+	src   *dataflow.Task
+	ended chan struct{} // closed when the source's input ends
+
+	mu        sync.Mutex
+	acks      map[int64]int
+	seen      map[string]bool // shared files read
+	failure   error
+	completed atomic.Int64
+	bytes     atomic.Int64
+}
+
+// trigger checkpoints every q5CheckpointEvents source events, and once
+// more when the source's input has ended (its task waits for that one).
+func (c *q5Checkpoints) trigger(ctx context.Context) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	id, next := int64(0), int64(q5CheckpointEvents)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.ended:
+			id++
+			return c.src.TriggerCheckpoint(id, time.Now().UnixMilli())
+		case <-tick.C:
+			if c.src.Metrics().RecordsIn.Load() >= next {
+				id++
+				next += q5CheckpointEvents
+				if err := c.src.TriggerCheckpoint(id, time.Now().UnixMilli()); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func (c *q5Checkpoints) SourceInputEnded() { close(c.ended) }
+
+func (c *q5Checkpoints) SnapshotTaken(id, _ int64, snaps map[string]*stream.OperatorSnapshot, _ dataflow.SnapshotStats) {
+	go func() {
+		n, err := c.read(snaps)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err != nil {
+			c.failure = cmp.Or(c.failure, err)
+			return
+		}
+		c.bytes.Add(n)
+		if c.acks == nil {
+			c.acks = map[int64]int{}
+		}
+		if c.acks[id]++; c.acks[id] == len(c.tasks) {
+			delete(c.acks, id)
+			c.completed.Add(1)
+			for _, t := range c.tasks {
+				t.NotifyCheckpointComplete(id)
+			}
+		}
+	}()
+}
+
+func (c *q5Checkpoints) SnapshotFailed(id int64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failure = cmp.Or(c.failure, fmt.Errorf("checkpoint %d: %w", id, err))
+}
+
+func (c *q5Checkpoints) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failure
+}
+
+// read reads snaps as an upload would: every chunk, and every file not
+// read before (a shared file is uploaded once). It returns their bytes.
+func (c *q5Checkpoints) read(snaps map[string]*stream.OperatorSnapshot) (int64, error) {
+	var n int64
+	for _, s := range snaps {
+		for _, m := range []map[int][][]byte{s.Keyed} {
+			for _, chunks := range m {
+				for _, ch := range chunks {
+					n += int64(len(ch))
+				}
+			}
+		}
+		for _, m := range []map[string][][]byte{s.List, s.Union} {
+			for _, items := range m {
+				for _, it := range items {
+					n += int64(len(it))
+				}
+			}
+		}
+		for _, f := range s.Files {
+			c.mu.Lock()
+			seen := f.Shared && c.seen[f.SHA256]
+			c.seen[f.SHA256] = true
+			c.mu.Unlock()
+			if seen {
+				continue
+			}
+			r, err := os.Open(f.Path)
+			if err != nil {
+				return 0, err
+			}
+			m, err := io.Copy(io.Discard, r)
+			r.Close()
+			if err != nil {
+				return 0, err
+			}
+			n += m
+		}
+	}
+	return n, nil
 }
 
 // cpuSeconds is the user and system CPU time of this process.

@@ -26,8 +26,11 @@
 //
 // The three window types keep their keyed state in the runtime's keyed-state
 // backend (stream.KeyedStateful): the tumbling and sliding windows one
-// accumulator slot per key and pane (statebackend.Slots; state.go), the
-// session window its sessions (sessionstate.go), and both event-time timers.
+// accumulator slot per key and pane (statebackend.Slots; state.go), firing
+// from an index of the panes of the keys resident in memory (all of them on
+// the heap; on Pebble a working set within a memory budget, the other keys
+// on event-time timers), the session window its sessions and timers
+// (sessionstate.go).
 // Their operator state is a signature and the watermark; the watermarks
 // operator keeps its largest timestamp.
 //

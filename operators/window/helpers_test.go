@@ -156,6 +156,14 @@ func openOpOn(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (
 	return openOpFull(t, op, plan, config, in, keys, backend, false, id, snap)
 }
 
+// pebbleSpill names, to openOpOn, the Pebble backend with so little state
+// cache (spillCacheBytes) that a window keeps only a few keys resident and
+// spills the others to Pebble all the time.
+const (
+	pebbleSpill     = "pebble-spill"
+	spillCacheBytes = 2 << 10
+)
+
 // openOpFull is openOpOn, with full (not incremental) snapshots on Pebble
 // if fullSnapshots is set, so that they restore on the heap too.
 func openOpFull(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*stream.Schema, error), config []byte, in *stream.Schema, keys []string,
@@ -165,8 +173,13 @@ func openOpFull(t testing.TB, op stream.Operator, plan func(*stream.PlanContext)
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
 	}
+	var cacheBytes int64
+	if backend == pebbleSpill {
+		backend, cacheBytes = stream.StateBackendPebble, spillCacheBytes
+	}
 	octx := &stream.OperatorContext{
-		JobID: "job", TaskName: "op (1/1)", OperatorUID: "op", Parallelism: 1,
+		StateCacheBytes: cacheBytes,
+		JobID:           "job", TaskName: "op (1/1)", OperatorUID: "op", Parallelism: 1,
 		MaxParallelism: stream.DefaultMaxParallelism, KeyGroups: stream.KeyGroupRange{Start: 0, End: stream.DefaultMaxParallelism - 1},
 		InputSchemas: []*stream.Schema{in}, InputKeys: [][]string{keys}, OutputSchema: out, Config: config,
 		StateBackend: backend, LocalStateDir: t.TempDir(), FullSnapshots: fullSnapshots,
@@ -203,6 +216,7 @@ func fmtRows(rows [][]any) string {
 // keysWithState counts the keys that have panes in w's state.
 func keysWithState(w *Window) int {
 	n := 0
+	w.slots.Flush() // resident keys are written back as for a snapshot
 	kg := w.b.KeyGroups()
 	for g := kg.Start; g <= kg.End; g++ {
 		w.b.Keys(panesTable, g, func([]byte) bool { n++; return true })

@@ -33,6 +33,9 @@ type paneIndex struct {
 	cols   []stream.Column
 	intKey bool
 	buf    []byte
+	// removed says that remove took slots out that compact has not
+	// dropped from panes yet.
+	removed bool
 }
 
 func newPaneIndex(slots *statebackend.Slots, keyTypes []stream.Type) *paneIndex {
@@ -95,6 +98,46 @@ func (x *paneIndex) newKey(name string) int32 {
 	}
 	x.ids[name] = k
 	return k
+}
+
+// key returns key id k's key bytes (without its key group).
+func (x *paneIndex) key(k int32) []byte {
+	name := x.names[k]
+	_, n := binary.Uvarint([]byte(name[:min(len(name), binary.MaxVarintLen64)]))
+	return []byte(name[n:])
+}
+
+// remove takes the slots of a key that is being spilled out of the index;
+// compact must be called before slot ids are used again.
+func (x *paneIndex) remove(slots []int32) {
+	for _, s := range slots {
+		k := x.keyOf[s]
+		x.keyOf[s] = -1
+		if x.refs[k]--; x.refs[k] == 0 {
+			x.idle = append(x.idle, k)
+		}
+	}
+	x.removed = true
+}
+
+// compact drops the slots remove took out from the pane lists.
+func (x *paneIndex) compact() {
+	if !x.removed {
+		return
+	}
+	x.removed = false
+	n := 0
+	for _, p := range x.order {
+		ss := slices.DeleteFunc(x.panes[p], func(s int32) bool { return x.keyOf[s] < 0 })
+		if len(ss) == 0 {
+			delete(x.panes, p)
+			continue
+		}
+		x.panes[p] = ss
+		x.order[n] = p
+		n++
+	}
+	x.order = x.order[:n]
 }
 
 // panesIn returns the starts of the panes with data in [from, to).

@@ -19,23 +19,28 @@ import (
 //
 //   - statebackend.Slots panesTable: per key and pane start, the pane's
 //     accumulators as int64 words (see layout in agg.go);
-//   - event-time timers, per key: at end-1 of the key's next window that
-//     has data, or, when its panes' windows have all fired, at the end of
-//     their allowed lateness. A timer emits the key's window ending at its
+//   - on Pebble, event-time timers of the keys that are not resident
+//     (below): per key, at end-1 of the key's next window that has data,
+//     or, when its panes' windows have all fired, at the end of their
+//     allowed lateness. A timer emits the key's window ending at its
 //     time+1, drops the panes whose last window and lateness ended, and
-//     sets the key's next timer; a pane that is created sets one for its
-//     first window that has not fired. A key has no state once its windows
-//     have fired and their lateness passed.
+//     sets the key's next timer. A key has no state once its windows have
+//     fired and their lateness passed.
 //
-// That is how a window fires on a backend without statebackend.ValueKeeper
-// (Pebble). On the heap backend, where the slots are in memory anyway, it
-// keeps no timers: a pane index (paneindex.go, derived from the slots, not
-// snapshotted) lists each pane's slots, and a watermark fires the windows
-// it passes pane by pane and drops the panes past their lateness, as a
-// per-key timer would, at a fraction of the cost. Union state firingState
-// says which way the writer fired; a restore onto Pebble of a checkpoint
-// written on the heap sets the timers of every key (one scan), and a
-// restore onto the heap ignores the timers it finds.
+// A window fires from a pane index (paneindex.go, derived from the slots,
+// not snapshotted) that lists each pane's resident slots: a watermark fires
+// the windows it passes pane by pane and drops the panes past their
+// lateness, as a per-key timer would, at a fraction of the cost. On the
+// heap every slot is resident. On Pebble the resident keys are a
+// write-back cache of the panes table within a memory budget
+// (statebackend.Slots.Evict): a key becomes resident when a record for it
+// arrives, and a key that is spilled to keep the budget gets its timer,
+// so that it fires from Pebble without coming back into memory. Snapshots
+// see the resident keys written back, not their timers, so union state
+// firingState says "panes": a restore onto Pebble sets the timers of every
+// key (one scan of the table), and a restore onto the heap ignores the
+// timers it finds. Checkpoints written by per-key timers alone ("timers")
+// restore onto Pebble as they are.
 //
 // Without keyBy the window is per subtask: its panes are kept under the
 // empty key in the first key group of the subtask's range.
@@ -55,9 +60,8 @@ const (
 	watermarkState    = "watermark"
 	maxTimestampState = "maxTimestamp"
 	firingState       = "firing"
-	firingPanes       = "panes"  // fired from the pane index: no timers
-	firingTimers      = "timers" // fired by per-key timers
-	stateVersion      = 1        // of watermarkState and maxTimestampState
+	firingPanes       = "panes" // fired from the pane index: not every key has its timer
+	stateVersion      = 1       // of watermarkState and maxTimestampState
 )
 
 var (
@@ -86,11 +90,7 @@ func (w *Window) SnapshotState(c *stream.SnapshotContext) error {
 	w.slots.Flush()
 	c.AddUnionState(signatureState, []byte(w.signature()))
 	c.AddUnionState(watermarkState, binary.AppendVarint([]byte{stateVersion}, w.wm))
-	firing := firingTimers
-	if w.idx != nil {
-		firing = firingPanes
-	}
-	c.AddUnionState(firingState, []byte(firing))
+	c.AddUnionState(firingState, []byte(firingPanes))
 	return nil
 }
 
@@ -116,10 +116,10 @@ func (w *Window) RestoreState(c *stream.RestoreContext) error {
 			w.wm = wm
 		}
 	}
-	if w.idx == nil {
+	if w.slots.Spills() {
 		for _, f := range c.State.Union[firingState] {
 			if string(f) == firingPanes {
-				// Written on the heap: the keys have no timers yet.
+				// Resident keys were written without timers.
 				w.scheduleAll()
 				break
 			}

@@ -25,9 +25,10 @@ import (
 // value, each with event time end-1, before the watermark is forwarded.
 //
 // State (see state.go) is keyed state in the backend the task runtime opened
-// for the subtask: one accumulator slot per key and pane, and per key an
-// event-time timer at the end of its next window. A Window is not safe for
-// concurrent use, except LateRecordsDropped.
+// for the subtask: one accumulator slot per key and pane; on Pebble also,
+// for each key not resident in memory, an event-time timer at the end of
+// its next window. A Window is not safe for concurrent use, except
+// LateRecordsDropped.
 type Window struct {
 	spec *windowSpec
 	name string // for errors, e.g. `tumbling_window "counts"`
@@ -38,8 +39,8 @@ type Window struct {
 
 	b     statebackend.Backend
 	slots *statebackend.Slots
-	// idx lists the slots by pane on an in-place backend (the heap), where
-	// windows fire pane by pane; nil elsewhere, where they fire on per-key
+	// idx lists the resident slots by pane, so that windows fire pane by
+	// pane; on Pebble the keys that are not resident fire on per-key
 	// timers.
 	idx    *paneIndex
 	keys   rowenc.Keys
@@ -75,6 +76,9 @@ type Window struct {
 
 	cur     *stream.Batch // output batch being filled
 	curRows int
+	// queueing makes fireWindow queue its results in pend.
+	queueing bool
+	spilled  int64 // keys evict spilled
 
 	lateDropped atomic.Int64
 }
@@ -180,17 +184,17 @@ func (w *Window) Open(_ context.Context, octx *stream.OperatorContext) error {
 	w.keyed = len(r.keyCols) > 0
 	w.keys = rowenc.Keys{Cols: r.keyCols, MaxParallelism: octx.MaxParallelism}
 	w.global = b.KeyGroups().Start
-	if w.slots.InPlace() {
-		types := make([]stream.Type, len(r.keyCols))
-		for j, c := range r.keyCols {
-			types[j] = w.in.Fields[c].Type
-		}
-		w.idx = newPaneIndex(w.slots, types)
-		w.slots.Each(func(s int32) { // the restored slots
-			key, g, ns := w.slots.SlotKey(s)
-			w.idx.add(s, key, g, ns, nil, nil, 0)
-		})
+	types := make([]stream.Type, len(r.keyCols))
+	for j, c := range r.keyCols {
+		types[j] = w.in.Fields[c].Type
 	}
+	w.idx = newPaneIndex(w.slots, types)
+	index := func(s int32) {
+		key, g, ns := w.slots.SlotKey(s)
+		w.idx.add(s, key, g, ns, nil, nil, 0)
+	}
+	w.slots.Each(index) // the restored slots, on the heap
+	w.slots.SetLoadHook(index)
 	return nil
 }
 
@@ -233,7 +237,6 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 		rowenc.PadBatchNulls(b)
 	}
 	size, slide, wm := w.spec.size, w.spec.slide, w.wm
-	timers := w.b.Timers()
 	w.gen++ // forget the slots of earlier batches
 	// [lo, hi) is the pane of the previous record; most records share it.
 	lo, hi := int64(1), int64(0)
@@ -266,12 +269,7 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 		*m = memoEntry{gen: w.gen, hash: h, pane: p, slot: slot}
 		ws[i] = w.slots.Words(slot)
 		if created {
-			if w.idx != nil {
-				w.idx.add(slot, key, g, p, b.Cols, w.r.keyCols, i)
-			} else {
-				w.b.SetCurrentKey(key, g)
-				timers.RegisterEventTimeTimer(w.nextTimer(p, wm))
-			}
+			w.idx.add(slot, key, g, p, b.Cols, w.r.keyCols, i)
 		}
 		if p+slide-1 <= wm && wm != stream.MinWatermark {
 			// A window of this pane has fired: each that is still within
@@ -292,22 +290,8 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 		w.refireLate()
 		w.emitPending(out)
 	}
-	w.slots.Flush()
+	w.evict()
 	return nil
-}
-
-// nextTimer returns the timer a key needs for pane p at watermark wm: the
-// end-1 of the pane's first window that has not fired, or, when all have,
-// the end of its allowed lateness, when its state goes.
-func (w *Window) nextTimer(p, wm int64) int64 {
-	e := p + w.spec.slide
-	if wm != stream.MinWatermark && e-1 <= wm {
-		e = w.alignUp(wm + 2)
-	}
-	if e <= p+w.spec.size {
-		return e - 1
-	}
-	return p + w.spec.size - 1 + w.spec.lateness
 }
 
 // refireLate queues the results of the windows late records changed, once
@@ -320,15 +304,12 @@ func (w *Window) refireLate() {
 			continue
 		}
 		seen[id] = true
-		if w.idx != nil {
-			w.panes = w.panes[:0]
-			for _, p := range w.idx.panesIn(f.end-w.spec.size, f.end) {
-				if words, ok := w.slots.Lookup(f.key, f.group, p); ok {
-					w.panes = append(w.panes, paneRef{p, words})
-				}
+		// The late record made the key resident.
+		w.panes = w.panes[:0]
+		for _, p := range w.idx.panesIn(f.end-w.spec.size, f.end) {
+			if words, ok := w.slots.Lookup(f.key, f.group, p); ok {
+				w.panes = append(w.panes, paneRef{p, words})
 			}
-		} else {
-			w.loadPanes(f.key, f.group)
 		}
 		w.queue(f.key, f.end)
 	}
@@ -336,13 +317,13 @@ func (w *Window) refireLate() {
 	w.late = w.late[:0]
 }
 
-// loadPanes sets w.panes to the panes of key.
-func (w *Window) loadPanes(key []byte, g int) {
+// loadPanes sets w.panes to recs, the panes of a key that is not
+// resident.
+func (w *Window) loadPanes(recs []statebackend.SlotRecord) {
 	w.panes = w.panes[:0]
-	w.slots.Range(key, g, func(ns int64, words []int64) bool {
-		w.panes = append(w.panes, paneRef{ns, words})
-		return true
-	})
+	for _, r := range recs {
+		w.panes = append(w.panes, paneRef{r.NS, r.Words})
+	}
 }
 
 // queue merges the panes in w.panes that fall in the window ending at end
@@ -391,20 +372,26 @@ func (w *Window) ProcessWatermark(wm int64, out stream.Collector) error {
 func (w *Window) advance(wm int64, out stream.Collector) error {
 	prev := w.wm
 	w.wm = wm
-	if w.idx == nil {
-		err := w.b.Timers().AdvanceWatermark(wm, w.fire)
-		w.slots.Flush()
-		w.emitPending(out)
-		return err
+	var err error
+	if w.slots.Spills() {
+		// The keys that are not resident fire on their timers (into
+		// w.pend); the resident ones from the pane index.
+		err = w.b.Timers().AdvanceWatermark(wm, w.fire)
+	} else {
+		// Timers come only from a checkpoint written on another backend;
+		// the pane index has taken over their work.
+		err = w.b.Timers().AdvanceWatermark(wm, func([]byte, int, int64) error { return nil })
 	}
+	w.queueing = len(w.pend) > 0
 	w.fireIndexed(prev, wm, out)
+	w.queueing = false
+	w.emitPending(out)
 	w.flush(out)
 	if limit := satSub(wm, w.spec.size+w.spec.lateness-1); limit > math.MinInt64 {
 		w.idx.dropThrough(limit)
 	}
-	// Timers come only from a checkpoint written on another backend; the
-	// pane index has taken over their work.
-	return w.b.Timers().AdvanceWatermark(wm, func([]byte, int, int64) error { return nil })
+	w.evict()
+	return err
 }
 
 // fireIndexed fires, in order, the windows with data whose end-1 is in
@@ -458,6 +445,21 @@ func (w *Window) fireWindow(end int64, out stream.Collector) {
 			w.lay.merge(res[ri*width:(ri+1)*width], w.slots.Words(s))
 		}
 	}
+	if w.queueing {
+		// Keys fired on timers wait in w.pend: queue these too, so that
+		// emitPending orders them all by (end, key).
+		for _, k := range touched {
+			ri := int(w.outIdx[k])
+			w.outIdx[k] = -1
+			off := len(w.pendKeys)
+			w.pendKeys = append(w.pendKeys, x.key(k)...)
+			acc := len(w.pendAcc)
+			w.pendAcc = append(w.pendAcc, res[ri*width:(ri+1)*width]...)
+			w.pend = append(w.pend, pending{end: end, keyOff: off, keyEnd: len(w.pendKeys), acc: acc})
+		}
+		w.touched, w.res = touched[:0], res[:0]
+		return
+	}
 	w.pairs = x.sortKeys(touched, w.pairs)
 	nk := len(x.cols)
 	for _, k := range touched {
@@ -490,31 +492,55 @@ func (w *Window) fireWindow(end int64, out stream.Collector) {
 // (if ts+1 is a window end and the key has data in it), drops the panes
 // whose last window and allowed lateness end at or before ts, and sets the
 // key's next timer.
+//
+// A resident key's timers are stale (the pane index fires its windows):
+// fire ignores them. A timer of a key that is not resident is never
+// stale in a way that matters: it is after the watermark at which the key
+// was spilled, the pane index had fired the key's windows up to that
+// watermark, and the key gets no panes while it is not resident, so the
+// window ending at ts+1, if the key has data in it, is due now and has
+// not fired.
 func (w *Window) fire(key []byte, g int, ts int64) error {
+	if w.slots.Resident(key, g) {
+		return nil
+	}
 	size, lateness := w.spec.size, w.spec.lateness
-	w.loadPanes(key, g)
+	recs := w.slots.ReadKey(key, g)
+	w.loadPanes(recs)
 	if end := ts + 1; w.alignUp(end) == end {
 		w.queue(key, end)
 	}
-	w.drop = w.drop[:0]
-	for _, p := range w.panes {
-		if p.start+size-1+lateness <= ts {
-			w.drop = append(w.drop, p.start)
+	keep := recs[:0:0]
+	for _, r := range recs {
+		if r.NS+size-1+lateness > ts {
+			keep = append(keep, r)
 		}
 	}
-	for _, p := range w.drop {
-		w.slots.Delete(key, g, p)
+	if len(keep) != len(recs) {
+		w.slots.WriteKey(key, g, keep)
 	}
 	w.schedule(key, g, ts)
-	if w.slots.Len() > flushSlots {
-		w.slots.Flush() // bound the keys held between batches
-	}
 	return nil
 }
 
-// flushSlots is how many slots a window lets statebackend.Slots hold while
-// it fires timers before it writes them back.
-const flushSlots = 1 << 16
+// evict spills resident keys while they take more memory than their
+// budget (on Pebble), setting each spilled key's next timer.
+func (w *Window) evict() {
+	n := w.slots.Evict(func(key []byte, g int, slots []int32) {
+		w.panes = w.panes[:0]
+		for _, s := range slots {
+			_, _, ns := w.slots.SlotKey(s)
+			w.panes = append(w.panes, paneRef{start: ns})
+		}
+		w.idx.remove(slots)
+		// The pane index fired the key's windows up to the watermark.
+		w.schedule(key, g, w.wm)
+	})
+	if n > 0 {
+		w.idx.compact()
+		w.spilled += int64(n)
+	}
+}
 
 // schedule sets the timer key needs after time ts for its panes in
 // w.panes (those not yet dropped): the earliest of each pane's first
@@ -528,7 +554,11 @@ func (w *Window) schedule(key []byte, g int, ts int64) {
 		if t <= ts {
 			continue // dropped
 		}
-		if e := max(p.start+slide, w.alignUp(ts+2)); e <= p.start+size {
+		e := p.start + slide
+		if ts != stream.MinWatermark {
+			e = max(e, w.alignUp(ts+2))
+		}
+		if e <= p.start+size {
 			t = min(t, e-1)
 		}
 		next = min(next, t)
@@ -551,11 +581,8 @@ func (w *Window) scheduleAll() {
 			return true
 		})
 		for _, key := range keys {
-			w.loadPanes(key, g)
+			w.loadPanes(w.slots.ReadKey(key, g))
 			w.schedule(key, g, w.wm)
-			if w.slots.Len() > flushSlots {
-				w.slots.Flush()
-			}
 		}
 	}
 }

@@ -246,7 +246,7 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 		{name: "sliding allowed lateness", sliding: true, p: bruteParams{size: 8000, slide: 2000, lateness: 2500, ooo: 500, key: "name"}, n: 4000, keys: 5, base: 1000, step: 10, jitter: 5000},
 	}
 	for seed, tt := range tests {
-		for _, backend := range []string{stream.StateBackendHeap, stream.StateBackendPebble} {
+		for _, backend := range []string{stream.StateBackendHeap, stream.StateBackendPebble, pebbleSpill} {
 			t.Run(tt.name+"/"+backend, func(t *testing.T) {
 				p := tt.p
 				if !tt.sliding {
@@ -294,6 +294,7 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 				wm, maxTs := stream.MinWatermark, int64(-1<<63)
 				var droppedBefore int64
 				restored := false
+				var spilled int64 // keys the windows spilled
 				for i := 0; i < len(rows); {
 					if !restored && i >= len(rows)/2 {
 						restored = true
@@ -306,12 +307,13 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 							t.Fatal(err)
 						}
 						droppedBefore = win.LateRecordsDropped()
+						spilled += win.spilled
 						hw.Close(false)
 						hwin.Close(false)
 						wmOp, win = newOps()
 						after := backend
 						if cross {
-							after = map[string]string{stream.StateBackendHeap: stream.StateBackendPebble, stream.StateBackendPebble: stream.StateBackendHeap}[backend]
+							after = map[string]string{stream.StateBackendHeap: stream.StateBackendPebble, stream.StateBackendPebble: stream.StateBackendHeap, pebbleSpill: stream.StateBackendHeap}[backend]
 						}
 						openOpOn(t, wmOp, planWatermarks, mcfg, genSchema, nil, after, 1, sw)
 						openOpOn(t, win, plan, wcfg, genSchema, keys, after, 1, swin)
@@ -394,6 +396,9 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 
 				if n := keysWithState(win); n != 0 {
 					t.Errorf("state left after the end of input: %d keys have panes", n)
+				}
+				if spilled += win.spilled; backend == pebbleSpill && tt.keys > 4 && spilled == 0 {
+					t.Errorf("no key was spilled with %d bytes of state cache", spillCacheBytes)
 				}
 			})
 		}

@@ -60,10 +60,14 @@ func Open(octx *stream.OperatorContext) (statebackend.Backend, error) {
 	return nil, fmt.Errorf("operator %q: %w", octx.OperatorUID, stream.ValidateStateBackend(octx.StateBackend))
 }
 
-// fullSnapshots hides a backend's optional interfaces (Pebble's
-// IncrementalSnapshotter): only the methods of statebackend.Backend are
-// promoted.
+// fullSnapshots hides the Pebble backend's IncrementalSnapshotter: only
+// the methods of statebackend.Backend are promoted, and SlotMemory.
 type fullSnapshots struct{ statebackend.Backend }
+
+// ReserveSlotMemory passes the Pebble backend's statebackend.SlotMemory on.
+func (f fullSnapshots) ReserveSlotMemory() int64 {
+	return f.Backend.(statebackend.SlotMemory).ReserveSlotMemory()
+}
 
 // safeName maps an operator uid to a file name: characters other than
 // letters, digits, '-', '_' and '.' become '_'.

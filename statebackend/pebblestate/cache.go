@@ -224,3 +224,16 @@ func (b *Backend) dropKey(k []byte) {
 func cachedValue(e *cacheEntry, enc []byte) bool {
 	return e.cur == len(enc) && bytes.Equal(e.enc, enc)
 }
+
+// ReserveSlotMemory implements statebackend.SlotMemory: a Slots table
+// gets three quarters of what is left of the value cache's budget for its
+// resident keys, and the value cache keeps the rest. The resident keys of
+// a window are its working set; the value cache then mostly holds keys
+// they spilled.
+func (b *Backend) ReserveSlotMemory() int64 {
+	c := &b.cache
+	n := c.budget - c.budget/4
+	c.budget -= n
+	c.slack = min(c.budget/16, evictionBatchBytes)
+	return max(n, 1)
+}

@@ -77,7 +77,7 @@
 // # Write-back value cache
 //
 // In front of the batch sits a cache of state values, bounded by
-// Options.ValueCacheBytes (default 32 MiB; counted as key bytes + encoded
+// Options.ValueCacheBytes (default 64 MiB; counted as key bytes + encoded
 // value bytes + about 128 bytes per entry, decoded values not counted). It
 // is keyed by the full state key, so all tables share the budget. An entry
 // holds the key's encoded value, its decoded value once a Get or Put has

@@ -29,7 +29,10 @@ type table struct {
 	sweep []byte
 }
 
-var _ statebackend.Table = (*table)(nil)
+var (
+	_ statebackend.Table  = (*table)(nil)
+	_ statebackend.Peeker = (*table)(nil)
+)
 
 func (t *table) Descriptor() statebackend.Descriptor { return t.d }
 
@@ -66,6 +69,34 @@ func (t *table) Get(userKey []byte) (any, bool) {
 	}
 	v := e.v
 	b.settle(e)
+	return v, true
+}
+
+// Peek implements statebackend.Peeker: a key the value cache holds is
+// read as Get reads it; another is read from the batch or Pebble and
+// decoded without entering the cache.
+func (t *table) Peek(userKey []byte) (any, bool) {
+	b := t.b
+	if b.closed {
+		return nil, false
+	}
+	k := t.key(userKey)
+	if b.cache.m[string(k)] != nil {
+		return t.Get(userKey)
+	}
+	enc, found, err := b.get(k, nil)
+	if err != nil {
+		b.fail(fmt.Errorf("pebble state backend: key %s: read: %w", chunk.Printable(k), err))
+		return nil, false
+	}
+	if !found {
+		return nil, false
+	}
+	v, err := t.d.Codec.DecodeValue(enc)
+	if err != nil {
+		panic(fmt.Sprintf("pebble state backend: %s state %q, key %s: stored value does not decode with codec %s: %v",
+			t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
+	}
 	return v, true
 }
 

@@ -57,6 +57,39 @@ func testSlots(t *testing.T, nb nbFunc, newBackend NewBackend) {
 			delete(model, sk)
 		case r < 9:
 			s.Flush()
+			if rng.IntN(2) == 0 {
+				s.Evict(func(key []byte, group int, slots []int32) {
+					for _, id := range slots {
+						if sk, g, _ := s.SlotKey(id); string(sk) != string(key) || g != group {
+							t.Fatalf("Evict: key %s is given a slot of key %s", key, sk)
+						}
+					}
+				})
+			}
+			if !s.Spills() || s.Resident([]byte(k), kgOf(k)) {
+				break
+			}
+			// A key that is not resident, read and written whole: drop
+			// its first slot.
+			recs := s.ReadKey([]byte(k), kgOf(k))
+			want := 0
+			for mk := range model {
+				if mk.key == k {
+					want++
+				}
+			}
+			if len(recs) != want {
+				t.Fatalf("ReadKey(%s): %d slots, model %d", k, len(recs), want)
+			}
+			for _, r := range recs {
+				if m := model[slotKey{k, r.NS}]; !slices.Equal(r.Words, m) {
+					t.Fatalf("ReadKey(%s): slot %d words %v, model %v", k, r.NS, r.Words, m)
+				}
+			}
+			if len(recs) > 0 {
+				delete(model, slotKey{k, recs[0].NS})
+				s.WriteKey([]byte(k), kgOf(k), slices.Clone(recs[1:]))
+			}
 		default:
 			got := make(map[int64][]int64)
 			s.Range([]byte(k), kgOf(k), func(ns int64, w []int64) bool {
