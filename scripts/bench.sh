@@ -14,6 +14,9 @@ if [ -z "${WEIR_BENCH:-}" ]; then
   # Nexmark q5 in-process (sliding window, then window_max) on the heap
   # and on Pebble: q5_pebble_vs_heap is the ratio of their events/s/core.
   go test -run '^$' -bench 'Q5$' -benchtime 1x ./operators/topn/ >> .run/bench.log 2>&1 || rc=$?
+  # What incremental checkpoints of a sliding window on Pebble upload per
+  # byte of window state that changed.
+  go test -run '^$' -bench 'SlidingCheckpointBytes' -benchtime 1x ./operators/window/ >> .run/bench.log 2>&1 || rc=$?
 fi
 grep -E '^[a-z0-9_]+=' .run/bench.log
 if [ $rc -ne 0 ]; then

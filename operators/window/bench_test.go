@@ -1,9 +1,16 @@
 package window
 
 import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
 	"testing"
 
+	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -64,4 +71,160 @@ func BenchmarkTumblingCountSum(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batchRows), "ns/row")
+}
+
+// BenchmarkSlidingCheckpointBytes measures what incremental checkpoints of
+// a sliding window on Pebble upload against how much of its state changed.
+// A keyed 10s/2s sliding window (count and sum) gets WEIR_WINDOW_CK_KEYS
+// keys (default 100,000) at 20 rows per millisecond of event time, a
+// watermark after every batch, and a checkpoint every second of event time,
+// for 60 s. A twin window on the heap gets the same input; after each
+// checkpoint its state (per key the slot list, encoded as in a checkpoint)
+// is compared with the previous one: the changed bytes are the key and
+// value bytes of every key whose value changed or is new, and the key
+// bytes of every key that went. The uploaded bytes are those of the Pebble
+// window's snapshot as the runtime would upload them (chunks, operator
+// state, and every file not uploaded before: a shared file once).
+//
+//	window_checkpoint_changed_bytes_per_checkpoint   mean changed bytes
+//	window_checkpoint_uploaded_bytes_per_checkpoint  mean uploaded bytes
+//	window_checkpoint_bytes_per_changed_byte         Σ uploaded ÷ Σ changed
+func BenchmarkSlidingCheckpointBytes(b *testing.B) {
+	keys := int64(100_000)
+	if v := os.Getenv("WEIR_WINDOW_CK_KEYS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			b.Fatalf("WEIR_WINDOW_CK_KEYS=%q: want a positive number", v)
+		}
+		keys = n
+	}
+	schema := stream.MustSchema(
+		stream.Field{Name: "key", Type: stream.TypeInt64},
+		stream.Field{Name: "value", Type: stream.TypeInt64},
+	)
+	const (
+		rowsPerMs    = 20
+		batchRows    = stream.DefaultBatchSize
+		checkpointMs = 1000
+		durationMs   = 60_000
+		batchesPerCk = checkpointMs * rowsPerMs / batchRows
+		totalBatches = durationMs * rowsPerMs / batchRows
+	)
+	cfg := []byte(`{"size": "10s", "slide": "2s", "aggregates": [{"fn": "count", "as": "n"}, {"fn": "sum", "field": "value", "as": "total"}]}`)
+	plan := func(pc *stream.PlanContext) (*stream.Schema, error) { return planWindow(TypeSlidingWindow, pc) }
+	var changed, uploaded, checkpoints int64
+	for b.Loop() {
+		pw, err := NewSlidingWindow(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hw, err := NewSlidingWindow(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, ph := openOpOn(b, pw, plan, cfg, schema, []string{"key"}, stream.StateBackendPebble, 0, nil)
+		openOpOn(b, hw, plan, cfg, schema, []string{"key"}, stream.StateBackendHeap, 0, nil)
+		seen := map[string]bool{} // shared files uploaded
+		prev := map[string]string{}
+		var out discard
+		for i := range totalBatches {
+			for _, w := range []*Window{pw, hw} {
+				bt := stream.NewBatch(schema, batchRows)
+				r := rand.New(rand.NewPCG(uint64(i), 5)) // the same rows for both
+				for j := range batchRows {
+					bt.Cols[0].Ints = append(bt.Cols[0].Ints, r.Int64N(keys))
+					bt.Cols[1].Ints = append(bt.Cols[1].Ints, r.Int64N(1000))
+					bt.Times = append(bt.Times, int64(i*batchRows+j)/rowsPerMs)
+				}
+				bt.SetLen(batchRows)
+				if err := w.ProcessBatch(0, bt, out); err != nil {
+					b.Fatal(err)
+				}
+				if err := w.ProcessWatermark(int64((i+1)*batchRows)/rowsPerMs-1, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if (i+1)%batchesPerCk != 0 {
+				continue
+			}
+			checkpoints++
+			snap, err := ph.Snapshot(checkpoints)
+			if err != nil {
+				b.Fatal(err)
+			}
+			uploaded += snapshotUploadBytes(b, snap, seen)
+			cur := slotValues(hw)
+			for k, v := range cur {
+				if prev[k] != v {
+					changed += int64(len(k) + len(v))
+				}
+			}
+			for k := range prev {
+				if _, ok := cur[k]; !ok {
+					changed += int64(len(k))
+				}
+			}
+			prev = cur
+		}
+	}
+	if changed == 0 {
+		b.Fatal("no state changed")
+	}
+	fmt.Printf("window_checkpoint_changed_bytes_per_checkpoint=%d\n", changed/checkpoints)
+	fmt.Printf("window_checkpoint_uploaded_bytes_per_checkpoint=%d\n", uploaded/checkpoints)
+	fmt.Printf("window_checkpoint_bytes_per_changed_byte=%.2f\n", float64(uploaded)/float64(changed))
+	b.ReportMetric(float64(uploaded)/float64(changed), "uploaded/changed")
+}
+
+// slotValues returns the state of a window on the heap as a checkpoint
+// holds it: per key group and key, its slots encoded as one value.
+func slotValues(w *Window) map[string]string {
+	byKey := map[string][]statebackend.SlotRecord{}
+	w.slots.Each(func(s int32) {
+		key, g, ns := w.slots.SlotKey(s)
+		k := string(binary.AppendUvarint(nil, uint64(g))) + string(key)
+		byKey[k] = append(byKey[k], statebackend.SlotRecord{NS: ns, Words: w.slots.Words(s)})
+	})
+	codec := statebackend.SlotListCodec(w.lay.width)
+	vals := make(map[string]string, len(byKey))
+	for k, recs := range byKey {
+		slices.SortFunc(recs, func(a, b statebackend.SlotRecord) int { return cmp.Compare(a.NS, b.NS) })
+		v, err := codec.AppendValue(nil, recs)
+		if err != nil {
+			panic(err)
+		}
+		vals[k] = string(v)
+	}
+	return vals
+}
+
+// snapshotUploadBytes returns the bytes the runtime would upload for snap:
+// its chunks and operator state, and each file (a shared one only if not
+// in seen, which it adds to).
+func snapshotUploadBytes(b *testing.B, snap *stream.OperatorSnapshot, seen map[string]bool) int64 {
+	var n int64
+	for _, chunks := range snap.Keyed {
+		for _, c := range chunks {
+			n += int64(len(c))
+		}
+	}
+	for _, m := range []map[string][][]byte{snap.List, snap.Union} {
+		for _, items := range m {
+			for _, it := range items {
+				n += int64(len(it))
+			}
+		}
+	}
+	for _, f := range snap.Files {
+		if f.Shared && seen[f.SHA256] {
+			continue
+		}
+		seen[f.SHA256] = true
+		fi, err := os.Stat(f.Path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += fi.Size()
+	}
+	return n
 }
