@@ -3,9 +3,10 @@
 // own.
 //
 // For each operator type in its table (running_count, sequence_check,
-// stream_join, window_join, window_topn, window_max) testdata/<type>.snap
-// is the state one subtask wrote at a checkpoint taken after a prefix of a
-// fixed input: the operator snapshot blob the task runtime uploads
+// stream_join, window_join, window_topn, window_max, tumbling_window,
+// sliding_window, session_window) testdata/<type>.snap is the state one
+// subtask wrote at a checkpoint taken after a prefix of a fixed input: the
+// operator snapshot blob the task runtime uploads
 // (checkpoint.EncodeSnapshot, format "WEIRSNAP" version 1), holding the
 // keyed state as chunks per key group (the "WKG" format of
 // statebackend/internal/chunk, version 1) and the operator's own union and

@@ -52,8 +52,7 @@ func (f *fixture) file() string {
 	return filepath.Join("testdata", name+".snap")
 }
 
-// The stateful built-in operator types (session_window has no fixture yet:
-// its oracle is operators/window's differential test).
+// The stateful built-in operator types.
 var fixtures = []fixture{
 	{typ: "running_count", inputs: []*stream.Schema{events}, keys: [][]string{{"k"}},
 		input: func() []step { return genEvents(1, 40) }, cut: 25, oracle: runningCount},
@@ -74,6 +73,9 @@ var fixtures = []fixture{
 	{typ: "sliding_window", config: `{"size": "300ms", "slide": "100ms", "aggregates": [{"fn": "count", "as": "n"}, {"fn": "sum", "field": "v", "as": "total"}, {"fn": "max", "field": "v", "as": "top"}]}`,
 		inputs: []*stream.Schema{events}, keys: [][]string{{"k"}},
 		input: func() []step { return genEvents(8, 40) }, cut: 25, oracle: windowAgg(300, 100)},
+	{typ: "session_window", config: `{"gap": "50ms", "aggregates": [{"fn": "count", "as": "n"}, {"fn": "sum", "field": "v", "as": "total"}, {"fn": "max", "field": "v", "as": "top"}]}`,
+		inputs: []*stream.Schema{events}, keys: [][]string{{"k"}},
+		input: func() []step { return genEvents(1168, 40) }, cut: 22, oracle: sessionAgg(50)},
 }
 
 // A step is what the test feeds an operator: rows (in the input's schema

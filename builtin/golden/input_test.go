@@ -342,3 +342,86 @@ func windowAgg(size, slide int64) func([]step) []string {
 		return out
 	}
 }
+
+// sessionAgg is the output of a session window with gap gap ms over events
+// keyed by k with aggregates count(*), sum(v) and max(v), and no allowed
+// lateness. A row at t opens the window [t, t+gap); it joins every held
+// session of its key that the window overlaps or touches ([a, b) and
+// [c, d) meet when a <= d and c <= b), and they become one session
+// covering them all. A session is held until the watermark reaches its
+// end-1, when it is emitted with its bounds at end-1. A row that meets no
+// held session is dropped when the watermark has reached t+gap-1; a row
+// behind the watermark that meets a held session joins it.
+func sessionAgg(gap int64) func([]step) []string {
+	return func(steps []step) []string {
+		type session struct {
+			start, end int64
+			n          int64
+			sum, top   float64
+			has        bool
+		}
+		held := map[any][]*session{}
+		var out []string
+		emit := func(k any, s *session) {
+			var top any
+			if s.has {
+				top = s.top
+			}
+			out = append(out, formatRow([]any{k, s.start, s.end, s.n, s.sum, top}, s.end-1, true))
+		}
+		wm := stream.MinWatermark
+		for _, s := range steps {
+			if s.rows == nil {
+				wm = max(wm, s.wm)
+				for k, ss := range held {
+					var keep []*session
+					for _, x := range ss {
+						if x.end-1 <= wm {
+							emit(k, x)
+						} else {
+							keep = append(keep, x)
+						}
+					}
+					held[k] = keep
+				}
+				continue
+			}
+			for i, r := range s.rows {
+				t := s.times[i]
+				m := &session{start: t, end: t + gap, n: 1}
+				var rest []*session
+				met := false
+				for _, x := range held[r[0]] {
+					if x.start <= m.end && m.start <= x.end {
+						met = true
+						m.start, m.end = min(m.start, x.start), max(m.end, x.end)
+						m.n += x.n
+						m.sum += x.sum
+						if x.has && (!m.has || x.top > m.top) {
+							m.top, m.has = x.top, true
+						}
+					} else {
+						rest = append(rest, x)
+					}
+				}
+				if !met && wm != stream.MinWatermark && t+gap-1 <= wm {
+					continue
+				}
+				if v, ok := r[2].(float64); ok {
+					m.sum += v
+					if !m.has || v > m.top {
+						m.top, m.has = v, true
+					}
+				}
+				held[r[0]] = append(rest, m)
+			}
+		}
+		for k, ss := range held {
+			for _, x := range ss {
+				emit(k, x)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+}
