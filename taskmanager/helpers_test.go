@@ -57,7 +57,8 @@ type fakeJobManager struct {
 		regs       []*weirpb.RegisterTaskManagerRequest
 		heartbeats []*weirpb.HeartbeatRequest
 		updates    []*weirpb.UpdateTaskStateRequest
-		reregister int // heartbeats still to answer with reregister=true
+		reregister int      // heartbeats still to answer with reregister=true
+		active     []string // the active jobs heartbeats answer with
 	}
 }
 
@@ -154,7 +155,14 @@ func (j *fakeJobManager) Heartbeat(_ context.Context, req *weirpb.HeartbeatReque
 		j.mu.reregister--
 		return &weirpb.HeartbeatResponse{Reregister: true}, nil
 	}
-	return &weirpb.HeartbeatResponse{}, nil
+	return &weirpb.HeartbeatResponse{ActiveJobs: j.mu.active}, nil
+}
+
+// setActive makes heartbeats answer that jobs are the active ones.
+func (j *fakeJobManager) setActive(jobs ...string) {
+	j.mu.Lock()
+	j.mu.active = jobs
+	j.mu.Unlock()
 }
 
 func (j *fakeJobManager) UpdateTaskState(_ context.Context, req *weirpb.UpdateTaskStateRequest) (*weirpb.UpdateTaskStateResponse, error) {

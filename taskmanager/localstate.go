@@ -15,9 +15,15 @@ import (
 // ends but keeps its latest local snapshots for local recovery, should it
 // be restarted here; once the job has ended they are of no use.
 //
+// It also ends the late-record series kept for such jobs
+// (forgetLateLocked).
+//
 // The decision and the removal happen under the lock that submit takes to
 // register a task, so a task deployed meanwhile never loses its directory.
 func (tm *TaskManager) sweepLocalState(active []string) {
+	tm.mu.Lock()
+	tm.forgetLateLocked(active)
+	tm.mu.Unlock()
 	entries, err := os.ReadDir(tm.cfg.StateDir)
 	if err != nil {
 		return // nothing there yet

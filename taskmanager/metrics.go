@@ -1,6 +1,7 @@
 package taskmanager
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,12 +100,16 @@ func (c *lateRecords) Collect(ch chan<- prometheus.Metric) {
 
 // lateRecordCounts sums stream.LateRecordsCounter over the operators of
 // every task the taskmanager holds (running, or ended and not yet reported
-// to the jobmanager), by job and operator uid. Operators without late
-// records to count have no series.
+// to the jobmanager) and of the tasks of the same jobs it held before, by
+// job and operator uid. Operators without late records to count have no
+// series.
 func (tm *TaskManager) lateRecordCounts() map[lateKey]int64 {
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	out := make(map[lateKey]int64)
+	out := make(map[lateKey]int64, len(tm.mu.lateGone))
+	for k, n := range tm.mu.lateGone {
+		out[k] = n
+	}
 	for k, rt := range tm.mu.tasks {
 		if rt.task == nil {
 			continue
@@ -116,4 +121,30 @@ func (tm *TaskManager) lateRecordCounts() map[lateKey]int64 {
 		}
 	}
 	return out
+}
+
+// retireLocked keeps the late-record counts of task rt (key k), which is
+// leaving tm.mu.tasks. tm.mu must be held.
+func (tm *TaskManager) retireLocked(k taskKey, rt *runningTask) {
+	if rt.task == nil {
+		return
+	}
+	for _, op := range rt.task.Operators() {
+		if lc, ok := op.Instance.(stream.LateRecordsCounter); ok {
+			if tm.mu.lateGone == nil {
+				tm.mu.lateGone = make(map[lateKey]int64)
+			}
+			tm.mu.lateGone[lateKey{k.job, op.UID}] += lc.LateRecordsDropped()
+		}
+	}
+}
+
+// forgetLateLocked drops the kept late-record counts of jobs that are not
+// in active and have no task here: their series end. tm.mu must be held.
+func (tm *TaskManager) forgetLateLocked(active []string) {
+	for k := range tm.mu.lateGone {
+		if !slices.Contains(active, k.job) && !tm.runsTaskOfLocked(k.job) {
+			delete(tm.mu.lateGone, k)
+		}
+	}
 }

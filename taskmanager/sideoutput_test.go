@@ -210,20 +210,24 @@ func lateSeries(t *testing.T, h *harness) []string {
 
 // TestLateRecordsMetric: operators implementing stream.LateRecordsCounter
 // are summed per job and operator uid over the subtasks this taskmanager
-// runs; other operators have no series.
+// runs; other operators have no series. The counts of ended subtasks stay
+// while their job is active (a counter never goes down), and go with it.
 func TestLateRecordsMetric(t *testing.T) {
 	jm := newFakeJobManager(t)
+	jm.setActive("j1", "j2", "j3")
 	jm.serve(t)
 	st := newTestState()
 	h := startTaskManager(t, jm.addr, addSideTypes(newTestRegistry(st), st, &sums{}), func(c *Config) { c.Slots = 4 })
 	if got := lateSeries(t, h); len(got) != 0 {
 		t.Fatalf("series before any task: %v", got)
 	}
+	var ids []*weirpb.ExecutionID
 	deploy := func(job string, subtask, par int32, rows int64, sinkType string) {
 		d := chainedTask(job, 1, genJSON(rows, true), sinkType, "")
 		d.Id.Subtask, d.Parallelism = subtask, par
 		d.TaskName = fmt.Sprintf("%s (%d/%d)", job, subtask+1, par)
 		h.mustSubmit(t, d)
+		ids = append(ids, d.GetId())
 	}
 	// Each subtask's source emits ids 0..rows-1; ids that are multiples of
 	// 3 are late: 34 of 100, 4 of 10.
@@ -236,4 +240,21 @@ func TestLateRecordsMetric(t *testing.T) {
 	if got := lateSeries(t, h); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("series:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	// The tasks end and, once a heartbeat reported it, are forgotten: the
+	// counts stay while the jobs are active.
+	for _, id := range ids {
+		h.cancelTask(t, id)
+	}
+	waitFor(t, "the ended tasks to be forgotten", func() bool {
+		h.tm.mu.Lock()
+		defer h.tm.mu.Unlock()
+		return len(h.tm.mu.tasks) == 0
+	})
+	if got := lateSeries(t, h); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("series once the tasks are forgotten:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	jm.setActive("j2")
+	waitFor(t, "j1's series to end with the job", func() bool {
+		return strings.Join(lateSeries(t, h), "\n") == "job=j2 operator=sink 4"
+	})
 }

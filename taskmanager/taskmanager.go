@@ -51,6 +51,10 @@ type TaskManager struct {
 		// jobsRun holds the jobs this process has run tasks of, whose
 		// local state sweepLocalState may remove once they end.
 		jobsRun map[string]bool
+		// lateGone holds the late-record counts of tasks no longer in
+		// tasks, until their job ends, so that the counter never goes
+		// down when one subtask ends before another (metrics.go).
+		lateGone map[lateKey]int64
 		// stopping is set when Run shuts down; submit then refuses tasks,
 		// which would otherwise start after cancelAll and never end.
 		stopping bool
@@ -368,6 +372,7 @@ func (tm *TaskManager) forgetReported(sent []*weirpb.TaskStatus) {
 		}
 		k := keyOf(st.GetId())
 		if rt, ok := tm.mu.tasks[k]; ok && rt.id.GetAttempt() == st.GetId().GetAttempt() && terminal(rt.state) {
+			tm.retireLocked(k, rt)
 			delete(tm.mu.tasks, k)
 		}
 	}
@@ -444,6 +449,9 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 			return status.Errorf(codes.AlreadyExists, "task %s attempt %d is already running here", d.GetTaskName(), old.id.GetAttempt())
 		}
 		old.cancel() // an older attempt: it is stale
+	}
+	if old, ok := tm.mu.tasks[k]; ok {
+		tm.retireLocked(k, old)
 	}
 	rt := &runningTask{id: d.GetId(), name: d.GetTaskName(), task: task, deploy: d, spec: spec, cancel: cancel,
 		state: weirpb.TaskState_TASK_STATE_RUNNING, epoch: epoch}
