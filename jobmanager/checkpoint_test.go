@@ -1,7 +1,6 @@
 package jobmanager
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,108 +17,8 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/taskmanager/taskmanagertest"
 )
-
-// The fake taskmanager's checkpoint side: a trigger makes every live task
-// of the job on this taskmanager (whatever its attempt: regions restart
-// with their own attempts) acknowledge (once per checkpoint) with one fake
-// handle per operator of its chain, whose key encodes checkpoint,
-// operator, subtask and attempt.
-
-func fakeHandleKey(jobID string, ck int64, uid string, subtask int32, attempt int64) string {
-	return fmt.Sprintf("%s/chk-%d/%s/%d-a%d", jobID, ck, uid, subtask, attempt)
-}
-
-func fakeHandles(d *weirpb.TaskDeployment, ck int64) []*weirpb.StateHandle {
-	var out []*weirpb.StateHandle
-	kg := stream.KeyGroupRangeFor(int(d.MaxParallelism), int(d.Parallelism), int(d.Id.Subtask))
-	for _, op := range d.Chain {
-		out = append(out, &weirpb.StateHandle{OperatorUid: op.Vertex.Uid, Subtask: d.Id.Subtask, Parallelism: d.Parallelism,
-			Key: fakeHandleKey(d.Id.JobId, ck, op.Vertex.Uid, d.Id.Subtask, d.Id.Attempt), Size: 50, Sha256: "00",
-			KeyGroupStart: int32(kg.Start), KeyGroupEnd: int32(kg.End)})
-	}
-	return out
-}
-
-func (f *fakeTM) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpointRequest) (*weirpb.TriggerCheckpointResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.triggers = append(f.triggers, req)
-	if _, ok := f.live[execKeyString(req.Id)]; !ok {
-		return nil, status.Errorf(codes.NotFound, "no task %s", execKeyString(req.Id))
-	}
-	ackKey := fmt.Sprintf("%s/%d", req.Id.JobId, req.CheckpointId)
-	if !f.ackCheckpoints.Load() || f.acked[ackKey] {
-		return &weirpb.TriggerCheckpointResponse{}, nil
-	}
-	f.acked[ackKey] = true
-	for _, d := range f.deploy {
-		if _, live := f.live[execKeyString(d.Id)]; !live || d.Id.JobId != req.Id.JobId {
-			continue
-		}
-		f.wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-			defer cancel()
-			_, err := f.cluster.AcknowledgeCheckpoint(ctx, &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: f.id, Id: d.Id,
-				CheckpointId: req.CheckpointId, Handles: fakeHandles(d, req.CheckpointId), Bytes: 100,
-				AlignmentDurationMs: int64(d.Id.Subtask + 1), SyncDurationMs: 1, AsyncDurationMs: 2})
-			if err != nil && status.Code(err) != codes.Unavailable {
-				f.t.Errorf("%s: AcknowledgeCheckpoint: %v", f.id, err)
-			}
-		})
-	}
-	return &weirpb.TriggerCheckpointResponse{}, nil
-}
-
-func (f *fakeTM) NotifyCheckpoint(_ context.Context, req *weirpb.NotifyCheckpointRequest) (*weirpb.NotifyCheckpointResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.notifies = append(f.notifies, req)
-	return &weirpb.NotifyCheckpointResponse{}, nil
-}
-
-// failTask reports the live execution of vertex/subtask FAILED.
-func (f *fakeTM) failTask(vertex, subtask int32, msg string) {
-	f.t.Helper()
-	f.mu.Lock()
-	var id *weirpb.ExecutionID
-	for k, e := range f.live {
-		if e.VertexId == vertex && e.Subtask == subtask {
-			id = e
-			delete(f.live, k)
-		}
-	}
-	f.mu.Unlock()
-	if id == nil {
-		f.t.Fatalf("%s: no live task %d/%d", f.id, vertex, subtask)
-	}
-	f.report(id, weirpb.TaskState_TASK_STATE_FAILED, msg)
-}
-
-// completeNotified returns the executions notified of checkpoint ck's
-// completion.
-func (f *fakeTM) completeNotified(ck int64) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, n := range f.notifies {
-		if n.CheckpointId == ck && n.Complete {
-			out = append(out, execKeyString(n.Id))
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-func (f *fakeTM) deploymentsOf(attempt int64) []*weirpb.TaskDeployment {
-	var out []*weirpb.TaskDeployment
-	for _, d := range f.deployments() {
-		if d.Id.Attempt == attempt {
-			out = append(out, d)
-		}
-	}
-	return out
-}
 
 func (c *testCluster) listCheckpoints(id string) *weirpb.ListCheckpointsResponse {
 	c.t.Helper()
@@ -156,11 +55,10 @@ func checkpointedPipeline(t *testing.T) *stream.JobGraph {
 	return g
 }
 
-func startCheckpointCluster(t *testing.T) (*testCluster, *fakeTM, string) {
+func startCheckpointCluster(t *testing.T) (*testCluster, *taskmanagertest.Fake, string) {
 	dir := t.TempDir()
 	c := startJobManager(t, func(cfg *Config) { cfg.CheckpointStorage = "file://" + dir })
-	tm := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 4, nil)
-	tm.ackCheckpoints.Store(true)
+	tm := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 4, taskmanagertest.AckCheckpoints())
 	return c, tm, dir
 }
 
@@ -168,7 +66,7 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 	c, tm, dir := startCheckpointCluster(t)
 	id := c.submit(checkpointedPipeline(t), 0)
 	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
-	for _, d := range tm.deployments() {
+	for _, d := range tm.Deployments() {
 		if ck := d.Checkpointing; !ck.GetEnabled() || ck.Mode != weirpb.CheckpointMode_CHECKPOINT_MODE_EXACTLY_ONCE ||
 			ck.Storage != "file://"+dir || d.RestoreCheckpointId != 0 || len(d.Restore) != 0 {
 			t.Fatalf("first deployment %s: checkpointing %v, restore %d %v", d.TaskName, ck, d.RestoreCheckpointId, d.Restore)
@@ -197,7 +95,7 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 	for _, op := range m.Operators {
 		uids = append(uids, op.OperatorUid)
 		for i, h := range op.Handles {
-			if want := fakeHandleKey(id, ck.CheckpointId, op.OperatorUid, int32(i), 1); h.Key != want || int(h.Subtask) != i {
+			if want := taskmanagertest.HandleKey(id, ck.CheckpointId, op.OperatorUid, int32(i), 1); h.Key != want || int(h.Subtask) != i {
 				t.Errorf("operator %s handle %d: %v, want key %s", op.OperatorUid, i, h, want)
 			}
 		}
@@ -213,7 +111,7 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 			t.Errorf("checkpoint storage: %v", err)
 		}
 	}
-	eventually(t, waitTimeout, "completion notifications to all 6 tasks", func() bool { return len(tm.completeNotified(ck.CheckpointId)) == 6 })
+	eventually(t, waitTimeout, "completion notifications to all 6 tasks", func() bool { return len(tm.CompleteNotified(ck.CheckpointId)) == 6 })
 	// Only one checkpoint is retained: the first one's files go.
 	eventually(t, waitTimeout, "the first checkpoint to be discarded", func() bool {
 		_, err := os.Stat(filepath.Join(dir, id, fmt.Sprintf("chk-%d", first.CheckpointId), "_manifest"))
@@ -234,7 +132,7 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 
 	// A window task fails: the job restarts after 3s (moved along by the
 	// clock) from the latest completed checkpoint, with attempt 2.
-	tm.failTask(2, 1, "boom")
+	tm.FailTask(2, 1, "boom")
 	eventually(t, waitTimeout, "the job to be restarting", func() bool {
 		j := c.getJob(id).Job
 		return j.State == weirpb.JobState_JOB_STATE_FAILING &&
@@ -247,14 +145,14 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 	if rj.State != "RESTARTING" || !strings.HasPrefix(rj.Error, "restarting (attempt 2)") {
 		t.Errorf("REST job while restarting: %+v", rj)
 	}
-	eventually(t, waitTimeout, "cancellation of the other tasks", func() bool { return tm.cancels() == 5 })
+	eventually(t, waitTimeout, "cancellation of the other tasks", func() bool { return tm.Cancels() == 5 })
 	c.clock.Advance(3 * time.Second)
 	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
 	restored := c.listCheckpoints(id).RestoredFrom
 	if restored < trig.CheckpointId {
 		t.Fatalf("restored from checkpoint %d, want at least %d", restored, trig.CheckpointId)
 	}
-	second := tm.deploymentsOf(2)
+	second := tm.DeploymentsOf(2)
 	if len(second) != 6 {
 		t.Fatalf("%d deployments of attempt 2, want 6", len(second))
 	}
@@ -263,7 +161,7 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 			t.Fatalf("%s: restore %d with %d handles, want %d with %d", d.TaskName, d.RestoreCheckpointId, len(d.Restore), restored, len(d.Chain))
 		}
 		for i, h := range d.Restore {
-			if want := fakeHandleKey(id, restored, d.Chain[i].Vertex.Uid, d.Id.Subtask, 1); h.Key != want {
+			if want := taskmanagertest.HandleKey(id, restored, d.Chain[i].Vertex.Uid, d.Id.Subtask, 1); h.Key != want {
 				t.Errorf("%s restores %s, want %s", d.TaskName, h.Key, want)
 			}
 		}
@@ -273,12 +171,12 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 	// stale.
 	after := c.waitCompleted(id, restored)
 	insp, err = c.jobs.InspectCheckpoint(t.Context(), &weirpb.InspectCheckpointRequest{JobId: id, CheckpointId: after.CheckpointId})
-	if err != nil || insp.Manifest.Operators[0].Handles[0].Key != fakeHandleKey(id, after.CheckpointId, "src", 0, 2) {
+	if err != nil || insp.Manifest.Operators[0].Handles[0].Key != taskmanagertest.HandleKey(id, after.CheckpointId, "src", 0, 2) {
 		t.Fatalf("checkpoint after the restart: %v %v", insp, err)
 	}
 	d0 := second[0]
 	old := &weirpb.ExecutionID{JobId: id, VertexId: d0.Id.VertexId, Subtask: d0.Id.Subtask, Attempt: 1}
-	if _, err := tm.cluster.AcknowledgeCheckpoint(t.Context(), &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: "tm-a", Id: old,
+	if _, err := tm.Cluster().AcknowledgeCheckpoint(t.Context(), &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: "tm-a", Id: old,
 		CheckpointId: after.CheckpointId + 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +189,7 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 	}
 
 	// The second failure exhausts fixed-delay's single attempt.
-	tm.failTask(0, 0, "again")
+	tm.FailTask(0, 0, "again")
 	job := c.waitState(id, weirpb.JobState_JOB_STATE_FAILED)
 	const want = "task src -> map (1/2) on taskmanager tm-a failed: again; restart strategy fixed-delay gave up"
 	if job.Job.Error != want {
@@ -453,7 +351,7 @@ func TestCheckpointRESTAndMetrics(t *testing.T) {
 	})
 	// The job without checkpoints gets the freed slots.
 	c.waitState(plain, weirpb.JobState_JOB_STATE_RUNNING)
-	if n := len(tm.deployments()); n != 8 {
+	if n := len(tm.Deployments()); n != 8 {
 		t.Errorf("%d deployments, want 6 + 2", n)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/taskmanager/taskmanagertest"
 )
 
 const waitTimeout = 10 * time.Second
@@ -141,200 +142,6 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// fakeTM is a taskmanager stand-in: a real gRPC TaskExecutorService that
-// records deployments, reports RUNNING for each, and FINISHED, FAILED or
-// CANCELED when the test or the jobmanager says so. It heartbeats on the
-// interval the jobmanager gives it.
-type fakeTM struct {
-	weirpb.UnimplementedTaskExecutorServiceServer
-	t       *testing.T
-	id      string
-	inst    string // process instance id
-	slots   int
-	addr    string
-	srv     *grpc.Server
-	cc      *grpc.ClientConn
-	cluster weirpb.ClusterServiceClient
-	// failWith, if set, returns an error message for deployments that
-	// should fail right after reporting RUNNING.
-	failWith func(*weirpb.TaskDeployment) string
-
-	wg         sync.WaitGroup
-	heartbeats atomic.Int64 // answered heartbeats
-	stopHB     chan struct{}
-	hbOnce     sync.Once
-	// ackCheckpoints: on a trigger, every live task of the job's attempt
-	// acknowledges with fake handles (see checkpoint_test.go).
-	ackCheckpoints atomic.Bool
-	mu             sync.Mutex
-	deploy         []*weirpb.TaskDeployment
-	live           map[string]*weirpb.ExecutionID // running, by key
-	cancel         []*weirpb.ExecutionID
-	triggers       []*weirpb.TriggerCheckpointRequest
-	notifies       []*weirpb.NotifyCheckpointRequest
-	acked          map[string]bool // job/checkpoint acknowledged
-}
-
-func execKeyString(id *weirpb.ExecutionID) string {
-	return fmt.Sprintf("%s/%d/%d/%d", id.JobId, id.VertexId, id.Subtask, id.Attempt)
-}
-
-func startFakeTM(t *testing.T, jmAddr, id string, slots int, failWith func(*weirpb.TaskDeployment) string) *fakeTM {
-	t.Helper()
-	return startFakeTMAt(t, jmAddr, id, "127.0.0.1:0", slots, failWith)
-}
-
-// fakeInstances numbers the fake taskmanager processes.
-var fakeInstances atomic.Int64
-
-// startFakeTMAt starts a fake taskmanager listening on addr.
-func startFakeTMAt(t *testing.T, jmAddr, id, addr string, slots int, failWith func(*weirpb.TaskDeployment) string) *fakeTM {
-	t.Helper()
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeTM{t: t, id: id, slots: slots, addr: lis.Addr().String(), srv: grpc.NewServer(), failWith: failWith,
-		inst:   fmt.Sprintf("%s-%d", id, fakeInstances.Add(1)),
-		stopHB: make(chan struct{}), live: make(map[string]*weirpb.ExecutionID), acked: make(map[string]bool)}
-	weirpb.RegisterTaskExecutorServiceServer(f.srv, f)
-	f.wg.Go(func() { _ = f.srv.Serve(lis) })
-	f.cc, err = grpc.NewClient(jmAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.cluster = weirpb.NewClusterServiceClient(f.cc)
-	t.Cleanup(func() {
-		f.stopHeartbeats()
-		f.srv.Stop()
-		f.wg.Wait()
-		f.cc.Close()
-	})
-	resp := f.register()
-	f.wg.Go(func() { f.heartbeatLoop(time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond) })
-	return f
-}
-
-func (f *fakeTM) register() *weirpb.RegisterTaskManagerResponse {
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	resp, err := f.cluster.RegisterTaskManager(ctx, &weirpb.RegisterTaskManagerRequest{
-		TaskmanagerId: f.id, InstanceId: f.instance(), Address: f.addr, Slots: int32(f.slots), OperatorTypes: []string{"gen", "pass"}})
-	if err != nil {
-		f.t.Errorf("register %s: %v", f.id, err)
-		return &weirpb.RegisterTaskManagerResponse{HeartbeatIntervalMs: 20}
-	}
-	return resp
-}
-
-func (f *fakeTM) heartbeatLoop(interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-f.stopHB:
-			return
-		case <-tick.C:
-		}
-		f.mu.Lock()
-		req := &weirpb.HeartbeatRequest{TaskmanagerId: f.id, InstanceId: f.instance()}
-		for _, id := range f.live {
-			req.Tasks = append(req.Tasks, &weirpb.TaskStatus{Id: id, State: weirpb.TaskState_TASK_STATE_RUNNING, RecordsIn: 7})
-		}
-		f.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := f.cluster.Heartbeat(ctx, req)
-		cancel()
-		if err == nil {
-			f.heartbeats.Add(1)
-			if resp.Reregister {
-				f.register()
-			}
-		}
-	}
-}
-
-func (f *fakeTM) instance() string { return f.inst }
-
-// kill stops the fake as a killed process stops: its server and its
-// connections close, and it heartbeats no more.
-func (f *fakeTM) kill() {
-	f.stopHeartbeats()
-	f.srv.Stop()
-}
-
-func (f *fakeTM) Ping(context.Context, *weirpb.PingRequest) (*weirpb.PingResponse, error) {
-	return &weirpb.PingResponse{TaskmanagerId: f.id, InstanceId: f.instance()}, nil
-}
-
-func (f *fakeTM) stopHeartbeats() { f.hbOnce.Do(func() { close(f.stopHB) }) }
-
-func (f *fakeTM) report(id *weirpb.ExecutionID, s weirpb.TaskState, msg string) {
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	_, err := f.cluster.UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{TaskmanagerId: f.id,
-		Status: &weirpb.TaskStatus{Id: id, State: s, Error: msg}})
-	if err != nil && status.Code(err) != codes.Unavailable {
-		f.t.Errorf("%s: UpdateTaskState: %v", f.id, err)
-	}
-}
-
-func (f *fakeTM) SubmitTask(_ context.Context, req *weirpb.SubmitTaskRequest) (*weirpb.SubmitTaskResponse, error) {
-	d := req.GetTask()
-	f.mu.Lock()
-	f.deploy = append(f.deploy, d)
-	f.live[execKeyString(d.Id)] = d.Id
-	f.mu.Unlock()
-	f.wg.Go(func() {
-		f.report(d.Id, weirpb.TaskState_TASK_STATE_RUNNING, "")
-		if f.failWith != nil {
-			if msg := f.failWith(d); msg != "" {
-				f.mu.Lock()
-				delete(f.live, execKeyString(d.Id))
-				f.mu.Unlock()
-				f.report(d.Id, weirpb.TaskState_TASK_STATE_FAILED, msg)
-			}
-		}
-	})
-	return &weirpb.SubmitTaskResponse{}, nil
-}
-
-func (f *fakeTM) CancelTask(_ context.Context, req *weirpb.CancelTaskRequest) (*weirpb.CancelTaskResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cancel = append(f.cancel, req.Id)
-	key := execKeyString(req.Id)
-	if _, ok := f.live[key]; !ok {
-		return nil, status.Errorf(codes.NotFound, "no task %s", key)
-	}
-	delete(f.live, key)
-	f.wg.Go(func() { f.report(req.Id, weirpb.TaskState_TASK_STATE_CANCELED, "") })
-	return &weirpb.CancelTaskResponse{}, nil
-}
-
-// finishAll reports FINISHED for every running task.
-func (f *fakeTM) finishAll() {
-	f.mu.Lock()
-	ids := f.live
-	f.live = make(map[string]*weirpb.ExecutionID)
-	f.mu.Unlock()
-	for _, id := range ids {
-		f.report(id, weirpb.TaskState_TASK_STATE_FINISHED, "")
-	}
-}
-
-func (f *fakeTM) deployments() []*weirpb.TaskDeployment {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.deploy)
-}
-
-func (f *fakeTM) cancels() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.cancel)
-}
-
 func taskNames(ds []*weirpb.TaskDeployment) []string {
 	var out []string
 	for _, d := range ds {
@@ -346,8 +153,8 @@ func taskNames(ds []*weirpb.TaskDeployment) []string {
 
 func TestSubmitRunFinish(t *testing.T) {
 	c := startJobManager(t, nil)
-	a := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 2, nil)
-	b := startFakeTM(t, c.jm.RPCAddr(), "tm-b", 3, nil)
+	a := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 2)
+	b := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-b", 3)
 	id := c.submit(pipeline(t, 2, 4), 0)
 	if len(id) != 16 {
 		t.Errorf("job id %q is not 16 hex characters", id)
@@ -358,15 +165,15 @@ func TestSubmitRunFinish(t *testing.T) {
 	}
 	// Slots 0..3 go b, a, b, a (b has more free slots); subtask i of each
 	// task is in slot i.
-	if got, want := taskNames(b.deployments()), []string{"src -> map (1/2)", "window -> sink (1/4)", "window -> sink (3/4)"}; !slices.Equal(got, want) {
+	if got, want := taskNames(b.Deployments()), []string{"src -> map (1/2)", "window -> sink (1/4)", "window -> sink (3/4)"}; !slices.Equal(got, want) {
 		t.Errorf("tm-b runs %q, want %q", got, want)
 	}
-	if got, want := taskNames(a.deployments()), []string{"src -> map (2/2)", "window -> sink (2/4)", "window -> sink (4/4)"}; !slices.Equal(got, want) {
+	if got, want := taskNames(a.Deployments()), []string{"src -> map (2/2)", "window -> sink (2/4)", "window -> sink (4/4)"}; !slices.Equal(got, want) {
 		t.Errorf("tm-a runs %q, want %q", got, want)
 	}
-	for _, d := range append(a.deployments(), b.deployments()...) {
+	for _, d := range append(a.Deployments(), b.Deployments()...) {
 		if d.Id.VertexId == 0 {
-			want := []string{b.addr, a.addr, b.addr, a.addr}
+			want := []string{b.Addr(), a.Addr(), b.Addr(), a.Addr()}
 			if got := d.Outputs[0].Targets; !slices.Equal(got, want) {
 				t.Errorf("%s targets %v, want %v", d.TaskName, got, want)
 			}
@@ -392,8 +199,8 @@ func TestSubmitRunFinish(t *testing.T) {
 		t.Errorf("taskmanagers while running: %v", tms)
 	}
 
-	a.finishAll()
-	b.finishAll()
+	a.FinishAll()
+	b.FinishAll()
 	job = c.waitState(id, weirpb.JobState_JOB_STATE_FINISHED)
 	if job.Job.EndTimeMs < job.Job.StartTimeMs || job.Job.Error != "" {
 		t.Errorf("finished job %v", job.Job)
@@ -420,8 +227,8 @@ func TestTaskFailureFailsJob(t *testing.T) {
 		}
 		return ""
 	}
-	a := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 2, failWindow2)
-	b := startFakeTM(t, c.jm.RPCAddr(), "tm-b", 2, failWindow2)
+	a := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 2, taskmanagertest.FailDeployments(failWindow2))
+	b := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-b", 2, taskmanagertest.FailDeployments(failWindow2))
 	id := c.submit(pipeline(t, 2, 4), 0)
 	job := c.waitState(id, weirpb.JobState_JOB_STATE_FAILED)
 	const want = "task window -> sink (2/4) on taskmanager tm-b failed: boom: division by zero; restart strategy none gave up"
@@ -429,7 +236,7 @@ func TestTaskFailureFailsJob(t *testing.T) {
 		t.Errorf("job error %q, want %q", job.Job.Error, want)
 	}
 	// The other five tasks were cancelled (some perhaps before they ran).
-	if n := a.cancels() + b.cancels(); n != 5 {
+	if n := a.Cancels() + b.Cancels(); n != 5 {
 		t.Errorf("%d cancel calls, want 5", n)
 	}
 	for _, task := range job.Tasks {
@@ -449,15 +256,15 @@ func TestTaskFailureFailsJob(t *testing.T) {
 
 func TestCancelJob(t *testing.T) {
 	c := startJobManager(t, nil)
-	a := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 4, nil)
+	a := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 4)
 	id := c.submit(pipeline(t, 2, 4), 0)
 	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
 	if _, err := c.jobs.CancelJob(t.Context(), &weirpb.CancelJobRequest{JobId: id}); err != nil {
 		t.Fatal(err)
 	}
 	job := c.waitState(id, weirpb.JobState_JOB_STATE_CANCELED)
-	if a.cancels() != 6 {
-		t.Errorf("%d cancel calls, want 6", a.cancels())
+	if a.Cancels() != 6 {
+		t.Errorf("%d cancel calls, want 6", a.Cancels())
 	}
 	for _, task := range job.Tasks {
 		if task.State != weirpb.TaskState_TASK_STATE_CANCELED {
@@ -502,27 +309,27 @@ func TestSubmitInvalidGraph(t *testing.T) {
 func TestSlotWait(t *testing.T) {
 	t.Run("succeeds when a taskmanager joins", func(t *testing.T) {
 		c := startJobManager(t, nil)
-		startFakeTM(t, c.jm.RPCAddr(), "tm-a", 2, nil)
+		taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 2)
 		id := c.submit(pipeline(t, 2, 4), waitTimeout)
 		if s := c.getJob(id).Job.State; s != weirpb.JobState_JOB_STATE_SCHEDULED {
 			t.Fatalf("state %s, want SCHEDULED while waiting", s)
 		}
-		b := startFakeTM(t, c.jm.RPCAddr(), "tm-b", 2, nil)
+		b := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-b", 2)
 		c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
-		if n := len(b.deployments()); n != 3 {
+		if n := len(b.Deployments()); n != 3 {
 			t.Errorf("tm-b got %d deployments, want 3", n)
 		}
 	})
 	t.Run("times out", func(t *testing.T) {
 		c := startJobManager(t, nil)
-		a := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 2, nil)
+		a := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 2)
 		id := c.submit(pipeline(t, 2, 4), 100*time.Millisecond)
 		job := c.waitState(id, weirpb.JobState_JOB_STATE_FAILED)
 		const want = "not enough free slots: job needs 4, cluster has 2 free across 1 taskmanager(s); start more taskmanagers or lower parallelism"
 		if job.Job.Error != want {
 			t.Errorf("error %q, want %q", job.Job.Error, want)
 		}
-		if n := len(a.deployments()); n != 0 {
+		if n := len(a.Deployments()); n != 0 {
 			t.Errorf("%d deployments", n)
 		}
 	})
@@ -530,30 +337,30 @@ func TestSlotWait(t *testing.T) {
 
 func TestHeartbeatTimeoutFailsJob(t *testing.T) {
 	c := startJobManager(t, nil) // HeartbeatTimeout 10s
-	a := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 2, nil)
-	b := startFakeTM(t, c.jm.RPCAddr(), "tm-b", 2, nil)
+	a := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 2)
+	b := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-b", 2)
 	id := c.submit(pipeline(t, 2, 4), 0)
 	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
-	a.stopHeartbeats()
+	a.StopHeartbeats()
 	// Move the clock 10.5s forward in small steps; after each, wait for two
 	// answered heartbeats of tm-b so that it never looks silent for long,
 	// whatever the load on the machine.
 	for range 21 {
 		c.clock.Advance(500 * time.Millisecond)
-		n := b.heartbeats.Load()
-		eventually(t, waitTimeout, "a heartbeat of tm-b", func() bool { return b.heartbeats.Load() >= n+2 })
+		n := b.Heartbeats()
+		eventually(t, waitTimeout, "a heartbeat of tm-b", func() bool { return b.Heartbeats() >= n+2 })
 	}
 	job := c.waitState(id, weirpb.JobState_JOB_STATE_FAILED)
-	if !strings.Contains(job.Job.Error, "on taskmanager tm-a failed: taskmanager tm-a at "+a.addr+" lost: no heartbeat for 10s") {
+	if !strings.Contains(job.Job.Error, "on taskmanager tm-a failed: taskmanager tm-a at "+a.Addr()+" lost: no heartbeat for 10s") {
 		t.Errorf("job error %q", job.Job.Error)
 	}
 	if tms := c.taskManagers(); tms["tm-a"].Live || !tms["tm-b"].Live || tms["tm-b"].SlotsFree != 2 {
 		t.Errorf("taskmanagers %v", tms)
 	}
-	if n := b.cancels(); n != 3 {
+	if n := b.Cancels(); n != 3 {
 		t.Errorf("tm-b got %d cancels, want 3", n)
 	}
-	resp, err := a.cluster.Heartbeat(t.Context(), &weirpb.HeartbeatRequest{TaskmanagerId: "tm-a"})
+	resp, err := a.Cluster().Heartbeat(t.Context(), &weirpb.HeartbeatRequest{TaskmanagerId: "tm-a"})
 	if err != nil || !resp.Reregister {
 		t.Errorf("heartbeat of lost taskmanager: %v, %v; want reregister", resp, err)
 	}
@@ -583,7 +390,7 @@ func getJSON(t *testing.T, url string, wantCode int, v any) {
 
 func TestREST(t *testing.T) {
 	c := startJobManager(t, nil)
-	startFakeTM(t, c.jm.RPCAddr(), "tm-a", 4, nil)
+	taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 4)
 	id := c.submit(pipeline(t, 2, 4), 0)
 	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
 	base := "http://" + c.jm.RESTAddr()
@@ -710,7 +517,7 @@ func TestRunErrors(t *testing.T) {
 
 func TestShutdownCancelsRunningTasks(t *testing.T) {
 	c := startJobManager(t, nil)
-	a := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 4, nil)
+	a := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 4)
 	id := c.submit(pipeline(t, 2, 4), 0)
 	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
 	// Heartbeats carry record counts.
@@ -723,7 +530,7 @@ func TestShutdownCancelsRunningTasks(t *testing.T) {
 		return true
 	})
 	c.stop()
-	if n := a.cancels(); n != 6 {
+	if n := a.Cancels(); n != 6 {
 		t.Errorf("%d cancels at shutdown, want 6", n)
 	}
 }

@@ -13,21 +13,10 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/taskmanager/taskmanagertest"
 )
 
 // Region failover through the real JobManager and fake taskmanagers.
-
-// cancelled returns the executions this taskmanager was told to cancel,
-// as job/vertex/subtask/attempt.
-func (f *fakeTM) cancelled() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, id := range f.cancel {
-		out = append(out, execKeyString(id))
-	}
-	return out
-}
 
 // restJobOf reads a job's REST view.
 func restJobOf(t *testing.T, c *testCluster, id string) (restJob, []restTask) {
@@ -52,7 +41,7 @@ func TestRegionFailover(t *testing.T) {
 	}
 	c.waitCompleted(id, 0)
 
-	tm.failTask(1, 0, "boom")
+	tm.FailTask(1, 0, "boom")
 	const cause = "after: task b -> bsink (1/2) on taskmanager tm-a failed: boom"
 	eventually(t, waitTimeout, "region 1 to be restarting while the job runs", func() bool {
 		j := c.getJob(id).Job
@@ -68,7 +57,7 @@ func TestRegionFailover(t *testing.T) {
 		t.Errorf("restarting region %+v", r)
 	}
 	for _, want := range []string{id + "/0/0/1", id + "/3/0/1"} {
-		eventually(t, waitTimeout, "cancellation of "+want, func() bool { return slices.Contains(tm.cancelled(), want) })
+		eventually(t, waitTimeout, "cancellation of "+want, func() bool { return slices.Contains(tm.Cancelled(), want) })
 	}
 	c.clock.Advance(3 * time.Second)
 	eventually(t, waitTimeout, "region 1 to run again", func() bool {
@@ -82,7 +71,7 @@ func TestRegionFailover(t *testing.T) {
 	if restored < 1 {
 		t.Fatalf("restored from %d", restored)
 	}
-	second := tm.deploymentsOf(2)
+	second := tm.DeploymentsOf(2)
 	if len(second) != 3 {
 		t.Fatalf("%d deployments of attempt 2, want 3", len(second))
 	}
@@ -91,15 +80,15 @@ func TestRegionFailover(t *testing.T) {
 			t.Fatalf("%s: subtask %d, restore %d with %d handles", d.TaskName, d.Id.Subtask, d.RestoreCheckpointId, len(d.Restore))
 		}
 		for i, h := range d.Restore {
-			if want := fakeHandleKey(id, restored, d.Chain[i].Vertex.Uid, 0, 1); h.Key != want {
+			if want := taskmanagertest.HandleKey(id, restored, d.Chain[i].Vertex.Uid, 0, 1); h.Key != want {
 				t.Errorf("%s restores %s, want %s", d.TaskName, h.Key, want)
 			}
 		}
 	}
-	if n := len(tm.deployments()); n != 9 {
+	if n := len(tm.Deployments()); n != 9 {
 		t.Errorf("%d deployments, want 6 + 3", n)
 	}
-	for _, k := range tm.cancelled() {
+	for _, k := range tm.Cancelled() {
 		if strings.HasSuffix(k, "/1/1") {
 			t.Errorf("region 2 execution %s was cancelled", k)
 		}
@@ -123,7 +112,7 @@ func TestRegionFailover(t *testing.T) {
 			t.Fatalf("operator %s: %d handles", op.OperatorUid, len(op.Handles))
 		}
 		for i, h := range op.Handles {
-			if want := fakeHandleKey(id, after.CheckpointId, op.OperatorUid, int32(i), int64(2-i)); h.Key != want {
+			if want := taskmanagertest.HandleKey(id, after.CheckpointId, op.OperatorUid, int32(i), int64(2-i)); h.Key != want {
 				t.Errorf("checkpoint %d: handle %s, want %s", after.CheckpointId, h.Key, want)
 			}
 		}
@@ -131,11 +120,11 @@ func TestRegionFailover(t *testing.T) {
 
 	// Stale messages are dropped, counted and exported.
 	old := &weirpb.ExecutionID{JobId: id, VertexId: 0, Subtask: 0, Attempt: 1}
-	if _, err := tm.cluster.AcknowledgeCheckpoint(t.Context(), &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: "tm-a", Id: old,
+	if _, err := tm.Cluster().AcknowledgeCheckpoint(t.Context(), &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: "tm-a", Id: old,
 		CheckpointId: after.CheckpointId + 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tm.cluster.UpdateTaskState(t.Context(), &weirpb.UpdateTaskStateRequest{TaskmanagerId: "tm-a",
+	if _, err := tm.Cluster().UpdateTaskState(t.Context(), &weirpb.UpdateTaskStateRequest{TaskmanagerId: "tm-a",
 		Status: &weirpb.TaskStatus{Id: old, State: weirpb.TaskState_TASK_STATE_FAILED, Error: "late"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,22 +151,22 @@ func TestRegionFailover(t *testing.T) {
 // taskmanager comes back (same id, new address); the other region runs on.
 func TestTaskManagerLossRegionWaitsForSlots(t *testing.T) {
 	c := startJobManager(t, nil) // HeartbeatTimeout 10s
-	a := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 1, nil)
-	b := startFakeTM(t, c.jm.RPCAddr(), "tm-b", 1, nil)
+	a := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 1)
+	b := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-b", 1)
 	g := fanOut(t, 2)
 	g.Restart = stream.RestartConfig{Type: "fixed-delay", Attempts: 1, Delay: time.Second}
 	id := c.submit(g, 0)
 	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
-	if n := len(b.deployments()); n != 3 {
+	if n := len(b.Deployments()); n != 3 {
 		t.Fatalf("tm-b runs %d tasks, want region 2's 3", n)
 	}
 	// tm-b goes silent: move the clock past the heartbeat timeout and the
 	// restart delay in small steps while tm-a keeps heartbeating.
-	b.stopHeartbeats()
+	b.StopHeartbeats()
 	for range 24 {
 		c.clock.Advance(500 * time.Millisecond)
-		n := a.heartbeats.Load()
-		eventually(t, waitTimeout, "a heartbeat of tm-a", func() bool { return a.heartbeats.Load() >= n+2 })
+		n := a.Heartbeats()
+		eventually(t, waitTimeout, "a heartbeat of tm-a", func() bool { return a.Heartbeats() >= n+2 })
 	}
 	eventually(t, waitTimeout, "region 2 to wait for slots", func() bool {
 		rj, _ := restJobOf(t, c, id)
@@ -186,17 +175,17 @@ func TestTaskManagerLossRegionWaitsForSlots(t *testing.T) {
 	})
 	if j := c.getJob(id).Job; j.State != weirpb.JobState_JOB_STATE_RUNNING ||
 		!strings.HasPrefix(j.Error, "region 2 of 2 (3 tasks) waiting for slots (attempt 2)") ||
-		!strings.Contains(j.Error, "taskmanager tm-b at "+b.addr+" lost: no heartbeat for 10s") {
+		!strings.Contains(j.Error, "taskmanager tm-b at "+b.Addr()+" lost: no heartbeat for 10s") {
 		t.Errorf("job while waiting: %v %q", j.State, j.Error)
 	}
 
 	// tm-b restarts at another address.
-	b2 := startFakeTM(t, c.jm.RPCAddr(), "tm-b", 1, nil)
+	b2 := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-b", 1)
 	eventually(t, waitTimeout, "region 2 to run on the restarted tm-b", func() bool {
 		rj, _ := restJobOf(t, c, id)
 		return rj.State == "RUNNING" && len(rj.RestartingRegions) == 0
 	})
-	ds := b2.deployments()
+	ds := b2.Deployments()
 	if len(ds) != 3 {
 		t.Fatalf("restarted tm-b got %d deployments, want 3", len(ds))
 	}
@@ -206,17 +195,17 @@ func TestTaskManagerLossRegionWaitsForSlots(t *testing.T) {
 		}
 		if d.Id.VertexId == 0 {
 			for _, o := range d.Outputs {
-				if o.Targets[1] != b2.addr {
-					t.Errorf("source output targets %v, want subtask 1 at %s", o.Targets, b2.addr)
+				if o.Targets[1] != b2.Addr() {
+					t.Errorf("source output targets %v, want subtask 1 at %s", o.Targets, b2.Addr())
 				}
 			}
 		}
 	}
-	if n, cancels := len(a.deployments()), a.cancels(); n != 3 || cancels != 0 {
+	if n, cancels := len(a.Deployments()), a.Cancels(); n != 3 || cancels != 0 {
 		t.Errorf("tm-a: %d deployments, %d cancels; want 3 and 0 (region 1 untouched)", n, cancels)
 	}
 	tms := c.taskManagers()
-	if tb := tms["tm-b"]; !tb.Live || tb.Address != b2.addr || tb.SlotsFree != 0 {
+	if tb := tms["tm-b"]; !tb.Live || tb.Address != b2.Addr() || tb.SlotsFree != 0 {
 		t.Errorf("tm-b %v", tb)
 	}
 }
@@ -227,27 +216,27 @@ func TestTaskManagerLossRegionWaitsForSlots(t *testing.T) {
 // connection, without a single failed deployment.
 func TestSameAddressRestartDeploysAtOnce(t *testing.T) {
 	c := startJobManager(t, nil) // HeartbeatTimeout 10s
-	a := startFakeTM(t, c.jm.RPCAddr(), "tm-a", 1, nil)
-	b := startFakeTM(t, c.jm.RPCAddr(), "tm-b", 1, nil)
+	a := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-a", 1)
+	b := taskmanagertest.Start(t, c.jm.RPCAddr(), "tm-b", 1)
 	g := fanOut(t, 2)
 	g.Restart = stream.RestartConfig{Type: "fixed-delay", Attempts: 1000, Delay: 50 * time.Millisecond}
 	id := c.submit(g, 0)
 	c.waitState(id, weirpb.JobState_JOB_STATE_RUNNING)
-	if n := len(b.deployments()); n != 3 {
+	if n := len(b.Deployments()); n != 3 {
 		t.Fatalf("tm-b runs %d tasks, want region 2's 3", n)
 	}
 	start := time.Now()
-	b.kill()
+	b.Kill()
 	eventually(t, waitTimeout, "tm-b to be lost", func() bool { return !c.taskManagers()["tm-b"].GetLive() })
 	if took := time.Since(start); took >= 10*time.Second {
 		t.Fatalf("tm-b lost after %v: by the heartbeat timeout, not by its broken connection", took)
 	}
-	b2 := startFakeTMAt(t, c.jm.RPCAddr(), "tm-b", b.addr, 1, nil)
+	b2 := b.Restart(t)
 	eventually(t, waitTimeout, "region 2 to run on the restarted tm-b", func() bool {
 		rj, _ := restJobOf(t, c, id)
-		return rj.State == "RUNNING" && len(rj.RestartingRegions) == 0 && len(b2.deployments()) == 3
+		return rj.State == "RUNNING" && len(rj.RestartingRegions) == 0 && len(b2.Deployments()) == 3
 	})
-	for _, d := range b2.deployments() {
+	for _, d := range b2.Deployments() {
 		if d.Id.Subtask != 1 || d.Id.Attempt != 2 {
 			t.Errorf("%s: subtask %d attempt %d; want subtask 1, attempt 2 (one restart, no failed deployment)", d.TaskName, d.Id.Subtask, d.Id.Attempt)
 		}
@@ -255,7 +244,7 @@ func TestSameAddressRestartDeploysAtOnce(t *testing.T) {
 	if rj, _ := restJobOf(t, c, id); rj.Restarts != 1 {
 		t.Errorf("job restarted %d times, want once", rj.Restarts)
 	}
-	if n, cancels := len(a.deployments()), a.cancels(); n != 3 || cancels != 0 {
+	if n, cancels := len(a.Deployments()), a.Cancels(); n != 3 || cancels != 0 {
 		t.Errorf("tm-a: %d deployments, %d cancels; want 3 and 0 (region 1 untouched)", n, cancels)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/weirstream/weir/jobmanager/jobmanagertest"
 	"github.com/weirstream/weir/proto/weirpb"
 )
 
@@ -17,10 +18,9 @@ import (
 // FailedPrecondition, counted once and logged once with
 // zombie_write_rejected=1; calls carrying the current epoch pass.
 func TestStaleEpochRejected(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 	ctx := context.Background()
 
 	task := chainedTask("job-e", 1, genJSON(0, true), "count", "")
@@ -80,7 +80,7 @@ func TestStaleEpochRejected(t *testing.T) {
 	if _, err := h.exec.CancelTask(ctx, &weirpb.CancelTaskRequest{Id: id, Epoch: 7}); err != nil {
 		t.Fatalf("CancelTask at the current epoch: %v", err)
 	}
-	jm.waitReported(t, id, canceled)
+	jm.WaitReported(t, id, canceled)
 	if got := h.logs.count("zombie_write_rejected"); got != len(calls) {
 		t.Fatalf("%d lines mention zombie_write_rejected, want %d", got, len(calls))
 	}
@@ -90,17 +90,16 @@ func TestStaleEpochRejected(t *testing.T) {
 // cancels the tasks deployed under the old one, and their commits are
 // refused from then on; the new leader's task runs.
 func TestHigherEpochCancelsOlderTasks(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 	ctx := context.Background()
 
 	old := chainedTask("job-h", 1, genJSON(0, true), "count", "")
 	if _, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: old, Epoch: 5, InstanceId: h.tm.Instance()}); err != nil {
 		t.Fatal(err)
 	}
-	jm.waitReported(t, old.GetId(), running)
+	jm.WaitReported(t, old.GetId(), running)
 	guard := h.tm.commitGuard("old", 5)
 	if err := guard(1); err != nil {
 		t.Fatalf("commit guard of the current epoch refused: %v", err)
@@ -110,8 +109,8 @@ func TestHigherEpochCancelsOlderTasks(t *testing.T) {
 	if _, err := h.exec.SubmitTask(ctx, &weirpb.SubmitTaskRequest{Task: next, Epoch: 9, InstanceId: h.tm.Instance()}); err != nil {
 		t.Fatalf("SubmitTask of the new leader: %v", err)
 	}
-	jm.waitReported(t, old.GetId(), canceled)
-	jm.waitReported(t, next.GetId(), running)
+	jm.WaitReported(t, old.GetId(), canceled)
+	jm.WaitReported(t, next.GetId(), running)
 	if err := guard(2); err == nil {
 		t.Fatal("commit guard of epoch 5 passed after epoch 9 was seen")
 	}

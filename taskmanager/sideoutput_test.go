@@ -11,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/weirstream/weir/jobmanager/jobmanagertest"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -124,11 +125,10 @@ func addSideTypes(reg *stream.Registry, st *testState, s *sums) *stream.Registry
 // by a sink task over the exchange: the side output's name and schema
 // travel in the deployment, and each sink gets exactly its rows.
 func TestSideOutputDeployment(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
 	s := &sums{n: map[string]int64{}, sum: map[string]int64{}}
-	h := startTaskManager(t, jm.addr, addSideTypes(newTestRegistry(st), st, s), nil)
+	h := startTaskManager(t, jm.Addr(), addSideTypes(newTestRegistry(st), st, s), nil)
 	target := h.tm.Addr()
 	const job, rows = "side", 1000
 
@@ -161,7 +161,7 @@ func TestSideOutputDeployment(t *testing.T) {
 	h.mustSubmit(t, sink(3, "odd", oddSchema, weirpb.Partitioning_PARTITIONING_FORWARD))
 	h.mustSubmit(t, src)
 	for _, d := range []*weirpb.TaskDeployment{src, sink(2, "even", nil, 0), sink(3, "odd", nil, 0)} {
-		jm.waitReported(t, d.GetId(), weirpb.TaskState_TASK_STATE_FINISHED)
+		jm.WaitReported(t, d.GetId(), weirpb.TaskState_TASK_STATE_FINISHED)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -213,11 +213,11 @@ func lateSeries(t *testing.T, h *harness) []string {
 // runs; other operators have no series. The counts of ended subtasks stay
 // while their job is active (a counter never goes down), and go with it.
 func TestLateRecordsMetric(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.setActive("j1", "j2", "j3")
-	jm.serve(t)
+	jm := jobmanagertest.New(t)
+	jm.SetActive("j1", "j2", "j3")
+	jm.Serve(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, addSideTypes(newTestRegistry(st), st, &sums{}), func(c *Config) { c.Slots = 4 })
+	h := startTaskManager(t, jm.Addr(), addSideTypes(newTestRegistry(st), st, &sums{}), func(c *Config) { c.Slots = 4 })
 	if got := lateSeries(t, h); len(got) != 0 {
 		t.Fatalf("series before any task: %v", got)
 	}
@@ -253,7 +253,7 @@ func TestLateRecordsMetric(t *testing.T) {
 	if got := lateSeries(t, h); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("series once the tasks are forgotten:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	jm.setActive("j2")
+	jm.SetActive("j2")
 	waitFor(t, "j1's series to end with the job", func() bool {
 		return strings.Join(lateSeries(t, h), "\n") == "job=j2 operator=sink 4"
 	})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/weirstream/weir/jobmanager/jobmanagertest"
 	"github.com/weirstream/weir/proto/weirpb"
 )
 
@@ -37,16 +38,16 @@ func TestRegisterRetriesUntilJobManagerAppears(t *testing.T) {
 		name string
 		// before arranges the jobmanager's absence and waits until the
 		// taskmanager has met it.
-		before func(t *testing.T, jm *fakeJobManager, h *harness)
+		before func(t *testing.T, jm *jobmanagertest.Fake, h *harness)
 	}{
 		{
 			// The TCP connection waits in the backlog until Serve.
 			name:   "listening but not serving",
-			before: func(*testing.T, *fakeJobManager, *harness) {},
+			before: func(*testing.T, *jobmanagertest.Fake, *harness) {},
 		},
 		{
 			name: "nothing listening",
-			before: func(t *testing.T, _ *fakeJobManager, h *harness) {
+			before: func(t *testing.T, _ *jobmanagertest.Fake, h *harness) {
 				waitFor(t, "a failed registration attempt", func() bool {
 					return h.logs.count("cannot register with the jobmanager") > 0
 				})
@@ -54,18 +55,18 @@ func TestRegisterRetriesUntilJobManagerAppears(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			jm := newFakeJobManager(t)
+			jm := jobmanagertest.New(t)
 			if tc.name == "nothing listening" {
-				jm.closeListener(t)
+				jm.CloseListener(t)
 			}
-			h := startTaskManager(t, jm.addr, newTestRegistry(newTestState()), nil)
+			h := startTaskManager(t, jm.Addr(), newTestRegistry(newTestState()), nil)
 			tc.before(t, jm, h)
-			if n := len(jm.registrations()); n != 0 {
+			if n := len(jm.Registrations()); n != 0 {
 				t.Fatalf("%d registrations before the jobmanager served", n)
 			}
-			jm.serve(t)
-			waitFor(t, "registration", func() bool { return len(jm.registrations()) > 0 })
-			reg := jm.registrations()[0]
+			jm.Serve(t)
+			waitFor(t, "registration", func() bool { return len(jm.Registrations()) > 0 })
+			reg := jm.Registrations()[0]
 			if reg.GetTaskmanagerId() != testTaskManagerID || reg.GetAddress() != h.tm.Addr() || reg.GetSlots() != 3 {
 				t.Errorf("registered id %q address %q slots %d; want %q %q 3",
 					reg.GetTaskmanagerId(), reg.GetAddress(), reg.GetSlots(), testTaskManagerID, h.tm.Addr())
@@ -74,13 +75,13 @@ func TestRegisterRetriesUntilJobManagerAppears(t *testing.T) {
 				t.Errorf("registered operator types %v, want %v", reg.GetOperatorTypes(), want)
 			}
 			// Heartbeats follow, at the interval the jobmanager asked for.
-			waitFor(t, "heartbeats", func() bool { return jm.numHeartbeats() >= 3 })
-			for _, hb := range jm.heartbeats() {
+			waitFor(t, "heartbeats", func() bool { return jm.NumHeartbeats() >= 3 })
+			for _, hb := range jm.Heartbeats() {
 				if hb.GetTaskmanagerId() != testTaskManagerID {
 					t.Fatalf("heartbeat from %q, want %q", hb.GetTaskmanagerId(), testTaskManagerID)
 				}
 			}
-			if n := len(jm.registrations()); n != 1 {
+			if n := len(jm.Registrations()); n != 1 {
 				t.Errorf("%d registrations, want 1", n)
 			}
 		})
@@ -88,31 +89,29 @@ func TestRegisterRetriesUntilJobManagerAppears(t *testing.T) {
 }
 
 func TestRegisterAdvertisesAddress(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
-	h := startTaskManager(t, jm.addr, newTestRegistry(newTestState()), func(c *Config) {
+	jm := jobmanagertest.Start(t)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(newTestState()), func(c *Config) {
 		c.AdvertiseAddress = "tm-1.example:7000"
 	})
 	if h.tm.Addr() != "tm-1.example:7000" {
 		t.Fatalf("Addr() = %q, want the advertised address", h.tm.Addr())
 	}
-	waitFor(t, "registration", func() bool { return len(jm.registrations()) > 0 })
-	if got := jm.registrations()[0].GetAddress(); got != "tm-1.example:7000" {
+	waitFor(t, "registration", func() bool { return len(jm.Registrations()) > 0 })
+	if got := jm.Registrations()[0].GetAddress(); got != "tm-1.example:7000" {
 		t.Fatalf("registered address %q, want tm-1.example:7000", got)
 	}
 }
 
 func TestChainedTaskFinishes(t *testing.T) {
 	const rows = 10_000
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 
 	d := chainedTask("job-chain", 1, genJSON(rows, false), "count", "")
 	h.mustSubmit(t, d)
-	fin := jm.waitReported(t, d.GetId(), finished)
-	if got := jm.statesOf(d.GetId()); !slices.Equal(got, []weirpb.TaskState{running, finished}) {
+	fin := jm.WaitReported(t, d.GetId(), finished)
+	if got := jm.StatesOf(d.GetId()); !slices.Equal(got, []weirpb.TaskState{running, finished}) {
 		t.Errorf("reported states %v, want [RUNNING FINISHED]", got)
 	}
 	// The sink is the chain's last operator and emits nothing.
@@ -128,7 +127,7 @@ func TestChainedTaskFinishes(t *testing.T) {
 	// A heartbeat carries the final state; once it has, the taskmanager
 	// forgets the task and later heartbeats omit it.
 	waitFor(t, "a heartbeat reporting FINISHED followed by one without the task", func() bool {
-		hbs := jm.heartbeats()
+		hbs := jm.Heartbeats()
 		for i, hb := range hbs {
 			if st := heartbeatStatus(hb, d.GetId()); st != nil && st.GetState() == finished {
 				return i+1 < len(hbs) && heartbeatStatus(hbs[len(hbs)-1], d.GetId()) == nil
@@ -146,10 +145,9 @@ func TestLocalExchangeBetweenTwoTasks(t *testing.T) {
 			name = "sink first"
 		}
 		t.Run(name, func(t *testing.T) {
-			jm := newFakeJobManager(t)
-			jm.serve(t)
+			jm := jobmanagertest.Start(t)
 			st := newTestState()
-			h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+			h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 
 			// The output target is this taskmanager: an in-memory channel.
 			src, sink := exchangeTasks("job-x", 4, rows, h.tm.Addr())
@@ -160,8 +158,8 @@ func TestLocalExchangeBetweenTwoTasks(t *testing.T) {
 			for _, d := range order {
 				h.mustSubmit(t, d)
 			}
-			srcFin := jm.waitReported(t, src.GetId(), finished)
-			sinkFin := jm.waitReported(t, sink.GetId(), finished)
+			srcFin := jm.WaitReported(t, src.GetId(), finished)
+			sinkFin := jm.WaitReported(t, sink.GetId(), finished)
 			if srcFin.GetRecordsIn() != rows || srcFin.GetRecordsOut() != rows {
 				t.Errorf("source task in=%d out=%d, want %d and %d", srcFin.GetRecordsIn(), srcFin.GetRecordsOut(), rows, rows)
 			}
@@ -172,7 +170,7 @@ func TestLocalExchangeBetweenTwoTasks(t *testing.T) {
 				t.Errorf("sink saw %d rows with id sum %d; want %d and %d", n, sum, rows, sumTo(rows))
 			}
 			for _, d := range order {
-				if got := jm.statesOf(d.GetId()); !slices.Equal(got, []weirpb.TaskState{running, finished}) {
+				if got := jm.StatesOf(d.GetId()); !slices.Equal(got, []weirpb.TaskState{running, finished}) {
 					t.Errorf("task %s reported %v, want [RUNNING FINISHED]", d.GetTaskName(), got)
 				}
 			}
@@ -181,18 +179,17 @@ func TestLocalExchangeBetweenTwoTasks(t *testing.T) {
 }
 
 func TestFailingOperatorReportsFailed(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 
 	d := chainedTask("job-fail", 1, genJSON(10_000, false), "count", `{"failAt": 2}`)
 	h.mustSubmit(t, d)
-	f := jm.waitReported(t, d.GetId(), failed)
+	f := jm.WaitReported(t, d.GetId(), failed)
 	if !strings.Contains(f.GetError(), `operator "sink"`) || !strings.Contains(f.GetError(), "failing on purpose") {
 		t.Errorf("FAILED error %q does not name operator \"sink\" and its error", f.GetError())
 	}
-	if got := jm.statesOf(d.GetId()); !slices.Equal(got, []weirpb.TaskState{running, failed}) {
+	if got := jm.StatesOf(d.GetId()); !slices.Equal(got, []weirpb.TaskState{running, failed}) {
 		t.Errorf("reported states %v, want [RUNNING FAILED]", got)
 	}
 	if o, c := st.opened.Load(), st.closed.Load(); o != 2 || c != 2 {
@@ -201,41 +198,39 @@ func TestFailingOperatorReportsFailed(t *testing.T) {
 }
 
 func TestCancelTask(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 
 	d := chainedTask("job-cancel", 2, genJSON(1000, true), "count", "")
 	h.mustSubmit(t, d)
-	jm.waitReported(t, d.GetId(), running)
+	jm.WaitReported(t, d.GetId(), running)
 	waitFor(t, "the sink to see every row", func() bool { return st.sinkRows.Load() == 1000 })
 
 	// Cancelling another attempt, or a task that does not exist, is a no-op.
 	stale := &weirpb.ExecutionID{JobId: d.GetId().GetJobId(), VertexId: 0, Subtask: 0, Attempt: 1}
 	h.cancelTask(t, stale)
 	h.cancelTask(t, &weirpb.ExecutionID{JobId: "no-such-job", Attempt: 2})
-	hb := jm.numHeartbeats()
-	waitFor(t, "two more heartbeats", func() bool { return jm.numHeartbeats() >= hb+2 })
+	hb := jm.NumHeartbeats()
+	waitFor(t, "two more heartbeats", func() bool { return jm.NumHeartbeats() >= hb+2 })
 	// The last heartbeat was built after the sink saw every row.
-	if s := heartbeatStatus(jm.heartbeats()[jm.numHeartbeats()-1], d.GetId()); s.GetState() != running || s.GetRecordsIn() != 1000 {
+	if s := heartbeatStatus(jm.Heartbeats()[jm.NumHeartbeats()-1], d.GetId()); s.GetState() != running || s.GetRecordsIn() != 1000 {
 		t.Fatalf("after cancelling a stale attempt the heartbeat reports %v with %d records in, want RUNNING with 1000", s.GetState(), s.GetRecordsIn())
 	}
 
 	h.cancelTask(t, d.GetId())
-	jm.waitReported(t, d.GetId(), canceled)
-	if got := jm.statesOf(d.GetId()); !slices.Equal(got, []weirpb.TaskState{running, canceled}) {
+	jm.WaitReported(t, d.GetId(), canceled)
+	if got := jm.StatesOf(d.GetId()); !slices.Equal(got, []weirpb.TaskState{running, canceled}) {
 		t.Errorf("reported states %v, want [RUNNING CANCELED]", got)
 	}
 	waitFor(t, "operators closed", func() bool { return st.closed.Load() == 2 })
 }
 
 func TestSubmitInvalidDeployment(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
-	waitFor(t, "registration", func() bool { return len(jm.registrations()) > 0 })
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
+	waitFor(t, "registration", func() bool { return len(jm.Registrations()) > 0 })
 
 	noChain := chainedTask("job-bad", 1, genJSON(10, false), "count", "")
 	noChain.Chain = nil
@@ -271,12 +266,12 @@ func TestSubmitInvalidDeployment(t *testing.T) {
 	}
 	// Nothing ran: no operator opened, no state reported, and a heartbeat
 	// sent after the submissions lists no task.
-	hb := jm.numHeartbeats()
-	waitFor(t, "a heartbeat", func() bool { return jm.numHeartbeats() > hb })
-	if tasks := jm.heartbeats()[hb].GetTasks(); len(tasks) != 0 {
+	hb := jm.NumHeartbeats()
+	waitFor(t, "a heartbeat", func() bool { return jm.NumHeartbeats() > hb })
+	if tasks := jm.Heartbeats()[hb].GetTasks(); len(tasks) != 0 {
 		t.Errorf("heartbeat lists tasks %v, want none", tasks)
 	}
-	if n := jm.numUpdates(); n != 0 {
+	if n := jm.NumUpdates(); n != 0 {
 		t.Errorf("%d task state updates, want none", n)
 	}
 	if n := st.opened.Load(); n != 0 {
@@ -285,14 +280,13 @@ func TestSubmitInvalidDeployment(t *testing.T) {
 }
 
 func TestSubmitSameTaskTwice(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 
 	first := chainedTask("job-dup", 5, genJSON(100, true), "count", "")
 	h.mustSubmit(t, first)
-	jm.waitReported(t, first.GetId(), running)
+	jm.WaitReported(t, first.GetId(), running)
 	waitOpened(t, st, 2)
 
 	for _, attempt := range []int64{5, 4} {
@@ -305,9 +299,9 @@ func TestSubmitSameTaskTwice(t *testing.T) {
 	// A newer attempt replaces the running one.
 	second := chainedTask("job-dup", 6, genJSON(100, true), "count", "")
 	h.mustSubmit(t, second)
-	jm.waitReported(t, first.GetId(), canceled)
-	jm.waitReported(t, second.GetId(), running)
-	if got := jm.statesOf(first.GetId()); !slices.Equal(got, []weirpb.TaskState{running, canceled}) {
+	jm.WaitReported(t, first.GetId(), canceled)
+	jm.WaitReported(t, second.GetId(), running)
+	if got := jm.StatesOf(first.GetId()); !slices.Equal(got, []weirpb.TaskState{running, canceled}) {
 		t.Errorf("attempt 5 reported %v, want [RUNNING CANCELED]", got)
 	}
 	waitFor(t, "attempt 5's operators to close", func() bool { return st.closed.Load() == 2 })
@@ -317,53 +311,51 @@ func TestSubmitSameTaskTwice(t *testing.T) {
 	// does not touch attempt 6.
 	h.cancelTask(t, first.GetId())
 	h.cancelTask(t, second.GetId())
-	jm.waitReported(t, second.GetId(), canceled)
-	if got := jm.statesOf(second.GetId()); !slices.Equal(got, []weirpb.TaskState{running, canceled}) {
+	jm.WaitReported(t, second.GetId(), canceled)
+	if got := jm.StatesOf(second.GetId()); !slices.Equal(got, []weirpb.TaskState{running, canceled}) {
 		t.Errorf("attempt 6 reported %v, want [RUNNING CANCELED]", got)
 	}
 }
 
 func TestReregisterCancelsTasks(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 
 	d := chainedTask("job-rereg", 1, genJSON(100, true), "count", "")
 	h.mustSubmit(t, d)
-	jm.waitReported(t, d.GetId(), running)
+	jm.WaitReported(t, d.GetId(), running)
 	waitOpened(t, st, 2)
-	if n := len(jm.registrations()); n != 1 {
+	if n := len(jm.Registrations()); n != 1 {
 		t.Fatalf("%d registrations, want 1", n)
 	}
 
-	jm.askReregister(1)
-	jm.waitReported(t, d.GetId(), canceled)
-	waitFor(t, "a second registration", func() bool { return len(jm.registrations()) == 2 })
+	jm.AskReregister(1)
+	jm.WaitReported(t, d.GetId(), canceled)
+	waitFor(t, "a second registration", func() bool { return len(jm.Registrations()) == 2 })
 	waitFor(t, "operators closed", func() bool { return st.closed.Load() == 2 })
 
 	// Registered again, the taskmanager takes new work.
 	next := chainedTask("job-rereg", 2, genJSON(500, false), "count", "")
 	h.mustSubmit(t, next)
-	jm.waitReported(t, next.GetId(), finished)
+	jm.WaitReported(t, next.GetId(), finished)
 	if n := st.sinkRows.Load(); n != 600 {
 		t.Errorf("sinks saw %d rows, want 100+500", n)
 	}
 }
 
 func TestJobManagerOutageCancelsTasks(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 
 	d := chainedTask("job-outage", 1, genJSON(100, true), "count", "")
 	h.mustSubmit(t, d)
-	jm.waitReported(t, d.GetId(), running)
+	jm.WaitReported(t, d.GetId(), running)
 	waitOpened(t, st, 2)
-	waitFor(t, "a heartbeat", func() bool { return jm.numHeartbeats() > 0 })
+	waitFor(t, "a heartbeat", func() bool { return jm.NumHeartbeats() > 0 })
 
-	jm.stop()
+	jm.Stop()
 	// Past the heartbeat timeout the taskmanager gives its tasks up, since
 	// the jobmanager has declared them lost.
 	waitFor(t, "the task's operators to close", func() bool { return st.closed.Load() == 2 })
@@ -373,16 +365,16 @@ func TestJobManagerOutageCancelsTasks(t *testing.T) {
 	waitFor(t, "a failed registration attempt", func() bool {
 		return h.logs.count("cannot register with the jobmanager") > 0
 	})
-	if n := len(jm.registrations()); n != 1 {
+	if n := len(jm.Registrations()); n != 1 {
 		t.Fatalf("%d registrations while the jobmanager was down, want the 1 from before", n)
 	}
 
-	hbBefore := jm.numHeartbeats()
-	jm.serve(t)
-	waitFor(t, "registration with the returned jobmanager", func() bool { return len(jm.registrations()) == 2 })
+	hbBefore := jm.NumHeartbeats()
+	jm.Serve(t)
+	waitFor(t, "registration with the returned jobmanager", func() bool { return len(jm.Registrations()) == 2 })
 	// The CANCELED report was lost with the jobmanager; heartbeats carry it.
 	waitFor(t, "a heartbeat reporting the task CANCELED", func() bool {
-		for _, hb := range jm.heartbeats()[hbBefore:] {
+		for _, hb := range jm.Heartbeats()[hbBefore:] {
 			if s := heartbeatStatus(hb, d.GetId()); s.GetState() == canceled {
 				return true
 			}
@@ -401,18 +393,18 @@ func TestRunStopsPromptly(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
-			jm := newFakeJobManager(t)
+			jm := jobmanagertest.New(t)
 			st := newTestState()
 			if tc.serveJM {
-				jm.serve(t)
+				jm.Serve(t)
 			} else {
-				jm.closeListener(t)
+				jm.CloseListener(t)
 			}
-			h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+			h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 			d := chainedTask("job-stop", 1, genJSON(100, true), "count", "")
 			if tc.serveJM {
 				h.mustSubmit(t, d)
-				jm.waitReported(t, d.GetId(), running)
+				jm.WaitReported(t, d.GetId(), running)
 				waitOpened(t, st, 2)
 			} else {
 				waitFor(t, "a failed registration attempt", func() bool {
@@ -430,12 +422,12 @@ func TestRunStopsPromptly(t *testing.T) {
 			}
 			if tc.serveJM {
 				// Run waits for its tasks, which report before they end.
-				if jm.reported(d.GetId(), canceled) == nil {
-					t.Errorf("task reported %v before Run returned, want CANCELED last", jm.statesOf(d.GetId()))
+				if jm.Reported(d.GetId(), canceled) == nil {
+					t.Errorf("task reported %v before Run returned, want CANCELED last", jm.StatesOf(d.GetId()))
 				}
 			}
 			h.conn.Close()
-			jm.stop()
+			jm.Stop()
 			goleak.VerifyNone(t, ignore)
 		})
 	}
@@ -445,14 +437,13 @@ func TestRunStopsPromptly(t *testing.T) {
 // cancelled every task and waits for them, so a task started now would
 // never be cancelled and Run would never return.
 func TestSubmitDuringShutdownIsRefused(t *testing.T) {
-	jm := newFakeJobManager(t)
-	jm.serve(t)
+	jm := jobmanagertest.Start(t)
 	st := newTestState()
-	h := startTaskManager(t, jm.addr, newTestRegistry(st), nil)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 
 	d := chainedTask("job-shutdown", 1, genJSON(100, true), "hold", "")
 	h.mustSubmit(t, d)
-	jm.waitReported(t, d.GetId(), running)
+	jm.WaitReported(t, d.GetId(), running)
 	waitOpened(t, st, 2)
 
 	h.cancel()
