@@ -96,6 +96,12 @@ type runningTask struct {
 	brokenPeer string
 	// epoch is the jobmanager epoch the task was deployed under.
 	epoch int64
+	// done is closed when runTask returns: the task has ended and closed
+	// its state. prev is the earlier attempt of the same subtask that was
+	// still running when this one was deployed; this one starts only once
+	// prev is done, since both use the subtask's local state directory.
+	done chan struct{}
+	prev *runningTask
 }
 
 // New returns a TaskManager; it does nothing until Run.
@@ -442,6 +448,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 		cancel()
 		return status.Errorf(codes.FailedPrecondition, "stale jobmanager epoch %d < %d: task %s not deployed", epoch, tm.mu.epoch, d.GetTaskName())
 	}
+	var prev *runningTask
 	if old, ok := tm.mu.tasks[k]; ok && !terminal(old.state) {
 		if old.epoch >= epoch && old.id.GetAttempt() >= d.GetId().GetAttempt() {
 			tm.mu.Unlock()
@@ -449,12 +456,13 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 			return status.Errorf(codes.AlreadyExists, "task %s attempt %d is already running here", d.GetTaskName(), old.id.GetAttempt())
 		}
 		old.cancel() // an older attempt: it is stale
+		prev = old
 	}
 	if old, ok := tm.mu.tasks[k]; ok {
 		tm.retireLocked(k, old)
 	}
 	rt := &runningTask{id: d.GetId(), name: d.GetTaskName(), task: task, deploy: d, spec: spec, cancel: cancel,
-		state: weirpb.TaskState_TASK_STATE_RUNNING, epoch: epoch}
+		state: weirpb.TaskState_TASK_STATE_RUNNING, epoch: epoch, done: make(chan struct{}), prev: prev}
 	tm.mu.tasks[k] = rt
 	tm.mu.jobsRun[k.job] = true
 	tm.wg.Add(1)
@@ -467,8 +475,22 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 
 func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 	defer tm.wg.Done()
+	defer close(rt.done)
 	tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "", "")
-	err := tm.restoreState(ctx, rt.deploy, rt.spec)
+	var err error
+	if p := rt.prev; p != nil {
+		// The stale attempt was cancelled; it may be in the middle of a
+		// long step. Its local state goes when it ends.
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		rt.prev = nil
+	}
+	if err == nil {
+		err = tm.restoreState(ctx, rt.deploy, rt.spec)
+	}
 	if err == nil {
 		err = rt.task.Run(ctx)
 	}

@@ -482,3 +482,41 @@ func TestRunFailsWhenAddressTaken(t *testing.T) {
 		t.Fatalf("Run on a taken address: %v; want an error naming %s", err, lis.Addr())
 	}
 }
+
+// A new attempt of a subtask whose stale attempt is still running here
+// waits until the stale one has ended before it opens anything: both use
+// the subtask's local state directory, which the stale one removes as it
+// closes.
+func TestNewAttemptWaitsForStaleOne(t *testing.T) {
+	jm := jobmanagertest.Start(t)
+	st := newTestState()
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(st), func(c *Config) { c.Slots = 2 })
+
+	first := chainedTask("job-attempts", 1, genJSON(100, true), "hold", "")
+	h.mustSubmit(t, first)
+	jm.WaitReported(t, first.GetId(), running)
+	waitOpened(t, st, 2)
+
+	second := chainedTask("job-attempts", 2, genJSON(100, true), "count", "")
+	h.mustSubmit(t, second) // cancels the first, which blocks in Close
+	select {
+	case <-st.closeEntered:
+	case <-time.After(waitTimeout):
+		t.Fatal("the stale attempt was not cancelled")
+	}
+	jm.WaitReported(t, second.GetId(), running)
+	// While the stale attempt is closing, the new one opens nothing. (This
+	// watches for a while: an attempt that did not wait opens at once.)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); <-tick.C {
+		if n := st.opened.Load(); n != 2 {
+			t.Fatalf("%d operators opened while the stale attempt was still closing; want 2 (the stale attempt's)", n)
+		}
+	}
+	close(st.releaseClose)
+	jm.WaitReported(t, first.GetId(), canceled)
+	waitOpened(t, st, 4)
+	h.cancelTask(t, second.GetId())
+	jm.WaitReported(t, second.GetId(), canceled)
+}
