@@ -484,7 +484,10 @@ func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 		select {
 		case <-p.done:
 		case <-ctx.Done():
+			// Cancelled while waiting: this attempt is done only when the
+			// stale one is, so that a later attempt waits for both.
 			err = ctx.Err()
+			defer func() { <-p.done }()
 		}
 		rt.prev = nil
 	}
