@@ -25,11 +25,19 @@
 //     its output has completed, so two-phase-commit sinks commit everything.
 //     Uploading, acknowledging and the coordinator are not here: the
 //     taskmanager and jobmanager drive them through CheckpointHooks and
-//     Task.TriggerCheckpoint / NotifyCheckpointComplete / Aborted.
+//     Task.TriggerCheckpoint / NotifyCheckpointComplete / Aborted;
+//   - processing-time timers (proctime.go): between two events the task asks
+//     the keyed-state backends of its stream.ProcessingTimeAware operators
+//     for their earliest timer, calls an operator whose timer is due by the
+//     task's clock (TaskSpec.Clock), and keeps one timer armed for the
+//     earliest, which wakes the task through its control channel, so that
+//     timers fire without input and nothing polls.
 //
 // Wire format of batches is package dataflow/batchcodec.
 //
-// dataflow imports stream, dataflow/batchcodec, the generated proto/weirpb
-// messages (used only by the network exchange adapter, remote.go), gRPC and
-// the standard library. It must not import the taskmanager or jobmanager.
+// dataflow imports stream, statebackend and statebackend/backends (the
+// keyed state of the chain's operators), dataflow/batchcodec, the
+// generated proto/weirpb messages (used only by the network exchange
+// adapter, remote.go), gRPC and the standard library. It must not import
+// the taskmanager or jobmanager.
 package dataflow

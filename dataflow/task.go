@@ -101,6 +101,16 @@ type TaskSpec struct {
 	FullSnapshots   bool
 	LocalStateDir   string
 	StateCacheBytes int64
+	// Clock returns the processing time in Unix milliseconds, against
+	// which the processing-time timers of the chain's operators fire
+	// (stream.ProcessingTimeAware); operators read it through
+	// stream.OperatorContext.ProcessingTime. It is called on the task
+	// goroutine only. Default: the wall clock. Between timers the task
+	// sleeps for as long as Clock says the earliest one is away, so with a
+	// clock that runs ahead of the wall clock (a test's manual clock) a
+	// timer fires when that sleep ends, or earlier if the earliest timer
+	// changes.
+	Clock func() int64
 }
 
 // Metrics are a task's counters; they may be read while the task runs.
@@ -134,6 +144,11 @@ type Task struct {
 	// awaitingFinal is set while the task waits for the outcome of its final
 	// checkpoint; for tests.
 	awaitingFinal atomic.Bool
+	// clock is the spec's Clock or the wall clock; ptDue is set when the
+	// task is to read it again for processing-time timers
+	// (wakeProcessingTime).
+	clock func() int64
+	ptDue atomic.Bool
 }
 
 // chainLink is one operator instance of the chain.
@@ -161,7 +176,10 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	t := &Task{spec: spec, x: ex, maxPar: spec.MaxParallelism, mode: spec.Mode}
+	t := &Task{spec: spec, x: ex, maxPar: spec.MaxParallelism, mode: spec.Mode, clock: spec.Clock}
+	if t.clock == nil {
+		t.clock = wallClock
+	}
 	if t.maxPar == 0 {
 		t.maxPar = stream.DefaultMaxParallelism
 	}
@@ -209,6 +227,7 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			StateCacheBytes: spec.StateCacheBytes,
 			// Shared with the vertex, which nothing modifies once planned.
 			SideOutputSchemas: v.SideOutSchemas,
+			Clock:             t.clock,
 		}}
 		var err error
 		switch {
@@ -403,6 +422,7 @@ type taskRun struct {
 	w   *outputWriter
 	err error // first failure inside a collector; ends the run
 	ck  checkpointRun
+	pt  procTimers
 }
 
 func (r *taskRun) fail(err error) {
@@ -574,6 +594,8 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	if err := t.restore(); err != nil {
 		return err
 	}
+	r.initProcessingTime(outs)
+	defer r.pt.end()
 
 	if t.chain[0].src != nil {
 		err = t.runSource(ctx, r, outs)
@@ -624,13 +646,17 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// Triggers and notifications, between two Poll calls.
+		// Triggers and notifications, and processing-time timers, between
+		// two Poll calls.
 		select {
 		case <-t.ctl.wake:
 			if err := r.control(); err != nil {
 				return err
 			}
 		default:
+		}
+		if err := r.processingTime(); err != nil {
+			return err
 		}
 		st := stream.PollEnd // a source that had finished before the restored checkpoint
 		if !t.spec.RestoreFinished {
@@ -662,6 +688,7 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 				return ctx.Err()
 			}
 		case stream.PollEnd:
+			r.pt.end()
 			out.EmitWatermark(stream.MaxWatermark)
 			if r.err != nil || !r.ck.on {
 				return r.err
@@ -705,13 +732,16 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 	}
 	open := len(gate.channels)
 	for open > 0 {
-		// Notifications, between two events.
+		// Notifications, and processing-time timers, between two events.
 		select {
 		case <-t.ctl.wake:
 			if err := r.control(); err != nil {
 				return err
 			}
 		default:
+		}
+		if err := r.processingTime(); err != nil {
+			return err
 		}
 		e, ch, err := gate.next(ctx, t.ctl.wake)
 		if err != nil {
@@ -763,6 +793,7 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 			return r.err
 		}
 	}
+	r.pt.end()
 	if !r.ck.on {
 		return nil
 	}

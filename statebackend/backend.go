@@ -41,14 +41,15 @@ type Backend interface {
 	// for keep their state in serialised form; asking for one decodes it
 	// with d's codecs (an error then names the table and key).
 	Table(d Descriptor) (Table, error)
-	// Timers returns the event-time timer service of this backend.
+	// Timers returns the timer service of this backend: its event-time and
+	// processing-time timers.
 	Timers() TimerService
 
-	// Snapshot writes all state (every table, every key, and timers, but not
-	// the watermark) into c as chunks per key group (c.WriteKeyGroup), one
-	// or more per non-empty key group. The chunks do not alias live state:
-	// state may change as soon as Snapshot returns. c.KeyGroups must contain
-	// KeyGroups().
+	// Snapshot writes all state (every table, every key, and the timers of
+	// both domains, but not the watermark) into c as chunks per key group
+	// (c.WriteKeyGroup), one or more per non-empty key group. The chunks do
+	// not alias live state: state may change as soon as Snapshot returns.
+	// c.KeyGroups must contain KeyGroups().
 	Snapshot(c *stream.SnapshotContext) error
 	// Restore loads keyed state from c.State.Keyed: the chunks of key groups
 	// in KeyGroups(), which may come from snapshots of several subtasks with
@@ -222,9 +223,14 @@ type Table interface {
 	Clear()
 }
 
-// TimerService holds event-time timers. A timer belongs to the current key
-// (and its key group) when it is registered; registering the same (key,
-// timestamp) twice keeps one timer. Timers are part of Backend.Snapshot.
+// TimerService holds the timers of a backend's keys, in two domains:
+// event-time timers fire as the watermark passes them (AdvanceWatermark),
+// processing-time timers as the wall clock does (AdvanceProcessingTime,
+// which the operator calls from stream.ProcessingTimeAware's
+// OnProcessingTime). A timer belongs to the current key (and its key group)
+// when it is registered; registering the same (key, timestamp) twice in one
+// domain keeps one timer, while the same (key, timestamp) in both domains
+// is two timers. Timers of both domains are part of Backend.Snapshot.
 type TimerService interface {
 	// RegisterEventTimeTimer registers a timer at ts (Unix ms, or whatever
 	// unit event time has) for the current key. A timer at or below the
@@ -243,4 +249,30 @@ type TimerService interface {
 	// AdvanceWatermark stops and returns it; the timers not yet fired stay.
 	// The current key is restored when AdvanceWatermark returns.
 	AdvanceWatermark(wm int64, fire func(key []byte, keyGroup int, ts int64) error) error
+
+	// RegisterProcessingTimeTimer registers a processing-time timer at ts
+	// (Unix ms of the task's clock) for the current key. It fires at the
+	// first AdvanceProcessingTime whose time is at or above ts, so a timer
+	// registered in the past fires at the next one.
+	RegisterProcessingTimeTimer(ts int64)
+	// DeleteProcessingTimeTimer removes the current key's processing-time
+	// timer at ts, if any.
+	DeleteProcessingTimeTimer(ts int64)
+	// NextProcessingTime returns the timestamp of the earliest
+	// processing-time timer, and false if there is none. The task runtime
+	// asks it after every batch to know when to call the operator, so it
+	// is cheap: O(1) or close, except that a backend may read the first
+	// timers of its key groups from disk once after it was opened from a
+	// checkpoint.
+	NextProcessingTime() (ts int64, ok bool)
+	// AdvanceProcessingTime fires every processing-time timer at or below
+	// now, in (timestamp, key group, key) order, with the contract of
+	// AdvanceWatermark: it removes the timer, sets the current key to the
+	// timer's key and calls fire; timers registered by fire at or below
+	// now fire in the same call; the key slice is valid only during the
+	// call; an error from fire stops it and is returned, the timers not yet
+	// fired staying; the current key is restored when it returns. Unlike
+	// the watermark, processing time is not kept: a call with an earlier
+	// now than the last one just fires nothing more.
+	AdvanceProcessingTime(now int64, fire func(key []byte, keyGroup int, ts int64) error) error
 }

@@ -1,9 +1,10 @@
 // Package statebackend owns Weir's keyed and operator state API: the typed
 // state a user function works with (ValueState, ListState, MapState,
-// ReducingState, AggregatingState, event-time timers, operator list and union
-// state), the codecs that turn state into bytes for checkpoints, and the
-// Backend interface that stores keyed state of one operator subtask,
-// partitioned into key groups (see stream.KeyGroupRangeFor).
+// ReducingState, AggregatingState, event-time and processing-time timers,
+// operator list and union state), the codecs that turn state into bytes for
+// checkpoints, and the Backend interface that stores keyed state of one
+// operator subtask, partitioned into key groups (see
+// stream.KeyGroupRangeFor).
 //
 // The layers are:
 //
@@ -17,6 +18,16 @@
 //   - Backends: package statebackend/heap (the default: Go maps, full
 //     snapshots). Every backend must pass statebackend/statebackendtest's
 //     conformance suite.
+//
+// Timers (TimerService) belong to keys and come in two separate domains.
+// Event-time timers fire as the operator advances the backend's watermark
+// from ProcessWatermark. Processing-time timers are Unix milliseconds of
+// the task's clock (stream.OperatorContext.ProcessingTime); the task
+// runtime asks the backend for the earliest one (NextProcessingTime),
+// wakes when it is due and calls the operator's OnProcessingTime
+// (stream.ProcessingTimeAware), which fires them with
+// AdvanceProcessingTime. Timers of both domains are keyed state: they are
+// in every snapshot and move with their key groups on rescaling.
 //
 // Keyed state is snapshotted as opaque chunks per key group, so that a
 // checkpoint taken at one parallelism restores at another: a subtask restores

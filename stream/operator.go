@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"time"
 )
 
 // MaxWatermark is the watermark that says no more records will arrive. A
@@ -125,6 +126,22 @@ type OperatorContext struct {
 	// the operator's own SnapshotState, and closes it after Close. It is
 	// typed any because package stream cannot name the statebackend types.
 	KeyedState any
+	// Clock returns the task's processing time in Unix milliseconds: the
+	// time its processing-time timers fire against (see
+	// ProcessingTimeAware). The runtime sets it (a test may give the task
+	// a manual clock); nil is the wall clock. Read it with ProcessingTime.
+	Clock func() int64
+}
+
+// ProcessingTime returns the task's processing time in Unix milliseconds
+// (Clock, or the wall clock if it is nil). An operator registers its
+// processing-time timers relative to it, not to the wall clock, so that
+// tests can drive it.
+func (c *OperatorContext) ProcessingTime() int64 {
+	if c.Clock != nil {
+		return c.Clock()
+	}
+	return time.Now().UnixMilli()
 }
 
 // KeyedStateful is implemented by an operator that keeps keyed state. When
@@ -137,11 +154,33 @@ type KeyedStateful interface {
 	UsesKeyedState() bool
 }
 
+// ProcessingTimeAware is implemented by a keyed operator (KeyedStateful)
+// that registers processing-time timers in its keyed state (the
+// RegisterProcessingTimeTimer of statebackend.TimerService). The task
+// runtime calls OnProcessingTime whenever the earliest of those timers is
+// due by the task's clock (OperatorContext.ProcessingTime), with now the
+// clock's time: on the task goroutine, between batches, so never
+// concurrently with ProcessBatch, ProcessWatermark or a snapshot. The
+// operator fires its due timers with the TimerService's
+// AdvanceProcessingTime(now, ...) and emits their results to out; a call
+// that leaves timers at or before now unfired is repeated.
+//
+// The runtime wakes for the earliest timer without input arriving, and
+// after a restore calls OnProcessingTime at once for restored timers that
+// are already due. It does not call it once the task's input has ended
+// (processing-time timers still pending then do not fire; Finish may flush
+// what they guard), nor for an operator whose keyed state it does not own.
+// An error fails the task.
+type ProcessingTimeAware interface {
+	OnProcessingTime(now int64, out Collector) error
+}
+
 // Operator is a transformation or a sink. The task runtime calls its methods
 // from one goroutine, in this order: Open once; ProcessBatch and
-// ProcessWatermark any number of times; Finish once when every input has
-// ended (not when the task is cancelled or fails); Close once, always, even
-// after an error.
+// ProcessWatermark (and the OnProcessingTime of a ProcessingTimeAware
+// operator) any number of times; Finish once when every input has ended
+// (not when the task is cancelled or fails); Close once, always, even after
+// an error.
 //
 // An error from any method fails the task.
 type Operator interface {

@@ -219,7 +219,7 @@ func TestManagedRestoreErrors(t *testing.T) {
 	good := c.State.Keyed[5][0]
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	newVersion := bytes.Clone(good)
-	newVersion[3] = 2
+	newVersion[3] = 99 // a version no build writes yet
 	binary.LittleEndian.PutUint32(newVersion[len(newVersion)-4:], crc32.Checksum(newVersion[:len(newVersion)-4], castagnoli))
 	tests := []struct {
 		name  string
@@ -228,7 +228,7 @@ func TestManagedRestoreErrors(t *testing.T) {
 		found string
 	}{
 		{"truncated", good[:len(good)-1], statebackend.ErrCorrupt, ""},
-		{"newer version", newVersion, backends.ErrFormatVersion, "2"},
+		{"newer version", newVersion, backends.ErrFormatVersion, "99"},
 		{"filed under another key group", c.State.Keyed[6][0], statebackend.ErrCorrupt, "6"},
 	}
 	for _, tt := range tests {

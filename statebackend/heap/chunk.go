@@ -66,8 +66,8 @@ func (b *Backend) encodeKeyGroup(tables []*table, i int) (data []byte, values, v
 			n += v.len()
 		}
 	}
-	timers := b.timers.sets[i]
-	if len(views) == 0 && len(hosted) == 0 && len(timers) == 0 {
+	timers, ptimers := b.timers.event.sets[i], b.timers.proc.sets[i]
+	if len(views) == 0 && len(hosted) == 0 && len(timers) == 0 && len(ptimers) == 0 {
 		return nil, 0, 0, nil
 	}
 	// Size the chunk from the average key and value sizes, so that it is
@@ -76,8 +76,8 @@ func (b *Backend) encodeKeyGroup(tables []*table, i int) (data []byte, values, v
 	if b.entries > 0 {
 		perEntry += b.keyBytes / b.entries
 	}
-	dst := make([]byte, 0, 64+int64(n)*perEntry+int64(len(timers))*24)
-	dst = chunk.AppendHeader(dst, b.kg.Start+i, len(views)+len(hosted))
+	dst := make([]byte, 0, 64+int64(n)*perEntry+int64(len(timers)+len(ptimers))*24)
+	dst = chunk.AppendHeader(dst, b.kg.Start+i, len(views)+len(hosted), len(ptimers))
 	// appendValue appends a value (of a map table: with its user key).
 	appendValue := func(t *table, key, userKey string, v any) error {
 		if t.maps != nil {
@@ -136,11 +136,20 @@ func (b *Backend) encodeKeyGroup(tables []*table, i int) (data []byte, values, v
 		values += nv
 		valueBytes += vb
 	}
+	dst = appendTimers(dst, timers)
+	if len(ptimers) > 0 {
+		dst = appendTimers(dst, ptimers)
+	}
+	return chunk.AppendChecksum(dst), values, valueBytes, nil
+}
+
+// appendTimers appends a chunk's timer section: the count and the timers.
+func appendTimers(dst []byte, timers map[timerID]struct{}) []byte {
 	dst = chunk.AppendCount(dst, len(timers))
 	for id := range timers {
 		dst = chunk.AppendTimer(dst, id.ts, id.key)
 	}
-	return chunk.AppendChecksum(dst), values, valueBytes, nil
+	return dst
 }
 
 // tableView is what a snapshot writes of one table in one key group: the
@@ -336,7 +345,10 @@ func (b *Backend) apply(p *parsedChunk) {
 		}
 	}
 	for _, id := range p.timers {
-		b.timers.add(i, id)
+		b.timers.event.add(i, id)
+	}
+	for _, id := range p.ptimers {
+		b.timers.proc.add(i, id)
 	}
 }
 
@@ -350,10 +362,11 @@ type parsedTable struct {
 // parsedChunk is a chunk decoded by chunk.Parse, which it receives as a
 // chunk.Handler. Values stay encoded ([]byte in the cells).
 type parsedChunk struct {
-	kg     int
-	tables []parsedTable
-	timers []timerID
-	um     map[string]*cell // while parsing: the current map key's user keys
+	kg      int
+	tables  []parsedTable
+	timers  []timerID        // event time
+	ptimers []timerID        // processing time
+	um      map[string]*cell // while parsing: the current map key's user keys
 }
 
 var _ chunk.Handler = (*parsedChunk)(nil)
@@ -396,4 +409,8 @@ func (p *parsedChunk) MapValue(userKey, value []byte) {
 
 func (p *parsedChunk) Timer(ts int64, key []byte) {
 	p.timers = append(p.timers, timerID{ts, string(key)})
+}
+
+func (p *parsedChunk) ProcessingTimer(ts int64, key []byte) {
+	p.ptimers = append(p.ptimers, timerID{ts, string(key)})
 }

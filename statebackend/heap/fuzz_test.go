@@ -15,7 +15,7 @@ const fuzzKG = 3
 var fuzzRange = stream.KeyGroupRange{Start: 0, End: 7}
 
 // seedChunk returns a real chunk of key group fuzzKG with every kind of
-// state and timers.
+// state and timers of both domains (a version 2 chunk).
 func seedChunk(tb testing.TB) []byte {
 	b := heap.New(fuzzRange)
 	v, _ := statebackend.GetValueState(b, "v", statebackend.Int64Codec)
@@ -29,6 +29,7 @@ func seedChunk(tb testing.TB) []byte {
 		m.Put(k, []byte{1, 2, 3})
 		r.Add(1.5)
 		b.Timers().RegisterEventTimeTimer(int64(len(k)) - 1)
+		b.Timers().RegisterProcessingTimeTimer(int64(len(k)) + 5)
 	}
 	c := &stream.SnapshotContext{KeyGroups: fuzzRange}
 	if err := b.Snapshot(c); err != nil {
@@ -47,6 +48,7 @@ func FuzzRestore(f *testing.F) {
 	f.Add(good, true)
 	f.Add(good[:len(good)/2], true)
 	f.Add([]byte("WKG\x01"), true)
+	f.Add([]byte("WKG\x02"), true)
 	f.Add([]byte{}, false)
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	f.Fuzz(func(t *testing.T, chunk []byte, fixCRC bool) {

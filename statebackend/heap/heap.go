@@ -14,11 +14,11 @@
 // synchronous phase only freezes a version and the encoding moves to the
 // asynchronous phase.
 //
-// Event-time timers live in one min-heap ordered by (timestamp, key group,
-// key), so that firing costs O(log n) per timer whatever the key-group range,
-// plus one set per key group that removes duplicates, serves deletions
-// (entries in the heap that are no longer in the set are skipped) and is what
-// Snapshot writes.
+// The timers of each domain (event time, processing time) live in one
+// min-heap ordered by (timestamp, key group, key), so that firing costs
+// O(log n) per timer whatever the key-group range, plus one set per key
+// group that removes duplicates, serves deletions (entries in the heap that
+// are no longer in the set are skipped) and is what Snapshot writes.
 //
 // Snapshot honours statebackend.Descriptor.SnapshotFilter: TTL state's
 // expired values, list elements and map entries are left out of the chunk
@@ -63,7 +63,7 @@ var _ statebackend.Backend = (*Backend)(nil)
 // New returns an empty backend for the key groups kg.
 func New(kg stream.KeyGroupRange) *Backend {
 	b := &Backend{kg: kg, tables: make(map[string]*table)}
-	b.timers = timerService{b: b, wm: stream.MinWatermark, sets: make([]map[timerID]struct{}, kg.Len())}
+	b.timers = newTimerService(b, stream.MinWatermark)
 	return b
 }
 
@@ -193,7 +193,7 @@ func (b *Backend) Close() error {
 		t.vals, t.maps = nil, nil
 	}
 	b.tables = nil
-	b.timers = timerService{b: b, wm: b.timers.wm}
+	b.timers = timerService{b: b, wm: b.timers.wm} // the queues are empty, their sets nil
 	b.entries, b.keyBytes = 0, 0
 	return nil
 }

@@ -25,79 +25,143 @@ func (a timer) less(b timer) bool {
 	return a.key < b.key
 }
 
-// timerService implements statebackend.TimerService. The heap may hold
-// entries that were deleted (or fired and registered again): an entry counts
-// only while its timerID is in its key group's set.
+// timerService implements statebackend.TimerService: one timerQueue per
+// domain, and the watermark.
 type timerService struct {
-	b    *Backend
-	wm   int64
+	b     *Backend
+	wm    int64
+	event timerQueue
+	proc  timerQueue
+}
+
+var _ statebackend.TimerService = (*timerService)(nil)
+
+// newTimerService returns the timer service of b, with no timers.
+func newTimerService(b *Backend, wm int64) timerService {
+	n := b.kg.Len()
+	return timerService{
+		b:     b,
+		wm:    wm,
+		event: timerQueue{sets: make([]map[timerID]struct{}, n)},
+		proc:  timerQueue{sets: make([]map[timerID]struct{}, n)},
+	}
+}
+
+func (s *timerService) RegisterEventTimeTimer(ts int64) { s.event.register(s.b, ts) }
+func (s *timerService) DeleteEventTimeTimer(ts int64)   { s.event.delete(s.b, ts) }
+func (s *timerService) CurrentWatermark() int64         { return s.wm }
+
+func (s *timerService) AdvanceWatermark(wm int64, fire func(key []byte, keyGroup int, ts int64) error) error {
+	if s.b.closed {
+		return statebackend.ErrClosed
+	}
+	s.wm = max(s.wm, wm)
+	return s.event.advance(s.b, s.wm, fire)
+}
+
+func (s *timerService) RegisterProcessingTimeTimer(ts int64) { s.proc.register(s.b, ts) }
+func (s *timerService) DeleteProcessingTimeTimer(ts int64)   { s.proc.delete(s.b, ts) }
+
+func (s *timerService) NextProcessingTime() (int64, bool) {
+	if s.b.closed {
+		return 0, false
+	}
+	return s.proc.next(s.b.kg.Start)
+}
+
+func (s *timerService) AdvanceProcessingTime(now int64, fire func(key []byte, keyGroup int, ts int64) error) error {
+	if s.b.closed {
+		return statebackend.ErrClosed
+	}
+	return s.proc.advance(s.b, now, fire)
+}
+
+func (s *timerService) sizeBytes() int64 { return s.event.sizeBytes() + s.proc.sizeBytes() }
+
+// rebuild makes both heaps hold exactly the timers in their sets.
+func (s *timerService) rebuild() {
+	s.event.rebuild(s.b.kg.Start)
+	s.proc.rebuild(s.b.kg.Start)
+}
+
+// timerQueue holds the timers of one domain. The heap may hold entries that
+// were deleted (or fired and registered again): an entry counts only while
+// its timerID is in its key group's set.
+type timerQueue struct {
 	heap []timer
 	sets []map[timerID]struct{} // per key group - b.kg.Start
 	n    int                    // timers in sets
 	keyB int64                  // key bytes of timers in sets
 }
 
-var _ statebackend.TimerService = (*timerService)(nil)
-
-func (s *timerService) RegisterEventTimeTimer(ts int64) {
-	b := s.b
+// register adds a timer at ts for b's current key.
+func (q *timerQueue) register(b *Backend, ts int64) {
 	if b.closed {
 		return
 	}
-	set := s.sets[b.idx]
+	set := q.sets[b.idx]
 	if set == nil {
 		set = make(map[timerID]struct{})
-		s.sets[b.idx] = set
+		q.sets[b.idx] = set
 	}
 	if _, ok := set[timerID{ts, string(b.key)}]; ok {
 		return
 	}
 	k := string(b.key)
 	set[timerID{ts, k}] = struct{}{}
-	s.n++
-	s.keyB += int64(len(k))
-	s.push(timer{ts: ts, kg: b.idx + b.kg.Start, key: k})
+	q.n++
+	q.keyB += int64(len(k))
+	q.push(timer{ts: ts, kg: b.idx + b.kg.Start, key: k})
 }
 
-func (s *timerService) DeleteEventTimeTimer(ts int64) {
-	b := s.b
+// delete removes b's current key's timer at ts, if any.
+func (q *timerQueue) delete(b *Backend, ts int64) {
 	if b.closed {
 		return
 	}
-	set := s.sets[b.idx]
+	set := q.sets[b.idx]
 	id := timerID{ts, string(b.key)}
 	if _, ok := set[id]; !ok {
 		return
 	}
 	delete(set, id)
-	s.n--
-	s.keyB -= int64(len(b.key))
-	if len(s.heap) > 2*s.n+64 {
-		s.rebuild()
+	q.n--
+	q.keyB -= int64(len(b.key))
+	if len(q.heap) > 2*q.n+64 {
+		q.rebuild(b.kg.Start)
 	}
 }
 
-func (s *timerService) CurrentWatermark() int64 { return s.wm }
-
-func (s *timerService) AdvanceWatermark(wm int64, fire func(key []byte, keyGroup int, ts int64) error) error {
-	b := s.b
-	if b.closed {
-		return statebackend.ErrClosed
+// next returns the earliest timer's timestamp, dropping the heap entries
+// of timers that no longer exist on the way; kgStart is the backend's
+// first key group.
+func (q *timerQueue) next(kgStart int) (int64, bool) {
+	for len(q.heap) > 0 {
+		t := q.heap[0]
+		if _, ok := q.sets[t.kg-kgStart][timerID{t.ts, t.key}]; ok {
+			return t.ts, true
+		}
+		q.pop()
 	}
-	s.wm = max(s.wm, wm)
+	return 0, false
+}
+
+// advance fires, in order, every timer at or below limit (see
+// statebackend.TimerService.AdvanceWatermark).
+func (q *timerQueue) advance(b *Backend, limit int64, fire func(key []byte, keyGroup int, ts int64) error) error {
 	savedKey, savedIdx := b.key, b.idx
 	defer func() { b.key, b.idx = savedKey, savedIdx }()
 	var keyBuf []byte
-	for len(s.heap) > 0 && s.heap[0].ts <= s.wm {
-		t := s.pop()
+	for len(q.heap) > 0 && q.heap[0].ts <= limit {
+		t := q.pop()
 		i := t.kg - b.kg.Start
 		id := timerID{t.ts, t.key}
-		if _, ok := s.sets[i][id]; !ok {
+		if _, ok := q.sets[i][id]; !ok {
 			continue // deleted, or a duplicate entry of one that fired
 		}
-		delete(s.sets[i], id)
-		s.n--
-		s.keyB -= int64(len(t.key))
+		delete(q.sets[i], id)
+		q.n--
+		q.keyB -= int64(len(t.key))
 		keyBuf = append(keyBuf[:0], t.key...)
 		b.key, b.idx = keyBuf, i
 		if err := fire(keyBuf, t.kg, t.ts); err != nil {
@@ -110,59 +174,60 @@ func (s *timerService) AdvanceWatermark(wm int64, fire func(key []byte, keyGroup
 	return nil
 }
 
-func (s *timerService) sizeBytes() int64 {
-	return s.keyB + int64(s.n)*entryOverhead + int64(len(s.heap))*32
+func (q *timerQueue) sizeBytes() int64 {
+	return q.keyB + int64(q.n)*entryOverhead + int64(len(q.heap))*32
 }
 
 // add inserts a restored timer without keeping the heap order; call
 // rebuild afterwards.
-func (s *timerService) add(i int, id timerID) {
-	set := s.sets[i]
+func (q *timerQueue) add(i int, id timerID) {
+	set := q.sets[i]
 	if set == nil {
 		set = make(map[timerID]struct{})
-		s.sets[i] = set
+		q.sets[i] = set
 	}
 	if _, ok := set[id]; ok {
 		return
 	}
 	set[id] = struct{}{}
-	s.n++
-	s.keyB += int64(len(id.key))
+	q.n++
+	q.keyB += int64(len(id.key))
 }
 
-// rebuild makes the heap hold exactly the timers in the sets.
-func (s *timerService) rebuild() {
-	s.heap = s.heap[:0]
-	for i, set := range s.sets {
+// rebuild makes the heap hold exactly the timers in the sets; kgStart is
+// the backend's first key group.
+func (q *timerQueue) rebuild(kgStart int) {
+	q.heap = q.heap[:0]
+	for i, set := range q.sets {
 		for id := range set {
-			s.heap = append(s.heap, timer{ts: id.ts, kg: i + s.b.kg.Start, key: id.key})
+			q.heap = append(q.heap, timer{ts: id.ts, kg: i + kgStart, key: id.key})
 		}
 	}
-	for i := len(s.heap)/2 - 1; i >= 0; i-- {
-		s.down(i)
+	for i := len(q.heap)/2 - 1; i >= 0; i-- {
+		q.down(i)
 	}
 }
 
-func (s *timerService) push(t timer) {
-	s.heap = append(s.heap, t)
-	s.up(len(s.heap) - 1)
+func (q *timerQueue) push(t timer) {
+	q.heap = append(q.heap, t)
+	q.up(len(q.heap) - 1)
 }
 
-func (s *timerService) pop() timer {
-	h := s.heap
+func (q *timerQueue) pop() timer {
+	h := q.heap
 	t := h[0]
 	last := len(h) - 1
 	h[0] = h[last]
 	h[last] = timer{}
-	s.heap = h[:last]
+	q.heap = h[:last]
 	if last > 0 {
-		s.down(0)
+		q.down(0)
 	}
 	return t
 }
 
-func (s *timerService) up(i int) {
-	h := s.heap
+func (q *timerQueue) up(i int) {
+	h := q.heap
 	for i > 0 {
 		p := (i - 1) / 2
 		if !h[i].less(h[p]) {
@@ -173,8 +238,8 @@ func (s *timerService) up(i int) {
 	}
 }
 
-func (s *timerService) down(i int) {
-	h := s.heap
+func (q *timerQueue) down(i int) {
+	h := q.heap
 	n := len(h)
 	for {
 		l := 2*i + 1

@@ -61,13 +61,15 @@ type Options struct {
 	// WriteBatchBytes is how many bytes of writes the backend buffers in a
 	// batch before it commits them to the database. Default 1 MiB.
 	WriteBatchBytes int
-	// TimerCacheBytes bounds the in-memory index of event-time timers, in
-	// bytes: timestamps and keys plus about 48 bytes per timer. It is split
-	// evenly among the backend's key groups; each key group's part holds
-	// its earliest timers in order (all of them up to a bound) and timers
-	// found or registered beyond the bound, and at least one timer
-	// whatever its share, so the index takes at most TimerCacheBytes plus
-	// one timer per key group. Firing a timer the index holds, and
+	// TimerCacheBytes bounds the in-memory index of the timers of each
+	// domain (event time, processing time: a backend whose operator uses
+	// both may take twice as much), in bytes: timestamps and keys plus
+	// about 48 bytes per timer. It is split evenly among the backend's key
+	// groups; each key group's part holds its earliest timers in order
+	// (all of them up to a bound) and timers found or registered beyond
+	// the bound, and at least one timer whatever its share, so one
+	// domain's index takes at most TimerCacheBytes plus one timer per key
+	// group. Firing a timer the index holds, and
 	// registering or deleting a timer that it holds or that lies below the
 	// bound, do not read Pebble; the next timers are read a share at a
 	// time. Timers are written to Pebble as they change, so snapshots and
@@ -193,6 +195,8 @@ type Backend struct {
 	opts Options
 	db   *pebble.DB
 	kg   stream.KeyGroupRange
+	// layout is the database's key layout version (layoutV1 or layoutV2).
+	layout byte
 
 	key      []byte
 	keyGroup int
@@ -265,11 +269,11 @@ func New(opts Options, kg stream.KeyGroupRange) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := db.Set(metaVersionKey, []byte{layoutVersion}, pebble.NoSync); err != nil {
+	if err := db.Set(metaVersionKey, []byte{layoutV1}, pebble.NoSync); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("pebble state backend: %s: %w", opts.Dir, err)
 	}
-	return newBackend(opts, db, kg), nil
+	return newBackend(opts, db, kg, layoutV1), nil
 }
 
 func checkRange(kg stream.KeyGroupRange) error {
@@ -325,11 +329,14 @@ func pebbleOptions(opts Options, create bool) *pebble.Options {
 	return po
 }
 
-func newBackend(opts Options, db *pebble.DB, kg stream.KeyGroupRange) *Backend {
+// newBackend returns a backend over db, whose key layout version is
+// layout.
+func newBackend(opts Options, db *pebble.DB, kg stream.KeyGroupRange, layout byte) *Backend {
 	b := &Backend{
 		opts:       opts,
 		db:         db,
 		kg:         kg,
+		layout:     layout,
 		keyGroup:   kg.Start,
 		batch:      db.NewBatch(),
 		pending:    make(map[string]pendingValue),
@@ -452,21 +459,43 @@ func (b *Backend) saveTable(t *table) {
 	}
 }
 
-// loadMeta reads the layout version and the table registry of an opened
-// database.
-func loadTables(r pebble.Reader, dir string) (map[string]*table, error) {
+// holdProcTimers records, before the first processing-time timer key is
+// written, that the database now has the layout with them (layoutV2).
+func (b *Backend) holdProcTimers() {
+	if b.layout >= layoutV2 {
+		return
+	}
+	if err := b.batchSet(metaVersionKey, []byte{layoutV2}); err != nil {
+		b.fail(err)
+		return
+	}
+	b.layout = layoutV2
+}
+
+// loadLayout reads the key layout version of an opened database.
+func loadLayout(r pebble.Reader, dir string) (byte, error) {
 	v, closer, err := r.Get(metaVersionKey)
 	if err != nil {
-		return nil, fmt.Errorf("pebble state backend: %s: no layout version (%v); the directory does not hold a Weir state database", dir, err)
+		return 0, fmt.Errorf("pebble state backend: %s: no layout version (%v); the directory does not hold a Weir state database", dir, err)
 	}
 	ver := append([]byte(nil), v...)
 	closer.Close()
-	if len(ver) != 1 || ver[0] != layoutVersion {
-		return nil, fmt.Errorf("pebble state backend: %s: key layout version %v, this build reads version %d; open it with the Weir version that wrote it", dir, ver, layoutVersion)
+	if len(ver) != 1 || ver[0] < layoutV1 || ver[0] > layoutV2 {
+		return 0, fmt.Errorf("pebble state backend: %s: key layout version %v, this build reads versions %d and %d; open it with the Weir version that wrote it", dir, ver, layoutV1, layoutV2)
+	}
+	return ver[0], nil
+}
+
+// loadTables reads the layout version and the table registry of an opened
+// database.
+func loadTables(r pebble.Reader, dir string) (map[string]*table, byte, error) {
+	layout, err := loadLayout(r, dir)
+	if err != nil {
+		return nil, 0, err
 	}
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: metaTablePfx, UpperBound: prefixEnd(metaTablePfx)})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer it.Close()
 	out := make(map[string]*table)
@@ -477,12 +506,12 @@ func loadTables(r pebble.Reader, dir string) (map[string]*table, error) {
 		t.codecID = string(rd.Bytes())
 		t.ukCodecID = string(rd.Bytes())
 		if rd.Err() != nil || !t.kind.Valid() || t.id == 0 {
-			return nil, fmt.Errorf("%w: pebble state backend: %s: damaged registry record of table %q", statebackend.ErrCorrupt, dir, name)
+			return nil, 0, fmt.Errorf("%w: pebble state backend: %s: damaged registry record of table %q", statebackend.ErrCorrupt, dir, name)
 		}
 		t.d = statebackend.Descriptor{Name: name, Kind: t.kind}
 		out[name] = t
 	}
-	return out, it.Error()
+	return out, layout, it.Error()
 }
 
 // adoptTables installs tables loaded by loadTables as restored tables.

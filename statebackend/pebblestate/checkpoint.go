@@ -224,18 +224,21 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 		db.Close()
 		return nil, err
 	}
-	tables, err := loadTables(db, dir)
+	tables, layout, err := loadTables(db, dir)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	b := newBackend(opts, db, kg)
+	b := newBackend(opts, db, kg, layout)
 	b.adoptTables(tables)
 	if err := b.loadSizes(); err != nil {
 		b.Close()
 		return nil, err
 	}
-	b.timers.unknownAll()
+	b.timers.event.unknownAll()
+	if layout >= layoutV2 {
+		b.timers.proc.unknownAll() // else there are none
+	}
 	return b, nil
 }
 
@@ -375,7 +378,7 @@ func (b *Backend) mergeFrom(dir string) error {
 		return err
 	}
 	defer src.Close()
-	srcTables, err := loadTables(src, dir)
+	srcTables, _, err := loadTables(src, dir)
 	if err != nil {
 		return err
 	}
@@ -419,10 +422,13 @@ func (b *Backend) mergeFrom(dir string) error {
 			}
 			return b.oldLen(k)
 		}
-		if _, ts, _, isTimer := parseTimerKey(k); isTimer {
+		if d, _, ts, _, isTimer := parseTimerKey(k); isTimer {
+			if d.proc {
+				b.holdProcTimers()
+			}
 			b.kbuf = append(b.kbuf[:0], k...)
 			b.set(b.kbuf, nil, old(b.kbuf))
-			b.timers.lower(i, ts, b.kbuf)
+			b.timers.queue(d).lower(i, ts, b.kbuf)
 			continue
 		}
 		id, w := binary.Uvarint(k[2:])

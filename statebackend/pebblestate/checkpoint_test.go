@@ -24,8 +24,8 @@ func testKey(i int) ([]byte, int) {
 	return []byte(fmt.Sprintf("key-%06d", i)), (i * 7) % fullMaxPar
 }
 
-// populateFull writes, for n keys: a value i, a map entry, and a timer at
-// 1000+i.
+// populateFull writes, for n keys: a value i, a map entry, an event-time
+// timer at 1000+i and, for even i, a processing-time timer at 2000+i.
 func populateFull(t *testing.T, b statebackend.Backend, n int) {
 	t.Helper()
 	v, err := statebackend.GetValueState(b, "v", statebackend.Int64Codec)
@@ -42,11 +42,15 @@ func populateFull(t *testing.T, b statebackend.Backend, n int) {
 		v.Update(int64(i))
 		m.Put(fmt.Sprint("u", i%3), int64(-i))
 		b.Timers().RegisterEventTimeTimer(int64(1000 + i))
+		if i%2 == 0 {
+			b.Timers().RegisterProcessingTimeTimer(int64(2000 + i))
+		}
 	}
 }
 
-// stateOf renders what b holds (keys via Keys, values, map, timers) and
-// checks each value against the one populateFull wrote.
+// stateOf renders what b holds (keys via Keys, values, map, timers of both
+// domains, processing-time ones marked "p:") and checks each value against
+// the one populateFull wrote.
 func stateOf(t *testing.T, b statebackend.Backend) (keys []string, timers []string) {
 	t.Helper()
 	v, err := statebackend.GetValueState(b, "v", statebackend.Int64Codec)
@@ -79,19 +83,29 @@ func stateOf(t *testing.T, b statebackend.Backend) (keys []string, timers []stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	err = b.Timers().AdvanceProcessingTime(1<<40, func(key []byte, kg int, ts int64) error {
+		timers = append(timers, fmt.Sprintf("p:%s@%d", key, ts))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	slices.Sort(keys)
 	slices.Sort(timers)
 	return keys, timers
 }
 
 // expectState is the independent computation of stateOf after
-// populateFull(n), restricted to r.
-func expectState(n int, r stream.KeyGroupRange) (keys, timers []string) {
+// populateFull(n) of the key groups in written, restricted to r.
+func expectState(n int, r, written stream.KeyGroupRange) (keys, timers []string) {
 	for i := range n {
 		k, kg := testKey(i)
 		if r.Contains(kg) {
 			keys = append(keys, string(k))
 			timers = append(timers, fmt.Sprintf("%s@%d", k, 1000+i))
+			if i%2 == 0 && written.Contains(kg) {
+				timers = append(timers, fmt.Sprintf("p:%s@%d", k, 2000+i))
+			}
 		}
 	}
 	slices.Sort(keys)
@@ -99,10 +113,12 @@ func expectState(n int, r stream.KeyGroupRange) (keys, timers []string) {
 	return keys, timers
 }
 
-func checkState(t *testing.T, what string, b statebackend.Backend, n int, r stream.KeyGroupRange) {
+// checkState checks b's state against expectState: populateFull(n), with
+// processing-time timers in the key groups of ptimers only.
+func checkState(t *testing.T, what string, b statebackend.Backend, n int, r, ptimers stream.KeyGroupRange) {
 	t.Helper()
 	gotK, gotT := stateOf(t, b)
-	wantK, wantT := expectState(n, r)
+	wantK, wantT := expectState(n, r, ptimers)
 	if !slices.Equal(gotK, wantK) {
 		t.Errorf("%s: %d keys, want %d (first got %q)", what, len(gotK), len(wantK), gotK[:min(3, len(gotK))])
 	}
@@ -160,18 +176,20 @@ func TestOpenFromCheckpointKeepsOwnedKeyGroups(t *testing.T) {
 	}
 	chk2 := filepath.Join(root, "chk2")
 	checkpoint(t, b, chk2) // before stateOf fires the timers
-	checkState(t, "opened for "+part.String(), b, n, part)
+	checkState(t, "opened for "+part.String(), b, n, part, full)
 
 	// The source checkpoint directory is untouched and opens again.
 	again := open(t, filepath.Join(root, "work2"), full, chk1)
-	checkState(t, "source checkpoint reopened", again, n, full)
+	checkState(t, "source checkpoint reopened", again, n, full, full)
 
 	wide := open(t, filepath.Join(root, "work3"), full, chk2)
-	checkState(t, "trimmed checkpoint opened for all key groups", wide, n, part)
+	checkState(t, "trimmed checkpoint opened for all key groups", wide, n, part, full)
 }
 
 // TestMergeInto scales in: two checkpoints of disjoint ranges (with table
-// ids assigned in different orders) combine into one backend.
+// ids assigned in different orders) combine into one backend. Only the
+// right one holds processing-time timers, so that merging moves them into
+// a database that had none, and a checkpoint of it must open with them.
 func TestMergeInto(t *testing.T) {
 	root := t.TempDir()
 	const n = 2000
@@ -193,6 +211,9 @@ func TestMergeInto(t *testing.T) {
 				v.Update(int64(i))
 				m.Put(fmt.Sprint("u", i%3), int64(-i))
 				be.Timers().RegisterEventTimeTimer(int64(1000 + i))
+				if be == b && i%2 == 0 {
+					be.Timers().RegisterProcessingTimeTimer(int64(2000 + i))
+				}
 			}
 		}
 	}
@@ -203,14 +224,17 @@ func TestMergeInto(t *testing.T) {
 	if err := pebblestate.MergeInto(dst, []string{filepath.Join(root, "chk-b")}); err != nil {
 		t.Fatal(err)
 	}
-	checkState(t, "merged", dst, n, full)
+	checkpoint(t, dst, filepath.Join(root, "chk-dst")) // before checkState fires the timers
+	checkState(t, "merged", dst, n, full, right)
+	reopened := open(t, filepath.Join(root, "reopened"), full, filepath.Join(root, "chk-dst"))
+	checkState(t, "checkpoint of the merged backend", reopened, n, full, right)
 	// Scale in to a range that cuts both: only its key groups arrive.
 	mid := stream.KeyGroupRange{Start: 40, End: 90}
 	dst2 := open(t, filepath.Join(root, "dst2"), mid, filepath.Join(root, "chk-b"))
 	if err := pebblestate.MergeInto(dst2, []string{filepath.Join(root, "chk-a")}); err != nil {
 		t.Fatal(err)
 	}
-	checkState(t, "merged into "+mid.String(), dst2, n, mid)
+	checkState(t, "merged into "+mid.String(), dst2, n, mid, right)
 }
 
 func TestVerifyCheckpointDetectsDamage(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 
 // Snapshot implements statebackend.Backend: it commits buffered writes and
 // encodes every non-empty key group into a chunk by iterating its key range
-// (timers first, then one table after the other), leaving out what the
+// (timers and tables in key order), leaving out what the
 // SnapshotFilter of a table drops. It takes time linear in the state;
 // Checkpoint is the incremental alternative.
 func (b *Backend) Snapshot(c *stream.SnapshotContext) error {
@@ -62,8 +62,8 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 	}
 	defer it.Close()
 	var (
-		timers  []byte
-		nTimers int
+		timers  [2][]byte // event time, processing time
+		nTimers [2]int
 		bodies  []tableBody
 		curID   uint64
 		// The map key being collected, its user-key count and entries.
@@ -85,9 +85,13 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		if _, ts, key, isTimer := parseTimerKey(k); isTimer {
-			timers = chunk.AppendTimer(timers, ts, key)
-			nTimers++
+		if d, _, ts, key, isTimer := parseTimerKey(k); isTimer {
+			j := 0
+			if d.proc {
+				j = 1
+			}
+			timers[j] = chunk.AppendTimer(timers[j], ts, key)
+			nTimers[j]++
 			continue
 		}
 		id, w := binary.Uvarint(k[2:])
@@ -132,21 +136,25 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 	}
 	// Tables whose every value a SnapshotFilter dropped.
 	bodies = slices.DeleteFunc(bodies, func(tb tableBody) bool { return tb.n == 0 })
-	if len(bodies) == 0 && nTimers == 0 {
+	if len(bodies) == 0 && nTimers[0] == 0 && nTimers[1] == 0 {
 		return nil, nil
 	}
-	size := 16 + len(timers)
+	size := 24 + len(timers[0]) + len(timers[1])
 	for _, tb := range bodies {
 		size += len(tb.t.name) + len(tb.body) + 16
 	}
 	dst := make([]byte, 0, size)
-	dst = chunk.AppendHeader(dst, kg, len(bodies))
+	dst = chunk.AppendHeader(dst, kg, len(bodies), nTimers[1])
 	for _, tb := range bodies {
 		dst = chunk.AppendTable(dst, tb.t.name, tb.t.kind, tb.n)
 		dst = append(dst, tb.body...)
 	}
-	dst = chunk.AppendCount(dst, nTimers)
-	dst = append(dst, timers...)
+	dst = chunk.AppendCount(dst, nTimers[0])
+	dst = append(dst, timers[0]...)
+	if nTimers[1] > 0 {
+		dst = chunk.AppendCount(dst, nTimers[1])
+		dst = append(dst, timers[1]...)
+	}
 	return chunk.AppendChecksum(dst), nil
 }
 
@@ -210,12 +218,21 @@ func (b *Backend) applyChunk(p *parsedChunk, fresh bool) {
 			b.set(k, e.v, old(k))
 		}
 	}
-	i := p.kg - b.kg.Start
-	for _, tm := range p.timers {
-		k := appendTimerKey(b.kbuf[:0], p.kg, tm.ts, tm.key)
+	b.applyTimers(&b.timers.event, p.kg, p.timers, old)
+	if len(p.ptimers) > 0 {
+		b.holdProcTimers()
+		b.applyTimers(&b.timers.proc, p.kg, p.ptimers, old)
+	}
+}
+
+// applyTimers writes restored timers of key group kg into q's domain; old
+// returns the value length of a key (-1: none).
+func (b *Backend) applyTimers(q *timerQueue, kg int, timers []parsedTimer, old func([]byte) int) {
+	for _, tm := range timers {
+		k := q.dom.appendKey(b.kbuf[:0], kg, tm.ts, tm.key)
 		b.kbuf = k
 		b.set(k, nil, old(k))
-		b.timers.lower(i, tm.ts, k)
+		q.lower(kg-b.kg.Start, tm.ts, k)
 	}
 }
 
@@ -256,10 +273,11 @@ type parsedTimer struct {
 // parsedChunk is a chunk decoded by chunk.Parse, which it receives as a
 // chunk.Handler. It aliases the chunk.
 type parsedChunk struct {
-	kg     int
-	tables []parsedTable
-	timers []parsedTimer
-	key    []byte // while parsing: the current map key
+	kg      int
+	tables  []parsedTable
+	timers  []parsedTimer // event time
+	ptimers []parsedTimer // processing time
+	key     []byte        // while parsing: the current map key
 }
 
 var _ chunk.Handler = (*parsedChunk)(nil)
@@ -294,4 +312,8 @@ func (p *parsedChunk) MapValue(userKey, value []byte) {
 
 func (p *parsedChunk) Timer(ts int64, key []byte) {
 	p.timers = append(p.timers, parsedTimer{ts, key})
+}
+
+func (p *parsedChunk) ProcessingTimer(ts int64, key []byte) {
+	p.ptimers = append(p.ptimers, parsedTimer{ts, key})
 }

@@ -17,7 +17,8 @@ import (
 
 // The differential test runs one random operation sequence against a heap
 // backend and a Pebble backend and requires every observation (reads, map
-// ranges, key scans, fired timers in order) to be identical. At random
+// ranges, key scans, fired timers of both domains in order, the next
+// processing-time timer) to be identical. At random
 // points both are snapshotted and restored: each from its own snapshot,
 // crosswise (a heap snapshot into Pebble and a Pebble snapshot into heap),
 // or, for Pebble, through Checkpoint and OpenFromCheckpoint.
@@ -131,6 +132,7 @@ type diffHarness struct {
 	factor float64 // MaterializeFactor of backends restored from changelog snapshots
 	keys   []string
 	wm     int64
+	now    int64 // the highest processing time passed
 }
 
 // apply runs op on both sides and compares what they observe.
@@ -173,6 +175,7 @@ func TestDifferentialHeapPebble(t *testing.T) {
 			}
 			h.apply(steps, "final dump", func(s *side) string { return s.dump() })
 			h.apply(steps, "final timers", func(s *side) string { return h.fire(s, 1<<40) })
+			h.apply(steps, "final processing-time timers", func(s *side) string { return h.fireProc(s, 1<<40) })
 			t.Logf("seed %d: %d steps, %d restores", seed, steps, restores)
 		})
 	}
@@ -197,6 +200,30 @@ func (h *diffHarness) fire(s *side, wm int64) string {
 		h.t.Fatalf("%s: AdvanceWatermark: %v", s.name, err)
 	}
 	fmt.Fprintf(&sb, "wm=%d", s.b.Timers().CurrentWatermark())
+	return sb.String()
+}
+
+// fireProc advances processing time to now and renders the
+// processing-time timers fired, as fire does for event time.
+func (h *diffHarness) fireProc(s *side, now int64) string {
+	var sb strings.Builder
+	next, ok := s.b.Timers().NextProcessingTime()
+	fmt.Fprintf(&sb, "next=%d,%v ", next, ok)
+	err := s.b.Timers().AdvanceProcessingTime(now, func(key []byte, kg int, ts int64) error {
+		fmt.Fprintf(&sb, "%s@%d/%d[%s] ", key, ts, kg, s.describe())
+		if ts%3 == 1 { // the new timers are not ≡ 1 (mod 3): the chain ends
+			s.b.Timers().RegisterProcessingTimeTimer(ts + 1)
+			s.b.Timers().RegisterProcessingTimeTimer(ts - 2) // in the past: fires in this call
+		}
+		if ts%4 == 0 {
+			s.b.Timers().RegisterEventTimeTimer(ts)
+			s.val.Update(-ts)
+		}
+		return nil
+	})
+	if err != nil {
+		h.t.Fatalf("%s: AdvanceProcessingTime: %v", s.name, err)
+	}
 	return sb.String()
 }
 
@@ -289,6 +316,21 @@ func (h *diffHarness) step(step int) (restored bool) {
 	case op < 86:
 		h.restore(step)
 		return true
+	case op < 90:
+		ts := h.now - 5 + rng.Int64N(50)
+		h.apply(step, "register processing-time timer", func(s *side) string { s.b.Timers().RegisterProcessingTimeTimer(ts); return "" })
+	case op < 92:
+		ts := h.now - 5 + rng.Int64N(50)
+		h.apply(step, "delete processing-time timer", func(s *side) string { s.b.Timers().DeleteProcessingTimeTimer(ts); return "" })
+	case op < 96:
+		now := h.now + rng.Int64N(25) - 4
+		h.now = max(h.now, now)
+		h.apply(step, fmt.Sprint("processing time ", now), func(s *side) string { return h.fireProc(s, now) })
+	case op < 97:
+		h.apply(step, "next processing time", func(s *side) string {
+			ts, ok := s.b.Timers().NextProcessingTime()
+			return fmt.Sprint(ts, ok)
+		})
 	}
 	return false
 }

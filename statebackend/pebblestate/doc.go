@@ -15,8 +15,10 @@
 //	          → the value, encoded with the table's codec
 //	timer   kg (2 bytes) | 0x00 | ts (8 bytes, big-endian, sign bit
 //	        flipped) | key
-//	          → empty
-//	meta    0xff 0xff 'v'                → layout version (1 byte, 1)
+//	          → empty                    (event time)
+//	ptimer  kg (2 bytes) | 0x80 0x00 | ts (8 bytes, as above) | key
+//	          → empty                    (processing time)
+//	meta    0xff 0xff 'v'                → layout version (1 byte, 1 or 2)
 //	        0xff 0xff 't' | table name   → uvarint id | kind byte |
 //	                                       codec ID | user-key codec ID
 //	                                       (length-prefixed; empty = unknown)
@@ -28,20 +30,39 @@
 // does not repeat the state name. The length prefix makes a key's entries
 // contiguous (no key's encoding is a prefix of another's), so a map state's
 // user keys of one key are one range. Table ids start at 1, so the timer
-// marker 0x00 never collides with a table id. Key group 0xffff is reserved
-// for metadata: a backend owns key groups up to MaxKeyGroup.
+// marker 0x00 never collides with a table id. Nor does the processing-time
+// timer marker 0x80 0x00: a table id is written as the shortest uvarint,
+// in which a byte with the continuation bit (0x80) set is never followed
+// by 0x00 (id 128 is 0x80 0x01). Processing-time timer keys sort between
+// the keys of tables 1 to 127 and those of table 128 on; every reader of
+// a key group's range tells the three kinds apart (parseTimerKey). Key
+// group 0xffff is reserved for metadata: a backend owns key groups up to
+// MaxKeyGroup.
+//
+// Layout version 2 is version 1 with processing-time timers. A database
+// records version 1 until it first holds a processing-time timer key
+// (registered, restored or merged), and version 2 from then on, so that a
+// build that reads only version 1 still opens a database without them,
+// and refuses, naming the version, one whose timers it would lose. A
+// database opened with version 1 is known to have no processing-time
+// timers, so none are looked for.
 //
 // # Timers
 //
-// Within a key group the timer keys iterate in (timestamp, key) order.
-// Across key groups an in-memory min-heap holds, per key group that may have
-// timers, a lower bound of its smallest timestamp; firing takes the top key
-// group, finds its first timer and fires it if it matches the bound. Timers
-// fire in (timestamp, key group, key) order, as in the heap backend.
+// Event-time and processing-time timers are two separate queues over their
+// own keys (the two markers above), with the same machinery: what follows
+// holds for each. Within a key group the timer keys iterate in (timestamp,
+// key) order. Across key groups an in-memory min-heap holds, per key group
+// that may have timers, a lower bound of its smallest timestamp; firing
+// takes the top key group, finds its first timer and fires it if it
+// matches the bound. Timers fire in (timestamp, key group, key) order, as
+// in the heap backend, and NextProcessingTime settles the top the same way
+// without firing.
 //
 // Timers are written to the batch as they change, but read through an
-// in-memory index bounded by Options.TimerCacheBytes (default 8 MiB, split
-// evenly among the key groups): per key group, its earliest timers in
+// in-memory index bounded by Options.TimerCacheBytes per domain (default
+// 8 MiB, split evenly among the key groups): per key group, its earliest
+// timers in
 // order, every timer up to a bound, plus timers found or registered
 // beyond it. The first timer of a key group comes from the index, which
 // reads the next page of timers from Pebble only once it holds none below

@@ -12,8 +12,20 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// timerService implements statebackend.TimerService over the timer keys of
-// each key group (kg | 0x00 | ts | key), which iterate in (ts, key) order.
+// timerService implements statebackend.TimerService: a timerQueue per
+// domain (event time, processing time), each over its own timer keys, and
+// the watermark.
+type timerService struct {
+	b     *Backend
+	wm    int64
+	event timerQueue
+	proc  timerQueue
+}
+
+var _ statebackend.TimerService = (*timerService)(nil)
+
+// timerQueue holds the timers of one domain, over the timer keys of each
+// key group (kg | marker | ts | key), which iterate in (ts, key) order.
 // Every timer is written to the batch when it is registered, deleted or
 // fired, so the database (and every snapshot) holds all timers; what is in
 // memory only spares reads.
@@ -21,9 +33,9 @@ import (
 // Across key groups, a small in-memory min-heap holds the key groups that
 // may have timers, ordered by (lower bound of the key group's smallest
 // timestamp, key group). A key group's bound only goes down when a timer is
-// registered below it; AdvanceWatermark takes the top key group, finds its
-// first timer and either fires it (its timestamp equals the bound, so it is
-// the smallest (ts, key group, key) overall: the heap backend's order) or
+// registered below it; advance takes the top key group, finds its first
+// timer and either fires it (its timestamp equals the bound, so it is the
+// smallest (ts, key group, key) overall: the heap backend's order) or
 // raises the bound to the real timestamp, or drops the key group if it has
 // no timers.
 //
@@ -34,9 +46,10 @@ import (
 // the bound) only when it holds none below its bound; registering or
 // deleting a timer that the index holds, or that lies below the bound, does
 // not read Pebble.
-type timerService struct {
+type timerQueue struct {
 	b    *Backend
-	wm   int64
+	dom  timerDomain
+	at   int     // where the timestamp starts in the domain's timer keys
 	lb   []int64 // per key group index: lower bound of the smallest timer
 	pos  []int32 // per key group index: position in heap, -1 if absent
 	heap []int32
@@ -46,8 +59,6 @@ type timerService struct {
 	share int64
 	kbuf  []byte // key of the timer being fired
 }
-
-var _ statebackend.TimerService = (*timerService)(nil)
 
 // timerEntryOverhead approximates the bytes an indexed timer costs beyond
 // its timestamp and key: a string header in a half-full block and the
@@ -72,62 +83,108 @@ type timerIndex struct {
 }
 
 func (s *timerService) init(b *Backend) {
+	*s = timerService{b: b, wm: stream.MinWatermark}
+	s.event.init(b, eventTimers)
+	s.proc.init(b, procTimers)
+}
+
+// queue returns the queue of domain d.
+func (s *timerService) queue(d timerDomain) *timerQueue {
+	if d.proc {
+		return &s.proc
+	}
+	return &s.event
+}
+
+func (s *timerService) RegisterEventTimeTimer(ts int64) { s.event.register(ts) }
+func (s *timerService) DeleteEventTimeTimer(ts int64)   { s.event.delete(ts) }
+func (s *timerService) CurrentWatermark() int64         { return s.wm }
+
+func (s *timerService) AdvanceWatermark(wm int64, fire func(key []byte, keyGroup int, ts int64) error) error {
+	if s.b.closed {
+		return statebackend.ErrClosed
+	}
+	s.wm = max(s.wm, wm)
+	return s.event.advance(s.wm, fire)
+}
+
+func (s *timerService) RegisterProcessingTimeTimer(ts int64) {
+	if s.proc.register(ts) {
+		s.b.holdProcTimers()
+	}
+}
+
+func (s *timerService) DeleteProcessingTimeTimer(ts int64) { s.proc.delete(ts) }
+
+func (s *timerService) NextProcessingTime() (int64, bool) {
+	if s.b.closed {
+		return 0, false
+	}
+	return s.proc.next()
+}
+
+func (s *timerService) AdvanceProcessingTime(now int64, fire func(key []byte, keyGroup int, ts int64) error) error {
+	if s.b.closed {
+		return statebackend.ErrClosed
+	}
+	return s.proc.advance(now, fire)
+}
+
+func (q *timerQueue) init(b *Backend, dom timerDomain) {
 	n := b.kg.Len()
-	*s = timerService{
+	*q = timerQueue{
 		b:     b,
-		wm:    stream.MinWatermark,
+		dom:   dom,
+		at:    dom.suffixAt(),
 		lb:    make([]int64, n),
 		pos:   make([]int32, n),
 		idx:   make([]timerIndex, n),
 		share: b.opts.TimerCacheBytes / int64(n),
 	}
-	for i := range s.pos {
-		s.pos[i] = -1
-		s.idx[i].state = timersAll // a new database has no timers
+	for i := range q.pos {
+		q.pos[i] = -1
+		q.idx[i].state = timersAll // a new database has no timers
 	}
 }
 
 // unknownAll marks every key group as possibly holding timers anywhere
 // (after opening a database with timers of unknown position).
-func (s *timerService) unknownAll() {
-	for i := range s.idx {
-		s.idx[i] = timerIndex{state: timersUnknown}
-		s.lowerBound(i, math.MinInt64)
+func (q *timerQueue) unknownAll() {
+	for i := range q.idx {
+		q.idx[i] = timerIndex{state: timersUnknown}
+		q.lowerBound(i, math.MinInt64)
 	}
 }
 
-// lower records that key group index i has the timer k (a timer key) at
-// ts, written to the batch by a restore or merge.
-func (s *timerService) lower(i int, ts int64, k []byte) {
-	s.lowerBound(i, ts)
-	s.add(i, k[timerSuffixAt:])
+// lower records that key group index i has the timer k (a timer key of the
+// queue's domain) at ts, written to the batch by a restore or merge.
+func (q *timerQueue) lower(i int, ts int64, k []byte) {
+	q.lowerBound(i, ts)
+	q.add(i, k[q.at:])
 }
 
 // lowerBound lowers key group index i's lower bound in the heap to ts,
 // adding the key group to the heap.
-func (s *timerService) lowerBound(i int, ts int64) {
-	if s.pos[i] < 0 {
-		s.lb[i] = ts
-		s.pos[i] = int32(len(s.heap))
-		s.heap = append(s.heap, int32(i))
-		s.up(int(s.pos[i]))
+func (q *timerQueue) lowerBound(i int, ts int64) {
+	if q.pos[i] < 0 {
+		q.lb[i] = ts
+		q.pos[i] = int32(len(q.heap))
+		q.heap = append(q.heap, int32(i))
+		q.up(int(q.pos[i]))
 		return
 	}
-	if ts < s.lb[i] {
-		s.lb[i] = ts
-		s.up(int(s.pos[i]))
+	if ts < q.lb[i] {
+		q.lb[i] = ts
+		q.up(int(q.pos[i]))
 	}
 }
-
-// timerSuffixAt is where the timestamp starts in a timer key.
-const timerSuffixAt = 3
 
 // exists reports whether key group index i has the timer with key k (a
 // timer key): from the index if it knows, else from the batch or database.
 // A timer found in the database is added to the index.
-func (s *timerService) exists(i int, k []byte) (bool, error) {
-	x := &s.idx[i]
-	sfx := k[timerSuffixAt:]
+func (q *timerQueue) exists(i int, k []byte) (bool, error) {
+	x := &q.idx[i]
+	sfx := k[q.at:]
 	if x.set.has(sfx) {
 		return true, nil
 	}
@@ -137,23 +194,23 @@ func (s *timerService) exists(i int, k []byte) (bool, error) {
 	if x.state == timersUnknown {
 		// Load the key group's first timers: later calls (and the next
 		// firing) find them in memory.
-		if err := s.load(i); err != nil {
+		if err := q.load(i); err != nil {
 			return false, err
 		}
-		return s.exists(i, k)
+		return q.exists(i, k)
 	}
-	_, found, err := s.b.get(k, nil)
+	_, found, err := q.b.get(k, nil)
 	if found {
-		s.add(i, sfx)
+		q.add(i, sfx)
 	}
 	return found, err
 }
 
 // add records in key group index i's index that the timer with suffix sfx
 // exists, and evicts the index's last timers beyond its share.
-func (s *timerService) add(i int, sfx []byte) {
-	x := &s.idx[i]
-	if x.set.n > 0 && x.set.bytes+int64(len(sfx))+timerEntryOverhead > s.share && string(sfx) > x.set.max() {
+func (q *timerQueue) add(i int, sfx []byte) {
+	x := &q.idx[i]
+	if x.set.n > 0 && x.set.bytes+int64(len(sfx))+timerEntryOverhead > q.share && string(sfx) > x.set.max() {
 		// It would be the first to go: leave it out.
 		if x.state == timersAll || x.state == timersUpTo && string(sfx) <= x.upto {
 			x.state, x.upto = timersUpTo, x.set.max()
@@ -161,16 +218,16 @@ func (s *timerService) add(i int, sfx []byte) {
 		return
 	}
 	if x.set.insert(sfx) {
-		s.trim(i)
+		q.trim(i)
 	}
 }
 
 // trim evicts the last timers of key group index i's index while it holds
 // more than its share (and more than one timer), lowering its bound below
 // the ones it evicts.
-func (s *timerService) trim(i int) {
-	x := &s.idx[i]
-	for x.set.bytes > s.share && x.set.n > 1 {
+func (q *timerQueue) trim(i int) {
+	x := &q.idx[i]
+	for x.set.bytes > q.share && x.set.n > 1 {
 		last := x.set.popMax()
 		if x.state == timersAll || x.state == timersUpTo && last <= x.upto {
 			x.state, x.upto = timersUpTo, x.set.max()
@@ -183,14 +240,14 @@ func (s *timerService) trim(i int) {
 // at least one, and moves the bound to the last one read. It is called
 // when the index holds no timer up to its bound, so only timers beyond
 // it: it drops those, which it reads again in order if they fit.
-func (s *timerService) load(i int) error {
-	b, x := s.b, &s.idx[i]
+func (q *timerQueue) load(i int) error {
+	b, x := q.b, &q.idx[i]
 	kg := b.kg.Start + i
-	lower := timerPrefix(kg)
+	lower := q.dom.prefix(kg)
 	if x.state == timersUpTo {
 		lower = append(append(lower, x.upto...), 0) // the first key after upto
 	}
-	it, err := b.newIter(&pebble.IterOptions{LowerBound: lower, UpperBound: timerEnd(kg)})
+	it, err := b.newIter(&pebble.IterOptions{LowerBound: lower, UpperBound: q.dom.end(kg)})
 	if err != nil {
 		return err
 	}
@@ -198,8 +255,8 @@ func (s *timerService) load(i int) error {
 	var last []byte
 	ok := it.First()
 	for ; ok; ok = it.Next() {
-		sfx := it.Key()[timerSuffixAt:]
-		if x.set.n > 0 && x.set.bytes+int64(len(sfx))+timerEntryOverhead > s.share {
+		sfx := it.Key()[q.at:]
+		if x.set.n > 0 && x.set.bytes+int64(len(sfx))+timerEntryOverhead > q.share {
 			break
 		}
 		x.set.insert(sfx)
@@ -219,8 +276,8 @@ func (s *timerService) load(i int) error {
 
 // first returns key group index i's first timer (its key suffix), loading
 // the index if it holds none below its bound.
-func (s *timerService) first(i int) (sfx string, found bool, err error) {
-	x := &s.idx[i]
+func (q *timerQueue) first(i int) (sfx string, found bool, err error) {
+	x := &q.idx[i]
 	if x.state != timersUnknown && x.set.n > 0 {
 		if m := x.set.min(); x.state == timersAll || m <= x.upto {
 			return m, true, nil
@@ -229,7 +286,7 @@ func (s *timerService) first(i int) (sfx string, found bool, err error) {
 	if x.state == timersAll {
 		return "", false, nil
 	}
-	if err := s.load(i); err != nil {
+	if err := q.load(i); err != nil {
 		return "", false, err
 	}
 	if x.set.n == 0 {
@@ -238,90 +295,119 @@ func (s *timerService) first(i int) (sfx string, found bool, err error) {
 	return x.set.min(), true, nil
 }
 
-func (s *timerService) RegisterEventTimeTimer(ts int64) {
-	b := s.b
+// register adds a timer at ts for the current key and reports whether it
+// was new.
+func (q *timerQueue) register(ts int64) bool {
+	b := q.b
 	if b.closed {
-		return
+		return false
 	}
 	i := b.keyGroup - b.kg.Start
-	b.tbuf = appendTimerKey(b.tbuf[:0], b.keyGroup, ts, b.key)
-	found, err := s.exists(i, b.tbuf)
+	b.tbuf = q.dom.appendKey(b.tbuf[:0], b.keyGroup, ts, b.key)
+	found, err := q.exists(i, b.tbuf)
 	if err != nil {
 		b.fail(err)
-		return
+		return false
 	}
 	if found {
-		return
+		return false
 	}
 	b.set(b.tbuf, nil, -1)
-	s.add(i, b.tbuf[timerSuffixAt:])
-	s.lowerBound(i, ts)
+	q.add(i, b.tbuf[q.at:])
+	q.lowerBound(i, ts)
+	return true
 }
 
-func (s *timerService) DeleteEventTimeTimer(ts int64) {
-	b := s.b
+// delete removes the current key's timer at ts, if any.
+func (q *timerQueue) delete(ts int64) {
+	b := q.b
 	if b.closed {
 		return
 	}
 	i := b.keyGroup - b.kg.Start
-	b.tbuf = appendTimerKey(b.tbuf[:0], b.keyGroup, ts, b.key)
-	found, err := s.exists(i, b.tbuf)
+	b.tbuf = q.dom.appendKey(b.tbuf[:0], b.keyGroup, ts, b.key)
+	found, err := q.exists(i, b.tbuf)
 	if err != nil {
 		b.fail(err)
 		return
 	}
 	if found {
 		b.del(b.tbuf, 0) // timers have empty values
-		s.idx[i].set.remove(b.tbuf[timerSuffixAt:])
+		q.idx[i].set.remove(b.tbuf[q.at:])
 	}
 }
 
-func (s *timerService) CurrentWatermark() int64 { return s.wm }
-
-func (s *timerService) AdvanceWatermark(wm int64, fire func(key []byte, keyGroup int, ts int64) error) error {
-	b := s.b
-	if b.closed {
-		return statebackend.ErrClosed
-	}
-	s.wm = max(s.wm, wm)
-	savedKey, savedKG := b.key, b.keyGroup
-	defer func() { b.key, b.keyGroup = savedKey, savedKG }()
-	for len(s.heap) > 0 {
-		i := int(s.heap[0])
-		if s.lb[i] > s.wm {
-			return nil
+// settle settles the heap's top key group, while its bound is at or below
+// limit, until the bound is the timestamp of the key group's first timer
+// (which is then the smallest (ts, key group, key) of all timers): it
+// returns that key group's index, and false if no timer is at or below
+// limit. Key groups without timers leave the heap on the way.
+func (q *timerQueue) settle(limit int64) (i int, ok bool, err error) {
+	for len(q.heap) > 0 {
+		i := int(q.heap[0])
+		if q.lb[i] > limit {
+			return 0, false, nil
 		}
-		kg := b.kg.Start + i
-		sfx, found, err := s.first(i)
+		sfx, found, err := q.first(i)
 		if err != nil {
-			err = fmt.Errorf("pebble state backend: %s: reading the timers of key group %d: %w", b.opts.Dir, kg, err)
-			b.fail(err)
-			return err
+			err = fmt.Errorf("pebble state backend: %s: reading the %s timers of key group %d: %w", q.b.opts.Dir, q.dom.name, q.b.kg.Start+i, err)
+			q.b.fail(err)
+			return i, false, err
 		}
 		if !found {
-			s.remove(i)
+			q.remove(i)
 			continue
 		}
-		ts := timerSuffixTS(sfx)
-		if ts != s.lb[i] {
-			s.lb[i] = ts
-			s.down(int(s.pos[i]))
+		if ts := timerSuffixTS(sfx); ts != q.lb[i] {
+			q.lb[i] = ts
+			q.down(int(q.pos[i]))
 			continue
+		}
+		return i, true, nil
+	}
+	return 0, false, nil
+}
+
+// next returns the smallest timer's timestamp. If the timers cannot be
+// read, it returns a lower bound of it, so that the caller goes on to
+// advance, which returns the error.
+func (q *timerQueue) next() (int64, bool) {
+	i, ok, err := q.settle(math.MaxInt64)
+	if err != nil {
+		return q.lb[i], true
+	}
+	if !ok {
+		return 0, false
+	}
+	return q.lb[i], true
+}
+
+// advance fires, in (ts, key group, key) order, every timer at or below
+// limit (see statebackend.TimerService.AdvanceWatermark).
+func (q *timerQueue) advance(limit int64, fire func(key []byte, keyGroup int, ts int64) error) error {
+	b := q.b
+	savedKey, savedKG := b.key, b.keyGroup
+	defer func() { b.key, b.keyGroup = savedKey, savedKG }()
+	for {
+		i, ok, err := q.settle(limit)
+		if err != nil || !ok {
+			return err
 		}
 		// The smallest timer overall: fire it.
-		s.kbuf = append(s.kbuf[:0], sfx[8:]...)
-		b.tbuf = appendTimerKey(b.tbuf[:0], kg, ts, s.kbuf)
+		kg, ts := b.kg.Start+i, q.lb[i]
+		sfx := q.idx[i].set.min()
+		q.kbuf = append(q.kbuf[:0], sfx[8:]...)
+		b.tbuf = q.dom.appendKey(b.tbuf[:0], kg, ts, q.kbuf)
 		b.del(b.tbuf, 0)
-		s.idx[i].set.remove(b.tbuf[timerSuffixAt:])
-		b.key, b.keyGroup = s.kbuf, kg
-		if err := fire(s.kbuf, kg, ts); err != nil {
+		q.idx[i].set.remove(b.tbuf[q.at:])
+		b.key, b.keyGroup = q.kbuf, kg
+		if err := fire(q.kbuf, kg, ts); err != nil {
 			return err
 		}
 		if b.closed {
 			return statebackend.ErrClosed
 		}
 	}
-	return nil
 }
 
 // timerSuffixTS returns the timestamp of a timer key suffix (ts | key).
@@ -333,62 +419,62 @@ func timerSuffixTS(sfx string) int64 {
 	return int64(u ^ 1<<63)
 }
 
-func (s *timerService) less(a, b int32) bool {
-	if s.lb[a] != s.lb[b] {
-		return s.lb[a] < s.lb[b]
+func (q *timerQueue) less(a, b int32) bool {
+	if q.lb[a] != q.lb[b] {
+		return q.lb[a] < q.lb[b]
 	}
 	return a < b
 }
 
-func (s *timerService) swap(x, y int) {
-	h := s.heap
+func (q *timerQueue) swap(x, y int) {
+	h := q.heap
 	h[x], h[y] = h[y], h[x]
-	s.pos[h[x]] = int32(x)
-	s.pos[h[y]] = int32(y)
+	q.pos[h[x]] = int32(x)
+	q.pos[h[y]] = int32(y)
 }
 
-func (s *timerService) up(j int) {
+func (q *timerQueue) up(j int) {
 	for j > 0 {
 		p := (j - 1) / 2
-		if !s.less(s.heap[j], s.heap[p]) {
+		if !q.less(q.heap[j], q.heap[p]) {
 			return
 		}
-		s.swap(j, p)
+		q.swap(j, p)
 		j = p
 	}
 }
 
-func (s *timerService) down(j int) {
-	n := len(s.heap)
+func (q *timerQueue) down(j int) {
+	n := len(q.heap)
 	for {
 		l := 2*j + 1
 		if l >= n {
 			return
 		}
 		m := l
-		if r := l + 1; r < n && s.less(s.heap[r], s.heap[l]) {
+		if r := l + 1; r < n && q.less(q.heap[r], q.heap[l]) {
 			m = r
 		}
-		if !s.less(s.heap[m], s.heap[j]) {
+		if !q.less(q.heap[m], q.heap[j]) {
 			return
 		}
-		s.swap(j, m)
+		q.swap(j, m)
 		j = m
 	}
 }
 
 // remove takes key group index i out of the heap.
-func (s *timerService) remove(i int) {
-	j := int(s.pos[i])
-	last := len(s.heap) - 1
+func (q *timerQueue) remove(i int) {
+	j := int(q.pos[i])
+	last := len(q.heap) - 1
 	if j != last {
-		s.swap(j, last)
+		q.swap(j, last)
 	}
-	s.heap = s.heap[:last]
-	s.pos[i] = -1
+	q.heap = q.heap[:last]
+	q.pos[i] = -1
 	if j < last {
-		s.down(j)
-		s.up(j)
+		q.down(j)
+		q.up(j)
 	}
 }
 

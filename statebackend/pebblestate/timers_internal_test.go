@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -27,23 +28,30 @@ func (m modelTimer) String() string { return fmt.Sprintf("%s@%d/%d", m.key, m.ts
 
 func timerKG(key string) int { return int(key[len(key)-1]) % timerRange.Len() }
 
-// checkTimerIndex checks the invariants of b's timer index against the
-// timers in Pebble: every indexed timer exists; with timersAll the index
-// holds every timer of the key group, with timersUpTo every timer up to
-// its bound; and it holds no more than its share, or one timer.
+// checkTimerIndex checks the invariants of the timer index of both of b's
+// timer domains against the timers in Pebble: every indexed timer exists;
+// with timersAll the index holds every timer of the key group, with
+// timersUpTo every timer up to its bound; and it holds no more than its
+// share, or one timer.
 func checkTimerIndex(t *testing.T, what string, b *Backend) {
 	t.Helper()
 	b.flush()
-	for i := range b.timers.idx {
-		x := &b.timers.idx[i]
+	checkQueueIndex(t, what+": event-time timers", b, &b.timers.event)
+	checkQueueIndex(t, what+": processing-time timers", b, &b.timers.proc)
+}
+
+func checkQueueIndex(t *testing.T, what string, b *Backend, q *timerQueue) {
+	t.Helper()
+	for i := range q.idx {
+		x := &q.idx[i]
 		kg := b.kg.Start + i
-		it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: timerPrefix(kg), UpperBound: timerEnd(kg)})
+		it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: q.dom.prefix(kg), UpperBound: q.dom.end(kg)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		stored := map[string]bool{}
 		for ok := it.First(); ok; ok = it.Next() {
-			stored[string(it.Key()[timerSuffixAt:])] = true
+			stored[string(it.Key()[q.at:])] = true
 		}
 		if err := it.Close(); err != nil {
 			t.Fatal(err)
@@ -55,8 +63,8 @@ func checkTimerIndex(t *testing.T, what string, b *Backend) {
 		switch {
 		case !slices.IsSorted(indexed) || len(indexed) != x.set.n:
 			t.Fatalf("%s: key group %d: index of %d timers is not a sorted set of %d", what, kg, len(indexed), x.set.n)
-		case x.set.bytes > b.timers.share && x.set.n > 1:
-			t.Fatalf("%s: key group %d: index holds %d timers in %d bytes, over its share of %d", what, kg, x.set.n, x.set.bytes, b.timers.share)
+		case x.set.bytes > q.share && x.set.n > 1:
+			t.Fatalf("%s: key group %d: index holds %d timers in %d bytes, over its share of %d", what, kg, x.set.n, x.set.bytes, q.share)
 		}
 		for _, s := range indexed {
 			if !stored[s] {
@@ -71,136 +79,164 @@ func checkTimerIndex(t *testing.T, what string, b *Backend) {
 	}
 }
 
-// TestTimerIndex drives timers through registrations, deletions, firings
-// (which register and delete more), full snapshots restored into a new
-// backend, and changelog snapshots opened with OpenFromCheckpoint, with
-// indexes of one to a few timers per key group, and checks the fired
-// timers against a model and the index's invariants against Pebble after
-// every step.
+// timerOps are the calls of one timer domain.
+type timerOps struct {
+	name     string
+	register func(statebackend.TimerService, int64)
+	delete   func(statebackend.TimerService, int64)
+	advance  func(statebackend.TimerService, int64, func([]byte, int, int64) error) error
+}
+
+var timerDomains = []timerOps{
+	{"event", statebackend.TimerService.RegisterEventTimeTimer, statebackend.TimerService.DeleteEventTimeTimer, statebackend.TimerService.AdvanceWatermark},
+	{"processing", statebackend.TimerService.RegisterProcessingTimeTimer, statebackend.TimerService.DeleteProcessingTimeTimer, statebackend.TimerService.AdvanceProcessingTime},
+}
+
+// TestTimerIndex drives the timers of one domain through registrations,
+// deletions, firings (which register and delete more), full snapshots
+// restored into a new backend, and changelog snapshots opened with
+// OpenFromCheckpoint, with indexes of one to a few timers per key group,
+// and checks the fired timers against a model and the index's invariants
+// against Pebble after every step. Timers of the other domain are
+// registered alongside, at the same times: they must never fire. Both
+// domains run the same code over other keys, so processing time runs with
+// one seed per index size.
 func TestTimerIndex(t *testing.T) {
-	for _, timerBytes := range []int64{1, 8 * 3 * 64, 8 * 20 * 64} {
-		for seed := range uint64(3) {
-			t.Run(fmt.Sprintf("timercache=%d/seed=%d", timerBytes, seed), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(seed, uint64(timerBytes)))
-				root := t.TempDir()
-				dirs := 0
-				newOpts := func() Options {
-					dirs++
-					return Options{Dir: filepath.Join(root, fmt.Sprint("db-", dirs)), TimerCacheBytes: timerBytes, DeleteOnClose: true}
-				}
-				b, err := New(newOpts(), timerRange)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { b.Close() }()
-				model := map[modelTimer]bool{}
-				var wm int64 = 100 // timers are at wm-10 and later: none negative
-				keys := make([]string, 60)
-				for i := range keys {
-					keys[i] = fmt.Sprint("key-", i)
-				}
-				fired := 0
-				for step := range 600 {
-					key := keys[rng.IntN(len(keys))]
-					b.SetCurrentKey([]byte(key), timerKG(key))
-					ts := wm + rng.Int64N(300) - 10
-					switch op := rng.IntN(100); {
-					case op < 50:
-						b.Timers().RegisterEventTimeTimer(ts)
-						model[modelTimer{ts, timerKG(key), key}] = true
-					case op < 65:
-						b.Timers().DeleteEventTimeTimer(ts)
-						delete(model, modelTimer{ts, timerKG(key), key})
-					case op < 70:
-						// Delete one that exists.
-						for m := range model {
-							if m.key == key {
-								b.Timers().DeleteEventTimeTimer(m.ts)
-								delete(model, m)
-								break
-							}
-						}
-					case op < 90:
-						w := wm + rng.Int64N(80) // the watermark never goes down
-						var got, want []string
-						err := b.Timers().AdvanceWatermark(w, func(k []byte, kg int, ts int64) error {
-							got = append(got, modelTimer{ts, kg, string(k)}.String())
-							if ts%4 == 0 { // at or below the watermark: fires in this call
-								b.Timers().RegisterEventTimeTimer(ts + 1 + ts%3)
-							}
-							if ts%5 == 0 {
-								b.Timers().DeleteEventTimeTimer(ts + 7)
-							}
-							return nil
-						})
-						if err != nil {
-							t.Fatal(err)
-						}
-						wm = max(wm, w)
-						// The model fires the same way, one timer at a time.
-						for {
-							var due []modelTimer
-							for m := range model {
-								if m.ts <= wm {
-									due = append(due, m)
-								}
-							}
-							if len(due) == 0 {
-								break
-							}
-							m := slices.MinFunc(due, func(x, y modelTimer) int {
-								return cmp.Or(cmp.Compare(x.ts, y.ts), cmp.Compare(x.kg, y.kg), strings.Compare(x.key, y.key))
-							})
-							delete(model, m)
-							want = append(want, m.String())
-							if m.ts%4 == 0 {
-								model[modelTimer{m.ts + 1 + m.ts%3, m.kg, m.key}] = true
-							}
-							if m.ts%5 == 0 {
-								delete(model, modelTimer{m.ts + 7, m.kg, m.key})
-							}
-						}
-						if !slices.Equal(got, want) {
-							t.Fatalf("step %d: watermark %d fired %v\nwant %v", step, w, got, want)
-						}
-						fired += len(got)
-					case op < 95:
-						c := &stream.SnapshotContext{CheckpointID: int64(step), KeyGroups: timerRange}
-						if err := b.Snapshot(c); err != nil {
-							t.Fatal(err)
-						}
-						r, err := New(newOpts(), timerRange)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if err := r.Restore(&stream.RestoreContext{CheckpointID: int64(step), KeyGroups: timerRange, State: &c.State}); err != nil {
-							t.Fatal(err)
-						}
-						b.Close()
-						b = r
-					default:
-						dir := filepath.Join(root, fmt.Sprint("snap-", step))
-						if _, err := b.SnapshotFiles(dir); err != nil {
-							t.Fatal(err)
-						}
-						r, err := OpenFromCheckpoint(newOpts(), dir, timerRange)
-						if err != nil {
-							t.Fatal(err)
-						}
-						b.Close()
-						b = r
-					}
-					if err := b.Err(); err != nil {
-						t.Fatal(err)
-					}
-					checkTimerIndex(t, fmt.Sprintf("step %d", step), b)
-				}
-				if fired < 100 {
-					t.Fatalf("only %d timers fired", fired)
-				}
-			})
+	for i, dom := range timerDomains {
+		other := timerDomains[1-i]
+		seeds := uint64(3 - 2*i)
+		for _, timerBytes := range []int64{1, 8 * 3 * 64, 8 * 20 * 64} {
+			for seed := range seeds {
+				t.Run(fmt.Sprintf("%s/timercache=%d/seed=%d", dom.name, timerBytes, seed), func(t *testing.T) {
+					testTimerIndex(t, dom, other, timerBytes, seed)
+				})
+			}
 		}
 	}
+}
+
+func testTimerIndex(t *testing.T, dom, other timerOps, timerBytes int64, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, uint64(timerBytes)))
+	root := t.TempDir()
+	dirs := 0
+	newOpts := func() Options {
+		dirs++
+		return Options{Dir: filepath.Join(root, fmt.Sprint("db-", dirs)), TimerCacheBytes: timerBytes, DeleteOnClose: true}
+	}
+	b, err := New(newOpts(), timerRange)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { b.Close() }()
+	model := map[modelTimer]bool{}
+	var wm int64 = 100 // timers are at wm-10 and later: none negative
+	keys := make([]string, 60)
+	for i := range keys {
+		keys[i] = fmt.Sprint("key-", i)
+	}
+	fired := 0
+	for step := range 600 {
+		key := keys[rng.IntN(len(keys))]
+		b.SetCurrentKey([]byte(key), timerKG(key))
+		ts := wm + rng.Int64N(300) - 10
+		switch op := rng.IntN(100); {
+		case op < 50:
+			dom.register(b.Timers(), ts)
+			model[modelTimer{ts, timerKG(key), key}] = true
+			if op < 12 {
+				other.register(b.Timers(), ts)
+			}
+		case op < 65:
+			dom.delete(b.Timers(), ts)
+			delete(model, modelTimer{ts, timerKG(key), key})
+		case op < 70:
+			// Delete one that exists.
+			for m := range model {
+				if m.key == key {
+					dom.delete(b.Timers(), m.ts)
+					delete(model, m)
+					break
+				}
+			}
+		case op < 90:
+			w := wm + rng.Int64N(80) // the watermark never goes down
+			var got, want []string
+			err := dom.advance(b.Timers(), w, func(k []byte, kg int, ts int64) error {
+				got = append(got, modelTimer{ts, kg, string(k)}.String())
+				if ts%4 == 0 { // at or below the watermark: fires in this call
+					dom.register(b.Timers(), ts+1+ts%3)
+				}
+				if ts%5 == 0 {
+					dom.delete(b.Timers(), ts+7)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wm = max(wm, w)
+			// The model fires the same way, one timer at a time.
+			for {
+				var due []modelTimer
+				for m := range model {
+					if m.ts <= wm {
+						due = append(due, m)
+					}
+				}
+				if len(due) == 0 {
+					break
+				}
+				m := slices.MinFunc(due, func(x, y modelTimer) int {
+					return cmp.Or(cmp.Compare(x.ts, y.ts), cmp.Compare(x.kg, y.kg), strings.Compare(x.key, y.key))
+				})
+				delete(model, m)
+				want = append(want, m.String())
+				if m.ts%4 == 0 {
+					model[modelTimer{m.ts + 1 + m.ts%3, m.kg, m.key}] = true
+				}
+				if m.ts%5 == 0 {
+					delete(model, modelTimer{m.ts + 7, m.kg, m.key})
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d: watermark %d fired %v\nwant %v", step, w, got, want)
+			}
+			fired += len(got)
+		case op < 95:
+			c := &stream.SnapshotContext{CheckpointID: int64(step), KeyGroups: timerRange}
+			if err := b.Snapshot(c); err != nil {
+				t.Fatal(err)
+			}
+			r, err := New(newOpts(), timerRange)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Restore(&stream.RestoreContext{CheckpointID: int64(step), KeyGroups: timerRange, State: &c.State}); err != nil {
+				t.Fatal(err)
+			}
+			b.Close()
+			b = r
+		default:
+			dir := filepath.Join(root, fmt.Sprint("snap-", step))
+			if _, err := b.SnapshotFiles(dir); err != nil {
+				t.Fatal(err)
+			}
+			r, err := OpenFromCheckpoint(newOpts(), dir, timerRange)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Close()
+			b = r
+		}
+		if err := b.Err(); err != nil {
+			t.Fatal(err)
+		}
+		checkTimerIndex(t, fmt.Sprintf("step %d", step), b)
+	}
+	if fired < 100 {
+		t.Fatalf("only %d timers fired", fired)
+	}
+
 }
 
 // TestTimerIndexSparesPebble checks that registering timers the index holds
@@ -237,5 +273,86 @@ func TestTimerIndexSparesPebble(t *testing.T) {
 	})
 	if err != nil || n != 500 {
 		t.Fatalf("fired %d timers of 500: %v", n, err)
+	}
+}
+
+// TestLayoutVersion checks that a database moves to layoutV2 with its
+// first processing-time timer, registered or restored, and not before, so
+// that a database without any is still opened by builds that read only
+// layoutV1; and that an unknown version is refused naming the versions
+// read.
+func TestLayoutVersion(t *testing.T) {
+	root := t.TempDir()
+	layout := func(b *Backend) byte {
+		t.Helper()
+		if err := b.commit(); err != nil {
+			t.Fatal(err)
+		}
+		v, err := loadLayout(b.db, b.opts.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != b.layout {
+			t.Fatalf("stored layout version %d, the backend says %d", v, b.layout)
+		}
+		return v
+	}
+	newBackend := func(name string) *Backend {
+		b, err := New(Options{Dir: filepath.Join(root, name), DeleteOnClose: true}, timerRange)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	b := newBackend("a")
+	b.SetCurrentKey([]byte("k"), 1)
+	b.Timers().RegisterEventTimeTimer(5)
+	b.Timers().DeleteProcessingTimeTimer(5)
+	if v := layout(b); v != layoutV1 {
+		t.Fatalf("layout version %d with event-time timers only, want %d", v, layoutV1)
+	}
+	b.Timers().RegisterProcessingTimeTimer(5)
+	if v := layout(b); v != layoutV2 {
+		t.Fatalf("layout version %d with a processing-time timer, want %d", v, layoutV2)
+	}
+
+	// A restore of a chunk with processing-time timers, and one without.
+	c := &stream.SnapshotContext{KeyGroups: timerRange}
+	if err := b.Snapshot(c); err != nil {
+		t.Fatal(err)
+	}
+	r := newBackend("b")
+	if err := r.Restore(&stream.RestoreContext{KeyGroups: timerRange, State: &c.State}); err != nil {
+		t.Fatal(err)
+	}
+	if v := layout(r); v != layoutV2 {
+		t.Fatalf("layout version %d after restoring a processing-time timer, want %d", v, layoutV2)
+	}
+	if err := b.Timers().AdvanceProcessingTime(10, func([]byte, int, int64) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c = &stream.SnapshotContext{KeyGroups: timerRange}
+	if err := b.Snapshot(c); err != nil {
+		t.Fatal(err)
+	}
+	r = newBackend("c")
+	if err := r.Restore(&stream.RestoreContext{KeyGroups: timerRange, State: &c.State}); err != nil {
+		t.Fatal(err)
+	}
+	if v := layout(r); v != layoutV1 {
+		t.Fatalf("layout version %d after restoring event-time timers only, want %d", v, layoutV1)
+	}
+
+	// A version this build does not know.
+	if err := r.batchSet(metaVersionKey, []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.commit(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadLayout(r.db, r.opts.Dir)
+	if err == nil || !strings.Contains(err.Error(), "key layout version [3], this build reads versions 1 and 2") {
+		t.Fatalf("error %v for layout version 3", err)
 	}
 }

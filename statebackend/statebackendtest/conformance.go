@@ -43,6 +43,13 @@ func RunConformance(t *testing.T, newBackend NewBackend) {
 		{"TimerRegisterDuringFiring", testTimerRegisterDuringFiring},
 		{"TimerFireError", testTimerFireError},
 		{"Watermark", testWatermark},
+		{"ProcTimerOrder", testProcTimerOrder},
+		{"ProcTimerDedupAndDelete", testProcTimerDedupAndDelete},
+		{"ProcTimerCurrentKey", testProcTimerCurrentKey},
+		{"ProcTimerRegisterDuringFiring", testProcTimerRegisterDuringFiring},
+		{"ProcTimerFireError", testProcTimerFireError},
+		{"ProcTimerPast", testProcTimerPast},
+		{"TimerDomains", testTimerDomains},
 		{"SnapshotRestore", testSnapshotRestore},
 		{"RestoreBeforeRegister", testRestoreBeforeRegister},
 		{"RestoreSmallerRange", testRestoreSmallerRange},
@@ -421,8 +428,9 @@ func testAggregatingState(t *testing.T, nb nbFunc, _ NewBackend) {
 
 // populate writes deterministic state of every kind, and timers, for keys.
 // Key i gets: val i*10; list of i%3 elements; map of i%4 entries; reducing
-// sum i+(i+1); average of {i, 2i} for even i; timers at 100+i and, for odd
-// i, 1000+i.
+// sum i+(i+1); average of {i, 2i} for even i; event-time timers at 100+i
+// and, for odd i, 1000+i; processing-time timers at 200+i and, for i%3 ==
+// 0, 100+i (the time of its event-time timer: another timer).
 func populate(s *states, keys []string) {
 	for i, k := range keys {
 		setKey(s.b, k)
@@ -442,6 +450,10 @@ func populate(s *states, keys []string) {
 		s.b.Timers().RegisterEventTimeTimer(int64(100 + i))
 		if i%2 == 1 {
 			s.b.Timers().RegisterEventTimeTimer(int64(1000 + i))
+		}
+		s.b.Timers().RegisterProcessingTimeTimer(int64(200 + i))
+		if i%3 == 0 {
+			s.b.Timers().RegisterProcessingTimeTimer(int64(100 + i))
 		}
 	}
 }
@@ -483,6 +495,43 @@ func expectTimers(keys []string) []firedTimer {
 		}
 	}
 	return sortFired(out)
+}
+
+// expectProcTimers is the independent computation of the processing-time
+// timers after populate.
+func expectProcTimers(keys []string) []firedTimer {
+	var out []firedTimer
+	for i, k := range keys {
+		out = append(out, firedTimer{k, kgOf(k), int64(200 + i)})
+		if i%3 == 0 {
+			out = append(out, firedTimer{k, kgOf(k), int64(100 + i)})
+		}
+	}
+	return sortFired(out)
+}
+
+// inRange keeps the timers of key groups in r.
+func inRange(timers []firedTimer, r stream.KeyGroupRange) []firedTimer {
+	var out []firedTimer
+	for _, f := range timers {
+		if r.Contains(f.KG) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// checkNextProcessingTime checks b's NextProcessingTime against the
+// earliest of want (none if want is empty).
+func checkNextProcessingTime(t *testing.T, what string, b statebackend.Backend, want []firedTimer) {
+	t.Helper()
+	ts, ok := b.Timers().NextProcessingTime()
+	switch {
+	case len(want) == 0 && ok:
+		t.Errorf("%s: NextProcessingTime() = %d, true; want none", what, ts)
+	case len(want) > 0 && (!ok || ts != slices.MinFunc(want, compareFired).TS):
+		t.Errorf("%s: NextProcessingTime() = %d, %v; want %d, true", what, ts, ok, slices.MinFunc(want, compareFired).TS)
+	}
 }
 
 func checkDump(t *testing.T, what string, got, want map[string]string) {
@@ -897,10 +946,16 @@ func testSnapshotRestore(t *testing.T, nb nbFunc, newBackend NewBackend) {
 	b3 := restore(t, newBackend, fullRange, snapshot(t, b2, 8), 8)
 	s3 := openStates(t, b3)
 	checkDump(t, "restored twice", s3.dump(t), before)
-	// Timers came along.
-	checkTimers(t, "original", fireAll(t, b, math.MaxInt64), expectTimers(keys))
-	checkTimers(t, "restored", fireAll(t, b2, math.MaxInt64), expectTimers(keys))
-	checkTimers(t, "restored twice", fireAll(t, b3, math.MaxInt64), expectTimers(keys))
+	// Timers of both domains came along, each in its own.
+	for _, bk := range []struct {
+		what string
+		b    statebackend.Backend
+	}{{"original", b}, {"restored", b2}, {"restored twice", b3}} {
+		checkNextProcessingTime(t, bk.what, bk.b, expectProcTimers(keys))
+		checkTimers(t, bk.what, fireAll(t, bk.b, math.MaxInt64), expectTimers(keys))
+		checkTimers(t, bk.what+": processing-time timers", fireAllProc(t, bk.b, math.MaxInt64), expectProcTimers(keys))
+		checkNextProcessingTime(t, bk.what+" after firing", bk.b, nil)
+	}
 	// The restored state is live: it can be changed.
 	setKey(b2, keys[0])
 	s2.val.Update(-1)
@@ -986,6 +1041,9 @@ func testRestoreSmallerRange(t *testing.T, nb nbFunc, newBackend NewBackend) {
 			}
 			checkDump(t, "restored into "+r.String(), s2.dump(t), want)
 			checkTimers(t, "timers", fireAll(t, b2, math.MaxInt64), wantTimers)
+			wantProc := inRange(expectProcTimers(keys), r)
+			checkNextProcessingTime(t, "restored into "+r.String(), b2, wantProc)
+			checkTimers(t, "processing-time timers", fireAllProc(t, b2, math.MaxInt64), wantProc)
 			// Its own snapshot holds only its key groups.
 			for kg := range snapshot(t, b2, 2).Keyed {
 				if !r.Contains(kg) {
@@ -1021,19 +1079,25 @@ func testRestoreMergedRanges(t *testing.T, nb nbFunc, newBackend NewBackend) {
 	maps.Copy(want, expectPopulated(rk))
 	checkDump(t, "merged", s.dump(t), want)
 	wantTimers := sortFired(append(expectTimers(lk), expectTimers(rk)...))
+	wantProc := sortFired(append(expectProcTimers(lk), expectProcTimers(rk)...))
 	checkTimers(t, "merged timers", fireAll(t, b, math.MaxInt64), wantTimers)
+	checkNextProcessingTime(t, "merged", b, wantProc)
+	checkTimers(t, "merged processing-time timers", fireAllProc(t, b, math.MaxInt64), wantProc)
 
 	// Scale out: 2 → 3, with each subtask given only its key groups.
 	got := make(map[string]string)
-	var gotTimers []firedTimer
+	var gotTimers, gotProc []firedTimer
 	for i := range 3 {
 		r := stream.KeyGroupRangeFor(maxPar, 3, i)
 		b := restore(t, newBackend, r, filterSnapshot(merged, r), 1)
 		maps.Copy(got, openStates(t, b).dump(t))
 		gotTimers = append(gotTimers, fireAll(t, b, math.MaxInt64)...)
+		checkNextProcessingTime(t, "rescaled to 3: "+r.String(), b, inRange(wantProc, r))
+		gotProc = append(gotProc, fireAllProc(t, b, math.MaxInt64)...)
 	}
 	checkDump(t, "rescaled to 3", got, want)
 	checkTimers(t, "rescaled timers", gotTimers, wantTimers)
+	checkTimers(t, "rescaled processing-time timers", gotProc, wantProc)
 }
 
 func testSnapshotDoesNotAlias(t *testing.T, nb nbFunc, newBackend NewBackend) {
@@ -1066,6 +1130,8 @@ func testSnapshotDoesNotAlias(t *testing.T, nb nbFunc, newBackend NewBackend) {
 		s.agg.Add(1000)
 		b.Timers().DeleteEventTimeTimer(int64(100 + i))
 		b.Timers().RegisterEventTimeTimer(5000)
+		b.Timers().DeleteProcessingTimeTimer(int64(200 + i))
+		b.Timers().RegisterProcessingTimeTimer(6000)
 	}
 	setKey(b, keys[0])
 	bs.Update([]byte("replaced"))
@@ -1073,6 +1139,7 @@ func testSnapshotDoesNotAlias(t *testing.T, nb nbFunc, newBackend NewBackend) {
 	setKey(b, "brand-new")
 	s.val.Update(1)
 	fireAll(t, b, 150)
+	fireAllProc(t, b, 150)
 
 	for kg, cs := range snap.Keyed {
 		for i, c := range cs {
@@ -1085,6 +1152,7 @@ func testSnapshotDoesNotAlias(t *testing.T, nb nbFunc, newBackend NewBackend) {
 	s2 := openStates(t, b2)
 	checkDump(t, "restored from the earlier snapshot", s2.dump(t), expectPopulated(keys))
 	checkTimers(t, "timers", fireAll(t, b2, math.MaxInt64), expectTimers(keys))
+	checkTimers(t, "processing-time timers", fireAllProc(t, b2, math.MaxInt64), expectProcTimers(keys))
 	bs2, err := statebackend.GetValueState(b2, "bytes", statebackend.BytesCodec)
 	must(t, err)
 	setKey(b2, keys[0])

@@ -1,8 +1,9 @@
 // Package statebackendtest is the conformance suite that every keyed-state
 // backend (statebackend.Backend) must pass: the semantics of every state
-// kind, key and key-group isolation, timers, snapshot and restore including
-// rescaling, descriptor conflicts, and a randomised differential test against
-// a plain Go model. A backend's tests call RunConformance, and RunTTL for
+// kind, key and key-group isolation, event-time and processing-time timers
+// (each domain apart from the other), snapshot and restore including
+// rescaling, descriptor conflicts, and a randomised differential test
+// against a plain Go model. A backend's tests call RunConformance, and RunTTL for
 // state time-to-live (statebackend.WithTTL), which drives TTL state with a
 // ManualClock.
 //
@@ -10,6 +11,7 @@
 package statebackendtest
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -204,6 +206,39 @@ func fireAll(t testing.TB, b statebackend.Backend, wm int64) []firedTimer {
 		t.Fatalf("AdvanceWatermark(%d): %v", wm, err)
 	}
 	return fired
+}
+
+// fireAllProc advances processing time to now and returns the
+// processing-time timers fired, after checking that each fired with its key
+// current and in (timestamp, key group, key) order.
+func fireAllProc(t testing.TB, b statebackend.Backend, now int64) []firedTimer {
+	t.Helper()
+	var fired []firedTimer
+	err := b.Timers().AdvanceProcessingTime(now, func(key []byte, kg int, ts int64) error {
+		ck, ckg := b.CurrentKey()
+		if string(ck) != string(key) || ckg != kg {
+			t.Errorf("processing-time timer %d of key %q (group %d) fired with current key %q (group %d)", ts, key, kg, ck, ckg)
+		}
+		if ts > now {
+			t.Errorf("processing-time timer %d fired at time %d", ts, now)
+		}
+		f := firedTimer{string(key), kg, ts}
+		if n := len(fired); n > 0 && compareFired(fired[n-1], f) > 0 {
+			t.Errorf("processing-time timer %v fired after %v; the order is (timestamp, key group, key)", f, fired[n-1])
+		}
+		fired = append(fired, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("AdvanceProcessingTime(%d): %v", now, err)
+	}
+	return fired
+}
+
+// compareFired orders timers by (timestamp, key group, key): the order in
+// which AdvanceProcessingTime fires them.
+func compareFired(a, b firedTimer) int {
+	return cmp.Or(cmp.Compare(a.TS, b.TS), cmp.Compare(a.KG, b.KG), strings.Compare(a.Key, b.Key))
 }
 
 // sortFired orders timers by (ts, key) so that sets can be compared.

@@ -3,6 +3,7 @@ package statebackendtest
 import (
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -30,17 +31,23 @@ type model struct {
 	agg    map[string]avgAcc
 	timers map[timerKey]bool
 	wm     int64
+	// ptimers are the processing-time timers; now is the highest
+	// processing time passed to the backends (only to pick timestamps: the
+	// backends keep no processing time).
+	ptimers map[timerKey]bool
+	now     int64
 }
 
 func newModel() *model {
 	return &model{
-		val:    make(map[string]int64),
-		list:   make(map[string][]string),
-		m:      make(map[string]map[string]int64),
-		red:    make(map[string]int64),
-		agg:    make(map[string]avgAcc),
-		timers: make(map[timerKey]bool),
-		wm:     stream.MinWatermark,
+		val:     make(map[string]int64),
+		list:    make(map[string][]string),
+		m:       make(map[string]map[string]int64),
+		red:     make(map[string]int64),
+		agg:     make(map[string]avgAcc),
+		timers:  make(map[timerKey]bool),
+		wm:      stream.MinWatermark,
+		ptimers: make(map[timerKey]bool),
 	}
 }
 
@@ -163,8 +170,17 @@ func testModel(t *testing.T, _ nbFunc, newBackend NewBackend) {
 				}
 			}
 			h.compareAll("end")
-			t.Logf("seed %d: %d steps, %d restores, %d keys with state, %d timers pending",
-				seed, steps, h.restores, len(h.m.dump()), len(h.m.timers))
+			h.checkNextProc(steps)
+			var fired, pending []firedTimer
+			for _, p := range h.parts {
+				fired = append(fired, fireAllProc(t, p.b, math.MaxInt64)...)
+			}
+			for tk := range h.m.ptimers {
+				pending = append(pending, firedTimer{tk.key, kgOf(tk.key), tk.ts})
+			}
+			checkTimers(t, "the pending processing-time timers", fired, sortFired(pending))
+			t.Logf("seed %d: %d steps, %d restores, %d keys with state, %d event-time and %d processing-time timers pending",
+				seed, steps, h.restores, len(h.m.dump()), len(h.m.timers), len(h.m.ptimers))
 		})
 	}
 }
@@ -306,6 +322,84 @@ func (h *harness) step(step int) {
 		h.compareAll(fmt.Sprintf("step %d", step))
 	case op < 86:
 		h.rescale(step)
+	case op < 91:
+		ts := m.now - 5 + rng.Int64N(60)
+		p.b.Timers().RegisterProcessingTimeTimer(ts)
+		m.ptimers[timerKey{key, ts}] = true
+	case op < 93:
+		ts := m.now - 5 + rng.Int64N(60)
+		if rng.IntN(2) == 0 {
+			for tk := range m.ptimers {
+				if tk.key == key {
+					ts = tk.ts
+					break
+				}
+			}
+		}
+		p.b.Timers().DeleteProcessingTimeTimer(ts)
+		delete(m.ptimers, timerKey{key, ts})
+	case op < 97:
+		h.advanceProc(step)
+	case op < 98:
+		h.checkNextProc(step)
+	}
+}
+
+// advanceProc advances processing time on every backend, sometimes to a
+// time below the last one (which fires the timers registered below it
+// since); fire re-registers timers now and then, some at or below the
+// time, which must fire in the same call.
+func (h *harness) advanceProc(step int) {
+	t, m := h.t, h.m
+	now := m.now + h.rng.Int64N(30) - 5
+	m.now = max(m.now, now)
+	for _, p := range h.parts {
+		var last *firedTimer
+		err := p.b.Timers().AdvanceProcessingTime(now, func(key []byte, kg int, ts int64) error {
+			f := firedTimer{string(key), kg, ts}
+			if ts > now || last != nil && compareFired(*last, f) > 0 {
+				t.Errorf("step %d: processing-time timer %v fired at time %d after %v", step, f, now, last)
+			}
+			last = &f
+			if kg != kgOf(f.Key) || !p.b.KeyGroups().Contains(kg) {
+				t.Errorf("step %d: processing-time timer of %s fired with key group %d", step, f.Key, kg)
+			}
+			if !m.ptimers[timerKey{f.Key, ts}] {
+				t.Errorf("step %d: processing-time timer %d of %s fired but was not registered (or fired before)", step, ts, f.Key)
+			}
+			delete(m.ptimers, timerKey{f.Key, ts})
+			if got, want := p.s.describe(), m.describe(f.Key); got != want {
+				t.Errorf("step %d: in processing-time timer %d of %s the state is %q, model %q", step, ts, f.Key, got, want)
+			}
+			if h.rng.IntN(4) == 0 {
+				next := ts + h.rng.Int64N(8)
+				p.b.Timers().RegisterProcessingTimeTimer(next)
+				m.ptimers[timerKey{f.Key, next}] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("step %d: AdvanceProcessingTime: %v", step, err)
+		}
+	}
+	for tk := range m.ptimers {
+		if tk.ts <= now {
+			t.Errorf("step %d: processing-time timer %d of %s did not fire at time %d", step, tk.ts, tk.key, now)
+		}
+	}
+}
+
+// checkNextProc compares every backend's NextProcessingTime with the
+// model's earliest processing-time timer of its key groups.
+func (h *harness) checkNextProc(step int) {
+	for _, p := range h.parts {
+		var want []firedTimer
+		for tk := range h.m.ptimers {
+			if p.b.KeyGroups().Contains(kgOf(tk.key)) {
+				want = append(want, firedTimer{tk.key, kgOf(tk.key), tk.ts})
+			}
+		}
+		checkNextProcessingTime(h.t, fmt.Sprintf("step %d: %v", step, p.b.KeyGroups()), p.b, want)
 	}
 }
 

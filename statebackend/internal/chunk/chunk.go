@@ -7,9 +7,9 @@
 //
 // A chunk holds the state of exactly one key group, so that chunks can be
 // handed to whichever subtask owns the key group after rescaling. The format
-// (version 1), with uvarint lengths and counts:
+// (version 2), with uvarint lengths and counts:
 //
-//	magic    "WKG" and the version byte 1
+//	magic    "WKG" and the version byte (1 or 2)
 //	kg       uvarint: the key group
 //	tables   uvarint count, then per table:
 //	           name (length, bytes), kind (one byte, statebackend.Kind),
@@ -17,26 +17,37 @@
 //	             value (length, codec bytes)             for non-map kinds
 //	             user-key count, then per user key:      for KindMap
 //	               user key (length, bytes), value (length, codec bytes)
-//	timers   uvarint count, then per timer: timestamp (zig-zag varint),
-//	         key (length, bytes)
+//	timers   uvarint count, then per event-time timer: timestamp (zig-zag
+//	         varint), key (length, bytes)
+//	ptimers  version 2 only: uvarint count, then per processing-time timer:
+//	         timestamp (zig-zag varint), key (length, bytes)
 //	crc      CRC-32C (Castagnoli) of everything before it, 4 bytes little
 //	         endian
 //
-// A writer calls, in this order: AppendHeader; per table AppendTable and
-// then per key AppendField (the key) followed by AppendField (the value) or
-// by AppendCount and per user key two AppendFields; AppendCount (timers);
-// AppendTimer per timer; AppendChecksum. ParseAll parses and checks the
-// chunks of a restore, with Parse for each. Parse decodes a chunk and checks
-// the magic, the version, every length against the bytes left, the kinds,
-// that every map key has user keys, that nothing follows the timers, and
-// the checksum, so a damaged chunk is an error, not a panic or wrong state.
+// Version 1 is version 2 without the processing-time timers. A writer uses
+// version 1 for a chunk without processing-time timers, so that such a
+// chunk is byte for byte what builds that read only version 1 wrote, and
+// they still read it; a chunk with processing-time timers is version 2.
+//
+// A writer calls, in this order: AppendHeader (given the number of
+// processing-time timers, which picks the version); per table AppendTable
+// and then per key AppendField (the key) followed by AppendField (the
+// value) or by AppendCount and per user key two AppendFields; AppendCount
+// (event-time timers); AppendTimer per timer; if there are processing-time
+// timers, AppendCount and AppendTimer per processing-time timer;
+// AppendChecksum. ParseAll parses and checks the chunks of a restore, with
+// Parse for each. Parse decodes a chunk and checks the magic, the version,
+// every length against the bytes left, the kinds, that every map key has
+// user keys, that nothing follows the last timer section of its version,
+// and the checksum, so a damaged chunk is an error, not a panic or wrong
+// state.
 //
 // Every error about a chunk's bytes is a *FormatError: it says what is
 // wrong, what the chunk holds there and what a reader expects, which state
 // (table) the problem is in, and, from ParseAll, which checkpoint, key group
 // and chunk. A chunk of a format version this build does not read is one
-// wrapping ErrVersion. A later format version will be read next to version
-// 1 (readVersions), or rejected with that error: never misread.
+// wrapping ErrVersion. A later format version will be read next to versions
+// 1 and 2 (readVersions), or rejected with that error: never misread.
 //
 // chunk imports the standard library, stream and statebackend. Nothing in
 // it keeps state between calls; it is safe for concurrent use (a Reader is
@@ -57,13 +68,19 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// Version is the format version this package writes.
-const Version = 1
+// The format versions: version 2 adds processing-time timers to version 1.
+const (
+	Version1 = 1
+	Version2 = 2
+	// Version is the newest format version this package writes (see
+	// AppendHeader for when it writes version 1).
+	Version = Version2
+)
 
 // readVersions are the format versions Parse reads. A build that writes a
 // new version keeps reading the old ones: it adds the new one here and
 // decodes each in its own way.
-var readVersions = [...]byte{1}
+var readVersions = [...]byte{Version1, Version2}
 
 // ErrVersion is wrapped, together with statebackend.ErrCorrupt, by the
 // *FormatError of a chunk whose format version this build does not read:
@@ -100,7 +117,8 @@ type FormatError struct {
 	Chunks       int
 	Size         int
 	// Table is the state (table) the problem is in; empty when it is in no
-	// one state (the header, the checksum, the key group, the timers).
+	// one state (the header, the checksum, the key group, the timers of
+	// either domain).
 	Table string
 	// Tables are then the states the chunk holds, as far as they could be
 	// read (nil if none could). Of a chunk whose checksum failed they are
@@ -170,12 +188,22 @@ func versionList() string {
 }
 
 // AppendHeader appends the start of the chunk of key group kg that holds
-// the given number of tables.
-func AppendHeader(dst []byte, kg, tables int) []byte {
+// the given numbers of tables and processing-time timers. A chunk without
+// processing-time timers is written in version 1, one with some in version
+// 2; the writer then appends them after the event-time timers.
+func AppendHeader(dst []byte, kg, tables, processingTimers int) []byte {
 	dst = append(dst, magic[:]...)
-	dst = append(dst, Version)
+	dst = append(dst, versionFor(processingTimers))
 	dst = binary.AppendUvarint(dst, uint64(kg))
 	return binary.AppendUvarint(dst, uint64(tables))
+}
+
+// versionFor returns the version of a chunk with n processing-time timers.
+func versionFor(n int) byte {
+	if n > 0 {
+		return Version2
+	}
+	return Version1
 }
 
 // AppendTable appends the start of a table: its name, its kind and the
@@ -193,12 +221,14 @@ func AppendField[S string | []byte](dst []byte, s S) []byte {
 	return append(dst, s...)
 }
 
-// AppendCount appends a count: the user keys of a map key, or the timers.
+// AppendCount appends a count: the user keys of a map key, or the timers of
+// one domain.
 func AppendCount(dst []byte, n int) []byte {
 	return binary.AppendUvarint(dst, uint64(n))
 }
 
-// AppendTimer appends one timer: its timestamp and its key.
+// AppendTimer appends one timer of either domain: its timestamp and its
+// key.
 func AppendTimer[S string | []byte](dst []byte, ts int64, key S) []byte {
 	dst = binary.AppendVarint(dst, ts)
 	return AppendField(dst, key)
@@ -230,8 +260,11 @@ type Handler interface {
 	MapKey(key []byte, userKeys int)
 	// MapValue is a user key and its value of the current map key.
 	MapValue(userKey, value []byte)
-	// Timer is a timer of the key group.
+	// Timer is an event-time timer of the key group.
 	Timer(ts int64, key []byte)
+	// ProcessingTimer is a processing-time timer of the key group; only
+	// version 2 chunks have them, after the event-time timers.
+	ProcessingTimer(ts int64, key []byte)
 }
 
 // Parse checks chunk and hands its contents to h. It returns the key group
@@ -245,7 +278,8 @@ func Parse(chunk []byte, h Handler) (kg int, err error) {
 	if [3]byte(chunk[:3]) != magic {
 		return 0, corrupt("magic", strconv.Quote(string(chunk[:3])), strconv.Quote(string(magic[:])))
 	}
-	if v := chunk[3]; !slices.Contains(readVersions[:], v) {
+	v := chunk[3]
+	if !slices.Contains(readVersions[:], v) {
 		return 0, &FormatError{Err: ErrVersion, What: "format version", Found: strconv.Itoa(int(v)),
 			Expected: versionList() + " (the versions this build reads)"}
 	}
@@ -255,17 +289,17 @@ func Parse(chunk []byte, h Handler) (kg int, err error) {
 		// Name the states the chunk holds if its structure still parses:
 		// the damage may be in a value.
 		var names tableNames
-		if _, err := parseBody(body, &names); err == nil {
+		if _, err := parseBody(body, v, &names); err == nil {
 			e.Tables = names.names
 		}
 		return 0, e
 	}
-	return parseBody(body, h)
+	return parseBody(body, v, h)
 }
 
-// parseBody parses what follows the header of a chunk without its
-// checksum.
-func parseBody(body []byte, h Handler) (kg int, err error) {
+// parseBody parses what follows the header of a chunk of version v without
+// its checksum.
+func parseBody(body []byte, v byte, h Handler) (kg int, err error) {
 	r := &Reader{buf: body[:len(body):len(body)], pos: headerLen}
 	kg = r.count("key group", maxKeyGroup)
 	if r.err == nil {
@@ -323,17 +357,14 @@ func parseBody(body []byte, h Handler) (kg int, err error) {
 	if r.err == nil {
 		table = ""
 	}
-	ntm := r.count("timer count", r.Left())
-	for range ntm {
-		ts := r.Varint()
-		k := r.Bytes()
-		if r.err != nil {
-			break
-		}
-		h.Timer(ts, k)
+	r.timers("timer count", h.Timer)
+	last := "timers"
+	if v >= Version2 {
+		r.timers("processing-time timer count", h.ProcessingTimer)
+		last = "processing-time timers"
 	}
 	if r.err == nil && r.Left() != 0 {
-		r.Fail(corrupt("bytes after the timers", strconv.Itoa(r.Left()), "0"))
+		r.Fail(corrupt("bytes after the "+last, strconv.Itoa(r.Left()), "0"))
 	}
 	if r.err != nil {
 		var fe *FormatError
@@ -345,6 +376,20 @@ func parseBody(body []byte, h Handler) (kg int, err error) {
 	return kg, nil
 }
 
+// timers reads a timer section (a count, named what in errors, and that
+// many timers) and hands each timer to each.
+func (r *Reader) timers(what string, each func(ts int64, key []byte)) {
+	n := r.count(what, r.Left())
+	for range n {
+		ts := r.Varint()
+		k := r.Bytes()
+		if r.err != nil {
+			return
+		}
+		each(ts, k)
+	}
+}
+
 // tableNames is a Handler that keeps only the names of the tables.
 type tableNames struct{ names []string }
 
@@ -354,10 +399,11 @@ func (t *tableNames) KeyGroup(int) {}
 func (t *tableNames) Table(name string, _ statebackend.Kind, _ int) {
 	t.names = append(t.names, name)
 }
-func (t *tableNames) Value(_, _ []byte)    {}
-func (t *tableNames) MapKey([]byte, int)   {}
-func (t *tableNames) MapValue(_, _ []byte) {}
-func (t *tableNames) Timer(int64, []byte)  {}
+func (t *tableNames) Value(_, _ []byte)             {}
+func (t *tableNames) MapKey([]byte, int)            {}
+func (t *tableNames) MapValue(_, _ []byte)          {}
+func (t *tableNames) Timer(int64, []byte)           {}
+func (t *tableNames) ProcessingTimer(int64, []byte) {}
 
 // Printable shows a key in an error message: quoted if it is short text,
 // else as hex, and truncated to 64 bytes.

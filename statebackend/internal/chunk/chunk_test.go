@@ -35,11 +35,14 @@ func (r *recorder) MapValue(userKey, value []byte) {
 func (r *recorder) Timer(ts int64, key []byte) {
 	r.calls = append(r.calls, fmt.Sprintf("timer %d %q", ts, key))
 }
+func (r *recorder) ProcessingTimer(ts int64, key []byte) {
+	r.calls = append(r.calls, fmt.Sprintf("ptimer %d %q", ts, key))
+}
 
 // sample writes a chunk of key group 7 with a value table, a map table and
 // two timers, and returns it with the calls Parse must make.
 func sample() ([]byte, []string) {
-	dst := AppendHeader(nil, 7, 2)
+	dst := AppendHeader(nil, 7, 2, 0)
 	dst = AppendTable(dst, "v", statebackend.KindValue, 2)
 	dst = AppendField(dst, "a")
 	dst = AppendField(dst, []byte{1, 2})
@@ -69,35 +72,76 @@ func sample() ([]byte, []string) {
 	}
 }
 
+// sampleV2 writes the chunk of sample with two processing-time timers, in
+// version 2, and returns it with the calls Parse must make.
+func sampleV2() ([]byte, []string) {
+	v1, want := sample()
+	body := v1[:len(v1)-4]
+	dst := AppendHeader(nil, 7, 2, 2)
+	dst = append(dst, body[len(dst):]...)
+	dst = AppendCount(dst, 2)
+	dst = AppendTimer(dst, -5, "a") // the same as an event-time timer: another timer
+	dst = AppendTimer(dst, 1<<41, []byte{})
+	return AppendChecksum(dst), append(want, `ptimer -5 "a"`, fmt.Sprintf("ptimer %d %q", int64(1)<<41, ""))
+}
+
 func TestRoundTrip(t *testing.T) {
-	data, want := sample()
-	var r recorder
-	kg, err := Parse(data, &r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kg != 7 {
-		t.Errorf("key group %d, want 7", kg)
-	}
-	if !reflect.DeepEqual(r.calls, want) {
-		t.Errorf("calls\n%s\nwant\n%s", strings.Join(r.calls, "\n"), strings.Join(want, "\n"))
+	for _, tt := range []struct {
+		name    string
+		chunk   func() ([]byte, []string)
+		version byte
+	}{
+		{"event-time timers only", sample, 1},
+		{"processing-time timers", sampleV2, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			data, want := tt.chunk()
+			if data[3] != tt.version {
+				t.Errorf("written in version %d, want %d", data[3], tt.version)
+			}
+			var r recorder
+			kg, err := Parse(data, &r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kg != 7 {
+				t.Errorf("key group %d, want 7", kg)
+			}
+			if !reflect.DeepEqual(r.calls, want) {
+				t.Errorf("calls\n%s\nwant\n%s", strings.Join(r.calls, "\n"), strings.Join(want, "\n"))
+			}
+		})
 	}
 }
 
 // TestLayout checks the bytes against the documented format, written by
-// hand, so that a change of the format cannot go unnoticed.
+// hand, so that a change of the format cannot go unnoticed: version 1
+// without processing-time timers, version 2 with them.
 func TestLayout(t *testing.T) {
-	body := []byte{'W', 'K', 'G', 1, 3, 1, 1, 't', byte(statebackend.KindList), 1, 1, 'k', 2, 9, 9, 1, 3, 1, 'k'}
-	want := binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
-	got := AppendHeader(nil, 3, 1)
-	got = AppendTable(got, "t", statebackend.KindList, 1)
-	got = AppendField(got, "k")
-	got = AppendField(got, []byte{9, 9})
-	got = AppendCount(got, 1)
-	got = AppendTimer(got, -2, "k")
-	got = AppendChecksum(got)
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("chunk %x, want %x", got, want)
+	crc := func(body []byte) []byte {
+		return binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
+	}
+	write := func(ptimers int) []byte {
+		got := AppendHeader(nil, 3, 1, ptimers)
+		got = AppendTable(got, "t", statebackend.KindList, 1)
+		got = AppendField(got, "k")
+		got = AppendField(got, []byte{9, 9})
+		got = AppendCount(got, 1)
+		got = AppendTimer(got, -2, "k")
+		if ptimers > 0 {
+			got = AppendCount(got, 1)
+			got = AppendTimer(got, 2, "p")
+		}
+		return AppendChecksum(got)
+	}
+	v1 := []byte{'W', 'K', 'G', 1, 3, 1, 1, 't', byte(statebackend.KindList), 1, 1, 'k', 2, 9, 9, 1, 3, 1, 'k'}
+	if got, want := write(0), crc(v1); !reflect.DeepEqual(got, want) {
+		t.Errorf("version 1 chunk %x, want %x", got, want)
+	}
+	v2 := append([]byte{'W', 'K', 'G', 2}, v1[4:]...)
+	v2 = append(v2, 1, 4, 1, 'p')
+	if got, want := write(1), crc(v2); !reflect.DeepEqual(got, want) {
+		t.Errorf("version 2 chunk %x, want %x", got, want)
 	}
 }
 
@@ -108,6 +152,8 @@ func withCRC(body []byte) []byte { return AppendChecksum(append([]byte(nil), bod
 func TestParseErrors(t *testing.T) {
 	good, _ := sample()
 	body := good[:len(good)-4]
+	good2, _ := sampleV2()
+	body2 := good2[:len(good2)-4]
 	flipped := append([]byte(nil), good...)
 	flipped[len(flipped)-5] ^= 0x40 // in the last timer's key
 	flippedName := append([]byte(nil), good...)
@@ -123,20 +169,24 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"empty", nil, statebackend.ErrCorrupt, "", nil, "length", "0 bytes"},
 		{"bad magic", withCRC(append([]byte("XKG"), body[3:]...)), statebackend.ErrCorrupt, "", nil, "magic", `"XKG"`},
-		{"bad version", withCRC(append([]byte("WKG\x02"), body[4:]...)), ErrVersion, "", nil, "format version", "2"},
+		{"bad version", withCRC(append([]byte("WKG\x03"), body[4:]...)), ErrVersion, "", nil, "format version", "3"},
+		{"version 0", withCRC(append([]byte("WKG\x00"), body[4:]...)), ErrVersion, "", nil, "format version", "0"},
 		{"bad checksum", flipped, statebackend.ErrCorrupt, "", []string{"v", "m"}, "checksum mismatch", ""},
 		{"bad checksum in a name", flippedName, statebackend.ErrCorrupt, "", []string{"6", "m"}, "checksum mismatch", ""},
 		{"bad checksum in a length", withCRC(body)[:len(body)-2], statebackend.ErrCorrupt, "", nil, "checksum mismatch", ""},
 		{"trailing bytes", withCRC(append(append([]byte(nil), body...), 0)), statebackend.ErrCorrupt, "", nil, "bytes after the timers", "1"},
-		{"unknown kind", withCRC(AppendTable(AppendHeader(nil, 0, 1), "t", statebackend.Kind(200), 0)), statebackend.ErrCorrupt, "t", nil, "kind", "200"},
-		{"map key without user keys", withCRC(AppendCount(AppendField(AppendTable(AppendHeader(nil, 0, 1), "m", statebackend.KindMap, 1), "k"), 0)), statebackend.ErrCorrupt, "m", nil, `user keys of key "k"`, "0"},
-		{"huge key count", withCRC(AppendCount(AppendField(AppendHeader(nil, 0, 1), "t"), 1)[:8]), statebackend.ErrCorrupt, "", nil, "byte 8", ""},
-		{"huge table count", withCRC(AppendCount(AppendHeader(nil, 0, 0)[:5], 1<<20)), statebackend.ErrCorrupt, "", nil, "table count at byte 5", "1048576"},
+		{"trailing bytes in version 2", withCRC(append(append([]byte(nil), body2...), 0, 0)), statebackend.ErrCorrupt, "", nil, "bytes after the processing-time timers", "2"},
+		{"version 2 without processing-time timers", withCRC(append([]byte("WKG\x02"), body[4:]...)), statebackend.ErrCorrupt, "", nil, "varint at byte", "the end of the data"},
+		{"version 1 with processing-time timers", withCRC(append([]byte("WKG\x01"), body2[4:]...)), statebackend.ErrCorrupt, "", nil, "bytes after the timers", "12"},
+		{"unknown kind", withCRC(AppendTable(AppendHeader(nil, 0, 1, 0), "t", statebackend.Kind(200), 0)), statebackend.ErrCorrupt, "t", nil, "kind", "200"},
+		{"map key without user keys", withCRC(AppendCount(AppendField(AppendTable(AppendHeader(nil, 0, 1, 0), "m", statebackend.KindMap, 1), "k"), 0)), statebackend.ErrCorrupt, "m", nil, `user keys of key "k"`, "0"},
+		{"huge key count", withCRC(AppendCount(AppendField(AppendHeader(nil, 0, 1, 0), "t"), 1)[:8]), statebackend.ErrCorrupt, "", nil, "byte 8", ""},
+		{"huge table count", withCRC(AppendCount(AppendHeader(nil, 0, 0, 0)[:5], 1<<20)), statebackend.ErrCorrupt, "", nil, "table count at byte 5", "1048576"},
 		{"huge key group", withCRC(append([]byte("WKG\x01"), binary.AppendUvarint(nil, 1<<31)...)), statebackend.ErrCorrupt, "", nil, "key group at byte 4", "2147483648"},
-		{"field longer than the chunk", withCRC(AppendCount(AppendTable(AppendHeader(nil, 0, 1), "t", statebackend.KindValue, 1), 9)), statebackend.ErrCorrupt, "t", nil, "length of the field at byte 10", "9 bytes"},
+		{"field longer than the chunk", withCRC(AppendCount(AppendTable(AppendHeader(nil, 0, 1, 0), "t", statebackend.KindValue, 1), 9)), statebackend.ErrCorrupt, "t", nil, "length of the field at byte 10", "9 bytes"},
 	}
 	// Every truncation of the body is an error, not a panic.
-	for n := 4; n < len(body); n++ {
+	for n := 4; n < len(body2); n++ {
 		tests = append(tests, struct {
 			name   string
 			chunk  []byte
@@ -145,7 +195,7 @@ func TestParseErrors(t *testing.T) {
 			tables []string
 			what   string
 			found  string
-		}{fmt.Sprintf("truncated to %d", n), withCRC(body[:n]), statebackend.ErrCorrupt, "?", nil, "", ""})
+		}{fmt.Sprintf("truncated to %d", n), withCRC(body2[:n]), statebackend.ErrCorrupt, "?", nil, "", ""})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -192,7 +242,7 @@ func TestVersionError(t *testing.T) {
 		t.Errorf("error %+v", fe)
 	}
 	want := "statebackend: unknown state format version: checkpoint 8, key group 7, chunk 1 of 1 (" + fmt.Sprint(len(bad)) +
-		" bytes): format version: found 99, expected 1 (the versions this build reads); restore with the Weir version that wrote the checkpoint or a newer one"
+		" bytes): format version: found 99, expected 1 or 2 (the versions this build reads); restore with the Weir version that wrote the checkpoint or a newer one"
 	if err.Error() != want {
 		t.Errorf("error\n%s\nwant\n%s", err, want)
 	}
@@ -260,7 +310,7 @@ func TestPrintable(t *testing.T) {
 // tableChunk returns a valid chunk of key group kg with one table of the
 // given kind and one key.
 func tableChunk(kg int, name string, kind statebackend.Kind) []byte {
-	dst := AppendTable(AppendHeader(nil, kg, 1), name, kind, 1)
+	dst := AppendTable(AppendHeader(nil, kg, 1, 0), name, kind, 1)
 	dst = AppendField(dst, "k")
 	if kind == statebackend.KindMap {
 		dst = AppendField(AppendCount(dst, 1), "uk")
