@@ -95,12 +95,13 @@ type TaskSpec struct {
 	// checkpoint: its operators start empty (Restore is ignored) and a
 	// source behaves as exhausted, so that its input is not produced twice.
 	RestoreFinished bool
-	// StateBackend, FullSnapshots, LocalStateDir and StateCacheBytes are
-	// passed to operators in stream.OperatorContext.
+	// StateBackend, FullSnapshots, LocalStateDir, StateCacheBytes and
+	// StateCache are passed to operators in stream.OperatorContext.
 	StateBackend    string
 	FullSnapshots   bool
 	LocalStateDir   string
 	StateCacheBytes int64
+	StateCache      any
 	// Clock returns the processing time in Unix milliseconds, against
 	// which the processing-time timers of the chain's operators fire
 	// (stream.ProcessingTimeAware); operators read it through
@@ -225,6 +226,7 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			// Every operator of the chain may open a backend; the
 			// caches of one task share its slot's budget.
 			StateCacheBytes: spec.StateCacheBytes,
+			StateCache:      spec.StateCache,
 			// Shared with the vertex, which nothing modifies once planned.
 			SideOutputSchemas: v.SideOutSchemas,
 			Clock:             t.clock,

@@ -118,6 +118,11 @@ type OperatorContext struct {
 	// backend may use for caches (Pebble: its block cache and its
 	// write-back value cache, half each); 0 leaves the backend's defaults.
 	StateCacheBytes int64
+	// StateCache, if not nil, is a cache the process shares among its
+	// keyed-state backends (the taskmanager's block cache, a
+	// *backends.SharedCache); the backend then takes its block cache
+	// from it rather than from StateCacheBytes.
+	StateCache any
 	// KeyedState is the operator's keyed-state backend (a
 	// statebackend.Backend; get it with statebackend.KeyedBackend) for an
 	// operator that implements KeyedStateful; nil otherwise. The runtime

@@ -46,12 +46,14 @@ type Config struct {
 	// etcd (it never campaigns) and follows leader changes.
 	HA HAConfig
 	// StateCacheBytes is the memory in bytes for the caches of keyed state
-	// on this taskmanager, divided evenly among its slots: a task gets
-	// StateCacheBytes/Slots for its keyed-state backend (Pebble: half for
-	// the block cache, half for the write-back value cache; the heap
-	// backend keeps all state in memory and ignores it). Default 0: every
-	// Pebble backend takes the pebblestate defaults (64 MiB block cache and
-	// 64 MiB value cache).
+	// on this taskmanager. Half is one Pebble block cache that every Pebble
+	// backend of the taskmanager shares; the other half is divided evenly
+	// among the slots, each slot's share going a quarter to its backends'
+	// timer index and the rest to their write-back value cache (the heap
+	// backend keeps all state in memory and ignores it). Default 0: a
+	// shared block cache of 64 MiB per slot, and every Pebble backend's
+	// value cache and timer index at the pebblestate defaults (64 MiB and
+	// 8 MiB).
 	StateCacheBytes int64
 	Logger          *slog.Logger
 }

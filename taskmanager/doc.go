@@ -8,7 +8,8 @@
 // probes a taskmanager it suspects with Ping, answered with that id.
 //
 // It imports dataflow, stream, checkpoint (state uploads and downloads),
-// statebackend/backends (opening keyed-state backends), ha (finding the
+// statebackend/backends (opening keyed-state backends, the shared block
+// cache), ha (finding the
 // leading jobmanager through etcd) and the generated protobuf package; it
 // never imports jobmanager.
 package taskmanager

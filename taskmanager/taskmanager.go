@@ -24,6 +24,7 @@ import (
 
 	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -69,9 +70,12 @@ type TaskManager struct {
 	wg sync.WaitGroup // running tasks
 
 	exchange *dataflow.Exchange
-	storages storages
-	metrics  *metrics
-	uploads  sync.WaitGroup // checkpoint uploads in flight
+	// stateCache is the block cache the Pebble backends of the tasks share
+	// (Config.StateCacheBytes), while Run runs.
+	stateCache *backends.SharedCache
+	storages   storages
+	metrics    *metrics
+	uploads    sync.WaitGroup // checkpoint uploads in flight
 }
 
 type taskKey struct {
@@ -174,6 +178,12 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	}
 	defer func() { tm.jm.Load().conn.Close() }()
 
+	blockBytes := tm.cfg.StateCacheBytes / 2
+	if blockBytes == 0 {
+		blockBytes = backends.DefaultBlockCacheBytes * int64(tm.cfg.Slots)
+	}
+	tm.stateCache = backends.NewSharedCache(blockBytes)
+	defer tm.stateCache.Close()
 	tm.exchange = dataflow.NewExchange(dataflow.ExchangeConfig{
 		SelfAddress:       tm.exchangeAddr,
 		CreditsPerChannel: tm.cfg.CreditsPerChannel,
@@ -425,6 +435,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 	spec.LocalStateDir = filepath.Join(tm.cfg.StateDir, d.GetId().GetJobId(),
 		fmt.Sprintf("v%d-s%d", d.GetId().GetVertexId(), d.GetId().GetSubtask()))
 	spec.StateCacheBytes = tm.cfg.StateCacheBytes / int64(tm.cfg.Slots)
+	spec.StateCache = tm.stateCache
 	ctx, cancel := context.WithCancel(context.Background())
 	spec.CommitGuard = tm.commitGuard(d.GetTaskName(), epoch)
 	if spec.Checkpointing {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirstream/weir/jobmanager/jobmanagertest"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/statebackend/backends"
 )
 
 const (
@@ -496,6 +497,13 @@ func TestNewAttemptWaitsForStaleOne(t *testing.T) {
 	h.mustSubmit(t, first)
 	jm.WaitReported(t, first.GetId(), running)
 	waitOpened(t, st, 2)
+	h.tm.mu.Lock()
+	for _, rt := range h.tm.mu.tasks { // every task gets the shared block cache
+		if c, ok := rt.spec.StateCache.(*backends.SharedCache); !ok || c == nil || c != h.tm.stateCache {
+			t.Errorf("task %s has state cache %v, want the taskmanager's shared one", rt.name, rt.spec.StateCache)
+		}
+	}
+	h.tm.mu.Unlock()
 
 	second := chainedTask("job-attempts", 2, genJSON(100, true), "count", "")
 	h.mustSubmit(t, second) // cancels the first, which blocks in Close

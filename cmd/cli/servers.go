@@ -167,7 +167,7 @@ func taskManagerSettings(cfg *taskmanager.Config) []setting {
 		{"creditsPerChannel", "credits-per-channel", "batches buffered per input channel (flow-control credits)", &cfg.CreditsPerChannel},
 		{"metricsAddress", "metrics-address", "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)", &cfg.MetricsAddress},
 		{"stateDir", "state-dir", "directory for local keyed state (pebble backend); default $TMPDIR/weir-state-<id>", &cfg.StateDir},
-		{"stateCacheBytes", "state-cache-bytes", "memory for keyed-state caches, divided among the slots; per slot half goes to Pebble's block cache, an eighth to its timer index, the rest to its write-back value cache (0: 64 MiB + 64 MiB + 8 MiB per Pebble backend)", &cfg.StateCacheBytes},
+		{"stateCacheBytes", "state-cache-bytes", "memory for keyed-state caches: half is one Pebble block cache all slots share, the other half is divided among the slots, a quarter of each share to the timer index and the rest to the write-back value cache (0: a 64 MiB block cache per slot, shared, and 64 MiB value cache + 8 MiB timer index per Pebble backend)", &cfg.StateCacheBytes},
 		{"ha.mode", "ha", "how to find the jobmanager: none (--jobmanager), or etcd (the leader named in etcd, followed across takeovers)", &cfg.HA.Mode},
 		{"ha.endpoints", "ha-etcd-endpoints", "etcd client URLs for --ha etcd, comma-separated", &cfg.HA.Endpoints},
 		{"ha.prefix", "ha-prefix", "etcd key prefix of this cluster (--ha etcd)", &cfg.HA.Prefix},

@@ -1,11 +1,12 @@
 // Package backends owns the choice of keyed-state backend for an operator
 // subtask: it turns stream.OperatorContext.StateBackend and LocalStateDir
 // into a statebackend.Backend, and, for the task runtime, restores and
-// snapshots it (Managed). It may import stream, statebackend, the backend
-// packages (heap, pebblestate) and statebackend/internal/chunk, whose
-// errors it names for callers outside statebackend (FormatError,
-// ErrFormatVersion); operators import it instead of a backend package so
-// that a job chooses its backend.
+// snapshots it (Managed), and holds the block cache a process's Pebble
+// backends share (SharedCache). It may import stream, statebackend, the
+// backend packages (heap, pebblestate), pebble and
+// statebackend/internal/chunk, whose errors it names for callers outside
+// statebackend (FormatError, ErrFormatVersion); operators import it
+// instead of a backend package so that a job chooses its backend.
 package backends
 
 import (
@@ -13,6 +14,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/statebackend/heap"
@@ -142,21 +146,54 @@ func openFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebacken
 }
 
 // pebbleOptions are the options of a Pebble backend in dir for octx: its
-// cache budget, octx.StateCacheBytes, is split evenly between the block
-// cache (which holds compressed blocks of every key read from disk) and the
-// write-back value cache (decoded values of hot keys, and writes not yet in
-// Pebble). 0 keeps the pebblestate defaults.
+// cache budget, octx.StateCacheBytes, goes half to the block cache (which
+// holds compressed blocks of every key read from disk), an eighth to the
+// timer index and the rest to the write-back value cache (decoded values
+// of hot keys, resident window state, and writes not yet in Pebble); 0
+// keeps the pebblestate defaults. With octx.StateCache (a *SharedCache)
+// the block cache is the shared one and the block-cache half of the budget
+// is the process's, not the backend's.
 func pebbleOptions(octx *stream.OperatorContext, dir string) pebblestate.Options {
 	o := pebblestate.Options{Dir: dir, DeleteOnClose: true}
 	if n := octx.StateCacheBytes; n > 0 {
-		// Half to the block cache, an eighth to the timer index, the rest
-		// to the write-back value cache.
 		o.CacheBytes = max(n/2, 1)
 		o.TimerCacheBytes = max(n/8, 1)
 		o.ValueCacheBytes = max(n-n/2-n/8, 1)
 	}
+	if c, ok := octx.StateCache.(*SharedCache); ok && c != nil {
+		o.Cache = c.cache
+	}
 	return o
 }
+
+// SharedCache is a Pebble block cache that every Pebble backend of a
+// process uses (stream.OperatorContext.StateCache), so that the blocks of
+// busy backends stay cached rather than each backend keeping a fixed
+// share. Each open backend holds a reference of its own; Close releases
+// the creator's.
+type SharedCache struct {
+	cache *pebble.Cache
+	once  sync.Once
+}
+
+// DefaultBlockCacheBytes is the block cache a Pebble backend has of its
+// own by default; a process sharing one among its slots gives it as much
+// per slot.
+const DefaultBlockCacheBytes = pebblestate.DefaultCacheBytes
+
+// NewSharedCache returns a block cache of bytes bytes (> 0).
+func NewSharedCache(bytes int64) *SharedCache {
+	return &SharedCache{cache: pebble.NewCache(max(bytes, 1))}
+}
+
+// Close releases the creator's reference; the cache's memory goes once
+// every backend using it has closed too. It is idempotent.
+func (c *SharedCache) Close() {
+	c.once.Do(c.cache.Unref)
+}
+
+// Bytes returns the cache's capacity.
+func (c *SharedCache) Bytes() int64 { return c.cache.MaxSize() }
 
 func localBase(octx *stream.OperatorContext) string {
 	if octx.LocalStateDir == "" {

@@ -199,3 +199,48 @@ func TestOpenStateCacheBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedCache checks that backends opened with a SharedCache use it
+// as their block cache, work on after its creator released it, and that
+// the others keep their own.
+func TestSharedCache(t *testing.T) {
+	c := backends.NewSharedCache(4 << 20)
+	if c.Bytes() != 4<<20 {
+		t.Fatalf("shared cache of %d bytes, want %d", c.Bytes(), 4<<20)
+	}
+	open := func(uid string, shared any) *pebblestate.Backend {
+		octx := &stream.OperatorContext{OperatorUID: uid, KeyGroups: stream.KeyGroupRange{Start: 0, End: 7},
+			StateBackend: stream.StateBackendPebble, LocalStateDir: t.TempDir(), StateCache: shared}
+		b, err := backends.Open(octx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.(*pebblestate.Backend)
+	}
+	a, b, own := open("a", c), open("b", c), open("own", nil)
+	c.Close()
+	c.Close() // idempotent
+	if a.Options().Cache == nil || a.Options().Cache != b.Options().Cache {
+		t.Errorf("backends opened with one shared cache use block caches %p and %p", a.Options().Cache, b.Options().Cache)
+	}
+	if own.Options().Cache != nil {
+		t.Errorf("a backend opened without a shared cache uses one")
+	}
+	for _, be := range []*pebblestate.Backend{a, b, own} {
+		s, err := statebackend.GetValueState(be, "v", statebackend.Int64Codec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		be.SetCurrentKey([]byte("k"), 3)
+		s.Update(42)
+		if _, err := be.Checkpoint(filepath.Join(t.TempDir(), "chk")); err != nil { // flushes to sstables
+			t.Fatal(err)
+		}
+		if v, ok := s.Value(); !ok || v != 42 {
+			t.Errorf("value %d, %v after a flush; want 42", v, ok)
+		}
+		if err := be.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
