@@ -37,17 +37,17 @@ func RunConformance(t *testing.T, newBackend NewBackend) {
 		{"KeyGroupIsolation", testKeyGroupIsolation},
 		{"Keys", testKeys},
 		{"KeysDeletingOthers", testKeysDeletingOthers},
-		{"TimerOrder", testTimerOrder},
-		{"TimerDedupAndDelete", testTimerDedupAndDelete},
-		{"TimerCurrentKey", testTimerCurrentKey},
-		{"TimerRegisterDuringFiring", testTimerRegisterDuringFiring},
-		{"TimerFireError", testTimerFireError},
+		{"TimerOrder/event", inDomain(eventTime, testTimerOrder)},
+		{"TimerOrder/processing", inDomain(processingTime, testTimerOrder)},
+		{"TimerDedupAndDelete/event", inDomain(eventTime, testTimerDedupAndDelete)},
+		{"TimerDedupAndDelete/processing", inDomain(processingTime, testTimerDedupAndDelete)},
+		{"TimerCurrentKey/event", inDomain(eventTime, testTimerCurrentKey)},
+		{"TimerCurrentKey/processing", inDomain(processingTime, testTimerCurrentKey)},
+		{"TimerRegisterDuringFiring/event", inDomain(eventTime, testTimerRegisterDuringFiring)},
+		{"TimerRegisterDuringFiring/processing", inDomain(processingTime, testTimerRegisterDuringFiring)},
+		{"TimerFireError/event", inDomain(eventTime, testTimerFireError)},
+		{"TimerFireError/processing", inDomain(processingTime, testTimerFireError)},
 		{"Watermark", testWatermark},
-		{"ProcTimerOrder", testProcTimerOrder},
-		{"ProcTimerDedupAndDelete", testProcTimerDedupAndDelete},
-		{"ProcTimerCurrentKey", testProcTimerCurrentKey},
-		{"ProcTimerRegisterDuringFiring", testProcTimerRegisterDuringFiring},
-		{"ProcTimerFireError", testProcTimerFireError},
 		{"ProcTimerPast", testProcTimerPast},
 		{"TimerDomains", testTimerDomains},
 		{"SnapshotRestore", testSnapshotRestore},
@@ -753,83 +753,102 @@ func testKeysDeletingOthers(t *testing.T, nb nbFunc, _ NewBackend) {
 	}
 }
 
-func testTimerOrder(t *testing.T, nb nbFunc, _ NewBackend) {
+// The timer tests below run once per timer domain (see timerDomain); the
+// checks of one domain alone are in testWatermark, testProcTimerPast and
+// testTimerDomains.
+
+// inDomain runs a timer test in domain d.
+func inDomain(d timerDomain, fn func(*testing.T, timerDomain, nbFunc)) func(*testing.T, nbFunc, NewBackend) {
+	return func(t *testing.T, nb nbFunc, _ NewBackend) { fn(t, d, nb) }
+}
+
+func testTimerOrder(t *testing.T, d timerDomain, nb nbFunc) {
 	b := nb(t, fullRange)
 	ts := b.Timers()
+	d.checkNext(t, "empty backend", b, nil)
 	keys := keysIn(fullRange, 20)
 	var want []firedTimer
 	for i, k := range keys {
 		setKey(b, k)
-		// Timestamps in a scrambled order, several per key.
+		// Timestamps in a scrambled order, several per key, many shared.
 		for j := range 3 {
-			t := int64((i*7+j*13)%50) + int64(j)*50
-			ts.RegisterEventTimeTimer(t)
-			want = append(want, firedTimer{k, kgOf(k), t})
+			at := int64((i*7+j*13)%50) + int64(j)*50
+			d.register(ts, at)
+			want = append(want, firedTimer{k, kgOf(k), at})
 		}
 	}
 	want = sortFired(want)
-	fired := fireAll(t, b, 60) // fireAll checks the order
-	var upTo60 []firedTimer
-	for _, f := range want {
-		if f.TS <= 60 {
-			upTo60 = append(upTo60, f)
-		}
+	d.checkNext(t, "registered", b, want)
+	n := 0
+	for n < len(want) && want[n].TS <= 60 {
+		n++
 	}
-	checkTimers(t, "watermark 60", fired, upTo60)
-	if again := fireAll(t, b, 60); len(again) != 0 {
+	// d.fire checks the order; checkTimers compares what fired.
+	checkTimers(t, "up to 60", d.fire(t, b, 60), want[:n])
+	if again := d.fire(t, b, 60); len(again) != 0 {
 		t.Errorf("timers fired twice: %v", again)
 	}
-	rest := fireAll(t, b, math.MaxInt64)
-	checkTimers(t, "max watermark", rest, want[len(upTo60):])
+	d.checkNext(t, "after 60", b, want[n:])
+	checkTimers(t, "up to the maximum", d.fire(t, b, math.MaxInt64), want[n:])
+	d.checkNext(t, "all fired", b, nil)
 }
 
-func testTimerDedupAndDelete(t *testing.T, nb nbFunc, _ NewBackend) {
+func testTimerDedupAndDelete(t *testing.T, d timerDomain, nb nbFunc) {
 	b := nb(t, fullRange)
 	ts := b.Timers()
 	setKey(b, "a")
-	ts.RegisterEventTimeTimer(10)
-	ts.RegisterEventTimeTimer(10)
-	ts.RegisterEventTimeTimer(20)
-	ts.RegisterEventTimeTimer(30)
-	ts.DeleteEventTimeTimer(20)
-	ts.DeleteEventTimeTimer(25) // none
-	ts.RegisterEventTimeTimer(30)
-	ts.DeleteEventTimeTimer(40)
+	d.register(ts, 10)
+	d.register(ts, 10)
+	d.register(ts, 20)
+	d.register(ts, 30)
+	d.delete(ts, 20)
+	d.delete(ts, 25) // none
+	d.register(ts, 30)
+	d.delete(ts, 40)
 	setKey(b, "b")
-	ts.RegisterEventTimeTimer(10)
-	ts.DeleteEventTimeTimer(30) // a's timer is not b's
+	d.register(ts, 5)
+	d.checkNext(t, "after registering b's timer at 5", b, []firedTimer{{"b", kgOf("b"), 5}})
+	d.delete(ts, 5) // the earliest goes: the next one is a's at 10
+	d.checkNext(t, "after deleting it", b, []firedTimer{{"a", kgOf("a"), 10}})
+	d.register(ts, 10)
+	d.delete(ts, 30) // a's timer is not b's
 	// Delete then register again: one timer.
-	ts.RegisterEventTimeTimer(50)
-	ts.DeleteEventTimeTimer(50)
-	ts.RegisterEventTimeTimer(50)
+	d.register(ts, 50)
+	d.delete(ts, 50)
+	d.register(ts, 50)
 	// Many registrations and deletions (exercises any compaction).
 	for i := range 1000 {
-		ts.RegisterEventTimeTimer(int64(1000 + i))
-		ts.DeleteEventTimeTimer(int64(1000 + i))
+		d.register(ts, int64(1000+i))
+		d.delete(ts, int64(1000+i))
 	}
-	fired := fireAll(t, b, math.MaxInt64)
 	want := sortFired([]firedTimer{
 		{"a", kgOf("a"), 10}, {"a", kgOf("a"), 30},
 		{"b", kgOf("b"), 10}, {"b", kgOf("b"), 50},
 	})
-	checkTimers(t, "dedup and delete", fired, want)
+	d.checkNext(t, "after deletions", b, want)
+	setKey(b, "a")
+	d.delete(ts, 10)
+	d.checkNext(t, "after deleting a's timer at 10", b, []firedTimer{{"b", kgOf("b"), 10}})
+	d.register(ts, 10)
+	d.checkNext(t, "after registering it again", b, want)
+	checkTimers(t, "dedup and delete", d.fire(t, b, math.MaxInt64), want)
 }
 
-func testTimerCurrentKey(t *testing.T, nb nbFunc, _ NewBackend) {
+func testTimerCurrentKey(t *testing.T, d timerDomain, nb nbFunc) {
 	b := nb(t, fullRange)
 	s := openStates(t, b)
 	keys := keysIn(fullRange, 10)
 	for i, k := range keys {
 		setKey(b, k)
 		s.val.Update(int64(i))
-		b.Timers().RegisterEventTimeTimer(int64(i))
+		d.register(b.Timers(), int64(i))
 	}
 	b.SetCurrentKey([]byte("outer"), 3)
 	n := 0
-	err := b.Timers().AdvanceWatermark(100, func(key []byte, kg int, ts int64) error {
+	err := d.advance(b.Timers(), 100, func(key []byte, kg int, ts int64) error {
 		// State reads go to the timer's key; state writes too.
 		if v, ok := s.val.Value(); !ok || v != ts {
-			t.Errorf("timer %d of %q: value state reads %d, %v", ts, key, v, ok)
+			t.Errorf("%s %d of %q: value state reads %d, %v", d.timer(), ts, key, v, ok)
 		}
 		s.val.Update(ts * 100)
 		n++
@@ -837,10 +856,10 @@ func testTimerCurrentKey(t *testing.T, nb nbFunc, _ NewBackend) {
 	})
 	must(t, err)
 	if n != len(keys) {
-		t.Fatalf("fired %d timers, want %d", n, len(keys))
+		t.Fatalf("fired %d %ss, want %d", n, d.timer(), len(keys))
 	}
 	if k, kg := b.CurrentKey(); string(k) != "outer" || kg != 3 {
-		t.Errorf("current key after AdvanceWatermark = %q, %d; want outer, 3", k, kg)
+		t.Errorf("current key after %s = %q, %d; want outer, 3", d.advanceName, k, kg)
 	}
 	for i, k := range keys {
 		setKey(b, k)
@@ -850,26 +869,29 @@ func testTimerCurrentKey(t *testing.T, nb nbFunc, _ NewBackend) {
 	}
 }
 
-func testTimerRegisterDuringFiring(t *testing.T, nb nbFunc, _ NewBackend) {
+func testTimerRegisterDuringFiring(t *testing.T, d timerDomain, nb nbFunc) {
 	b := nb(t, fullRange)
 	ts := b.Timers()
+	other := d.other()
+	a := func(at int64) []firedTimer { return []firedTimer{{"a", kgOf("a"), at}} }
 	setKey(b, "a")
-	ts.RegisterEventTimeTimer(10)
+	d.register(ts, 10)
 	var fired []int64
-	err := ts.AdvanceWatermark(20, func(key []byte, kg int, at int64) error {
+	err := d.advance(ts, 20, func(key []byte, kg int, at int64) error {
 		fired = append(fired, at)
 		if len(fired) > 10 {
 			return errors.New("a timer keeps firing")
 		}
 		switch {
 		case at == 10 && len(fired) == 1:
-			ts.RegisterEventTimeTimer(15) // at or below the watermark: fires now
-			ts.RegisterEventTimeTimer(20)
-			ts.RegisterEventTimeTimer(25) // above: waits
-			ts.RegisterEventTimeTimer(10) // the one firing: registered anew
+			d.register(ts, 15)     // at or below the time advanced to: fires now
+			d.register(ts, 20)     // at it: fires now
+			d.register(ts, 25)     // above: waits
+			d.register(ts, 10)     // the one firing: registered anew
+			other.register(ts, 12) // the other domain: does not fire here
 		case at == 15:
 			b.SetCurrentKey([]byte("other"), kgOf("other"))
-			ts.RegisterEventTimeTimer(18)
+			d.register(ts, 18)
 		}
 		return nil
 	})
@@ -877,19 +899,21 @@ func testTimerRegisterDuringFiring(t *testing.T, nb nbFunc, _ NewBackend) {
 	if !slices.Equal(fired, []int64{10, 10, 15, 18, 20}) {
 		t.Fatalf("fired %v, want [10 10 15 18 20]", fired)
 	}
-	rest := fireAll(t, b, 100)
-	checkTimers(t, "later", rest, []firedTimer{{"a", kgOf("a"), 25}})
+	d.checkNext(t, "after firing", b, a(25))
+	other.checkNext(t, "after firing, the "+other.timer()+" registered meanwhile", b, a(12))
+	checkTimers(t, "later", d.fire(t, b, 100), a(25))
+	checkTimers(t, other.timer()+" registered while firing", other.fire(t, b, 100), a(12))
 }
 
-func testTimerFireError(t *testing.T, nb nbFunc, _ NewBackend) {
+func testTimerFireError(t *testing.T, d timerDomain, nb nbFunc) {
 	b := nb(t, fullRange)
 	setKey(b, "a")
 	for ts := int64(1); ts <= 5; ts++ {
-		b.Timers().RegisterEventTimeTimer(ts)
+		d.register(b.Timers(), ts)
 	}
 	boom := errors.New("boom")
 	var fired []int64
-	err := b.Timers().AdvanceWatermark(10, func(_ []byte, _ int, ts int64) error {
+	err := d.advance(b.Timers(), 10, func(_ []byte, _ int, ts int64) error {
 		fired = append(fired, ts)
 		if ts == 3 {
 			return boom
@@ -897,13 +921,14 @@ func testTimerFireError(t *testing.T, nb nbFunc, _ NewBackend) {
 		return nil
 	})
 	if !errors.Is(err, boom) {
-		t.Fatalf("AdvanceWatermark returned %v, want the error of fire", err)
+		t.Fatalf("%s returned %v, want the error of fire", d.advanceName, err)
 	}
 	if !slices.Equal(fired, []int64{1, 2, 3}) {
 		t.Fatalf("fired %v before the error, want [1 2 3]", fired)
 	}
-	rest := fireAll(t, b, 10)
-	checkTimers(t, "after the error", rest, []firedTimer{{"a", kgOf("a"), 4}, {"a", kgOf("a"), 5}})
+	rest := []firedTimer{{"a", kgOf("a"), 4}, {"a", kgOf("a"), 5}}
+	d.checkNext(t, "after the error", b, rest)
+	checkTimers(t, "after the error", d.fire(t, b, 10), rest)
 }
 
 func testWatermark(t *testing.T, nb nbFunc, _ NewBackend) {

@@ -183,56 +183,99 @@ type firedTimer struct {
 	TS  int64
 }
 
-// fireAll advances the watermark to wm and returns the timers fired, after
-// checking that each fired with its key current and in timestamp order.
-func fireAll(t testing.TB, b statebackend.Backend, wm int64) []firedTimer {
-	t.Helper()
-	var fired []firedTimer
-	err := b.Timers().AdvanceWatermark(wm, func(key []byte, kg int, ts int64) error {
-		ck, ckg := b.CurrentKey()
-		if string(ck) != string(key) || ckg != kg {
-			t.Errorf("timer %d of key %q (group %d) fired with current key %q (group %d)", ts, key, kg, ck, ckg)
-		}
-		if ts > wm {
-			t.Errorf("timer %d fired at watermark %d", ts, wm)
-		}
-		if n := len(fired); n > 0 && fired[n-1].TS > ts {
-			t.Errorf("timer %d fired after timer %d", ts, fired[n-1].TS)
-		}
-		fired = append(fired, firedTimer{string(key), kg, ts})
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("AdvanceWatermark(%d): %v", wm, err)
-	}
-	return fired
+// timerDomain is event time or processing time, as the timer tests that
+// run in both see it.
+type timerDomain struct {
+	name        string // "event" or "processing"
+	advanceName string // the TimerService method advance calls, for messages
+	register    func(statebackend.TimerService, int64)
+	delete      func(statebackend.TimerService, int64)
+	advance     func(ts statebackend.TimerService, to int64, fire func(key []byte, kg int, ts int64) error) error
+	// order is the order in which advance must fire timers: event time
+	// promises timestamp order only.
+	order func(a, b firedTimer) int
+	// hasNext is whether NextProcessingTime reports the earliest timer.
+	hasNext bool
 }
 
-// fireAllProc advances processing time to now and returns the
-// processing-time timers fired, after checking that each fired with its key
-// current and in (timestamp, key group, key) order.
-func fireAllProc(t testing.TB, b statebackend.Backend, now int64) []firedTimer {
+var (
+	eventTime = timerDomain{
+		name:        "event",
+		advanceName: "AdvanceWatermark",
+		register:    statebackend.TimerService.RegisterEventTimeTimer,
+		delete:      statebackend.TimerService.DeleteEventTimeTimer,
+		advance:     statebackend.TimerService.AdvanceWatermark,
+		order:       func(a, b firedTimer) int { return cmp.Compare(a.TS, b.TS) },
+	}
+	processingTime = timerDomain{
+		name:        "processing",
+		advanceName: "AdvanceProcessingTime",
+		register:    statebackend.TimerService.RegisterProcessingTimeTimer,
+		delete:      statebackend.TimerService.DeleteProcessingTimeTimer,
+		advance:     statebackend.TimerService.AdvanceProcessingTime,
+		order:       compareFired,
+		hasNext:     true,
+	}
+)
+
+// timer is what messages call a timer of d.
+func (d timerDomain) timer() string { return d.name + "-time timer" }
+
+// other is the other domain.
+func (d timerDomain) other() timerDomain {
+	if d.name == eventTime.name {
+		return processingTime
+	}
+	return eventTime
+}
+
+// fire advances d's time to to and returns the timers fired, after checking
+// that each fired with its key current, at or below to and in d's order.
+func (d timerDomain) fire(t testing.TB, b statebackend.Backend, to int64) []firedTimer {
 	t.Helper()
 	var fired []firedTimer
-	err := b.Timers().AdvanceProcessingTime(now, func(key []byte, kg int, ts int64) error {
+	err := d.advance(b.Timers(), to, func(key []byte, kg int, ts int64) error {
 		ck, ckg := b.CurrentKey()
 		if string(ck) != string(key) || ckg != kg {
-			t.Errorf("processing-time timer %d of key %q (group %d) fired with current key %q (group %d)", ts, key, kg, ck, ckg)
+			t.Errorf("%s %d of key %q (group %d) fired with current key %q (group %d)", d.timer(), ts, key, kg, ck, ckg)
 		}
-		if ts > now {
-			t.Errorf("processing-time timer %d fired at time %d", ts, now)
+		if ts > to {
+			t.Errorf("%s %d fired at %s(%d)", d.timer(), ts, d.advanceName, to)
 		}
 		f := firedTimer{string(key), kg, ts}
-		if n := len(fired); n > 0 && compareFired(fired[n-1], f) > 0 {
-			t.Errorf("processing-time timer %v fired after %v; the order is (timestamp, key group, key)", f, fired[n-1])
+		if n := len(fired); n > 0 && d.order(fired[n-1], f) > 0 {
+			t.Errorf("%s %v fired after %v, out of order", d.timer(), f, fired[n-1])
 		}
 		fired = append(fired, f)
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("AdvanceProcessingTime(%d): %v", now, err)
+		t.Fatalf("%s(%d): %v", d.advanceName, to, err)
 	}
 	return fired
+}
+
+// checkNext checks NextProcessingTime against the earliest of want in the
+// processing-time domain; in event time it checks nothing.
+func (d timerDomain) checkNext(t *testing.T, what string, b statebackend.Backend, want []firedTimer) {
+	t.Helper()
+	if d.hasNext {
+		checkNextProcessingTime(t, what, b, want)
+	}
+}
+
+// fireAll advances the watermark to wm and returns the timers fired, as
+// timerDomain.fire does.
+func fireAll(t testing.TB, b statebackend.Backend, wm int64) []firedTimer {
+	t.Helper()
+	return eventTime.fire(t, b, wm)
+}
+
+// fireAllProc advances processing time to now and returns the
+// processing-time timers fired, as timerDomain.fire does.
+func fireAllProc(t testing.TB, b statebackend.Backend, now int64) []firedTimer {
+	t.Helper()
+	return processingTime.fire(t, b, now)
 }
 
 // compareFired orders timers by (timestamp, key group, key): the order in

@@ -304,16 +304,7 @@ func (h *harness) step(step int) {
 		p.b.Timers().RegisterEventTimeTimer(ts)
 		m.timers[timerKey{key, ts}] = true
 	case op < 74:
-		ts := h.timerTS()
-		if rng.IntN(2) == 0 {
-			// Delete one that exists, if the key has any.
-			for tk := range m.timers {
-				if tk.key == key {
-					ts = tk.ts
-					break
-				}
-			}
-		}
+		ts := h.deleteTS(m.timers, key, h.timerTS())
 		p.b.Timers().DeleteEventTimeTimer(ts)
 		delete(m.timers, timerKey{key, ts})
 	case op < 82:
@@ -327,15 +318,7 @@ func (h *harness) step(step int) {
 		p.b.Timers().RegisterProcessingTimeTimer(ts)
 		m.ptimers[timerKey{key, ts}] = true
 	case op < 93:
-		ts := m.now - 5 + rng.Int64N(60)
-		if rng.IntN(2) == 0 {
-			for tk := range m.ptimers {
-				if tk.key == key {
-					ts = tk.ts
-					break
-				}
-			}
-		}
+		ts := h.deleteTS(m.ptimers, key, m.now-5+rng.Int64N(60))
 		p.b.Timers().DeleteProcessingTimeTimer(ts)
 		delete(m.ptimers, timerKey{key, ts})
 	case op < 97:
@@ -401,6 +384,20 @@ func (h *harness) checkNextProc(step int) {
 		}
 		checkNextProcessingTime(h.t, fmt.Sprintf("step %d: %v", step, p.b.KeyGroups()), p.b, want)
 	}
+}
+
+// deleteTS picks the timestamp of a timer to delete: ts, or half of the
+// time one of key's timers in timers if it has any, so that deletions hit
+// timers that exist too.
+func (h *harness) deleteTS(timers map[timerKey]bool, key string, ts int64) int64 {
+	if h.rng.IntN(2) == 0 {
+		for tk := range timers {
+			if tk.key == key {
+				return tk.ts
+			}
+		}
+	}
+	return ts
 }
 
 // timerTS picks a timestamp near the watermark: some at or below it.
