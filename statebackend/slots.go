@@ -72,6 +72,9 @@ type Slots struct {
 	bytes  int64        // estimated memory of the resident keys
 	budget int64
 	onLoad func(slot int32)
+	// stored filters the keys the table may hold, so that a key seen for
+	// the first time is not looked up in the table (storedFilter).
+	stored storedFilter
 }
 
 // loadedKey is a resident key of a Slots that Spills.
@@ -221,6 +224,7 @@ func GetSlots(b Backend, d SlotDescriptor) (*Slots, error) {
 	if m, ok := b.(SlotMemory); ok {
 		s.budget = m.ReserveSlotMemory()
 	}
+	s.rebuildStored()
 	return s, nil
 }
 
@@ -317,6 +321,9 @@ func (s *Slots) loadKey(key []byte, group int) (lk *loadedKey, fresh bool) {
 	s.loaded[lk.name] = lk
 	s.ring = append(s.ring, lk)
 	s.bytes += residentKeyBytes + 2*int64(len(s.gk))
+	if !s.stored.mayHave(lk.name) {
+		return lk, true // never written: nothing to read
+	}
 	s.b.SetCurrentKey(key, group)
 	get := s.t.Get
 	if p, ok := s.t.(Peeker); ok {
@@ -377,6 +384,7 @@ func (s *Slots) WriteKey(key []byte, group int, recs []SlotRecord) {
 		return
 	}
 	s.t.Put(nil, recs)
+	s.addStored(key, group)
 }
 
 // Bytes returns the estimated memory of the resident keys (0 when the
@@ -455,6 +463,93 @@ func (s *Slots) writeBack(lk *loadedKey) {
 	slices.SortFunc(recs, func(a, b SlotRecord) int { return cmp.Compare(a.NS, b.NS) })
 	s.t.Put(nil, recs) // the table keeps what it is given
 	lk.stored = true
+	s.addStored(lk.key, lk.group)
+}
+
+// storedFilter is a Bloom filter of the keys (key group and key) a Slots'
+// table may hold: every key in it when the filter was built, and every key
+// written since. Keys deleted since stay in it (a false positive costs one
+// lookup), so the filter is built again from a scan of the table once as
+// many keys were added as it was sized for.
+type storedFilter struct {
+	bits  []uint64
+	mask  uint64
+	added int // keys added since it was built
+	limit int // keys it was sized for
+}
+
+// storedFilterMinKeys is the smallest number of keys a filter is sized for.
+const storedFilterMinKeys = 1 << 14
+
+// mayHave reports whether the table may hold name (a key group and key).
+func (f *storedFilter) mayHave(name string) bool {
+	if f.bits == nil {
+		return true
+	}
+	h1, h2 := storedHashes(name)
+	for i := range uint64(storedProbes) {
+		b := (h1 + i*h2) & f.mask
+		if f.bits[b>>6]&(1<<(b&63)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *storedFilter) add(name string) {
+	h1, h2 := storedHashes(name)
+	for i := range uint64(storedProbes) {
+		b := (h1 + i*h2) & f.mask
+		f.bits[b>>6] |= 1 << (b & 63)
+	}
+	f.added++
+}
+
+// storedProbes is the number of bits a key sets; with storedBitsPerKey
+// bits per key the false positive rate is about 2 %.
+const (
+	storedProbes     = 4
+	storedBitsPerKey = 8
+)
+
+func storedHashes(name string) (h1, h2 uint64) {
+	h := maphash.String(slotSeed, name)
+	return h, h>>32 | h<<32 | 1
+}
+
+// addStored records that the table now holds key, rebuilding the filter
+// once it has taken as many keys as it was sized for.
+func (s *Slots) addStored(key []byte, group int) {
+	if s.stored.bits == nil {
+		return
+	}
+	s.gk = binary.AppendUvarint(s.gk[:0], uint64(group))
+	s.gk = append(s.gk, key...)
+	s.stored.add(string(s.gk))
+	if s.stored.added > s.stored.limit {
+		s.rebuildStored()
+	}
+}
+
+// rebuildStored builds the filter from a scan of the table's keys, sized
+// for twice as many keys as it holds now.
+func (s *Slots) rebuildStored() {
+	var names []string
+	kg := s.b.KeyGroups()
+	for g := kg.Start; g <= kg.End; g++ {
+		s.b.Keys(s.d.Name, g, func(key []byte) bool {
+			gk := binary.AppendUvarint(nil, uint64(g))
+			names = append(names, string(append(gk, key...)))
+			return true
+		})
+	}
+	limit := max(2*len(names), storedFilterMinKeys)
+	size := uint64(1) << bits.Len64(uint64(limit*storedBitsPerKey-1))
+	s.stored = storedFilter{bits: make([]uint64, size/64), mask: size - 1, limit: limit}
+	for _, n := range names {
+		s.stored.add(n)
+	}
+	s.stored.added = 0
 }
 
 // Lookup returns the words of key's slot in ns, if it has one, making the
