@@ -48,6 +48,6 @@
 // modified, truncated or missing object fails the restore with an error
 // naming the object instead of restoring wrong state.
 //
-// checkpoint imports blobstore, stream, proto/weirpb, golang.org/x/sync and
-// protobuf.
+// checkpoint imports blobstore, stream, proto/weirpb, internal/errkind,
+// golang.org/x/sync and protobuf.
 package checkpoint

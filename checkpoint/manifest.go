@@ -12,12 +12,19 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/proto/weirpb"
 )
 
 // ManifestVersion is the manifest (and completed pointer) version this
 // package writes and the only one it reads.
 const ManifestVersion = 1
+
+// ErrVersion is wrapped by the error of ReadManifest (and
+// ReadLatestManifest) for a manifest of a version other than
+// ManifestVersion: another Weir version wrote it, and this one cannot
+// restore from it. A manifest with no version at all is ErrCorrupt.
+var ErrVersion = errors.New("checkpoint: unknown manifest version")
 
 var marshal = proto.MarshalOptions{Deterministic: true}
 
@@ -53,7 +60,8 @@ func (s *Storage) WriteManifest(ctx context.Context, m *weirpb.Manifest) (key, s
 
 // ReadManifest reads the manifest of checkpoint id of job jobID. A missing
 // manifest gives an error wrapping blobstore.ErrNotFound; a manifest of an
-// unknown version, or for another job or checkpoint, is rejected.
+// unknown version is rejected with an error wrapping ErrVersion, and one
+// for another job or checkpoint with one wrapping ErrCorrupt.
 func (s *Storage) ReadManifest(ctx context.Context, jobID string, id int64) (*weirpb.Manifest, error) {
 	m, _, err := s.readManifest(ctx, jobID, id)
 	return m, err
@@ -79,7 +87,7 @@ func (s *Storage) readManifest(ctx context.Context, jobID string, id int64) (*we
 	case v == 0:
 		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s has no version; the object is corrupt or not a Weir manifest: %w", id, key, ErrCorrupt)
 	case v != ManifestVersion:
-		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s has version %d, but this Weir reads version %d only; restore it with the Weir version that wrote it", id, key, v, ManifestVersion)
+		return nil, nil, errkind.Mark(fmt.Errorf("checkpoint %d: manifest %s has version %d, but this Weir reads version %d only; restore it with the Weir version that wrote it", id, key, v, ManifestVersion), ErrVersion)
 	}
 	if m.GetJobId() != jobID || m.GetCheckpointId() != id {
 		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s describes checkpoint %d of job %q; the object was copied or renamed: %w", id, key, m.GetCheckpointId(), m.GetJobId(), ErrCorrupt)

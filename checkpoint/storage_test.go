@@ -208,16 +208,12 @@ func testCorruption(t *testing.T, st *Storage) {
 		name    string
 		damage  func(data []byte) []byte // nil deletes the object
 		wantErr error
-		want    []string
+		want    []string // what the message names besides the object
 	}{
-		{"flipped byte", func(d []byte) []byte { d[len(d)/2] ^= 0x40; return d }, ErrCorrupt,
-			[]string{"checksum mismatch", "the object was modified or truncated"}},
-		{"truncated", func(d []byte) []byte { return d[:len(d)-5] }, ErrCorrupt,
-			[]string{"size mismatch", "truncated"}},
-		{"emptied", func(d []byte) []byte { return d[:0] }, ErrCorrupt,
-			[]string{"size mismatch"}},
-		{"deleted", nil, blobstore.ErrNotFound,
-			[]string{"missing; the checkpoint is incomplete or was deleted"}},
+		{"flipped byte", func(d []byte) []byte { d[len(d)/2] ^= 0x40; return d }, ErrCorrupt, []string{"checksum"}},
+		{"truncated", func(d []byte) []byte { return d[:len(d)-5] }, ErrCorrupt, []string{"size"}},
+		{"emptied", func(d []byte) []byte { return d[:0] }, ErrCorrupt, []string{"size"}},
+		{"deleted", nil, blobstore.ErrNotFound, []string{"missing"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -244,11 +240,7 @@ func testCorruption(t *testing.T, st *Storage) {
 					t.Fatalf("subtask %d: err = %v, want one wrapping %v", sub, err, tc.wantErr)
 				}
 				msg := err.Error()
-				prefix := "checkpoint 41: object " + victim.Key + ": "
-				if !strings.HasPrefix(msg, prefix) {
-					t.Fatalf("error %q does not start with %q", msg, prefix)
-				}
-				for _, w := range tc.want {
+				for _, w := range append([]string{"checkpoint 41", victim.Key}, tc.want...) {
 					if !strings.Contains(msg, w) {
 						t.Fatalf("error %q does not say %q", msg, w)
 					}
@@ -273,7 +265,7 @@ func TestCorruptSnapshotWithMatchingChecksum(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = st.LoadOperatorState(t.Context(), []*weirpb.StateHandle{h}, stream.KeyGroupRange{Start: 0, End: 127}, 0, 1)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "checkpoint 3: object j/chk-3/op/0-a0") {
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "checkpoint 3") || !strings.Contains(err.Error(), "j/chk-3/op/0-a0") {
 		t.Fatalf("err = %v, want ErrCorrupt naming the object", err)
 	}
 }

@@ -2,7 +2,9 @@ package connectors
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -96,21 +98,22 @@ func TestDatagenRestoreErrors(t *testing.T) {
 		name     string
 		sub, par int
 		st       *stream.OperatorSnapshot
-		want     string
+		kind     error
+		names    string // what else the message names
 	}{
-		{"rescaled", 0, 4, take(0, 2), "rescaling datagen is not supported"},
-		{"other subtask", 0, 2, take(1, 2), "exactly its own position"},
-		{"two items", 0, 2, both, "exactly its own position"},
-		{"corrupt", 0, 1, &stream.OperatorSnapshot{List: map[string][][]byte{datagenStateName: {{1, 0}}}}, "corrupt position state"},
-		{"bad version", 0, 1, &stream.OperatorSnapshot{List: map[string][][]byte{datagenStateName: {{9, 0, 2, 0}}}}, "unknown format version 9"},
+		{"rescaled", 0, 4, take(0, 2), errRescale, "restore with parallelism 2"},
+		{"other subtask", 0, 2, take(1, 2), errMisrouted, "subtask 1"},
+		{"two items", 0, 2, both, errMisrouted, "2 positions"},
+		{"corrupt", 0, 1, &stream.OperatorSnapshot{List: map[string][][]byte{datagenStateName: {{1, 0}}}}, errTruncated, "checkpoint 1"},
+		{"bad version", 0, 1, &stream.OperatorSnapshot{List: map[string][][]byte{datagenStateName: {{9, 0, 2, 0}}}}, errStateVersion, "version 9"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d, _ := NewDatagen(cfg)
 			d.Open(t.Context(), octxFor(tc.sub, tc.par))
 			err := restore(d, 1, tc.st)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("RestoreState = %v, want an error containing %q", err, tc.want)
+			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.names) {
+				t.Fatalf("RestoreState = %v, want %v naming %q", err, tc.kind, tc.names)
 			}
 		})
 	}
@@ -403,12 +406,13 @@ func TestTxnFileSinkSubtasksShareDirectory(t *testing.T) {
 	// Restoring subtask 1's state into subtask 10, or at another
 	// parallelism, is refused.
 	r10 := txnSink(t, dir, 10, 11)
-	if err := restore(r10, 1, st1); err == nil || !strings.Contains(err.Error(), "cannot be rescaled") {
-		t.Fatalf("restore of another subtask's state = %v", err)
+	if err := restore(r10, 1, st1); !errors.Is(err, errRescale) {
+		t.Fatalf("restore of another subtask's state = %v, want errRescale", err)
 	}
+	// The fix names the parallelism the checkpoint was taken with.
 	r2 := txnSink(t, dir, 1, 2)
-	if err := restore(r2, 1, st1); err == nil || !strings.Contains(err.Error(), "restore with parallelism 11") {
-		t.Fatalf("restore at another parallelism = %v", err)
+	if err := restore(r2, 1, st1); !errors.Is(err, errRescale) || !strings.Contains(err.Error(), "parallelism 11") {
+		t.Fatalf("restore at another parallelism = %v, want errRescale naming parallelism 11", err)
 	}
 }
 
@@ -435,8 +439,8 @@ func TestTxnFileSinkCommitOfLostFileFails(t *testing.T) {
 	snapshot(t, s, 1)
 	must(t, os.Remove(filepath.Join(dir, ".part-0-0.inprogress")))
 	err := s.NotifyCheckpointComplete(1)
-	if err == nil || !strings.Contains(err.Error(), "neither .part-0-0.inprogress nor part-0-0 exists") {
-		t.Fatalf("commit of a deleted file = %v", err)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), ".part-0-0.inprogress") || !strings.Contains(err.Error(), "part-0-0 ") {
+		t.Fatalf("commit of a deleted file = %v, want fs.ErrNotExist naming both files", err)
 	}
 }
 

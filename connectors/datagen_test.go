@@ -386,7 +386,7 @@ func TestDatagenKeyedSequence(t *testing.T) {
 	}
 	bad := cfg
 	bad.Fields = []DatagenField{{Name: "x", Kind: "sequence", Modulo: 3, Divide: 2}}
-	if _, err := bad.check(); err == nil || !strings.Contains(err.Error(), "set at most one of them") {
-		t.Fatalf("modulo and divide together: %v", err)
+	if _, err := bad.check(); !errors.Is(err, stream.ErrConfig) || !strings.Contains(err.Error(), "modulo 3, divide 2") {
+		t.Fatalf("modulo and divide together: %v, want a config error naming both", err)
 	}
 }

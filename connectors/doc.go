@@ -16,7 +16,8 @@
 // sink, when the job checkpoints, is a two-phase-commit sink that also
 // implements stream.CheckpointListener (see FileSink).
 //
-// connectors imports the standard library and package stream only.
+// connectors imports the standard library, package stream and
+// internal/errkind only.
 package connectors
 
 import "github.com/weirstream/weir/stream"

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -214,7 +215,8 @@ func (s *FileSink) NotifyCheckpointComplete(id int64) error {
 func (s *FileSink) NotifyCheckpointAborted(int64) error { return nil }
 
 // commit renames t's in-progress file to its final name. If the in-progress
-// file is gone and the final one exists, the commit already happened.
+// file is gone and the final one exists, the commit already happened; if
+// neither exists, the error wraps fs.ErrNotExist.
 func (s *FileSink) commit(t txn) error {
 	from, to := InProgressName(s.subtask, t.id), CommittedName(s.subtask, t.seq)
 	err := os.Rename(s.path(from), s.path(to))
@@ -227,8 +229,8 @@ func (s *FileSink) commit(t txn) error {
 	if _, serr := os.Stat(s.path(to)); serr == nil {
 		return nil // committed before a failure
 	}
-	return fmt.Errorf("file sink: commit checkpoint %d: neither %s nor %s exists in %s; the pre-committed file was deleted or moved by something else, and its rows are lost",
-		t.checkpoint, from, to, s.cfg.Path)
+	return errkind.Mark(fmt.Errorf("file sink: commit checkpoint %d: neither %s nor %s exists in %s; the pre-committed file was deleted or moved by something else, and its rows are lost",
+		t.checkpoint, from, to, s.cfg.Path), err)
 }
 
 // RestoreState commits the transactions pending in the checkpoint, deletes
@@ -252,11 +254,11 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 				s.nextTxn, s.nextSeq = max(s.nextTxn, r.varint()), max(s.nextSeq, r.varint())
 			}
 			if err := r.done(); err != nil {
-				return fmt.Errorf("%s: corrupt %s state: %v", where, name, err)
+				return fmt.Errorf("%s: corrupt %s state: %w", where, name, err)
 			}
 			if par != s.par || subtask != s.subtask {
-				return fmt.Errorf("%s: state of subtask %d of %d restored into subtask %d of %d: the transactional file sink cannot be rescaled; restore with parallelism %d",
-					where, subtask, par, s.subtask, s.par, par)
+				return errkind.Mark(fmt.Errorf("%s: state of subtask %d of %d restored into subtask %d of %d: the transactional file sink cannot be rescaled; restore with parallelism %d",
+					where, subtask, par, s.subtask, s.par, par), errRescale)
 			}
 			if name == sinkCountersState {
 				continue

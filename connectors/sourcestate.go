@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -68,15 +69,15 @@ func (d *Datagen) RestoreState(c *stream.RestoreContext) error {
 		r := newStateReader(item)
 		subtask, par, p := r.varint(), r.varint(), r.varint()
 		if err := r.done(); err != nil {
-			return fmt.Errorf("datagen subtask %d: checkpoint %d: corrupt position state: %v", d.subtask, c.CheckpointID, err)
+			return fmt.Errorf("datagen subtask %d: checkpoint %d: corrupt position state: %w", d.subtask, c.CheckpointID, err)
 		}
 		if par != d.parallelism {
-			return fmt.Errorf("datagen subtask %d: checkpoint %d was taken with parallelism %d, the job now runs with %d: rescaling datagen is not supported; restore with parallelism %d or start the job without the checkpoint",
-				d.subtask, c.CheckpointID, par, d.parallelism, par)
+			return errkind.Mark(fmt.Errorf("datagen subtask %d: checkpoint %d was taken with parallelism %d, the job now runs with %d: rescaling datagen is not supported; restore with parallelism %d or start the job without the checkpoint",
+				d.subtask, c.CheckpointID, par, d.parallelism, par), errRescale)
 		}
 		if subtask != d.subtask || len(items) != 1 {
-			return fmt.Errorf("datagen subtask %d: checkpoint %d gave it %d positions (one of subtask %d); with unchanged parallelism each subtask must get back exactly its own position, so the runtime distributed the list state wrongly",
-				d.subtask, c.CheckpointID, len(items), subtask)
+			return errkind.Mark(fmt.Errorf("datagen subtask %d: checkpoint %d gave it %d positions (one of subtask %d); with unchanged parallelism each subtask must get back exactly its own position, so the runtime distributed the list state wrongly",
+				d.subtask, c.CheckpointID, len(items), subtask), errMisrouted)
 		}
 		pos = p
 	}
@@ -119,7 +120,7 @@ func (s *FileSource) RestoreState(c *stream.RestoreContext) error {
 		done := r.byte() != 0
 		path := r.string()
 		if err := r.done(); err != nil {
-			return fmt.Errorf("file source subtask %d: checkpoint %d: corrupt split state: %v", s.subtask, c.CheckpointID, err)
+			return fmt.Errorf("file source subtask %d: checkpoint %d: corrupt split state: %w", s.subtask, c.CheckpointID, err)
 		}
 		if off < 0 {
 			return fmt.Errorf("file source subtask %d: checkpoint %d: split of %s has negative offset %d", s.subtask, c.CheckpointID, path, off)

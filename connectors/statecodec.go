@@ -14,7 +14,20 @@ import (
 // stateVersion is the format version of every state item written here.
 const stateVersion = 1
 
-var errTruncated = errors.New("truncated")
+// Restore failures, for errors.Is in this package. The decoding errors
+// errTruncated and errStateVersion mark corrupt state; the text of
+// errStateVersion begins the message of the error that wraps it.
+var (
+	errTruncated    = errors.New("truncated")
+	errStateVersion = errors.New("unknown format version")
+	// errRescale marks state that another subtask, or the job at another
+	// parallelism, wrote, restored into a connector that cannot be
+	// rescaled.
+	errRescale = errors.New("connectors: state cannot be rescaled")
+	// errMisrouted marks a subtask that did not get back exactly its own
+	// state although the parallelism is unchanged.
+	errMisrouted = errors.New("connectors: state restored into the wrong subtask")
+)
 
 type stateReader struct {
 	b   []byte
@@ -24,7 +37,7 @@ type stateReader struct {
 func newStateReader(item []byte) *stateReader {
 	r := &stateReader{b: item}
 	if v := r.byte(); r.err == nil && v != stateVersion {
-		r.err = fmt.Errorf("unknown format version %d (this build reads version %d)", v, stateVersion)
+		r.err = fmt.Errorf("%w %d (this build reads version %d)", errStateVersion, v, stateVersion)
 	}
 	return r
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
 )
@@ -40,8 +41,9 @@ type CheckpointHooks interface {
 	// SnapshotFailed reports that the task could not take checkpoint id: an
 	// operator's SnapshotState failed, alignment was abandoned because a
 	// later checkpoint's barrier arrived first, the trigger was not newer
-	// than the last one, or the task ended first. The taskmanager declines
-	// the checkpoint. The task itself keeps running.
+	// than the last one, or the task ended first (an error wrapping
+	// ErrTaskEnded). The taskmanager declines the checkpoint. The task
+	// itself keeps running.
 	SnapshotFailed(id int64, err error)
 }
 
@@ -63,6 +65,8 @@ var (
 	ErrTaskNotRunning = errors.New("dataflow: task is not running")
 	// ErrTaskEnded is the ErrTaskNotRunning of a task that has ended: a
 	// trigger that raced with the end of its task, not a failure.
+	// SnapshotFailed gets an error wrapping it for a checkpoint the task
+	// ended before taking.
 	ErrTaskEnded = fmt.Errorf("%w: it has ended", ErrTaskNotRunning)
 	// ErrCheckpointingOff: the task was deployed without checkpointing.
 	ErrCheckpointingOff = errors.New("dataflow: checkpointing is off")
@@ -332,7 +336,7 @@ func (r *taskRun) applyStep(s alignStep, ch *inputChannel, report bool) error {
 	gate := r.ck.gate
 	if report {
 		for _, id := range s.aborted {
-			r.ck.hooks.SnapshotFailed(id, fmt.Errorf("task %s: checkpoint %d abandoned: the barrier of a later checkpoint arrived before every input channel delivered barrier %d (an upstream task skipped or aborted it)", r.t.name, id, id))
+			r.ck.hooks.SnapshotFailed(id, errkind.Mark(fmt.Errorf("task %s: checkpoint %d abandoned: the barrier of a later checkpoint arrived before every input channel delivered barrier %d (an upstream task skipped or aborted it)", r.t.name, id, id), errAbandoned))
 		}
 	}
 	if s.block {
@@ -382,7 +386,7 @@ func (r *taskRun) endControl() {
 		return
 	}
 	ending := func(id int64) {
-		r.ck.hooks.SnapshotFailed(id, fmt.Errorf("task %s: checkpoint %d: the task ended before it took the checkpoint", r.t.name, id))
+		r.ck.hooks.SnapshotFailed(id, errkind.Mark(fmt.Errorf("task %s: checkpoint %d: the task ended before it took the checkpoint", r.t.name, id), ErrTaskEnded))
 	}
 	for _, m := range queued {
 		if m.kind == ctlTrigger {

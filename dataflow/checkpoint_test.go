@@ -375,7 +375,7 @@ func TestAlignmentAbortedByHigherBarrier(t *testing.T) {
 	waitFor(t, "A blocked by barrier 1", func() bool { blocked, q := A.blocked(); return blocked && q == 1 })
 	B.barrier(2)
 	waitFor(t, "checkpoint 1 abandoned", func() bool { return hooks.failure(1) != nil })
-	if err := hooks.failure(1); !strings.Contains(err.Error(), "abandoned") {
+	if err := hooks.failure(1); !errors.Is(err, errAbandoned) {
 		t.Fatalf("failure of 1: %v", err)
 	}
 	waitFor(t, "A unblocked and a1 counted", func() bool { return task.Metrics().RecordsIn.Load() == int64(len(a1)) })
@@ -654,7 +654,7 @@ func TestCancelDuringCheckpointWaits(t *testing.T) {
 				t.Fatalf("Run returned %v, want context.Canceled", errs[0])
 			}
 			if tc.name == "exactly-once alignment" {
-				if err := r.hooks[0].failure(1); err == nil || !strings.Contains(err.Error(), "ended") {
+				if err := r.hooks[0].failure(1); !errors.Is(err, ErrTaskEnded) {
 					t.Fatalf("checkpoint 1 aligning at cancellation: failure %v, want one saying the task ended", err)
 				}
 			}
@@ -675,8 +675,8 @@ func TestSnapshotFailure(t *testing.T) {
 	if r.checkpoint(t, 1) {
 		t.Fatal("checkpoint 1 completed despite the failing snapshot")
 	}
-	if err := r.hooks[1].failure(1); err == nil || !strings.Contains(err.Error(), `"count"`) || !strings.Contains(err.Error(), "injected") {
-		t.Fatalf("failure of checkpoint 1: %v", err)
+	if err := r.hooks[1].failure(1); !errors.Is(err, errInjectedSnapshot) || !strings.Contains(err.Error(), `"count"`) {
+		t.Fatalf("failure of checkpoint 1: %v, want the operator's error naming operator \"count\"", err)
 	}
 	if !r.checkpoint(t, 2) {
 		t.Fatal("checkpoint 2 failed")
@@ -704,8 +704,8 @@ func TestRestoreFailureNamesOperatorAndCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = task.Run(t.Context())
-	if err == nil || !strings.Contains(err.Error(), `"count"`) || !strings.Contains(err.Error(), "checkpoint 7") || !strings.Contains(err.Error(), "16-byte") {
-		t.Fatalf("Run: %v, want an error naming operator \"count\", checkpoint 7 and the cause", err)
+	if !errors.Is(err, errBadChunk) || !strings.Contains(err.Error(), `"count"`) || !strings.Contains(err.Error(), "checkpoint 7") {
+		t.Fatalf("Run: %v, want the operator's error naming operator \"count\" and checkpoint 7", err)
 	}
 	spec.Restore = map[string]*stream.OperatorSnapshot{"count": {}}
 	spec.RestoreCheckpointID = 0

@@ -211,9 +211,15 @@ func (c *kcount) snapshotCounts() map[int64]int64 {
 	return m
 }
 
+// Errors of kcount, for errors.Is.
+var (
+	errInjectedSnapshot = errors.New("injected snapshot failure")
+	errBadChunk         = errors.New("not a list of 16-byte records")
+)
+
 func (c *kcount) SnapshotState(sc *stream.SnapshotContext) error {
 	if c.cfg.FailSnapshot == sc.CheckpointID {
-		return errors.New("injected snapshot failure")
+		return errInjectedSnapshot
 	}
 	chunks := map[int][]byte{}
 	for k, kc := range c.counts {
@@ -235,7 +241,7 @@ func (c *kcount) RestoreState(rc *stream.RestoreContext) error {
 		}
 		for _, b := range chunks {
 			if len(b)%16 != 0 {
-				return fmt.Errorf("key group %d: chunk of %d bytes is not a list of 16-byte records", kg, len(b))
+				return fmt.Errorf("key group %d: chunk of %d bytes is %w", kg, len(b), errBadChunk)
 			}
 			for ; len(b) > 0; b = b[16:] {
 				k := int64(binary.LittleEndian.Uint64(b))

@@ -38,6 +38,6 @@
 // dataflow imports stream, statebackend and statebackend/backends (the
 // keyed state of the chain's operators), dataflow/batchcodec, the
 // generated proto/weirpb messages (used only by the network exchange
-// adapter, remote.go), gRPC and the standard library. It must not import
+// adapter, remote.go), internal/errkind, gRPC and the standard library. It must not import
 // the taskmanager or jobmanager.
 package dataflow

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/weirstream/weir/internal/errkind"
 )
 
 // ExchangeConfig configures an Exchange.
@@ -281,7 +283,7 @@ func (x *Exchange) closeOutput(o *outputChannel) <-chan struct{} {
 // errUpstreamGone is what a consumer sees when its producer stops without
 // ending the channel.
 func errUpstreamGone(k channelKey) error {
-	return fmt.Errorf("dataflow: channel %v: the upstream task stopped (failed or was cancelled) before it ended the channel", k)
+	return errkind.Mark(fmt.Errorf("dataflow: channel %v: the upstream task stopped (failed or was cancelled) before it ended the channel", k), errUpstreamStopped)
 }
 
 var closedChan = func() chan struct{} {

@@ -225,10 +225,10 @@ func TestBrokenStreamFailsTasks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	_, errs := runTasks(ctx, t, specs, reg, func(s *TaskSpec) *Exchange { return nodes[s.VertexID].x })
-	if errs[0] == nil || !strings.Contains(errs[0].Error(), nodes[1].addr) {
-		t.Fatalf("sender: %v; want an error naming the receiver %s", errs[0], nodes[1].addr)
-	}
-	if errs[1] == nil || !strings.Contains(errs[1].Error(), nodes[0].addr) {
-		t.Fatalf("receiver: %v; want an error naming the sender %s", errs[1], nodes[0].addr)
+	for i, want := range []struct{ role, peer string }{{"sender", nodes[1].addr}, {"receiver", nodes[0].addr}} {
+		var pe *PeerError
+		if !errors.As(errs[i], &pe) || pe.Addr != want.peer || !strings.Contains(errs[i].Error(), want.peer) {
+			t.Fatalf("%s: %v; want a *PeerError naming its peer %s", want.role, errs[i], want.peer)
+		}
 	}
 }

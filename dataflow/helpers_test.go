@@ -134,11 +134,14 @@ func (a *addOne) Open(context.Context, *stream.OperatorContext) error {
 	return nil
 }
 
+// errBoom is the failure of addOne at failAt.
+var errBoom = errors.New("boom")
+
 func (a *addOne) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) error {
 	a.n++
 	if a.failAt > 0 && a.n == a.failAt {
 		b.Release()
-		return errors.New("boom")
+		return errBoom
 	}
 	ids := b.Cols[0].Ints
 	for i := range ids {

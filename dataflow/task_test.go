@@ -269,7 +269,7 @@ func TestOperatorFailureNamesTaskAndOperator(t *testing.T) {
 	specs := buildSpecs(t, g, [][]int{{0, 1, 2}}, func(int, int) string { return "local" })
 	_, errs := runTasks(t.Context(), t, specs, reg, func(*TaskSpec) *Exchange { return x })
 	err := errs[0]
-	if err == nil || !strings.Contains(err.Error(), `"adder"`) || !strings.Contains(err.Error(), "src (1/1)") || !strings.Contains(err.Error(), "boom") {
+	if !errors.Is(err, errBoom) || !strings.Contains(err.Error(), `"adder"`) || !strings.Contains(err.Error(), "src (1/1)") {
 		t.Fatalf("error %v: want one naming task src (1/1), operator \"adder\" and the cause", err)
 	}
 	if o, c := st.opened.Load(), st.closed.Load(); o != 3 || c != 3 {
@@ -292,10 +292,10 @@ func TestDownstreamFailsWhenUpstreamFails(t *testing.T) {
 	x := localExchange(t, "local")
 	specs := buildSpecs(t, g, [][]int{{0, 1}, {2}}, func(int, int) string { return "local" })
 	_, errs := runTasks(t.Context(), t, specs, reg, func(*TaskSpec) *Exchange { return x })
-	if errs[0] == nil || !strings.Contains(errs[0].Error(), "boom") {
+	if !errors.Is(errs[0], errBoom) {
 		t.Fatalf("upstream: %v", errs[0])
 	}
-	if errs[1] == nil || !strings.Contains(errs[1].Error(), "upstream task stopped") {
+	if !errors.Is(errs[1], errUpstreamStopped) {
 		t.Fatalf("downstream: %v, want an error saying the upstream stopped", errs[1])
 	}
 }

@@ -12,13 +12,13 @@ func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
 		mod     func(*Config)
-		wantErr string
+		wantErr string // what the message names
 	}{
 		{"defaults with endpoint", func(*Config) {}, ""},
-		{"no endpoints", func(c *Config) { c.Endpoints = nil }, "no etcd endpoints"},
-		{"blank endpoint", func(c *Config) { c.Endpoints = []string{" "} }, "endpoint 0 is empty"},
+		{"no endpoints", func(c *Config) { c.Endpoints = nil }, "ha.endpoints"},
+		{"blank endpoint", func(c *Config) { c.Endpoints = []string{" "} }, "endpoint 0"},
 		{"empty prefix", func(c *Config) { c.Prefix = "/" }, "prefix"},
-		{"short ttl", func(c *Config) { c.LeaseTTL = 500 * time.Millisecond }, "below 1s"},
+		{"short ttl", func(c *Config) { c.LeaseTTL = 500 * time.Millisecond }, "lease TTL 500ms"},
 		{"zero dial timeout", func(c *Config) { c.DialTimeout = 0 }, "dial timeout"},
 	}
 	for _, tt := range tests {

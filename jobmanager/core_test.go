@@ -1,6 +1,7 @@
 package jobmanager
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -105,8 +106,8 @@ func TestCoreLifecycle(t *testing.T) {
 	if v := h.c.tmViews(); v[0].Free != 2 || v[1].Free != 2 {
 		t.Fatalf("slots not freed: %+v", v)
 	}
-	if _, err := h.c.cancel("j", h.now); err == nil || !strings.Contains(err.Error(), "already FINISHED") {
-		t.Fatalf("cancel finished job: %v", err)
+	if _, err := h.c.cancel("j", h.now); !errors.Is(err, ErrJobNotCancelable) {
+		t.Fatalf("cancel finished job: %v, want ErrJobNotCancelable", err)
 	}
 }
 
@@ -254,8 +255,8 @@ func TestCoreCancel(t *testing.T) {
 	if s := h.jobState("j"); s != jobCanceled {
 		t.Fatalf("state %s, want CANCELED", s)
 	}
-	if _, err := h.c.cancel("nope", h.now); err == nil {
-		t.Fatal("cancel of unknown job succeeded")
+	if _, err := h.c.cancel("nope", h.now); !errors.Is(err, ErrJobNotFound) {
+		t.Fatalf("cancel of unknown job: %v, want ErrJobNotFound", err)
 	}
 }
 

@@ -55,6 +55,6 @@
 // jobmanager imports stream, coordinator, failover, checkpoint (and
 // blobstore for its ErrNotFound), ha, proto/weirpb (in the gRPC and REST
 // adapters, the deployment and manifest builders, and as the opaque
-// manifest the core keeps for restore), gRPC, the Prometheus client and the
-// standard library. It never imports taskmanager.
+// manifest the core keeps for restore), internal/errkind, gRPC, the
+// Prometheus client and the standard library. It never imports taskmanager.
 package jobmanager

@@ -1,6 +1,7 @@
 package jobmanager
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -130,11 +131,11 @@ func TestBuildTasksChaining(t *testing.T) {
 
 func TestPlaceSlots(t *testing.T) {
 	tests := []struct {
-		name    string
-		n       int
-		offers  []slotOffer
-		want    []string
-		wantErr string
+		name   string
+		n      int
+		offers []slotOffer
+		want   []string
+		short  *slotShortageError // the error, if the slots do not suffice
 	}{
 		{name: "spreads evenly over equal taskmanagers", n: 4,
 			offers: []slotOffer{{"b", 2}, {"a", 2}}, want: []string{"a", "b", "a", "b"}},
@@ -145,20 +146,27 @@ func TestPlaceSlots(t *testing.T) {
 		{name: "skips full taskmanagers", n: 2,
 			offers: []slotOffer{{"a", 0}, {"b", 2}}, want: []string{"b", "b"}},
 		{name: "not enough", n: 4,
-			offers:  []slotOffer{{"a", 2}},
-			wantErr: "not enough free slots: job needs 4, cluster has 2 free across 1 taskmanager(s); start more taskmanagers or lower parallelism"},
+			offers: []slotOffer{{"a", 2}},
+			short:  &slotShortageError{Need: 4, Free: 2, TaskManagers: 1}},
 		{name: "not enough counts full taskmanagers too", n: 3,
-			offers:  []slotOffer{{"a", 0}, {"b", 1}},
-			wantErr: "job needs 3, cluster has 1 free across 2 taskmanager(s)"},
+			offers: []slotOffer{{"a", 0}, {"b", 1}},
+			short:  &slotShortageError{Need: 3, Free: 1, TaskManagers: 2}},
 		{name: "no taskmanagers", n: 1,
-			wantErr: "job needs 1, cluster has 0 free across 0 taskmanager(s)"},
+			short: &slotShortageError{Need: 1, Free: 0, TaskManagers: 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := placeSlots(tc.n, tc.offers)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			if tc.short != nil {
+				var se *slotShortageError
+				if !errors.As(err, &se) || *se != *tc.short {
+					t.Fatalf("err = %#v, want %#v", err, tc.short)
+				}
+				// The numbers and the fix.
+				for _, w := range []string{fmt.Sprintf("needs %d", se.Need), fmt.Sprintf("%d free", se.Free), "start more taskmanagers or lower parallelism"} {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not say %q", err, w)
+					}
 				}
 				return
 			}

@@ -16,7 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/ha"
+	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/proto/weirpb"
 )
 
@@ -300,7 +302,8 @@ type rawStore interface {
 }
 
 // readVerifiedManifest reads the manifest that an etcd pointer names and
-// checks its SHA-256 against the pointer's.
+// checks its SHA-256 against the pointer's; a mismatch gives an error
+// wrapping checkpoint.ErrCorrupt.
 func readVerifiedManifest(ctx context.Context, st checkpointStore, jobID string, p ha.Pointer) (*weirpb.Manifest, error) {
 	if st == nil {
 		return nil, fmt.Errorf("job %s: no checkpoint storage to read checkpoint %d from", jobID, p.ID)
@@ -312,9 +315,9 @@ func readVerifiedManifest(ctx context.Context, st checkpointStore, jobID string,
 		}
 		sum := sha256.Sum256(data)
 		if got := hex.EncodeToString(sum[:]); got != p.ManifestSHA256 {
-			return nil, fmt.Errorf("job %s: checkpoint %d: manifest %s: checksum mismatch (etcd pointer says sha256 %s, storage has %s); "+
+			return nil, errkind.Mark(fmt.Errorf("job %s: checkpoint %d: manifest %s: checksum mismatch (etcd pointer says sha256 %s, storage has %s); "+
 				"the manifest was modified or truncated after it was written: restore the object from a backup, or cancel the job and resubmit it",
-				jobID, p.ID, p.ManifestKey, p.ManifestSHA256, got)
+				jobID, p.ID, p.ManifestKey, p.ManifestSHA256, got), checkpoint.ErrCorrupt)
 		}
 	}
 	m, err := st.ReadManifest(ctx, jobID, p.ID)

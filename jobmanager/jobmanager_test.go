@@ -3,6 +3,7 @@ package jobmanager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/weirstream/weir/failover"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/taskmanager/taskmanagertest"
@@ -297,8 +299,8 @@ func TestSubmitInvalidGraph(t *testing.T) {
 	b.Source("src", "gen", nil).Then("x", "no-such-op", nil)
 	g, _ := b.Build()
 	_, err := c.jobs.SubmitJob(t.Context(), &weirpb.SubmitJobRequest{Graph: weirpb.FromGraph(g)})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `operator "x": unknown operator type "no-such-op"`) {
-		t.Errorf("SubmitJob: %v, want InvalidArgument naming the operator", err)
+	if msg := status.Convert(err).Message(); status.Code(err) != codes.InvalidArgument || !strings.Contains(msg, `"x"`) || !strings.Contains(msg, `"no-such-op"`) {
+		t.Errorf("SubmitJob: %v, want InvalidArgument naming the operator and its type", err)
 	}
 	_, err = c.jobs.SubmitJob(t.Context(), &weirpb.SubmitJobRequest{})
 	if status.Code(err) != codes.InvalidArgument {
@@ -489,7 +491,10 @@ func TestRunErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := jm.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "listen for gRPC") {
+	// A listen error that names the address and the setting to change.
+	var oe *net.OpError
+	if err := jm.Run(t.Context()); !errors.As(err, &oe) || oe.Op != "listen" ||
+		!strings.Contains(err.Error(), cfg.RPCAddress) || !strings.Contains(err.Error(), "RPCAddress") {
 		t.Errorf("Run on a taken port: %v", err)
 	}
 	if err := jm.Run(t.Context()); err == nil {
@@ -505,7 +510,7 @@ func TestRunErrors(t *testing.T) {
 	}
 	bad = DefaultConfig()
 	bad.DefaultRestart.Type = "sometimes"
-	if _, err := New(bad, testRegistry(t)); err == nil || !strings.Contains(err.Error(), "DefaultRestart") {
+	if _, err := New(bad, testRegistry(t)); !errors.Is(err, failover.ErrInvalidConfig) || !strings.Contains(err.Error(), "DefaultRestart") {
 		t.Errorf("New with bad DefaultRestart: %v", err)
 	}
 	bad = DefaultConfig()

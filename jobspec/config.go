@@ -3,11 +3,14 @@ package jobspec
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/weirstream/weir/internal/errkind"
 )
 
 // configError is a problem in a config node, with the node that has it and
@@ -37,6 +40,10 @@ const (
 	maxNodes = 1 << 18
 )
 
+// errTooLarge marks the error of a spec that expands to more than maxNodes
+// values or keys.
+var errTooLarge = errors.New("jobspec: spec too large")
+
 type converter struct {
 	b      bytes.Buffer
 	budget int
@@ -47,7 +54,7 @@ func (c *converter) write(n *yaml.Node, path string, depth int) error {
 		return &configError{n, path, fmt.Sprintf("nested more than %d levels deep", maxDepth)}
 	}
 	if c.budget--; c.budget < 0 {
-		return &configError{n, path, fmt.Sprintf("expands to more than %d values (through aliases?)", maxNodes)}
+		return errkind.Mark(&configError{n, path, fmt.Sprintf("expands to more than %d values (through aliases?)", maxNodes)}, errTooLarge)
 	}
 	b := &c.b
 	orig := n
@@ -56,7 +63,7 @@ func (c *converter) write(n *yaml.Node, path string, depth int) error {
 	case yaml.MappingNode:
 		ps, at, err := pairsBudget(n, &c.budget)
 		if err != nil {
-			return &configError{at, path, err.Error()}
+			return errkind.Mark(&configError{at, path, err.Error()}, err)
 		}
 		b.WriteByte('{')
 		for i, p := range ps {

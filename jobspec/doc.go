@@ -3,8 +3,9 @@
 // It owns the spec format: its keys, how operators are wired together when
 // the spec does not say, and how every problem is reported as one error that
 // names the file and line ("job.yaml:14: operator "counts": keyBy: no field
-// "user" (the input has key, value, ts)"). It imports stream, the standard
-// library and go.yaml.in/yaml/v3, and nothing else of Weir's: operator types
+// "user" (the input has key, value, ts)"). It imports stream,
+// internal/errkind, the standard library and go.yaml.in/yaml/v3, and
+// nothing else of Weir's: operator types
 // come from the stream.Registry the caller passes in.
 //
 // # Format

@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -31,7 +32,8 @@ operators:
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g, err := Parse("f.yaml", data, reg)
 		if err != nil {
-			if !errPrefix.MatchString(err.Error()) {
+			var se *Error
+			if !errors.As(err, &se) || se.File != "f.yaml" || se.Line < 1 || !errPrefix.MatchString(err.Error()) {
 				t.Fatalf("error without file:line: %q", err)
 			}
 			return
@@ -51,7 +53,8 @@ func TestAliasExpansionIsBounded(t *testing.T) {
 		fmt.Fprintf(&b, "      l%d: &l%d [%s]\n", i, i, strings.Repeat(fmt.Sprintf("*l%d, ", i-1), 9)+fmt.Sprintf("*l%d", i-1))
 	}
 	_, err := Parse("f.yaml", []byte(b.String()), testRegistry())
-	if err == nil || !strings.Contains(err.Error(), "expands to more than") {
-		t.Fatalf("error %v, want a bound on alias expansion", err)
+	var se *Error
+	if !errors.Is(err, errTooLarge) || !errors.As(err, &se) || se.Line < 1 {
+		t.Fatalf("error %v, want a bound on alias expansion at a line of the spec", err)
 	}
 }

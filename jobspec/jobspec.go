@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/stream"
 	"go.yaml.in/yaml/v3"
 )
@@ -29,15 +30,16 @@ func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.Line,
 func (e *Error) Unwrap() error { return e.Err }
 
 // Load reads the job spec at path and parses it with Parse. Errors name the
-// path as given.
+// path as given; when the file cannot be read they wrap the error of
+// os.ReadFile (errors.Is finds fs.ErrNotExist, fs.ErrPermission).
 func Load(path string, reg *stream.Registry) (*stream.JobGraph, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			return nil, fmt.Errorf("job spec %s: no such file; check the path", path)
+			return nil, errkind.Mark(fmt.Errorf("job spec %s: no such file; check the path", path), err)
 		case errors.Is(err, fs.ErrPermission):
-			return nil, fmt.Errorf("job spec %s: permission denied; make the file readable", path)
+			return nil, errkind.Mark(fmt.Errorf("job spec %s: permission denied; make the file readable", path), err)
 		}
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
@@ -130,7 +132,7 @@ func (p *parser) opErr(op *opSpec, n *yaml.Node, format string, args ...any) err
 	if n == nil {
 		n = op.entry
 	}
-	return p.errAt(n, "%s: %s", op.label(), fmt.Sprintf(format, args...))
+	return p.errAt(n, "%s: "+format, append([]any{op.label()}, args...)...)
 }
 
 func (op *opSpec) label() string {
@@ -391,7 +393,7 @@ func (p *parser) parseOperator(op *opSpec) error {
 			if op.config, err = toJSON(kv.val); err != nil {
 				var ce *configError
 				if errors.As(err, &ce) {
-					return p.opErr(op, ce.node, "%v", ce)
+					return p.opErr(op, ce.node, "%w", err) // err's text is ce's
 				}
 				return p.opErr(op, kv.val, "%v", err)
 			}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/weirstream/weir/internal/errkind"
 )
 
 // pair is one key/value of a YAML mapping, after merge keys are expanded.
@@ -70,7 +72,7 @@ func pairs(n *yaml.Node) ([]pair, *yaml.Node, error) {
 func pairsBudget(n *yaml.Node, budget *int) ([]pair, *yaml.Node, error) {
 	n = deref(n)
 	if *budget -= len(n.Content)/2 + 1; *budget < 0 {
-		return nil, n, fmt.Errorf("mapping expands to more than %d keys (through merge keys and aliases?)", maxNodes)
+		return nil, n, errkind.Mark(fmt.Errorf("mapping expands to more than %d keys (through merge keys and aliases?)", maxNodes), errTooLarge)
 	}
 	var out []pair
 	seen := make(map[string]*yaml.Node)

@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -44,30 +45,35 @@ operators:
 }
 
 func TestCheckpointingSettingErrors(t *testing.T) {
-	for _, tc := range []struct{ body, want string }{
-		{"checkpointing: {interval: 5}", `job.yaml:2: checkpointing: interval: `},
-		{"checkpointing: {interval: fast}", `job.yaml:2: checkpointing: interval: want a duration such as 500ms, 10s or 1m, got "fast"`},
-		{"checkpointing: {intervall: 1s}", `job.yaml:2: checkpointing: unknown key "intervall" (did you mean "interval"?)`},
-		{"checkpointing: {mode: twice}", `job.yaml:2: checkpointing: mode: unknown checkpoint mode "twice"`},
-		{"checkpointing: {interval: 1s, maxConcurrent: 0}", `job.yaml:2: checkpointing: maxConcurrent: must be at least 1, got 0`},
-		{"checkpointing: {interval: 1s, storage: hdfs://x}", `job.yaml:2: checkpointing: storage: want file:///path or s3://bucket/prefix`},
-		{"checkpointing: {retention: keep}", `job.yaml:2: checkpointing: retention: want delete or retain, got "keep"`},
-		{"restartStrategy: {type: fixed}", `job.yaml:2: restartStrategy: type: unknown strategy "fixed"`},
-		{"restartStrategy: {delay: -1s}", `job.yaml:2: restartStrategy: delay: must not be negative`},
-		{"restartStrategy: {multiplier: x}", `job.yaml:2: restartStrategy: multiplier: must be a number`},
-		{"state: {backend: rocksdb}", `job.yaml:2: state: backend: unknown state backend "rocksdb"; want heap or pebble`},
-		{"state: {backnd: heap}", `job.yaml:2: state: unknown key "backnd" (did you mean "backend"?)`},
-		{"state: {backend: pebble, incremental: no}", `job.yaml:2: state: incremental: must be true or false, got`},
-		{"state: {backend: pebble, incremental: 0}", `job.yaml:2: state: incremental: must be true or false, got`},
-		{"state: {backend: heap, incremental: true}", `job.yaml:2: state: incremental: the heap backend takes full snapshots only; remove incremental: true or use backend: pebble`},
-		{"state: {incremental: true, backend: heap}", `job.yaml:2: state: incremental: the heap backend takes full snapshots only`},
-		{"state: {incrementl: false}", `job.yaml:2: state: unknown key "incrementl" (did you mean "incremental"?)`},
+	// Every problem is on line 2; the message names the setting, the
+	// value and what to write instead.
+	for _, tc := range []struct {
+		body  string
+		names []string
+	}{
+		{"checkpointing: {interval: 5}", []string{"checkpointing", "interval"}},
+		{"checkpointing: {interval: fast}", []string{"checkpointing", "interval", "500ms", `"fast"`}},
+		{"checkpointing: {intervall: 1s}", []string{"checkpointing", `"intervall"`, `"interval"`}},
+		{"checkpointing: {mode: twice}", []string{"checkpointing", "mode", `"twice"`}},
+		{"checkpointing: {interval: 1s, maxConcurrent: 0}", []string{"checkpointing", "maxConcurrent", "at least 1"}},
+		{"checkpointing: {interval: 1s, storage: hdfs://x}", []string{"checkpointing", "storage", "file:///path or s3://bucket/prefix"}},
+		{"checkpointing: {retention: keep}", []string{"checkpointing", "retention", "delete or retain", `"keep"`}},
+		{"restartStrategy: {type: fixed}", []string{"restartStrategy", "type", `"fixed"`}},
+		{"restartStrategy: {delay: -1s}", []string{"restartStrategy", "delay", "negative"}},
+		{"restartStrategy: {multiplier: x}", []string{"restartStrategy", "multiplier", "number"}},
+		{"state: {backend: rocksdb}", []string{"state", "backend", `"rocksdb"`, "heap or pebble"}},
+		{"state: {backnd: heap}", []string{"state", `"backnd"`, `"backend"`}},
+		{"state: {backend: pebble, incremental: no}", []string{"state", "incremental", "true or false"}},
+		{"state: {backend: pebble, incremental: 0}", []string{"state", "incremental", "true or false"}},
+		{"state: {backend: heap, incremental: true}", []string{"state", "incremental", "heap", "remove incremental: true or use backend: pebble"}},
+		{"state: {incremental: true, backend: heap}", []string{"state", "incremental", "heap"}},
+		{"state: {incrementl: false}", []string{"state", `"incrementl"`, `"incremental"`}},
 	} {
-		spec := "name: j\n" + tc.body + "\noperators:\n  - {uid: g, type: gen}\n"
-		_, err := Parse("job.yaml", []byte(spec), testRegistry())
-		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("%s:\n got %v\nwant prefix %s", tc.body, err, tc.want)
-		}
+		t.Run(tc.body, func(t *testing.T) {
+			spec := "name: j\n" + tc.body + "\noperators:\n  - {uid: g, type: gen}\n"
+			_, err := Parse("job.yaml", []byte(spec), testRegistry())
+			checkSpecError(t, err, "job.yaml", 2, tc.names...)
+		})
 	}
 }
 
@@ -79,8 +85,9 @@ func TestParseRestartStrategyForClusterConfig(t *testing.T) {
 	if r.Type != "failure-rate" || r.MaxFailures != 3 || r.Interval != 5*time.Minute || r.Delay != 2*time.Second {
 		t.Fatalf("got %+v", r)
 	}
-	if _, err := ParseRestartStrategy(map[string]any{"type": "sometimes"}); err == nil || !strings.Contains(err.Error(), `unknown strategy "sometimes"`) {
-		t.Fatalf("want an unknown-strategy error, got %v", err)
+	var se *Error
+	if _, err := ParseRestartStrategy(map[string]any{"type": "sometimes"}); !errors.As(err, &se) || !strings.Contains(err.Error(), `"sometimes"`) {
+		t.Fatalf("want an error naming the unknown strategy, got %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package taskmanager
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"strings"
@@ -479,8 +480,9 @@ func TestRunFailsWhenAddressTaken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	err = tm.Run(ctx)
-	if err == nil || !strings.Contains(err.Error(), lis.Addr().String()) {
-		t.Fatalf("Run on a taken address: %v; want an error naming %s", err, lis.Addr())
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "listen" || !strings.Contains(err.Error(), lis.Addr().String()) {
+		t.Fatalf("Run on a taken address: %v; want a listen error naming %s", err, lis.Addr())
 	}
 }
 

@@ -30,7 +30,12 @@ import (
 	"github.com/minio/minio-go/v7/pkg/s3utils"
 
 	"github.com/weirstream/weir/blobstore/internal/blob"
+	"github.com/weirstream/weir/internal/errkind"
 )
+
+// ErrNoSuchBucket is wrapped by the error of New when the bucket does not
+// exist at the endpoint. Stores never create buckets; MakeBucket does.
+var ErrNoSuchBucket = errors.New("s3store: no such bucket")
 
 // Config says where the store's objects are.
 type Config struct {
@@ -133,7 +138,9 @@ func newClient(cfg Config) (*minio.Client, error) {
 
 // New returns a store on cfg.Bucket after checking that the bucket exists
 // and is reachable with the credentials; the error otherwise names the
-// endpoint and bucket and says what to fix.
+// endpoint and bucket and says what to fix. It wraps ErrNoSuchBucket for a
+// missing bucket, and the network error (a net.Error) for an endpoint it
+// cannot reach.
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -152,8 +159,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, s.describeBucketError(err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("s3store: bucket %q does not exist at endpoint %s://%s; create it first (for example `aws --endpoint-url %s://%s s3 mb s3://%s`) or fix the bucket name in the storage URI",
-			cfg.Bucket, cfg.scheme(), cfg.Endpoint, cfg.scheme(), cfg.Endpoint, cfg.Bucket)
+		return nil, errkind.Mark(fmt.Errorf("s3store: bucket %q does not exist at endpoint %s://%s; create it first (for example `aws --endpoint-url %s://%s s3 mb s3://%s`) or fix the bucket name in the storage URI",
+			cfg.Bucket, cfg.scheme(), cfg.Endpoint, cfg.scheme(), cfg.Endpoint, cfg.Bucket), ErrNoSuchBucket)
 	}
 	return s, nil
 }
@@ -169,7 +176,7 @@ func (s *Store) describeBucketError(err error) error {
 		minio.ToErrorResponse(err).StatusCode == http.StatusForbidden:
 		return fmt.Errorf("s3store: checking %s: access denied (%v); check the access key and secret key (WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY) and the bucket's policy", where, err)
 	case errors.As(err, &netErr):
-		return fmt.Errorf("s3store: cannot reach %s: %v; check that the endpoint (WEIR_S3_ENDPOINT, host:port) is right and the service is running, and set WEIR_S3_INSECURE=true if it serves plain http", where, err)
+		return fmt.Errorf("s3store: cannot reach %s: %w; check that the endpoint (WEIR_S3_ENDPOINT, host:port) is right and the service is running, and set WEIR_S3_INSECURE=true if it serves plain http", where, err)
 	default:
 		return fmt.Errorf("s3store: checking %s: %w", where, err)
 	}

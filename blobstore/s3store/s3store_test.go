@@ -1,6 +1,7 @@
 package s3store_test
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -31,21 +32,24 @@ func TestNewErrors(t *testing.T) {
 	closed := l.Addr().String()
 	l.Close()
 
+	isNet := func(err error) bool { var ne net.Error; return errors.As(err, &ne) }
+	is := func(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
 	tests := []struct {
 		name string
 		cfg  s3store.Config
-		want []string
+		kind func(error) bool // nil: a failure with no kind of its own
+		want []string         // what the message names: the setting, the endpoint, the fix
 	}{
 		{"missing bucket", s3store.Config{Endpoint: endpoint, AccessKey: access, SecretKey: secret, Bucket: "absent"},
-			[]string{`bucket "absent"`, endpoint, "does not exist", "create it"}},
+			is(s3store.ErrNoSuchBucket), []string{`bucket "absent"`, endpoint, "create it"}},
 		{"wrong secret", s3store.Config{Endpoint: endpoint, AccessKey: access, SecretKey: "wrong", Bucket: blobstoretest.VersityBucket},
-			[]string{"access denied", endpoint, "secret key"}},
+			nil, []string{"access denied", endpoint, "secret key"}},
 		{"unreachable", s3store.Config{Endpoint: closed, AccessKey: access, SecretKey: secret, Bucket: blobstoretest.VersityBucket, MaxRetries: 1},
-			[]string{"cannot reach", closed, blobstoretest.VersityBucket, "endpoint"}},
-		{"no endpoint", s3store.Config{Bucket: "bucket"}, []string{"endpoint is empty"}},
-		{"scheme in endpoint", s3store.Config{Endpoint: "http://h:1", Bucket: "bucket"}, []string{"without a scheme"}},
-		{"bad bucket name", s3store.Config{Endpoint: endpoint, Bucket: "b"}, []string{`bucket "b"`}},
-		{"bad prefix", s3store.Config{Endpoint: endpoint, Bucket: "bucket", Prefix: "a//b"}, []string{"prefix"}},
+			isNet, []string{closed, blobstoretest.VersityBucket, "endpoint"}},
+		{"no endpoint", s3store.Config{Bucket: "bucket"}, nil, []string{"endpoint is empty"}},
+		{"scheme in endpoint", s3store.Config{Endpoint: "http://h:1", Bucket: "bucket"}, nil, []string{"without a scheme"}},
+		{"bad bucket name", s3store.Config{Endpoint: endpoint, Bucket: "b"}, nil, []string{`bucket "b"`}},
+		{"bad prefix", s3store.Config{Endpoint: endpoint, Bucket: "bucket", Prefix: "a//b"}, is(blobstore.ErrBadKey), []string{"prefix"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,6 +57,9 @@ func TestNewErrors(t *testing.T) {
 			_, err := s3store.New(t.Context(), tt.cfg)
 			if err == nil {
 				t.Fatal("New succeeded, want an error")
+			}
+			if tt.kind != nil && !tt.kind(err) {
+				t.Errorf("error %v is not of the expected kind", err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
@@ -68,7 +75,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 	endpoint, access, secret := blobstoretest.StartVersityGW(t)
 	s := blobstoretest.NewS3Store(t, endpoint, access, secret)
 	_, err := s.Get(t.Context(), "job-7/chk-3/_manifest")
-	if err == nil || !strings.Contains(err.Error(), "job-7/chk-3/_manifest") {
-		t.Fatalf("Get(missing) = %v, want an error naming the key", err)
+	if !errors.Is(err, blobstore.ErrNotFound) || !strings.Contains(err.Error(), "job-7/chk-3/_manifest") {
+		t.Fatalf("Get(missing) = %v, want ErrNotFound naming the key", err)
 	}
 }

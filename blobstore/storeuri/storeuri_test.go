@@ -2,12 +2,14 @@ package storeuri_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/blobstore/blobstoretest"
 	"github.com/weirstream/weir/blobstore/filestore"
+	"github.com/weirstream/weir/blobstore/s3store"
 	"github.com/weirstream/weir/blobstore/storeuri"
 )
 
@@ -51,8 +53,8 @@ func TestOpenS3(t *testing.T) {
 	}
 
 	_, err = storeuri.Open(t.Context(), "s3://no-such-bucket/x")
-	if err == nil || !strings.Contains(err.Error(), "no-such-bucket") || !strings.Contains(err.Error(), endpoint) || !strings.Contains(err.Error(), "create it") {
-		t.Fatalf("Open(missing bucket) = %v; want an error naming bucket and endpoint and saying to create it", err)
+	if !errors.Is(err, s3store.ErrNoSuchBucket) || !strings.Contains(err.Error(), "no-such-bucket") || !strings.Contains(err.Error(), endpoint) || !strings.Contains(err.Error(), "create it") {
+		t.Fatalf("Open(missing bucket) = %v; want s3store.ErrNoSuchBucket naming bucket and endpoint and saying to create it", err)
 	}
 }
 
