@@ -1,12 +1,12 @@
 // Package backends owns the choice of keyed-state backend for an operator
 // subtask: it turns stream.OperatorContext.StateBackend and LocalStateDir
 // into a statebackend.Backend, and, for the task runtime, restores and
-// snapshots it (Managed), and holds the block cache a process's Pebble
+// snapshots it (Managed), and hands out the block cache a process's Pebble
 // backends share (SharedCache). It may import stream, statebackend, the
-// backend packages (heap, pebblestate), pebble and
-// statebackend/internal/chunk, whose errors it names for callers outside
-// statebackend (FormatError, ErrFormatVersion); operators import it
-// instead of a backend package so that a job chooses its backend.
+// backend packages (heap, pebblestate) and statebackend/internal/chunk,
+// whose errors it names for callers outside statebackend (FormatError,
+// ErrFormatVersion); operators import it instead of a backend package so
+// that a job chooses its backend.
 package backends
 
 import (
@@ -14,9 +14,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/statebackend/heap"
@@ -161,39 +158,23 @@ func pebbleOptions(octx *stream.OperatorContext, dir string) pebblestate.Options
 		o.ValueCacheBytes = max(n-n/2-n/8, 1)
 	}
 	if c, ok := octx.StateCache.(*SharedCache); ok && c != nil {
-		o.Cache = c.cache
+		c.Use(&o)
 	}
 	return o
 }
 
-// SharedCache is a Pebble block cache that every Pebble backend of a
-// process uses (stream.OperatorContext.StateCache), so that the blocks of
-// busy backends stay cached rather than each backend keeping a fixed
-// share. Each open backend holds a reference of its own; Close releases
-// the creator's.
-type SharedCache struct {
-	cache *pebble.Cache
-	once  sync.Once
-}
+// SharedCache is the Pebble block cache the Pebble backends of a process
+// share (stream.OperatorContext.StateCache).
+type SharedCache = pebblestate.SharedCache
 
 // DefaultBlockCacheBytes is the block cache a Pebble backend has of its
 // own by default; a process sharing one among its slots gives it as much
 // per slot.
 const DefaultBlockCacheBytes = pebblestate.DefaultCacheBytes
 
-// NewSharedCache returns a block cache of bytes bytes (> 0).
-func NewSharedCache(bytes int64) *SharedCache {
-	return &SharedCache{cache: pebble.NewCache(max(bytes, 1))}
-}
-
-// Close releases the creator's reference; the cache's memory goes once
-// every backend using it has closed too. It is idempotent.
-func (c *SharedCache) Close() {
-	c.once.Do(c.cache.Unref)
-}
-
-// Bytes returns the cache's capacity.
-func (c *SharedCache) Bytes() int64 { return c.cache.MaxSize() }
+// NewSharedCache returns a block cache of bytes bytes (> 0) for the
+// process's Pebble backends to share.
+func NewSharedCache(bytes int64) *SharedCache { return pebblestate.NewSharedCache(bytes) }
 
 func localBase(octx *stream.OperatorContext) string {
 	if octx.LocalStateDir == "" {

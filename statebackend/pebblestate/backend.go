@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -766,3 +767,27 @@ func (b *Backend) Close() error {
 	b.tables, b.byID = nil, nil
 	return err
 }
+
+// SharedCache is a block cache that every Pebble backend of a process
+// uses (Options.Cache), so that the blocks of busy backends stay cached
+// rather than each backend keeping a fixed share. Each open backend holds
+// a reference of its own; Close releases the creator's.
+type SharedCache struct {
+	cache *pebble.Cache
+	once  sync.Once
+}
+
+// NewSharedCache returns a block cache of bytes bytes (at least 1).
+func NewSharedCache(bytes int64) *SharedCache {
+	return &SharedCache{cache: pebble.NewCache(max(bytes, 1))}
+}
+
+// Use sets o to open its database on the shared cache.
+func (c *SharedCache) Use(o *Options) { o.Cache = c.cache }
+
+// Close releases the creator's reference; the cache's memory goes once
+// every backend using it has closed too. It is idempotent.
+func (c *SharedCache) Close() { c.once.Do(c.cache.Unref) }
+
+// Bytes returns the cache's capacity.
+func (c *SharedCache) Bytes() int64 { return c.cache.MaxSize() }
