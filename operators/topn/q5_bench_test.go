@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -175,7 +174,14 @@ func (c *q5Checkpoints) SourceInputEnded() { close(c.ended) }
 
 func (c *q5Checkpoints) SnapshotTaken(id, _ int64, snaps map[string]*stream.OperatorSnapshot, _ dataflow.SnapshotStats) {
 	go func() {
-		n, err := c.read(snaps)
+		var n int64
+		var err error
+		for _, s := range snaps {
+			c.mu.Lock() // seen is shared by the tasks' snapshots
+			m, rerr := dataflowtest.ReadForUpload(s, c.seen)
+			c.mu.Unlock()
+			n, err = n+m, cmp.Or(err, rerr)
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if err != nil {
@@ -206,48 +212,6 @@ func (c *q5Checkpoints) err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.failure
-}
-
-// read reads snaps as an upload would: every chunk, and every file not
-// read before (a shared file is uploaded once). It returns their bytes.
-func (c *q5Checkpoints) read(snaps map[string]*stream.OperatorSnapshot) (int64, error) {
-	var n int64
-	for _, s := range snaps {
-		for _, m := range []map[int][][]byte{s.Keyed} {
-			for _, chunks := range m {
-				for _, ch := range chunks {
-					n += int64(len(ch))
-				}
-			}
-		}
-		for _, m := range []map[string][][]byte{s.List, s.Union} {
-			for _, items := range m {
-				for _, it := range items {
-					n += int64(len(it))
-				}
-			}
-		}
-		for _, f := range s.Files {
-			c.mu.Lock()
-			seen := f.Shared && c.seen[f.SHA256]
-			c.seen[f.SHA256] = true
-			c.mu.Unlock()
-			if seen {
-				continue
-			}
-			r, err := os.Open(f.Path)
-			if err != nil {
-				return 0, err
-			}
-			m, err := io.Copy(io.Discard, r)
-			r.Close()
-			if err != nil {
-				return 0, err
-			}
-			n += m
-		}
-	}
-	return n, nil
 }
 
 // cpuSeconds is the user and system CPU time of this process.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/weirstream/weir/dataflow/dataflowtest"
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
@@ -152,7 +153,11 @@ func BenchmarkSlidingCheckpointBytes(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			uploaded += snapshotUploadBytes(b, snap, seen)
+			n, err := dataflowtest.ReadForUpload(snap, seen)
+			if err != nil {
+				b.Fatal(err)
+			}
+			uploaded += n
 			cur := slotValues(hw)
 			for k, v := range cur {
 				if prev[k] != v {
@@ -196,35 +201,4 @@ func slotValues(w *Window) map[string]string {
 		vals[k] = string(v)
 	}
 	return vals
-}
-
-// snapshotUploadBytes returns the bytes the runtime would upload for snap:
-// its chunks and operator state, and each file (a shared one only if not
-// in seen, which it adds to).
-func snapshotUploadBytes(b *testing.B, snap *stream.OperatorSnapshot, seen map[string]bool) int64 {
-	var n int64
-	for _, chunks := range snap.Keyed {
-		for _, c := range chunks {
-			n += int64(len(c))
-		}
-	}
-	for _, m := range []map[string][][]byte{snap.List, snap.Union} {
-		for _, items := range m {
-			for _, it := range items {
-				n += int64(len(it))
-			}
-		}
-	}
-	for _, f := range snap.Files {
-		if f.Shared && seen[f.SHA256] {
-			continue
-		}
-		seen[f.SHA256] = true
-		fi, err := os.Stat(f.Path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		n += fi.Size()
-	}
-	return n
 }
