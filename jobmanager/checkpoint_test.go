@@ -46,6 +46,36 @@ func (c *testCluster) waitCompleted(id string, after int64) *weirpb.CheckpointIn
 	return got
 }
 
+// latestSettled waits for a checkpoint of job id after after, then stops
+// tm acknowledging checkpoints and waits until no pending checkpoint can
+// complete any more, and returns the newest completed one: with one
+// checkpoint retained it stays in storage until acknowledging resumes
+// (tm.SetAckCheckpoints(true)).
+func (c *testCluster) latestSettled(tm *taskmanagertest.Fake, id string, after int64) *weirpb.CheckpointInfo {
+	c.t.Helper()
+	c.waitCompleted(id, after)
+	tm.SetAckCheckpoints(false)
+	tm.WaitAcks()
+	var got *weirpb.CheckpointInfo
+	eventually(c.t, waitTimeout, fmt.Sprintf("no pending checkpoint of job %s able to complete", id), func() bool {
+		got = nil
+		for _, ck := range c.listCheckpoints(id).Checkpoints { // newest first
+			switch ck.Status {
+			case weirpb.CheckpointStatus_CHECKPOINT_STATUS_IN_PROGRESS:
+				if ck.Acknowledged == ck.TotalTasks {
+					return false // its manifest is being written
+				}
+			case weirpb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED:
+				if got == nil {
+					got = ck
+				}
+			}
+		}
+		return got != nil && got.CheckpointId > after
+	})
+	return got
+}
+
 // checkpointedPipeline is pipeline(2, 4) taking checkpoints every 30ms,
 // restarting with fixed-delay (1 attempt, 3s).
 func checkpointedPipeline(t *testing.T) *stream.JobGraph {
@@ -78,7 +108,8 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 	if first.Acknowledged != 6 || first.TotalTasks != 6 || first.SizeBytes != 600 || first.SlowestTask == "" {
 		t.Errorf("checkpoint %+v", first)
 	}
-	ck := c.waitCompleted(id, first.CheckpointId)
+	// Inspect a checkpoint that no newer one discards meanwhile.
+	ck := c.latestSettled(tm, id, first.CheckpointId)
 	insp, err := c.jobs.InspectCheckpoint(t.Context(), &weirpb.InspectCheckpointRequest{JobId: id, CheckpointId: ck.CheckpointId})
 	if err != nil {
 		t.Fatalf("InspectCheckpoint %d: %v", ck.CheckpointId, err)
@@ -126,6 +157,8 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 		t.Errorf("InspectCheckpoint of an unknown checkpoint: %v, want NotFound", err)
 	}
 
+	tm.SetAckCheckpoints(true)
+
 	// A manual trigger (refused while a periodic one is pending).
 	trig := triggerCheckpoint(t, c, id)
 	c.waitCompleted(id, trig.CheckpointId-1)
@@ -169,7 +202,7 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 
 	// Checkpoints go on with attempt 2; an acknowledgement of attempt 1 is
 	// stale.
-	after := c.waitCompleted(id, restored)
+	after := c.latestSettled(tm, id, restored)
 	insp, err = c.jobs.InspectCheckpoint(t.Context(), &weirpb.InspectCheckpointRequest{JobId: id, CheckpointId: after.CheckpointId})
 	if err != nil || insp.Manifest.Operators[0].Handles[0].Key != taskmanagertest.HandleKey(id, after.CheckpointId, "src", 0, 2) {
 		t.Fatalf("checkpoint after the restart: %v %v", insp, err)

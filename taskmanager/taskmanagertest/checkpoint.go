@@ -43,6 +43,15 @@ func handles(d *weirpb.TaskDeployment, ck int64) []*weirpb.StateHandle {
 // default), triggers are recorded and answered but never acknowledged.
 func (f *Fake) SetAckCheckpoints(on bool) { f.ackCheckpoints.Store(on) }
 
+// WaitAcks waits until every acknowledgement the fake has started sending
+// has been answered by the jobmanager. After SetAckCheckpoints(false) and
+// WaitAcks no acknowledgement is on its way.
+func (f *Fake) WaitAcks() {
+	f.mu.Lock() // a trigger being handled has started its acknowledgements
+	f.mu.Unlock()
+	f.acks.Wait()
+}
+
 // TriggerCheckpoint records the trigger and answers NotFound if its task
 // is not live. When acknowledging, the first trigger of a checkpoint makes
 // every live task of the job acknowledge it.
@@ -62,7 +71,9 @@ func (f *Fake) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpoin
 		if _, live := f.live[ExecKey(d.Id)]; !live || d.Id.JobId != req.Id.JobId {
 			continue
 		}
+		f.acks.Add(1)
 		f.wg.Go(func() {
+			defer f.acks.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 			defer cancel()
 			_, err := f.cluster.AcknowledgeCheckpoint(ctx, &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: f.id, Id: d.Id,

@@ -87,6 +87,7 @@ type Fake struct {
 	// ackCheckpoints: on a trigger, every live task of the job acknowledges
 	// with made-up handles (see checkpoint.go).
 	ackCheckpoints atomic.Bool
+	acks           sync.WaitGroup // acknowledgements being sent
 
 	mu       sync.Mutex
 	deploy   []*weirpb.TaskDeployment
