@@ -85,13 +85,14 @@ func TestFileSourceJSONLErrors(t *testing.T) {
 	tests := []struct {
 		name, data string
 		want       []string
+		hide       string // a data value the error must not show
 	}{
-		{"wrong type", "{\"n\":1}\n\n{\"n\":\"x\"}\n", []string{"in.jsonl:3:", `field "n"`, "want int64", `got string "x"`}},
-		{"float for int", "{\"n\":1.5}\n", []string{"in.jsonl:1:", `field "n"`, "got number 1.5"}},
-		{"object", "{\"n\":1}\n{\"n\":{}}\n", []string{"in.jsonl:2:", "got an object"}},
-		{"syntax", "{\"n\":1}\n{\"n\" 1}\n", []string{"in.jsonl:2:", "invalid JSON", "':'"}},
-		{"not object", "[1]\n", []string{"in.jsonl:1:", "want a JSON object"}},
-		{"trailing", "{\"n\":1} x\n", []string{"in.jsonl:1:", "end of line"}},
+		{"wrong type", "{\"n\":1}\n\n{\"n\":\"s3cr3t\"}\n", []string{"in.jsonl:3:", `field "n"`, "want int64", "got a string"}, "s3cr3t"},
+		{"float for int", "{\"n\":1.5}\n", []string{"in.jsonl:1:", `field "n"`, "got a number that is not a whole number"}, "1.5"},
+		{"object", "{\"n\":1}\n{\"n\":{}}\n", []string{"in.jsonl:2:", "got an object"}, ""},
+		{"syntax", "{\"n\":1}\n{\"n\" 1}\n", []string{"in.jsonl:2:", "invalid JSON", "':'"}, ""},
+		{"not object", "[1]\n", []string{"in.jsonl:1:", "want a JSON object"}, ""},
+		{"trailing", "{\"n\":1} x\n", []string{"in.jsonl:1:", "end of line"}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,6 +107,9 @@ func TestFileSourceJSONLErrors(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
+			}
+			if tc.hide != "" && strings.Contains(err.Error(), tc.hide) {
+				t.Errorf("error %q shows the data value %q", err, tc.hide)
 			}
 		})
 	}

@@ -222,11 +222,11 @@ func (d *jsonDecoder) value(s *jsonScanner, c *stream.Column, col, row int, a *a
 		case stream.TypeTimestamp:
 			t, err := time.Parse(time.RFC3339Nano, unsafeStr(v))
 			if err != nil {
-				return mismatch(fmt.Sprintf("string %q", v))
+				return mismatch("a string that is not an RFC3339 time")
 			}
 			c.Ints[row] = t.UnixMilli()
 		default:
-			return mismatch(fmt.Sprintf("string %q", v))
+			return mismatch("a string")
 		}
 	case 't', 'f':
 		lit := "true"
@@ -237,7 +237,7 @@ func (d *jsonDecoder) value(s *jsonScanner, c *stream.Column, col, row int, a *a
 			return err
 		}
 		if c.Type != stream.TypeBool {
-			return mismatch(lit)
+			return mismatch("a bool")
 		}
 		c.Bools[row] = ch == 't'
 	case '{', '[':
@@ -251,17 +251,17 @@ func (d *jsonDecoder) value(s *jsonScanner, c *stream.Column, col, row int, a *a
 		case stream.TypeInt64, stream.TypeTimestamp:
 			v, err := strconv.ParseInt(unsafeStr(num), 10, 64)
 			if err != nil {
-				return mismatch(fmt.Sprintf("number %s", num))
+				return mismatch("a number that is not a whole number within int64's range")
 			}
 			c.Ints[row] = v
 		case stream.TypeFloat64:
 			v, err := strconv.ParseFloat(unsafeStr(num), 64)
 			if err != nil {
-				return mismatch(fmt.Sprintf("number %s", num))
+				return mismatch("a number beyond float64's range")
 			}
 			c.Floats[row] = v
 		default:
-			return mismatch(fmt.Sprintf("number %s", num))
+			return mismatch("a number")
 		}
 	}
 	return nil
