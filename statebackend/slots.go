@@ -25,7 +25,7 @@ import (
 //   - on a backend that hosts slots (SlotHost: the heap backend) the index
 //     is the state: the backend hands it the restored slots and writes the
 //     index's slots into its snapshots, and a slot id stays valid until its
-//     slot is deleted (InPlace). Nothing is encoded but in snapshots.
+//     slot is deleted. Nothing is encoded but in snapshots.
 //   - on other backends (Pebble) the state is the backend's value table,
 //     and the index is a write-back cache of it (Spills): the first use of
 //     a key reads the key's value (one point read) and the key stays
@@ -387,11 +387,6 @@ func (s *Slots) WriteKey(key []byte, group int, recs []SlotRecord) {
 	s.addStored(key, group)
 }
 
-// Bytes returns the estimated memory of the resident keys (0 when the
-// slots do not spill), and Budget the memory Evict keeps them within.
-func (s *Slots) Bytes() int64  { return s.bytes }
-func (s *Slots) Budget() int64 { return s.budget }
-
 // Evict spills resident keys, the least recently used first (by a clock),
 // while the resident keys take more than their budget, down to seven
 // eighths of it: it writes each back to the table, calls fn (if not nil)
@@ -585,7 +580,7 @@ const slotBlock = 1024
 // words, in no particular order, until fn returns false. fn must not
 // resolve or delete slots; collect what to delete and delete after. On a
 // hosting backend it scans every slot: an operator that needs it often
-// keeps its own index (see InPlace).
+// keeps its own index.
 func (s *Slots) Range(key []byte, group int, fn func(ns int64, words []int64) bool) {
 	if s.hosted {
 		for id := range s.ent {
@@ -658,10 +653,6 @@ func (s *Slots) Flush() {
 // Len returns the number of slots indexed (not of slots in the table).
 func (s *Slots) Len() int { return s.n }
 
-// InPlace reports whether the backend hosts the slots (SlotHost): the index
-// then holds every slot.
-func (s *Slots) InPlace() bool { return s.hosted }
-
 // SlotKey returns the key (owned by the index: do not modify it), key group
 // and namespace of a slot.
 func (s *Slots) SlotKey(slot int32) (key []byte, group int, ns int64) {
@@ -672,7 +663,7 @@ func (s *Slots) SlotKey(slot int32) (key []byte, group int, ns int64) {
 // DeleteSlot removes a slot by id, as Delete does by key.
 func (s *Slots) DeleteSlot(slot int32) { s.deleteID(slot) }
 
-// Each calls fn with the id of every slot in the index (InPlace: every
+// Each calls fn with the id of every slot in the index (when hosted: every
 // slot; else those of the resident keys), in no particular order.
 func (s *Slots) Each(fn func(slot int32)) {
 	for id := range s.ent {

@@ -64,7 +64,6 @@ type Window struct {
 	pendAcc  []int64 // the merged accumulators of pend, lay.width each
 	merged   []int64
 	panes    []paneRef
-	drop     []int64
 
 	// Firing scratch of the pane index: res holds one merged accumulator
 	// per key of the window being fired (lay.width words each), outIdx
