@@ -1,14 +1,15 @@
 package jobmanager
 
 import (
+	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
 
-// buildDeployment describes the execution a deployAction places for the
+// buildDeployment describes the execution a scheduler.DeployAction places for the
 // taskmanager that runs it. a.SlotAddrs[i] is the address of the
 // taskmanager hosting shared slot i, and so every task's subtask i.
-func buildDeployment(a *deployAction) *weirpb.TaskDeployment {
+func buildDeployment(a *scheduler.DeployAction) *weirpb.TaskDeployment {
 	g, t, subtask := a.Graph, a.Task, a.Subtask
 	d := &weirpb.TaskDeployment{
 		Id:                 &weirpb.ExecutionID{JobId: a.JobID, VertexId: int32(t.Head), Subtask: int32(subtask), Attempt: a.Attempt},
@@ -21,10 +22,10 @@ func buildDeployment(a *deployAction) *weirpb.TaskDeployment {
 	if ck := a.Checkpointing; ck.Enabled {
 		d.Checkpointing = &weirpb.TaskCheckpointing{Enabled: true, Mode: weirpb.CheckpointMode(ck.Mode), Storage: ck.Storage}
 	}
-	if a.Restore != nil {
-		d.RestoreCheckpointId = a.Restore.CheckpointId
-		d.Restore = restoreHandles(a.Restore, g, t, subtask)
-		d.RestoreFinished = finishedIn(a.Restore, g.Vertices[t.Head].UID, subtask)
+	if m := manifestOf(a.Restore); m != nil {
+		d.RestoreCheckpointId = m.CheckpointId
+		d.Restore = restoreHandles(m, g, t, subtask)
+		d.RestoreFinished = finishedIn(m, g.Vertices[t.Head].UID, subtask)
 	}
 	slotAddrs := a.SlotAddrs
 	for _, id := range t.Chain {

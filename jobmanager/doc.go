@@ -6,35 +6,25 @@
 // taskmanagers (ClusterService) and clients (JobService) call, a JSON REST
 // API for people and dashboards, and Prometheus metrics.
 //
-// The package is split into a pure core and a thin shell:
+// The package is the shell around jobmanager/scheduler, the pure state
+// machine that makes every decision (see its documentation):
 //
-//   - executiongraph.go: operator chaining and slot placement, pure
-//     functions of a planned stream.JobGraph.
-//   - region.go: the pipelined failover regions of a job, a pure function
-//     of its graph and tasks, and a region's restart state.
 //   - deployment.go: the TaskDeployment descriptor a taskmanager receives,
-//     a pure function of a task, a subtask and the slot placement.
-//   - manifest.go: the checkpoint manifest built from the tasks'
-//     acknowledgements, and the state handles each task restores.
-//   - core.go, coremembership.go, corecheckpoint.go: the job and
-//     taskmanager state machine,
-//     including restarts and one coordinator.Coordinator (itself pure) per
-//     job that takes checkpoints. It has no goroutines, no clock (callers
-//     pass now) and no I/O: each event (register, heartbeat, task report,
-//     submit, cancel, tick, checkpoint ack/decline, manifest written)
-//     returns the actions (deploy, cancel, trigger, notify, write manifest,
-//     delete checkpoints) the shell must carry out, in the shape of
-//     a Step/Ready state machine. Restart decisions come from a
-//     failover.Strategy.
-//   - jobmanager.go, grpc.go, rest.go, taskexecutor.go, metrics.go,
-//     wiring.go: the shell. It owns the listeners, the tick loop, the gRPC
-//     client connections to taskmanagers, each job's checkpoint storage
-//     and the goroutines that perform the core's actions (all I/O,
-//     including manifest writes, happens there, off the core's lock).
+//     a pure function of a scheduler.DeployAction.
+//   - manifest.go: the checkpoint manifest built from a
+//     scheduler.WriteManifestAction, and the state handles each task
+//     restores.
+//   - jobmanager.go, grpc.go, rest.go, taskexecutor.go, metrics.go, ha.go,
+//     gc.go, wiring.go: the shell. It owns the listeners, the tick loop,
+//     the gRPC client connections to taskmanagers, each job's checkpoint
+//     storage, leadership, and the goroutines that carry out the
+//     scheduler's actions (all I/O, including manifest writes, happens
+//     there, off the scheduler's lock). It logs what the scheduler noted
+//     (Scheduler.Logs) after every event.
 //
 // # Contract
 //
-// The core owns every decision: which taskmanager runs which execution
+// The scheduler owns every decision: which taskmanager runs which execution
 // (task × subtask) and in which attempt, when a job or one of its failover
 // regions restarts and from which checkpoint, and when a checkpoint is
 // triggered, completed or deleted. It never blocks and never does I/O; the
@@ -52,9 +42,8 @@
 // failover regions, taskmanager loss, fencing, checkpoints, metrics and the
 // REST API — is described in docs/jobmanager.md.
 //
-// jobmanager imports stream, coordinator, failover, checkpoint (and
-// blobstore for its ErrNotFound), ha, proto/weirpb (in the gRPC and REST
-// adapters, the deployment and manifest builders, and as the opaque
-// manifest the core keeps for restore), internal/errkind, gRPC, the
-// Prometheus client and the standard library. It never imports taskmanager.
+// jobmanager imports jobmanager/scheduler, stream, coordinator, failover,
+// checkpoint (and blobstore for its ErrNotFound), ha, proto/weirpb,
+// internal/errkind, gRPC, the Prometheus client and the standard library.
+// It never imports taskmanager.
 package jobmanager

@@ -9,6 +9,7 @@ import (
 	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/coordinator"
+	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 )
 
@@ -43,13 +44,13 @@ func garbage(objs []blobstore.ObjectInfo, jobID string, keep func(id int64) bool
 // checkpoint objects.
 func (jm *JobManager) collectGarbage(ctx context.Context, jobID string, dryRun bool, minAge time.Duration) (*weirpb.CollectGarbageResponse, error) {
 	jm.mu.Lock()
-	v, err := jm.mu.core.checkpoints(jobID)
+	v, err := jm.mu.core.Checkpoints(jobID)
 	jm.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	if !v.Enabled {
-		return nil, fmt.Errorf("%w: job %s takes no checkpoints", ErrCheckpointingOff, jobID)
+		return nil, fmt.Errorf("%w: job %s takes no checkpoints", scheduler.ErrCheckpointingOff, jobID)
 	}
 	st, ok := jm.storage(jobID).(objectStore)
 	if !ok {

@@ -12,8 +12,17 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/coordinator"
+	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
+)
+
+// Errors of the shell, besides the scheduler's.
+var (
+	// ErrCheckpointNotFound: no such checkpoint of the job.
+	ErrCheckpointNotFound = errors.New("jobmanager: checkpoint not found")
+	// ErrStorage: checkpoint storage cannot be opened or read.
+	ErrStorage = errors.New("jobmanager: checkpoint storage")
 )
 
 // toGRPCError turns an error of this package into a gRPC status error. It
@@ -27,16 +36,16 @@ func toGRPCError(err error) error {
 	}
 	code := codes.Internal
 	switch {
-	case errors.Is(err, ErrJobNotFound):
+	case errors.Is(err, scheduler.ErrJobNotFound):
 		code = codes.NotFound
 	case errors.Is(err, ErrCheckpointNotFound):
 		code = codes.NotFound
-	case errors.Is(err, ErrJobNotCancelable), errors.Is(err, ErrCheckpointingOff), errors.Is(err, ErrJobNotRunning), errors.Is(err, ErrCheckpointNotTriggered),
+	case errors.Is(err, scheduler.ErrJobNotCancelable), errors.Is(err, scheduler.ErrCheckpointingOff), errors.Is(err, scheduler.ErrJobNotRunning), errors.Is(err, scheduler.ErrCheckpointNotTriggered),
 		errors.Is(err, ErrStorage):
 		code = codes.FailedPrecondition
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, scheduler.ErrInvalidArgument):
 		code = codes.InvalidArgument
-	case errors.Is(err, ErrTaskManagerReplaced):
+	case errors.Is(err, scheduler.ErrTaskManagerReplaced):
 		code = codes.AlreadyExists
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
@@ -61,11 +70,11 @@ type clusterServer struct {
 
 func (s *clusterServer) RegisterTaskManager(_ context.Context, req *weirpb.RegisterTaskManagerRequest) (*weirpb.RegisterTaskManagerResponse, error) {
 	var err error
-	r := tmRegistration{ID: req.GetTaskmanagerId(), Instance: req.GetInstanceId(), Addr: req.GetAddress(),
+	r := scheduler.Registration{ID: req.GetTaskmanagerId(), Instance: req.GetInstanceId(), Addr: req.GetAddress(),
 		ExchangeAddr: req.GetExchangeAddress(), Slots: int(req.GetSlots()), OpTypes: req.GetOperatorTypes()}
-	s.jm.step(func(c *core, now time.Time) []action {
-		var acts []action
-		acts, err = c.register(r, now)
+	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		var acts []scheduler.Action
+		acts, err = c.Register(r, now)
 		if err == nil {
 			// A fresh, watched connection before any action for the new
 			// registration is dispatched: the old one may sit in the
@@ -87,28 +96,28 @@ func (s *clusterServer) RegisterTaskManager(_ context.Context, req *weirpb.Regis
 	}, nil
 }
 
-func fromTaskStatus(st *weirpb.TaskStatus) taskReport {
+func fromTaskStatus(st *weirpb.TaskStatus) scheduler.TaskReport {
 	id := st.GetId()
-	return taskReport{JobID: id.GetJobId(), Vertex: int(id.GetVertexId()), Subtask: int(id.GetSubtask()), Attempt: id.GetAttempt(),
-		State: taskState(st.GetState()), Err: st.GetError(), RecordsIn: st.GetRecordsIn(), RecordsOut: st.GetRecordsOut(),
+	return scheduler.TaskReport{JobID: id.GetJobId(), Vertex: int(id.GetVertexId()), Subtask: int(id.GetSubtask()), Attempt: id.GetAttempt(),
+		State: scheduler.TaskState(st.GetState()), Err: st.GetError(), RecordsIn: st.GetRecordsIn(), RecordsOut: st.GetRecordsOut(),
 		BrokenPeer: st.GetBrokenPeer()}
 }
 
 func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatRequest) (*weirpb.HeartbeatResponse, error) {
-	reports := make([]taskReport, len(req.GetTasks()))
+	reports := make([]scheduler.TaskReport, len(req.GetTasks()))
 	for i, st := range req.GetTasks() {
 		reports[i] = fromTaskStatus(st)
 	}
 	var rereg bool
 	var reason string
 	var active []string
-	s.jm.step(func(c *core, now time.Time) []action {
-		var acts []action
-		rereg, acts = c.heartbeat(req.GetTaskmanagerId(), req.GetInstanceId(), reports, now)
+	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		var acts []scheduler.Action
+		rereg, acts = c.Heartbeat(req.GetTaskmanagerId(), req.GetInstanceId(), reports, now)
 		if rereg {
-			reason = c.reregisterReason(req.GetTaskmanagerId(), req.GetInstanceId())
+			reason = c.ReregisterReason(req.GetTaskmanagerId(), req.GetInstanceId())
 		}
-		active = c.activeJobs()
+		active = c.ActiveJobs()
 		return acts
 	})
 	return &weirpb.HeartbeatResponse{Reregister: rereg, Epoch: s.jm.epoch(), Reason: reason, ActiveJobs: active}, nil
@@ -116,24 +125,26 @@ func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatReques
 
 func (s *clusterServer) UpdateTaskState(_ context.Context, req *weirpb.UpdateTaskStateRequest) (*weirpb.UpdateTaskStateResponse, error) {
 	if req.GetStatus() == nil {
-		return nil, toGRPCError(fmt.Errorf("%w: UpdateTaskState without a status", ErrInvalidArgument))
+		return nil, toGRPCError(fmt.Errorf("%w: UpdateTaskState without a status", scheduler.ErrInvalidArgument))
 	}
 	r := fromTaskStatus(req.GetStatus())
-	s.jm.step(func(c *core, now time.Time) []action { return c.report(req.GetTaskmanagerId(), r, now) })
+	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		return c.Report(req.GetTaskmanagerId(), r, now)
+	})
 	return &weirpb.UpdateTaskStateResponse{}, nil
 }
 
 func (s *clusterServer) AcknowledgeCheckpoint(_ context.Context, req *weirpb.AcknowledgeCheckpointRequest) (*weirpb.AcknowledgeCheckpointResponse, error) {
 	id := req.GetId()
 	if id == nil {
-		return nil, toGRPCError(fmt.Errorf("%w: AcknowledgeCheckpoint without an execution id", ErrInvalidArgument))
+		return nil, toGRPCError(fmt.Errorf("%w: AcknowledgeCheckpoint without an execution id", scheduler.ErrInvalidArgument))
 	}
-	st := ackStats{SyncDuration: time.Duration(req.GetSyncDurationMs()) * time.Millisecond,
+	st := scheduler.AckStats{SyncDuration: time.Duration(req.GetSyncDurationMs()) * time.Millisecond,
 		AsyncDuration:     time.Duration(req.GetAsyncDurationMs()) * time.Millisecond,
 		AlignmentDuration: time.Duration(req.GetAlignmentDurationMs()) * time.Millisecond, Bytes: req.GetBytes()}
 	handles := req.GetHandles()
-	s.jm.step(func(c *core, now time.Time) []action {
-		return c.ack(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
+	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		return c.Ack(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
 			req.GetCheckpointId(), handles, st, now)
 	})
 	return &weirpb.AcknowledgeCheckpointResponse{}, nil
@@ -142,14 +153,14 @@ func (s *clusterServer) AcknowledgeCheckpoint(_ context.Context, req *weirpb.Ack
 func (s *clusterServer) DeclineCheckpoint(_ context.Context, req *weirpb.DeclineCheckpointRequest) (*weirpb.DeclineCheckpointResponse, error) {
 	id := req.GetId()
 	if id == nil {
-		return nil, toGRPCError(fmt.Errorf("%w: DeclineCheckpoint without an execution id", ErrInvalidArgument))
+		return nil, toGRPCError(fmt.Errorf("%w: DeclineCheckpoint without an execution id", scheduler.ErrInvalidArgument))
 	}
 	reason := req.GetReason()
 	if reason == "" {
 		reason = "no reason given"
 	}
-	s.jm.step(func(c *core, now time.Time) []action {
-		return c.decline(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
+	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		return c.Decline(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
 			req.GetCheckpointId(), reason, now)
 	})
 	return &weirpb.DeclineCheckpointResponse{}, nil
@@ -158,10 +169,10 @@ func (s *clusterServer) DeclineCheckpoint(_ context.Context, req *weirpb.Decline
 func (s *clusterServer) SourceInputEnded(_ context.Context, req *weirpb.SourceInputEndedRequest) (*weirpb.SourceInputEndedResponse, error) {
 	id := req.GetId()
 	if id == nil {
-		return nil, toGRPCError(fmt.Errorf("%w: SourceInputEnded without an execution id", ErrInvalidArgument))
+		return nil, toGRPCError(fmt.Errorf("%w: SourceInputEnded without an execution id", scheduler.ErrInvalidArgument))
 	}
-	s.jm.step(func(c *core, now time.Time) []action {
-		return c.sourceInputEnded(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(), now)
+	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		return c.SourceInputEnded(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(), now)
 	})
 	return &weirpb.SourceInputEndedResponse{}, nil
 }
@@ -195,9 +206,9 @@ func (jm *JobManager) submit(ctx context.Context, pg *weirpb.JobGraph, slotWait 
 		jm.storages.Unlock()
 		return "", fmt.Errorf("jobmanager: recording job %q in etcd: %w; retry the submission", g.Name, err)
 	}
-	jm.step(func(c *core, now time.Time) []action {
-		var acts []action
-		acts, err = c.submit(id, g, opts, now)
+	jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		var acts []scheduler.Action
+		acts, err = c.Submit(id, g, opts, now)
 		return acts
 	})
 	if err != nil {
@@ -211,22 +222,22 @@ func (jm *JobManager) submit(ctx context.Context, pg *weirpb.JobGraph, slotWait 
 
 // prepare plans the graph, checks its settings and opens its checkpoint
 // storage (registered under id).
-func (jm *JobManager) prepare(ctx context.Context, id string, pg *weirpb.JobGraph, slotWait time.Duration) (jobOptions, *stream.JobGraph, error) {
+func (jm *JobManager) prepare(ctx context.Context, id string, pg *weirpb.JobGraph, slotWait time.Duration) (scheduler.JobOptions, *stream.JobGraph, error) {
 	if slotWait < 0 {
-		return jobOptions{}, nil, fmt.Errorf("%w: slot_wait_ms %d is negative; use 0 for the default", ErrInvalidArgument, slotWait.Milliseconds())
+		return scheduler.JobOptions{}, nil, fmt.Errorf("%w: slot_wait_ms %d is negative; use 0 for the default", scheduler.ErrInvalidArgument, slotWait.Milliseconds())
 	}
 	if slotWait == 0 {
 		slotWait = jm.cfg.SlotWaitTimeout
 	}
 	g, err := weirpb.ToGraph(pg)
 	if err != nil {
-		return jobOptions{}, nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return scheduler.JobOptions{}, nil, fmt.Errorf("%w: %v", scheduler.ErrInvalidArgument, err)
 	}
 	if err := stream.Plan(g, jm.reg); err != nil { // validates g.Checkpoint too
-		return jobOptions{}, nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return scheduler.JobOptions{}, nil, fmt.Errorf("%w: %v", scheduler.ErrInvalidArgument, err)
 	}
 	if err := stream.ValidateStateBackend(g.State.Backend); err != nil {
-		return jobOptions{}, nil, fmt.Errorf("%w: job %q: state: %v", ErrInvalidArgument, g.Name, err)
+		return scheduler.JobOptions{}, nil, fmt.Errorf("%w: job %q: state: %v", scheduler.ErrInvalidArgument, g.Name, err)
 	}
 	g.State.Backend = cmp.Or(g.State.Backend, jm.cfg.DefaultStateBackend, stream.StateBackendHeap)
 	ck := g.Checkpoint.WithDefaults()
@@ -236,14 +247,14 @@ func (jm *JobManager) prepare(ctx context.Context, id string, pg *weirpb.JobGrap
 	}
 	strategy, err := jm.newRestart(restartCfg, ck.Enabled())
 	if err != nil {
-		return jobOptions{}, nil, fmt.Errorf("%w: job %q: restart strategy: %v", ErrInvalidArgument, g.Name, err)
+		return scheduler.JobOptions{}, nil, fmt.Errorf("%w: job %q: restart strategy: %v", scheduler.ErrInvalidArgument, g.Name, err)
 	}
-	opts := jobOptions{SlotWait: slotWait, Restart: strategy, Checkpoint: ck, FirstAttempt: jm.attemptBase.Load() + 1}
+	opts := scheduler.JobOptions{SlotWait: slotWait, Restart: strategy, Checkpoint: ck, FirstAttempt: jm.attemptBase.Load() + 1}
 	if ck.Enabled() {
 		opts.Storage = cmp.Or(ck.Storage, jm.cfg.CheckpointStorage, DefaultCheckpointStorage)
 		st, err := jm.openStorage(ctx, opts.Storage)
 		if err != nil {
-			return jobOptions{}, nil, fmt.Errorf("%w %s of job %q cannot be opened: %v; fix the job's checkpointing storage (or the jobmanager's default) and submit again",
+			return scheduler.JobOptions{}, nil, fmt.Errorf("%w %s of job %q cannot be opened: %v; fix the job's checkpointing storage (or the jobmanager's default) and submit again",
 				ErrStorage, opts.Storage, g.Name, err)
 		}
 		jm.storages.Lock()
@@ -255,22 +266,22 @@ func (jm *JobManager) prepare(ctx context.Context, id string, pg *weirpb.JobGrap
 
 // restartingMessage explains a RESTARTING job in the error field of the
 // APIs (gRPC shows the state as FAILING).
-func restartingMessage(v *jobView, now time.Time) string {
+func restartingMessage(v *scheduler.JobView, now time.Time) string {
 	left := max(v.RestartDue.Sub(now), 0).Round(100 * time.Millisecond)
 	return fmt.Sprintf("restarting (attempt %d) in %s after: %s", v.Attempt+1, left, v.Err)
 }
 
 // regionsMessage explains the restarting regions of a job that is not
 // restarting as a whole, in the error field of the APIs.
-func regionsMessage(v *jobView, now time.Time) string {
+func regionsMessage(v *scheduler.JobView, now time.Time) string {
 	left := func(t time.Time) time.Duration { return max(t.Sub(now), 0).Round(100 * time.Millisecond) }
 	parts := make([]string, 0, len(v.RestartingRegions))
 	for _, r := range v.RestartingRegions {
 		var what string
 		switch r.Phase {
-		case regionDeploying:
+		case scheduler.RegionDeploying:
 			what = fmt.Sprintf("redeploying (attempt %d)", r.Attempt)
-		case regionWaitingForSlots:
+		case scheduler.RegionWaitingForSlots:
 			what = fmt.Sprintf("waiting for slots (attempt %d) for up to %s", r.Attempt, left(r.SlotDeadline))
 		default:
 			what = fmt.Sprintf("restarting (attempt %d) in %s", r.Attempt, left(r.Due))
@@ -282,9 +293,9 @@ func regionsMessage(v *jobView, now time.Time) string {
 
 // jobMessage is the error field of a job in the APIs: the job's error, or
 // why it or some of its regions restart.
-func jobMessage(v *jobView, now time.Time) string {
+func jobMessage(v *scheduler.JobView, now time.Time) string {
 	switch {
-	case v.State == jobRestarting:
+	case v.State == scheduler.JobRestarting:
 		return restartingMessage(v, now)
 	case len(v.RestartingRegions) > 0:
 		return regionsMessage(v, now)
@@ -294,14 +305,14 @@ func jobMessage(v *jobView, now time.Time) string {
 
 // protoJobState maps the core's job state to the protobuf enum, which has
 // no RESTARTING: a restarting job shows as FAILING.
-func protoJobState(s jobState) weirpb.JobState {
-	if s == jobRestarting {
+func protoJobState(s scheduler.JobState) weirpb.JobState {
+	if s == scheduler.JobRestarting {
 		return weirpb.JobState_JOB_STATE_FAILING
 	}
 	return weirpb.JobState(s)
 }
 
-func toJobSummary(v *jobView, now time.Time) *weirpb.JobSummary {
+func toJobSummary(v *scheduler.JobView, now time.Time) *weirpb.JobSummary {
 	s := &weirpb.JobSummary{JobId: v.ID, Name: v.Name, State: protoJobState(v.State), StartTimeMs: unixMillis(v.Start),
 		EndTimeMs: unixMillis(v.End), TasksTotal: int32(v.TasksTotal), TasksRunning: int32(v.TasksRunning), Error: jobMessage(v, now)}
 	return s
@@ -309,7 +320,7 @@ func toJobSummary(v *jobView, now time.Time) *weirpb.JobSummary {
 
 func (s *jobServer) ListJobs(context.Context, *weirpb.ListJobsRequest) (*weirpb.ListJobsResponse, error) {
 	s.jm.mu.Lock()
-	views, now := s.jm.mu.core.jobViews(), s.jm.now()
+	views, now := s.jm.mu.core.Jobs(), s.jm.now()
 	s.jm.mu.Unlock()
 	resp := &weirpb.ListJobsResponse{}
 	for i := range views {
@@ -320,7 +331,7 @@ func (s *jobServer) ListJobs(context.Context, *weirpb.ListJobsRequest) (*weirpb.
 
 func (s *jobServer) GetJob(_ context.Context, req *weirpb.GetJobRequest) (*weirpb.GetJobResponse, error) {
 	s.jm.mu.Lock()
-	v, err := s.jm.mu.core.jobView(req.GetJobId())
+	v, err := s.jm.mu.core.Job(req.GetJobId())
 	now := s.jm.now()
 	s.jm.mu.Unlock()
 	if err != nil {
@@ -336,9 +347,9 @@ func (s *jobServer) GetJob(_ context.Context, req *weirpb.GetJobRequest) (*weirp
 
 func (s *jobServer) CancelJob(_ context.Context, req *weirpb.CancelJobRequest) (*weirpb.CancelJobResponse, error) {
 	var err error
-	s.jm.step(func(c *core, now time.Time) []action {
-		var acts []action
-		acts, err = c.cancel(req.GetJobId(), now)
+	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		var acts []scheduler.Action
+		acts, err = c.Cancel(req.GetJobId(), now)
 		return acts
 	})
 	if err != nil {
@@ -349,7 +360,7 @@ func (s *jobServer) CancelJob(_ context.Context, req *weirpb.CancelJobRequest) (
 
 func (s *jobServer) ListTaskManagers(context.Context, *weirpb.ListTaskManagersRequest) (*weirpb.ListTaskManagersResponse, error) {
 	s.jm.mu.Lock()
-	views := s.jm.mu.core.tmViews()
+	views := s.jm.mu.core.TaskManagers()
 	s.jm.mu.Unlock()
 	resp := &weirpb.ListTaskManagersResponse{}
 	for _, v := range views {
@@ -376,14 +387,14 @@ func toCheckpointStatus(s coordinator.Status) weirpb.CheckpointStatus {
 // duration of a checkpoint in progress is the time since its trigger.
 func (jm *JobManager) listCheckpoints(jobID string) (*weirpb.ListCheckpointsResponse, error) {
 	jm.mu.Lock()
-	v, err := jm.mu.core.checkpoints(jobID)
+	v, err := jm.mu.core.Checkpoints(jobID)
 	now := jm.now()
 	jm.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	if !v.Enabled {
-		return nil, fmt.Errorf("%w: job %s takes no checkpoints; set a checkpointing interval in its spec", ErrCheckpointingOff, jobID)
+		return nil, fmt.Errorf("%w: job %s takes no checkpoints; set a checkpointing interval in its spec", scheduler.ErrCheckpointingOff, jobID)
 	}
 	resp := &weirpb.ListCheckpointsResponse{Completed: int64(v.Completed), Failed: int64(v.Failed), InProgress: int64(v.InProgress),
 		RestoredFrom: v.RestoredFrom}
@@ -406,13 +417,13 @@ func (jm *JobManager) listCheckpoints(jobID string) (*weirpb.ListCheckpointsResp
 // inspectCheckpoint reads a completed checkpoint's manifest from storage.
 func (jm *JobManager) inspectCheckpoint(ctx context.Context, jobID string, id int64) (*weirpb.InspectCheckpointResponse, error) {
 	jm.mu.Lock()
-	v, err := jm.mu.core.checkpoints(jobID)
+	v, err := jm.mu.core.Checkpoints(jobID)
 	jm.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	if !v.Enabled {
-		return nil, fmt.Errorf("%w: job %s takes no checkpoints", ErrCheckpointingOff, jobID)
+		return nil, fmt.Errorf("%w: job %s takes no checkpoints", scheduler.ErrCheckpointingOff, jobID)
 	}
 	st := jm.storage(jobID)
 	if id < 1 || st == nil {
@@ -456,9 +467,9 @@ func (s *jobServer) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerJobC
 func (jm *JobManager) triggerCheckpoint(jobID string) (int64, error) {
 	var id int64
 	var err error
-	jm.step(func(c *core, now time.Time) []action {
-		var acts []action
-		id, acts, err = c.triggerNow(jobID, now)
+	jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		var acts []scheduler.Action
+		id, acts, err = c.TriggerNow(jobID, now)
 		return acts
 	})
 	return id, err

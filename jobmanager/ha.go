@@ -19,6 +19,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/internal/errkind"
+	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 )
 
@@ -200,19 +201,19 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st *ha.Store) error {
 				jm.log.Error("cannot recover a job: its latest checkpoint does not verify; the job stays stopped", "job", rec.ID, "error", err)
 				continue
 			}
-			opts.Restore = m
+			opts.Restore = completed{m}
 			opts.FirstCheckpointID = max(opts.FirstCheckpointID, rec.Latest.ID+1)
 		}
-		jm.step(func(c *core, now time.Time) []action {
-			var acts []action
-			acts, err = c.submit(rec.ID, g, opts, now)
+		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+			var acts []scheduler.Action
+			acts, err = c.Submit(rec.ID, g, opts, now)
 			return acts
 		})
 		if err != nil {
 			jm.log.Error("cannot recover a stored job", "job", rec.ID, "error", err)
 			continue
 		}
-		jm.log.Info("recovered job after takeover", "job", rec.ID, "checkpoint", opts.Restore.GetCheckpointId(), "firstCheckpointID", opts.FirstCheckpointID)
+		jm.log.Info("recovered job after takeover", "job", rec.ID, "checkpoint", checkpointIDOf(opts.Restore), "firstCheckpointID", opts.FirstCheckpointID)
 	}
 	return nil
 }
@@ -239,10 +240,10 @@ func (jm *JobManager) haPublishTerminal(ctx context.Context, done map[string]boo
 		return
 	}
 	jm.mu.Lock()
-	views := jm.mu.core.jobViews()
+	views := jm.mu.core.Jobs()
 	jm.mu.Unlock()
 	for _, v := range views {
-		if !v.State.terminal() || done[v.ID] {
+		if !v.State.Terminal() || done[v.ID] {
 			continue
 		}
 		b, _ := json.Marshal(haStatus{State: fmt.Sprint(protoJobState(v.State))})

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/ha"
+	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -50,12 +51,12 @@ type JobManager struct {
 	}
 	mu struct {
 		sync.Mutex
-		core *core
+		core *scheduler.Scheduler
 	}
 	// Seams to the checkpoint storage and the restart strategies (wiring.go
 	// sets the real ones; tests may replace them before Run).
 	openStorage func(ctx context.Context, uri string) (checkpointStore, error)
-	newRestart  func(cfg stream.RestartConfig, checkpointing bool) (restartStrategy, error)
+	newRestart  func(cfg stream.RestartConfig, checkpointing bool) (scheduler.RestartStrategy, error)
 	// storages holds the opened checkpoint storage of each job that takes
 	// checkpoints.
 	storages struct {
@@ -83,7 +84,7 @@ type JobManager struct {
 	// queue holds actions the core returned, for the dispatcher.
 	queue struct {
 		sync.Mutex
-		pending []action
+		pending []scheduler.Action
 		signal  chan struct{} // capacity 1
 	}
 }
@@ -103,7 +104,7 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 	}
 	jm := &JobManager{cfg: cfg, reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
 		openStorage: openCheckpointStorage, newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry}
-	jm.mu.core = newCore(coreConfig{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout, Logger: log})
+	jm.mu.core = scheduler.New(scheduler.Config{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout})
 	jm.queue.signal = make(chan struct{}, 1)
 	jm.storages.m = make(map[string]checkpointStore)
 	jm.reserved.m = make(map[string]int64)
@@ -245,12 +246,14 @@ func (jm *JobManager) Run(ctx context.Context) error {
 	}
 	// Best-effort: tell taskmanagers to stop this jobmanager's tasks.
 	jm.mu.Lock()
-	cancels := jm.mu.core.shutdown(jm.now())
+	cancels := jm.mu.core.Shutdown(jm.now())
+	logs := jm.mu.core.Logs()
 	jm.mu.Unlock()
+	jm.logScheduler(logs)
 	var wg sync.WaitGroup
 	for _, a := range cancels {
 		wg.Go(func() {
-			ca := a.(cancelAction)
+			ca := a.(scheduler.CancelAction)
 			if err := execs.CancelTask(stopCtx, ca.Addr, executionID(ca.JobID, ca.Vertex, ca.Subtask, ca.Attempt)); err != nil {
 				jm.log.Warn("cancelling task at shutdown failed", "job", ca.JobID, "taskmanager", ca.TaskManager, "error", err)
 			}
@@ -289,21 +292,25 @@ func (jm *JobManager) probeTimeout() time.Duration {
 // connBroken and probed receive the connection watchers' findings
 // (connEvents).
 func (jm *JobManager) connBroken(id, instance, reason string) {
-	jm.step(func(c *core, now time.Time) []action { return c.suspect(id, instance, reason, now) })
+	jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		return c.Suspect(id, instance, reason, now)
+	})
 }
 
 func (jm *JobManager) probed(id, instance string, err error) {
-	jm.step(func(c *core, now time.Time) []action { return c.probed(id, instance, err, now) })
+	jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		return c.Probed(id, instance, err, now)
+	})
 }
 
 // suspectIfUnavailable suspects process instance of taskmanager id when a
 // call to it failed as Unavailable: it died, is cut off, or another process
 // serves its address.
-func suspectIfUnavailable(c *core, id, instance string, err error, now time.Time) []action {
+func suspectIfUnavailable(c *scheduler.Scheduler, id, instance string, err error, now time.Time) []scheduler.Action {
 	if !unavailable(err) {
 		return nil
 	}
-	return c.suspect(id, instance, fmt.Sprintf("a call to it failed: %v", err), now)
+	return c.Suspect(id, instance, fmt.Sprintf("a call to it failed: %v", err), now)
 }
 
 // tickInterval is how often deadlines (heartbeats, slot waits, cancel
@@ -313,7 +320,7 @@ func suspectIfUnavailable(c *core, id, instance string, err error, now time.Time
 func (jm *JobManager) tickInterval() time.Duration {
 	d := min(max(min(jm.cfg.HeartbeatTimeout, jm.cfg.SlotWaitTimeout)/20, 5*time.Millisecond), 100*time.Millisecond)
 	jm.mu.Lock()
-	ck := jm.mu.core.minCheckpointInterval()
+	ck := jm.mu.core.MinCheckpointInterval()
 	jm.mu.Unlock()
 	if ck > 0 {
 		d = max(min(d, ck/4), 5*time.Millisecond)
@@ -350,7 +357,7 @@ func (jm *JobManager) tickLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			jm.step(func(c *core, now time.Time) []action { return c.tick(now) })
+			jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action { return c.Tick(now) })
 			if jm.cfg.HA.etcd() && time.Since(last) > 500*time.Millisecond {
 				last = time.Now()
 				jm.haPublishTerminal(ctx, done)
@@ -362,14 +369,23 @@ func (jm *JobManager) tickLoop(ctx context.Context) {
 
 // step runs fn on the core under the lock and queues the actions it
 // returns.
-func (jm *JobManager) step(fn func(c *core, now time.Time) []action) {
+func (jm *JobManager) step(fn func(c *scheduler.Scheduler, now time.Time) []scheduler.Action) {
 	jm.mu.Lock()
 	acts := fn(jm.mu.core, jm.now())
+	logs := jm.mu.core.Logs()
 	jm.mu.Unlock()
+	jm.logScheduler(logs)
 	jm.enqueue(acts)
 }
 
-func (jm *JobManager) enqueue(acts []action) {
+// logScheduler writes what the scheduler noted to the log.
+func (jm *JobManager) logScheduler(entries []scheduler.LogEntry) {
+	for _, e := range entries {
+		jm.log.Log(context.Background(), slog.Level(e.Level), e.Msg, e.Attrs...)
+	}
+}
+
+func (jm *JobManager) enqueue(acts []scheduler.Action) {
 	if len(acts) == 0 {
 		return
 	}
@@ -407,20 +423,20 @@ func executionID(jobID string, vertex, subtask int, attempt int64) *weirpb.Execu
 	return &weirpb.ExecutionID{JobId: jobID, VertexId: int32(vertex), Subtask: int32(subtask), Attempt: attempt}
 }
 
-func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a action) {
+func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a scheduler.Action) {
 	ctx, cancel := context.WithTimeout(parent, rpcTimeout)
 	defer cancel()
 	switch a := a.(type) {
-	case deployAction:
+	case scheduler.DeployAction:
 		d := buildDeployment(&a)
 		err := execs.SubmitTask(ctx, a.Addr, d, a.Instance)
 		if err != nil {
 			jm.log.Warn("deploying task failed", "job", a.JobID, "task", d.TaskName, "taskmanager", a.TaskManager, "error", err)
 		}
-		jm.step(func(c *core, now time.Time) []action {
-			return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.deployDone(a, err, now)...)
+		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+			return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.DeployDone(a, err, now)...)
 		})
-	case cancelAction:
+	case scheduler.CancelAction:
 		err := execs.CancelTask(ctx, a.Addr, executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt))
 		// Unavailable: the taskmanager process is not there (killed, or
 		// cut off). Treating its task as gone is safe: a task that still
@@ -428,10 +444,10 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a act
 		// commits are rejected, and its taskmanager cancels it when it
 		// learns it was declared lost.
 		gone := status.Code(err) == codes.NotFound || unavailable(err)
-		jm.step(func(c *core, now time.Time) []action {
-			return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.cancelDone(a, err, gone, now)...)
+		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+			return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.CancelDone(a, err, gone, now)...)
 		})
-	case triggerAction:
+	case scheduler.TriggerAction:
 		err := jm.haReserve(ctx, a.JobID, a.CheckpointID)
 		if err == nil {
 			err = execs.TriggerCheckpoint(ctx, a.Addr, &weirpb.TriggerCheckpointRequest{
@@ -447,15 +463,15 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a act
 		} else if err != nil {
 			jm.log.Warn("triggering a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID, "vertex", a.Vertex,
 				"subtask", a.Subtask, "taskmanager", a.TaskManager, "error", err)
-			jm.step(func(c *core, now time.Time) []action {
-				return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.triggerFailed(a, err, now)...)
+			jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+				return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.TriggerFailed(a, err, now)...)
 			})
 		}
-	case notifyAction:
+	case scheduler.NotifyAction:
 		err := execs.NotifyCheckpoint(ctx, a.Addr, &weirpb.NotifyCheckpointRequest{
 			Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, Complete: a.Complete})
 		if unavailable(err) {
-			jm.step(func(c *core, now time.Time) []action {
+			jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
 				return suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now)
 			})
 		}
@@ -463,15 +479,18 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a act
 			jm.log.Debug("notifying a task of a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID,
 				"complete", a.Complete, "vertex", a.Vertex, "subtask", a.Subtask, "error", err)
 		}
-	case writeManifestAction:
-		err := jm.writeManifest(ctx, a)
+	case scheduler.WriteManifestAction:
+		m := buildManifest(a)
+		err := jm.writeManifest(ctx, a.JobID, m)
 		if err != nil {
-			jm.log.Warn("writing a checkpoint manifest failed", "job", a.JobID, "checkpoint", a.Manifest.CheckpointId, "error", err)
+			jm.log.Warn("writing a checkpoint manifest failed", "job", a.JobID, "checkpoint", a.ID, "error", err)
 		}
-		jm.step(func(c *core, now time.Time) []action { return c.manifestWritten(a.JobID, a.Manifest, err, now) })
-	case probeAction:
+		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+			return c.ManifestWritten(a.JobID, completed{m}, err, now)
+		})
+	case scheduler.ProbeAction:
 		execs.Probe(a.TaskManager, a.Instance)
-	case deleteCheckpointsAction:
+	case scheduler.DeleteCheckpointsAction:
 		st := jm.storage(a.JobID)
 		if st == nil {
 			return
@@ -491,23 +510,23 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a act
 
 // writeManifest writes a completed checkpoint's manifest, then the pointer
 // to it.
-func (jm *JobManager) writeManifest(ctx context.Context, a writeManifestAction) error {
-	st := jm.storage(a.JobID)
+func (jm *JobManager) writeManifest(ctx context.Context, jobID string, m *weirpb.Manifest) error {
+	st := jm.storage(jobID)
 	if st == nil {
-		return fmt.Errorf("%w: job %s has no checkpoint storage", ErrStorage, a.JobID)
+		return fmt.Errorf("%w: job %s has no checkpoint storage", ErrStorage, jobID)
 	}
-	if err := jm.haReserve(ctx, a.JobID, a.Manifest.CheckpointId); err != nil {
+	if err := jm.haReserve(ctx, jobID, m.CheckpointId); err != nil {
 		return err
 	}
-	key, sum, err := st.WriteManifest(ctx, a.Manifest)
+	key, sum, err := st.WriteManifest(ctx, m)
 	if err != nil {
 		return err
 	}
 	if hs := jm.leaderStore(); hs != nil {
-		if err := hs.PutLatestCheckpoint(ctx, a.JobID, ha.Pointer{ID: a.Manifest.CheckpointId, ManifestKey: key, ManifestSHA256: sum}); err != nil {
-			return fmt.Errorf("recording checkpoint %d in etcd: %w", a.Manifest.CheckpointId, err)
+		if err := hs.PutLatestCheckpoint(ctx, jobID, ha.Pointer{ID: m.CheckpointId, ManifestKey: key, ManifestSHA256: sum}); err != nil {
+			return fmt.Errorf("recording checkpoint %d in etcd: %w", m.CheckpointId, err)
 		}
 	}
-	return st.WritePointer(ctx, a.JobID, &weirpb.CompletedPointer{Version: 1, CheckpointId: a.Manifest.CheckpointId,
+	return st.WritePointer(ctx, jobID, &weirpb.CompletedPointer{Version: 1, CheckpointId: m.CheckpointId,
 		ManifestKey: key, ManifestSha256: sum})
 }

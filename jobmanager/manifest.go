@@ -4,9 +4,9 @@ import (
 	"cmp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/weirstream/weir/coordinator"
+	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -19,15 +19,16 @@ const manifestVersion = 1
 // handles its subtasks acknowledged, sorted by subtask then key. The acks'
 // payloads are []*weirpb.StateHandle; handles of an operator the graph does
 // not have are kept under their own uid.
-func buildManifest(jobID string, g *stream.JobGraph, mode stream.CheckpointMode, a coordinator.WriteManifestAction, now time.Time) *weirpb.Manifest {
+func buildManifest(a scheduler.WriteManifestAction) *weirpb.Manifest {
+	g := a.Graph
 	m := &weirpb.Manifest{
 		Version:        manifestVersion,
-		JobId:          jobID,
+		JobId:          a.JobID,
 		JobName:        g.Name,
 		CheckpointId:   a.ID,
-		TriggerTimeMs:  a.Timestamp.UnixMilli(),
-		CompleteTimeMs: now.UnixMilli(),
-		Mode:           weirpb.CheckpointMode(mode),
+		TriggerTimeMs:  a.Triggered.UnixMilli(),
+		CompleteTimeMs: a.Completed.UnixMilli(),
+		Mode:           weirpb.CheckpointMode(a.Mode),
 		MaxParallelism: int32(g.MaxParallelism),
 	}
 	byUID := make(map[string]*weirpb.OperatorState, len(g.Vertices))
@@ -56,7 +57,35 @@ func buildManifest(jobID string, g *stream.JobGraph, mode stream.CheckpointMode,
 			return strings.Compare(x.Key, y.Key)
 		})
 	}
+	markFinished(m, g, a.Finished)
 	return m
+}
+
+// completed is a completed checkpoint's manifest as the scheduler sees it
+// (scheduler.Checkpoint).
+type completed struct{ m *weirpb.Manifest }
+
+func (c completed) CheckpointID() int64 { return c.m.GetCheckpointId() }
+
+func (c completed) Finished(operatorUID string, subtask int) bool {
+	return finishedIn(c.m, operatorUID, subtask)
+}
+
+// manifestOf is the manifest of a checkpoint the scheduler hands back, or
+// nil for none.
+func manifestOf(cp scheduler.Checkpoint) *weirpb.Manifest {
+	if c, ok := cp.(completed); ok {
+		return c.m
+	}
+	return nil
+}
+
+// checkpointIDOf is cp's id, or 0 for none.
+func checkpointIDOf(cp scheduler.Checkpoint) int64 {
+	if cp == nil {
+		return 0
+	}
+	return cp.CheckpointID()
 }
 
 // restoreHandles picks from a completed checkpoint the state handles that
@@ -67,7 +96,7 @@ func buildManifest(jobID string, g *stream.JobGraph, mode stream.CheckpointMode,
 // taskmanager's loader keeps the key groups the subtask owns now and
 // redistributes list state. Union state (handles marked union_only) goes to
 // every subtask.
-func restoreHandles(m *weirpb.Manifest, g *stream.JobGraph, t *taskSpec, subtask int) []*weirpb.StateHandle {
+func restoreHandles(m *weirpb.Manifest, g *stream.JobGraph, t *scheduler.Task, subtask int) []*weirpb.StateHandle {
 	var out []*weirpb.StateHandle
 	for _, id := range t.Chain {
 		v := g.Vertices[id]

@@ -2,6 +2,8 @@ package jobmanager
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weirstream/weir/jobmanager/scheduler"
 )
 
 // The jobmanager's Prometheus metrics. They are read from the core at
@@ -60,8 +62,8 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.jm.mu.Lock()
-	jobs, live := c.jm.mu.core.metrics()
-	staleReports, staleAcks := c.jm.mu.core.staleReports, c.jm.mu.core.staleAcks
+	jobs, live := c.jm.mu.core.Metrics()
+	staleReports, staleAcks := c.jm.mu.core.StaleCounts()
 	c.jm.mu.Unlock()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -80,9 +82,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descFencedWrites, float64(fenced))
 	counter(descStale, float64(staleReports), "task_report")
 	counter(descStale, float64(staleAcks), "checkpoint_ack")
-	byState := make(map[string]int, len(jobStateNames))
-	for _, s := range jobStateNames[1:] {
-		byState[s] = 0
+	byState := make(map[string]int)
+	for _, s := range scheduler.JobStates() {
+		byState[s.String()] = 0
 	}
 	for _, j := range jobs {
 		byState[j.State.String()]++

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/weirstream/weir/jobmanager/scheduler"
 )
 
 // The REST API is JSON with lowerCamel field names. Times are Unix
@@ -134,7 +136,7 @@ type restCheckpoints struct {
 	RestoredFrom int64            `json:"restoredFrom"`
 }
 
-func toRESTJob(v *jobView, now time.Time) restJob {
+func toRESTJob(v *scheduler.JobView, now time.Time) restJob {
 	j := restJob{ID: v.ID, Name: v.Name, State: v.State.String(), StartTimeMs: unixMillis(v.Start), EndTimeMs: unixMillis(v.End),
 		TasksTotal: v.TasksTotal, TasksRunning: v.TasksRunning, Error: jobMessage(v, now), Attempt: v.Attempt, Restarts: v.Restarts,
 		LastFailure: v.LastFailure, Checkpointing: v.Checkpointing, Regions: v.Regions, RestartingRegions: []restRegion{}}
@@ -149,11 +151,11 @@ func toRESTJob(v *jobView, now time.Time) restJob {
 // toGRPCError does for gRPC.
 func httpStatus(err error) int {
 	switch {
-	case errors.Is(err, ErrJobNotFound), errors.Is(err, ErrCheckpointNotFound):
+	case errors.Is(err, scheduler.ErrJobNotFound), errors.Is(err, ErrCheckpointNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, scheduler.ErrInvalidArgument):
 		return http.StatusBadRequest
-	case errors.Is(err, ErrJobNotCancelable), errors.Is(err, ErrCheckpointingOff), errors.Is(err, ErrJobNotRunning), errors.Is(err, ErrCheckpointNotTriggered),
+	case errors.Is(err, scheduler.ErrJobNotCancelable), errors.Is(err, scheduler.ErrCheckpointingOff), errors.Is(err, scheduler.ErrJobNotRunning), errors.Is(err, scheduler.ErrCheckpointNotTriggered),
 		errors.Is(err, ErrStorage):
 		return http.StatusConflict
 	}
@@ -167,7 +169,7 @@ func (jm *JobManager) restHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, _ *http.Request) {
 		jm.mu.Lock()
-		views, now := jm.mu.core.jobViews(), jm.now()
+		views, now := jm.mu.core.Jobs(), jm.now()
 		jm.mu.Unlock()
 		jobs := make([]restJob, 0, len(views))
 		for i := range views {
@@ -177,7 +179,7 @@ func (jm *JobManager) restHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		jm.mu.Lock()
-		v, err := jm.mu.core.jobView(r.PathValue("id"))
+		v, err := jm.mu.core.Job(r.PathValue("id"))
 		now := jm.now()
 		jm.mu.Unlock()
 		if err != nil {
@@ -201,7 +203,7 @@ func (jm *JobManager) restHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/taskmanagers", func(w http.ResponseWriter, _ *http.Request) {
 		jm.mu.Lock()
-		views := jm.mu.core.tmViews()
+		views := jm.mu.core.TaskManagers()
 		jm.mu.Unlock()
 		tms := make([]restTaskManager, 0, len(views))
 		for _, v := range views {
@@ -213,11 +215,12 @@ func (jm *JobManager) restHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/overview", func(w http.ResponseWriter, _ *http.Request) {
 		jm.mu.Lock()
-		tms, jobs, stale, staleAcks := jm.mu.core.tmViews(), jm.mu.core.jobViews(), jm.mu.core.staleReports, jm.mu.core.staleAcks
+		tms, jobs := jm.mu.core.TaskManagers(), jm.mu.core.Jobs()
+		stale, staleAcks := jm.mu.core.StaleCounts()
 		jm.mu.Unlock()
 		o := restOverview{TaskManagers: len(tms), Jobs: make(map[string]int), StaleReports: stale, StaleAcks: staleAcks}
-		for _, s := range jobStateNames[1:] {
-			o.Jobs[s] = 0
+		for _, s := range scheduler.JobStates() {
+			o.Jobs[s.String()] = 0
 		}
 		for _, v := range tms {
 			if v.Live {

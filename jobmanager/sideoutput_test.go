@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/weirstream/weir/jobmanager/scheduler"
+	"github.com/weirstream/weir/jobmanager/scheduler/schedulertest"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -14,9 +16,9 @@ import (
 // declares side output "late" of schema (k, late).
 func sideRegistry(t *testing.T) (*stream.Registry, *stream.Schema) {
 	reg := testRegistry(t)
-	late := mustSchema(t, stream.Field{Name: "k", Type: stream.TypeInt64}, stream.Field{Name: "late", Type: stream.TypeInt64})
+	late := schedulertest.Schema(t, stream.Field{Name: "k", Type: stream.TypeInt64}, stream.Field{Name: "late", Type: stream.TypeInt64})
 	reg.Register(stream.OperatorType{Name: "split", Kind: stream.KindTransform,
-		NewOperator: func([]byte) (stream.Operator, error) { return nil, errNotRunnable },
+		NewOperator: func([]byte) (stream.Operator, error) { return nil, schedulertest.ErrNotRunnable },
 		Plan: func(p *stream.PlanContext) (*stream.Schema, error) {
 			p.DeclareSideOutput("late", late)
 			return p.Inputs[0].Schema, nil
@@ -50,7 +52,7 @@ func TestSideOutputChaining(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tasks, err := buildTasks(planned(t, g, reg))
+			tasks, err := scheduler.BuildTasks(planned(t, g, reg))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,12 +82,12 @@ func TestBuildDeploymentSideOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	planned(t, g, reg)
-	tasks, err := buildTasks(g)
+	tasks, err := scheduler.BuildTasks(g)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slotAddrs := []string{"tm:1", "tm:2", "tm:3"}
-	split := buildDeployment(&deployAction{JobID: "j", Graph: g, Task: tasks[0], Subtask: 0, Attempt: 1, SlotAddrs: slotAddrs})
+	split := buildDeployment(&scheduler.DeployAction{JobID: "j", Graph: g, Task: tasks[0], Subtask: 0, Attempt: 1, SlotAddrs: slotAddrs})
 	wantOuts := []*weirpb.OutputSpec{
 		{DownstreamVertex: 2, DownstreamParallelism: 2, Partitioning: weirpb.Partitioning_PARTITIONING_FORWARD, Targets: slotAddrs[:2]},
 		{SideOutput: "late", DownstreamVertex: 3, DownstreamParallelism: 3, Partitioning: weirpb.Partitioning_PARTITIONING_HASH,
@@ -103,7 +105,7 @@ func TestBuildDeploymentSideOutput(t *testing.T) {
 	if got := tail.GetSideOutSchemas()["late"]; !proto.Equal(got, weirpb.FromSchema(late)) {
 		t.Errorf("the split vertex carries side output schema %v, want %v", got, late)
 	}
-	reader := buildDeployment(&deployAction{JobID: "j", Graph: g, Task: tasks[2], Subtask: 2, Attempt: 1, SlotAddrs: slotAddrs})
+	reader := buildDeployment(&scheduler.DeployAction{JobID: "j", Graph: g, Task: tasks[2], Subtask: 2, Attempt: 1, SlotAddrs: slotAddrs})
 	if got := reader.Chain[0].GetInputSchemas(); len(got) != 1 || !proto.Equal(got[0], weirpb.FromSchema(late)) {
 		t.Errorf("the late reader's input schemas are %v, want the side output's %v", got, late)
 	}

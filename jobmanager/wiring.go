@@ -8,6 +8,7 @@ import (
 	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/failover"
+	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -22,8 +23,8 @@ type checkpointStore interface {
 }
 
 var (
-	_ checkpointStore = (*checkpoint.Storage)(nil)
-	_ restartStrategy = (failover.Strategy)(nil)
+	_ checkpointStore           = (*checkpoint.Storage)(nil)
+	_ scheduler.RestartStrategy = (failover.Strategy)(nil)
 )
 
 // openCheckpointStorage opens a job's checkpoint storage.
@@ -33,7 +34,7 @@ func openCheckpointStorage(ctx context.Context, uri string) (checkpointStore, er
 
 // newRestartStrategy validates a job's restart settings and returns its
 // strategy; each job gets its own randomly seeded jitter.
-func newRestartStrategy(cfg stream.RestartConfig, checkpointing bool) (restartStrategy, error) {
+func newRestartStrategy(cfg stream.RestartConfig, checkpointing bool) (scheduler.RestartStrategy, error) {
 	return failover.New(cfg, checkpointing, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 }
 

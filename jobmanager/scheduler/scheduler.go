@@ -1,20 +1,19 @@
-package jobmanager
+package scheduler
 
 import (
 	"errors"
 	"fmt"
-	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/weirstream/weir/coordinator"
-	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
 
-// Errors of the core; the gRPC adapter (toGRPCError) maps them to status
-// codes.
+// Errors of the scheduler; the jobmanager's gRPC adapter maps them to
+// status codes.
 var (
 	ErrJobNotFound      = errors.New("jobmanager: job not found")
 	ErrJobNotCancelable = errors.New("jobmanager: job cannot be cancelled")
@@ -26,71 +25,78 @@ var (
 	// ErrCheckpointNotTriggered: a manual trigger was refused (another
 	// checkpoint is pending, or every source finished); retry later.
 	ErrCheckpointNotTriggered = errors.New("jobmanager: checkpoint not triggered")
-	// ErrCheckpointNotFound: no such checkpoint of the job.
-	ErrCheckpointNotFound = errors.New("jobmanager: checkpoint not found")
-	// ErrStorage: checkpoint storage cannot be opened or read.
-	ErrStorage = errors.New("jobmanager: checkpoint storage")
 )
 
-// jobState mirrors weirpb.JobState value for value.
-type jobState int32
+// JobState mirrors weirpb.JobState value for value.
+type JobState int32
 
 const (
-	jobCreated jobState = iota + 1
-	jobScheduled
-	jobRunning
-	jobFinished
-	jobCanceling
-	jobCanceled
-	jobFailing
-	jobFailed
-	// jobRestarting has no protobuf value: the gRPC adapter shows it as
+	JobCreated JobState = iota + 1
+	JobScheduled
+	JobRunning
+	JobFinished
+	JobCanceling
+	JobCanceled
+	JobFailing
+	JobFailed
+	// JobRestarting has no protobuf value: the gRPC adapter shows it as
 	// FAILING with an explanation in the error field.
-	jobRestarting
+	JobRestarting
 )
 
 var jobStateNames = [...]string{"UNSPECIFIED", "CREATED", "SCHEDULED", "RUNNING", "FINISHED", "CANCELING", "CANCELED", "FAILING", "FAILED", "RESTARTING"}
 
-func (s jobState) String() string {
+func (s JobState) String() string {
 	if s >= 0 && int(s) < len(jobStateNames) {
 		return jobStateNames[s]
 	}
 	return fmt.Sprintf("JobState(%d)", int32(s))
 }
 
-func (s jobState) terminal() bool { return s == jobFinished || s == jobCanceled || s == jobFailed }
+// Terminal reports whether the job has ended.
+func (s JobState) Terminal() bool { return s == JobFinished || s == JobCanceled || s == JobFailed }
+
+// JobStates lists every job state, in order.
+func JobStates() []JobState {
+	out := make([]JobState, 0, len(jobStateNames)-1)
+	for s := JobCreated; int(s) < len(jobStateNames); s++ {
+		out = append(out, s)
+	}
+	return out
+}
 
 // active: the job runs or is about to, and a task failure fails it.
-func (s jobState) active() bool { return s == jobCreated || s == jobScheduled || s == jobRunning }
+func (s JobState) active() bool { return s == JobCreated || s == JobScheduled || s == JobRunning }
 
-// taskState mirrors weirpb.TaskState value for value.
-type taskState int32
+// TaskState mirrors weirpb.TaskState value for value.
+type TaskState int32
 
 const (
-	taskCreated taskState = iota + 1
-	taskScheduled
-	taskDeploying
-	taskRunning
-	taskFinished
-	taskCanceling
-	taskCanceled
-	taskFailed
+	TaskCreated TaskState = iota + 1
+	TaskScheduled
+	TaskDeploying
+	TaskRunning
+	TaskFinished
+	TaskCanceling
+	TaskCanceled
+	TaskFailed
 )
 
 var taskStateNames = [...]string{"UNSPECIFIED", "CREATED", "SCHEDULED", "DEPLOYING", "RUNNING", "FINISHED", "CANCELING", "CANCELED", "FAILED"}
 
-func (s taskState) String() string {
+func (s TaskState) String() string {
 	if s >= 0 && int(s) < len(taskStateNames) {
 		return taskStateNames[s]
 	}
 	return fmt.Sprintf("TaskState(%d)", int32(s))
 }
 
-func (s taskState) terminal() bool { return s == taskFinished || s == taskCanceled || s == taskFailed }
+// Terminal reports whether the execution has ended.
+func (s TaskState) Terminal() bool { return s == TaskFinished || s == TaskCanceled || s == TaskFailed }
 
 // tmEntry is one registration of a taskmanager. A re-registration with the
 // same id makes a new entry; executions keep pointing at the entry they were
-// deployed to, so the core can tell an old incarnation's reports apart.
+// deployed to, so the scheduler can tell an old incarnation's reports apart.
 type tmEntry struct {
 	id, addr string
 	// exchangeAddr is where other taskmanagers send it data.
@@ -119,7 +125,7 @@ func (tm *tmEntry) free() int { return tm.slots - tm.used }
 
 // execution is one subtask of one task of a job in its current attempt.
 type execution struct {
-	spec    *taskSpec
+	spec    *Task
 	subtask int
 	region  *region
 	// attempt is the execution's attempt number: 1 at the first
@@ -127,7 +133,7 @@ type execution struct {
 	// whole job). Reports, acknowledgements, declines and cancels of other
 	// attempts are stale.
 	attempt int64
-	state   taskState
+	state   TaskState
 	tm      *tmEntry
 	// restoredFinished: the checkpoint this attempt restored recorded the
 	// execution as finished; it runs only to end its outputs, and later
@@ -152,21 +158,21 @@ func (ex *execution) taskID() coordinator.TaskID {
 
 type execKey struct{ vertex, subtask int }
 
-// restartStrategy decides whether and when a job whose task failed is
-// restarted; failover.Strategy implements it. It is called by the core
+// RestartStrategy decides whether and when a job whose task failed is
+// restarted; failover.Strategy implements it. It is called by the scheduler
 // only, under the shell's lock.
-type restartStrategy interface {
+type RestartStrategy interface {
 	OnFailure(now time.Time, cause string) (restart bool, delay time.Duration)
 	Name() string
 }
 
-// jobOptions are a job's settings besides its graph.
-type jobOptions struct {
+// JobOptions are a job's settings besides its graph.
+type JobOptions struct {
 	// SlotWait bounds how long a deployment (the first or a restart's) waits
 	// for free slots.
 	SlotWait time.Duration
 	// Restart decides about restarts; nil never restarts.
-	Restart restartStrategy
+	Restart RestartStrategy
 	// Checkpoint has the defaults applied; checkpointing is off unless
 	// Checkpoint.Enabled().
 	Checkpoint stream.CheckpointConfig
@@ -174,7 +180,7 @@ type jobOptions struct {
 	Storage string
 	// Restore, when set, is the completed checkpoint a job recovered by a
 	// new leader (ha: etcd) starts from; immutable.
-	Restore *weirpb.Manifest
+	Restore Checkpoint
 	// FirstCheckpointID is the coordinator's first checkpoint id; 0 means 1.
 	FirstCheckpointID int64
 	// FirstAttempt is the attempt of the job's first deployment; 0 means 1.
@@ -187,15 +193,15 @@ type jobOptions struct {
 type job struct {
 	id    string
 	graph *stream.JobGraph // planned; immutable
-	opts  jobOptions
-	tasks []*taskSpec
+	opts  JobOptions
+	tasks []*Task
 	execs []*execution // by task, then subtask
 	byKey map[execKey]*execution
 	// regions are the pipelined failover regions (pipelinedRegions);
 	// every execution is in exactly one.
 	regions        []*region
 	need           int // shared slots
-	state          jobState
+	state          JobState
 	submitted      time.Time
 	ended          time.Time
 	slotDeadline   time.Time
@@ -217,48 +223,48 @@ type job struct {
 
 	// Checkpointing (nil coord: off, or the job has not run yet). The
 	// coordinator answers which checkpoints are pending, being written,
-	// retained and how they ended; the core keeps only what it does not
+	// retained and how they ended; the scheduler keeps only what it does not
 	// know.
 	coord *coordinator.Coordinator
 	// latest is the latest completed checkpoint's manifest, restored on
 	// restart; immutable once stored.
-	latest       *weirpb.Manifest
+	latest       Checkpoint
 	restoredFrom int64 // checkpoint the latest (re)deployment restored, 0: none
 	// finalWanted: every source's input has ended, and the final
 	// checkpoint is to be triggered as soon as the coordinator accepts it.
 	finalWanted bool
-	// swept: the final deleteCheckpointsAction (All) was issued.
+	// swept: the final DeleteCheckpointsAction (All) was issued.
 	swept bool
 }
 
-// action is something the shell must do for the core.
-type action interface{ isAction() }
+// Action is something the shell must do for the scheduler.
+type Action interface{ isAction() }
 
-// taskCheckpointing is what a deployment says about checkpoints.
-type taskCheckpointing struct {
+// TaskCheckpointing is what a deployment says about checkpoints.
+type TaskCheckpointing struct {
 	Enabled bool
 	Mode    stream.CheckpointMode
 	Storage string
 }
 
-// deployAction asks the shell to submit one execution to a taskmanager.
-type deployAction struct {
+// DeployAction asks the shell to submit one execution to a taskmanager.
+type DeployAction struct {
 	JobID         string
 	Graph         *stream.JobGraph
-	Task          *taskSpec
+	Task          *Task
 	Subtask       int
 	Attempt       int64
 	TaskManager   string
 	Instance      string
 	Addr          string
 	SlotAddrs     []string
-	Checkpointing taskCheckpointing
+	Checkpointing TaskCheckpointing
 	// Restore is the checkpoint to restore (nil: start fresh); immutable.
-	Restore *weirpb.Manifest
+	Restore Checkpoint
 }
 
-// cancelAction asks the shell to cancel one execution.
-type cancelAction struct {
+// CancelAction asks the shell to cancel one execution.
+type CancelAction struct {
 	JobID       string
 	Vertex      int
 	Subtask     int
@@ -271,9 +277,9 @@ type cancelAction struct {
 	Stale bool
 }
 
-// triggerAction asks the shell to tell a source execution to take
+// TriggerAction asks the shell to tell a source execution to take
 // checkpoint CheckpointID; the shell reports failure with triggerFailed.
-type triggerAction struct {
+type TriggerAction struct {
 	JobID        string
 	Vertex       int
 	Subtask      int
@@ -285,9 +291,9 @@ type triggerAction struct {
 	Timestamp    time.Time
 }
 
-// notifyAction tells an execution that a checkpoint completed or was
+// NotifyAction tells an execution that a checkpoint completed or was
 // aborted (best effort).
-type notifyAction struct {
+type NotifyAction struct {
 	JobID        string
 	Vertex       int
 	Subtask      int
@@ -299,17 +305,45 @@ type notifyAction struct {
 	Complete     bool
 }
 
-// writeManifestAction asks the shell to write a checkpoint's manifest and
-// then the completed pointer, off the core's lock, and to report with
-// manifestWritten.
-type writeManifestAction struct {
-	JobID    string
-	Manifest *weirpb.Manifest
+// WriteManifestAction asks the shell to build checkpoint ID's manifest
+// from the acknowledgements, write it and then the completed pointer, off
+// the scheduler's lock, and to report with ManifestWritten.
+type WriteManifestAction struct {
+	JobID string
+	Graph *stream.JobGraph // immutable
+	Mode  stream.CheckpointMode
+	ID    int64
+	// Triggered and Completed are when the checkpoint was triggered and
+	// when its last acknowledgement arrived.
+	Triggered, Completed time.Time
+	// Acks are the tasks' acknowledgement payloads (what Ack was given).
+	Acks map[coordinator.TaskID]any
+	// Finished are the tasks the checkpoint records as finished: their
+	// head operator's subtask must not run again after a restore.
+	Finished []coordinator.TaskID
 }
 
-// deleteCheckpointsAction asks the shell to delete checkpoints' files in
+// Checkpoint is a completed checkpoint as the scheduler sees it. The shell
+// implements it over its manifest and gets it back unchanged in
+// DeployAction.Restore.
+type Checkpoint interface {
+	CheckpointID() int64
+	// Finished reports whether the checkpoint records the subtask of the
+	// operator with the uid as finished.
+	Finished(operatorUID string, subtask int) bool
+}
+
+// checkpointID is cp's id, or 0 for none.
+func checkpointID(cp Checkpoint) int64 {
+	if cp == nil {
+		return 0
+	}
+	return cp.CheckpointID()
+}
+
+// DeleteCheckpointsAction asks the shell to delete checkpoints' files in
 // the background.
-type deleteCheckpointsAction struct {
+type DeleteCheckpointsAction struct {
 	JobID string
 	IDs   []int64
 	// All: the job ended and keeps no checkpoint; delete every checkpoint
@@ -319,28 +353,28 @@ type deleteCheckpointsAction struct {
 	All bool
 }
 
-// probeAction asks the shell to probe a suspected taskmanager process and
+// ProbeAction asks the shell to probe a suspected taskmanager process and
 // to report with probed.
-type probeAction struct {
+type ProbeAction struct {
 	TaskManager string
 	Instance    string
 	Addr        string
 }
 
-func (deployAction) isAction()            {}
-func (probeAction) isAction()             {}
-func (cancelAction) isAction()            {}
-func (triggerAction) isAction()           {}
-func (notifyAction) isAction()            {}
-func (writeManifestAction) isAction()     {}
-func (deleteCheckpointsAction) isAction() {}
+func (DeployAction) isAction()            {}
+func (ProbeAction) isAction()             {}
+func (CancelAction) isAction()            {}
+func (TriggerAction) isAction()           {}
+func (NotifyAction) isAction()            {}
+func (WriteManifestAction) isAction()     {}
+func (DeleteCheckpointsAction) isAction() {}
 
-// taskReport is a task status a taskmanager reported.
-type taskReport struct {
+// TaskReport is a task status a taskmanager reported.
+type TaskReport struct {
 	JobID                 string
 	Vertex, Subtask       int
 	Attempt               int64
-	State                 taskState
+	State                 TaskState
 	Err                   string
 	RecordsIn, RecordsOut int64
 	// BrokenPeer, on a failed task, is the exchange address of the
@@ -348,21 +382,24 @@ type taskReport struct {
 	BrokenPeer string
 }
 
-type coreConfig struct {
+// Config configures a Scheduler.
+type Config struct {
+	// HeartbeatTimeout is how long a taskmanager may stay silent before it
+	// is declared lost.
 	HeartbeatTimeout time.Duration
 	// CancelTimeout bounds how long a cancelling, failing or restarting job
 	// waits for its tasks to confirm; then the rest are taken as cancelled.
 	CancelTimeout time.Duration
-	Logger        *slog.Logger
 }
 
-// core is the jobmanager's state machine: taskmanagers, jobs, their
+// Scheduler is the jobmanager's state machine: taskmanagers, jobs, their
 // executions and their checkpoint coordinators. It is not safe for
 // concurrent use (the shell holds a mutex), has no clock (every event
-// carries now) and does no I/O: events return the actions to carry out.
-type core struct {
-	cfg      coreConfig
-	log      *slog.Logger
+// carries now), draws no random numbers and does no I/O: events return the
+// actions to carry out, and what is worth logging is kept for Logs.
+type Scheduler struct {
+	cfg      Config
+	log      notes
 	tms      map[string]*tmEntry // current entry per id, lost ones included
 	jobs     map[string]*job
 	jobOrder []*job
@@ -385,47 +422,50 @@ type core struct {
 	replaced map[string]string
 }
 
-func newCore(cfg coreConfig) *core {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &core{cfg: cfg, log: log, tms: make(map[string]*tmEntry), jobs: make(map[string]*job),
+// StaleCounts returns how many task reports and how many checkpoint
+// acknowledgements and declines were dropped as stale: of another attempt
+// than the execution's current one, of an unknown job or execution, from an
+// old registration, or (acknowledgements) while the job was not running.
+func (c *Scheduler) StaleCounts() (reports, acks int64) { return c.staleReports, c.staleAcks }
+
+// New returns a scheduler with no taskmanagers and no jobs.
+func New(cfg Config) *Scheduler {
+	return &Scheduler{cfg: cfg, tms: make(map[string]*tmEntry), jobs: make(map[string]*job),
 		staleCancels: make(map[string]time.Time), replaced: make(map[string]string)}
 }
 
-// heartbeat records a heartbeat of process instance of taskmanager id;
+// Heartbeat records a heartbeat of process instance of taskmanager id;
 // reregister is true when the taskmanager is unknown, was declared lost,
 // or registered as another process.
-func (c *core) heartbeat(id, instance string, reports []taskReport, now time.Time) (reregister bool, acts []action) {
+func (c *Scheduler) Heartbeat(id, instance string, reports []TaskReport, now time.Time) (reregister bool, acts []Action) {
 	tm := c.tms[id]
 	if tm == nil || tm.lost || tm.instance != instance {
 		return true, nil
 	}
 	tm.lastHeartbeat = now
 	for _, r := range reports {
-		acts = append(acts, c.report(id, r, now)...)
+		acts = append(acts, c.Report(id, r, now)...)
 	}
 	return false, acts
 }
 
-// report applies a task status reported by taskmanager tmID. A report of
+// Report applies a task status reported by taskmanager tmID. A report of
 // another attempt than the execution's current one, of an unknown job or
 // execution, or from an old registration is stale: it is dropped and
 // counted. When a live taskmanager reports an older attempt still running,
 // that attempt is told to cancel (at most once per HeartbeatTimeout).
-func (c *core) report(tmID string, r taskReport, now time.Time) []action {
+func (c *Scheduler) Report(tmID string, r TaskReport, now time.Time) []Action {
 	tm := c.tms[tmID]
-	var acts []action
-	if r.State == taskFailed && r.BrokenPeer != "" && tm != nil && !tm.lost && r.BrokenPeer != tm.exchangeAddr {
-		acts = c.suspectPeer(r.BrokenPeer, fmt.Sprintf("a data stream between it and taskmanager %s broke", tmID), now)
+	var acts []Action
+	if r.State == TaskFailed && r.BrokenPeer != "" && tm != nil && !tm.lost && r.BrokenPeer != tm.exchangeAddr {
+		acts = c.SuspectPeer(r.BrokenPeer, fmt.Sprintf("a data stream between it and taskmanager %s broke", tmID), now)
 	}
 	return append(acts, c.applyReport(tmID, tm, r, now)...)
 }
 
 // applyReport is report after the broken peer was suspected; tm is
 // c.tms[tmID].
-func (c *core) applyReport(tmID string, tm *tmEntry, r taskReport, now time.Time) []action {
+func (c *Scheduler) applyReport(tmID string, tm *tmEntry, r TaskReport, now time.Time) []Action {
 	j := c.jobs[r.JobID]
 	var ex *execution
 	if j != nil {
@@ -439,25 +479,25 @@ func (c *core) applyReport(tmID string, tm *tmEntry, r taskReport, now time.Time
 		}
 		c.log.Debug("stale task report dropped", "job", r.JobID, "vertex", r.Vertex, "subtask", r.Subtask,
 			"attempt", r.Attempt, "currentAttempt", current, "taskmanager", tmID, "state", r.State.String())
-		if tm != nil && !tm.lost && ex != nil && r.Attempt < ex.attempt && !r.State.terminal() {
+		if tm != nil && !tm.lost && ex != nil && r.Attempt < ex.attempt && !r.State.Terminal() {
 			return c.cancelStale(tm, r, now)
 		}
 		return nil
 	}
 	ex.recordsIn, ex.recordsOut = max(ex.recordsIn, r.RecordsIn), max(ex.recordsOut, r.RecordsOut)
-	if ex.state.terminal() || r.State == ex.state {
+	if ex.state.Terminal() || r.State == ex.state {
 		return nil
 	}
 	switch r.State {
-	case taskRunning:
-		if ex.state == taskCanceling {
+	case TaskRunning:
+		if ex.state == TaskCanceling {
 			return nil
 		}
-		ex.state = taskRunning
-	case taskFinished, taskCanceled:
+		ex.state = TaskRunning
+	case TaskFinished, TaskCanceled:
 		ex.state = r.State
-	case taskFailed:
-		ex.state = taskFailed
+	case TaskFailed:
+		ex.state = TaskFailed
 		ex.err = r.Err
 		if ex.err == "" {
 			ex.err = "unknown error"
@@ -470,7 +510,7 @@ func (c *core) applyReport(tmID string, tm *tmEntry, r taskReport, now time.Time
 
 // cancelStale asks live taskmanager tm to cancel an older attempt it still
 // reports running, at most once per HeartbeatTimeout for each attempt.
-func (c *core) cancelStale(tm *tmEntry, r taskReport, now time.Time) []action {
+func (c *Scheduler) cancelStale(tm *tmEntry, r TaskReport, now time.Time) []Action {
 	key := fmt.Sprintf("%s/%d/%d/%d@%s", r.JobID, r.Vertex, r.Subtask, r.Attempt, tm.addr)
 	if last, ok := c.staleCancels[key]; ok && now.Sub(last) < c.cfg.HeartbeatTimeout {
 		return nil
@@ -478,12 +518,12 @@ func (c *core) cancelStale(tm *tmEntry, r taskReport, now time.Time) []action {
 	c.staleCancels[key] = now
 	c.log.Info("cancelling a stale task attempt that is still running", "job", r.JobID, "vertex", r.Vertex,
 		"subtask", r.Subtask, "attempt", r.Attempt, "taskmanager", tm.id)
-	return []action{cancelAction{JobID: r.JobID, Vertex: r.Vertex, Subtask: r.Subtask, Attempt: r.Attempt,
+	return []Action{CancelAction{JobID: r.JobID, Vertex: r.Vertex, Subtask: r.Subtask, Attempt: r.Attempt,
 		TaskManager: tm.id, Instance: tm.instance, Addr: tm.addr, Stale: true}}
 }
 
 // execChanged moves the job on after ex reached a new state.
-func (c *core) execChanged(j *job, ex *execution, now time.Time) []action {
+func (c *Scheduler) execChanged(j *job, ex *execution, now time.Time) []Action {
 	if !j.state.active() {
 		return c.maybeFinalize(j, now)
 	}
@@ -491,14 +531,14 @@ func (c *core) execChanged(j *job, ex *execution, now time.Time) []action {
 		return c.maybeRedeployRegion(j, ex.region, now)
 	}
 	switch ex.state {
-	case taskFailed:
-		return c.taskFailed(j, ex, now)
-	case taskCanceled:
+	case TaskFailed:
+		return c.TaskFailed(j, ex, now)
+	case TaskCanceled:
 		ex.err = "cancelled by its taskmanager although the job was not cancelled"
-		return c.taskFailed(j, ex, now)
+		return c.TaskFailed(j, ex, now)
 	}
-	var acts []action
-	if ex.state == taskFinished && j.state == jobRunning && j.coord != nil {
+	var acts []Action
+	if ex.state == TaskFinished && j.state == JobRunning && j.coord != nil {
 		j.coord.TaskFinished(now, ex.taskID())
 		acts = c.drainCoordinator(j, now)
 		if !j.state.active() { // checkpointing failed the job over
@@ -513,7 +553,7 @@ func (c *core) execChanged(j *job, ex *execution, now time.Time) []action {
 // run ends its restart, a job all of whose executions run is RUNNING and
 // (again) takes checkpoints, and one all of whose executions finished is
 // FINISHED.
-func (c *core) progress(j *job, now time.Time) []action {
+func (c *Scheduler) progress(j *job, now time.Time) []Action {
 	regionUp := false
 	for _, r := range j.regions {
 		if r.restarting && r.redeployed && allUp(r.execs) {
@@ -524,17 +564,17 @@ func (c *core) progress(j *job, now time.Time) []action {
 	}
 	allFinished, allRunning := true, true
 	for _, e := range j.execs {
-		allFinished = allFinished && e.state == taskFinished
-		allRunning = allRunning && (e.state == taskRunning || e.state == taskFinished)
+		allFinished = allFinished && e.state == TaskFinished
+		allRunning = allRunning && (e.state == TaskRunning || e.state == TaskFinished)
 	}
 	if allRunning {
 		j.deployFailures = 0
 	}
 	switch {
 	case allFinished:
-		return c.finalize(j, jobFinished, now)
-	case allRunning && j.state != jobRunning:
-		j.state = jobRunning
+		return c.finalize(j, JobFinished, now)
+	case allRunning && j.state != JobRunning:
+		j.state = JobRunning
 		c.log.Info("job running", "job", j.id, "name", j.graph.Name, "attempt", maxAttempt(j.execs))
 		return c.startCheckpointing(j, now)
 	case allRunning && regionUp:
@@ -548,16 +588,16 @@ func (c *core) progress(j *job, now time.Time) []action {
 // allUp reports whether every execution runs or finished.
 func allUp(execs []*execution) bool {
 	for _, ex := range execs {
-		if ex.state != taskRunning && ex.state != taskFinished {
+		if ex.state != TaskRunning && ex.state != TaskFinished {
 			return false
 		}
 	}
 	return true
 }
 
-// taskFailed handles the failure of ex in an active job: its region fails
+// TaskFailed handles the failure of ex in an active job: its region fails
 // over.
-func (c *core) taskFailed(j *job, ex *execution, now time.Time) []action {
+func (c *Scheduler) TaskFailed(j *job, ex *execution, now time.Time) []Action {
 	return c.failRegions(j, []*region{ex.region}, failureCause(ex), now)
 }
 
@@ -572,7 +612,7 @@ func failureCause(ex *execution) string {
 // jobFailure handles a failure of a whole active job (too many checkpoints
 // failed, or slots ran out during a whole-job restart): every region fails
 // over.
-func (c *core) jobFailure(j *job, cause string, now time.Time) []action {
+func (c *Scheduler) jobFailure(j *job, cause string, now time.Time) []Action {
 	return c.failRegions(j, j.regions, cause, now)
 }
 
@@ -583,14 +623,14 @@ func (c *core) jobFailure(j *job, cause string, now time.Time) []action {
 // a whole (RESTARTING: every task cancelled, then deployed again);
 // else only the failed regions restart: their executions are cancelled and
 // deployed again after the delay, while the other regions run on.
-func (c *core) failRegions(j *job, failed []*region, cause string, now time.Time) []action {
+func (c *Scheduler) failRegions(j *job, failed []*region, cause string, now time.Time) []Action {
 	return c.failOver(j, failed, cause, true, 0, now)
 }
 
 // failOver is failRegions; counted says whether the restart strategy is
 // asked (and the failure counted against its budget) or the regions restart
 // regardless, and the restart waits at least minDelay.
-func (c *core) failOver(j *job, failed []*region, cause string, counted bool, minDelay time.Duration, now time.Time) []action {
+func (c *Scheduler) failOver(j *job, failed []*region, cause string, counted bool, minDelay time.Duration, now time.Time) []Action {
 	acts := c.stopCheckpointing(j, coordinator.CauseFailover, "job failing over: "+cause, now)
 	restart, delay, name := false, time.Duration(0), "none"
 	switch {
@@ -613,7 +653,7 @@ func (c *core) failOver(j *job, failed []*region, cause string, counted bool, mi
 		for _, r := range j.regions {
 			r.clearRestart()
 		}
-		j.state = jobRestarting
+		j.state = JobRestarting
 		j.restartCause = cause
 		j.restartDue = now.Add(delay)
 		c.log.Warn("job restarting", "job", j.id, "name", j.graph.Name, "attempt", maxAttempt(j.execs)+1, "delay", delay, "cause", cause)
@@ -637,9 +677,9 @@ func (c *core) failOver(j *job, failed []*region, cause string, counted bool, mi
 }
 
 // failJob cancels every task of j and ends it FAILED with cause.
-func (c *core) failJob(j *job, cause string, now time.Time) []action {
+func (c *Scheduler) failJob(j *job, cause string, now time.Time) []Action {
 	acts := c.stopCheckpointing(j, coordinator.CauseJobEnded, "job failing: "+cause, now)
-	j.state = jobFailing
+	j.state = JobFailing
 	j.err = cause
 	c.log.Warn("job failing", "job", j.id, "name", j.graph.Name, "error", cause)
 	acts = append(acts, c.cancelJobExecs(j, now)...)
@@ -649,7 +689,7 @@ func (c *core) failJob(j *job, cause string, now time.Time) []action {
 // cancelJobExecs asks every non-terminal execution of j to stop, for a
 // job that is cancelled, fails or restarts as a whole; it forgets the
 // regions' restarts.
-func (c *core) cancelJobExecs(j *job, now time.Time) []action {
+func (c *Scheduler) cancelJobExecs(j *job, now time.Time) []Action {
 	for _, r := range j.regions {
 		r.clearRestart()
 	}
@@ -660,31 +700,31 @@ func (c *core) cancelJobExecs(j *job, now time.Time) []action {
 // cancelExecs asks the non-terminal executions among execs to stop.
 // Executions that never reached a taskmanager, or whose taskmanager is
 // gone, are cancelled at once.
-func (c *core) cancelExecs(j *job, execs []*execution) []action {
-	var acts []action
+func (c *Scheduler) cancelExecs(j *job, execs []*execution) []Action {
+	var acts []Action
 	for _, ex := range execs {
 		switch {
-		case ex.state.terminal():
-		case ex.tm == nil || ex.tm.lost || ex.state == taskCreated || ex.state == taskScheduled:
-			ex.state = taskCanceled
+		case ex.state.Terminal():
+		case ex.tm == nil || ex.tm.lost || ex.state == TaskCreated || ex.state == TaskScheduled:
+			ex.state = TaskCanceled
 		case !ex.deployed: // the deploy call is in flight; cancel when it returns
-			ex.state = taskCanceling
+			ex.state = TaskCanceling
 		default:
-			ex.state = taskCanceling
-			acts = append(acts, c.cancelAction(j, ex))
+			ex.state = TaskCanceling
+			acts = append(acts, c.cancelActionFor(j, ex))
 		}
 	}
 	return acts
 }
 
-func (c *core) cancelAction(j *job, ex *execution) cancelAction {
-	return cancelAction{JobID: j.id, Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, TaskManager: ex.tm.id,
+func (c *Scheduler) cancelActionFor(j *job, ex *execution) CancelAction {
+	return CancelAction{JobID: j.id, Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, TaskManager: ex.tm.id,
 		Instance: ex.tm.instance, Addr: ex.tm.addr}
 }
 
 func allTerminal(execs []*execution) bool {
 	for _, ex := range execs {
-		if !ex.state.terminal() {
+		if !ex.state.Terminal() {
 			return false
 		}
 	}
@@ -693,16 +733,16 @@ func allTerminal(execs []*execution) bool {
 
 // maybeFinalize ends a cancelling or failing job whose executions have all
 // stopped, and restarts a restarting one that is due.
-func (c *core) maybeFinalize(j *job, now time.Time) []action {
+func (c *Scheduler) maybeFinalize(j *job, now time.Time) []Action {
 	if !allTerminal(j.execs) {
 		return nil
 	}
 	switch j.state {
-	case jobCanceling:
-		return c.finalize(j, jobCanceled, now)
-	case jobFailing:
-		return c.finalize(j, jobFailed, now)
-	case jobRestarting:
+	case JobCanceling:
+		return c.finalize(j, JobCanceled, now)
+	case JobFailing:
+		return c.finalize(j, JobFailed, now)
+	case JobRestarting:
 		return c.maybeRestart(j, now)
 	}
 	return nil
@@ -714,8 +754,8 @@ func (c *core) maybeFinalize(j *job, now time.Time) []action {
 // slots are placed anew, and every execution gets the same new attempt,
 // one more than the highest so far, so that the attempts of the exchange
 // channels match.
-func (c *core) maybeRestart(j *job, now time.Time) []action {
-	if j.state != jobRestarting || now.Before(j.restartDue) || writingManifest(j) || !allTerminal(j.execs) {
+func (c *Scheduler) maybeRestart(j *job, now time.Time) []Action {
+	if j.state != JobRestarting || now.Before(j.restartDue) || writingManifest(j) || !allTerminal(j.execs) {
 		return nil
 	}
 	for _, tm := range j.slots {
@@ -729,12 +769,12 @@ func (c *core) maybeRestart(j *job, now time.Time) []action {
 	j.waitLogged = false
 	j.slotDeadline = now.Add(j.opts.SlotWait)
 	for _, ex := range j.execs {
-		*ex = execution{spec: ex.spec, subtask: ex.subtask, region: ex.region, attempt: next, state: taskCreated}
+		*ex = execution{spec: ex.spec, subtask: ex.subtask, region: ex.region, attempt: next, state: TaskCreated}
 	}
 	for _, r := range j.regions {
 		r.clearRestart()
 	}
-	c.log.Info("job redeploying", "job", j.id, "name", j.graph.Name, "attempt", next, "restoreCheckpoint", j.latest.GetCheckpointId())
+	c.log.Info("job redeploying", "job", j.id, "name", j.graph.Name, "attempt", next, "restoreCheckpoint", checkpointID(j.latest))
 	return c.trySchedule(j, now)
 }
 
@@ -745,7 +785,7 @@ func (c *core) maybeRestart(j *job, now time.Time) []action {
 // a taskmanager to register, up to the job's slot wait. Every execution of
 // the region gets the same new attempt, one more than the region's highest,
 // and restores its own state from the latest completed checkpoint.
-func (c *core) maybeRedeployRegion(j *job, r *region, now time.Time) []action {
+func (c *Scheduler) maybeRedeployRegion(j *job, r *region, now time.Time) []Action {
 	if !j.state.active() || !r.down() || now.Before(r.due) || writingManifest(j) || !allTerminal(r.execs) || j.slots == nil {
 		return nil
 	}
@@ -786,12 +826,12 @@ func (c *core) maybeRedeployRegion(j *job, r *region, now time.Time) []action {
 	r.redeployed, r.waitingSlots, r.waitErr = true, false, ""
 	next := maxAttempt(r.execs) + 1
 	j.restarts++
-	j.restoredFrom = j.latest.GetCheckpointId()
+	j.restoredFrom = checkpointID(j.latest)
 	addrs := slotAddrs(j)
-	ckpt := c.taskCheckpointing(j)
-	acts := make([]action, 0, len(r.execs))
+	ckpt := c.checkpointingOf(j)
+	acts := make([]Action, 0, len(r.execs))
 	for _, ex := range r.execs {
-		*ex = execution{spec: ex.spec, subtask: ex.subtask, region: r, attempt: next, state: taskCreated}
+		*ex = execution{spec: ex.spec, subtask: ex.subtask, region: r, attempt: next, state: TaskCreated}
 		acts = append(acts, c.deployExec(j, ex, addrs, ckpt))
 	}
 	c.log.Info("region redeploying", "job", j.id, "name", j.graph.Name, "region", r.id, "executions", len(r.execs),
@@ -800,8 +840,8 @@ func (c *core) maybeRedeployRegion(j *job, r *region, now time.Time) []action {
 }
 
 // maybeRedeployRegions tries every region of j that is down.
-func (c *core) maybeRedeployRegions(j *job, now time.Time) []action {
-	var acts []action
+func (c *Scheduler) maybeRedeployRegions(j *job, now time.Time) []Action {
+	var acts []Action
 	for _, r := range j.regions {
 		if r.down() {
 			acts = append(acts, c.maybeRedeployRegion(j, r, now)...)
@@ -812,7 +852,7 @@ func (c *core) maybeRedeployRegions(j *job, now time.Time) []action {
 
 // finalize puts j into terminal state s, frees its slots and lets waiting
 // jobs use them.
-func (c *core) finalize(j *job, s jobState, now time.Time) []action {
+func (c *Scheduler) finalize(j *job, s JobState, now time.Time) []Action {
 	acts := c.stopCheckpointing(j, coordinator.CauseJobEnded, "job "+strings.ToLower(s.String()), now)
 	j.state = s
 	j.ended = now
@@ -828,20 +868,20 @@ func (c *core) finalize(j *job, s jobState, now time.Time) []action {
 	return append(acts, c.scheduleWaiting(now)...)
 }
 
-// submit adds a planned job graph under id and tries to schedule it.
-func (c *core) submit(id string, g *stream.JobGraph, opts jobOptions, now time.Time) ([]action, error) {
+// Submit adds a planned job graph under id and tries to schedule it.
+func (c *Scheduler) Submit(id string, g *stream.JobGraph, opts JobOptions, now time.Time) ([]Action, error) {
 	if _, dup := c.jobs[id]; dup {
 		return nil, fmt.Errorf("jobmanager: job id %s is taken", id)
 	}
-	tasks, err := buildTasks(g)
+	tasks, err := BuildTasks(g)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
-	j := &job{id: id, graph: g, opts: opts, tasks: tasks, need: slotsNeeded(tasks), state: jobCreated,
+	j := &job{id: id, graph: g, opts: opts, tasks: tasks, need: slotsNeeded(tasks), state: JobCreated,
 		submitted: now, slotDeadline: now.Add(opts.SlotWait), byKey: make(map[execKey]*execution)}
 	for _, t := range tasks {
 		for i := range t.Parallelism {
-			ex := &execution{spec: t, subtask: i, attempt: max(opts.FirstAttempt, 1), state: taskCreated}
+			ex := &execution{spec: t, subtask: i, attempt: max(opts.FirstAttempt, 1), state: TaskCreated}
 			j.execs = append(j.execs, ex)
 			j.byKey[execKey{t.Head, i}] = ex
 		}
@@ -857,7 +897,7 @@ func (c *core) submit(id string, g *stream.JobGraph, opts jobOptions, now time.T
 	return c.trySchedule(j, now), nil
 }
 
-func (c *core) liveOffers() []slotOffer {
+func (c *Scheduler) liveOffers() []slotOffer {
 	var offers []slotOffer
 	for _, tm := range c.tms {
 		if tm.usable() {
@@ -882,28 +922,28 @@ func slotAddrs(j *job) []string {
 	return addrs
 }
 
-func (c *core) taskCheckpointing(j *job) taskCheckpointing {
+func (c *Scheduler) checkpointingOf(j *job) TaskCheckpointing {
 	if !j.opts.Checkpoint.Enabled() {
-		return taskCheckpointing{}
+		return TaskCheckpointing{}
 	}
-	return taskCheckpointing{Enabled: true, Mode: j.opts.Checkpoint.Mode, Storage: j.opts.Storage}
+	return TaskCheckpointing{Enabled: true, Mode: j.opts.Checkpoint.Mode, Storage: j.opts.Storage}
 }
 
 // deployExec deploys ex (created, with its attempt set) into its shared
 // slot, restoring the latest completed checkpoint.
-func (c *core) deployExec(j *job, ex *execution, addrs []string, ckpt taskCheckpointing) deployAction {
-	ex.restoredFinished = finishedIn(j.latest, j.graph.Vertices[ex.spec.Head].UID, ex.subtask)
+func (c *Scheduler) deployExec(j *job, ex *execution, addrs []string, ckpt TaskCheckpointing) DeployAction {
+	ex.restoredFinished = j.latest != nil && j.latest.Finished(j.graph.Vertices[ex.spec.Head].UID, ex.subtask)
 	ex.inputEnded = false
 	ex.tm = j.slots[ex.subtask]
-	ex.state = taskDeploying
-	return deployAction{JobID: j.id, Graph: j.graph, Task: ex.spec, Subtask: ex.subtask, Attempt: ex.attempt,
+	ex.state = TaskDeploying
+	return DeployAction{JobID: j.id, Graph: j.graph, Task: ex.spec, Subtask: ex.subtask, Attempt: ex.attempt,
 		TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, SlotAddrs: addrs, Checkpointing: ckpt, Restore: j.latest}
 }
 
 // trySchedule places a waiting job into slots and deploys all of it, or
 // leaves it waiting.
-func (c *core) trySchedule(j *job, now time.Time) []action {
-	j.state = jobScheduled
+func (c *Scheduler) trySchedule(j *job, now time.Time) []Action {
+	j.state = JobScheduled
 	owners, err := placeSlots(j.need, c.liveOffers())
 	if err != nil {
 		if !j.waitLogged {
@@ -919,10 +959,10 @@ func (c *core) trySchedule(j *job, now time.Time) []action {
 		tm.used++
 		j.slots[i] = tm
 	}
-	j.restoredFrom = j.latest.GetCheckpointId()
+	j.restoredFrom = checkpointID(j.latest)
 	addrs := slotAddrs(j)
-	ckpt := c.taskCheckpointing(j)
-	acts := make([]action, 0, len(j.execs))
+	ckpt := c.checkpointingOf(j)
+	acts := make([]Action, 0, len(j.execs))
 	for _, ex := range j.execs {
 		acts = append(acts, c.deployExec(j, ex, addrs, ckpt))
 	}
@@ -932,11 +972,11 @@ func (c *core) trySchedule(j *job, now time.Time) []action {
 
 // scheduleWaiting tries every job waiting for slots and every region
 // waiting for slots, oldest job first.
-func (c *core) scheduleWaiting(now time.Time) []action {
-	var acts []action
+func (c *Scheduler) scheduleWaiting(now time.Time) []Action {
+	var acts []Action
 	for _, j := range c.jobOrder {
 		switch {
-		case j.state == jobScheduled && j.slots == nil:
+		case j.state == JobScheduled && j.slots == nil:
 			acts = append(acts, c.trySchedule(j, now)...)
 		case j.state.active():
 			for _, r := range j.regions {
@@ -949,28 +989,28 @@ func (c *core) scheduleWaiting(now time.Time) []action {
 	return acts
 }
 
-// deployDone records the outcome of a deploy action.
-func (c *core) deployDone(a deployAction, err error, now time.Time) []action {
+// DeployDone records the outcome of a deploy action.
+func (c *Scheduler) DeployDone(a DeployAction, err error, now time.Time) []Action {
 	j := c.jobs[a.JobID]
 	if j == nil {
 		return nil
 	}
 	ex := j.byKey[execKey{a.Task.Head, a.Subtask}]
-	if ex == nil || ex.attempt != a.Attempt || ex.tm == nil || ex.tm.id != a.TaskManager || ex.state.terminal() {
+	if ex == nil || ex.attempt != a.Attempt || ex.tm == nil || ex.tm.id != a.TaskManager || ex.state.Terminal() {
 		return nil
 	}
 	if err == nil {
 		ex.deployed = true
-		if ex.state == taskCanceling {
-			return []action{c.cancelAction(j, ex)}
+		if ex.state == TaskCanceling {
+			return []Action{c.cancelActionFor(j, ex)}
 		}
 		return nil
 	}
 	if !j.state.active() || ex.region.down() {
-		ex.state = taskCanceled
+		ex.state = TaskCanceled
 		return c.execChanged(j, ex, now)
 	}
-	ex.state = taskFailed
+	ex.state = TaskFailed
 	ex.err = fmt.Sprintf("deploying to %s failed: %v", a.Addr, err)
 	return c.deployFailed(j, ex, now)
 }
@@ -989,10 +1029,10 @@ const (
 // restarts its region after a backoff (deployRetryBase doubling up to
 // deployRetryMax) instead, so that a taskmanager that cannot take tasks
 // never causes a storm of restarts.
-func (c *core) deployFailed(j *job, ex *execution, now time.Time) []action {
+func (c *Scheduler) deployFailed(j *job, ex *execution, now time.Time) []Action {
 	j.deployFailures++
 	if j.deployFailures == 1 {
-		return c.taskFailed(j, ex, now)
+		return c.TaskFailed(j, ex, now)
 	}
 	delay := deployRetryMax
 	if n := j.deployFailures - 2; n < 16 {
@@ -1003,9 +1043,9 @@ func (c *core) deployFailed(j *job, ex *execution, now time.Time) []action {
 	return c.failOver(j, []*region{ex.region}, failureCause(ex), false, delay, now)
 }
 
-// cancelDone records the outcome of a cancel action. gone says the
+// CancelDone records the outcome of a cancel action. gone says the
 // taskmanager does not know the execution (it already ended).
-func (c *core) cancelDone(a cancelAction, err error, gone bool, now time.Time) []action {
+func (c *Scheduler) CancelDone(a CancelAction, err error, gone bool, now time.Time) []Action {
 	if err != nil && !gone {
 		c.log.Warn("cancelling task failed; waiting for its taskmanager or the cancel timeout",
 			"job", a.JobID, "vertex", a.Vertex, "subtask", a.Subtask, "attempt", a.Attempt, "taskmanager", a.TaskManager, "error", err)
@@ -1016,27 +1056,27 @@ func (c *core) cancelDone(a cancelAction, err error, gone bool, now time.Time) [
 		return nil
 	}
 	ex := j.byKey[execKey{a.Vertex, a.Subtask}]
-	if ex == nil || ex.attempt != a.Attempt || ex.state.terminal() {
+	if ex == nil || ex.attempt != a.Attempt || ex.state.Terminal() {
 		return nil
 	}
-	ex.state = taskCanceled
+	ex.state = TaskCanceled
 	return c.execChanged(j, ex, now)
 }
 
-// cancel starts cancelling job id.
-func (c *core) cancel(id string, now time.Time) ([]action, error) {
+// Cancel starts cancelling job id.
+func (c *Scheduler) Cancel(id string, now time.Time) ([]Action, error) {
 	j := c.jobs[id]
 	if j == nil {
 		return nil, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, id)
 	}
 	switch {
-	case j.state.terminal():
+	case j.state.Terminal():
 		return nil, fmt.Errorf("%w: job %s is already %s", ErrJobNotCancelable, id, j.state)
-	case j.state == jobCanceling || j.state == jobFailing:
+	case j.state == JobCanceling || j.state == JobFailing:
 		return nil, nil
 	}
 	acts := c.stopCheckpointing(j, coordinator.CauseJobEnded, "job cancelled", now)
-	j.state = jobCanceling
+	j.state = JobCanceling
 	c.log.Info("job cancelling", "job", id, "name", j.graph.Name)
 	acts = append(acts, c.cancelJobExecs(j, now)...)
 	return append(acts, c.maybeFinalize(j, now)...), nil
@@ -1046,20 +1086,20 @@ func (c *core) cancel(id string, now time.Time) ([]action, error) {
 // and in regions that are down) every execution on tm, whose tasks no
 // longer run. The regions of the failed executions of a job fail over
 // together, as one failure.
-func (c *core) tmGone(tm *tmEntry, reason string, now time.Time) []action {
-	var acts []action
+func (c *Scheduler) tmGone(tm *tmEntry, reason string, now time.Time) []Action {
+	var acts []Action
 	for _, j := range c.jobOrder {
-		if j.state.terminal() {
+		if j.state.Terminal() {
 			continue
 		}
 		var first *execution
 		var failed []*region
 		for _, ex := range j.execs {
-			if ex.tm != tm || ex.state.terminal() {
+			if ex.tm != tm || ex.state.Terminal() {
 				continue
 			}
 			if j.state.active() && !ex.region.down() {
-				ex.state = taskFailed
+				ex.state = TaskFailed
 				ex.err = reason
 				if first == nil {
 					first = ex
@@ -1068,7 +1108,7 @@ func (c *core) tmGone(tm *tmEntry, reason string, now time.Time) []action {
 					failed = append(failed, ex.region)
 				}
 			} else {
-				ex.state = taskCanceled
+				ex.state = TaskCanceled
 			}
 		}
 		if first != nil {
@@ -1083,11 +1123,12 @@ func (c *core) tmGone(tm *tmEntry, reason string, now time.Time) []action {
 	return acts
 }
 
-// tick checks the deadlines: heartbeat timeouts, slot waits, cancel
+// Tick checks the deadlines: heartbeat timeouts, slot waits, cancel
 // confirmations, restart delays and checkpoint triggers and timeouts.
-func (c *core) tick(now time.Time) []action {
-	var acts []action
-	for _, tm := range c.tms {
+func (c *Scheduler) Tick(now time.Time) []Action {
+	var acts []Action
+	for _, id := range slices.Sorted(maps.Keys(c.tms)) { // in id order: the same events give the same actions
+		tm := c.tms[id]
 		if tm.lost || now.Sub(tm.lastHeartbeat) < c.cfg.HeartbeatTimeout {
 			continue
 		}
@@ -1100,7 +1141,7 @@ func (c *core) tick(now time.Time) []action {
 	}
 	for _, j := range c.jobOrder {
 		switch {
-		case j.state == jobScheduled && j.slots == nil && !now.Before(j.slotDeadline):
+		case j.state == JobScheduled && j.slots == nil && !now.Before(j.slotDeadline):
 			_, err := placeSlots(j.need, c.liveOffers())
 			if err == nil { // cannot happen: it would have been scheduled
 				err = errors.New("not scheduled")
@@ -1110,14 +1151,14 @@ func (c *core) tick(now time.Time) []action {
 			} else {
 				acts = append(acts, c.failJob(j, err.Error(), now)...)
 			}
-		case (j.state == jobCanceling || j.state == jobFailing || j.state == jobRestarting) && !now.Before(j.cancelDeadline):
+		case (j.state == JobCanceling || j.state == JobFailing || j.state == JobRestarting) && !now.Before(j.cancelDeadline):
 			c.giveUpCancels(j, j.execs)
 			acts = append(acts, c.maybeFinalize(j, now)...)
-		case j.state == jobRestarting:
+		case j.state == JobRestarting:
 			acts = append(acts, c.maybeRestart(j, now)...)
 		case j.state.active():
 			acts = append(acts, c.tickRegions(j, now)...)
-			if j.state == jobRunning && j.coord != nil {
+			if j.state == JobRunning && j.coord != nil {
 				j.coord.Tick(now)
 				if j.finalWanted {
 					acts = append(acts, c.finalCheckpoint(j, now)...)
@@ -1131,11 +1172,11 @@ func (c *core) tick(now time.Time) []action {
 
 // giveUpCancels takes the executions among execs that did not confirm
 // their cancellation in time as cancelled.
-func (c *core) giveUpCancels(j *job, execs []*execution) {
+func (c *Scheduler) giveUpCancels(j *job, execs []*execution) {
 	var left []string
 	for _, ex := range execs {
-		if !ex.state.terminal() {
-			ex.state = taskCanceled
+		if !ex.state.Terminal() {
+			ex.state = TaskCanceled
 			ex.err = fmt.Sprintf("no confirmation of cancellation within %s", c.cfg.CancelTimeout)
 			left = append(left, ex.spec.SubtaskName(ex.subtask))
 		}
@@ -1148,8 +1189,8 @@ func (c *core) giveUpCancels(j *job, execs []*execution) {
 // tickRegions checks the deadlines of the regions of an active job that
 // are down: cancel confirmations, restart delays and slot waits (a region
 // that waited for slots in vain fails again).
-func (c *core) tickRegions(j *job, now time.Time) []action {
-	var acts []action
+func (c *Scheduler) tickRegions(j *job, now time.Time) []Action {
+	var acts []Action
 	for _, r := range j.regions {
 		if !j.state.active() {
 			break
@@ -1169,20 +1210,20 @@ func (c *core) tickRegions(j *job, now time.Time) []action {
 	return acts
 }
 
-// shutdown cancels every execution of every running job (best effort, when
+// Shutdown cancels every execution of every running job (best effort, when
 // the jobmanager stops) and returns the cancel actions.
-func (c *core) shutdown(now time.Time) []action {
-	var acts []action
+func (c *Scheduler) Shutdown(now time.Time) []Action {
+	var acts []Action
 	for _, j := range c.jobOrder {
-		if j.state.active() || j.state == jobRestarting {
-			j.state = jobCanceling
+		if j.state.active() || j.state == JobRestarting {
+			j.state = JobCanceling
 			acts = append(acts, c.cancelJobExecs(j, now)...)
 			acts = append(acts, c.maybeFinalize(j, now)...)
 		}
 	}
-	var cancels []action
+	var cancels []Action
 	for _, a := range acts {
-		if ca, ok := a.(cancelAction); ok {
+		if ca, ok := a.(CancelAction); ok {
 			cancels = append(cancels, ca)
 		}
 	}
@@ -1191,20 +1232,22 @@ func (c *core) shutdown(now time.Time) []action {
 
 // Views: copies of the state for the adapters.
 
-type taskView struct {
+// TaskView describes one execution of a job.
+type TaskView struct {
 	Vertex, Subtask       int
 	Attempt               int64
 	Name                  string
-	State                 taskState
+	State                 TaskState
 	TaskManager           string
 	Err                   string
 	RecordsIn, RecordsOut int64
 	Alignment             time.Duration
 }
 
-type jobView struct {
+// JobView is a copy of a job's state for the APIs.
+type JobView struct {
 	ID, Name                 string
-	State                    jobState
+	State                    JobState
 	Start, End               time.Time
 	TasksTotal, TasksRunning int
 	Err                      string
@@ -1218,50 +1261,51 @@ type jobView struct {
 	// Regions is the number of pipelined failover regions.
 	Regions int
 	// RestartingRegions are the regions of an active job that restart.
-	RestartingRegions []regionView
+	RestartingRegions []RegionView
 	Graph             *stream.JobGraph // immutable; do not modify
-	Tasks             []taskView
+	Tasks             []TaskView
 	TaskOf            map[int]int // vertex id → head of its task
 }
 
-// regionPhase is how far a region's restart got.
-type regionPhase int
+// RegionPhase is how far a region's restart got.
+type RegionPhase int
 
 const (
-	// regionCanceling: its executions are being cancelled.
-	regionCanceling regionPhase = iota + 1
-	// regionWaiting: stopped; waiting for the restart delay (or a
+	// RegionCanceling: its executions are being cancelled.
+	RegionCanceling RegionPhase = iota + 1
+	// RegionWaiting: stopped; waiting for the restart delay (or a
 	// manifest write in flight).
-	regionWaiting
-	// regionWaitingForSlots: due, but too few free slots.
-	regionWaitingForSlots
-	// regionDeploying: deployed again with the new attempt; not every
+	RegionWaiting
+	// RegionWaitingForSlots: due, but too few free slots.
+	RegionWaitingForSlots
+	// RegionDeploying: deployed again with the new attempt; not every
 	// execution runs yet.
-	regionDeploying
+	RegionDeploying
 )
 
 var regionPhaseNames = [...]string{"UNSPECIFIED", "CANCELING", "WAITING", "WAITING_FOR_SLOTS", "DEPLOYING"}
 
-func (p regionPhase) String() string {
+func (p RegionPhase) String() string {
 	if p >= 0 && int(p) < len(regionPhaseNames) {
 		return regionPhaseNames[p]
 	}
 	return fmt.Sprintf("RegionPhase(%d)", int(p))
 }
 
-// regionView describes a restarting region.
-type regionView struct {
+// RegionView describes a restarting region.
+type RegionView struct {
 	ID, Of int // region ID of Of regions, 1-based
-	Phase  regionPhase
+	Phase  RegionPhase
 	// Attempt is the attempt its executions are (to be) deployed with.
 	Attempt      int64
 	Cause        string
 	Due          time.Time // the end of the restart delay
-	SlotDeadline time.Time // regionWaitingForSlots only
+	SlotDeadline time.Time // RegionWaitingForSlots only
 	Tasks        []string  // subtask names
 }
 
-type tmView struct {
+// TaskManagerView describes one taskmanager registration.
+type TaskManagerView struct {
 	ID, Addr      string
 	Live          bool
 	Suspected     bool
@@ -1271,12 +1315,12 @@ type tmView struct {
 	OperatorTypes []string
 }
 
-func (c *core) view(j *job, withTasks bool) jobView {
-	v := jobView{ID: j.id, Name: j.graph.Name, State: j.state, Start: j.submitted, End: j.ended,
+func (c *Scheduler) view(j *job, withTasks bool) JobView {
+	v := JobView{ID: j.id, Name: j.graph.Name, State: j.state, Start: j.submitted, End: j.ended,
 		TasksTotal: len(j.execs), Err: j.err, Attempt: maxAttempt(j.execs), Graph: j.graph, Restarts: j.restarts,
 		LastFailure: j.lastFailure, Checkpointing: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom,
 		Regions: len(j.regions)}
-	if j.state == jobRestarting {
+	if j.state == JobRestarting {
 		v.RestartDue = j.restartDue
 		v.Err = j.restartCause
 	}
@@ -1288,11 +1332,11 @@ func (c *core) view(j *job, withTasks bool) jobView {
 		}
 	}
 	for _, ex := range j.execs {
-		if ex.state == taskRunning {
+		if ex.state == TaskRunning {
 			v.TasksRunning++
 		}
 		if withTasks {
-			tv := taskView{Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, Name: ex.spec.SubtaskName(ex.subtask),
+			tv := TaskView{Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, Name: ex.spec.SubtaskName(ex.subtask),
 				State: ex.state, Err: ex.err, RecordsIn: ex.recordsIn, RecordsOut: ex.recordsOut, Alignment: ex.alignment}
 			if ex.tm != nil {
 				tv.TaskManager = ex.tm.id
@@ -1311,20 +1355,20 @@ func (c *core) view(j *job, withTasks bool) jobView {
 	return v
 }
 
-func regionViewOf(j *job, r *region) regionView {
-	v := regionView{ID: r.id, Of: len(j.regions), Attempt: maxAttempt(r.execs), Cause: r.cause, Due: r.due}
+func regionViewOf(j *job, r *region) RegionView {
+	v := RegionView{ID: r.id, Of: len(j.regions), Attempt: maxAttempt(r.execs), Cause: r.cause, Due: r.due}
 	switch {
 	case r.redeployed:
-		v.Phase = regionDeploying
+		v.Phase = RegionDeploying
 	case !allTerminal(r.execs):
-		v.Phase = regionCanceling
+		v.Phase = RegionCanceling
 	case r.waitingSlots:
-		v.Phase = regionWaitingForSlots
+		v.Phase = RegionWaitingForSlots
 		v.SlotDeadline = r.slotDeadline
 	default:
-		v.Phase = regionWaiting
+		v.Phase = RegionWaiting
 	}
-	if v.Phase != regionDeploying {
+	if v.Phase != RegionDeploying {
 		v.Attempt++
 	}
 	for _, ex := range r.execs {
@@ -1333,24 +1377,27 @@ func regionViewOf(j *job, r *region) regionView {
 	return v
 }
 
-func (c *core) jobViews() []jobView {
-	out := make([]jobView, 0, len(c.jobOrder))
+// Jobs describes every job, in submission order, without its tasks.
+func (c *Scheduler) Jobs() []JobView {
+	out := make([]JobView, 0, len(c.jobOrder))
 	for _, j := range c.jobOrder {
 		out = append(out, c.view(j, false))
 	}
 	return out
 }
 
-func (c *core) jobView(id string) (jobView, error) {
+// Job describes job id with its tasks.
+func (c *Scheduler) Job(id string) (JobView, error) {
 	j := c.jobs[id]
 	if j == nil {
-		return jobView{}, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, id)
+		return JobView{}, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, id)
 	}
 	return c.view(j, true), nil
 }
 
-func (c *core) tmViews() []tmView {
-	out := make([]tmView, 0, len(c.tms))
+// TaskManagers describes every taskmanager, lost ones included, by id.
+func (c *Scheduler) TaskManagers() []TaskManagerView {
+	out := make([]TaskManagerView, 0, len(c.tms))
 	for _, tm := range c.tms {
 		free := tm.free()
 		if tm.lost {
@@ -1360,9 +1407,9 @@ func (c *core) tmViews() []tmView {
 		if tm.lost {
 			reason = tm.lostReason
 		}
-		out = append(out, tmView{ID: tm.id, Addr: tm.addr, Live: !tm.lost, Suspected: tm.suspected, Reason: reason,
+		out = append(out, TaskManagerView{ID: tm.id, Addr: tm.addr, Live: !tm.lost, Suspected: tm.suspected, Reason: reason,
 			Slots: tm.slots, Free: free, LastHeartbeat: tm.lastHeartbeat, OperatorTypes: slices.Clone(tm.opTypes)})
 	}
-	slices.SortFunc(out, func(a, b tmView) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b TaskManagerView) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }

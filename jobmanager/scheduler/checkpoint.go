@@ -1,4 +1,4 @@
-package jobmanager
+package scheduler
 
 import (
 	"fmt"
@@ -6,22 +6,21 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/coordinator"
-	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
 
-// The checkpoint half of the core: it owns one coordinator.Coordinator per
+// The checkpoint half of the scheduler: it owns one coordinator.Coordinator per
 // job that takes checkpoints, feeds it the job's events and turns its
 // actions into the shell's actions. Everything here runs under the shell's
-// lock, like the rest of the core.
+// lock, like the rest of the scheduler.
 
-// ackStats are the measurements of a checkpoint acknowledgement.
-type ackStats = coordinator.AckStats
+// AckStats are the measurements of a checkpoint acknowledgement.
+type AckStats = coordinator.AckStats
 
 // startCheckpointing creates or resets j's coordinator when j reaches
 // RUNNING: every execution must acknowledge, and the executions of tasks
 // whose head is a source receive the triggers.
-func (c *core) startCheckpointing(j *job, now time.Time) []action {
+func (c *Scheduler) startCheckpointing(j *job, now time.Time) []Action {
 	if !j.opts.Checkpoint.Enabled() {
 		return nil
 	}
@@ -37,13 +36,13 @@ func (c *core) startCheckpointing(j *job, now time.Time) []action {
 		if r := j.opts.Restore; r != nil {
 			// Retained like the coordinator's own, until a newer one
 			// completes and retention discards it.
-			j.coord.AdoptCompleted(r.GetCheckpointId(), nil)
+			j.coord.AdoptCompleted(r.CheckpointID(), nil)
 		}
 	} else {
 		j.coord.Reset(now, tasks, sources)
 	}
 	for _, ex := range j.execs {
-		if ex.state == taskFinished {
+		if ex.state == TaskFinished {
 			j.coord.TaskFinished(now, ex.taskID())
 		}
 	}
@@ -55,7 +54,7 @@ func (c *core) startCheckpointing(j *job, now time.Time) []action {
 // checkpoint whose manifest is being written is not aborted: the
 // coordinator ends it when the write returns (manifestWritten), so that a
 // checkpoint whose manifest and pointer were written is never deleted.
-func (c *core) stopCheckpointing(j *job, cause coordinator.AbortCause, reason string, now time.Time) []action {
+func (c *Scheduler) stopCheckpointing(j *job, cause coordinator.AbortCause, reason string, now time.Time) []Action {
 	if j.coord == nil || j.coord.Stopped() {
 		return nil
 	}
@@ -82,7 +81,7 @@ func retainedCheckpoints(j *job) []int64 {
 	case j.coord != nil:
 		return j.coord.Retained()
 	case j.opts.Restore != nil:
-		return []int64{j.opts.Restore.GetCheckpointId()}
+		return []int64{j.opts.Restore.CheckpointID()}
 	}
 	return nil
 }
@@ -107,8 +106,8 @@ func checkpointFailures(j *job) (failed, aborted int64) {
 
 // drainCoordinator turns the coordinator's pending actions into the
 // shell's.
-func (c *core) drainCoordinator(j *job, now time.Time) []action {
-	var acts []action
+func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
+	var acts []Action
 	var fail string
 	for _, a := range j.coord.Ready() {
 		switch a := a.(type) {
@@ -119,13 +118,12 @@ func (c *core) drainCoordinator(j *job, now time.Time) []action {
 				if ex == nil || ex.tm == nil {
 					continue
 				}
-				acts = append(acts, triggerAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
+				acts = append(acts, TriggerAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
 					TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, CheckpointID: a.ID, Timestamp: a.Timestamp})
 			}
 		case coordinator.WriteManifestAction:
-			m := buildManifest(j.id, j.graph, j.opts.Checkpoint.Mode, a, now)
-			markFinished(m, j.graph, append(slices.Clone(a.Finished), restoredFinished(j)...))
-			acts = append(acts, writeManifestAction{JobID: j.id, Manifest: m})
+			acts = append(acts, WriteManifestAction{JobID: j.id, Graph: j.graph, Mode: j.opts.Checkpoint.Mode, ID: a.ID,
+				Triggered: a.Timestamp, Completed: now, Acks: a.Acks, Finished: append(slices.Clone(a.Finished), restoredFinished(j)...)})
 		case coordinator.NotifyCompleteAction:
 			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, true)...)
 		case coordinator.AbortAction:
@@ -138,9 +136,9 @@ func (c *core) drainCoordinator(j *job, now time.Time) []action {
 			// No manifest write of it is in flight (the coordinator aborts a
 			// checkpoint being written only when the write failed), so
 			// nothing names its files.
-			acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: []int64{a.ID}})
+			acts = append(acts, DeleteCheckpointsAction{JobID: j.id, IDs: []int64{a.ID}})
 		case coordinator.DiscardAction:
-			acts = append(acts, deleteCheckpointsAction{JobID: j.id, IDs: slices.Clone(a.IDs)})
+			acts = append(acts, DeleteCheckpointsAction{JobID: j.id, IDs: slices.Clone(a.IDs)})
 		case coordinator.FailJobAction:
 			fail = a.Reason
 		}
@@ -153,17 +151,17 @@ func (c *core) drainCoordinator(j *job, now time.Time) []action {
 
 // notifyActions tells the listed tasks of j about checkpoint id, unless
 // the job has ended or a task never reached its taskmanager.
-func (c *core) notifyActions(j *job, id int64, tasks []coordinator.TaskID, complete bool) []action {
-	if j.state.terminal() {
+func (c *Scheduler) notifyActions(j *job, id int64, tasks []coordinator.TaskID, complete bool) []Action {
+	if j.state.Terminal() {
 		return nil
 	}
-	var acts []action
+	var acts []Action
 	for _, t := range tasks {
 		ex := j.byKey[execKey{t.Vertex, t.Subtask}]
-		if ex == nil || ex.tm == nil || !ex.deployed || ex.state.terminal() {
+		if ex == nil || ex.tm == nil || !ex.deployed || ex.state.Terminal() {
 			continue
 		}
-		acts = append(acts, notifyAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
+		acts = append(acts, NotifyAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
 			TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, CheckpointID: id, Complete: complete})
 	}
 	return acts
@@ -174,15 +172,15 @@ func (c *core) notifyActions(j *job, id int64, tasks []coordinator.TaskID, compl
 // ones, and whatever else of the job's is still in storage (the files of
 // checkpoints whose deletion failed, for one). A FAILED job keeps its
 // retained checkpoints (as in Flink) for a later restore.
-func (c *core) retentionDeletes(j *job) []action {
-	if !j.state.terminal() || writingManifest(j) || j.swept || !j.opts.Checkpoint.Enabled() ||
-		j.state == jobFailed || j.opts.Checkpoint.Retention == stream.RetainOnCancel {
+func (c *Scheduler) retentionDeletes(j *job) []Action {
+	if !j.state.Terminal() || writingManifest(j) || j.swept || !j.opts.Checkpoint.Enabled() ||
+		j.state == JobFailed || j.opts.Checkpoint.Retention == stream.RetainOnCancel {
 		return nil
 	}
 	ids := retainedCheckpoints(j)
 	j.swept = true
 	c.log.Info("deleting the job's checkpoints", "job", j.id, "state", j.state.String(), "retained", ids)
-	return []action{deleteCheckpointsAction{JobID: j.id, IDs: ids, All: true}}
+	return []Action{DeleteCheckpointsAction{JobID: j.id, IDs: ids, All: true}}
 }
 
 // restoredFinished are the executions of j that their attempt restored as
@@ -201,13 +199,13 @@ func restoredFinished(j *job) []coordinator.TaskID {
 // about, or nil (counted as stale) when it is not the execution's current
 // attempt, the execution is unknown or elsewhere, or the job is not
 // RUNNING.
-func (c *core) checkpointExec(tmID, jobID string, vertex, subtask int, attempt int64) (*job, *execution) {
+func (c *Scheduler) checkpointExec(tmID, jobID string, vertex, subtask int, attempt int64) (*job, *execution) {
 	j := c.jobs[jobID]
 	var ex *execution
 	if j != nil {
 		ex = j.byKey[execKey{vertex, subtask}]
 	}
-	if ex == nil || j.coord == nil || j.state != jobRunning || attempt != ex.attempt ||
+	if ex == nil || j.coord == nil || j.state != JobRunning || attempt != ex.attempt ||
 		ex.tm == nil || (tmID != "" && (ex.tm.id != tmID || ex.tm.lost)) {
 		c.staleAcks++
 		current := int64(0)
@@ -221,9 +219,9 @@ func (c *core) checkpointExec(tmID, jobID string, vertex, subtask int, attempt i
 	return j, ex
 }
 
-// ack records a task's acknowledgement of checkpoint id; payload is its
-// []*weirpb.StateHandle.
-func (c *core) ack(tmID, jobID string, vertex, subtask int, attempt, id int64, payload []*weirpb.StateHandle, st ackStats, now time.Time) []action {
+// Ack records a task's acknowledgement of checkpoint id; payload is what
+// the task wrote (opaque here; WriteManifestAction.Acks carries it back).
+func (c *Scheduler) Ack(tmID, jobID string, vertex, subtask int, attempt, id int64, payload any, st AckStats, now time.Time) []Action {
 	j, ex := c.checkpointExec(tmID, jobID, vertex, subtask, attempt)
 	if ex == nil {
 		return nil
@@ -233,8 +231,8 @@ func (c *core) ack(tmID, jobID string, vertex, subtask int, attempt, id int64, p
 	return c.drainCoordinator(j, now)
 }
 
-// decline records that a task could not take checkpoint id.
-func (c *core) decline(tmID, jobID string, vertex, subtask int, attempt, id int64, reason string, now time.Time) []action {
+// Decline records that a task could not take checkpoint id.
+func (c *Scheduler) Decline(tmID, jobID string, vertex, subtask int, attempt, id int64, reason string, now time.Time) []Action {
 	j, ex := c.checkpointExec(tmID, jobID, vertex, subtask, attempt)
 	if ex == nil {
 		return nil
@@ -243,30 +241,30 @@ func (c *core) decline(tmID, jobID string, vertex, subtask int, attempt, id int6
 	return c.drainCoordinator(j, now)
 }
 
-// triggerFailed records that a trigger could not be delivered: the source
+// TriggerFailed records that a trigger could not be delivered: the source
 // declines the checkpoint.
-func (c *core) triggerFailed(a triggerAction, err error, now time.Time) []action {
-	return c.decline(a.TaskManager, a.JobID, a.Vertex, a.Subtask, a.Attempt, a.CheckpointID,
+func (c *Scheduler) TriggerFailed(a TriggerAction, err error, now time.Time) []Action {
+	return c.Decline(a.TaskManager, a.JobID, a.Vertex, a.Subtask, a.Attempt, a.CheckpointID,
 		fmt.Sprintf("the trigger could not be delivered to taskmanager %s at %s: %v", a.TaskManager, a.Addr, err), now)
 }
 
-// manifestWritten records the outcome of a writeManifestAction. The
+// ManifestWritten records the outcome of a WriteManifestAction. The
 // coordinator decides what it means, also when checkpointing was stopped
 // while the write was in flight: on success the checkpoint completes (the
 // manifest and pointer are written, so it is the newest to restore), on
 // failure it is aborted and deleted.
-func (c *core) manifestWritten(jobID string, m *weirpb.Manifest, err error, now time.Time) []action {
+func (c *Scheduler) ManifestWritten(jobID string, cp Checkpoint, err error, now time.Time) []Action {
 	j := c.jobs[jobID]
 	if j == nil || j.coord == nil {
 		return nil
 	}
-	id := m.GetCheckpointId()
+	id := cp.CheckpointID()
 	if w, ok := j.coord.Writing(); !ok || w != id {
 		return nil
 	}
 	j.coord.ManifestWritten(now, id, err)
 	if latest, _, ok := j.coord.Latest(); ok && latest == id {
-		j.latest = m
+		j.latest = cp
 		c.log.Info("checkpoint completed", "job", j.id, "checkpoint", id, "coordinatorStopped", j.coord.Stopped())
 	}
 	acts := c.drainCoordinator(j, now)
@@ -275,15 +273,15 @@ func (c *core) manifestWritten(jobID string, m *weirpb.Manifest, err error, now 
 	return append(acts, c.maybeRedeployRegions(j, now)...)
 }
 
-// triggerNow triggers a checkpoint of a running job at once.
-func (c *core) triggerNow(jobID string, now time.Time) (int64, []action, error) {
+// TriggerNow triggers a checkpoint of a running job at once.
+func (c *Scheduler) TriggerNow(jobID string, now time.Time) (int64, []Action, error) {
 	j := c.jobs[jobID]
 	switch {
 	case j == nil:
 		return 0, nil, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, jobID)
 	case !j.opts.Checkpoint.Enabled():
 		return 0, nil, fmt.Errorf("%w: job %s does not take checkpoints; set a checkpointing interval in its spec and submit it again", ErrCheckpointingOff, jobID)
-	case j.state != jobRunning || j.coord == nil:
+	case j.state != JobRunning || j.coord == nil:
 		return 0, nil, fmt.Errorf("%w: job %s is %s; checkpoints can be triggered only while it is RUNNING", ErrJobNotRunning, jobID, j.state)
 	case restarting(j) > 0:
 		return 0, nil, fmt.Errorf("%w: job %s has %d region(s) restarting; checkpoints resume once every region runs again", ErrJobNotRunning, jobID, restarting(j))
@@ -307,8 +305,8 @@ func restarting(j *job) int {
 	return n
 }
 
-// checkpointsView is a copy of a job's checkpoint state.
-type checkpointsView struct {
+// CheckpointsView is a copy of a job's checkpoint state.
+type CheckpointsView struct {
 	JobID, Storage                string
 	Enabled                       bool
 	History                       []coordinator.Stats // newest first
@@ -319,17 +317,16 @@ type checkpointsView struct {
 	TaskNames                     map[coordinator.TaskID]string
 }
 
-func (c *core) checkpoints(jobID string) (checkpointsView, error) {
+// Checkpoints returns a copy of job jobID's checkpoint state.
+func (c *Scheduler) Checkpoints(jobID string) (CheckpointsView, error) {
 	j := c.jobs[jobID]
 	if j == nil {
-		return checkpointsView{}, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, jobID)
+		return CheckpointsView{}, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, jobID)
 	}
-	v := checkpointsView{JobID: j.id, Storage: j.opts.Storage, Enabled: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom,
+	v := CheckpointsView{JobID: j.id, Storage: j.opts.Storage, Enabled: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom,
 		Retained: retainedCheckpoints(j), TaskNames: make(map[coordinator.TaskID]string)}
 	_, v.Aborted = checkpointFailures(j)
-	if j.latest != nil {
-		v.Latest = j.latest.CheckpointId
-	}
+	v.Latest = checkpointID(j.latest)
 	for _, ex := range j.execs {
 		v.TaskNames[ex.taskID()] = ex.spec.SubtaskName(ex.subtask)
 	}
@@ -340,10 +337,10 @@ func (c *core) checkpoints(jobID string) (checkpointsView, error) {
 	return v, nil
 }
 
-// jobMetrics is what the Prometheus collector reports about one job.
-type jobMetrics struct {
+// JobMetrics is what the Prometheus collector reports about one job.
+type JobMetrics struct {
 	ID, Name              string
-	State                 jobState
+	State                 JobState
 	Restarts              int64
 	RestartingRegions     int
 	Checkpointing         bool
@@ -355,14 +352,16 @@ type jobMetrics struct {
 	Alignment             map[string]time.Duration // by subtask name
 }
 
-func (c *core) metrics() (jobs []jobMetrics, tmsLive int) {
+// Metrics returns what the metrics collector reports: per job, and the
+// number of live taskmanagers.
+func (c *Scheduler) Metrics() (jobs []JobMetrics, tmsLive int) {
 	for _, tm := range c.tms {
 		if !tm.lost {
 			tmsLive++
 		}
 	}
 	for _, j := range c.jobOrder {
-		m := jobMetrics{ID: j.id, Name: j.graph.Name, State: j.state, Restarts: j.restarts, Checkpointing: j.opts.Checkpoint.Enabled()}
+		m := JobMetrics{ID: j.id, Name: j.graph.Name, State: j.state, Restarts: j.restarts, Checkpointing: j.opts.Checkpoint.Enabled()}
 		m.Failed, m.Aborted = checkpointFailures(j)
 		if j.state.active() {
 			m.RestartingRegions = restarting(j)
@@ -389,23 +388,23 @@ func (c *core) metrics() (jobs []jobMetrics, tmsLive int) {
 	return jobs, tmsLive
 }
 
-// minCheckpointInterval is the shortest checkpoint interval of the jobs
+// MinCheckpointInterval is the shortest checkpoint interval of the jobs
 // that have not ended, or 0.
-func (c *core) minCheckpointInterval() time.Duration {
+func (c *Scheduler) MinCheckpointInterval() time.Duration {
 	var d time.Duration
 	for _, j := range c.jobOrder {
-		if iv := j.opts.Checkpoint.Interval; iv > 0 && !j.state.terminal() && (d == 0 || iv < d) {
+		if iv := j.opts.Checkpoint.Interval; iv > 0 && !j.state.Terminal() && (d == 0 || iv < d) {
 			d = iv
 		}
 	}
 	return d
 }
 
-// sourceInputEnded records that a source execution's input is exhausted.
+// SourceInputEnded records that a source execution's input is exhausted.
 // Once every unfinished source of the job has said so, the final checkpoint
 // (the one that lets the job finish) is triggered at once rather than at the
 // next interval.
-func (c *core) sourceInputEnded(tmID, jobID string, vertex, subtask int, attempt int64, now time.Time) []action {
+func (c *Scheduler) SourceInputEnded(tmID, jobID string, vertex, subtask int, attempt int64, now time.Time) []Action {
 	j, ex := c.checkpointExec(tmID, jobID, vertex, subtask, attempt)
 	if ex == nil {
 		return nil
@@ -418,12 +417,12 @@ func (c *core) sourceInputEnded(tmID, jobID string, vertex, subtask int, attempt
 // finalCheckpoint triggers a checkpoint when every unfinished source of j
 // waits for one; when the coordinator cannot take one now (another is
 // pending), the next tick tries again.
-func (c *core) finalCheckpoint(j *job, now time.Time) []action {
-	if j.state != jobRunning || j.coord == nil || j.coord.Stopped() {
+func (c *Scheduler) finalCheckpoint(j *job, now time.Time) []Action {
+	if j.state != JobRunning || j.coord == nil || j.coord.Stopped() {
 		return nil
 	}
 	for _, ex := range j.execs {
-		if len(j.graph.Inputs(ex.spec.Head)) == 0 && ex.state != taskFinished && !ex.inputEnded {
+		if len(j.graph.Inputs(ex.spec.Head)) == 0 && ex.state != TaskFinished && !ex.inputEnded {
 			return nil
 		}
 	}

@@ -1,17 +1,13 @@
-package jobmanager
+package scheduler
 
 import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -89,7 +85,7 @@ func TestBuildTasksChaining(t *testing.T) {
 				t.Fatal(err)
 			}
 			planned(t, g, reg)
-			tasks, err := buildTasks(g)
+			tasks, err := BuildTasks(g)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,82 +213,6 @@ func TestPlaceSlotsSpread(t *testing.T) {
 					t.Fatalf("n=%d offers=%v: uneven %v", n, offers, count)
 				}
 			}
-		}
-	}
-}
-
-func TestBuildDeployment(t *testing.T) {
-	reg := testRegistry(t)
-	g := planned(t, pipeline(t, 2, 4), reg)
-	tasks, err := buildTasks(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tasks) != 2 || slotsNeeded(tasks) != 4 {
-		t.Fatalf("tasks %v, slots %d", tasks, slotsNeeded(tasks))
-	}
-	owners, err := placeSlots(4, []slotOffer{{"tm-a", 2}, {"tm-b", 3}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := map[string]string{"tm-a": "127.0.0.1:1", "tm-b": "127.0.0.1:2"}
-	slotAddrs := make([]string, len(owners))
-	for i, o := range owners {
-		slotAddrs[i] = addr[o]
-	}
-	if want := []string{"127.0.0.1:2", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1"}; !slices.Equal(slotAddrs, want) {
-		t.Fatalf("slots %v, want %v", slotAddrs, want)
-	}
-	kv := weirpb.FromSchema(g.Vertices[0].OutSchema)
-	kn := weirpb.FromSchema(g.Vertices[2].OutSchema)
-	vertex := func(id int) *weirpb.Vertex { return weirpb.FromVertex(g.Vertices[id]) }
-
-	gotSrc := buildDeployment(&deployAction{JobID: "job1", Graph: g, Task: tasks[0], Subtask: 1, Attempt: 3, SlotAddrs: slotAddrs})
-	wantSrc := &weirpb.TaskDeployment{
-		Id:       &weirpb.ExecutionID{JobId: "job1", VertexId: 0, Subtask: 1, Attempt: 3},
-		TaskName: "src -> map (2/2)", Parallelism: 2, MaxParallelism: 128,
-		Chain: []*weirpb.ChainedOperator{
-			{Vertex: vertex(0)},
-			{Vertex: vertex(1), InputSchemas: []*weirpb.Schema{kv}, InputKeys: []*weirpb.KeyFields{{}}},
-		},
-		Outputs: []*weirpb.OutputSpec{{DownstreamVertex: 2, DownstreamInput: 0, DownstreamParallelism: 4,
-			Partitioning: weirpb.Partitioning_PARTITIONING_HASH, KeyFields: []string{"k"}, Targets: slotAddrs}},
-	}
-	if !proto.Equal(gotSrc, wantSrc) {
-		t.Errorf("source deployment:\n got %v\nwant %v", gotSrc, wantSrc)
-	}
-
-	gotWin := buildDeployment(&deployAction{JobID: "job1", Graph: g, Task: tasks[1], Subtask: 3, Attempt: 3, SlotAddrs: slotAddrs})
-	wantWin := &weirpb.TaskDeployment{
-		Id:       &weirpb.ExecutionID{JobId: "job1", VertexId: 2, Subtask: 3, Attempt: 3},
-		TaskName: "window -> sink (4/4)", Parallelism: 4, MaxParallelism: 128,
-		Chain: []*weirpb.ChainedOperator{
-			{Vertex: vertex(2), InputSchemas: []*weirpb.Schema{kv}, InputKeys: []*weirpb.KeyFields{{Fields: []string{"k"}}}},
-			{Vertex: vertex(3), InputSchemas: []*weirpb.Schema{kn}, InputKeys: []*weirpb.KeyFields{{}}},
-		},
-		Inputs: []*weirpb.InputGate{{Input: 0, UpstreamVertex: 1, UpstreamParallelism: 2, Partitioning: weirpb.Partitioning_PARTITIONING_HASH}},
-	}
-	if !proto.Equal(gotWin, wantWin) {
-		t.Errorf("window deployment:\n got %v\nwant %v", gotWin, wantWin)
-	}
-
-	// Every key group is owned by a downstream subtask that has a target,
-	// and the window subtask on each target owns exactly its key groups.
-	out := gotSrc.Outputs[0]
-	owned := make([]int, out.DownstreamParallelism)
-	for kg := range int(gotSrc.MaxParallelism) {
-		st := stream.SubtaskForKeyGroup(int(gotSrc.MaxParallelism), int(out.DownstreamParallelism), kg)
-		if st >= len(out.Targets) {
-			t.Fatalf("key group %d goes to subtask %d; only %d targets", kg, st, len(out.Targets))
-		}
-		if !stream.KeyGroupRangeFor(int(gotWin.MaxParallelism), int(gotWin.Parallelism), st).Contains(kg) {
-			t.Errorf("key group %d routed to subtask %d, which does not own it", kg, st)
-		}
-		owned[st]++
-	}
-	for st, n := range owned {
-		if n != 32 {
-			t.Errorf("subtask %d owns %d key groups, want 32", st, n)
 		}
 	}
 }

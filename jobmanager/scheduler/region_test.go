@@ -1,4 +1,4 @@
-package jobmanager
+package scheduler
 
 import (
 	"cmp"
@@ -10,22 +10,6 @@ import (
 
 	"github.com/weirstream/weir/stream"
 )
-
-// fanOut is src(p) feeding two forward consumers that are not chained to
-// it (it has two outputs): b -> bsink and d. Tasks: src (head 0),
-// b -> bsink (head 1), d (head 3). Each subtask index is its own region.
-func fanOut(t testing.TB, p int) *stream.JobGraph {
-	t.Helper()
-	b := stream.NewBuilder("fanout")
-	s := b.Source("src", "gen", nil).SetParallelism(p)
-	s.Then("b", "pass", nil).SetParallelism(p).Then("bsink", "discard", nil).SetParallelism(p)
-	s.Then("d", "discard", nil).SetParallelism(p)
-	g, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
 
 // normRegions sorts each region and the regions, so partitions compare
 // independently of order.
@@ -140,7 +124,7 @@ func TestPipelinedRegions(t *testing.T) {
 				}
 			}
 			planned(t, g, reg)
-			tasks, err := buildTasks(g)
+			tasks, err := BuildTasks(g)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,7 +144,7 @@ func TestPipelinedRegions(t *testing.T) {
 // edge (chained or not) links subtask i to subtask i when forward and
 // every pair of subtasks otherwise. An execution's region is that of its
 // head operator's subtask.
-func operatorLevelRegions(g *stream.JobGraph, tasks []*taskSpec) [][]execKey {
+func operatorLevelRegions(g *stream.JobGraph, tasks []*Task) [][]execKey {
 	type node struct{ v, s int }
 	adj := make(map[node][]node)
 	link := func(a, b node) { adj[a] = append(adj[a], b); adj[b] = append(adj[b], a) }
@@ -250,7 +234,7 @@ func TestPipelinedRegionsRandom(t *testing.T) {
 		if err := stream.Plan(g, reg); err != nil {
 			t.Fatalf("iteration %d: plan: %v", iter, err)
 		}
-		tasks, err := buildTasks(g)
+		tasks, err := BuildTasks(g)
 		if err != nil {
 			t.Fatal(err)
 		}

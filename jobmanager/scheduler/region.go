@@ -1,4 +1,4 @@
-package jobmanager
+package scheduler
 
 import (
 	"slices"
@@ -17,9 +17,9 @@ import (
 //
 // Regions come in the order of their first execution (tasks in the given
 // order, then subtasks), and each lists its executions in that order. It is
-// a pure function of the planned graph and its tasks (buildTasks), computed
+// a pure function of the planned graph and its tasks (BuildTasks), computed
 // once per job.
-func pipelinedRegions(g *stream.JobGraph, tasks []*taskSpec) [][]execKey {
+func pipelinedRegions(g *stream.JobGraph, tasks []*Task) [][]execKey {
 	offset := make([]int, len(tasks))
 	taskOf := make(map[int]int, len(g.Vertices))
 	n := 0

@@ -1,4 +1,4 @@
-package jobmanager
+package scheduler
 
 import (
 	"errors"
@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// Tests of taskmanager membership in the core: process instances,
+// Tests of taskmanager membership in the scheduler: process instances,
 // suspicion and probes, and deployment failures that back off.
 
-func deployTargets(acts []action) map[string]int {
+func deployTargets(acts []Action) map[string]int {
 	out := make(map[string]int)
-	for _, d := range actionsOf[deployAction](acts) {
+	for _, d := range actionsOf[DeployAction](acts) {
 		out[d.TaskManager]++
 	}
 	return out
@@ -23,43 +23,43 @@ func TestCoreSuspectedTaskManagerGetsNoSlots(t *testing.T) {
 	h.register("a", 2)
 	h.register("b", 2)
 	for _, id := range []string{"a", "b"} {
-		acts := h.c.suspect(id, id+"-1", "its connection broke", h.now)
-		if p := actionsOf[probeAction](acts); len(p) != 1 || p[0] != (probeAction{TaskManager: id, Instance: id + "-1", Addr: id + ":1"}) {
+		acts := h.c.Suspect(id, id+"-1", "its connection broke", h.now)
+		if p := actionsOf[ProbeAction](acts); len(p) != 1 || p[0] != (ProbeAction{TaskManager: id, Instance: id + "-1", Addr: id + ":1"}) {
 			t.Fatalf("suspect %s: actions %v, want one probe", id, acts)
 		}
 	}
-	for _, v := range h.c.tmViews() {
+	for _, v := range h.c.TaskManagers() {
 		if !v.Live || !v.Suspected || v.Reason != "its connection broke" {
 			t.Fatalf("view of suspected %s: %+v", v.ID, v)
 		}
 	}
-	if acts := h.c.suspect("a", "a-0", "an old process", h.now); len(acts) != 0 {
+	if acts := h.c.Suspect("a", "a-0", "an old process", h.now); len(acts) != 0 {
 		t.Fatalf("suspecting another instance of a: %v", acts)
 	}
 	if acts := h.submit("j", 2, 2, time.Minute); len(acts) != 0 {
 		t.Fatalf("deployed while every taskmanager is suspected: %v", acts)
 	}
 	// a answers its probe: the job is placed there, and only there.
-	acts := h.c.probed("a", "a-1", nil, h.now)
+	acts := h.c.Probed("a", "a-1", nil, h.now)
 	if got := deployTargets(acts); got["a"] != 4 || len(got) != 1 {
 		t.Fatalf("deployments after a's probe answered: %v, want 4 on a", got)
 	}
 	h.run(acts)
-	if s := h.jobState("j"); s != jobRunning {
+	if s := h.jobState("j"); s != JobRunning {
 		t.Fatalf("job %s, want RUNNING", s)
 	}
 	// b's probe fails: it is lost, and told to register again.
-	h.c.probed("b", "b-1", errors.New("connection refused"), h.now)
+	h.c.Probed("b", "b-1", errors.New("connection refused"), h.now)
 	if tm := h.c.tms["b"]; !tm.lost || tm.suspected {
 		t.Fatalf("b after a failed probe: lost %v, suspected %v", tm.lost, tm.suspected)
 	}
-	if rereg, _ := h.c.heartbeat("b", "b-1", nil, h.now); !rereg {
+	if rereg, _ := h.c.Heartbeat("b", "b-1", nil, h.now); !rereg {
 		t.Error("lost b not told to register again")
 	}
-	if r := h.c.reregisterReason("b", "b-1"); !strings.Contains(r, "declared lost: probe failed: connection refused") {
+	if r := h.c.ReregisterReason("b", "b-1"); !strings.Contains(r, "declared lost: probe failed: connection refused") {
 		t.Errorf("reason to register again %q", r)
 	}
-	if s := h.jobState("j"); s != jobRunning {
+	if s := h.jobState("j"); s != JobRunning {
 		t.Fatalf("job %s after losing b, which ran none of its tasks", s)
 	}
 }
@@ -69,15 +69,15 @@ func TestCoreFailedProbeFailsOver(t *testing.T) {
 	h.register("a", 2)
 	h.register("b", 2)
 	strategy := &countingStrategy{delay: time.Second}
-	deploys := h.submitOpts("j", 2, 2, jobOptions{Restart: strategy})
+	deploys := h.submitOpts("j", 2, 2, JobOptions{Restart: strategy})
 	h.run(deploys)
 	onB := deployTargets(deploys)["b"]
 	if onB == 0 {
 		t.Fatalf("no task placed on b: %v", deployTargets(deploys))
 	}
-	h.c.suspect("b", "b-1", "its connection broke", h.now)
-	acts := h.c.probed("b", "b-1", errors.New("no answer"), h.now)
-	if s := h.jobState("j"); s != jobRestarting {
+	h.c.Suspect("b", "b-1", "its connection broke", h.now)
+	acts := h.c.Probed("b", "b-1", errors.New("no answer"), h.now)
+	if s := h.jobState("j"); s != JobRestarting {
 		t.Fatalf("job %s after b's probe failed, want RESTARTING", s)
 	}
 	if len(strategy.failures) != 1 {
@@ -95,27 +95,27 @@ func TestCoreReplacedInstanceRefused(t *testing.T) {
 	h.register("a", 2)
 	h.run(h.submit("j", 2, 2, time.Minute))
 	// A new process registers as a (a restart at the same address).
-	if _, err := h.c.register(tmRegistration{ID: "a", Instance: "a-2", Addr: "a:1", Slots: 2}, h.now); err != nil {
+	if _, err := h.c.Register(Registration{ID: "a", Instance: "a-2", Addr: "a:1", Slots: 2}, h.now); err != nil {
 		t.Fatal(err)
 	}
-	if s := h.jobState("j"); s != jobFailing && s != jobFailed {
+	if s := h.jobState("j"); s != JobFailing && s != JobFailed {
 		t.Fatalf("job %s after its only taskmanager was replaced (no restart strategy)", s)
 	}
-	if rereg, _ := h.c.heartbeat("a", "a-1", nil, h.now); !rereg {
+	if rereg, _ := h.c.Heartbeat("a", "a-1", nil, h.now); !rereg {
 		t.Error("heartbeat of the replaced process accepted")
 	}
-	if rereg, _ := h.c.heartbeat("a", "a-2", nil, h.now); rereg {
+	if rereg, _ := h.c.Heartbeat("a", "a-2", nil, h.now); rereg {
 		t.Error("heartbeat of the new process refused")
 	}
 	// The old process may not take the id back.
-	_, err := h.c.register(tmRegistration{ID: "a", Instance: "a-1", Addr: "a:1", Slots: 2}, h.now)
+	_, err := h.c.Register(Registration{ID: "a", Instance: "a-1", Addr: "a:1", Slots: 2}, h.now)
 	if !errors.Is(err, ErrTaskManagerReplaced) {
 		t.Fatalf("re-registration of the replaced process: %v, want ErrTaskManagerReplaced", err)
 	}
 	if tm := h.c.tms["a"]; tm.instance != "a-2" || tm.lost {
 		t.Fatalf("a is instance %s (lost %v) after the refused registration, want a-2", tm.instance, tm.lost)
 	}
-	if _, err := h.c.register(tmRegistration{ID: "b", Addr: "b:1", Slots: 1}, h.now); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := h.c.Register(Registration{ID: "b", Addr: "b:1", Slots: 1}, h.now); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("registration without an instance id: %v", err)
 	}
 }
@@ -124,9 +124,9 @@ func TestCoreBrokenPeerSuspected(t *testing.T) {
 	h := newCoreHarness(t)
 	h.register("a", 2)
 	h.register("b", 2)
-	deploys := actionsOf[deployAction](h.submitOpts("j", 2, 2, jobOptions{Restart: &countingStrategy{delay: time.Second}}))
+	deploys := actionsOf[DeployAction](h.submitOpts("j", 2, 2, JobOptions{Restart: &countingStrategy{delay: time.Second}}))
 	h.run(asActions(deploys))
-	var onA deployAction
+	var onA DeployAction
 	for _, d := range deploys {
 		if d.TaskManager == "a" {
 			onA = d
@@ -135,9 +135,9 @@ func TestCoreBrokenPeerSuspected(t *testing.T) {
 	if onA.TaskManager == "" {
 		t.Fatal("nothing deployed on a")
 	}
-	acts := h.c.report("a", taskReport{JobID: "j", Vertex: onA.Task.Head, Subtask: onA.Subtask, Attempt: onA.Attempt,
-		State: taskFailed, Err: "network stream to taskmanager b:1 broke", BrokenPeer: "b:1"}, h.now)
-	if p := actionsOf[probeAction](acts); len(p) != 1 || p[0].TaskManager != "b" {
+	acts := h.c.Report("a", TaskReport{JobID: "j", Vertex: onA.Task.Head, Subtask: onA.Subtask, Attempt: onA.Attempt,
+		State: TaskFailed, Err: "network stream to taskmanager b:1 broke", BrokenPeer: "b:1"}, h.now)
+	if p := actionsOf[ProbeAction](acts); len(p) != 1 || p[0].TaskManager != "b" {
 		t.Fatalf("actions %v, want a probe of b", acts)
 	}
 	if !h.c.tms["b"].suspected || h.c.tms["a"].suspected {
@@ -156,24 +156,24 @@ func TestCoreDeployFailuresBackOff(t *testing.T) {
 	h := newCoreHarness(t)
 	h.register("a", 4)
 	strategy := &countingStrategy{delay: 50 * time.Millisecond}
-	deploys := actionsOf[deployAction](h.submitOpts("j", 2, 2, jobOptions{Restart: strategy}))
-	failAll := func(ds []deployAction) []action {
-		var acts []action
+	deploys := actionsOf[DeployAction](h.submitOpts("j", 2, 2, JobOptions{Restart: strategy}))
+	failAll := func(ds []DeployAction) []Action {
+		var acts []Action
 		for _, d := range ds {
-			acts = append(acts, h.c.deployDone(d, errString("connection refused"), h.now)...)
+			acts = append(acts, h.c.DeployDone(d, errString("connection refused"), h.now)...)
 		}
 		return acts
 	}
 	// The first failure asks the strategy (50ms); then 100ms, 200ms, 400ms.
 	acts := failAll(deploys)
 	for i, want := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
-		if s := h.jobState("j"); s != jobRestarting {
+		if s := h.jobState("j"); s != JobRestarting {
 			t.Fatalf("round %d: job %s, want RESTARTING", i, s)
 		}
-		if got := actionsOf[deployAction](append(acts, h.advance(want-time.Millisecond)...)); len(got) != 0 {
+		if got := actionsOf[DeployAction](append(acts, h.advance(want-time.Millisecond)...)); len(got) != 0 {
 			t.Fatalf("round %d: redeployed before the %v backoff", i, want)
 		}
-		deploys = actionsOf[deployAction](h.advance(time.Millisecond))
+		deploys = actionsOf[DeployAction](h.advance(time.Millisecond))
 		if len(deploys) != 4 {
 			t.Fatalf("round %d: %d redeployments after %v, want 4", i, len(deploys), want)
 		}
@@ -185,7 +185,7 @@ func TestCoreDeployFailuresBackOff(t *testing.T) {
 		t.Fatalf("restart strategy asked %d times for 4 failed deployments in a row, want once", len(strategy.failures))
 	}
 	h.run(asActions(deploys))
-	if s := h.jobState("j"); s != jobRunning {
+	if s := h.jobState("j"); s != JobRunning {
 		t.Fatalf("job %s, want RUNNING", s)
 	}
 	failAll(nil)

@@ -1,4 +1,4 @@
-package jobmanager
+package scheduler
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Taskmanager membership in the core: registration, suspicion and probes,
+// Taskmanager membership in the scheduler: registration, suspicion and probes,
 // loss. A taskmanager is live from its registration until it is lost: by
 // the heartbeat timeout, by a failed probe, or by a registration of a new
 // process under its id. In between it may be suspected (its connection
@@ -23,8 +23,8 @@ var ErrTaskManagerReplaced = errors.New("jobmanager: taskmanager process replace
 // maxReplaced bounds the remembered replaced instances.
 const maxReplaced = 4096
 
-// tmRegistration is what a taskmanager process registers with.
-type tmRegistration struct {
+// Registration is what a taskmanager process registers with.
+type Registration struct {
 	ID, Instance, Addr string
 	// ExchangeAddr is where other taskmanagers send it data; empty: Addr.
 	ExchangeAddr string
@@ -32,10 +32,10 @@ type tmRegistration struct {
 	OpTypes      []string
 }
 
-// register adds a taskmanager process, replacing an earlier registration
+// Register adds a taskmanager process, replacing an earlier registration
 // with the same id (whose tasks are then gone). The shell opens a fresh
 // connection to the address for every registration.
-func (c *core) register(r tmRegistration, now time.Time) ([]action, error) {
+func (c *Scheduler) Register(r Registration, now time.Time) ([]Action, error) {
 	switch {
 	case r.ID == "":
 		return nil, fmt.Errorf("%w: taskmanager registration has no id; give each taskmanager a unique id", ErrInvalidArgument)
@@ -50,7 +50,7 @@ func (c *core) register(r tmRegistration, now time.Time) ([]action, error) {
 		return nil, fmt.Errorf("%w: taskmanager %s (process instance %s) was replaced by a newer process registered as %s; two processes share one id, give each taskmanager its own --id",
 			ErrTaskManagerReplaced, r.ID, r.Instance, id)
 	}
-	var acts []action
+	var acts []Action
 	if old := c.tms[r.ID]; old != nil {
 		if old.instance != r.Instance {
 			if len(c.replaced) >= maxReplaced {
@@ -79,9 +79,9 @@ func (c *core) register(r tmRegistration, now time.Time) ([]action, error) {
 	return append(acts, c.scheduleWaiting(now)...), nil
 }
 
-// reregisterReason says why a heartbeat of process instance of taskmanager
+// ReregisterReason says why a heartbeat of process instance of taskmanager
 // id is answered with reregister.
-func (c *core) reregisterReason(id, instance string) string {
+func (c *Scheduler) ReregisterReason(id, instance string) string {
 	tm := c.tms[id]
 	switch {
 	case tm == nil:
@@ -96,7 +96,7 @@ func (c *core) reregisterReason(id, instance string) string {
 
 // current returns the live entry of taskmanager id if it is process
 // instance, else nil.
-func (c *core) current(id, instance string) *tmEntry {
+func (c *Scheduler) current(id, instance string) *tmEntry {
 	tm := c.tms[id]
 	if tm == nil || tm.lost || tm.instance != instance {
 		return nil
@@ -104,10 +104,10 @@ func (c *core) current(id, instance string) *tmEntry {
 	return tm
 }
 
-// suspect marks process instance of taskmanager id as suspected for
+// Suspect marks process instance of taskmanager id as suspected for
 // reason and asks the shell to probe it. Reports about other processes
 // or lost taskmanagers are ignored.
-func (c *core) suspect(id, instance, reason string, now time.Time) []action {
+func (c *Scheduler) Suspect(id, instance, reason string, now time.Time) []Action {
 	tm := c.current(id, instance)
 	if tm == nil {
 		return nil
@@ -117,24 +117,24 @@ func (c *core) suspect(id, instance, reason string, now time.Time) []action {
 		tm.suspectReason = reason
 		c.log.Warn("taskmanager suspected; probing it", "taskmanager", id, "instance", instance, "address", tm.addr, "reason", reason)
 	}
-	return []action{probeAction{TaskManager: id, Instance: instance, Addr: tm.addr}}
+	return []Action{ProbeAction{TaskManager: id, Instance: instance, Addr: tm.addr}}
 }
 
-// suspectPeer suspects the live taskmanager whose exchange address is addr
+// SuspectPeer suspects the live taskmanager whose exchange address is addr
 // (a task's data stream to or from it broke).
-func (c *core) suspectPeer(addr, reason string, now time.Time) []action {
+func (c *Scheduler) SuspectPeer(addr, reason string, now time.Time) []Action {
 	for _, tm := range c.tms {
 		if !tm.lost && tm.exchangeAddr == addr {
-			return c.suspect(tm.id, tm.instance, reason, now)
+			return c.Suspect(tm.id, tm.instance, reason, now)
 		}
 	}
 	return nil
 }
 
-// probed records the outcome of a probe of process instance of taskmanager
+// Probed records the outcome of a probe of process instance of taskmanager
 // id: nil, the process answered (a suspicion ends, and deployments that
 // waited for it go on); otherwise it is lost.
-func (c *core) probed(id, instance string, err error, now time.Time) []action {
+func (c *Scheduler) Probed(id, instance string, err error, now time.Time) []Action {
 	tm := c.current(id, instance)
 	if tm == nil {
 		return nil
@@ -157,7 +157,7 @@ func (c *core) probed(id, instance string, err error, now time.Time) []action {
 }
 
 // lose declares tm lost for reason: its executions fail over.
-func (c *core) lose(tm *tmEntry, reason string, now time.Time) []action {
+func (c *Scheduler) lose(tm *tmEntry, reason string, now time.Time) []Action {
 	tm.lost = true
 	tm.suspected = false
 	tm.lostReason = reason
@@ -165,13 +165,13 @@ func (c *core) lose(tm *tmEntry, reason string, now time.Time) []action {
 	return c.tmGone(tm, fmt.Sprintf("taskmanager %s at %s lost: %s", tm.id, tm.addr, reason), now)
 }
 
-// activeJobs returns the ids of the jobs that are not finished, cancelled or
+// ActiveJobs returns the ids of the jobs that are not finished, cancelled or
 // failed; heartbeat responses carry them so that taskmanagers remove the
 // local state of the others.
-func (c *core) activeJobs() []string {
+func (c *Scheduler) ActiveJobs() []string {
 	var out []string
 	for _, j := range c.jobOrder {
-		if !j.state.terminal() {
+		if !j.state.Terminal() {
 			out = append(out, j.id)
 		}
 	}

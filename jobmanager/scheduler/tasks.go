@@ -1,4 +1,4 @@
-package jobmanager
+package scheduler
 
 import (
 	"cmp"
@@ -9,10 +9,10 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// taskSpec is one task of a job: a maximal chain of operators that runs as
+// Task is one task of a job: a maximal chain of operators that runs as
 // one unit per subtask. It is immutable once built and may be shared with
 // the goroutines that deploy it.
-type taskSpec struct {
+type Task struct {
 	// Head is the vertex id of the chain's first operator; it names the
 	// task (ExecutionID.vertex_id).
 	Head int
@@ -25,10 +25,10 @@ type taskSpec struct {
 
 // Last returns the vertex id of the chain's last operator, whose output
 // edges are the task's outputs.
-func (t *taskSpec) Last() int { return t.Chain[len(t.Chain)-1] }
+func (t *Task) Last() int { return t.Chain[len(t.Chain)-1] }
 
 // SubtaskName names subtask i like Flink does: "window -> sink (2/4)".
-func (t *taskSpec) SubtaskName(i int) string {
+func (t *Task) SubtaskName(i int) string {
 	return fmt.Sprintf("%s (%d/%d)", t.Name, i+1, t.Parallelism)
 }
 
@@ -46,9 +46,9 @@ func chainable(g *stream.JobGraph, e *stream.Edge, outDeg, inDeg []int) bool {
 		outDeg[e.From] == 1 && inDeg[e.To] == 1
 }
 
-// buildTasks chains the operators of a planned graph into tasks, returned
+// BuildTasks chains the operators of a planned graph into tasks, returned
 // in topological order of their heads.
-func buildTasks(g *stream.JobGraph) ([]*taskSpec, error) {
+func BuildTasks(g *stream.JobGraph) ([]*Task, error) {
 	order, err := g.TopoOrder()
 	if err != nil {
 		return nil, err
@@ -70,12 +70,12 @@ func buildTasks(g *stream.JobGraph) ([]*taskSpec, error) {
 			chained[e.To] = true
 		}
 	}
-	var tasks []*taskSpec
+	var tasks []*Task
 	for _, id := range order {
 		if chained[id] {
 			continue
 		}
-		t := &taskSpec{Head: id, Parallelism: g.Vertices[id].Parallelism}
+		t := &Task{Head: id, Parallelism: g.Vertices[id].Parallelism}
 		var names []string
 		for v := id; v >= 0; v = next[v] {
 			t.Chain = append(t.Chain, v)
@@ -92,7 +92,7 @@ func buildTasks(g *stream.JobGraph) ([]*taskSpec, error) {
 
 // slotsNeeded is the number of shared slots a job needs: like Flink's
 // default slot sharing group, subtask i of every task shares slot i.
-func slotsNeeded(tasks []*taskSpec) int {
+func slotsNeeded(tasks []*Task) int {
 	n := 0
 	for _, t := range tasks {
 		n = max(n, t.Parallelism)

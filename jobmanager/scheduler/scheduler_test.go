@@ -1,44 +1,42 @@
-package jobmanager
+package scheduler
 
 import (
 	"errors"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/weirstream/weir/proto/weirpb"
 )
 
 // coreHarness drives a core with a fake clock and collects its actions.
 type coreHarness struct {
 	t   *testing.T
-	c   *core
+	c   *Scheduler
 	now time.Time
 }
 
 func newCoreHarness(t *testing.T) *coreHarness {
-	return &coreHarness{t: t, c: newCore(coreConfig{HeartbeatTimeout: 10 * time.Second, CancelTimeout: 10 * time.Second}),
+	return &coreHarness{t: t, c: New(Config{HeartbeatTimeout: 10 * time.Second, CancelTimeout: 10 * time.Second}),
 		now: time.Unix(1_700_000_000, 0)}
 }
 
-func (h *coreHarness) advance(d time.Duration) []action {
+func (h *coreHarness) advance(d time.Duration) []Action {
 	h.now = h.now.Add(d)
-	return h.c.tick(h.now)
+	return h.c.Tick(h.now)
 }
 
-func (h *coreHarness) register(id string, slots int) []action {
+func (h *coreHarness) register(id string, slots int) []Action {
 	h.t.Helper()
-	acts, err := h.c.register(tmRegistration{ID: id, Instance: id + "-1", Addr: id + ":1", Slots: slots}, h.now)
+	acts, err := h.c.Register(Registration{ID: id, Instance: id + "-1", Addr: id + ":1", Slots: slots}, h.now)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	return acts
 }
 
-func (h *coreHarness) submit(id string, srcPar, winPar int, wait time.Duration) []action {
+func (h *coreHarness) submit(id string, srcPar, winPar int, wait time.Duration) []Action {
 	h.t.Helper()
 	g := planned(h.t, pipeline(h.t, srcPar, winPar), testRegistry(h.t))
-	acts, err := h.c.submit(id, g, jobOptions{SlotWait: wait}, h.now)
+	acts, err := h.c.Submit(id, g, JobOptions{SlotWait: wait}, h.now)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -47,30 +45,30 @@ func (h *coreHarness) submit(id string, srcPar, winPar int, wait time.Duration) 
 
 // ackAll acknowledges deploys as successful and returns the follow-up
 // actions.
-func (h *coreHarness) ackAll(acts []action) []action {
-	var out []action
+func (h *coreHarness) ackAll(acts []Action) []Action {
+	var out []Action
 	for _, a := range acts {
-		if d, ok := a.(deployAction); ok {
-			out = append(out, h.c.deployDone(d, nil, h.now)...)
+		if d, ok := a.(DeployAction); ok {
+			out = append(out, h.c.DeployDone(d, nil, h.now)...)
 		}
 	}
 	return out
 }
 
 // reportAll reports state s for every deploy in acts.
-func (h *coreHarness) reportAll(acts []action, s taskState) []action {
-	var out []action
+func (h *coreHarness) reportAll(acts []Action, s TaskState) []Action {
+	var out []Action
 	for _, a := range acts {
-		if d, ok := a.(deployAction); ok {
-			out = append(out, h.c.report(d.TaskManager, taskReport{JobID: d.JobID, Vertex: d.Task.Head, Subtask: d.Subtask, Attempt: d.Attempt, State: s}, h.now)...)
+		if d, ok := a.(DeployAction); ok {
+			out = append(out, h.c.Report(d.TaskManager, TaskReport{JobID: d.JobID, Vertex: d.Task.Head, Subtask: d.Subtask, Attempt: d.Attempt, State: s}, h.now)...)
 		}
 	}
 	return out
 }
 
-func (h *coreHarness) jobState(id string) jobState { return h.c.jobs[id].state }
+func (h *coreHarness) jobState(id string) JobState { return h.c.jobs[id].state }
 
-func count[T action](acts []action) int {
+func count[T Action](acts []Action) int {
 	n := 0
 	for _, a := range acts {
 		if _, ok := a.(T); ok {
@@ -85,28 +83,28 @@ func TestCoreLifecycle(t *testing.T) {
 	h.register("a", 2)
 	h.register("b", 2)
 	deploys := h.submit("j", 2, 4, time.Minute)
-	if n := count[deployAction](deploys); n != 6 {
+	if n := count[DeployAction](deploys); n != 6 {
 		t.Fatalf("%d deploys, want 6", n)
 	}
-	if s := h.jobState("j"); s != jobScheduled {
+	if s := h.jobState("j"); s != JobScheduled {
 		t.Fatalf("state %s", s)
 	}
 	h.ackAll(deploys)
-	h.reportAll(deploys, taskRunning)
-	if s := h.jobState("j"); s != jobRunning {
+	h.reportAll(deploys, TaskRunning)
+	if s := h.jobState("j"); s != JobRunning {
 		t.Fatalf("state %s, want RUNNING", s)
 	}
-	if v := h.c.tmViews(); v[0].Free != 0 || v[1].Free != 0 {
+	if v := h.c.TaskManagers(); v[0].Free != 0 || v[1].Free != 0 {
 		t.Fatalf("slots not taken: %+v", v)
 	}
-	h.reportAll(deploys, taskFinished)
-	if s := h.jobState("j"); s != jobFinished {
+	h.reportAll(deploys, TaskFinished)
+	if s := h.jobState("j"); s != JobFinished {
 		t.Fatalf("state %s, want FINISHED", s)
 	}
-	if v := h.c.tmViews(); v[0].Free != 2 || v[1].Free != 2 {
+	if v := h.c.TaskManagers(); v[0].Free != 2 || v[1].Free != 2 {
 		t.Fatalf("slots not freed: %+v", v)
 	}
-	if _, err := h.c.cancel("j", h.now); !errors.Is(err, ErrJobNotCancelable) {
+	if _, err := h.c.Cancel("j", h.now); !errors.Is(err, ErrJobNotCancelable) {
 		t.Fatalf("cancel finished job: %v, want ErrJobNotCancelable", err)
 	}
 }
@@ -115,19 +113,19 @@ func TestCoreStaleReportsIgnored(t *testing.T) {
 	h := newCoreHarness(t)
 	h.register("a", 4)
 	deploys := h.submit("j", 1, 1, time.Minute)
-	d := deploys[0].(deployAction)
-	for _, r := range []taskReport{
-		{JobID: "j", Vertex: d.Task.Head, Subtask: 0, Attempt: 2, State: taskFailed, Err: "old"}, // other attempt
-		{JobID: "nope", Vertex: 0, Subtask: 0, Attempt: 1, State: taskFailed},                    // unknown job
-		{JobID: "j", Vertex: d.Task.Head, Subtask: 7, Attempt: 1, State: taskFailed},             // unknown subtask
+	d := deploys[0].(DeployAction)
+	for _, r := range []TaskReport{
+		{JobID: "j", Vertex: d.Task.Head, Subtask: 0, Attempt: 2, State: TaskFailed, Err: "old"}, // other attempt
+		{JobID: "nope", Vertex: 0, Subtask: 0, Attempt: 1, State: TaskFailed},                    // unknown job
+		{JobID: "j", Vertex: d.Task.Head, Subtask: 7, Attempt: 1, State: TaskFailed},             // unknown subtask
 	} {
-		h.c.report("a", r, h.now)
+		h.c.Report("a", r, h.now)
 	}
-	h.c.report("zzz", taskReport{JobID: "j", Vertex: d.Task.Head, Attempt: 1, State: taskFailed}, h.now) // unknown taskmanager
+	h.c.Report("zzz", TaskReport{JobID: "j", Vertex: d.Task.Head, Attempt: 1, State: TaskFailed}, h.now) // unknown taskmanager
 	if h.c.staleReports != 4 {
 		t.Errorf("staleReports = %d, want 4", h.c.staleReports)
 	}
-	if s := h.jobState("j"); s != jobScheduled {
+	if s := h.jobState("j"); s != JobScheduled {
 		t.Errorf("state %s, want SCHEDULED", s)
 	}
 }
@@ -138,42 +136,42 @@ func TestCoreHeartbeatTimeout(t *testing.T) {
 	h.register("b", 2)
 	deploys := h.submit("j", 2, 4, time.Minute)
 	h.ackAll(deploys)
-	h.reportAll(deploys, taskRunning)
+	h.reportAll(deploys, TaskRunning)
 
 	h.advance(9 * time.Second)
-	if rereg, _ := h.c.heartbeat("b", "b-1", nil, h.now); rereg {
+	if rereg, _ := h.c.Heartbeat("b", "b-1", nil, h.now); rereg {
 		t.Fatal("b told to re-register")
 	}
-	if acts := h.advance(999 * time.Millisecond); len(acts) != 0 || h.jobState("j") != jobRunning {
+	if acts := h.advance(999 * time.Millisecond); len(acts) != 0 || h.jobState("j") != JobRunning {
 		t.Fatalf("lost too early: %v %s", acts, h.jobState("j"))
 	}
 	acts := h.advance(time.Millisecond) // a: 10s silent
-	if s := h.jobState("j"); s != jobFailing {
+	if s := h.jobState("j"); s != JobFailing {
 		t.Fatalf("state %s, want FAILING", s)
 	}
 	// Only b's three executions need cancelling; a's are gone.
-	if n := count[cancelAction](acts); n != 3 {
+	if n := count[CancelAction](acts); n != 3 {
 		t.Fatalf("%d cancels, want 3: %v", n, acts)
 	}
 	for _, a := range acts {
-		if ca := a.(cancelAction); ca.TaskManager != "b" {
+		if ca := a.(CancelAction); ca.TaskManager != "b" {
 			t.Errorf("cancel sent to %s", ca.TaskManager)
 		}
 	}
 	if err := h.c.jobs["j"].err; !strings.Contains(err, "on taskmanager a failed: taskmanager a at a:1 lost: no heartbeat for 10s") {
 		t.Errorf("job error %q", err)
 	}
-	if rereg, _ := h.c.heartbeat("a", "a-1", nil, h.now); !rereg {
+	if rereg, _ := h.c.Heartbeat("a", "a-1", nil, h.now); !rereg {
 		t.Error("lost taskmanager not told to re-register")
 	}
 	for _, a := range acts {
-		ca := a.(cancelAction)
-		h.c.report("b", taskReport{JobID: "j", Vertex: ca.Vertex, Subtask: ca.Subtask, Attempt: 1, State: taskCanceled}, h.now)
+		ca := a.(CancelAction)
+		h.c.Report("b", TaskReport{JobID: "j", Vertex: ca.Vertex, Subtask: ca.Subtask, Attempt: 1, State: TaskCanceled}, h.now)
 	}
-	if s := h.jobState("j"); s != jobFailed {
+	if s := h.jobState("j"); s != JobFailed {
 		t.Fatalf("state %s, want FAILED", s)
 	}
-	if v := h.c.tmViews(); v[0].Live || !v[1].Live || v[1].Free != 2 {
+	if v := h.c.TaskManagers(); v[0].Live || !v[1].Live || v[1].Free != 2 {
 		t.Fatalf("taskmanagers %+v", v)
 	}
 }
@@ -183,20 +181,20 @@ func TestCoreReregistrationReplaces(t *testing.T) {
 	h.register("a", 1)
 	deploys := h.submit("j", 1, 1, time.Minute)
 	h.ackAll(deploys)
-	h.reportAll(deploys, taskRunning)
+	h.reportAll(deploys, TaskRunning)
 	h.register("a", 1)
-	if s := h.jobState("j"); s != jobFailed {
+	if s := h.jobState("j"); s != JobFailed {
 		t.Fatalf("state %s, want FAILED", s)
 	}
 	if err := h.c.jobs["j"].err; !strings.Contains(err, "re-registered") {
 		t.Errorf("error %q", err)
 	}
 	// A late report from the old incarnation is stale.
-	h.reportAll(deploys, taskFinished)
+	h.reportAll(deploys, TaskFinished)
 	if h.c.staleReports != 2 {
 		t.Errorf("staleReports = %d, want 2", h.c.staleReports)
 	}
-	if v := h.c.tmViews(); v[0].Free != 1 {
+	if v := h.c.TaskManagers(); v[0].Free != 1 {
 		t.Errorf("new registration has %d free slots", v[0].Free)
 	}
 }
@@ -211,14 +209,14 @@ func TestCoreSlotWait(t *testing.T) {
 	h.submit("k", 2, 4, 40*time.Second)
 	h.advance(29 * time.Second)
 	acts := h.register("b", 2) // j fits now; k still waits
-	if n := count[deployAction](acts); n != 6 {
+	if n := count[DeployAction](acts); n != 6 {
 		t.Fatalf("%d deploys after registration, want 6", n)
 	}
-	if h.jobState("j") != jobScheduled || h.c.jobs["j"].slots == nil || h.c.jobs["k"].slots != nil {
+	if h.jobState("j") != JobScheduled || h.c.jobs["j"].slots == nil || h.c.jobs["k"].slots != nil {
 		t.Fatal("wrong job scheduled")
 	}
 	h.advance(11 * time.Second)
-	if s, err := h.jobState("k"), h.c.jobs["k"].err; s != jobFailed ||
+	if s, err := h.jobState("k"), h.c.jobs["k"].err; s != JobFailed ||
 		err != "not enough free slots: job needs 4, cluster has 0 free across 2 taskmanager(s); start more taskmanagers or lower parallelism" {
 		t.Fatalf("k: %s %q", s, err)
 	}
@@ -229,33 +227,33 @@ func TestCoreCancel(t *testing.T) {
 	h.register("a", 2)
 	deploys := h.submit("j", 2, 2, time.Minute)
 	// One deploy acknowledged, the other still in flight.
-	first := deploys[0].(deployAction)
-	h.c.deployDone(first, nil, h.now)
-	acts, err := h.c.cancel("j", h.now)
+	first := deploys[0].(DeployAction)
+	h.c.DeployDone(first, nil, h.now)
+	acts, err := h.c.Cancel("j", h.now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := count[cancelAction](acts); n != 1 {
+	if n := count[CancelAction](acts); n != 1 {
 		t.Fatalf("%d cancels, want 1 (only the acknowledged deploy)", n)
 	}
-	if acts, err := h.c.cancel("j", h.now); err != nil || len(acts) != 0 {
+	if acts, err := h.c.Cancel("j", h.now); err != nil || len(acts) != 0 {
 		t.Fatalf("second cancel: %v %v", acts, err)
 	}
 	// The in-flight deploy completes: now it is cancelled.
-	late := h.c.deployDone(deploys[1].(deployAction), nil, h.now)
-	if n := count[cancelAction](late); n != 1 {
+	late := h.c.DeployDone(deploys[1].(DeployAction), nil, h.now)
+	if n := count[CancelAction](late); n != 1 {
 		t.Fatalf("late ack gave %v", late)
 	}
-	h.c.report("a", taskReport{JobID: "j", Vertex: first.Task.Head, Attempt: 1, State: taskCanceled}, h.now)
-	if s := h.jobState("j"); s != jobCanceling {
+	h.c.Report("a", TaskReport{JobID: "j", Vertex: first.Task.Head, Attempt: 1, State: TaskCanceled}, h.now)
+	if s := h.jobState("j"); s != JobCanceling {
 		t.Fatalf("state %s, want CANCELING", s)
 	}
 	// The second task never confirms: the cancel timeout ends the job.
 	h.advance(10 * time.Second)
-	if s := h.jobState("j"); s != jobCanceled {
+	if s := h.jobState("j"); s != JobCanceled {
 		t.Fatalf("state %s, want CANCELED", s)
 	}
-	if _, err := h.c.cancel("nope", h.now); !errors.Is(err, ErrJobNotFound) {
+	if _, err := h.c.Cancel("nope", h.now); !errors.Is(err, ErrJobNotFound) {
 		t.Fatalf("cancel of unknown job: %v, want ErrJobNotFound", err)
 	}
 }
@@ -264,9 +262,9 @@ func TestCoreDeployFailure(t *testing.T) {
 	h := newCoreHarness(t)
 	h.register("a", 2)
 	deploys := h.submit("j", 2, 2, time.Minute)
-	h.c.deployDone(deploys[0].(deployAction), nil, h.now)
-	acts := h.c.deployDone(deploys[1].(deployAction), errString("connection refused"), h.now)
-	if n := count[cancelAction](acts); n != 1 {
+	h.c.DeployDone(deploys[0].(DeployAction), nil, h.now)
+	acts := h.c.DeployDone(deploys[1].(DeployAction), errString("connection refused"), h.now)
+	if n := count[CancelAction](acts); n != 1 {
 		t.Fatalf("cancels %v", acts)
 	}
 	if err := h.c.jobs["j"].err; !strings.Contains(err, "task src -> map (2/2) on taskmanager a failed: deploying to a:1 failed: connection refused") {
@@ -277,17 +275,3 @@ func TestCoreDeployFailure(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
-
-// The core's states convert to the protobuf enums by value.
-func TestStatesMirrorProto(t *testing.T) {
-	for s := jobCreated; s <= jobFailed; s++ {
-		if got, want := weirpb.JobState(s).String(), "JOB_STATE_"+s.String(); got != want {
-			t.Errorf("job state %d: proto %s, core %s", s, got, want)
-		}
-	}
-	for s := taskCreated; s <= taskFailed; s++ {
-		if got, want := weirpb.TaskState(s).String(), "TASK_STATE_"+s.String(); got != want {
-			t.Errorf("task state %d: proto %s, core %s", s, got, want)
-		}
-	}
-}
