@@ -30,9 +30,10 @@ type WriteManifestAction struct {
 	ID        int64
 	Timestamp time.Time // trigger time
 	Acks      map[TaskID]any
-	// Finished lists the tasks that were required at trigger time but
-	// finished without acknowledging; the manifest should record them as
-	// finished so that a restore does not start them again from scratch.
+	// Finished lists the tasks that had finished at trigger time and
+	// those that finished afterwards without acknowledging, in order; the
+	// manifest must record them as finished so that a restore does not
+	// start them again from scratch (and replay their input).
 	Finished []TaskID
 }
 

@@ -116,10 +116,12 @@ type pendingCheckpoint struct {
 	id       int64
 	trigger  time.Time
 	required []TaskID // sorted; the tasks that were running at trigger time
-	waiting  map[TaskID]struct{}
-	acks     map[TaskID]any
-	phase    phase
-	stats    *Stats
+	// done are the tasks that had finished at trigger time (sorted).
+	done    []TaskID
+	waiting map[TaskID]struct{}
+	acks    map[TaskID]any
+	phase   phase
+	stats   *Stats
 	// orphaned: Reset came while the manifest was being written; the tasks
 	// that took the checkpoint are gone.
 	orphaned bool
@@ -262,7 +264,9 @@ func (c *Coordinator) trigger(now time.Time, manual bool) (int64, error) {
 		acks:    make(map[TaskID]any),
 	}
 	for _, t := range c.tasks {
-		if !c.finished[t] {
+		if c.finished[t] {
+			p.done = append(p.done, t)
+		} else {
 			p.required = append(p.required, t)
 			p.waiting[t] = struct{}{}
 		}
@@ -395,11 +399,13 @@ func (c *Coordinator) advanceWrites() {
 	for t, v := range next.acks {
 		a.Acks[t] = v
 	}
+	a.Finished = slices.Clone(next.done)
 	for _, t := range next.required {
 		if _, ok := next.acks[t]; !ok {
 			a.Finished = append(a.Finished, t)
 		}
 	}
+	slices.SortFunc(a.Finished, compareTasks)
 	c.emit(a)
 }
 

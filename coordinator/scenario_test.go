@@ -3,30 +3,19 @@ package coordinator
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/weirstream/weir/internal/scenariotest"
 )
 
-// The scenario language. Each file in testdata is a sequence of blocks:
-//
-//	# comment
-//	command arg key=value key=(a,b) ...
-//	----
-//	expected output (one or more lines, ended by a blank line or EOF)
-//
-// Expected output that contains blank lines goes between a double ----
-// separator (----, ----, output, ----, ----). Bare arguments come first, in
-// the order below; key=value arguments follow in any order. A list is
-// written key=(a,b,...); a list of one needs no parentheses. TEXT is free
-// text without commas or unbalanced parentheses, written key=(some text).
-//
-// After every command the driver prints the command's own result (if any)
+// The scenario language: the files in testdata are read by
+// internal/scenariotest (see its documentation for the file format); TEXT
+// is free text without commas or unbalanced parentheses, written
+// key=(some text). After every command the driver prints the command's own result (if any)
 // and then the actions returned by Ready, one per line; "ok" when there is
 // nothing. Commands:
 //
@@ -49,26 +38,25 @@ import (
 // reset. Every abort prints its cause (cause=...), so the scenarios pin the
 // cause of every abort path; "aborts" prints AbortCounts.
 //
-// Durations use time.ParseDuration; the clock starts at t0. Run the tests
-// with -rewrite to replace the expected output with the actual one.
+// Durations use time.ParseDuration; the clock starts at t0.
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // commands gives the syntax of each command: its bare arguments, by name
 // (optional ones in brackets), and its keys.
-var commands = map[string]struct{ args, keys []string }{
-	"new": {nil, []string{"interval", "timeout", "min-pause", "max-concurrent",
+var commands = map[string]scenariotest.Syntax{
+	"new": {Keys: []string{"interval", "timeout", "min-pause", "max-concurrent",
 		"tolerable", "retained", "first", "tasks", "sources"}},
-	"tick":          {[]string{"[D]"}, nil},
-	"advance":       {[]string{"D"}, nil},
+	"tick":          {Args: []string{"[D]"}},
+	"advance":       {Args: []string{"D"}},
 	"trigger":       {},
-	"ack":           {[]string{"V/S", "ID"}, []string{"bytes", "payload", "sync", "async", "align"}},
-	"decline":       {[]string{"V/S", "ID"}, []string{"reason"}},
-	"finished":      {[]string{"V/S"}, nil},
-	"manifest-ok":   {[]string{"ID"}, nil},
-	"manifest-fail": {[]string{"ID"}, []string{"reason"}},
-	"stop":          {[]string{"CAUSE"}, []string{"reason"}},
-	"reset":         {nil, []string{"tasks", "sources"}},
-	"adopt":         {[]string{"ID"}, nil},
+	"ack":           {Args: []string{"V/S", "ID"}, Keys: []string{"bytes", "payload", "sync", "async", "align"}},
+	"decline":       {Args: []string{"V/S", "ID"}, Keys: []string{"reason"}},
+	"finished":      {Args: []string{"V/S"}},
+	"manifest-ok":   {Args: []string{"ID"}},
+	"manifest-fail": {Args: []string{"ID"}, Keys: []string{"reason"}},
+	"stop":          {Args: []string{"CAUSE"}, Keys: []string{"reason"}},
+	"reset":         {Keys: []string{"tasks", "sources"}},
+	"adopt":         {Args: []string{"ID"}},
 	"history":       {},
 	"counts":        {},
 	"aborts":        {},
@@ -85,122 +73,26 @@ type scenario struct {
 }
 
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no scenarios in testdata")
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			s := &scenario{now: t0}
-			datadriven.RunTest(t, f, func(t *testing.T, d *datadriven.TestData) string {
-				return s.run(newDirective(t, d))
-			})
-		})
-	}
+	scenariotest.RunFiles(t, func(*testing.T) *scenario { return &scenario{now: t0} }, (*scenario).run, commands)
 }
 
-// A directive is one command of a scenario. Its methods parse the
-// arguments and fail the test, naming the problem, on a bad one.
-type directive struct {
-	t     *testing.T
-	d     *datadriven.TestData
-	args  []string            // bare arguments
-	named []datadriven.CmdArg // key=value arguments
-}
-
-// newDirective checks the command of d and its arguments against commands.
-func newDirective(t *testing.T, d *datadriven.TestData) *directive {
-	t.Helper()
-	c := &directive{t: t, d: d}
-	syntax, ok := commands[d.Cmd]
-	if !ok {
-		c.fatalf("unknown command %q", d.Cmd)
-	}
-	if d.Input != "" {
-		c.fatalf("%s takes no input before ----", d.Cmd)
-	}
-	for _, a := range d.CmdArgs {
-		switch {
-		case len(a.Vals) == 0 && len(c.named) > 0:
-			c.fatalf("bare argument %q after key=value arguments", a.Key)
-		case len(a.Vals) == 0:
-			c.args = append(c.args, a.Key)
-		case !slices.Contains(syntax.keys, a.Key):
-			c.fatalf("unknown argument %s", a)
-		case slices.ContainsFunc(c.named, func(b datadriven.CmdArg) bool { return b.Key == a.Key }):
-			c.fatalf("argument %s given twice", a.Key)
-		default:
-			c.named = append(c.named, a)
-		}
-	}
-	required := 0
-	for _, name := range syntax.args {
-		if !strings.HasPrefix(name, "[") {
-			required++
-		}
-	}
-	if len(c.args) < required || len(c.args) > len(syntax.args) {
-		usage := append([]string{d.Cmd}, syntax.args...)
-		for _, k := range syntax.keys {
-			usage = append(usage, "["+k+"=...]")
-		}
-		c.fatalf("want %s", strings.Join(usage, " "))
-	}
-	return c
-}
-
-// fatalf fails the test with a message that names the line of d.
-func (c *directive) fatalf(format string, a ...any) {
-	c.t.Helper()
-	c.d.Fatalf(c.t, format, a...)
-}
-
-// value returns the value of a, which must have one.
-func (c *directive) value(a datadriven.CmdArg) string {
-	c.t.Helper()
-	if len(a.Vals) != 1 {
-		c.fatalf("%s: want one value, not %d (a comma separates values)", a.Key, len(a.Vals))
-	}
-	return a.Vals[0]
-}
-
-// duration parses s, the value of the argument name, as a duration.
-func (c *directive) duration(name, s string) time.Duration {
-	c.t.Helper()
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		c.fatalf("%s: %v", name, err)
-	}
-	return d
-}
-
-// number parses s, the value of the argument name, as an integer.
-func (c *directive) number(name, s string) int64 {
-	c.t.Helper()
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		c.fatalf("%s: %v", name, err)
-	}
-	return n
-}
+// directive is one command of a scenario.
+type directive struct{ *scenariotest.Directive }
 
 // task parses s, the value of the argument name, as a task V/S.
-func (c *directive) task(name, s string) TaskID {
-	c.t.Helper()
+func (c directive) task(name, s string) TaskID {
+	c.T.Helper()
 	task, err := parseTask(s)
 	if err != nil {
-		c.fatalf("%s: %v", name, err)
+		c.Fatalf("%s: %v", name, err)
 	}
 	return task
 }
 
 // tasks returns the list of tasks a; empty values are skipped, so that
 // key=() is the empty list.
-func (c *directive) tasks(a datadriven.CmdArg) []TaskID {
-	c.t.Helper()
+func (c directive) tasks(a datadriven.CmdArg) []TaskID {
+	c.T.Helper()
 	var out []TaskID
 	for _, v := range a.Vals {
 		if v != "" {
@@ -210,45 +102,35 @@ func (c *directive) tasks(a datadriven.CmdArg) []TaskID {
 	return out
 }
 
-// reason returns the value of the reason argument, or "" without one.
-func (c *directive) reason() string {
-	c.t.Helper()
-	for _, a := range c.named {
-		if a.Key == "reason" {
-			return c.value(a)
-		}
-	}
-	return ""
-}
-
 // run runs the command c and returns its output.
-func (s *scenario) run(c *directive) string {
-	c.t.Helper()
-	cmd, args := c.d.Cmd, c.args
+func (s *scenario) run(d *scenariotest.Directive) string {
+	c := directive{d}
+	c.T.Helper()
+	cmd, args := c.Cmd(), c.Args
 	if cmd != "new" && s.c == nil {
-		c.fatalf("no coordinator; start with new")
+		c.Fatalf("no coordinator; start with new")
 	}
 	var out []string
 	switch cmd {
 	case "new":
 		cfg := Config{}
 		first := int64(1)
-		for _, a := range c.named {
+		for _, a := range c.Named {
 			switch a.Key {
 			case "interval":
-				cfg.Interval = c.duration(a.Key, c.value(a))
+				cfg.Interval = c.Duration(a.Key, c.Value(a))
 			case "timeout":
-				cfg.Timeout = c.duration(a.Key, c.value(a))
+				cfg.Timeout = c.Duration(a.Key, c.Value(a))
 			case "min-pause":
-				cfg.MinPause = c.duration(a.Key, c.value(a))
+				cfg.MinPause = c.Duration(a.Key, c.Value(a))
 			case "max-concurrent":
-				cfg.MaxConcurrent = int(c.number(a.Key, c.value(a)))
+				cfg.MaxConcurrent = int(c.Number(a.Key, c.Value(a)))
 			case "tolerable":
-				cfg.TolerableFailures = int(c.number(a.Key, c.value(a)))
+				cfg.TolerableFailures = int(c.Number(a.Key, c.Value(a)))
 			case "retained":
-				cfg.Retained = int(c.number(a.Key, c.value(a)))
+				cfg.Retained = int(c.Number(a.Key, c.Value(a)))
 			case "first":
-				first = c.number(a.Key, c.value(a))
+				first = c.Number(a.Key, c.Value(a))
 			case "tasks":
 				s.tasks = c.tasks(a)
 			case "sources":
@@ -258,11 +140,11 @@ func (s *scenario) run(c *directive) string {
 		s.c = New(cfg, s.tasks, s.sources, first, s.now)
 	case "tick":
 		if len(args) > 0 {
-			s.now = s.now.Add(c.duration("D", args[0]))
+			s.now = s.now.Add(c.Duration("D", args[0]))
 		}
 		s.c.Tick(s.now)
 	case "advance":
-		s.now = s.now.Add(c.duration("D", args[0]))
+		s.now = s.now.Add(c.Duration("D", args[0]))
 	case "trigger":
 		id, err := s.c.TriggerNow(s.now)
 		if err != nil {
@@ -271,47 +153,47 @@ func (s *scenario) run(c *directive) string {
 			out = append(out, fmt.Sprintf("triggered %d", id))
 		}
 	case "ack":
-		task, id := c.task("V/S", args[0]), c.number("ID", args[1])
+		task, id := c.task("V/S", args[0]), c.Number("ID", args[1])
 		var st AckStats
 		payload := any(fmt.Sprintf("h%d@%v", id, task))
-		for _, a := range c.named {
+		for _, a := range c.Named {
 			switch a.Key {
 			case "bytes":
-				st.Bytes = c.number(a.Key, c.value(a))
+				st.Bytes = c.Number(a.Key, c.Value(a))
 			case "payload":
-				payload = c.value(a)
+				payload = c.Value(a)
 			case "sync":
-				st.SyncDuration = c.duration(a.Key, c.value(a))
+				st.SyncDuration = c.Duration(a.Key, c.Value(a))
 			case "async":
-				st.AsyncDuration = c.duration(a.Key, c.value(a))
+				st.AsyncDuration = c.Duration(a.Key, c.Value(a))
 			case "align":
-				st.AlignmentDuration = c.duration(a.Key, c.value(a))
+				st.AlignmentDuration = c.Duration(a.Key, c.Value(a))
 			}
 		}
 		s.c.Ack(s.now, task, id, payload, st)
 	case "decline":
-		task, id := c.task("V/S", args[0]), c.number("ID", args[1])
-		s.c.Decline(s.now, task, id, c.reason())
+		task, id := c.task("V/S", args[0]), c.Number("ID", args[1])
+		s.c.Decline(s.now, task, id, c.Text("reason"))
 	case "finished":
 		s.c.TaskFinished(s.now, c.task("V/S", args[0]))
 	case "manifest-ok":
-		s.c.ManifestWritten(s.now, c.number("ID", args[0]), nil)
+		s.c.ManifestWritten(s.now, c.Number("ID", args[0]), nil)
 	case "manifest-fail":
-		s.c.ManifestWritten(s.now, c.number("ID", args[0]), errors.New(c.reason()))
+		s.c.ManifestWritten(s.now, c.Number("ID", args[0]), errors.New(c.Text("reason")))
 	case "stop":
 		cause, ok := parseCause(args[0])
 		if !ok {
-			c.fatalf("unknown cause %q", args[0])
+			c.Fatalf("unknown cause %q", args[0])
 		}
-		s.c.Stop(s.now, cause, c.reason())
+		s.c.Stop(s.now, cause, c.Text("reason"))
 	case "adopt":
-		id := c.number("ID", args[0])
+		id := c.Number("ID", args[0])
 		if len(s.tasks) == 0 {
-			c.fatalf("adopt needs a task")
+			c.Fatalf("adopt needs a task")
 		}
 		s.c.AdoptCompleted(id, map[TaskID]any{s.tasks[0]: "adopted"})
 	case "reset":
-		for _, a := range c.named {
+		for _, a := range c.Named {
 			switch a.Key {
 			case "tasks":
 				s.tasks = c.tasks(a)
@@ -351,7 +233,7 @@ func (s *scenario) run(c *directive) string {
 		}
 		out = append(out, fmt.Sprintf("pending=%v writing=%s retained=%v stopped=%v", s.c.Pending(), writing, s.c.Retained(), s.c.Stopped()))
 	default:
-		c.fatalf("unknown command %q", cmd)
+		c.Fatalf("unknown command %q", cmd)
 	}
 	for _, a := range s.c.Ready() {
 		out = append(out, a.String())

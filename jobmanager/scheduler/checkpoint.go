@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -122,8 +123,12 @@ func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
 					TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, CheckpointID: a.ID, Timestamp: a.Timestamp})
 			}
 		case coordinator.WriteManifestAction:
+			finished := append(slices.Clone(a.Finished), restoredFinished(j)...)
+			slices.SortFunc(finished, func(x, y coordinator.TaskID) int {
+				return cmp.Or(cmp.Compare(x.Vertex, y.Vertex), cmp.Compare(x.Subtask, y.Subtask))
+			})
 			acts = append(acts, WriteManifestAction{JobID: j.id, Graph: j.graph, Mode: j.opts.Checkpoint.Mode, ID: a.ID,
-				Triggered: a.Timestamp, Completed: now, Acks: a.Acks, Finished: append(slices.Clone(a.Finished), restoredFinished(j)...)})
+				Triggered: a.Timestamp, Completed: now, Acks: a.Acks, Finished: slices.Compact(finished)})
 		case coordinator.NotifyCompleteAction:
 			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, true)...)
 		case coordinator.AbortAction:
