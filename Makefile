@@ -53,7 +53,8 @@ bigstate: $(BIN)/versitygw
 		grep -E '^(window_bigstate |--- |ok|FAIL)' .run/bigstate.log; echo "full log: .run/bigstate.log"; exit $$rc
 
 # The soak: a random mix of every fault (taskmanager kills and pauses,
-# partitions, S3 outages, leader kills and leaders cut off from etcd) for
+# partitions, S3 outages, leader kills, leaders cut off from etcd, and the
+# leader member of the three-member etcd killed or a member cut off) for
 # WEIR_SOAK_DURATION (default 1h), reporting per WEIR_SOAK_WINDOW (10m):
 # faults, lost and duplicated rows, recovery and checkpoint durations,
 # orphaned objects, and RSS, file descriptors and goroutines per process.

@@ -20,11 +20,12 @@ import (
 
 // TestSoak is `make soak`: for WEIR_SOAK_DURATION (skipped when unset) it
 // runs the exactly-once workload on an HA cluster (two jobmanagers on a
-// real etcd, three taskmanagers, checkpoints on versitygw) with fault
-// proxies on every network path, and injects a random mix of every fault
-// the harness has: taskmanager kills (restarted on a new or the same
-// port), pauses, control and data partitions, S3 outages, slow S3, S3
-// server kills, leader kills and leaders cut off from etcd. Time is cut
+// real etcd of three members, three taskmanagers, checkpoints on
+// versitygw) with fault proxies on every network path, and injects a
+// random mix of every fault the harness has: taskmanager kills (restarted
+// on a new or the same port), pauses, control and data partitions, S3
+// outages, slow S3, S3 server kills, leader kills, leaders cut off from
+// etcd, and etcd's leader member killed or a member cut off. Time is cut
 // into windows (WEIR_SOAK_WINDOW, default 10m), one job each; after each
 // window it prints the faults, lost and duplicated rows (0), recovery and
 // checkpoint-duration percentiles, the objects the finished job left in
@@ -47,8 +48,9 @@ func TestSoak(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{JobManagers: 2, TaskManagers: 3, Slots: 2,
 		HeartbeatInterval: 500 * time.Millisecond, HeartbeatTimeout: hbTimeout, SlotWaitTimeout: 2 * time.Minute,
 		LogLevel: "info", FaultProxies: true, S3: true,
-		HA: &clustertest.HA{Prefix: "/weir-soak", LeaseTTL: 3 * time.Second}})
+		HA: &clustertest.HA{Prefix: "/weir-soak", LeaseTTL: 3 * time.Second, EtcdMembers: 3}})
 	s3 := c.S3()
+	etcd := c.EtcdCluster()
 	rnd := rand.New(rand.NewPCG(seed, 7))
 	tm := func() int { return rnd.IntN(len(c.TMs)) }
 
@@ -101,6 +103,19 @@ func TestSoak(t *testing.T) {
 		{"leader-kill", func() {
 			leader, _ := c.WaitLeader(0)
 			c.KillJobManager(leader)
+		}},
+		{"etcd-leader-kill", func() {
+			m := etcd.Member(etcd.Leader())
+			m.Kill()
+			time.Sleep(2 * time.Second) // the outage
+			m.Restart()
+			etcd.WaitHealthy(t)
+		}},
+		{"etcd-member-cut", func() {
+			m := etcd.Member(rnd.IntN(etcd.Size()))
+			m.Cut()
+			time.Sleep(2 * time.Second) // the partition itself
+			m.Heal()
 		}},
 		{"leader-etcd-cut", func() {
 			leader, epoch := c.WaitLeader(0)

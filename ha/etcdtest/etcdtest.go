@@ -588,6 +588,9 @@ func (s *Server) Endpoint() string { return s.m.Endpoint() }
 // Endpoints is Endpoint as a one-element list, the shape ha.Config wants.
 func (s *Server) Endpoints() []string { return []string{s.Endpoint()} }
 
+// Cluster is the one-member cluster the server is.
+func (s *Server) Cluster() *Cluster { return s.c }
+
 // DirectEndpoints is the server's own client URL, bypassing the proxy: a
 // client connected here is not affected by Cut (it is by Stop). Tests use
 // it to watch the server while the other clients are cut off.

@@ -164,8 +164,12 @@ type TMProxies struct {
 type HA struct {
 	// Endpoints of the etcd the cluster uses, e.g. etcdtest.Server's
 	// Endpoints(). Empty: the cluster starts an etcd of its own
-	// (etcdtest), which Cluster.Etcd returns.
+	// (etcdtest) of EtcdMembers members, which Cluster.EtcdCluster
+	// returns (and Cluster.Etcd, for one member).
 	Endpoints []string
+	// EtcdMembers is the size of the etcd the cluster starts: 1 (the
+	// default), 3 or 5.
+	EtcdMembers int
 	// Prefix is the cluster's etcd key prefix (default "/weir-clustertest").
 	Prefix string
 	// LeaseTTL is the jobmanagers' leader lease TTL (default 3s): a killed
@@ -209,7 +213,9 @@ type Cluster struct {
 
 	ha   *haState         // nil without HA
 	s3   *S3              // Options.S3
-	etcd *etcdtest.Server // started by the cluster (HA without endpoints)
+	etcd *etcdtest.Server // started by the cluster (HA without endpoints, one member)
+	// etcdCluster is the etcd the cluster started (HA without endpoints).
+	etcdCluster *etcdtest.Cluster
 
 	proxies []*TMProxies // by taskmanager index, with FaultProxies
 
@@ -242,9 +248,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 	// Dependencies first: their cleanups then run after the processes
 	// stopped.
 	if opts.HA != nil && len(opts.HA.Endpoints) == 0 {
-		c.etcd = etcdtest.Start(t)
 		ha := *opts.HA
-		ha.Endpoints = c.etcd.Endpoints()
+		if ha.EtcdMembers <= 1 {
+			c.etcd = etcdtest.Start(t)
+			c.etcdCluster = c.etcd.Cluster()
+		} else {
+			c.etcdCluster = etcdtest.StartCluster(t, ha.EtcdMembers)
+		}
+		ha.Endpoints = c.etcdCluster.Endpoints()
 		c.opts.HA = &ha
 	}
 	if opts.S3 {
@@ -749,11 +760,22 @@ func (c *Cluster) S3() *S3 {
 	return c.s3
 }
 
-// Etcd returns the etcd the cluster started (HA without endpoints).
+// Etcd returns the one-member etcd the cluster started (HA without
+// endpoints or EtcdMembers).
 func (c *Cluster) Etcd() *etcdtest.Server {
 	c.t.Helper()
 	if c.etcd == nil {
-		c.t.Fatal("clustertest: Etcd: the cluster started no etcd; use Options.HA without endpoints")
+		c.t.Fatal("clustertest: Etcd: the cluster started no one-member etcd; use Options.HA without endpoints or EtcdMembers")
 	}
 	return c.etcd
+}
+
+// EtcdCluster returns the etcd the cluster started (HA without
+// endpoints), of HA.EtcdMembers members.
+func (c *Cluster) EtcdCluster() *etcdtest.Cluster {
+	c.t.Helper()
+	if c.etcdCluster == nil {
+		c.t.Fatal("clustertest: EtcdCluster: the cluster started no etcd; use Options.HA without endpoints")
+	}
+	return c.etcdCluster
 }

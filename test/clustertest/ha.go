@@ -53,8 +53,9 @@ type jobManagerSlot struct {
 	name      string
 	rpc, rest string
 	args      []string
-	// etcd is the fault proxy to etcd (Options.FaultProxies), nil without.
-	etcd *proxytest.Proxy
+	// etcd are the fault proxies to etcd, one per endpoint
+	// (Options.FaultProxies), nil without.
+	etcd proxytest.Group
 
 	mu struct {
 		sync.Mutex
@@ -100,11 +101,10 @@ func (c *Cluster) startHA() {
 		slot := &jobManagerSlot{name: name}
 		endpoints := h.Endpoints
 		if c.opts.FaultProxies {
-			if len(h.Endpoints) != 1 {
-				t.Fatalf("clustertest: FaultProxies with HA needs one etcd endpoint, got %v", h.Endpoints)
+			for _, e := range h.Endpoints {
+				slot.etcd = append(slot.etcd, proxytest.Start(t, e))
 			}
-			slot.etcd = proxytest.Start(t, h.Endpoints[0])
-			endpoints = []string{slot.etcd.Addr()}
+			endpoints = slot.etcd.Addrs()
 		}
 		p := c.spawn(name, filepath.Join(c.bin, "jobmanager"), c.jobManagerArgs("127.0.0.1:0", "127.0.0.1:0", addrFile, endpoints))
 		slot.mu.proc = p
@@ -202,9 +202,9 @@ func (hs *haState) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// EtcdProxy returns the fault proxy between jobmanager i and etcd (HA
-// with FaultProxies).
-func (c *Cluster) EtcdProxy(i int) *proxytest.Proxy {
+// EtcdProxy returns the fault proxies between jobmanager i and etcd, one
+// per etcd endpoint (HA with FaultProxies).
+func (c *Cluster) EtcdProxy(i int) proxytest.Group {
 	c.t.Helper()
 	hs := c.mustHA("EtcdProxy")
 	if hs.jms[i].etcd == nil {

@@ -278,3 +278,44 @@ func (p *Proxy) forget(c net.Conn) {
 	delete(p.mu.conns, c)
 	p.mu.Unlock()
 }
+
+// Group is the proxies of one network path that has several endpoints
+// (the members of an etcd cluster, say); its methods act on every one.
+type Group []*Proxy
+
+// Addrs are the proxies' addresses.
+func (g Group) Addrs() []string {
+	out := make([]string, len(g))
+	for i, p := range g {
+		out[i] = p.Addr()
+	}
+	return out
+}
+
+// Cut cuts every proxy of the group.
+func (g Group) Cut() {
+	for _, p := range g {
+		p.Cut()
+	}
+}
+
+// Drop drops the traffic of every proxy of the group.
+func (g Group) Drop() {
+	for _, p := range g {
+		p.Drop()
+	}
+}
+
+// Heal heals every proxy of the group.
+func (g Group) Heal() {
+	for _, p := range g {
+		p.Heal()
+	}
+}
+
+// Delay delays the traffic of every proxy of the group by d.
+func (g Group) Delay(d time.Duration) {
+	for _, p := range g {
+		p.Delay(d)
+	}
+}
