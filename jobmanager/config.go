@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weirstream/weir/failover"
+	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -59,6 +60,13 @@ type Config struct {
 	// zero value follows Flink: exponential-delay when the job takes
 	// checkpoints, none otherwise.
 	DefaultRestart stream.RestartConfig
+	// JobRetention is how long an ended job (FINISHED, CANCELED, FAILED)
+	// and a lost taskmanager stay listed before the jobmanager forgets
+	// them. Default 1h.
+	JobRetention time.Duration
+	// MaxEndedJobs bounds the ended jobs kept; beyond it the oldest ended
+	// are forgotten first. Default 1000.
+	MaxEndedJobs int
 	// DefaultStateBackend is the keyed-state backend of jobs that name none
 	// (stream.StateBackendHeap or stream.StateBackendPebble). Default heap.
 	DefaultStateBackend string
@@ -104,6 +112,8 @@ func DefaultConfig() Config {
 		HeartbeatTimeout:  10 * time.Second,
 		SlotWaitTimeout:   30 * time.Second,
 		CheckpointStorage: DefaultCheckpointStorage,
+		JobRetention:      scheduler.DefaultJobRetention,
+		MaxEndedJobs:      scheduler.DefaultMaxEndedJobs,
 		HA:                HAConfig{Mode: "none", Prefix: "/weir", LeaseTTL: 10 * time.Second},
 	}
 }
@@ -122,6 +132,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SlotWaitTimeout <= 0 {
 		return fmt.Errorf("jobmanager config: SlotWaitTimeout %s must be positive", c.SlotWaitTimeout)
+	}
+	if c.JobRetention < 0 || c.MaxEndedJobs < 0 {
+		return fmt.Errorf("jobmanager config: JobRetention %s and MaxEndedJobs %d must not be negative (0 means the default)", c.JobRetention, c.MaxEndedJobs)
 	}
 	if c.CheckpointStorage != "" && !strings.HasPrefix(c.CheckpointStorage, "file://") && !strings.HasPrefix(c.CheckpointStorage, "s3://") {
 		return fmt.Errorf("jobmanager config: CheckpointStorage %q must be file:///absolute/path or s3://bucket/prefix", c.CheckpointStorage)

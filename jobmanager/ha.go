@@ -242,6 +242,15 @@ func (jm *JobManager) haPublishTerminal(ctx context.Context, done map[string]boo
 	jm.mu.Lock()
 	views := jm.mu.core.Jobs()
 	jm.mu.Unlock()
+	known := make(map[string]bool, len(views))
+	for _, v := range views {
+		known[v.ID] = true
+	}
+	for id := range done { // forgotten jobs (forgetJob recorded their state)
+		if !known[id] {
+			delete(done, id)
+		}
+	}
 	for _, v := range views {
 		if !v.State.Terminal() || done[v.ID] {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,7 +105,8 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 	}
 	jm := &JobManager{cfg: cfg, reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
 		openStorage: openCheckpointStorage, newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry}
-	jm.mu.core = scheduler.New(scheduler.Config{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout})
+	jm.mu.core = scheduler.New(scheduler.Config{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout,
+		JobRetention: cfg.JobRetention, MaxEndedJobs: cfg.MaxEndedJobs})
 	jm.queue.signal = make(chan struct{}, 1)
 	jm.storages.m = make(map[string]checkpointStore)
 	jm.reserved.m = make(map[string]int64)
@@ -490,6 +492,8 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 		})
 	case scheduler.ProbeAction:
 		execs.Probe(a.TaskManager, a.Instance)
+	case scheduler.ForgetJobAction:
+		jm.forgetJob(ctx, a)
 	case scheduler.DeleteCheckpointsAction:
 		st := jm.storage(a.JobID)
 		if st == nil {
@@ -529,4 +533,23 @@ func (jm *JobManager) writeManifest(ctx context.Context, jobID string, m *weirpb
 	}
 	return st.WritePointer(ctx, jobID, &weirpb.CompletedPointer{Version: 1, CheckpointId: m.CheckpointId,
 		ManifestKey: key, ManifestSha256: sum})
+}
+
+// forgetJob drops what the shell keeps about a job the scheduler forgot:
+// its checkpoint storage and its reserved checkpoint id. In ha: etcd mode
+// it first records the job's final state, so that no later leader recovers
+// it (the periodic publication may not have seen it yet).
+func (jm *JobManager) forgetJob(ctx context.Context, a scheduler.ForgetJobAction) {
+	if st := jm.leaderStore(); st != nil {
+		b, _ := json.Marshal(haStatus{State: fmt.Sprint(protoJobState(a.State))})
+		if err := st.PutJobStatus(ctx, a.JobID, b); err != nil {
+			jm.log.Warn("recording a forgotten job's final state in etcd failed", "job", a.JobID, "error", err)
+		}
+	}
+	jm.storages.Lock()
+	delete(jm.storages.m, a.JobID)
+	jm.storages.Unlock()
+	jm.reserved.Lock()
+	delete(jm.reserved.m, a.JobID)
+	jm.reserved.Unlock()
 }

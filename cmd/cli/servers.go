@@ -34,6 +34,8 @@ func jobManagerSettings(cfg *jobmanager.Config, restart *map[string]string) []se
 		{"heartbeatInterval", "heartbeat-interval", "how often taskmanagers heartbeat", &cfg.HeartbeatInterval},
 		{"heartbeatTimeout", "heartbeat-timeout", "silence after which a taskmanager is lost", &cfg.HeartbeatTimeout},
 		{"slotWaitTimeout", "slot-wait-timeout", "how long a job waits for enough free slots", &cfg.SlotWaitTimeout},
+		{"jobRetention", "job-retention", "how long ended jobs and lost taskmanagers stay listed", &cfg.JobRetention},
+		{"maxEndedJobs", "max-ended-jobs", "ended jobs kept at most; the oldest are forgotten first", &cfg.MaxEndedJobs},
 		{"stateBackend", "state-backend", "keyed-state backend of jobs that name none: heap or pebble", &cfg.DefaultStateBackend},
 		{"checkpointStorage", "checkpoint-storage", "checkpoint storage of jobs that name none: file:///path or s3://bucket/prefix (S3 settings from WEIR_S3_ENDPOINT, WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY, WEIR_S3_REGION, WEIR_S3_INSECURE)", &cfg.CheckpointStorage},
 		{"restartStrategy", "restart-strategy", "restart strategy of jobs that set none, with a job spec's restartStrategy keys (type=exponential-delay,initialBackoff=1s,...)", restart},

@@ -202,7 +202,8 @@ func restoredFinished(j *job) []coordinator.TaskID {
 
 // checkpointExec finds the execution an acknowledgement or decline is
 // about, or nil (counted as stale) when it is not the execution's current
-// attempt, the execution is unknown or elsewhere, or the job is not
+// attempt, the execution is unknown, it was not deployed to taskmanager
+// tmID (an empty or another id never matches), or the job is not
 // RUNNING.
 func (c *Scheduler) checkpointExec(tmID, jobID string, vertex, subtask int, attempt int64) (*job, *execution) {
 	j := c.jobs[jobID]
@@ -211,7 +212,7 @@ func (c *Scheduler) checkpointExec(tmID, jobID string, vertex, subtask int, atte
 		ex = j.byKey[execKey{vertex, subtask}]
 	}
 	if ex == nil || j.coord == nil || j.state != JobRunning || attempt != ex.attempt ||
-		ex.tm == nil || (tmID != "" && (ex.tm.id != tmID || ex.tm.lost)) {
+		ex.tm == nil || ex.tm.id != tmID || ex.tm.lost {
 		c.staleAcks++
 		current := int64(0)
 		if ex != nil {

@@ -159,6 +159,7 @@ func (c *Scheduler) Probed(id, instance string, err error, now time.Time) []Acti
 // lose declares tm lost for reason: its executions fail over.
 func (c *Scheduler) lose(tm *tmEntry, reason string, now time.Time) []Action {
 	tm.lost = true
+	tm.lostAt = now
 	tm.suspected = false
 	tm.lostReason = reason
 	c.log.Warn("taskmanager lost", "taskmanager", tm.id, "instance", tm.instance, "address", tm.addr, "reason", reason)

@@ -23,7 +23,8 @@ import (
 // key=(some text); V/S names an execution by the vertex id of its task's
 // head and its subtask; JOB defaults to "j". Commands:
 //
-//	config [heartbeat=D] [cancel-timeout=D]   a new, empty scheduler (default 10s, 10s)
+//	config [heartbeat=D] [cancel-timeout=D] [retention=D] [max-ended=N]
+//	                        a new, empty scheduler (default 10s, 10s, 1h, 1000)
 //	register TM [slots=N] [instance=X] [exchange=ADDR]
 //	                        Register (instance TM-1, address TM:1, 2 slots)
 //	heartbeat TM [instance=X]
@@ -47,9 +48,10 @@ import (
 //	run [job=J]             deployed, then report RUNNING of those deployments
 //	tick [D]                advance the clock by D (default 0), then Tick
 //	advance D               advance the clock only
-//	ack ID [job=J] [tasks=(V/S,...)] [attempt=N]
+//	ack ID [job=J] [tasks=(V/S,...)] [attempt=N] [tm=TM]
 //	                        Ack from each execution's latest deployment (all
-//	                        by default; its attempt unless attempt=); the
+//	                        by default; its attempt and taskmanager unless
+//	                        attempt= or tm=, "none" for an empty id); the
 //	                        payload is "V/S@attempt"
 //	decline ID V/S [job=J] [reason=(TEXT)]
 //	trigger-failed [job=J] [err=(TEXT)]   for the triggers not yet acknowledged
@@ -68,7 +70,7 @@ import (
 // entries it logged, prefixed with "> "; "ok" when there is nothing. The
 // clock starts at t0 and times print relative to it.
 var commands = map[string]scenariotest.Syntax{
-	"config":    {Keys: []string{"heartbeat", "cancel-timeout"}},
+	"config":    {Keys: []string{"heartbeat", "cancel-timeout", "retention", "max-ended"}},
 	"register":  {Args: []string{"TM"}, Keys: []string{"slots", "instance", "exchange"}},
 	"heartbeat": {Args: []string{"TM"}, Keys: []string{"instance"}},
 	"submit": {Args: []string{"JOB"}, Keys: []string{"pipeline", "fanout", "restart", "interval", "tolerable",
@@ -80,7 +82,7 @@ var commands = map[string]scenariotest.Syntax{
 	"run":            {Keys: []string{"job"}},
 	"tick":           {Args: []string{"[D]"}},
 	"advance":        {Args: []string{"D"}},
-	"ack":            {Args: []string{"ID"}, Keys: []string{"job", "tasks", "attempt"}},
+	"ack":            {Args: []string{"ID"}, Keys: []string{"job", "tasks", "attempt", "tm"}},
 	"decline":        {Args: []string{"ID", "V/S"}, Keys: []string{"job", "reason"}},
 	"trigger-failed": {Keys: []string{"job", "err"}},
 	"manifest-ok":    {Keys: []string{"job"}},
@@ -186,6 +188,12 @@ func (s *scenario) run(d *scenariotest.Directive) string {
 		if v := c.Text("cancel-timeout"); v != "" {
 			cfg.CancelTimeout = c.Duration("cancel-timeout", v)
 		}
+		if v := c.Text("retention"); v != "" {
+			cfg.JobRetention = c.Duration("retention", v)
+		}
+		if v := c.Text("max-ended"); v != "" {
+			cfg.MaxEndedJobs = int(c.Number("max-ended", v))
+		}
 		*s = *newScenario(s.t)
 		s.c = New(cfg)
 	case "register":
@@ -277,6 +285,11 @@ func (s *scenario) run(d *scenariotest.Directive) string {
 		for _, d := range s.executions(job, c.tasks()) {
 			if v := c.Text("attempt"); v != "" {
 				d.Attempt = c.Number("attempt", v)
+			}
+			if v := c.Text("tm"); v == "none" {
+				d.TaskManager = ""
+			} else if v != "" {
+				d.TaskManager = v
 			}
 			payload := fmt.Sprintf("%d/%d@%d", d.Task.Head, d.Subtask, d.Attempt)
 			acts = append(acts, s.c.Ack(d.TaskManager, job, d.Task.Head, d.Subtask, d.Attempt, id, payload, AckStats{}, s.now)...)
@@ -593,6 +606,8 @@ func formatAction(a Action) (line, exec string) {
 		return line, ""
 	case ProbeAction:
 		return fmt.Sprintf("probe %s instance=%s", a.TaskManager, a.Instance), ""
+	case ForgetJobAction:
+		return fmt.Sprintf("forget %s %s", a.JobID, a.State), ""
 	}
 	return fmt.Sprintf("unknown action %T", a), ""
 }

@@ -109,6 +109,7 @@ type tmEntry struct {
 	registered    time.Time
 	lastHeartbeat time.Time
 	lost          bool
+	lostAt        time.Time
 	lostReason    string
 	// suspected: its connection broke, a call to it failed as
 	// Unavailable, or a peer's data stream from it broke. It gets no new
@@ -341,6 +342,14 @@ func checkpointID(cp Checkpoint) int64 {
 	return cp.CheckpointID()
 }
 
+// ForgetJobAction tells the shell that the scheduler forgot an ended job
+// (Config.JobRetention, Config.MaxEndedJobs): the shell drops what it keeps
+// about the job and, in HA mode, makes sure its final State is recorded.
+type ForgetJobAction struct {
+	JobID string
+	State JobState
+}
+
 // DeleteCheckpointsAction asks the shell to delete checkpoints' files in
 // the background.
 type DeleteCheckpointsAction struct {
@@ -368,6 +377,7 @@ func (TriggerAction) isAction()           {}
 func (NotifyAction) isAction()            {}
 func (WriteManifestAction) isAction()     {}
 func (DeleteCheckpointsAction) isAction() {}
+func (ForgetJobAction) isAction()         {}
 
 // TaskReport is a task status a taskmanager reported.
 type TaskReport struct {
@@ -390,7 +400,20 @@ type Config struct {
 	// CancelTimeout bounds how long a cancelling, failing or restarting job
 	// waits for its tasks to confirm; then the rest are taken as cancelled.
 	CancelTimeout time.Duration
+	// JobRetention is how long an ended job (FINISHED, CANCELED, FAILED)
+	// and a lost taskmanager stay known (listed, with their details)
+	// before the scheduler forgets them. Default DefaultJobRetention.
+	JobRetention time.Duration
+	// MaxEndedJobs bounds the ended jobs kept; beyond it the oldest ended
+	// are forgotten first. Default DefaultMaxEndedJobs.
+	MaxEndedJobs int
 }
+
+// Defaults of Config's retention settings.
+const (
+	DefaultJobRetention = time.Hour
+	DefaultMaxEndedJobs = 1000
+)
 
 // Scheduler is the jobmanager's state machine: taskmanagers, jobs, their
 // executions and their checkpoint coordinators. It is not safe for
@@ -430,6 +453,12 @@ func (c *Scheduler) StaleCounts() (reports, acks int64) { return c.staleReports,
 
 // New returns a scheduler with no taskmanagers and no jobs.
 func New(cfg Config) *Scheduler {
+	if cfg.JobRetention <= 0 {
+		cfg.JobRetention = DefaultJobRetention
+	}
+	if cfg.MaxEndedJobs <= 0 {
+		cfg.MaxEndedJobs = DefaultMaxEndedJobs
+	}
 	return &Scheduler{cfg: cfg, tms: make(map[string]*tmEntry), jobs: make(map[string]*job),
 		staleCancels: make(map[string]time.Time), replaced: make(map[string]string)}
 }
@@ -1006,13 +1035,19 @@ func (c *Scheduler) DeployDone(a DeployAction, err error, now time.Time) []Actio
 		}
 		return nil
 	}
+	// The submission may have reached the taskmanager even though it
+	// failed here (a timeout, say): cancel that attempt there, so that it
+	// cannot run on as an orphan nobody tracks. Its outcome changes
+	// nothing.
+	orphan := CancelAction{JobID: j.id, Vertex: a.Task.Head, Subtask: a.Subtask, Attempt: a.Attempt,
+		TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, Stale: true}
 	if !j.state.active() || ex.region.down() {
 		ex.state = TaskCanceled
-		return c.execChanged(j, ex, now)
+		return append([]Action{orphan}, c.execChanged(j, ex, now)...)
 	}
 	ex.state = TaskFailed
 	ex.err = fmt.Sprintf("deploying to %s failed: %v", a.Addr, err)
-	return c.deployFailed(j, ex, now)
+	return append([]Action{orphan}, c.deployFailed(j, ex, now)...)
 }
 
 // Deployment retries: the second failed deployment in a row waits
@@ -1129,6 +1164,11 @@ func (c *Scheduler) Tick(now time.Time) []Action {
 	var acts []Action
 	for _, id := range slices.Sorted(maps.Keys(c.tms)) { // in id order: the same events give the same actions
 		tm := c.tms[id]
+		if tm.lost && now.Sub(tm.lostAt) >= c.cfg.JobRetention {
+			delete(c.tms, id) // executions that ran on it keep their own pointer
+			c.log.Info("lost taskmanager forgotten", "taskmanager", id, "lost", tm.lostAt)
+			continue
+		}
 		if tm.lost || now.Sub(tm.lastHeartbeat) < c.cfg.HeartbeatTimeout {
 			continue
 		}
@@ -1167,6 +1207,40 @@ func (c *Scheduler) Tick(now time.Time) []Action {
 			}
 		}
 	}
+	return append(acts, c.forgetEnded(now)...)
+}
+
+// forgetEnded forgets the ended jobs past JobRetention and, beyond
+// MaxEndedJobs, the oldest ended ones, but never one whose manifest is
+// still being written (its outcome must still be handled).
+func (c *Scheduler) forgetEnded(now time.Time) []Action {
+	var ended []*job
+	for _, j := range c.jobOrder {
+		if j.state.Terminal() && !writingManifest(j) {
+			ended = append(ended, j)
+		}
+	}
+	slices.SortStableFunc(ended, func(a, b *job) int { return a.ended.Compare(b.ended) })
+	excess := len(ended) - c.cfg.MaxEndedJobs
+	forget := make(map[*job]bool)
+	for i, j := range ended {
+		if i < excess || now.Sub(j.ended) >= c.cfg.JobRetention {
+			forget[j] = true
+		}
+	}
+	if len(forget) == 0 {
+		return nil
+	}
+	var acts []Action
+	c.jobOrder = slices.DeleteFunc(c.jobOrder, func(j *job) bool {
+		if !forget[j] {
+			return false
+		}
+		delete(c.jobs, j.id)
+		c.log.Info("ended job forgotten", "job", j.id, "name", j.graph.Name, "state", j.state.String(), "ended", j.ended)
+		acts = append(acts, ForgetJobAction{JobID: j.id, State: j.state})
+		return true
+	})
 	return acts
 }
 
