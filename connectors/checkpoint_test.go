@@ -213,29 +213,27 @@ func ids(from, to int) *stream.Batch {
 	return b
 }
 
-// txnSink opens a checkpointing csv file sink in dir; a test that "crashes"
-// it simply stops using it (Cleanup closes the file descriptor only).
+// The job and operator of the transactional sinks in tests.
+const (
+	testJob  = "job1"
+	testSink = "sink"
+)
+
+// ipName and finName are the in-progress and committed names of testJob's
+// testSink.
+func ipName(subtask int, txn int64) string  { return InProgressName(testJob, testSink, subtask, txn) }
+func finName(subtask int, seq int64) string { return CommittedName(testJob, testSink, subtask, seq) }
+
+// txnSink opens a checkpointing csv file sink of testJob's testSink in dir;
+// a test that "crashes" it simply stops using it (Cleanup closes the file
+// descriptor only).
 func txnSink(t *testing.T, dir string, subtask, par int) *FileSink {
 	t.Helper()
-	s, err := NewFileSink(FileSinkConfig{Path: dir, Format: "csv"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	octx := &stream.OperatorContext{OperatorUID: "sink", Subtask: subtask, Parallelism: par,
-		InputSchemas: []*stream.Schema{idSchema}, Checkpointing: true, CheckpointMode: stream.ExactlyOnce}
-	if err := s.Open(t.Context(), octx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if s.w != nil {
-			s.w.f.Close()
-		}
-	})
-	return s
+	return txnSinkAttempt(t, dir, subtask, par, 1)
 }
 
 // dirFiles returns name → data rows (header checked and dropped) of every
-// file in dir, hidden ones included.
+// file in dir, hidden ones included, except the claim file.
 func dirFiles(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
@@ -244,6 +242,9 @@ func dirFiles(t *testing.T, dir string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, e := range entries {
+		if e.Name() == ClaimFile {
+			continue
+		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -284,22 +285,22 @@ func TestTxnFileSinkCommitsOnCheckpointComplete(t *testing.T) {
 	s := txnSink(t, dir, 0, 1)
 	must(t, s.ProcessBatch(0, ids(0, 3), nil))
 	must(t, s.ProcessBatch(0, ids(3, 5), nil))
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 || entries[0].Name() != ".part-0-0.inprogress" {
-		t.Fatalf("before the checkpoint the directory holds %v, want only the hidden in-progress file", entries)
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 || entries[0].Name() != ipName(0, 0) || entries[1].Name() != ClaimFile {
+		t.Fatalf("before the checkpoint the directory holds %v, want only the claim and the hidden in-progress file", entries)
 	}
 	snapshot(t, s, 1)
-	checkDir(t, dir, map[string]string{".part-0-0.inprogress": lines(0, 5)})
+	checkDir(t, dir, map[string]string{ipName(0, 0): lines(0, 5)})
 	must(t, s.ProcessBatch(0, ids(5, 6), nil))
 	must(t, s.NotifyCheckpointComplete(1))
 	must(t, s.Finish(nil))
-	checkDir(t, dir, map[string]string{"part-0-0": lines(0, 5), ".part-0-1.inprogress": lines(5, 6)})
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 5), ipName(0, 1): lines(5, 6)})
 	// An empty checkpoint interval makes no file.
 	snapshot(t, s, 2)
 	must(t, s.NotifyCheckpointComplete(2))
 	snapshot(t, s, 3)
 	must(t, s.NotifyCheckpointComplete(3))
 	must(t, s.Close())
-	checkDir(t, dir, map[string]string{"part-0-0": lines(0, 5), "part-0-1": lines(5, 6)})
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 5), finName(0, 1): lines(5, 6)})
 }
 
 func TestTxnFileSinkCrashBeforeNotify(t *testing.T) {
@@ -312,18 +313,18 @@ func TestTxnFileSinkCrashBeforeNotify(t *testing.T) {
 	st := snapshot(t, s1, 1)
 	must(t, s1.ProcessBatch(0, ids(4, 9), nil))
 	must(t, s1.Finish(nil)) // the rows after the checkpoint reach the disk
-	checkDir(t, dir, map[string]string{".part-0-0.inprogress": lines(0, 4), ".part-0-1.inprogress": lines(4, 9)})
+	checkDir(t, dir, map[string]string{ipName(0, 0): lines(0, 4), ipName(0, 1): lines(4, 9)})
 
 	s2 := txnSink(t, dir, 0, 1)
 	must(t, restore(s2, 1, st))
-	checkDir(t, dir, map[string]string{"part-0-0": lines(0, 4)})
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4)})
 	must(t, s2.ProcessBatch(0, ids(4, 9), nil)) // the replay
-	if got, want := s2.w.path, filepath.Join(dir, ".part-0-1.inprogress"); got != want {
+	if got, want := s2.w.path, filepath.Join(dir, ipName(0, 1)); got != want {
 		t.Fatalf("after restore the next transaction writes %s, want %s", got, want)
 	}
 	snapshot(t, s2, 2)
 	must(t, s2.NotifyCheckpointComplete(2))
-	checkDir(t, dir, map[string]string{"part-0-0": lines(0, 4), "part-0-1": lines(4, 9)})
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4), finName(0, 1): lines(4, 9)})
 }
 
 func TestTxnFileSinkCrashAfterNotifyIsIdempotent(t *testing.T) {
@@ -335,20 +336,20 @@ func TestTxnFileSinkCrashAfterNotifyIsIdempotent(t *testing.T) {
 	must(t, s1.NotifyCheckpointComplete(1))
 	must(t, s1.ProcessBatch(0, ids(4, 6), nil))
 	must(t, s1.Finish(nil))
-	checkDir(t, dir, map[string]string{"part-0-0": lines(0, 4), ".part-0-1.inprogress": lines(4, 6)})
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4), ipName(0, 1): lines(4, 6)})
 
 	s2 := txnSink(t, dir, 0, 1)
 	must(t, restore(s2, 1, st))
-	checkDir(t, dir, map[string]string{"part-0-0": lines(0, 4)})
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4)})
 	// Restoring the same checkpoint twice (a failure during recovery) is
 	// idempotent too.
 	s3 := txnSink(t, dir, 0, 1)
 	must(t, restore(s3, 1, st))
-	checkDir(t, dir, map[string]string{"part-0-0": lines(0, 4)})
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4)})
 	must(t, s3.ProcessBatch(0, ids(4, 6), nil))
 	snapshot(t, s3, 2)
 	must(t, s3.NotifyCheckpointComplete(2))
-	checkDir(t, dir, map[string]string{"part-0-0": lines(0, 4), "part-0-1": lines(4, 6)})
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4), finName(0, 1): lines(4, 6)})
 }
 
 func TestTxnFileSinkAbortThenComplete(t *testing.T) {
@@ -357,7 +358,7 @@ func TestTxnFileSinkAbortThenComplete(t *testing.T) {
 	must(t, s.ProcessBatch(0, ids(0, 2), nil))
 	snapshot(t, s, 1)
 	must(t, s.NotifyCheckpointAborted(1))
-	checkDir(t, dir, map[string]string{".part-0-0.inprogress": lines(0, 2)})
+	checkDir(t, dir, map[string]string{ipName(0, 0): lines(0, 2)})
 	must(t, s.ProcessBatch(0, ids(2, 3), nil))
 	st := snapshot(t, s, 2)
 	if n := len(st.List[sinkPendingState]); n != 2 {
@@ -366,7 +367,7 @@ func TestTxnFileSinkAbortThenComplete(t *testing.T) {
 	must(t, s.ProcessBatch(0, ids(3, 4), nil))
 	must(t, s.NotifyCheckpointComplete(2))
 	must(t, s.Finish(nil))
-	checkDir(t, dir, map[string]string{"part-0-0": lines(0, 2), "part-0-1": lines(2, 3), ".part-0-2.inprogress": lines(3, 4)})
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 2), finName(0, 1): lines(2, 3), ipName(0, 2): lines(3, 4)})
 
 	// A crash restoring checkpoint 2 before its notification commits both.
 	dir2 := t.TempDir()
@@ -378,7 +379,7 @@ func TestTxnFileSinkAbortThenComplete(t *testing.T) {
 	st = snapshot(t, a, 2)
 	b := txnSink(t, dir2, 0, 1)
 	must(t, restore(b, 2, st))
-	checkDir(t, dir2, map[string]string{"part-0-0": lines(0, 2), "part-0-1": lines(2, 3)})
+	checkDir(t, dir2, map[string]string{finName(0, 0): lines(0, 2), finName(0, 1): lines(2, 3)})
 }
 
 func TestTxnFileSinkSubtasksShareDirectory(t *testing.T) {
@@ -399,9 +400,9 @@ func TestTxnFileSinkSubtasksShareDirectory(t *testing.T) {
 	r1 := txnSink(t, dir, 1, 11)
 	must(t, restore(r1, 1, st1))
 	checkDir(t, dir, map[string]string{
-		"part-1-0":              lines(0, 2),
-		".part-10-0.inprogress": lines(100, 102),
-		".part-10-1.inprogress": lines(102, 103),
+		finName(1, 0): lines(0, 2),
+		ipName(10, 0): lines(100, 102),
+		ipName(10, 1): lines(102, 103),
 	})
 	// Restoring subtask 1's state into subtask 10, or at another
 	// parallelism, is refused.
@@ -421,15 +422,15 @@ func TestTxnFileSinkFreshStart(t *testing.T) {
 	// checkpoint completed) deletes its stale in-progress files and never
 	// overwrites committed ones.
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "part-0-0"), "id\n7\n")
-	writeFile(t, filepath.Join(dir, ".part-0-0.inprogress"), "id\n8\n")
-	writeFile(t, filepath.Join(dir, ".part-0-3.inprogress"), "id\n9\n")
-	writeFile(t, filepath.Join(dir, ".part-1-0.inprogress"), "id\n10\n")
+	writeFile(t, filepath.Join(dir, finName(0, 0)), "id\n7\n")
+	writeFile(t, filepath.Join(dir, ipName(0, 0)), "id\n8\n")
+	writeFile(t, filepath.Join(dir, ipName(0, 3)), "id\n9\n")
+	writeFile(t, filepath.Join(dir, ipName(1, 0)), "id\n10\n")
 	s := txnSink(t, dir, 0, 2)
 	must(t, s.ProcessBatch(0, ids(0, 1), nil))
 	snapshot(t, s, 1)
 	must(t, s.NotifyCheckpointComplete(1))
-	checkDir(t, dir, map[string]string{"part-0-0": "7\n", "part-0-1": "0\n", ".part-1-0.inprogress": "10\n"})
+	checkDir(t, dir, map[string]string{finName(0, 0): "7\n", finName(0, 1): "0\n", ipName(1, 0): "10\n"})
 }
 
 func TestTxnFileSinkCommitOfLostFileFails(t *testing.T) {
@@ -437,9 +438,9 @@ func TestTxnFileSinkCommitOfLostFileFails(t *testing.T) {
 	s := txnSink(t, dir, 0, 1)
 	must(t, s.ProcessBatch(0, ids(0, 1), nil))
 	snapshot(t, s, 1)
-	must(t, os.Remove(filepath.Join(dir, ".part-0-0.inprogress")))
+	must(t, os.Remove(filepath.Join(dir, ipName(0, 0))))
 	err := s.NotifyCheckpointComplete(1)
-	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), ".part-0-0.inprogress") || !strings.Contains(err.Error(), "part-0-0 ") {
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), ipName(0, 0)) || !strings.Contains(err.Error(), finName(0, 0)+" ") {
 		t.Fatalf("commit of a deleted file = %v, want fs.ErrNotExist naming both files", err)
 	}
 }
@@ -472,7 +473,7 @@ func TestTxnFileSinkStaleAttemptCannotTouchCurrentFiles(t *testing.T) {
 	must(t, s1.ProcessBatch(0, ids(100, 103), nil)) // the zombie resumes
 	snapshot(t, s1, 2)                              // its pre-commit is never acknowledged or notified
 	must(t, s1.Close())
-	if s2.w.path == filepath.Join(dir, InProgressName(0, 1)) {
+	if s2.w.path == filepath.Join(dir, ipName(0, 1)) {
 		t.Fatalf("attempt 2 writes %s, a name attempt 1 uses", s2.w.path)
 	}
 	snapshot(t, s2, 2)
@@ -492,19 +493,29 @@ func TestTxnFileSinkStaleAttemptCannotTouchCurrentFiles(t *testing.T) {
 
 func txnSinkAttempt(t *testing.T, dir string, subtask, par int, attempt int64) *FileSink {
 	t.Helper()
-	s, err := NewFileSink(FileSinkConfig{Path: dir, Format: "csv"})
+	s, err := openTxnSink(t, dir, testJob, testSink, subtask, par, attempt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	octx := &stream.OperatorContext{OperatorUID: "sink", Subtask: subtask, Parallelism: par, Attempt: attempt,
+	return s
+}
+
+// openTxnSink opens a checkpointing csv file sink of operator uid of job in
+// dir. It may be called from any goroutine.
+func openTxnSink(t *testing.T, dir, job, uid string, subtask, par int, attempt int64) (*FileSink, error) {
+	s, err := NewFileSink(FileSinkConfig{Path: dir, Format: "csv"})
+	if err != nil {
+		return nil, err
+	}
+	octx := &stream.OperatorContext{JobID: job, OperatorUID: uid, Subtask: subtask, Parallelism: par, Attempt: attempt,
 		InputSchemas: []*stream.Schema{idSchema}, Checkpointing: true, CheckpointMode: stream.ExactlyOnce}
 	if err := s.Open(t.Context(), octx); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	t.Cleanup(func() {
 		if s.w != nil {
 			s.w.f.Close()
 		}
 	})
-	return s
+	return s, nil
 }

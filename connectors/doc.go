@@ -14,7 +14,8 @@
 // Checkpoints: the datagen and file sources implement stream.Checkpointed
 // (their positions are operator list state and restore exactly), and the file
 // sink, when the job checkpoints, is a two-phase-commit sink that also
-// implements stream.CheckpointListener (see FileSink).
+// implements stream.CheckpointListener and claims its directory for one job
+// and operator (see FileSink and ClaimFile).
 //
 // connectors imports the standard library, package stream and
 // internal/errkind only.
@@ -51,7 +52,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindSink,
 		Plan:        planFileSink,
 		NewOperator: newFileSinkOperator,
-		Doc:         "writes rows to <path>/part-<subtask> as CSV or JSON lines; with checkpointing, exactly once by two-phase commit (part-<subtask>-<seq>)",
+		Doc:         "writes rows to <path>/part-<subtask> as CSV or JSON lines; with checkpointing, exactly once by two-phase commit (part-<job>-<operator>-<subtask>-<seq>, one job and operator per directory)",
 	})
 	r.Register(stream.OperatorType{
 		Name:        "discard",

@@ -3,6 +3,8 @@ package connectors
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,9 +16,10 @@ import (
 type FileSinkConfig struct {
 	// Path is a directory, created if missing. Without checkpointing,
 	// subtask i writes <path>/part-<i>, replacing any earlier file of that
-	// name. With checkpointing, subtask i writes files part-<i>-<seq> that
-	// appear (atomically, by rename) when the checkpoint covering their rows
-	// completes; see FileSink.
+	// name. With checkpointing, subtask i writes files
+	// part-<job>-<operator>-<i>-<seq> that appear (atomically, by rename)
+	// when the checkpoint covering their rows completes, and the directory
+	// belongs to one job and operator (see ClaimFile and FileSink).
 	Path string `json:"path"`
 	// Format is "jsonl" (default): one {"field": value} object per line, or
 	// "csv": a header line of field names, then RFC 4180 rows with nulls as
@@ -57,21 +60,26 @@ func PartFile(dir string, subtask int) string {
 //
 //   - Without checkpointing it writes <path>/part-<subtask> directly, buffered,
 //     and flushes at Finish and Close.
-//   - With checkpointing it is a two-phase-commit sink (Flink's
-//     TwoPhaseCommitSinkFunction): rows go to a hidden in-progress file
-//     <path>/.part-<subtask>-<txn>.inprogress, opened lazily on the first row
-//     after a checkpoint. SnapshotState(n) flushes and fsyncs it and records
-//     it as pre-committed for checkpoint n under its final name
-//     part-<subtask>-<seq> (seq counts this subtask's non-empty transactions);
-//     NotifyCheckpointComplete(n) renames every pre-committed file of
-//     checkpoints up to n to its final name; an aborted checkpoint's files
-//     stay pending until a later checkpoint completes. RestoreState commits
-//     the transactions recorded in the checkpoint (idempotently: a final file
-//     without its in-progress file was already committed) and deletes this
-//     subtask's other in-progress files, whose rows will be replayed. A
-//     reader that ignores dot-files therefore sees each row exactly once and
-//     never a partial file. Rows written after the last checkpoint become
-//     visible only when a checkpoint taken after Finish completes.
+//   - With checkpointing it is a two-phase-commit sink. Open claims the
+//     directory for the job and operator (ClaimFile), failing with
+//     ErrSinkDirClaimed if another job or operator holds it. Rows go to a
+//     hidden in-progress file <path>/.part-<job>-<operator>-<subtask>-<txn>.inprogress
+//     (see InProgressName), opened lazily on the first row after a
+//     checkpoint. SnapshotState(n) flushes and fsyncs it and records it in
+//     the checkpoint as pending for checkpoint n, with its size and
+//     checksum, under its final name part-<job>-<operator>-<subtask>-<seq>
+//     (see CommittedName; seq counts this subtask's non-empty transactions).
+//     NotifyCheckpointComplete(n) renames every pending file of checkpoints
+//     up to n to its final name; an aborted checkpoint's files stay pending
+//     until a later checkpoint completes. RestoreState commits exactly the
+//     transactions pending in the checkpoint (idempotently: one whose
+//     in-progress file is gone counts as committed only if its final file
+//     holds the recorded bytes) and deletes this subtask's other in-progress
+//     files, whose rows will be replayed; files of other jobs, operators
+//     and subtasks are never touched. A reader that ignores dot-files
+//     therefore sees each row exactly once and never a partial file. Rows
+//     written after the last checkpoint become visible only when a
+//     checkpoint taken after Finish completes.
 //
 // Each file (either mode) starts with a header line in format csv.
 type FileSink struct {
@@ -85,12 +93,13 @@ type FileSink struct {
 	// The rest is used only with checkpointing.
 	txnl    bool
 	par     int
-	cur     int64 // transaction number of w
-	pending []txn // pre-committed transactions, oldest first
-	nextTxn int64 // the next in-progress file's number
-	attempt int64 // the deployment attempt (OperatorContext.Attempt)
-	nextSeq int64 // the next final file's number
-	cleaned bool  // stale in-progress files of this subtask were deleted
+	ident   string // the job and operator in file names (sinkIdentity)
+	cur     int64  // transaction number of w
+	pending []txn  // pre-committed transactions, oldest first
+	nextTxn int64  // the next in-progress file's number
+	attempt int64  // the deployment attempt (OperatorContext.Attempt)
+	nextSeq int64  // the next final file's number
+	cleaned bool   // stale in-progress files of this subtask were deleted
 }
 
 var (
@@ -117,7 +126,7 @@ func newFileSinkOperator(config []byte) (stream.Operator, error) {
 }
 
 // Open creates the directory and, without checkpointing, this subtask's part
-// file.
+// file; with checkpointing it claims the directory.
 func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 	if len(octx.InputSchemas) != 1 {
 		return fmt.Errorf("file sink: want 1 input schema, got %d", len(octx.InputSchemas))
@@ -128,7 +137,7 @@ func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 	s.schema, s.subtask, s.par = octx.InputSchemas[0], octx.Subtask, max(1, octx.Parallelism)
 	s.attempt = max(0, octx.Attempt-1) // attempt 1 numbers from 0, as before
 	if octx.Checkpointing {
-		return s.openTransactional()
+		return s.openTransactional(octx.JobID, octx.OperatorUID)
 	}
 	w, err := createPartWriter(PartFile(s.cfg.Path, octx.Subtask), s.format, s.schema)
 	if err != nil {
@@ -178,8 +187,9 @@ func (s *FileSink) Close() error {
 type partWriter struct {
 	path string
 	f    *os.File
+	sum  checksumWriter // writes to f
 	enc  *rowEncoder
-	out  lineBuffer
+	out  lineBuffer // writes to sum
 }
 
 func createPartWriter(path string, format rowFormat, schema *stream.Schema) (*partWriter, error) {
@@ -187,7 +197,8 @@ func createPartWriter(path string, format rowFormat, schema *stream.Schema) (*pa
 	if err != nil {
 		return nil, fmt.Errorf("file sink: %w", err)
 	}
-	w := &partWriter{path: path, f: f, enc: newRowEncoder(format, schema, ""), out: lineBuffer{w: f}}
+	w := &partWriter{path: path, f: f, sum: checksumWriter{w: f}, enc: newRowEncoder(format, schema, "")}
+	w.out.w = &w.sum
 	if format == formatCSV {
 		w.out.buf = w.enc.appendHeader(w.out.buf)
 	}
@@ -227,4 +238,22 @@ func (w *partWriter) close() error {
 		err = fmt.Errorf("file sink: close %s: %w", w.path, cerr)
 	}
 	return err
+}
+
+// castagnoli is the CRC-32C table: the checksum of committed files.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checksumWriter passes writes to w and keeps the count and CRC-32C of the
+// bytes written, so that a commit can later recognise the file.
+type checksumWriter struct {
+	w   io.Writer
+	n   int64
+	crc uint32
+}
+
+func (c *checksumWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	return n, err
 }

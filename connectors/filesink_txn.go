@@ -1,8 +1,11 @@
 package connectors
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,35 +22,77 @@ import (
 // Checkpoint state, all operator list state, written by every subtask:
 //
 //	"pending"  one item per pre-committed, not yet committed transaction:
-//	           version=1 | varint subtask | varint parallelism |
-//	           varint checkpoint id | string in-progress name | string final name
+//	           version=2 | varint subtask | varint parallelism |
+//	           varint checkpoint id | varint transaction number |
+//	           varint seq | varint size | uvarint CRC-32C
 //	"counters" one item: version=1 | varint subtask | varint parallelism |
 //	           varint next transaction number | varint next final seq
 //
-// Names are relative to the sink's path (strings are a uvarint length and
-// the bytes). A restore must give each subtask its own items back, so the
-// transactional sink cannot be rescaled from a checkpoint.
+// A pending transaction's file names follow from its transaction number and
+// seq and from the sink's identity (job id, operator uid, subtask), which a
+// restore shares with the snapshot: a restarted job keeps its id and each
+// operator subtask gets its own state back. Size and CRC-32C describe the
+// pre-committed file:
+// they are the record that lets a commit whose in-progress file is gone
+// tell its own committed file (committed before a failure) from anything
+// else under that name.
+//
+// Version 1 pending items, written before file names carried the identity,
+// hold the names instead (strings are a uvarint length and the bytes):
+//
+//	version=1 | varint subtask | varint parallelism | varint checkpoint id |
+//	string in-progress name | string final name
+//
+// They are committed under those names; lacking a size and checksum, a
+// final file present under the recorded name counts as committed, as it did
+// when they were written.
+//
+// A restore must give each subtask its own items back, so the transactional
+// sink cannot be rescaled from a checkpoint.
 const (
-	sinkPendingState  = "pending"
-	sinkCountersState = "counters"
-	inProgressSuffix  = ".inprogress"
+	sinkPendingState   = "pending"
+	sinkCountersState  = "counters"
+	sinkPendingVersion = 2
+	inProgressSuffix   = ".inprogress"
 )
 
 // txn is a pre-committed transaction: in-progress file number id, to become
-// part-<subtask>-<seq> when a checkpoint at or after checkpoint completes.
+// committed file number seq when a checkpoint at or after checkpoint
+// completes.
 type txn struct {
 	checkpoint int64
 	id, seq    int64
+	from, to   string // the in-progress and committed names, relative to the sink's path
+	size       int64  // the bytes in the pre-committed file, -1 if unknown (version 1 state)
+	crc        uint32 // their CRC-32C
 }
 
-// InProgressName is the hidden file that subtask writes transaction txn to.
-func InProgressName(subtask int, txn int64) string {
-	return ".part-" + strconv.Itoa(subtask) + "-" + strconv.FormatInt(txn, 10) + inProgressSuffix
+// InProgressName is the hidden file that subtask of operator uid of job
+// jobID writes transaction txn to.
+func InProgressName(jobID, uid string, subtask int, txn int64) string {
+	return inProgressName(sinkIdentity(jobID, uid), subtask, txn)
 }
 
-// CommittedName is the visible name of subtask's committed file number seq.
-func CommittedName(subtask int, seq int64) string {
-	return "part-" + strconv.Itoa(subtask) + "-" + strconv.FormatInt(seq, 10)
+// CommittedName is the visible name of committed file number seq of subtask
+// of operator uid of job jobID: part-<job>-<uid>-<subtask>-<seq>, where a job
+// id or uid that is long or has characters other than ASCII letters, digits,
+// '_', '.' (and '-' in a uid) is replaced by '~' and a hash of it.
+func CommittedName(jobID, uid string, subtask int, seq int64) string {
+	return committedName(sinkIdentity(jobID, uid), subtask, seq)
+}
+
+func inProgressName(ident string, subtask int, txn int64) string {
+	return inProgressPrefix(ident, subtask) + strconv.FormatInt(txn, 10) + inProgressSuffix
+}
+
+func committedName(ident string, subtask int, seq int64) string {
+	return committedPrefix(ident, subtask) + strconv.FormatInt(seq, 10)
+}
+
+func inProgressPrefix(ident string, subtask int) string { return "." + committedPrefix(ident, subtask) }
+
+func committedPrefix(ident string, subtask int) string {
+	return "part-" + ident + "-" + strconv.Itoa(subtask) + "-"
 }
 
 // parseNumbered returns n if name is prefix+n+suffix for a decimal n ≥ 0.
@@ -65,15 +110,16 @@ func parseNumbered(name, prefix, suffix string) (int64, bool) {
 
 func (s *FileSink) path(name string) string { return filepath.Join(s.cfg.Path, name) }
 
-// scan returns this subtask's in-progress transaction numbers and the next
-// final seq not yet used in the directory.
+// scan returns this sink's (job, operator and subtask) in-progress
+// transaction numbers and the next final seq it has not used in the
+// directory. Files of other jobs, operators or subtasks never match: see
+// sinkIdentity.
 func (s *FileSink) scan() (inProgress []int64, nextSeq int64, err error) {
 	entries, err := os.ReadDir(s.cfg.Path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("file sink: list %s: %w", s.cfg.Path, err)
 	}
-	ipPrefix := ".part-" + strconv.Itoa(s.subtask) + "-"
-	finPrefix := "part-" + strconv.Itoa(s.subtask) + "-"
+	ipPrefix, finPrefix := inProgressPrefix(s.ident, s.subtask), committedPrefix(s.ident, s.subtask)
 	for _, e := range entries {
 		if n, ok := parseNumbered(e.Name(), ipPrefix, inProgressSuffix); ok {
 			inProgress = append(inProgress, n)
@@ -84,8 +130,12 @@ func (s *FileSink) scan() (inProgress []int64, nextSeq int64, err error) {
 	return inProgress, nextSeq, nil
 }
 
-func (s *FileSink) openTransactional() error {
+func (s *FileSink) openTransactional(jobID, uid string) error {
 	s.txnl = true
+	if err := claimDir(s.cfg.Path, jobID, uid); err != nil {
+		return err
+	}
+	s.ident = sinkIdentity(jobID, uid)
 	_, next, err := s.scan()
 	if err != nil {
 		return err
@@ -95,7 +145,7 @@ func (s *FileSink) openTransactional() error {
 	return nil
 }
 
-// cleanStale deletes this subtask's in-progress files other than those of
+// cleanStale deletes this sink's in-progress files other than those of
 // pending transactions: they hold rows written after the last completed
 // checkpoint, which will be replayed. It runs once, at restore or before
 // the first write of a job started without a checkpoint.
@@ -111,7 +161,7 @@ func (s *FileSink) cleanStale() error {
 		if slices.ContainsFunc(s.pending, func(t txn) bool { return t.id == id }) {
 			continue
 		}
-		if err := os.Remove(s.path(InProgressName(s.subtask, id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(s.path(inProgressName(s.ident, s.subtask, id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("file sink: delete stale in-progress file: %w", err)
 		}
 	}
@@ -133,7 +183,7 @@ func (s *FileSink) beginTxn() error {
 	// that resumed) never writes into a file of the current attempt; it
 	// cannot commit either, since only current attempts are notified.
 	s.nextTxn = max(s.nextTxn, s.attempt<<32)
-	w, err := createPartWriter(s.path(InProgressName(s.subtask, s.nextTxn)), s.format, s.schema)
+	w, err := createPartWriter(s.path(inProgressName(s.ident, s.subtask, s.nextTxn)), s.format, s.schema)
 	if err != nil {
 		return err
 	}
@@ -156,6 +206,7 @@ func (s *FileSink) SnapshotState(c *stream.SnapshotContext) error {
 		if cerr := s.w.close(); err == nil {
 			err = cerr
 		}
+		size, crc := s.w.sum.n, s.w.sum.crc
 		s.w = nil
 		if err == nil {
 			err = syncDir(s.cfg.Path)
@@ -163,25 +214,31 @@ func (s *FileSink) SnapshotState(c *stream.SnapshotContext) error {
 		if err != nil {
 			return fmt.Errorf("%w (pre-committing checkpoint %d)", err, c.CheckpointID)
 		}
-		s.pending = append(s.pending, txn{checkpoint: c.CheckpointID, id: s.cur, seq: s.nextSeq})
+		s.pending = append(s.pending, txn{
+			checkpoint: c.CheckpointID, id: s.cur, seq: s.nextSeq,
+			from: inProgressName(s.ident, s.subtask, s.cur), to: committedName(s.ident, s.subtask, s.nextSeq),
+			size: size, crc: crc,
+		})
 		s.nextSeq++
 	}
 	for _, t := range s.pending {
-		item := s.itemHeader()
+		item := s.itemHeader(sinkPendingVersion)
 		item = appendInt(item, t.checkpoint)
-		item = appendString(item, InProgressName(s.subtask, t.id))
-		item = appendString(item, CommittedName(s.subtask, t.seq))
+		item = appendInt(item, t.id)
+		item = appendInt(item, t.seq)
+		item = appendInt(item, t.size)
+		item = appendUint(item, uint64(t.crc))
 		c.AddListState(sinkPendingState, item)
 	}
-	item := s.itemHeader()
+	item := s.itemHeader(stateVersion)
 	item = appendInt(item, s.nextTxn)
 	item = appendInt(item, s.nextSeq)
 	c.AddListState(sinkCountersState, item)
 	return nil
 }
 
-func (s *FileSink) itemHeader() []byte {
-	item := []byte{stateVersion}
+func (s *FileSink) itemHeader(version byte) []byte {
+	item := []byte{version}
 	item = appendInt(item, int64(s.subtask))
 	return appendInt(item, int64(s.par))
 }
@@ -214,27 +271,91 @@ func (s *FileSink) NotifyCheckpointComplete(id int64) error {
 // later completed checkpoint commits them.
 func (s *FileSink) NotifyCheckpointAborted(int64) error { return nil }
 
-// commit renames t's in-progress file to its final name. If the in-progress
-// file is gone and the final one exists, the commit already happened; if
-// neither exists, the error wraps fs.ErrNotExist.
+// commit renames t's in-progress file to its committed name, never
+// replacing a file. When the in-progress file is gone, t was committed
+// before (by this sink before a failure, or by a stale attempt that was
+// being notified at the same time) only if the committed file holds exactly
+// the bytes t pre-committed; a file that merely has the name is not enough.
+// The error wraps fs.ErrNotExist if neither file exists and fs.ErrExist if
+// the committed name holds something else.
 func (s *FileSink) commit(t txn) error {
-	from, to := InProgressName(s.subtask, t.id), CommittedName(s.subtask, t.seq)
-	err := os.Rename(s.path(from), s.path(to))
-	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+	from, to := s.path(t.from), s.path(t.to)
+	_, err := os.Lstat(to)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		err = os.Rename(from, to)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
+		}
+	case err != nil:
+		return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
+	default:
+		_, err := os.Lstat(from)
+		if err == nil {
+			return errkind.Mark(fmt.Errorf("file sink: commit checkpoint %d: %s cannot become %s in %s, which exists already: something other than this sink wrote it; move it away and restart the job",
+				t.checkpoint, t.from, t.to, s.cfg.Path), fs.ErrExist)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
+		}
+	}
+	return s.checkCommitted(t)
+}
+
+// checkCommitted returns nil if t's committed file holds what t
+// pre-committed, for a transaction whose in-progress file is gone.
+func (s *FileSink) checkCommitted(t txn) error {
+	to := s.path(t.to)
+	fi, err := os.Stat(to)
+	if errors.Is(err, fs.ErrNotExist) {
+		return errkind.Mark(fmt.Errorf("file sink: commit checkpoint %d: neither %s nor %s exists in %s; the pre-committed file was deleted or moved by something else, and its rows are lost",
+			t.checkpoint, t.from, t.to, s.cfg.Path), err)
+	}
+	if err != nil {
+		return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
+	}
+	if t.size < 0 {
+		return nil // version 1 state: the recorded name is all there is to go by
+	}
+	var differs string
+	if fi.Size() != t.size {
+		differs = fmt.Sprintf("%d bytes, want %d", fi.Size(), t.size)
+	} else {
+		size, crc, err := fileChecksum(to)
 		if err != nil {
 			return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
 		}
+		if size != t.size || crc != t.crc {
+			differs = fmt.Sprintf("%d bytes with CRC-32C %08x, want %d with %08x", size, crc, t.size, t.crc)
+		}
+	}
+	if differs == "" {
 		return nil
 	}
-	if _, serr := os.Stat(s.path(to)); serr == nil {
-		return nil // committed before a failure
+	return errkind.Mark(fmt.Errorf("file sink: commit checkpoint %d: %s is gone and %s in %s is not the file it pre-committed (%s): something other than this sink deleted the one and wrote the other, and the transaction's rows are lost",
+		t.checkpoint, t.from, t.to, s.cfg.Path, differs), fs.ErrExist)
+}
+
+// fileChecksum returns the size and CRC-32C of the file at path.
+func fileChecksum(path string) (int64, uint32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
 	}
-	return errkind.Mark(fmt.Errorf("file sink: commit checkpoint %d: neither %s nor %s exists in %s; the pre-committed file was deleted or moved by something else, and its rows are lost",
-		t.checkpoint, from, to, s.cfg.Path), err)
+	defer f.Close()
+	h := crc32.New(castagnoli)
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	return n, h.Sum32(), nil
 }
 
 // RestoreState commits the transactions pending in the checkpoint, deletes
-// this subtask's other in-progress files and continues numbering after the
+// this sink's other in-progress files and continues numbering after the
 // restored transactions.
 func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 	if !s.txnl || c.State == nil {
@@ -242,37 +363,49 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 	}
 	where := fmt.Sprintf("file sink subtask %d: checkpoint %d", s.subtask, c.CheckpointID)
 	var restored []txn
-	for _, name := range []string{sinkPendingState, sinkCountersState} {
-		for _, item := range c.State.List[name] {
-			r := newStateReader(item)
-			subtask, par := r.int(), r.int()
-			var t txn
-			var from, to string
-			if name == sinkPendingState {
-				t.checkpoint, from, to = r.varint(), r.string(), r.string()
-			} else {
-				s.nextTxn, s.nextSeq = max(s.nextTxn, r.varint()), max(s.nextSeq, r.varint())
-			}
-			if err := r.done(); err != nil {
-				return fmt.Errorf("%s: corrupt %s state: %w", where, name, err)
-			}
-			if par != s.par || subtask != s.subtask {
-				return errkind.Mark(fmt.Errorf("%s: state of subtask %d of %d restored into subtask %d of %d: the transactional file sink cannot be rescaled; restore with parallelism %d",
-					where, subtask, par, s.subtask, s.par, par), errRescale)
-			}
-			if name == sinkCountersState {
-				continue
-			}
-			var ok1, ok2 bool
-			t.id, ok1 = parseNumbered(from, ".part-"+strconv.Itoa(s.subtask)+"-", inProgressSuffix)
-			t.seq, ok2 = parseNumbered(to, "part-"+strconv.Itoa(s.subtask)+"-", "")
-			if !ok1 || !ok2 {
-				return fmt.Errorf("%s: pending transaction names %q, %q are not this subtask's file names", where, from, to)
-			}
-			restored = append(restored, t)
+	for _, item := range c.State.List[sinkPendingState] {
+		r := newVersionedStateReader(item, sinkPendingVersion)
+		subtask, par := r.int(), r.int()
+		t := txn{checkpoint: r.varint()}
+		if r.version == 1 {
+			t.from, t.to, t.size = r.string(), r.string(), -1
+		} else {
+			t.id, t.seq, t.size, t.crc = r.varint(), r.varint(), r.varint(), r.uint32()
 		}
+		if err := r.done(); err != nil {
+			return fmt.Errorf("%s: corrupt %s state: %w", where, sinkPendingState, err)
+		}
+		if err := s.checkOwner(where, subtask, par); err != nil {
+			return err
+		}
+		if r.version == 1 {
+			var ok1, ok2 bool
+			t.id, ok1 = parseNumbered(t.from, ".part-"+strconv.Itoa(s.subtask)+"-", inProgressSuffix)
+			t.seq, ok2 = parseNumbered(t.to, "part-"+strconv.Itoa(s.subtask)+"-", "")
+			if !ok1 || !ok2 {
+				return fmt.Errorf("%s: pending transaction names %q, %q are not this subtask's file names", where, t.from, t.to)
+			}
+		} else {
+			if t.id < 0 || t.seq < 0 || t.size < 0 {
+				return fmt.Errorf("%s: corrupt %s state: negative transaction number, seq or size", where, sinkPendingState)
+			}
+			t.from, t.to = inProgressName(s.ident, s.subtask, t.id), committedName(s.ident, s.subtask, t.seq)
+		}
+		restored = append(restored, t)
 	}
-	slices.SortFunc(restored, func(a, b txn) int { return int(a.seq - b.seq) })
+	for _, item := range c.State.List[sinkCountersState] {
+		r := newStateReader(item)
+		subtask, par := r.int(), r.int()
+		nextTxn, nextSeq := r.varint(), r.varint()
+		if err := r.done(); err != nil {
+			return fmt.Errorf("%s: corrupt %s state: %w", where, sinkCountersState, err)
+		}
+		if err := s.checkOwner(where, subtask, par); err != nil {
+			return err
+		}
+		s.nextTxn, s.nextSeq = max(s.nextTxn, nextTxn), max(s.nextSeq, nextSeq)
+	}
+	slices.SortFunc(restored, func(a, b txn) int { return cmp.Compare(a.seq, b.seq) })
 	for _, t := range restored {
 		if err := s.commit(t); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
@@ -289,6 +422,16 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 	_, next, err := s.scan()
 	s.nextSeq = max(s.nextSeq, next)
 	return err
+}
+
+// checkOwner fails unless state item of subtask at parallelism par is this
+// subtask's own.
+func (s *FileSink) checkOwner(where string, subtask, par int) error {
+	if par == s.par && subtask == s.subtask {
+		return nil
+	}
+	return errkind.Mark(fmt.Errorf("%s: state of subtask %d of %d restored into subtask %d of %d: the transactional file sink cannot be rescaled; restore with parallelism %d",
+		where, subtask, par, s.subtask, s.par, par), errRescale)
 }
 
 // syncDir makes renames and new files in dir durable.

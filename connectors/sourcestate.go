@@ -17,7 +17,7 @@ import (
 //
 // where position is Datagen.Position (the index of the next row of that
 // subtask). With unchanged parallelism each subtask gets its own item back
-// (as Flink's round-robin repartitioning does); a restore with another
+// (the runtime redistributes list state round-robin); a restore with another
 // parallelism fails, because subtask i of p generates rows i, i+p, ... and
 // positions do not carry over to another stride.
 //

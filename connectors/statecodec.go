@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // The connectors' checkpoint state is a few small items of operator list or
@@ -11,7 +12,10 @@ import (
 // fields; stateReader decodes them and remembers the first error so that a
 // decoder checks once at the end.
 
-// stateVersion is the format version of every state item written here.
+// stateVersion is the format version of the sources' state items and of
+// the file sink's counters. An item whose format changed gets its own newer
+// version (the file sink's pending transactions: sinkPendingVersion), and
+// its decoder keeps reading the older ones so that old checkpoints restore.
 const stateVersion = 1
 
 // Restore failures, for errors.Is in this package. The decoding errors
@@ -30,14 +34,25 @@ var (
 )
 
 type stateReader struct {
-	b   []byte
-	err error
+	b       []byte
+	version byte // the item's format version
+	err     error
 }
 
-func newStateReader(item []byte) *stateReader {
+// newStateReader reads an item of format version stateVersion.
+func newStateReader(item []byte) *stateReader { return newVersionedStateReader(item, stateVersion) }
+
+// newVersionedStateReader reads an item of any format version from 1 to
+// newest; the caller decodes the fields by r.version.
+func newVersionedStateReader(item []byte, newest byte) *stateReader {
 	r := &stateReader{b: item}
-	if v := r.byte(); r.err == nil && v != stateVersion {
-		r.err = fmt.Errorf("%w %d (this build reads version %d)", errStateVersion, v, stateVersion)
+	r.version = r.byte()
+	if r.err == nil && (r.version == 0 || r.version > newest) {
+		if newest == 1 {
+			r.err = fmt.Errorf("%w %d (this build reads version 1)", errStateVersion, r.version)
+		} else {
+			r.err = fmt.Errorf("%w %d (this build reads versions 1 to %d)", errStateVersion, r.version, newest)
+		}
 	}
 	return r
 }
@@ -83,6 +98,15 @@ func (r *stateReader) varint() int64 {
 
 func (r *stateReader) int() int { return int(r.varint()) }
 
+// uint32 reads a uvarint that must fit in 32 bits.
+func (r *stateReader) uint32() uint32 {
+	v := r.uvarint()
+	if r.err == nil && v > math.MaxUint32 {
+		r.err = fmt.Errorf("value %d does not fit in 32 bits", v)
+	}
+	return uint32(v)
+}
+
 func (r *stateReader) string() string {
 	n := r.uvarint()
 	if r.err != nil {
@@ -106,6 +130,8 @@ func (r *stateReader) done() error {
 }
 
 func appendInt(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
+
+func appendUint(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
 
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
