@@ -28,12 +28,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -60,8 +60,13 @@ type Config struct {
 	// call's context), so that a hung or paused jobmanager does not hold
 	// the call while another leads.
 	AttemptTimeout time.Duration
-	// DialOptions are added to every connection to a jobmanager. Default:
-	// plaintext (insecure transport credentials).
+	// TLS is the client's TLS material (a certificate with the operate or
+	// read role from the cluster's CA): with it every connection to a
+	// jobmanager is mutual TLS, and only a server with the jobmanager role
+	// is accepted. Without it, and without transport credentials in
+	// DialOptions, connections are plaintext (a cluster on loopback).
+	TLS security.TLSConfig
+	// DialOptions are added to every connection to a jobmanager.
 	DialOptions []grpc.DialOption
 }
 
@@ -113,8 +118,12 @@ func New(cfg Config) (*Client, error) {
 	if cfg.RetryInterval == 0 {
 		cfg.RetryInterval = 100 * time.Millisecond
 	}
-	if cfg.DialOptions == nil {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	m, err := cfg.TLS.Load()
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if m != nil || cfg.DialOptions == nil {
+		cfg.DialOptions = append([]grpc.DialOption{security.DialOption(m, security.RoleJobManager)}, cfg.DialOptions...)
 	}
 	c := &Client{cfg: cfg}
 	c.mu.conns = make(map[string]*grpc.ClientConn)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/weirstream/weir/failover"
 	"github.com/weirstream/weir/jobmanager/scheduler"
+	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -78,6 +79,11 @@ type Config struct {
 	MetricsRegistry *prometheus.Registry
 	// Logger receives the jobmanager's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// TLS is the jobmanager's TLS material: with it every gRPC and REST
+	// connection is mutual TLS and every call is authorized by the
+	// caller's role (package security); without it the RPC and REST
+	// addresses must be loopback addresses.
+	TLS security.TLSConfig
 	// HA selects high availability: Mode "none" (or "", the default) runs
 	// one jobmanager with no external dependency; "etcd" makes several
 	// jobmanagers campaign through etcd (see package ha).
@@ -135,6 +141,16 @@ func (c *Config) Validate() error {
 	}
 	if c.JobRetention < 0 || c.MaxEndedJobs < 0 {
 		return fmt.Errorf("jobmanager config: JobRetention %s and MaxEndedJobs %d must not be negative (0 means the default)", c.JobRetention, c.MaxEndedJobs)
+	}
+	if !c.TLS.Enabled() {
+		if err := security.RequireLoopback("jobmanager config: RPCAddress", c.RPCAddress); err != nil {
+			return err
+		}
+		if c.RESTAddress != "" {
+			if err := security.RequireLoopback("jobmanager config: RESTAddress", c.RESTAddress); err != nil {
+				return err
+			}
+		}
 	}
 	if c.CheckpointStorage != "" && !strings.HasPrefix(c.CheckpointStorage, "file://") && !strings.HasPrefix(c.CheckpointStorage, "s3://") {
 		return fmt.Errorf("jobmanager config: CheckpointStorage %q must be file:///absolute/path or s3://bucket/prefix", c.CheckpointStorage)

@@ -14,8 +14,34 @@ import (
 	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/stream"
 )
+
+// maxRequestBytes bounds a gRPC request to the jobmanager (a submitted
+// job graph is the largest).
+const maxRequestBytes = 4 << 20
+
+// jobManagerPolicy says who may call what, when TLS is on: taskmanagers the
+// cluster service (under their own id only), readers the read-only job
+// service calls, operators everything else.
+var jobManagerPolicy = security.Policy{
+	weirpb.ClusterService_RegisterTaskManager_FullMethodName:   {security.RoleTaskManager},
+	weirpb.ClusterService_Heartbeat_FullMethodName:             {security.RoleTaskManager},
+	weirpb.ClusterService_UpdateTaskState_FullMethodName:       {security.RoleTaskManager},
+	weirpb.ClusterService_AcknowledgeCheckpoint_FullMethodName: {security.RoleTaskManager},
+	weirpb.ClusterService_DeclineCheckpoint_FullMethodName:     {security.RoleTaskManager},
+	weirpb.ClusterService_SourceInputEnded_FullMethodName:      {security.RoleTaskManager},
+	weirpb.JobService_ListJobs_FullMethodName:                  {security.RoleRead},
+	weirpb.JobService_GetJob_FullMethodName:                    {security.RoleRead},
+	weirpb.JobService_ListTaskManagers_FullMethodName:          {security.RoleRead},
+	weirpb.JobService_ListCheckpoints_FullMethodName:           {security.RoleRead},
+	weirpb.JobService_InspectCheckpoint_FullMethodName:         {security.RoleRead},
+	weirpb.JobService_SubmitJob_FullMethodName:                 {security.RoleOperate},
+	weirpb.JobService_CancelJob_FullMethodName:                 {security.RoleOperate},
+	weirpb.JobService_TriggerCheckpoint_FullMethodName:         {security.RoleOperate},
+	weirpb.JobService_CollectGarbage_FullMethodName:            {security.RoleOperate},
+}
 
 // Errors of the shell, besides the scheduler's.
 var (

@@ -25,6 +25,7 @@ import (
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -39,7 +40,9 @@ const (
 // JobManager is the cluster master. Create it with New and start it with
 // Run; its methods are safe for concurrent use.
 type JobManager struct {
-	cfg     Config
+	cfg Config
+	// tls is the loaded Config.TLS; nil: plaintext on loopback.
+	tls     *security.Material
 	reg     *stream.Registry
 	log     *slog.Logger
 	id      string
@@ -103,7 +106,15 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	jm := &JobManager{cfg: cfg, reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
+	material, err := cfg.TLS.Load()
+	if err != nil {
+		return nil, fmt.Errorf("jobmanager config: TLS: %w", err)
+	}
+	if material != nil && !material.Self().Has(security.RoleJobManager) {
+		return nil, fmt.Errorf("jobmanager config: TLS: certificate %s is for %q with roles %v, not a jobmanager's; use the jobmanager certificate",
+			cfg.TLS.CertFile, material.Self().Name, material.Self().Roles)
+	}
+	jm := &JobManager{cfg: cfg, tls: material, reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
 		openStorage: openCheckpointStorage, newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry}
 	jm.mu.core = scheduler.New(scheduler.Config{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout,
 		JobRetention: cfg.JobRetention, MaxEndedJobs: cfg.MaxEndedJobs})
@@ -179,14 +190,18 @@ func (jm *JobManager) Run(ctx context.Context) error {
 			return fmt.Errorf("jobmanager: listen for REST on %s: %w; pick another RESTAddress or disable REST with an empty one", jm.cfg.RESTAddress, err)
 		}
 	}
-	execs := newGRPCTaskExecutors(jm.epoch, jm, jm.probeTimeout())
+	execs := newGRPCTaskExecutors(jm.epoch, jm, jm.probeTimeout(), security.DialOption(jm.tls, security.RoleTaskManager))
 	defer execs.Close()
 	jm.execs.Store(execs)
 
-	gs := grpc.NewServer(grpc.UnaryInterceptor(jm.standbyInterceptor))
+	gs := grpc.NewServer(append(jobManagerPolicy.ServerOptions(jm.tls, jm.standbyInterceptor), grpc.MaxRecvMsgSize(maxRequestBytes))...)
 	weirpb.RegisterClusterServiceServer(gs, &clusterServer{jm: jm})
 	weirpb.RegisterJobServiceServer(gs, &jobServer{jm: jm})
-	hs := &http.Server{Handler: jm.restHandler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: security.HTTPHandler(jm.tls, jm.restHandler()), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	if jm.tls != nil {
+		hs.TLSConfig = jm.tls.ServerConfig()
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -197,7 +212,11 @@ func (jm *JobManager) Run(ctx context.Context) error {
 	})
 	if restLis != nil {
 		g.Go(func() error {
-			if err := hs.Serve(restLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serve := hs.Serve
+			if jm.tls != nil {
+				serve = func(l net.Listener) error { return hs.ServeTLS(l, "", "") }
+			}
+			if err := serve(restLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("jobmanager: REST server: %w", err)
 			}
 			return nil

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -71,24 +70,27 @@ type grpcTaskExecutors struct {
 	epoch        func() int64
 	events       connEvents
 	probeTimeout time.Duration
-	mu           sync.Mutex
-	conns        map[string]*tmConn // by address
-	closed       bool
-	watchers     sync.WaitGroup
+	// creds are the transport credentials for taskmanagers (mutual TLS
+	// expecting the taskmanager role, or plaintext).
+	creds    grpc.DialOption
+	mu       sync.Mutex
+	conns    map[string]*tmConn // by address
+	closed   bool
+	watchers sync.WaitGroup
 }
 
 // newGRPCTaskExecutors returns executors whose probes give a process
 // probeTimeout to answer.
-func newGRPCTaskExecutors(epoch func() int64, events connEvents, probeTimeout time.Duration) *grpcTaskExecutors {
-	return &grpcTaskExecutors{epoch: epoch, events: events, probeTimeout: probeTimeout, conns: make(map[string]*tmConn)}
+func newGRPCTaskExecutors(epoch func() int64, events connEvents, probeTimeout time.Duration, creds grpc.DialOption) *grpcTaskExecutors {
+	return &grpcTaskExecutors{epoch: epoch, events: events, probeTimeout: probeTimeout, creds: creds, conns: make(map[string]*tmConn)}
 }
 
 // dialTaskManager opens a (lazy) client connection to a taskmanager: a
 // reconnect backoff capped at a second (gRPC's default grows to two
 // minutes), keepalive pings that find a half-open connection, and no idle
 // timeout, so that a watched connection leaves READY only when it breaks.
-func dialTaskManager(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+func dialTaskManager(addr string, creds grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, creds,
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
@@ -98,7 +100,7 @@ func dialTaskManager(addr string) (*grpc.ClientConn, error) {
 }
 
 func (g *grpcTaskExecutors) Track(id, instance, addr string) {
-	cc, err := dialTaskManager(addr)
+	cc, err := dialTaskManager(addr, g.creds)
 	if err != nil { // only for an address gRPC cannot parse
 		// Reported from another goroutine: Track may be called with the
 		// caller's lock held, which the report takes.
@@ -221,7 +223,7 @@ func (g *grpcTaskExecutors) client(addr string) (weirpb.TaskExecutorServiceClien
 	}
 	c := g.conns[addr]
 	if c == nil {
-		cc, err := dialTaskManager(addr)
+		cc, err := dialTaskManager(addr, g.creds)
 		if err != nil {
 			return nil, fmt.Errorf("connect to taskmanager at %s: %w", addr, err)
 		}

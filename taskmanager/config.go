@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/weirstream/weir/security"
 )
 
 // Config configures a TaskManager.
@@ -39,8 +41,15 @@ type Config struct {
 	// Default 1s.
 	RegisterRetry time.Duration
 	// StateDir holds the local state of this taskmanager's tasks (one
-	// subdirectory per task). Default os.TempDir()/weir-state-<ID>.
+	// subdirectory per task); it is created private (0700). Default: a new
+	// private directory under os.TempDir(), removed when Run returns.
 	StateDir string
+	// TLS is the taskmanager's TLS material (its certificate names its ID
+	// with the taskmanager role): with it every connection — to the
+	// jobmanager, from it, and between taskmanagers — is mutual TLS and
+	// every call is authorized (package security); without it the RPC and
+	// metrics addresses must be loopback addresses.
+	TLS security.TLSConfig
 	// HA selects how the jobmanager is found: mode "none" (default) uses
 	// JobManagerAddress; "etcd" reads the leading jobmanager's address from
 	// etcd (it never campaigns) and follows leader changes.
@@ -102,6 +111,16 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.RPCAddress); err != nil {
 		return fmt.Errorf("taskmanager config: rpc address %q: %v (want host:port)", c.RPCAddress, err)
+	}
+	if !c.TLS.Enabled() {
+		if err := security.RequireLoopback("taskmanager config: rpc address", c.RPCAddress); err != nil {
+			return err
+		}
+		if c.MetricsAddress != "" {
+			if err := security.RequireLoopback("taskmanager config: metrics address", c.MetricsAddress); err != nil {
+				return err
+			}
+		}
 	}
 	if c.Slots < 1 {
 		return fmt.Errorf("taskmanager config: slots %d: must be at least 1", c.Slots)

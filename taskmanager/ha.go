@@ -8,11 +8,11 @@ import (
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/security"
 )
 
 // Fencing. Every jobmanager→taskmanager call carries the caller's fencing
@@ -103,7 +103,7 @@ func (tm *TaskManager) dial(addr string) (*jmConn, error) {
 	// taskmanager finds a restarted jobmanager within a few retries.
 	backoff := grpcbackoff.DefaultConfig
 	backoff.MaxDelay = max(5*time.Second, 2*tm.cfg.RegisterRetry)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient(addr, security.DialOption(tm.tls, security.RoleJobManager),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff, MinConnectTimeout: 5 * time.Second}))
 	if err != nil {
 		return nil, fmt.Errorf("taskmanager: jobmanager address %s: %w", addr, err)

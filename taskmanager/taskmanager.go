@@ -18,23 +18,26 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
 )
 
 // TaskManager runs deployed tasks. Create it with New and start it with Run.
 type TaskManager struct {
-	cfg   Config
-	reg   *stream.Registry
-	log   *slog.Logger
-	ready chan struct{}
-	addr  string // advertised address, set before ready is closed
+	cfg Config
+	// tls is the loaded Config.TLS; nil: plaintext on loopback.
+	tls       *security.Material
+	tempState bool // Run creates a private StateDir and removes it on return
+	reg       *stream.Registry
+	log       *slog.Logger
+	ready     chan struct{}
+	addr      string // advertised address, set before ready is closed
 	// listenAddr is the bound listen address, and metricsAddr the bound
 	// metrics address ("" when off), set before ready is closed.
 	listenAddr, metricsAddr string
@@ -116,16 +119,33 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = filepath.Join(os.TempDir(), "weir-state-"+cfg.ID)
+	material, err := cfg.TLS.Load()
+	if err != nil {
+		return nil, fmt.Errorf("taskmanager config: TLS: %w", err)
 	}
-	tm := &TaskManager{cfg: cfg, reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID), ready: make(chan struct{}), instance: rand.Text()}
+	if material != nil && (!material.Self().Has(security.RoleTaskManager) || material.Self().Name != cfg.ID) {
+		return nil, fmt.Errorf("taskmanager config: TLS: certificate %s is for %q with roles %v; a taskmanager needs a taskmanager certificate issued for its id %q (or set --id %s)",
+			cfg.TLS.CertFile, material.Self().Name, material.Self().Roles, cfg.ID, material.Self().Name)
+	}
+	tm := &TaskManager{cfg: cfg, tls: material, tempState: cfg.StateDir == "", reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID),
+		ready: make(chan struct{}), instance: rand.Text()}
 	tm.mu.tasks = make(map[taskKey]*runningTask)
 	tm.mu.jobsRun = make(map[string]bool)
 	tm.metrics = newMetrics(tm)
 	tm.mu.hbInterval = time.Second
 	tm.mu.hbTimeout = 10 * time.Second
 	return tm, nil
+}
+
+// taskManagerPolicy says who may call what, when TLS is on: the jobmanager
+// the task executor service, other taskmanagers the data exchange.
+var taskManagerPolicy = security.Policy{
+	weirpb.TaskExecutorService_SubmitTask_FullMethodName:        {security.RoleJobManager},
+	weirpb.TaskExecutorService_CancelTask_FullMethodName:        {security.RoleJobManager},
+	weirpb.TaskExecutorService_TriggerCheckpoint_FullMethodName: {security.RoleJobManager},
+	weirpb.TaskExecutorService_NotifyCheckpoint_FullMethodName:  {security.RoleJobManager},
+	weirpb.TaskExecutorService_Ping_FullMethodName:              {security.RoleJobManager},
+	weirpb.ExchangeService_Connect_FullMethodName:               {security.RoleTaskManager},
 }
 
 // Instance returns the process instance id the taskmanager registers with.
@@ -148,6 +168,18 @@ func (tm *TaskManager) MetricsAddr() string { return tm.metricsAddr }
 // Run listens, registers with the jobmanager, heartbeats and runs tasks until
 // ctx is cancelled. It returns after every task and goroutine has stopped.
 func (tm *TaskManager) Run(ctx context.Context) error {
+	if tm.tempState {
+		// Private and unpredictable: other local users can neither read
+		// the state nor plant files where it will be.
+		dir, err := os.MkdirTemp("", "weir-state-"+tm.cfg.ID+"-")
+		if err != nil {
+			return fmt.Errorf("taskmanager: state directory: %w", err)
+		}
+		tm.cfg.StateDir = dir
+		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(tm.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("taskmanager config: state dir %s: %w", tm.cfg.StateDir, err)
+	}
 	lis, err := net.Listen("tcp", tm.cfg.RPCAddress)
 	if err != nil {
 		return fmt.Errorf("taskmanager: listen on %s: %w (is another process using the port?)", tm.cfg.RPCAddress, err)
@@ -187,15 +219,15 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	tm.exchange = dataflow.NewExchange(dataflow.ExchangeConfig{
 		SelfAddress:       tm.exchangeAddr,
 		CreditsPerChannel: tm.cfg.CreditsPerChannel,
-		DialOptions:       []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dataflow.PeerConnectParams()},
+		DialOptions:       []grpc.DialOption{security.DialOption(tm.tls, security.RoleTaskManager), dataflow.PeerConnectParams()},
 		Logger:            tm.log,
 	})
 	// A frame holds at most ExchangeConfig.MaxFrameBytes unless one batch is
 	// larger; allow generous messages so a wide batch never breaks a stream.
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20),
+	srv := grpc.NewServer(append(taskManagerPolicy.ServerOptions(tm.tls), grpc.MaxRecvMsgSize(256<<20),
 		// The jobmanager's keepalive pings (every 10s) find a half-open
 		// connection; allow them.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
 	weirpb.RegisterTaskExecutorServiceServer(srv, &executorServer{tm: tm})
 	tm.exchange.Register(srv)
 	var metricsSrv *http.Server
@@ -208,7 +240,11 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(tm.metrics.reg, promhttp.HandlerOpts{}))
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		metricsSrv = &http.Server{Handler: security.HTTPHandler(tm.tls, mux), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+		if tm.tls != nil {
+			metricsSrv.TLSConfig = tm.tls.ServerConfig()
+		}
 		tm.metricsAddr = metricsLis.Addr().String()
 		tm.log.Info("metrics served", "address", tm.metricsAddr)
 	}
@@ -222,7 +258,11 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if metricsSrv != nil {
 		g.Go(func() error {
-			if err := metricsSrv.Serve(metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serve := metricsSrv.Serve
+			if tm.tls != nil {
+				serve = func(l net.Listener) error { return metricsSrv.ServeTLS(l, "", "") }
+			}
+			if err := serve(metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("taskmanager: metrics: %w", err)
 			}
 			return nil

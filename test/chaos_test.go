@@ -99,7 +99,7 @@ func waitProgress(t *testing.T, c *clustertest.Cluster, jobID string, since time
 func TestChaosKillAndPauseTaskManagers(t *testing.T) {
 	cc := chaosFromEnv()
 	const hbTimeout = 3 * time.Second
-	c := clustertest.Start(t, clustertest.Options{TaskManagers: 3, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
+	c := clustertest.Start(t, clustertest.Options{TLS: true, TaskManagers: 3, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
 		HeartbeatTimeout: hbTimeout, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info"})
 	faults := cc.kills + cc.pauses
 	job := newSequenceJob(t, "chaos", float64(faults*jobSecondsPerFault+10), cc.rate, cc.keys)
@@ -166,7 +166,7 @@ func TestSamePortRestartRecovery(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("WEIR_SAME_PORT_RESTARTS")); err == nil && n > 0 {
 		restarts = n
 	}
-	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
+	c := clustertest.Start(t, clustertest.Options{TLS: true, TaskManagers: 2, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
 		HeartbeatTimeout: 3 * time.Second, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info"})
 	job := newSequenceJob(t, "same-port", float64(restarts*3+10), 4000, 32)
 	jobID := job.submit(t, c)

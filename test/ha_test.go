@@ -65,6 +65,7 @@ func startHAOpts(t *testing.T, proxies bool) (*etcdtest.Server, *clustertest.Clu
 func startHACluster(t *testing.T, proxies bool, ha clustertest.HA) *clustertest.Cluster {
 	t.Helper()
 	return clustertest.Start(t, clustertest.Options{
+		TLS:               true,
 		FaultProxies:      proxies,
 		JobManagers:       2,
 		TaskManagers:      2,

@@ -192,7 +192,7 @@ func TestKeyedWindowJobAcrossTwoTaskManagers(t *testing.T) {
 	if err := json.Unmarshal([]byte(tms), &tmList); err != nil || len(tmList.Taskmanagers) != 2 {
 		t.Fatalf("taskmanagers json: %v\n%s", err, tms)
 	}
-	resp, err := http.Get("http://" + c.REST + "/v1/jobs/" + jobID)
+	resp, err := c.HTTPClient().Get(c.URL(c.REST) + "/v1/jobs/" + jobID)
 	if err != nil {
 		t.Fatal(err)
 	}

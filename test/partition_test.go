@@ -28,7 +28,7 @@ func TestNetworkPartitions(t *testing.T) {
 		rounds = n
 	}
 	const hbTimeout = 3 * time.Second
-	c := clustertest.Start(t, clustertest.Options{TaskManagers: 3, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
+	c := clustertest.Start(t, clustertest.Options{TLS: true, TaskManagers: 3, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
 		HeartbeatTimeout: hbTimeout, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info", FaultProxies: true})
 
 	type fault struct {

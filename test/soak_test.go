@@ -47,7 +47,7 @@ func TestSoak(t *testing.T) {
 	const hbTimeout = 3 * time.Second
 	c := clustertest.Start(t, clustertest.Options{JobManagers: 2, TaskManagers: 3, Slots: 2,
 		HeartbeatInterval: 500 * time.Millisecond, HeartbeatTimeout: hbTimeout, SlotWaitTimeout: 2 * time.Minute,
-		LogLevel: "info", FaultProxies: true, S3: true,
+		LogLevel: "info", FaultProxies: true, S3: true, TLS: true,
 		HA: &clustertest.HA{Prefix: "/weir-soak", LeaseTTL: 3 * time.Second, EtcdMembers: 3}})
 	s3 := c.S3()
 	etcd := c.EtcdCluster()
@@ -225,10 +225,10 @@ func soakProcesses(c *clustertest.Cluster) []processSample {
 	for i := range c.JobManagers() {
 		p := c.JobManager(i)
 		_, rest := c.JobManagerAddrs(i)
-		out = append(out, processSample{name: fmt.Sprintf("jobmanager-%d", i), pid: p.Pid(), metricsURL: "http://" + rest + "/metrics"})
+		out = append(out, processSample{name: fmt.Sprintf("jobmanager-%d", i), pid: p.Pid(), metricsURL: c.URL(rest) + "/metrics"})
 	}
 	for i, p := range c.TMs {
-		out = append(out, processSample{name: fmt.Sprintf("tm-%d", i), pid: p.Pid(), metricsURL: "http://" + c.TaskManagerMetricsAddr(i) + "/metrics"})
+		out = append(out, processSample{name: fmt.Sprintf("tm-%d", i), pid: p.Pid(), metricsURL: c.URL(c.TaskManagerMetricsAddr(i)) + "/metrics"})
 	}
 	for i := range out {
 		s := &out[i]
@@ -244,15 +244,14 @@ func soakProcesses(c *clustertest.Cluster) []processSample {
 		if fds, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(s.pid), "fd")); err == nil {
 			s.fds = len(fds)
 		}
-		s.goroutines = scrapeGauge(s.metricsURL, "go_goroutines")
+		s.goroutines = scrapeGauge(c.HTTPClient(), s.metricsURL, "go_goroutines")
 	}
 	return out
 }
 
 // scrapeGauge reads one unlabelled metric from a Prometheus text endpoint
 // (-1 if it cannot).
-func scrapeGauge(url, name string) int {
-	cl := http.Client{Timeout: 5 * time.Second}
+func scrapeGauge(cl *http.Client, url, name string) int {
 	resp, err := cl.Get(url)
 	if err != nil {
 		return -1

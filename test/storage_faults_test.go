@@ -32,7 +32,7 @@ func TestStorageFaults(t *testing.T) {
 		rounds = n
 	}
 	prefix := fmt.Sprintf("storage-faults-%d", time.Now().UnixNano())
-	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
+	c := clustertest.Start(t, clustertest.Options{TLS: true, TaskManagers: 2, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
 		HeartbeatTimeout: 3 * time.Second, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info", S3: true})
 	s3 := c.S3()
 	px := s3.Proxy

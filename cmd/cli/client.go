@@ -19,6 +19,7 @@ import (
 	"github.com/weirstream/weir/client"
 	"github.com/weirstream/weir/jobspec"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -31,6 +32,8 @@ type clientConfig struct {
 	// instead of --jobmanager.
 	haEndpoints []string
 	haPrefix    string
+	// tls is the client's TLS material (--tls-ca, --tls-cert, --tls-key).
+	tls security.TLSConfig
 	// client is the client dial made, to name the jobmanager it reached.
 	client *client.Client
 }
@@ -58,6 +61,11 @@ func (c *clientConfig) bind(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringSliceVar(&c.haEndpoints, "ha-etcd-endpoints", eps,
 		"find the leading jobmanager through these etcd endpoints instead of --jobmanager (env WEIR_HA_ETCD_ENDPOINTS, comma-separated)")
 	cmd.PersistentFlags().StringVar(&c.haPrefix, "ha-prefix", prefix, "etcd key prefix of the cluster, with --ha-etcd-endpoints (env WEIR_HA_PREFIX)")
+	cmd.PersistentFlags().StringVar(&c.tls.CAFile, "tls-ca", os.Getenv("WEIR_TLS_CA"),
+		"cluster CA certificate (PEM) for mutual TLS to the jobmanager, with --tls-cert and --tls-key (env WEIR_TLS_CA)")
+	cmd.PersistentFlags().StringVar(&c.tls.CertFile, "tls-cert", os.Getenv("WEIR_TLS_CERT"),
+		"client certificate (PEM, role operate or read; weir certs init makes operator.pem and reader.pem) (env WEIR_TLS_CERT)")
+	cmd.PersistentFlags().StringVar(&c.tls.KeyFile, "tls-key", os.Getenv("WEIR_TLS_KEY"), "the private key of --tls-cert (PEM) (env WEIR_TLS_KEY)")
 }
 
 func (c *clientConfig) validate() error {
@@ -75,7 +83,7 @@ func (c *clientConfig) dial() (weirpb.JobServiceClient, func(), error) {
 	if err := c.validate(); err != nil {
 		return nil, nil, err
 	}
-	cfg := client.Config{EtcdEndpoints: c.haEndpoints, EtcdPrefix: c.haPrefix}
+	cfg := client.Config{EtcdEndpoints: c.haEndpoints, EtcdPrefix: c.haPrefix, TLS: c.tls}
 	if len(c.haEndpoints) == 0 {
 		cfg.JobManagers = []string{c.jobmanager}
 	}
@@ -111,6 +119,8 @@ func (c *clientConfig) callErr(what string, err error) error {
 			what, where, st.Message())
 	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists, codes.ResourceExhausted:
 		return fmt.Errorf("%s: %s", what, st.Message())
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return fmt.Errorf("%s: refused: %s; use a certificate with the needed role (--tls-cert)", what, st.Message())
 	}
 	return fmt.Errorf("%s: %v", what, err)
 }

@@ -34,6 +34,9 @@ func TestDeployConfigsLoad(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
+		if cfg.TLS.CAFile == "" || cfg.TLS.CertFile == "" || cfg.TLS.KeyFile == "" {
+			t.Fatalf("%s: TLS is off; the shipped configs are secure by default", path)
+		}
 		if filepath.Base(filepath.Dir(path)) == "ha" {
 			if cfg.HA.Mode != "etcd" || cfg.HA.AdvertisedAddress == "" {
 				t.Fatalf("%s: ha mode %q, advertised address %q; the HA example must set mode etcd and an advertised address", path, cfg.HA.Mode, cfg.HA.AdvertisedAddress)
@@ -45,6 +48,12 @@ func TestDeployConfigsLoad(t *testing.T) {
 		cfg, err := loadTaskManagerConfig(path)
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if cfg.TLS.CAFile == "" || cfg.TLS.CertFile == "" || cfg.TLS.KeyFile == "" {
+			t.Fatalf("%s: TLS is off; the shipped configs are secure by default", path)
 		}
 		if filepath.Base(filepath.Dir(path)) == "ha" {
 			if cfg.HA.Mode != "etcd" {

@@ -131,32 +131,43 @@ func BenchmarkQ1PipelineVsBaseline(b *testing.B) {
 // on a real cluster of two taskmanager processes with one slot each, with a
 // rebalance between the source and the map so that half of the bids cross
 // the gRPC exchange. It reports events/s from the job's start and end times.
+// The same job runs on a second, identical cluster with mutual TLS on every
+// connection, the rounds of the two interleaved so that both see the same
+// machine; tls_throughput_ratio is the best TLS round over the best
+// plaintext one.
 func BenchmarkQ1Parallelism2TwoTaskManagers(b *testing.B) {
 	events := envInt("WEIR_BENCH_Q1_CLUSTER_EVENTS", 40_000_000)
-	c := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1})
-	best := 0.0
+	plain := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1})
+	secured := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, TLS: true})
+	run := func(c *clustertest.Cluster) float64 {
+		g := q1Graph(b, events, 2)
+		g.Edges[0].Partitioning = stream.Rebalance
+		id := c.Submit(g)
+		job := c.WaitJob(id, 10*time.Minute)
+		if job.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
+			b.Fatalf("job %s: %v %s", id, job.GetJob().GetState(), job.GetJob().GetError())
+		}
+		tms := map[string]bool{}
+		for _, t := range job.GetTasks() {
+			tms[t.GetTaskmanagerId()] = true
+		}
+		if len(tms) != 2 {
+			b.Fatalf("job ran on %d taskmanagers, want 2", len(tms))
+		}
+		el := time.Duration(job.GetJob().GetEndTimeMs()-job.GetJob().GetStartTimeMs()) * time.Millisecond
+		return float64(events) / el.Seconds()
+	}
+	best, bestTLS := 0.0, 0.0
 	for i := 0; i < b.N; i++ {
 		for round := 0; round < 2; round++ {
-			g := q1Graph(b, events, 2)
-			g.Edges[0].Partitioning = stream.Rebalance
-			id := c.Submit(g)
-			job := c.WaitJob(id, 10*time.Minute)
-			if job.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
-				b.Fatalf("job %s: %v %s", id, job.GetJob().GetState(), job.GetJob().GetError())
-			}
-			tms := map[string]bool{}
-			for _, t := range job.GetTasks() {
-				tms[t.GetTaskmanagerId()] = true
-			}
-			if len(tms) != 2 {
-				b.Fatalf("job ran on %d taskmanagers, want 2", len(tms))
-			}
-			el := time.Duration(job.GetJob().GetEndTimeMs()-job.GetJob().GetStartTimeMs()) * time.Millisecond
-			best = max(best, float64(events)/el.Seconds())
+			best = max(best, run(plain))
+			bestTLS = max(bestTLS, run(secured))
 		}
 	}
 	fmt.Printf("q1_p2_two_taskmanagers_events=%d\n", events)
 	fmt.Printf("q1_p2_two_taskmanagers_events_per_sec=%.0f\n", best)
+	fmt.Printf("q1_p2_two_taskmanagers_tls_events_per_sec=%.0f\n", bestTLS)
+	fmt.Printf("tls_throughput_ratio=%.2f\n", bestTLS/best)
 }
 
 func envInt(name string, def int64) int64 {

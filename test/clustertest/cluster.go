@@ -36,6 +36,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,7 @@ import (
 	"github.com/weirstream/weir/client"
 	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/test/proxytest"
 
@@ -139,6 +141,11 @@ type Options struct {
 	// process the WEIR_S3_* environment to reach it: jobs can keep their
 	// checkpoints at s3://weir-test/<prefix>. Cluster.S3 returns it.
 	S3 bool
+	// TLS turns on mutual TLS everywhere: the harness issues a development
+	// CA and certificates for every role (security.InitCerts), each
+	// process gets its own, the harness's client and Weir the operator's,
+	// and HTTPClient the reader's.
+	TLS bool
 	// FaultProxies puts a TCP fault proxy (proxytest) on each network path
 	// of every taskmanager: the jobmanager's calls to it, other
 	// taskmanagers' data to it, and (without HA) its calls to the
@@ -214,6 +221,9 @@ type Cluster struct {
 	ha   *haState         // nil without HA
 	s3   *S3              // Options.S3
 	etcd *etcdtest.Server // started by the cluster (HA without endpoints, one member)
+	// certs is the directory of the development certificates (Options.TLS),
+	// "" without.
+	certs string
 	// etcdCluster is the etcd the cluster started (HA without endpoints).
 	etcdCluster *etcdtest.Cluster
 
@@ -266,6 +276,16 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	opts = c.opts
 	t.Cleanup(c.stop)
+	if opts.TLS {
+		c.certs = filepath.Join(c.dir, "tls")
+		ids := make([]string, opts.TaskManagers)
+		for i := range ids {
+			ids[i] = "tm-" + strconv.Itoa(i)
+		}
+		if _, err := security.InitCerts(c.certs, security.CertOptions{TaskManagers: ids}); err != nil {
+			t.Fatalf("clustertest: certificates: %v", err)
+		}
+	}
 
 	if opts.HA != nil {
 		c.startHA()
@@ -284,7 +304,7 @@ func (c *Cluster) startSingle() {
 	addrFile := filepath.Join(c.dir, "jobmanager.addr")
 	c.JM = c.spawn("jobmanager", filepath.Join(c.bin, "jobmanager"), c.jobManagerArgs("127.0.0.1:0", "127.0.0.1:0", addrFile, nil))
 	c.RPCAddr, c.REST = c.waitAddressFile("jobmanager", addrFile)
-	cl, err := client.New(client.Config{JobManagers: []string{c.RPCAddr}})
+	cl, err := client.New(client.Config{JobManagers: []string{c.RPCAddr}, TLS: c.TLSFiles(security.OperatorFile)})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -296,6 +316,7 @@ func (c *Cluster) startSingle() {
 // etcd at etcdEndpoints.
 func (c *Cluster) jobManagerArgs(rpc, rest, addrFile string, etcdEndpoints []string) []string {
 	args := []string{"--rpc-address", rpc, "--rest-address", rest, "--address-file", addrFile, "--log-level", c.opts.LogLevel}
+	args = append(args, c.tlsArgs(security.JobManagerFile)...)
 	if c.opts.HeartbeatInterval > 0 {
 		args = append(args, "--heartbeat-interval", c.opts.HeartbeatInterval.String())
 	}
@@ -338,6 +359,7 @@ func (c *Cluster) startTaskManager(i int, rpcAddr string) *Process {
 	// restarted taskmanager finds its predecessor's, as on a real host).
 	args := []string{"--id", id, "--rpc-address", rpcAddr, "--address-file", addrFile, "--metrics-address", "127.0.0.1:0",
 		"--slots", strconv.Itoa(c.opts.Slots), "--log-level", c.opts.LogLevel, "--state-dir", c.StateDir(i)}
+	args = append(args, c.tlsArgs(security.TaskManagerFile(id))...)
 	px := c.tmProxies(i)
 	jm := c.RPCAddr
 	if px != nil {
@@ -665,6 +687,7 @@ func (c *Cluster) Weir(args ...string) (string, error) {
 	if h := c.opts.HA; h != nil {
 		target = []string{"--ha-etcd-endpoints", strings.Join(h.Endpoints, ","), "--ha-prefix", h.Prefix}
 	}
+	target = append(target, c.tlsArgs(security.OperatorFile)...)
 	cmd := exec.Command(filepath.Join(c.bin, "weir"), append(target, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -758,6 +781,47 @@ func (c *Cluster) S3() *S3 {
 		c.t.Fatal("clustertest: S3 needs Options.S3")
 	}
 	return c.s3
+}
+
+// TLSFiles is the TLS config of certificate file cert (security's file
+// names) with Options.TLS, else the zero config (plaintext).
+func (c *Cluster) TLSFiles(cert string) security.TLSConfig {
+	if c.certs == "" {
+		return security.TLSConfig{}
+	}
+	return security.Files(c.certs, cert)
+}
+
+// tlsArgs are the --tls-* flags for certificate file cert, none without
+// Options.TLS.
+func (c *Cluster) tlsArgs(cert string) []string {
+	f := c.TLSFiles(cert)
+	if !f.Enabled() {
+		return nil
+	}
+	return []string{"--tls-ca", f.CAFile, "--tls-cert", f.CertFile, "--tls-key", f.KeyFile}
+}
+
+// HTTPClient is a client for the REST API and the metrics endpoints: with
+// Options.TLS it presents the reader's certificate (URL gives https).
+func (c *Cluster) HTTPClient() *http.Client {
+	c.t.Helper()
+	if c.certs == "" {
+		return &http.Client{Timeout: 30 * time.Second}
+	}
+	m, err := c.TLSFiles(security.ReaderFile).Load()
+	if err != nil {
+		c.t.Fatalf("clustertest: %v", err)
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: m.ClientConfig(security.RoleJobManager)}}
+}
+
+// URL is the base URL of a REST or metrics address of the cluster.
+func (c *Cluster) URL(addr string) string {
+	if c.certs == "" {
+		return "http://" + addr
+	}
+	return "https://" + addr
 }
 
 // Etcd returns the one-member etcd the cluster started (HA without

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/weirstream/weir/client"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/test/proxytest"
 
 	"github.com/weirstream/weir/test/polltest"
@@ -129,7 +129,7 @@ func (c *Cluster) startHA() {
 		addrs = append(addrs, s.rpc)
 	}
 	cl, err := client.New(client.Config{JobManagers: addrs, EtcdEndpoints: h.Endpoints, EtcdPrefix: h.Prefix,
-		WaitForLeader: true, AttemptTimeout: 2 * time.Second})
+		WaitForLeader: true, AttemptTimeout: 2 * time.Second, TLS: c.TLSFiles(security.OperatorFile)})
 	if err != nil {
 		t.Fatalf("clustertest: %v", err)
 	}
@@ -194,7 +194,11 @@ func (hs *haState) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := hs.direct.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	m, err := hs.c.TLSFiles(security.OperatorFile).Load()
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(addr, security.DialOption(m, security.RoleJobManager))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,179 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/security"
+	"github.com/weirstream/weir/test/clustertest"
+)
+
+// TestSecurityAttacks runs the exactly-once workload on a cluster with
+// mutual TLS and, while it runs, attacks it the way someone on the network
+// would, each attack with the credentials it could plausibly hold: none, a
+// certificate from another CA, a taskmanager's certificate, a reader's.
+// Each must be refused with a clear error, and the job's output must stay
+// exact. It prints
+//
+//	attacks=<n> rejected=<n> lost=0 duplicated=0
+func TestSecurityAttacks(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{TLS: true, TaskManagers: 2, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
+		HeartbeatTimeout: 3 * time.Second, LogLevel: "info"})
+	job := newSequenceJob(t, "secured", 15, 4000, 64)
+	jobID := job.submit(t, c)
+	waitCheckpointsSince(t, c, jobID, time.Time{}, 1, "before the attacks")
+
+	// Credentials an attacker might hold.
+	other := filepath.Join(t.TempDir(), "other-ca")
+	if _, err := security.InitCerts(other, security.CertOptions{TaskManagers: []string{"tm-0", "tm-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	material := func(cfg security.TLSConfig) *security.Material {
+		t.Helper()
+		m, err := cfg.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	plain := security.DialOption(nil, security.RoleJobManager)
+	foreign := security.DialOption(material(security.Files(other, security.OperatorFile)), security.RoleJobManager)
+	foreignTM := security.DialOption(material(security.Files(other, security.TaskManagerFile("tm-0"))), security.RoleJobManager)
+	tm0 := security.DialOption(material(c.TLSFiles(security.TaskManagerFile("tm-0"))), security.RoleJobManager)
+	reader := security.DialOption(material(c.TLSFiles(security.ReaderFile)), security.RoleJobManager)
+	operatorToTM := security.DialOption(material(c.TLSFiles(security.OperatorFile)), security.RoleTaskManager)
+	tm0ToTM := security.DialOption(material(c.TLSFiles(security.TaskManagerFile("tm-0"))), security.RoleTaskManager)
+
+	dial := func(addr string, opt grpc.DialOption) *grpc.ClientConn {
+		t.Helper()
+		cc, err := grpc.NewClient(addr, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	tmAddr, _ := c.TaskManagerAddr(1)
+	ctx := func() context.Context {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	register := func(opt grpc.DialOption, id string) error {
+		_, err := weirpb.NewClusterServiceClient(dial(c.RPCAddr, opt)).RegisterTaskManager(ctx(),
+			&weirpb.RegisterTaskManagerRequest{TaskmanagerId: id, Address: "127.0.0.1:1", Slots: 8, InstanceId: "rogue"})
+		return err
+	}
+	type attack struct {
+		name string
+		do   func() error
+		// want is the gRPC code of the refusal; codes.Unavailable is a
+		// failed TLS handshake.
+		want codes.Code
+	}
+	attacks := []attack{
+		{"rogue taskmanager, plaintext", func() error { return register(plain, "rogue") }, codes.Unavailable},
+		{"rogue taskmanager, certificate from another CA", func() error { return register(foreignTM, "rogue") }, codes.Unavailable},
+		{"taskmanager id hijack (tm-0's certificate as tm-1)", func() error { return register(tm0, "tm-1") }, codes.PermissionDenied},
+		{"forged checkpoint ack with an empty taskmanager id", func() error {
+			_, err := weirpb.NewClusterServiceClient(dial(c.RPCAddr, tm0)).AcknowledgeCheckpoint(ctx(),
+				&weirpb.AcknowledgeCheckpointRequest{Id: &weirpb.ExecutionID{JobId: jobID, Attempt: 1}, CheckpointId: 1 << 40})
+			return err
+		}, codes.PermissionDenied},
+		{"epoch poisoning: CancelTask with epoch 2^62 from an operator", func() error {
+			_, err := weirpb.NewTaskExecutorServiceClient(dial(tmAddr, operatorToTM)).CancelTask(ctx(),
+				&weirpb.CancelTaskRequest{Id: &weirpb.ExecutionID{JobId: jobID}, Epoch: 1 << 62})
+			return err
+		}, codes.PermissionDenied},
+		{"epoch poisoning: CancelTask from another taskmanager", func() error {
+			_, err := weirpb.NewTaskExecutorServiceClient(dial(tmAddr, tm0ToTM)).CancelTask(ctx(),
+				&weirpb.CancelTaskRequest{Id: &weirpb.ExecutionID{JobId: jobID}, Epoch: 1 << 62})
+			return err
+		}, codes.PermissionDenied},
+		{"job cancel with a reader's certificate", func() error {
+			_, err := weirpb.NewJobServiceClient(dial(c.RPCAddr, reader)).CancelJob(ctx(), &weirpb.CancelJobRequest{JobId: jobID})
+			return err
+		}, codes.PermissionDenied},
+		{"job cancel with a taskmanager's certificate", func() error {
+			_, err := weirpb.NewJobServiceClient(dial(c.RPCAddr, tm0)).CancelJob(ctx(), &weirpb.CancelJobRequest{JobId: jobID})
+			return err
+		}, codes.PermissionDenied},
+		{"job list, plaintext", func() error {
+			_, err := weirpb.NewJobServiceClient(dial(c.RPCAddr, plain)).ListJobs(ctx(), &weirpb.ListJobsRequest{})
+			return err
+		}, codes.Unavailable},
+		{"job list, certificate from another CA", func() error {
+			_, err := weirpb.NewJobServiceClient(dial(c.RPCAddr, foreign)).ListJobs(ctx(), &weirpb.ListJobsRequest{})
+			return err
+		}, codes.Unavailable},
+	}
+	rejected := 0
+	for _, a := range attacks {
+		err := a.do()
+		if got := status.Code(err); got != a.want {
+			t.Errorf("%s: %v (code %v), want %v", a.name, err, got, a.want)
+			continue
+		}
+		if a.want == codes.PermissionDenied && !strings.Contains(status.Convert(err).Message(), "security:") {
+			t.Errorf("%s: refusal %q does not explain itself", a.name, status.Convert(err).Message())
+		}
+		rejected++
+	}
+
+	// REST: no client certificate, then a reader trying to trigger.
+	restAttacks := 0
+	noCert := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	restAttacks++
+	if resp, err := noCert.Get(c.URL(c.REST) + "/v1/jobs"); err == nil {
+		resp.Body.Close()
+		t.Errorf("REST without a client certificate: %d", resp.StatusCode)
+	} else {
+		rejected++
+	}
+	restAttacks++
+	resp, err := c.HTTPClient().Post(c.URL(c.REST)+"/v1/jobs/"+jobID+"/checkpoints", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusForbidden {
+		rejected++
+	} else {
+		t.Errorf("REST checkpoint trigger with a reader's certificate: %d, want 403", resp.StatusCode)
+	}
+	// A reader may read.
+	if resp, err := c.HTTPClient().Get(c.URL(c.REST) + "/v1/jobs/" + jobID); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("REST read with a reader's certificate: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+
+	// A jobmanager without TLS refuses to listen on every interface.
+	restAttacks++
+	out, err := exec.Command(filepath.Join(clustertest.Binaries(t), "jobmanager"), "--rpc-address", "0.0.0.0:0", "--rest-address", "").CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && strings.Contains(string(out), "tls.ca") {
+		rejected++
+	} else {
+		t.Errorf("plaintext jobmanager on 0.0.0.0: %v\n%s", err, out)
+	}
+
+	lost, duplicated := finishAndVerify(t, c, job)
+	n := len(attacks) + restAttacks
+	fmt.Printf("attacks=%d rejected=%d lost=%d duplicated=%d\n", n, rejected, lost, duplicated)
+	if rejected != n || lost != 0 || duplicated != 0 {
+		t.Fatalf("attacks=%d rejected=%d lost=%d duplicated=%d", n, rejected, lost, duplicated)
+	}
+}
