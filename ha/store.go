@@ -153,6 +153,15 @@ func (s *Store) PutJobStatus(ctx context.Context, id string, status []byte) erro
 	return err
 }
 
+// Confirm checks in etcd, with the same fence as every write, that this
+// leadership still holds; what names the side effect it is about to allow
+// (deleting checkpoint files, say) for the refusal. A refusal ends the
+// leadership, like a fenced write.
+func (s *Store) Confirm(ctx context.Context, what string) error {
+	_, err := s.commit(ctx, what, nil, nil)
+	return err
+}
+
 // DeleteJob deletes everything stored for a job, its checkpoint pointer and
 // id counter included. Deleting an unknown job is not an error. Job ids
 // must not be reused: a new job of the same id counts checkpoints from 1.

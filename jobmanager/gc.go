@@ -80,6 +80,11 @@ func (jm *JobManager) collectGarbage(ctx context.Context, jobID string, dryRun b
 		}
 		gone = append(gone, shared...)
 	}
+	if !dryRun && len(gone) > 0 {
+		if err := jm.confirmLeading(ctx, "collect garbage of job "+jobID); err != nil {
+			return nil, err
+		}
+	}
 	for _, o := range gone {
 		resp.Objects = append(resp.Objects, &weirpb.GarbageObject{Key: o.Key, Size: o.Size, ModTimeMs: o.ModTime.UnixMilli()})
 		resp.Bytes += o.Size

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/coordinator"
+	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/security"
@@ -73,6 +74,8 @@ func toGRPCError(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, scheduler.ErrTaskManagerReplaced):
 		code = codes.AlreadyExists
+	case errors.Is(err, ha.ErrFenced), errors.Is(err, ha.ErrLeadershipLost):
+		code = codes.Unavailable // no longer the leader: the client tries another
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):

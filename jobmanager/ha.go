@@ -62,6 +62,21 @@ func (jm *JobManager) leaderStore() *ha.Store {
 	return nil
 }
 
+// confirmLeading returns nil when this jobmanager may change checkpoint
+// storage: in ha: none always, in ha: etcd only while etcd confirms its
+// leadership (a fenced no-op transaction), so that a deposed leader never
+// deletes the files of checkpoints its successor relies on.
+func (jm *JobManager) confirmLeading(ctx context.Context, what string) error {
+	if !jm.cfg.HA.etcd() {
+		return nil
+	}
+	st := jm.leaderStore()
+	if st == nil {
+		return fmt.Errorf("%s: %w: this jobmanager does not lead", what, ha.ErrFenced)
+	}
+	return st.Confirm(ctx, what)
+}
+
 // epoch is the fencing epoch sent with every call to taskmanagers (0 in
 // ha: none).
 func (jm *JobManager) epoch() int64 {

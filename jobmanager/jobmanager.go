@@ -523,7 +523,11 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 			return
 		}
 		for _, id := range a.IDs {
-			if err := st.DeleteCheckpoint(ctx, a.JobID, id); err != nil {
+			err := jm.confirmLeading(ctx, fmt.Sprintf("delete checkpoint %d of job %s", id, a.JobID))
+			if err == nil {
+				err = st.DeleteCheckpoint(ctx, a.JobID, id)
+			}
+			if err != nil {
 				jm.log.Warn("deleting a checkpoint failed; its files stay in storage", "job", a.JobID, "checkpoint", id, "error", err)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
 )
 
@@ -72,6 +73,13 @@ func (jm *JobManager) deleteUnreferencedShared(ctx context.Context, jobID string
 		jm.log.Warn("counting shared checkpoint file references failed; shared files stay in storage", "job", jobID, "error", err)
 		return
 	}
+	if len(objs) == 0 {
+		return
+	}
+	if err := jm.confirmLeading(ctx, "delete unreferenced shared files of job "+jobID); err != nil {
+		jm.log.Warn("not deleting unreferenced shared checkpoint files", "job", jobID, "error", err)
+		return
+	}
 	for _, o := range objs {
 		if err := st.Store().Delete(ctx, o.Key); err != nil {
 			jm.log.Warn("deleting an unreferenced shared checkpoint file failed", "job", jobID, "key", o.Key, "error", err)
@@ -96,12 +104,12 @@ func (jm *JobManager) sweepJob(ctx context.Context, jobID string, ids []int64, c
 	delay := sweepFirstRetry
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, sweepTimeout)
-		err := sweepOnce(actx, jobID, ids, cs)
+		err := sweepOnce(actx, jobID, ids, cs, jm.confirmLeading)
 		cancel()
 		if err == nil {
 			return
 		}
-		if attempt == sweepAttempts || ctx.Err() != nil {
+		if attempt == sweepAttempts || ctx.Err() != nil || errors.Is(err, ha.ErrFenced) {
 			jm.log.Warn("deleting the checkpoints of an ended job failed; its files stay in storage (weir checkpoints gc removes them)",
 				"job", jobID, "attempts", attempt, "error", err)
 			return
@@ -117,7 +125,10 @@ func (jm *JobManager) sweepJob(ctx context.Context, jobID string, ids []int64, c
 	}
 }
 
-func sweepOnce(ctx context.Context, jobID string, ids []int64, cs checkpointStore) error {
+func sweepOnce(ctx context.Context, jobID string, ids []int64, cs checkpointStore, confirm func(context.Context, string) error) error {
+	if err := confirm(ctx, "delete the checkpoints of ended job "+jobID); err != nil {
+		return err
+	}
 	st, shared := cs.(sharedFileStore)
 	if shared {
 		found, err := st.ListCheckpointIDs(ctx, jobID)

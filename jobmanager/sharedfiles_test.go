@@ -103,7 +103,7 @@ func TestSweepOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := sweepOnce(ctx, "job", []int64{4}, st); err != nil {
+	if err := sweepOnce(ctx, "job", []int64{4}, st, func(context.Context, string) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	objs, err := mem.List(ctx, "")
