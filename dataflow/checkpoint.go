@@ -230,6 +230,9 @@ func (r *taskRun) triggered(id, ts int64) error {
 	}
 	ck.lastTriggered = id
 	ok := r.snapshot(id, ts, 0)
+	if r.err != nil { // an operator panicked in its snapshot
+		return r.err
+	}
 	// The barrier goes downstream even when the snapshot failed: the
 	// checkpoint is declined anyway, and downstream tasks must not wait for
 	// it in alignment.
@@ -271,14 +274,16 @@ func (r *taskRun) notified(kind ctlKind, id int64) error {
 		if l.cl == nil {
 			continue
 		}
-		var err error
-		what := "complete"
-		if kind == ctlComplete {
-			err = l.cl.NotifyCheckpointComplete(id)
-		} else {
-			what = "aborted"
-			err = l.cl.NotifyCheckpointAborted(id)
+		call, what := "NotifyCheckpointComplete", "complete"
+		if kind == ctlAbort {
+			call, what = "NotifyCheckpointAborted", "aborted"
 		}
+		err := r.t.guard(l, call, func() error {
+			if kind == ctlComplete {
+				return l.cl.NotifyCheckpointComplete(id)
+			}
+			return l.cl.NotifyCheckpointAborted(id)
+		})
 		if err != nil {
 			return r.t.opErr(l.uid, fmt.Errorf("notification that checkpoint %d %s: %w", id, what, err))
 		}
@@ -288,7 +293,9 @@ func (r *taskRun) notified(kind ctlKind, id int64) error {
 
 // snapshot takes the synchronous snapshot of checkpoint id of every
 // Checkpointed operator of the chain, head first, and reports it to the
-// hooks. It reports whether it succeeded.
+// hooks. It reports whether it succeeded. An operator that fails its
+// snapshot fails only the checkpoint; one that panics in it fails the task
+// too (r.err), since its state may be broken.
 func (r *taskRun) snapshot(id, ts int64, aligning time.Duration) bool {
 	t := r.t
 	start := time.Now()
@@ -300,8 +307,12 @@ func (r *taskRun) snapshot(id, ts int64, aligning time.Duration) bool {
 		}
 		sc := &stream.SnapshotContext{CheckpointID: id, Timestamp: ts, KeyGroups: l.octx.KeyGroups}
 		if l.cp != nil {
-			if err := l.cp.SnapshotState(sc); err != nil {
-				r.ck.hooks.SnapshotFailed(id, t.opErr(l.uid, fmt.Errorf("snapshot for checkpoint %d: %w", id, err)))
+			if err := t.guard(l, "SnapshotState", func() error { return l.cp.SnapshotState(sc) }); err != nil {
+				err = t.opErr(l.uid, fmt.Errorf("snapshot for checkpoint %d: %w", id, err))
+				r.ck.hooks.SnapshotFailed(id, err)
+				if errors.Is(err, ErrOperatorPanic) {
+					r.fail(err)
+				}
 				return false
 			}
 		}
@@ -344,6 +355,9 @@ func (r *taskRun) applyStep(s alignStep, ch *inputChannel, report bool) error {
 	}
 	for _, d := range s.done {
 		r.snapshot(d.id, d.ts, d.aligning)
+		if r.err != nil { // an operator panicked in its snapshot
+			return r.err
+		}
 		r.w.broadcast(event{kind: eventBarrier, value: d.id, ts: d.ts})
 		if r.err != nil {
 			return r.err
@@ -428,7 +442,7 @@ func (t *Task) restore() error {
 			return t.opErr(l.uid, fmt.Errorf("restore from checkpoint %d: the checkpoint has state for it, but its type does not implement stream.Checkpointed; was the operator's type changed under the same uid?", id))
 		}
 		rc := &stream.RestoreContext{CheckpointID: id, KeyGroups: l.octx.KeyGroups, State: snap}
-		if err := l.cp.RestoreState(rc); err != nil {
+		if err := t.guard(l, "RestoreState", func() error { return l.cp.RestoreState(rc) }); err != nil {
 			return t.opErr(l.uid, fmt.Errorf("restore from checkpoint %d: %w", id, err))
 		}
 	}

@@ -14,6 +14,10 @@
 //     in-memory channels inside one taskmanager and over one multiplexed gRPC
 //     stream per pair of taskmanagers otherwise, with credit-based flow
 //     control per logical channel so that backpressure reaches the sources;
+//     the receiver enforces the credits it granted (and bounds the other
+//     events a channel may queue), closing the stream of a peer that sends
+//     more, so that a misbehaving peer fails tasks instead of exhausting
+//     memory;
 //   - the task side of checkpoints (checkpoint.go, align.go): triggers
 //     injected between two Poll calls of a source task, barrier alignment at
 //     other tasks (exactly-once blocks a channel whose barrier arrived until
@@ -31,7 +35,13 @@
 //     for their earliest timer, calls an operator whose timer is due by the
 //     task's clock (TaskSpec.Clock), and keeps one timer armed for the
 //     earliest, which wakes the task through its control channel, so that
-//     timers fire without input and nothing polls.
+//     timers fire without input and nothing polls;
+//   - containment of panics (panic.go): every call into operator or source
+//     code recovers a panic into an error (ErrOperatorPanic) that fails
+//     only that task, through the same path as an operator's error; a
+//     panic of the runtime's own code fails the task too, or the network
+//     stream when it happens in the exchange's goroutines, with the stack
+//     logged, rather than ending the taskmanager with all its tasks.
 //
 // Wire format of batches is package dataflow/batchcodec.
 //

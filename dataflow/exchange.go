@@ -23,7 +23,9 @@ type ExchangeConfig struct {
 	SelfAddress string
 	// CreditsPerChannel is the number of batches a channel may hold in flight
 	// (queued at the sender, on the wire and buffered at the receiver
-	// together). Default 4.
+	// together). Default 4. The receiver enforces it: a peer that sends a
+	// batch beyond the credits granted to it has its stream closed, which
+	// fails the tasks on both ends.
 	CreditsPerChannel int
 	// MaxFrameBytes bounds the batch bytes coalesced into one network frame.
 	// A single batch larger than this travels alone in its frame, so the

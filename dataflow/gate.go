@@ -29,8 +29,11 @@ type inputChannel struct {
 	schema *stream.Schema
 
 	// Guarded by gate.mu.
-	q      ring[event]
-	queued bool // idx is in gate.mu.avail
+	q ring[event]
+	// control counts the events of q other than batches, which need no
+	// credit (pushBounded bounds them).
+	control int
+	queued  bool // idx is in gate.mu.avail
 	// blocked channels are not read: barrier alignment blocks a channel
 	// whose barrier has arrived until all channels have delivered it.
 	blocked bool
@@ -70,19 +73,36 @@ func (g *inputGate) add(key channelKey, input int, schema *stream.Schema) *input
 
 // push appends e to ch's buffer. It never blocks: the caller holds the credit
 // a batch needs. Events pushed after close are dropped.
-func (g *inputGate) push(ch *inputChannel, e event) {
+func (g *inputGate) push(ch *inputChannel, e event) { g.pushBounded(ch, e, 0) }
+
+// pushBounded is push for a producer that is not trusted to keep to the
+// protocol, a network peer: it refuses an event other than a batch when
+// maxControl such events already wait in ch's buffer (0: no bound), and
+// reports whether it took e. Batches are bounded by the credits the caller
+// checks; the events between them by this: a producer that keeps to the
+// protocol sends only a few barriers while the consumer does not read the
+// channel (each needs a checkpoint), and watermarks queued back to back are
+// merged, so in the buffer they are at most one more than the other events.
+func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool {
 	g.mu.Lock()
 	if g.mu.closed {
 		g.mu.Unlock()
 		e.release()
-		return
+		return true
 	}
 	if e.kind == eventWatermark {
 		if last := ch.q.last(); last != nil && last.kind == eventWatermark {
 			last.value = max(last.value, e.value)
 			g.mu.Unlock()
-			return
+			return true
 		}
+	}
+	if e.kind != eventBatch {
+		if maxControl > 0 && ch.control >= maxControl {
+			g.mu.Unlock()
+			return false
+		}
+		ch.control++
 	}
 	ch.q.push(e)
 	signal := false
@@ -98,6 +118,7 @@ func (g *inputGate) push(ch *inputChannel, e event) {
 		default:
 		}
 	}
+	return true
 }
 
 // next returns the next event of an unblocked channel, waiting for one until
@@ -120,6 +141,9 @@ func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inp
 				continue
 			}
 			e := ch.q.pop()
+			if e.kind != eventBatch {
+				ch.control--
+			}
 			if ch.q.len() > 0 {
 				g.mu.avail.push(ch.idx) // round-robin between channels
 			} else {
@@ -184,5 +208,6 @@ func (g *inputGate) close() {
 			e := ch.q.pop()
 			e.release()
 		}
+		ch.control = 0
 	}
 }

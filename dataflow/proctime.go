@@ -26,7 +26,7 @@ const maxTimerWait = time.Hour
 
 // procTimeOp is an operator of the chain that fires processing-time timers.
 type procTimeOp struct {
-	uid    string
+	link   *chainLink
 	op     stream.ProcessingTimeAware
 	timers statebackend.TimerService
 	out    stream.Collector
@@ -62,7 +62,7 @@ func (r *taskRun) initProcessingTime(outs []stream.Collector) {
 		if !ok || l.state == nil {
 			continue
 		}
-		r.pt.ops = append(r.pt.ops, procTimeOp{uid: l.uid, op: pa, timers: l.state.Backend().Timers(), out: outs[i]})
+		r.pt.ops = append(r.pt.ops, procTimeOp{link: l, op: pa, timers: l.state.Backend().Timers(), out: outs[i]})
 	}
 }
 
@@ -106,8 +106,9 @@ func (r *taskRun) fireProcessingTime(now int64) error {
 		if ts, ok := o.timers.NextProcessingTime(); !ok || ts > now {
 			continue
 		}
-		if err := o.op.OnProcessingTime(now, o.out); err != nil {
-			return r.t.opErr(o.uid, fmt.Errorf("processing-time timers at %d: %w", now, err))
+		err := r.t.guard(o.link, "OnProcessingTime", func() error { return o.op.OnProcessingTime(now, o.out) })
+		if err != nil {
+			return r.t.opErr(o.link.uid, fmt.Errorf("processing-time timers at %d: %w", now, err))
 		}
 		if r.err != nil {
 			return r.err

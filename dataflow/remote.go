@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/dataflow/batchcodec"
+	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/proto/weirpb"
 )
 
@@ -167,9 +169,12 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 // fail ends the stream for good; later sends on its channels return err.
 func (c *peerConn) fail(err error) {
 	c.failOnce.Do(func() {
-		if errors.Is(err, ErrExchangeClosed) {
+		switch {
+		case errors.Is(err, ErrExchangeClosed):
 			c.err = fmt.Errorf("dataflow: network stream to taskmanager %s closed: %w", c.addr, err)
-		} else {
+		case errors.Is(err, errRuntimePanic): // not the peer's fault
+			c.err = fmt.Errorf("dataflow: network stream to taskmanager %s failed: %w", c.addr, err)
+		default:
 			c.err = &PeerError{Addr: c.addr, err: fmt.Errorf("dataflow: network stream to taskmanager %s broke: %w; the tasks sending to it fail and are restarted", c.addr, err)}
 		}
 		close(c.done)
@@ -194,6 +199,7 @@ func (c *peerConn) fail(err error) {
 func (c *peerConn) run(ctx context.Context) {
 	defer c.x.wg.Done()
 	defer c.cc.Close()
+	defer c.recoverPanic("sending to")
 	stream, err := weirpb.NewExchangeServiceClient(c.cc).Connect(ctx)
 	if err != nil {
 		c.fail(err)
@@ -204,8 +210,19 @@ func (c *peerConn) run(ctx context.Context) {
 	c.writeLoop(stream)
 }
 
+// recoverPanic, deferred by each goroutine of the stream, turns a panic of
+// the exchange's code into the stream's failure, which fails the tasks
+// sending on it, rather than the end of the process. what says what the
+// goroutine does with the peer, for the message.
+func (c *peerConn) recoverPanic(what string) {
+	if p := recover(); p != nil {
+		c.fail(runtimePanic(c.x.log, fmt.Sprintf("network stream %s taskmanager %s", what, c.addr), p))
+	}
+}
+
 func (c *peerConn) readCredits(stream weirpb.ExchangeService_ConnectClient) {
 	defer c.x.wg.Done()
+	defer c.recoverPanic("receiving credits from")
 	type grant struct {
 		o *outputChannel
 		n int
@@ -374,17 +391,26 @@ type inboundStream struct {
 	}
 }
 
+// inboundChannel is a channel a peer opened on an inbound stream (receive
+// goroutine only).
 type inboundChannel struct {
 	key   channelKey
 	e     *endpoint
 	sink  *remoteSink
 	ended bool
+	// received counts the batches the peer sent on the channel, which must
+	// stay within sink.granted.
+	received int64
 }
 
 // remoteSink sends a channel's credit grants back on the stream it arrives on.
 type remoteSink struct {
 	s  *inboundStream
 	id uint32
+	// granted counts the credits granted to the peer for the channel since
+	// it opened it. It grows before the grant is sent, so a peer that keeps
+	// to its credits never sends more batches than it says.
+	granted atomic.Int64
 }
 
 var _ creditSink = (*remoteSink)(nil)
@@ -398,6 +424,7 @@ func (r *remoteSink) grant(n int) {
 		s.mu.Unlock()
 		return
 	}
+	r.granted.Add(int64(n))
 	s.mu.grants[r.id] += uint32(n)
 	s.mu.Unlock()
 	select {
@@ -418,7 +445,7 @@ func (x *Exchange) serveInbound(stream weirpb.ExchangeService_ConnectServer) err
 		defer close(writerDone)
 		s.writeGrants(ctx, stream)
 	}()
-	err := s.readLoop(stream)
+	err := s.receive(stream)
 	cancel()
 	<-writerDone
 	s.teardown(err)
@@ -426,6 +453,18 @@ func (x *Exchange) serveInbound(stream weirpb.ExchangeService_ConnectServer) err
 		x.log.Warn("exchange stream from peer ended", "peer", s.peer, "err", err)
 	}
 	return err
+}
+
+// receive reads the stream until it ends or fails, or the peer breaks the
+// protocol. A panic of the code handling the stream ends the stream, which
+// fails the tasks reading from it, and not the process.
+func (s *inboundStream) receive(stream weirpb.ExchangeService_ConnectServer) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = runtimePanic(s.x.log, "network stream from taskmanager "+s.peer, p)
+		}
+	}()
+	return s.readLoop(stream)
 }
 
 func (s *inboundStream) readLoop(stream weirpb.ExchangeService_ConnectServer) error {
@@ -446,8 +485,28 @@ func (s *inboundStream) readLoop(stream weirpb.ExchangeService_ConnectServer) er
 	}
 }
 
+// maxQueuedControl bounds the events other than batches (watermarks,
+// barriers, end-of-partition) that may wait, unread by the consumer, in the
+// buffer of a channel from a peer. Batches are bounded by their credits;
+// these need none. A peer that keeps to the protocol queues at most
+// credits + 2k + 3 of them there (a watermark between any two other events,
+// the end of the channel), k being the barriers it sends while the consumer
+// does not read the channel, for barrier alignment: one per checkpoint the
+// coordinator starts meanwhile, a handful.
+func (x *Exchange) maxQueuedControl() int { return x.cfg.CreditsPerChannel + 1024 }
+
+// violation is the error a stream fails with when its peer broke the
+// protocol: kind is errPeerProtocol or a more precise one.
+func violation(kind error, code codes.Code, format string, args ...any) error {
+	return errkind.Mark(status.Errorf(code, format, args...), kind)
+}
+
 func (s *inboundStream) apply(req *weirpb.ConnectRequest) error {
 	for _, op := range req.GetOpens() {
+		if ic := s.ids[op.GetChannel()]; ic != nil {
+			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s opened channel %d twice, for %v and for %v; the taskmanagers run incompatible versions",
+				s.peer, op.GetChannel(), ic.key, keyFromProto(op.GetKey()))
+		}
 		key := keyFromProto(op.GetKey())
 		sink := &remoteSink{s: s, id: op.GetChannel()}
 		e, err := s.x.attachSink(key, sink)
@@ -459,11 +518,22 @@ func (s *inboundStream) apply(req *weirpb.ConnectRequest) error {
 	for _, ev := range req.GetEvents() {
 		ic := s.ids[ev.GetChannel()]
 		if ic == nil {
-			return status.Errorf(codes.InvalidArgument, "taskmanager %s sent an event on channel %d, which it did not open", s.peer, ev.GetChannel())
+			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event on channel %d, which it did not open", s.peer, ev.GetChannel())
+		}
+		if ic.ended {
+			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event of kind %v on channel %v after it ended the channel", s.peer, ev.GetKind(), ic.key)
 		}
 		var e event
 		switch ev.GetKind() {
 		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BATCH:
+			// The consumer's buffer holds what the credits allow: a peer
+			// that sends more would make it grow without bound.
+			if granted := ic.sink.granted.Load(); ic.received >= granted {
+				return violation(errCreditExceeded, codes.ResourceExhausted,
+					"taskmanager %s sent batch %d on channel %v (stream channel %d) beyond its credit: it had been granted %d credits on the channel in all and had used them all; it ignores the exchange's credit-based flow control, so the stream is closed",
+					s.peer, ic.received+1, ic.key, ev.GetChannel(), granted)
+			}
+			ic.received++
 			e = event{kind: eventBatch, payload: ev.GetBatch()}
 		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_WATERMARK:
 			e = event{kind: eventWatermark, value: ev.GetValue()}
@@ -473,14 +543,18 @@ func (s *inboundStream) apply(req *weirpb.ConnectRequest) error {
 		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BARRIER:
 			ts, err := decodeBarrierTimestamp(ev.GetBatch())
 			if err != nil {
-				return status.Errorf(codes.InvalidArgument, "taskmanager %s sent barrier %d on channel %v: %v; the taskmanagers run incompatible versions", s.peer, ev.GetValue(), ic.key, err)
+				return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent barrier %d on channel %v: %v; the taskmanagers run incompatible versions", s.peer, ev.GetValue(), ic.key, err)
 			}
 			e = event{kind: eventBarrier, value: ev.GetValue(), ts: ts}
 		default:
-			return status.Errorf(codes.InvalidArgument, "taskmanager %s sent an event of unknown kind %v on channel %v; the taskmanagers run incompatible versions", s.peer, ev.GetKind(), ic.key)
+			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event of unknown kind %v on channel %v; the taskmanagers run incompatible versions", s.peer, ev.GetKind(), ic.key)
 		}
 		if in := ic.e.in.Load(); in != nil {
-			in.gate.push(in, e)
+			if limit := s.x.maxQueuedControl(); !in.gate.pushBounded(in, e, limit) {
+				return violation(errPeerProtocol, codes.ResourceExhausted,
+					"taskmanager %s sent a %v event on channel %v when %d events other than batches (watermarks, barriers), the most allowed, already waited there unread; it does not keep to the exchange protocol, so the stream is closed",
+					s.peer, e.kind, ic.key, limit)
+			}
 		}
 	}
 	for _, id := range req.GetCloses() {
@@ -534,9 +608,21 @@ func (s *inboundStream) teardown(cause error) {
 		if ic.ended {
 			continue
 		}
-		if in := ic.e.in.Load(); in != nil {
-			in.gate.push(in, event{kind: eventError, err: &PeerError{Addr: s.peer, err: fmt.Errorf(
-				"dataflow: network stream from taskmanager %s broke before channel %v ended: %w; the upstream task or its taskmanager failed", s.peer, ic.key, cause)}})
+		in := ic.e.in.Load()
+		if in == nil {
+			continue
 		}
+		var err error
+		switch {
+		case errors.Is(cause, errRuntimePanic): // not the peer's fault
+			err = fmt.Errorf("dataflow: network stream from taskmanager %s failed before channel %v ended: %w", s.peer, ic.key, cause)
+		case errors.Is(cause, errPeerProtocol):
+			err = &PeerError{Addr: s.peer, err: fmt.Errorf(
+				"dataflow: network stream from taskmanager %s closed before channel %v ended: %w", s.peer, ic.key, cause)}
+		default:
+			err = &PeerError{Addr: s.peer, err: fmt.Errorf(
+				"dataflow: network stream from taskmanager %s broke before channel %v ended: %w; the upstream task or its taskmanager failed", s.peer, ic.key, cause)}
+		}
+		in.gate.push(in, event{kind: eventError, err: err})
 	}
 }

@@ -234,7 +234,10 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 		var err error
 		switch {
 		case isSource && typ.Kind == stream.KindSource:
-			link.src, err = typ.NewSource(v.Config)
+			err = t.guard(&link, "NewSource", func() (err error) {
+				link.src, err = typ.NewSource(v.Config)
+				return err
+			})
 		case !isSource && typ.Kind != stream.KindSource:
 			if i == 0 && len(co.InputSchemas) < typ.Inputs {
 				err = fmt.Errorf("type %q takes %d inputs, the chain gives schemas for %d", v.Type, typ.Inputs, len(co.InputSchemas))
@@ -248,7 +251,10 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 				}
 			}
 			if err == nil {
-				link.op, err = typ.NewOperator(v.Config)
+				err = t.guard(&link, "NewOperator", func() (err error) {
+					link.op, err = typ.NewOperator(v.Config)
+					return err
+				})
 			}
 		default:
 			err = fmt.Errorf("type %q is a %v, which cannot run at position %d of a chain", v.Type, typ.Kind, i)
@@ -262,8 +268,14 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 		}
 		link.cp, _ = inst.(stream.Checkpointed)
 		link.cl, _ = inst.(stream.CheckpointListener)
-		if ks, ok := inst.(stream.KeyedStateful); ok && ks.UsesKeyedState() {
-			link.keyed = true
+		if ks, ok := inst.(stream.KeyedStateful); ok {
+			err = t.guard(&link, "UsesKeyedState", func() error {
+				link.keyed = ks.UsesKeyedState()
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("dataflow: task %s: operator %q: %w", t.name, v.UID, err)
+			}
 		}
 		if link.cp != nil || link.keyed {
 			t.checkpointed++
@@ -464,7 +476,7 @@ func (l *link) Collect(b *stream.Batch) {
 		b.Release()
 		return
 	}
-	if err := l.next.op.ProcessBatch(0, b, l.out); err != nil {
+	if err := l.r.t.processBatch(l.next, 0, b, l.out); err != nil {
 		l.r.fail(l.r.t.opErr(l.next.uid, err))
 	}
 }
@@ -473,7 +485,7 @@ func (l *link) EmitWatermark(wm int64) {
 	if l.r.err != nil {
 		return
 	}
-	if err := l.next.op.ProcessWatermark(wm, l.out); err != nil {
+	if err := l.r.t.processWatermark(l.next, wm, l.out); err != nil {
 		l.r.fail(l.r.t.opErr(l.next.uid, err))
 	}
 }
@@ -500,7 +512,9 @@ func (c *countingCollector) EmitWatermark(wm int64) { c.next.EmitWatermark(wm) }
 
 // Run runs the task until its input ends (it returns nil: the task
 // FINISHED), ctx is cancelled (it returns ctx.Err()), or an operator or the
-// exchange fails (it returns that error, naming the task and operator). It
+// exchange fails (it returns that error, naming the task and operator). An
+// operator or source that panics fails the task the same way, with an error
+// wrapping ErrOperatorPanic; the panic does not reach the caller. It
 // registers the task's channels with the exchange, opens the operators, and
 // on every exit path closes the operators (those it opened) and unregisters
 // the channels. Run may be called once.
@@ -513,6 +527,10 @@ func (t *Task) Run(ctx context.Context) (err error) {
 			err = ctx.Err()
 		}
 	}()
+	// A panic of the runtime's own code while the task opens or closes
+	// fails the task rather than the process (Task.process catches one in
+	// the main loop, before the cleanup below runs).
+	defer t.recoverRuntime(&err)
 	r := &taskRun{t: t}
 	r.ck.on, r.ck.hooks = t.spec.Checkpointing, t.spec.Hooks
 	t.ctl.mu.Lock()
@@ -566,12 +584,12 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	defer func() {
 		for i := opened - 1; i >= 0; i-- {
 			l := &t.chain[i]
-			var cerr error
-			if l.src != nil {
-				cerr = l.src.Close()
-			} else {
-				cerr = l.op.Close()
-			}
+			cerr := t.guard(l, "Close", func() error {
+				if l.src != nil {
+					return l.src.Close()
+				}
+				return l.op.Close()
+			})
 			if cerr != nil {
 				t.log.Warn("closing operator failed", "operator", l.uid, "err", cerr)
 				if err == nil {
@@ -583,12 +601,12 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	for i := range t.chain {
 		l := &t.chain[i]
 		opened = i + 1
-		var oerr error
-		if l.src != nil {
-			oerr = l.src.Open(ctx, l.octx)
-		} else {
-			oerr = l.op.Open(ctx, l.octx)
-		}
+		oerr := t.guard(l, "Open", func() error {
+			if l.src != nil {
+				return l.src.Open(ctx, l.octx)
+			}
+			return l.op.Open(ctx, l.octx)
+		})
 		if oerr != nil {
 			return t.opErr(l.uid, fmt.Errorf("open: %w", oerr))
 		}
@@ -599,6 +617,21 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	r.initProcessingTime(outs)
 	defer r.pt.end()
 
+	if err := t.process(ctx, r, gate, outs); err != nil {
+		return err
+	}
+	finished = true
+	return nil
+}
+
+// process runs the opened chain until its input ends, then flushes it and
+// ends the task's output partitions.
+func (t *Task) process(ctx context.Context, r *taskRun, gate *inputGate, outs []stream.Collector) (err error) {
+	// Operators' panics are recovered where they are called; this catches
+	// one of the runtime's own code, and logs it before Run's cleanup runs
+	// (a cleanup that hung on what the panic left behind would otherwise
+	// hide it).
+	defer t.recoverRuntime(&err)
 	if t.chain[0].src != nil {
 		err = t.runSource(ctx, r, outs)
 	} else {
@@ -614,19 +647,15 @@ func (t *Task) Run(ctx context.Context) (err error) {
 		if l.src != nil {
 			continue
 		}
-		if ferr := l.op.Finish(outs[i]); ferr != nil {
+		if ferr := t.guard(l, "Finish", func() error { return l.op.Finish(outs[i]) }); ferr != nil {
 			return t.opErr(l.uid, fmt.Errorf("finish: %w", ferr))
 		}
 		if r.err != nil {
 			return r.err
 		}
 	}
-	w.broadcast(event{kind: eventEndOfPartition})
-	if r.err != nil {
-		return r.err
-	}
-	finished = true
-	return nil
+	r.w.broadcast(event{kind: eventEndOfPartition})
+	return r.err
 }
 
 const (
@@ -663,7 +692,7 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		st := stream.PollEnd // a source that had finished before the restored checkpoint
 		if !t.spec.RestoreFinished {
 			var err error
-			if st, err = head.src.Poll(ctx, out); err != nil {
+			if st, err = t.poll(ctx, head, out); err != nil {
 				return t.opErr(head.uid, err)
 			}
 		}
@@ -726,7 +755,7 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 	}
 	advance := func(ch *inputChannel, wm int64) error {
 		if v, ok := wms.update(ch.idx, wm); ok {
-			if err := head.op.ProcessWatermark(v, outs[0]); err != nil {
+			if err := t.processWatermark(head, v, outs[0]); err != nil {
 				return t.opErr(head.uid, err)
 			}
 		}
@@ -769,7 +798,7 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 				}
 			}
 			t.metrics.RecordsIn.Add(int64(b.Len()))
-			if err := head.op.ProcessBatch(ch.input, b, outs[0]); err != nil {
+			if err := t.processBatch(head, ch.input, b, outs[0]); err != nil {
 				return t.opErr(head.uid, err)
 			}
 		case eventWatermark:
