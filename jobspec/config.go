@@ -3,14 +3,11 @@ package jobspec
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/weirstream/weir/internal/errkind"
 )
 
 // configError is a problem in a config node, with the node that has it and
@@ -24,46 +21,37 @@ type configError struct {
 func (e *configError) Error() string { return e.path + ": " + e.msg }
 
 // toJSON converts a YAML node to JSON, keeping the order of mapping keys.
+// The JSON is at most a few times the size of n with its aliases expanded,
+// which Parse has checked against MaxExpandedBytes before converting
+// anything; stream.Plan then holds it to stream.MaxConfigBytes.
 func toJSON(n *yaml.Node) (json.RawMessage, error) {
-	c := converter{budget: maxNodes}
+	var c converter
 	if err := c.write(n, "config", 0); err != nil {
 		return nil, err
 	}
 	return json.RawMessage(c.b.Bytes()), nil
 }
 
-// maxDepth bounds nesting so a hostile spec cannot exhaust the stack, and
-// maxNodes bounds the nodes written so that aliases cannot expand a small
-// spec into a huge config ("billion laughs").
-const (
-	maxDepth = 64
-	maxNodes = 1 << 18
-)
-
-// errTooLarge marks the error of a spec that expands to more than maxNodes
-// values or keys.
-var errTooLarge = errors.New("jobspec: spec too large")
+// maxDepth bounds the nesting of a config so that its error can name the
+// path; checkExpansion has already bounded the nesting of the whole spec.
+const maxDepth = 64
 
 type converter struct {
-	b      bytes.Buffer
-	budget int
+	b bytes.Buffer
 }
 
 func (c *converter) write(n *yaml.Node, path string, depth int) error {
 	if depth > maxDepth {
 		return &configError{n, path, fmt.Sprintf("nested more than %d levels deep", maxDepth)}
 	}
-	if c.budget--; c.budget < 0 {
-		return errkind.Mark(&configError{n, path, fmt.Sprintf("expands to more than %d values (through aliases?)", maxNodes)}, errTooLarge)
-	}
 	b := &c.b
 	orig := n
 	n = deref(n)
 	switch n.Kind {
 	case yaml.MappingNode:
-		ps, at, err := pairsBudget(n, &c.budget)
+		ps, at, err := pairs(n)
 		if err != nil {
-			return errkind.Mark(&configError{at, path, err.Error()}, err)
+			return &configError{at, path, err.Error()}
 		}
 		b.WriteByte('{')
 		for i, p := range ps {

@@ -33,6 +33,15 @@
 // Unknown keys are errors at the top level, in operator entries and in input
 // entries. YAML anchors, aliases and merge keys (<<) may be used anywhere.
 //
+// # Limits
+//
+// A spec is at most MaxSpecBytes as written and MaxExpandedBytes once its
+// aliases and merge keys are expanded; Parse measures the expansion without
+// performing it, so a few kilobytes of nested aliases cannot make it
+// allocate gigabytes. The job is held to the limits of package stream
+// (stream.MaxOperators, stream.MaxUIDLength, stream.MaxNameLength,
+// stream.MaxConfigBytes), which Parse reports at the line that breaks them.
+//
 // # Config
 //
 // An operator's config is converted to JSON for stream.Vertex.Config, keeping

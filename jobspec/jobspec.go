@@ -30,10 +30,12 @@ func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.Line,
 func (e *Error) Unwrap() error { return e.Err }
 
 // Load reads the job spec at path and parses it with Parse. Errors name the
-// path as given; when the file cannot be read they wrap the error of
-// os.ReadFile (errors.Is finds fs.ErrNotExist, fs.ErrPermission).
+// path as given; when the file cannot be read they wrap the error of the
+// file system (errors.Is finds fs.ErrNotExist, fs.ErrPermission). It reads
+// no more than MaxSpecBytes and one byte, so that a huge file is rejected
+// without being read whole.
 func Load(path string, reg *stream.Registry) (*stream.JobGraph, error) {
-	data, err := os.ReadFile(path)
+	data, err := readSpec(path)
 	if err != nil {
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -50,11 +52,24 @@ func Load(path string, reg *stream.Registry) (*stream.JobGraph, error) {
 	return Parse(path, data, reg)
 }
 
+// readSpec reads the file at path, or its first MaxSpecBytes+1 bytes when
+// it is longer, which Parse then rejects.
+func readSpec(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, MaxSpecBytes+1))
+}
+
 // Parse parses the YAML job spec in data, builds its JobGraph and checks it
 // with stream.Plan against reg, so the returned graph has defaults and output
 // schemas filled in. filename is used in errors only. The error, if any, is
 // the first problem found, as an *Error whose text starts with
-// "filename:line: ". reg must not be nil.
+// "filename:line: ". reg must not be nil. A spec larger than MaxSpecBytes,
+// or than MaxExpandedBytes once its aliases are expanded, is rejected with
+// an error wrapping ErrTooLarge before any of it is converted.
 func Parse(filename string, data []byte, reg *stream.Registry) (*stream.JobGraph, error) {
 	p := &parser{file: filename, reg: reg, byUID: make(map[string]*opSpec)}
 	g, err := p.parse(data)
@@ -149,6 +164,10 @@ var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 var sideInputMsg = regexp.MustCompile(`^input (\d+) reads side output `)
 
 func (p *parser) parse(data []byte) (*stream.JobGraph, error) {
+	if len(data) > MaxSpecBytes {
+		return nil, &Error{File: p.file, Line: 1, Err: errkind.Mark(fmt.Errorf("the spec is larger than %d bytes (jobspec.MaxSpecBytes); "+
+			"split the job into several jobs, or move bulky data out of operator configs into files they read", MaxSpecBytes), ErrTooLarge)}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -165,6 +184,11 @@ func (p *parser) parse(data []byte) (*stream.JobGraph, error) {
 	}
 	if len(doc.Content) == 0 {
 		return nil, p.errAt(&doc, "the job spec is empty; want a mapping with name and operators")
+	}
+	// Everything below follows aliases, so the whole document is measured
+	// as if expanded first: their work is then bounded by MaxExpandedBytes.
+	if at, err := checkExpansion(&doc); err != nil {
+		return nil, p.errAt(at, "%w", err)
 	}
 	p.root = deref(doc.Content[0])
 	if p.root.Kind != yaml.MappingNode {
@@ -207,8 +231,13 @@ func splitYAMLError(err error) (string, int) {
 	return msg, line
 }
 
-// maxScanLines bounds the search of firstFailingLine.
-const maxScanLines = 2000
+// maxScanLines and maxScanBytes bound the search of firstFailingLine: it
+// parses every prefix of the spec up to the failing line, which would take
+// time quadratic in the size of a large spec with long lines.
+const (
+	maxScanLines = 2000
+	maxScanBytes = 8 << 20
+)
 
 // firstFailingLine returns the first line L such that the first L lines of
 // data fail to parse with the same message as the whole, or 0. The yaml
@@ -216,12 +245,15 @@ const maxScanLines = 2000
 // started, which is often far from the mistake; the shortest failing
 // prefix ends at the line where parsing actually went wrong.
 func firstFailingLine(data []byte, msg string) int {
-	end := 0
+	end, scanned := 0, 0
 	for l := 1; l <= maxScanLines && end < len(data); l++ {
 		if i := bytes.IndexByte(data[end:], '\n'); i >= 0 {
 			end += i + 1
 		} else {
 			end = len(data)
+		}
+		if scanned += end; scanned > maxScanBytes {
+			return 0
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(data[:end]))
 		for {
@@ -260,6 +292,9 @@ func (p *parser) parseTop() error {
 			if strings.TrimSpace(p.g.Name) == "" {
 				return p.errAt(kv.val, "name: must not be empty")
 			}
+			if len(p.g.Name) > stream.MaxNameLength {
+				return p.errAt(kv.val, "name: is %d bytes; the limit is %d bytes (stream.MaxNameLength); use a shorter name", len(p.g.Name), stream.MaxNameLength)
+			}
 		case "parallelism":
 			p.parN = kv.key
 			if p.g.Parallelism, err = asInt(kv.val); err != nil {
@@ -273,8 +308,8 @@ func (p *parser) parseTop() error {
 			if p.g.MaxParallelism, err = asInt(kv.val); err != nil {
 				return p.errAt(kv.val, "maxParallelism: %v", err)
 			}
-			if p.g.MaxParallelism < 1 || p.g.MaxParallelism > 32768 {
-				return p.errAt(kv.val, "maxParallelism: must be between 1 and 32768, got %d", p.g.MaxParallelism)
+			if p.g.MaxParallelism < 1 || p.g.MaxParallelism > stream.MaxKeyGroups {
+				return p.errAt(kv.val, "maxParallelism: must be between 1 and %d, got %d", stream.MaxKeyGroups, p.g.MaxParallelism)
 			}
 		case "checkpointing":
 			if err := p.parseCheckpointing(kv.val); err != nil {
@@ -320,6 +355,9 @@ func (p *parser) parseOperators(n *yaml.Node) error {
 	if d.Kind != yaml.SequenceNode {
 		return p.errAt(n, "operators: must be a list of operators, got %s", describe(n))
 	}
+	if len(d.Content) > stream.MaxOperators {
+		return p.errAt(p.opsN, "operators: the job has %d operators; the limit is %d (stream.MaxOperators); split it into several jobs", len(d.Content), stream.MaxOperators)
+	}
 	for i, e := range d.Content {
 		op := &opSpec{pos: i, entry: e}
 		if err := p.parseOperator(op); err != nil {
@@ -343,12 +381,19 @@ func (p *parser) parseOperator(op *opSpec) error {
 	for _, kv := range ps {
 		if k, _ := stringKey(kv.key); k == "uid" {
 			op.uidN = kv.key
-			if op.uid, err = asString(kv.val); err != nil {
+			uid, err := asString(kv.val)
+			if err != nil {
 				return p.opErr(op, kv.val, "uid: %v", err)
 			}
-			if op.uid == "" {
+			if uid == "" {
 				return p.opErr(op, kv.val, "uid: must not be empty")
 			}
+			// Checked before op.uid is set, since errors name the
+			// operator by its uid.
+			if len(uid) > stream.MaxUIDLength {
+				return p.opErr(op, kv.val, "uid: is %d bytes; the limit is %d bytes (stream.MaxUIDLength); use a shorter uid", len(uid), stream.MaxUIDLength)
+			}
+			op.uid = uid
 			if prev, dup := p.byUID[op.uid]; dup {
 				return p.opErr(op, kv.val, "uid: %q is already the uid of the operator at line %d; uids must be unique", op.uid, prev.entry.Line)
 			}
@@ -366,6 +411,9 @@ func (p *parser) parseOperator(op *opSpec) error {
 			if op.name, err = asString(kv.val); err != nil {
 				return p.opErr(op, kv.val, "name: %v", err)
 			}
+			if len(op.name) > stream.MaxNameLength {
+				return p.opErr(op, kv.val, "name: is %d bytes; the limit is %d bytes (stream.MaxNameLength); use a shorter name", len(op.name), stream.MaxNameLength)
+			}
 		case "type":
 			op.typeN = kv.key
 			if op.typ, err = asString(kv.val); err != nil {
@@ -373,6 +421,9 @@ func (p *parser) parseOperator(op *opSpec) error {
 			}
 			if op.typ == "" {
 				return p.opErr(op, kv.val, "type: must not be empty")
+			}
+			if len(op.typ) > stream.MaxNameLength {
+				return p.opErr(op, kv.val, "type: is %d bytes, and type names are at most %d bytes (stream.MaxNameLength); use a registered type", len(op.typ), stream.MaxNameLength)
 			}
 		case "parallelism":
 			op.parN = kv.key
@@ -761,9 +812,9 @@ func (p *parser) planErr(err error) error {
 		n = p.maxParN
 	case strings.HasPrefix(msg, "job parallelism") && p.parN != nil:
 		n = p.parN
-	case strings.HasPrefix(msg, "job has no name") && p.nameN != nil:
+	case (strings.HasPrefix(msg, "job has no name") || strings.HasPrefix(msg, "job name")) && p.nameN != nil:
 		n = p.nameN
-	case (strings.HasPrefix(msg, "job has no operators") || strings.Contains(msg, "cycle")) && p.opsN != nil:
+	case (strings.HasPrefix(msg, "job has ") || strings.Contains(msg, "cycle")) && p.opsN != nil:
 		n = p.opsN
 	}
 	return &Error{File: p.file, Line: n.Line, Err: err}

@@ -6,8 +6,6 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/weirstream/weir/internal/errkind"
 )
 
 // pair is one key/value of a YAML mapping, after merge keys are expanded.
@@ -60,27 +58,18 @@ func isNull(n *yaml.Node) bool {
 // pairs returns the entries of mapping n in document order, expanding merge
 // keys (<<) the way YAML 1.1 defines them: keys written in n win over merged
 // ones, and earlier merged mappings win over later ones. A key written twice
-// in n is an error at the second occurrence.
+// in n is an error at the second occurrence. Its work is bounded by the
+// size of n with merged mappings expanded, which Parse has checked against
+// MaxExpandedBytes (checkExpansion) before anything calls it.
 func pairs(n *yaml.Node) ([]pair, *yaml.Node, error) {
-	budget := maxNodes
-	return pairsBudget(n, &budget)
-}
-
-// pairsBudget is pairs charging every key it visits, merged ones included,
-// to *budget, so that merge keys through aliases cannot take exponential
-// time.
-func pairsBudget(n *yaml.Node, budget *int) ([]pair, *yaml.Node, error) {
 	n = deref(n)
-	if *budget -= len(n.Content)/2 + 1; *budget < 0 {
-		return nil, n, errkind.Mark(fmt.Errorf("mapping expands to more than %d keys (through merge keys and aliases?)", maxNodes), errTooLarge)
-	}
 	var out []pair
 	seen := make(map[string]*yaml.Node)
 	var merged [][]pair
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-			ms, at, err := mergeSources(v, budget)
+			ms, at, err := mergeSources(v)
 			if err != nil {
 				return nil, at, err
 			}
@@ -113,7 +102,7 @@ func pairsBudget(n *yaml.Node, budget *int) ([]pair, *yaml.Node, error) {
 
 // mergeSources returns the mappings a merge key's value names, in priority
 // order.
-func mergeSources(v *yaml.Node, budget *int) ([][]pair, *yaml.Node, error) {
+func mergeSources(v *yaml.Node) ([][]pair, *yaml.Node, error) {
 	d := deref(v)
 	var srcs []*yaml.Node
 	switch d.Kind {
@@ -129,7 +118,7 @@ func mergeSources(v *yaml.Node, budget *int) ([][]pair, *yaml.Node, error) {
 		if deref(s).Kind != yaml.MappingNode {
 			return nil, s, fmt.Errorf("<<: merge key needs a mapping or a list of mappings, got %s", describe(s))
 		}
-		ps, at, err := pairsBudget(s, budget)
+		ps, at, err := pairs(s)
 		if err != nil {
 			return nil, at, err
 		}

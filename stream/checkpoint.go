@@ -52,7 +52,7 @@ const (
 
 // CheckpointConfig holds a job's checkpoint settings; zero fields take the
 // defaults of DefaultCheckpointConfig. Checkpointing is off while Interval is
-// zero (as in Flink, it must be turned on).
+// zero: it costs storage and pauses, so a job opts in.
 type CheckpointConfig struct {
 	// Interval between checkpoint triggers; 0 turns checkpointing off.
 	Interval time.Duration
@@ -127,7 +127,7 @@ func (c CheckpointConfig) Validate() error {
 // RestartConfig is a job's restart strategy. Type is one of "none",
 // "fixed-delay", "failure-rate" and "exponential-delay"; empty means the
 // cluster default (exponential-delay when checkpointing is on, none
-// otherwise, as in Flink). Zero fields take the strategy's defaults.
+// otherwise). Zero fields take the strategy's defaults.
 type RestartConfig struct {
 	Type string
 	// fixed-delay: Attempts (default 1) restarts, each after Delay

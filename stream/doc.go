@@ -5,10 +5,13 @@
 //
 // A JobGraph written with the builder and one parsed from a YAML job spec
 // (package jobspec) are the same value; Plan checks it against a Registry and
-// fills in every vertex's output schema.
+// fills in every vertex's output schema. Plan also enforces the size limits
+// of a job (MaxOperators, MaxNameLength, MaxUIDLength, MaxConfigBytes,
+// MaxKeyGroups), so that every way of submitting a job is held to them
+// before a jobmanager or taskmanager spends memory on it.
 //
-// Besides its main output an operator may have side outputs (like Flink's
-// OutputTag): its type declares them by name and schema at planning
+// Besides its main output an operator may have side outputs: its type
+// declares them by name and schema at planning
 // (PlanContext.DeclareSideOutput), an Edge reads one by naming it
 // (Edge.SideOutput, Stream.SideOutput), and the operator emits to one with
 // CollectSide. A window operator sends records later than its allowed

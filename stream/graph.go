@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,7 +110,9 @@ type JobGraph struct {
 	State StateConfig
 }
 
-// Inputs returns the edges into vertex id, ordered by input number.
+// Inputs returns the edges into vertex id, ordered by input number. It
+// scans every edge of g; code that visits the edges of every vertex should
+// build an EdgeIndex once (Index) instead.
 func (g *JobGraph) Inputs(id int) []*Edge {
 	var out []*Edge
 	for _, e := range g.Edges {
@@ -117,15 +120,13 @@ func (g *JobGraph) Inputs(id int) []*Edge {
 			out = append(out, e)
 		}
 	}
-	for i := 1; i < len(out); i++ { // insertion sort: few inputs
-		for j := i; j > 0 && out[j].Input < out[j-1].Input; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	slices.SortStableFunc(out, byInput)
 	return out
 }
 
-// Outputs returns the edges out of vertex id.
+// Outputs returns the edges out of vertex id, in the order of g.Edges. It
+// scans every edge of g; code that visits the edges of every vertex should
+// build an EdgeIndex once (Index) instead.
 func (g *JobGraph) Outputs(id int) []*Edge {
 	var out []*Edge
 	for _, e := range g.Edges {
@@ -134,6 +135,78 @@ func (g *JobGraph) Outputs(id int) []*Edge {
 		}
 	}
 	return out
+}
+
+func byInput(a, b *Edge) int { return cmp.Compare(a.Input, b.Input) }
+
+// EdgeIndex lists the edges into and out of every vertex of a graph. Built
+// once in O(V + E log E) time, it answers Inputs and Outputs without
+// scanning all edges, so that a pass over every vertex's edges (planning,
+// chaining, building deployments) is not quadratic in the size of the job.
+//
+// An EdgeIndex is a snapshot: it does not see edges added to or changed in
+// the graph after Index returned. It is safe for concurrent reads. The
+// slices it returns belong to the index and must not be modified.
+type EdgeIndex struct {
+	// The edges into vertex id are in[inStart[id]:inStart[id+1]], and
+	// those out of it out[outStart[id]:outStart[id+1]]: one allocation per
+	// direction rather than one per vertex.
+	inStart, outStart []int
+	in, out           []*Edge
+}
+
+// Index returns the edges of g by vertex. Nil edges and edges naming a
+// vertex that g does not have are left out; Plan reports them.
+func (g *JobGraph) Index() *EdgeIndex {
+	n := len(g.Vertices)
+	x := &EdgeIndex{inStart: make([]int, n+1), outStart: make([]int, n+1)}
+	valid := func(e *Edge) bool { return e != nil && e.From >= 0 && e.From < n && e.To >= 0 && e.To < n }
+	for _, e := range g.Edges {
+		if valid(e) {
+			x.inStart[e.To+1]++
+			x.outStart[e.From+1]++
+		}
+	}
+	for i := range n {
+		x.inStart[i+1] += x.inStart[i]
+		x.outStart[i+1] += x.outStart[i]
+	}
+	x.in, x.out = make([]*Edge, x.inStart[n]), make([]*Edge, x.outStart[n])
+	inPos, outPos := slices.Clone(x.inStart[:n]), slices.Clone(x.outStart[:n])
+	for _, e := range g.Edges {
+		if valid(e) {
+			x.in[inPos[e.To]] = e
+			inPos[e.To]++
+			x.out[outPos[e.From]] = e
+			outPos[e.From]++
+		}
+	}
+	for id := range n {
+		if ins := x.in[x.inStart[id]:x.inStart[id+1]]; len(ins) > 1 {
+			slices.SortStableFunc(ins, byInput)
+		}
+	}
+	return x
+}
+
+// Inputs returns the edges into vertex id, ordered by input number (edges
+// with the same number in the order of the graph's Edges).
+func (x *EdgeIndex) Inputs(id int) []*Edge {
+	if id < 0 || id+1 >= len(x.inStart) {
+		return nil
+	}
+	lo, hi := x.inStart[id], x.inStart[id+1]
+	return x.in[lo:hi:hi]
+}
+
+// Outputs returns the edges out of vertex id, in the order of the graph's
+// Edges.
+func (x *EdgeIndex) Outputs(id int) []*Edge {
+	if id < 0 || id+1 >= len(x.outStart) {
+		return nil
+	}
+	lo, hi := x.outStart[id], x.outStart[id+1]
+	return x.out[lo:hi:hi]
 }
 
 // EdgeSchema returns the schema of the records travelling along e: the
@@ -152,24 +225,36 @@ type VertexError struct {
 func (e *VertexError) Error() string { return fmt.Sprintf("operator %q: %v", e.UID, e.Err) }
 func (e *VertexError) Unwrap() error { return e.Err }
 
-var uidPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+// uidPattern is the syntax of uids; their length is checked separately
+// against MaxUIDLength.
+var uidPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // sideOutputPattern is the syntax of side-output names. It has no '.', so
 // that a job spec can write "uid.output".
 var sideOutputPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
 
+// maxSideOutputLength is the longest side-output name sideOutputPattern
+// accepts.
+const maxSideOutputLength = 64
+
 // ValidSideOutputName reports whether name may name a side output: 1-64
 // letters, digits, '_' or '-', starting with a letter.
 func ValidSideOutputName(name string) bool { return sideOutputPattern.MatchString(name) }
 
-// Plan checks g against the operator types in reg and fills in defaults and
-// every vertex's OutSchema and SideOutSchemas. It returns the first problem
-// found; errors about one vertex are *VertexError (an edge reading an output
-// its upstream operator does not have is an error of the reading vertex).
-// Plan modifies g only when it succeeds.
+// Plan checks g against the operator types in reg and the limits of this
+// package (MaxOperators and the rest), and fills in defaults and every
+// vertex's OutSchema and SideOutSchemas. It returns the first problem
+// found; errors about one vertex are *VertexError (an edge reading an
+// output its upstream operator does not have is an error of the reading
+// vertex). Plan modifies g only when it succeeds. It takes time linear in
+// the number of vertices and edges, apart from sorting each vertex's inputs
+// and the operator types' own Plan functions.
 func Plan(g *JobGraph, reg *Registry) error {
 	if g.Name == "" {
 		return errors.New("job has no name")
+	}
+	if len(g.Name) > MaxNameLength {
+		return fmt.Errorf("job name is %d bytes; the limit is %d bytes (stream.MaxNameLength); use a shorter name", len(g.Name), MaxNameLength)
 	}
 	par := g.Parallelism
 	if par == 0 {
@@ -182,33 +267,33 @@ func Plan(g *JobGraph, reg *Registry) error {
 	if maxPar == 0 {
 		maxPar = DefaultMaxParallelism
 	}
-	if maxPar < 1 || maxPar > 32768 {
-		return fmt.Errorf("job maxParallelism %d: must be between 1 and 32768", g.MaxParallelism)
+	if maxPar < 1 || maxPar > MaxKeyGroups {
+		return fmt.Errorf("job maxParallelism %d: must be between 1 and %d", g.MaxParallelism, MaxKeyGroups)
 	}
 	if len(g.Vertices) == 0 {
 		return errors.New("job has no operators")
 	}
+	// Checked before anything is allocated per vertex or per edge, so that
+	// an oversized graph costs no more than reading it.
+	if len(g.Vertices) > MaxOperators {
+		return fmt.Errorf("job has %d operators; the limit is %d (stream.MaxOperators); split it into several jobs", len(g.Vertices), MaxOperators)
+	}
 	if err := g.Checkpoint.Validate(); err != nil {
 		return err
 	}
-	uids := make(map[string]bool)
+	idx := g.Index()
+	uids := make(map[string]bool, len(g.Vertices))
 	pars := make([]int, len(g.Vertices))
 	types := make([]*OperatorType, len(g.Vertices))
 	for i, v := range g.Vertices {
-		if v.ID != i {
-			return fmt.Errorf("vertex %q has ID %d at position %d", v.UID, v.ID, i)
-		}
-		if !uidPattern.MatchString(v.UID) {
-			return &VertexError{v.UID, errors.New("uid must be 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit")}
+		if err := checkVertex(i, v); err != nil {
+			return err
 		}
 		if uids[v.UID] {
 			return &VertexError{v.UID, errors.New("uid is used by another operator; uids must be unique")}
 		}
 		uids[v.UID] = true
-		hasInputs := false
-		for _, e := range g.Edges {
-			hasInputs = hasInputs || e.To == i
-		}
+		hasInputs := len(idx.Inputs(i)) > 0
 		t, ok := reg.Lookup(v.Type, !hasInputs)
 		if !ok && !hasInputs {
 			if _, isOp := reg.Lookup(v.Type, false); isOp {
@@ -240,6 +325,9 @@ func Plan(g *JobGraph, reg *Registry) error {
 	// once everything else succeeded.
 	parts := make([]Partitioning, len(g.Edges))
 	for i, e := range g.Edges {
+		if e == nil {
+			return fmt.Errorf("edge #%d is nil", i+1)
+		}
 		parts[i] = e.Partitioning
 		if e.From < 0 || e.From >= len(g.Vertices) || e.To < 0 || e.To >= len(g.Vertices) {
 			return fmt.Errorf("edge %d->%d names a vertex that does not exist", e.From, e.To)
@@ -248,12 +336,13 @@ func Plan(g *JobGraph, reg *Registry) error {
 			return &VertexError{g.Vertices[e.To].UID, errors.New("operator reads its own output")}
 		}
 		if e.SideOutput != "" && !ValidSideOutputName(e.SideOutput) {
-			return &VertexError{g.Vertices[e.To].UID, fmt.Errorf("input %d reads side output %q of %q: %s", e.Input, e.SideOutput, g.Vertices[e.From].UID, sideOutputSyntax)}
+			return &VertexError{g.Vertices[e.To].UID, fmt.Errorf("input %d reads side output %s of %q: %s", e.Input, quoteName(e.SideOutput, maxSideOutputLength), g.Vertices[e.From].UID, sideOutputSyntax)}
 		}
 		switch e.Partitioning {
 		case Forward:
-			// Like Flink: an unspecified (forward) edge between operators of
-			// different parallelism redistributes round-robin.
+			// An unspecified (forward) edge between operators of different
+			// parallelism cannot pair subtask i with subtask i, so it
+			// redistributes round-robin instead.
 			if pars[e.From] != pars[e.To] {
 				parts[i] = Rebalance
 			}
@@ -261,12 +350,17 @@ func Plan(g *JobGraph, reg *Registry) error {
 			if len(e.KeyFields) == 0 {
 				return &VertexError{g.Vertices[e.To].UID, errors.New("keyBy needs at least one key field")}
 			}
+			for j, k := range e.KeyFields {
+				if len(k) > MaxNameLength {
+					return &VertexError{g.Vertices[e.To].UID, fmt.Errorf("keyBy: key field #%d is %d bytes; the limit is %d bytes (stream.MaxNameLength); name a field of the input", j+1, len(k), MaxNameLength)}
+				}
+			}
 		case Rebalance, Broadcast:
 		default:
 			return &VertexError{g.Vertices[e.To].UID, fmt.Errorf("edge from %q has no partitioning", g.Vertices[e.From].UID)}
 		}
 	}
-	order, err := topoOrder(g)
+	order, err := topoOrder(g, idx)
 	if err != nil {
 		return err
 	}
@@ -274,14 +368,14 @@ func Plan(g *JobGraph, reg *Registry) error {
 	sides := make([]map[string]*Schema, len(g.Vertices))
 	for _, id := range order {
 		v, t := g.Vertices[id], types[id]
-		ins := g.Inputs(id)
+		ins := idx.Inputs(id)
 		if t.Kind == KindSource && len(ins) > 0 {
 			return &VertexError{v.UID, fmt.Errorf("%q is a source and takes no input", v.Type)}
 		}
 		if t.Kind != KindSource && len(ins) != t.Inputs {
 			return &VertexError{v.UID, fmt.Errorf("%q takes %d input(s), got %d", v.Type, t.Inputs, len(ins))}
 		}
-		if t.Kind == KindSink && len(g.Outputs(id)) > 0 {
+		if t.Kind == KindSink && len(idx.Outputs(id)) > 0 {
 			return &VertexError{v.UID, fmt.Errorf("%q is a sink; nothing may read from it", v.Type)}
 		}
 		pc := &PlanContext{UID: v.UID, Config: v.Config, Parallelism: pars[id]}
@@ -338,6 +432,44 @@ func Plan(g *JobGraph, reg *Registry) error {
 	return nil
 }
 
+// checkVertex checks what Plan can tell about vertex v at position i
+// without looking at the rest of the graph: its position, its uid's syntax
+// and the size limits. A uid, name or type over its limit is not repeated
+// in the error, which would make the error as large as the input.
+func checkVertex(i int, v *Vertex) error {
+	if v == nil {
+		return fmt.Errorf("vertex #%d is nil", i+1)
+	}
+	if len(v.UID) > MaxUIDLength {
+		return fmt.Errorf("operator #%d: uid is %d bytes; the limit is %d bytes (stream.MaxUIDLength); use a shorter uid", i+1, len(v.UID), MaxUIDLength)
+	}
+	if !uidPattern.MatchString(v.UID) {
+		return &VertexError{v.UID, fmt.Errorf("uid must be 1-%d letters, digits, '_', '.' or '-', starting with a letter or digit", MaxUIDLength)}
+	}
+	if v.ID != i {
+		return fmt.Errorf("vertex %q has ID %d at position %d", v.UID, v.ID, i)
+	}
+	switch {
+	case len(v.Name) > MaxNameLength:
+		return &VertexError{v.UID, fmt.Errorf("name is %d bytes; the limit is %d bytes (stream.MaxNameLength); use a shorter name", len(v.Name), MaxNameLength)}
+	case len(v.Type) > MaxNameLength:
+		return &VertexError{v.UID, fmt.Errorf("unknown operator type: the type name is %d bytes, and type names are at most %d bytes (stream.MaxNameLength); use a registered type", len(v.Type), MaxNameLength)}
+	case len(v.Config) > MaxConfigBytes:
+		return &VertexError{v.UID, fmt.Errorf("config is %d bytes; the limit is %d bytes (stream.MaxConfigBytes); move bulky data out of the config into a file or a source the operator reads", len(v.Config), MaxConfigBytes)}
+	}
+	return nil
+}
+
+// quoteName quotes an identifier for an error message, or only says how
+// long it is when it is longer than limit bytes: an over-long identifier is
+// usually data pasted into the wrong place, and it is not repeated back.
+func quoteName(s string, limit int) string {
+	if len(s) > limit {
+		return fmt.Sprintf("(a name of %d bytes)", len(s))
+	}
+	return strconv.Quote(s)
+}
+
 const sideOutputSyntax = "a side-output name is 1-64 letters, digits, '_' or '-', starting with a letter"
 
 // undeclaredSideOutput explains an edge reading a side output that its
@@ -375,26 +507,25 @@ func keyFields(e *Edge) []string {
 	return nil
 }
 
-func topoOrder(g *JobGraph) ([]int, error) {
+// topoOrder returns the vertex ids of g, every vertex after its inputs, in
+// O(V + E) time using idx (an index of g).
+func topoOrder(g *JobGraph, idx *EdgeIndex) ([]int, error) {
 	indeg := make([]int, len(g.Vertices))
-	for _, e := range g.Edges {
-		indeg[e.To]++
+	for id := range indeg {
+		indeg[id] = len(idx.Inputs(id))
 	}
-	var queue, order []int
+	order := make([]int, 0, len(g.Vertices))
 	for i, d := range indeg {
 		if d == 0 {
-			queue = append(queue, i)
+			order = append(order, i)
 		}
 	}
-	for len(queue) > 0 {
-		id := queue[0]
-		queue = queue[1:]
-		order = append(order, id)
-		for _, e := range g.Edges {
-			if e.From == id {
-				if indeg[e.To]--; indeg[e.To] == 0 {
-					queue = append(queue, e.To)
-				}
+	// order doubles as the queue: order[next:] are the vertices whose
+	// inputs are all placed but whose outputs are not yet followed.
+	for next := 0; next < len(order); next++ {
+		for _, e := range idx.Outputs(order[next]) {
+			if indeg[e.To]--; indeg[e.To] == 0 {
+				order = append(order, e.To)
 			}
 		}
 	}
@@ -405,4 +536,5 @@ func topoOrder(g *JobGraph) ([]int, error) {
 }
 
 // TopoOrder returns the vertex IDs of g with every vertex after its inputs.
-func (g *JobGraph) TopoOrder() ([]int, error) { return topoOrder(g) }
+// Edges naming a vertex that g does not have are ignored.
+func (g *JobGraph) TopoOrder() ([]int, error) { return topoOrder(g, g.Index()) }

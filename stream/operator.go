@@ -27,10 +27,9 @@ type Collector interface {
 }
 
 // SideOutputCollector is the optional interface of a Collector that can
-// pass batches to the operator's side outputs (like Flink's OutputTag):
-// named extra outputs, declared at planning with
-// PlanContext.DeclareSideOutput, that other operators read through edges
-// naming them (Edge.SideOutput). The task runtime's collectors implement
+// pass batches to the operator's side outputs: named extra outputs,
+// declared at planning with PlanContext.DeclareSideOutput, that other
+// operators read through edges naming them (Edge.SideOutput). The task runtime's collectors implement
 // it; operators call it through CollectSide, which also copes with
 // collectors that do not (test fakes, wrappers).
 //
