@@ -614,6 +614,11 @@ func (s *executorServer) SubmitTask(_ context.Context, req *weirpb.SubmitTaskReq
 	if req.GetTask() == nil || req.GetTask().GetId() == nil {
 		return nil, status.Error(codes.InvalidArgument, "submit task: no task deployment")
 	}
+	// The job id becomes a directory of the local state: it must be one
+	// path segment.
+	if err := stream.ValidateJobID(req.GetTask().GetId().GetJobId()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "submit task: %v", err)
+	}
 	if req.GetInstanceId() != s.tm.instance {
 		// The jobmanager placed the task on another process at this
 		// address (one that died here): Unavailable, so that it takes

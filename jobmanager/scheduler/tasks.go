@@ -46,8 +46,9 @@ func chainable(g *stream.JobGraph, e *stream.Edge, outDeg, inDeg []int) bool {
 		outDeg[e.From] == 1 && inDeg[e.To] == 1
 }
 
-// BuildTasks chains the operators of a planned graph into tasks, returned
-// in topological order of their heads.
+// BuildTasks chains the operators of a planned graph into tasks of at most
+// stream.MaxChainLength operators, returned in topological order of their
+// heads.
 func BuildTasks(g *stream.JobGraph) ([]*Task, error) {
 	order, err := g.TopoOrder()
 	if err != nil {
@@ -78,6 +79,13 @@ func BuildTasks(g *stream.JobGraph) ([]*Task, error) {
 		t := &Task{Head: id, Parallelism: g.Vertices[id].Parallelism}
 		var names []string
 		for v := id; v >= 0; v = next[v] {
+			if len(t.Chain) == stream.MaxChainLength {
+				// A long chain is cut: v heads the next task (it comes
+				// later in the topological order), fed by a forward edge.
+				// A task's names, loggers and metrics grow with its chain.
+				chained[v] = false
+				break
+			}
 			t.Chain = append(t.Chain, v)
 			names = append(names, g.Vertices[v].Name)
 		}
@@ -90,8 +98,8 @@ func BuildTasks(g *stream.JobGraph) ([]*Task, error) {
 	return tasks, nil
 }
 
-// slotsNeeded is the number of shared slots a job needs: like Flink's
-// default slot sharing group, subtask i of every task shares slot i.
+// slotsNeeded is the number of shared slots a job needs: subtask i of every
+// task shares slot i.
 func slotsNeeded(tasks []*Task) int {
 	n := 0
 	for _, t := range tasks {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -214,5 +215,42 @@ func TestPlaceSlotsSpread(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A chain longer than stream.MaxChainLength is cut into tasks of at most
+// that many operators, in order, each fed by the one before.
+func TestBuildTasksCutsLongChains(t *testing.T) {
+	const n = 2*stream.MaxChainLength + 50
+	b := stream.NewBuilder("long")
+	op := b.Source("src", "gen", nil).SetParallelism(2)
+	for i := range n {
+		op = op.Then(fmt.Sprintf("p%d", i), "pass", nil).SetParallelism(2)
+	}
+	op.Then("sink", "discard", nil).SetParallelism(2)
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g = planned(t, g, testRegistry(t))
+	tasks, err := BuildTasks(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := n + 2 // with the source and the sink
+	var lens []int
+	next := 0 // vertex ids are in chain order
+	for _, task := range tasks {
+		lens = append(lens, len(task.Chain))
+		for _, v := range task.Chain {
+			if v != next {
+				t.Fatalf("task %s chains vertex %d, want %d", task.Name, v, next)
+			}
+			next++
+		}
+	}
+	want := []int{stream.MaxChainLength, stream.MaxChainLength, total - 2*stream.MaxChainLength}
+	if !slices.Equal(lens, want) || next != total {
+		t.Fatalf("chain lengths %v covering %d vertices, want %v covering %d", lens, next, want, total)
 	}
 }

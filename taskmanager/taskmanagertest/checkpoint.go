@@ -65,9 +65,33 @@ func (f *Fake) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpoin
 	if _, ok := f.live[ExecKey(req.Id)]; !ok {
 		return nil, status.Errorf(codes.NotFound, "no task %s", ExecKey(req.Id))
 	}
-	ackKey := fmt.Sprintf("%s/%d", req.Id.JobId, req.CheckpointId)
-	if !f.ackCheckpoints.Load() || f.acked[ackKey] {
+	if !f.ackCheckpoints.Load() {
+		f.held = append(f.held, req)
 		return &weirpb.TriggerCheckpointResponse{}, nil
+	}
+	f.ackLocked(req)
+	return &weirpb.TriggerCheckpointResponse{}, nil
+}
+
+// AckHeld acknowledges the checkpoints triggered while acknowledging was
+// off, as a taskmanager that was slow would, so that they can complete
+// instead of waiting for their timeout.
+func (f *Fake) AckHeld() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	held := f.held
+	f.held = nil
+	for _, req := range held {
+		f.ackLocked(req)
+	}
+}
+
+// ackLocked acknowledges checkpoint req from every live task of its job,
+// once per job and checkpoint.
+func (f *Fake) ackLocked(req *weirpb.TriggerCheckpointRequest) {
+	ackKey := fmt.Sprintf("%s/%d", req.Id.JobId, req.CheckpointId)
+	if f.acked[ackKey] {
+		return
 	}
 	f.acked[ackKey] = true
 	for _, d := range f.deploy {
@@ -87,7 +111,6 @@ func (f *Fake) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpoin
 			}
 		})
 	}
-	return &weirpb.TriggerCheckpointResponse{}, nil
 }
 
 // NotifyCheckpoint records the notification.

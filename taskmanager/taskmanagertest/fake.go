@@ -95,7 +95,8 @@ type Fake struct {
 	cancel   []*weirpb.ExecutionID
 	triggers []*weirpb.TriggerCheckpointRequest
 	notifies []*weirpb.NotifyCheckpointRequest
-	acked    map[string]bool // job/checkpoint acknowledged
+	acked    map[string]bool                    // job/checkpoint acknowledged
+	held     []*weirpb.TriggerCheckpointRequest // triggered while not acknowledging
 }
 
 var _ weirpb.TaskExecutorServiceServer = (*Fake)(nil)
