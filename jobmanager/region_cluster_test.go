@@ -102,8 +102,12 @@ func TestRegionFailover(t *testing.T) {
 
 	// Checkpoints resumed: one after the restart holds region 1's attempt 2
 	// and region 2's attempt 1.
-	after := c.waitCompleted(id, restored)
+	// With one checkpoint retained, a newer one would discard it while
+	// it is inspected: hold the acknowledgements meanwhile.
+	after := c.latestSettled(tm, id, restored)
 	insp, err := c.jobs.InspectCheckpoint(t.Context(), &weirpb.InspectCheckpointRequest{JobId: id, CheckpointId: after.CheckpointId})
+	tm.SetAckCheckpoints(true)
+	tm.AckHeld()
 	if err != nil {
 		t.Fatal(err)
 	}
