@@ -388,8 +388,8 @@ func TestRuntimeErrors(t *testing.T) {
 		{"a / b", `expression "a / b": row 1: a / b: integer division by zero`},
 		{"(a + 1) % (b * 2) > 0", `row 1: (a + 1) % (b * 2): integer division by zero`},
 		{"a % 0", `row 0: a % 0: integer division by zero`},
-		{"int(s)", `expression "int(s)": row 1: int(s): cannot convert "abc" to int`},
-		{"float(s) > 0", `row 1: float(s): cannot convert "abc" to float`},
+		{"int(s)", `expression "int(s)": row 1: int(s): cannot convert the string (3 bytes) to int: not an integer`},
+		{"float(s) > 0", `row 1: float(s): cannot convert the string (3 bytes) to float: not a number`},
 		{"a > 0 ? int(s) : 0", `row 1`},
 		{"max(a % b, 1)", `row 1: max(a % b, 1):`},
 		{"a / x", ""}, // float division: +Inf
@@ -580,5 +580,28 @@ func TestShortNullBitmap(t *testing.T) {
 		if src != "a ?? 0" && out.Value(0) != nil || out.Value(129) == nil {
 			t.Fatalf("%s: rows 0 and 129 are %v and %v", src, out.Value(0), out.Value(129))
 		}
+	}
+}
+
+// Runtime errors travel to the jobmanager's API: they name the row and the
+// expression, never the data value that failed.
+func TestRuntimeErrorsDoNotEchoValues(t *testing.T) {
+	s := stream.MustSchema(stream.Field{Name: "s", Type: stream.TypeString})
+	b := stream.NewBatch(s, 1)
+	b.AppendRow("AWS_SECRET_ACCESS_KEY=hunter2")
+	padNulls(b)
+	for _, src := range []string{"int(s)", "float(s) > 0"} {
+		e, err := Compile(src, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out stream.Column
+		err = e.Eval(b, &out)
+		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "row 0") {
+			t.Errorf("%s: error %v; want one that names row 0 and not the value", src, err)
+		}
+	}
+	if got := redactQuoted(`strconv.Atoi: parsing "secret": invalid syntax; "x" and "`); got != `strconv.Atoi: parsing "…": invalid syntax; "…" and "` {
+		t.Errorf("redactQuoted: %q", got)
 	}
 }

@@ -3,6 +3,7 @@ package expression
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
@@ -87,10 +88,13 @@ func (k *fallbackNode) eval(b *stream.Batch, act []bool) (*stream.Column, error)
 		v, err := k.machine.Run(k.prog, k.env)
 		if err != nil {
 			var fe *file.Error
+			msg := err.Error()
 			if errors.As(err, &fe) {
-				return nil, fmt.Errorf("row %d: %s: %s", i, k.what, fe.Message)
+				msg = fe.Message
 			}
-			return nil, fmt.Errorf("row %d: %s: %v", i, k.what, err)
+			// Errors travel to the jobmanager's API and logs: data values
+			// quoted in the message are left out.
+			return nil, fmt.Errorf("row %d: %s: %s", i, k.what, redactQuoted(msg))
 		}
 		if v == nil {
 			k.setZero(i)
@@ -209,4 +213,25 @@ func boxValue(c *stream.Column, i int) any {
 		return c.Bools[i]
 	}
 	return int(c.Ints[i])
+}
+
+// redactQuoted replaces every double-quoted part of msg (the runtime's way
+// of showing a value) with "…".
+func redactQuoted(msg string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(msg, '"')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(msg[i+1:], '"')
+		if j < 0 {
+			break
+		}
+		b.WriteString(msg[:i])
+		b.WriteString(`"…"`)
+		msg = msg[i+j+2:]
+	}
+	b.WriteString(msg)
+	return b.String()
 }

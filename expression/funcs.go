@@ -169,7 +169,7 @@ func (k *funcNode) eval(b *stream.Batch, act []bool) (*stream.Column, error) {
 			for i, v := range xc.Strs[:n] {
 				x, err := strconv.Atoi(v)
 				if err != nil && live(act, xc.Nulls, i) {
-					return nil, fmt.Errorf("row %d: %s: cannot convert %q to int", i, k.what, v)
+					return nil, fmt.Errorf("row %d: %s: cannot convert the string (%d bytes) to int: not an integer", i, k.what, len(v))
 				}
 				o.Ints[i] = int64(x)
 			}
@@ -185,7 +185,7 @@ func (k *funcNode) eval(b *stream.Batch, act []bool) (*stream.Column, error) {
 			for i, v := range xc.Strs[:n] {
 				x, err := strconv.ParseFloat(v, 64)
 				if err != nil && live(act, xc.Nulls, i) {
-					return nil, fmt.Errorf("row %d: %s: cannot convert %q to float", i, k.what, v)
+					return nil, fmt.Errorf("row %d: %s: cannot convert the string (%d bytes) to float: not a number", i, k.what, len(v))
 				}
 				o.Floats[i] = x
 			}
