@@ -19,9 +19,16 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// maxRequestBytes bounds a gRPC request to the jobmanager (a submitted
-// job graph is the largest).
-const maxRequestBytes = 4 << 20
+// Bounds on what callers can make the jobmanager hold at once:
+// maxRequestBytes a gRPC request (a submitted job graph is the largest),
+// maxStreams the concurrent calls on one connection, maxSubmissions the
+// submissions being planned (planning and opening storage take time and
+// memory; more wait for none, they are refused with ResourceExhausted).
+const (
+	maxRequestBytes = 4 << 20
+	maxStreams      = 256
+	maxSubmissions  = 4
+)
 
 // jobManagerPolicy says who may call what, when TLS is on: taskmanagers the
 // cluster service (under their own id only), readers the read-only job
@@ -213,6 +220,12 @@ type jobServer struct {
 }
 
 func (s *jobServer) SubmitJob(ctx context.Context, req *weirpb.SubmitJobRequest) (*weirpb.SubmitJobResponse, error) {
+	select {
+	case s.jm.submitting <- struct{}{}:
+		defer func() { <-s.jm.submitting }()
+	default:
+		return nil, status.Errorf(codes.ResourceExhausted, "jobmanager: %d submissions are being planned already; retry in a moment", cap(s.jm.submitting))
+	}
 	id, err := s.jm.submit(ctx, req.GetGraph(), time.Duration(req.GetSlotWaitMs())*time.Millisecond)
 	if err != nil {
 		return nil, toGRPCError(err)

@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/jobmanager/scheduler"
+	"github.com/weirstream/weir/proto/weirpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // jobMessage explains a restarting job or its restarting regions in the
@@ -33,5 +36,18 @@ func TestJobMessage(t *testing.T) {
 		if got := jobMessage(&tc.v, now); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// Submissions beyond maxSubmissions in flight are refused at once with
+// ResourceExhausted rather than queued.
+func TestSubmissionsBounded(t *testing.T) {
+	jm := &JobManager{submitting: make(chan struct{}, maxSubmissions)}
+	for range maxSubmissions {
+		jm.submitting <- struct{}{}
+	}
+	_, err := (&jobServer{jm: jm}).SubmitJob(t.Context(), &weirpb.SubmitJobRequest{})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("submission beyond the bound: %v, want ResourceExhausted", err)
 	}
 }

@@ -42,14 +42,16 @@ const (
 type JobManager struct {
 	cfg Config
 	// tls is the loaded Config.TLS; nil: plaintext on loopback.
-	tls     *security.Material
-	reg     *stream.Registry
-	log     *slog.Logger
-	id      string
-	now     func() time.Time
-	started atomic.Bool
-	ready   chan struct{}
-	addrs   struct {
+	tls *security.Material
+	// submitting holds a token per submission being planned.
+	submitting chan struct{}
+	reg        *stream.Registry
+	log        *slog.Logger
+	id         string
+	now        func() time.Time
+	started    atomic.Bool
+	ready      chan struct{}
+	addrs      struct {
 		sync.Mutex
 		rpc, rest string
 	}
@@ -114,7 +116,7 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 		return nil, fmt.Errorf("jobmanager config: TLS: certificate %s is for %q with roles %v, not a jobmanager's; use the jobmanager certificate",
 			cfg.TLS.CertFile, material.Self().Name, material.Self().Roles)
 	}
-	jm := &JobManager{cfg: cfg, tls: material, reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
+	jm := &JobManager{cfg: cfg, tls: material, submitting: make(chan struct{}, maxSubmissions), reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
 		openStorage: openCheckpointStorage, newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry}
 	jm.mu.core = scheduler.New(scheduler.Config{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout,
 		JobRetention: cfg.JobRetention, MaxEndedJobs: cfg.MaxEndedJobs})
@@ -194,7 +196,8 @@ func (jm *JobManager) Run(ctx context.Context) error {
 	defer execs.Close()
 	jm.execs.Store(execs)
 
-	gs := grpc.NewServer(append(jobManagerPolicy.ServerOptions(jm.tls, jm.standbyInterceptor), grpc.MaxRecvMsgSize(maxRequestBytes))...)
+	gs := grpc.NewServer(append(jobManagerPolicy.ServerOptions(jm.tls, jm.standbyInterceptor),
+		grpc.MaxRecvMsgSize(maxRequestBytes), grpc.MaxConcurrentStreams(maxStreams))...)
 	weirpb.RegisterClusterServiceServer(gs, &clusterServer{jm: jm})
 	weirpb.RegisterJobServiceServer(gs, &jobServer{jm: jm})
 	hs := &http.Server{Handler: security.HTTPHandler(jm.tls, jm.restHandler()), ReadHeaderTimeout: 10 * time.Second,

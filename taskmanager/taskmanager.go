@@ -224,7 +224,7 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	})
 	// A frame holds at most ExchangeConfig.MaxFrameBytes unless one batch is
 	// larger; allow generous messages so a wide batch never breaks a stream.
-	srv := grpc.NewServer(append(taskManagerPolicy.ServerOptions(tm.tls), grpc.MaxRecvMsgSize(256<<20),
+	srv := grpc.NewServer(append(taskManagerPolicy.ServerOptions(tm.tls), grpc.MaxRecvMsgSize(256<<20), grpc.MaxConcurrentStreams(1024),
 		// The jobmanager's keepalive pings (every 10s) find a half-open
 		// connection; allow them.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
