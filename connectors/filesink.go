@@ -45,8 +45,10 @@ func planFileSink(p *stream.PlanContext) (*stream.Schema, error) {
 	if err := stream.DecodeOperatorConfig("file sink", p.Config, &cfg); err != nil {
 		return nil, err
 	}
-	_, err := cfg.check()
-	return nil, err
+	if _, err := cfg.check(); err != nil {
+		return nil, err
+	}
+	return nil, p.Paths.Check("file sink path", cfg.Path)
 }
 
 // PartFile returns the file that subtask writes under dir when the job does
@@ -130,6 +132,9 @@ func newFileSinkOperator(config []byte) (stream.Operator, error) {
 func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 	if len(octx.InputSchemas) != 1 {
 		return fmt.Errorf("file sink: want 1 input schema, got %d", len(octx.InputSchemas))
+	}
+	if err := octx.Paths.Check("file sink path", s.cfg.Path); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(s.cfg.Path, 0o755); err != nil {
 		return fmt.Errorf("file sink: create output directory: %w", err)

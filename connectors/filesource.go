@@ -50,10 +50,30 @@ func planFileSource(p *stream.PlanContext) (*stream.Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ListFiles(cfg.Path); err != nil {
+	// Checked before anything is read, so that the planner is no oracle
+	// for files outside the allowed roots.
+	if err := p.Paths.Check("file source path", cfg.Path); err != nil {
+		return nil, err
+	}
+	files, err := ListFiles(cfg.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFiles(p.Paths, files); err != nil {
 		return nil, err
 	}
 	return schema, nil
+}
+
+// checkFiles checks the files a source path named (a glob's matches may be
+// links that lead elsewhere).
+func checkFiles(paths *stream.PathPolicy, files []string) error {
+	for _, f := range files {
+		if err := paths.Check("file source file", f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (cfg *FileSourceConfig) check() (*stream.Schema, error) {
@@ -234,8 +254,14 @@ func (s *FileSource) SetPosition(file int, offset int64) {
 
 // Open lists the files and picks this subtask's splits.
 func (s *FileSource) Open(_ context.Context, octx *stream.OperatorContext) error {
+	if err := octx.Paths.Check("file source path", s.cfg.Path); err != nil {
+		return err
+	}
 	files, err := ListFiles(s.cfg.Path)
 	if err != nil {
+		return err
+	}
+	if err := checkFiles(octx.Paths, files); err != nil {
 		return err
 	}
 	p := max(1, octx.Parallelism)

@@ -102,6 +102,9 @@ type TaskSpec struct {
 	LocalStateDir   string
 	StateCacheBytes int64
 	StateCache      any
+	// Paths confines the files operators may read and write
+	// (OperatorContext.Paths); nil allows every path.
+	Paths *stream.PathPolicy
 	// Clock returns the processing time in Unix milliseconds, against
 	// which the processing-time timers of the chain's operators fire
 	// (stream.ProcessingTimeAware); operators read it through
@@ -227,6 +230,7 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			// caches of one task share its slot's budget.
 			StateCacheBytes: spec.StateCacheBytes,
 			StateCache:      spec.StateCache,
+			Paths:           spec.Paths,
 			// Shared with the vertex, which nothing modifies once planned.
 			SideOutputSchemas: v.SideOutSchemas,
 			Clock:             t.clock,

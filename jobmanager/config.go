@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -79,6 +80,12 @@ type Config struct {
 	MetricsRegistry *prometheus.Registry
 	// Logger receives the jobmanager's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// AllowedPaths are the directories jobs may read and write files
+	// under (file sources and sinks, file:// checkpoint storage a job
+	// names): a submission naming a path outside them is refused. Every
+	// taskmanager checks the same against its own list. Default: the
+	// system's temporary directory.
+	AllowedPaths []string
 	// TLS is the jobmanager's TLS material: with it every gRPC and REST
 	// connection is mutual TLS and every call is authorized by the
 	// caller's role (package security); without it the RPC and REST
@@ -118,6 +125,7 @@ func DefaultConfig() Config {
 		HeartbeatTimeout:  10 * time.Second,
 		SlotWaitTimeout:   30 * time.Second,
 		CheckpointStorage: DefaultCheckpointStorage,
+		AllowedPaths:      []string{os.TempDir()},
 		JobRetention:      scheduler.DefaultJobRetention,
 		MaxEndedJobs:      scheduler.DefaultMaxEndedJobs,
 		HA:                HAConfig{Mode: "none", Prefix: "/weir", LeaseTTL: 10 * time.Second},

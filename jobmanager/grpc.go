@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -275,7 +276,7 @@ func (jm *JobManager) prepare(ctx context.Context, id string, pg *weirpb.JobGrap
 	if err != nil {
 		return scheduler.JobOptions{}, nil, fmt.Errorf("%w: %v", scheduler.ErrInvalidArgument, err)
 	}
-	if err := stream.Plan(g, jm.reg); err != nil { // validates g.Checkpoint too
+	if err := stream.PlanWith(g, jm.reg, stream.PlanOptions{Paths: jm.paths}); err != nil { // validates g.Checkpoint too
 		return scheduler.JobOptions{}, nil, fmt.Errorf("%w: %v", scheduler.ErrInvalidArgument, err)
 	}
 	if err := stream.ValidateStateBackend(g.State.Backend); err != nil {
@@ -293,6 +294,13 @@ func (jm *JobManager) prepare(ctx context.Context, id string, pg *weirpb.JobGrap
 	}
 	opts := scheduler.JobOptions{SlotWait: slotWait, Restart: strategy, Checkpoint: ck, FirstAttempt: jm.attemptBase.Load() + 1}
 	if ck.Enabled() {
+		// Storage the job names itself is confined like its files; the
+		// jobmanager's own default is the operator's choice.
+		if dir, ok := strings.CutPrefix(ck.Storage, "file://"); ok && filepath.IsAbs(dir) { // a relative one the opener refuses
+			if err := jm.paths.Check("checkpointing storage", dir); err != nil {
+				return scheduler.JobOptions{}, nil, fmt.Errorf("%w: job %q: %v", scheduler.ErrInvalidArgument, g.Name, err)
+			}
+		}
 		opts.Storage = cmp.Or(ck.Storage, jm.cfg.CheckpointStorage, DefaultCheckpointStorage)
 		st, err := jm.openStorage(ctx, opts.Storage)
 		if err != nil {

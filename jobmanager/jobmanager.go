@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,8 @@ type JobManager struct {
 	cfg Config
 	// tls is the loaded Config.TLS; nil: plaintext on loopback.
 	tls *security.Material
+	// paths confines the files jobs may use (Config.AllowedPaths).
+	paths *stream.PathPolicy
 	// submitting holds a token per submission being planned.
 	submitting chan struct{}
 	reg        *stream.Registry
@@ -116,7 +119,15 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 		return nil, fmt.Errorf("jobmanager config: TLS: certificate %s is for %q with roles %v, not a jobmanager's; use the jobmanager certificate",
 			cfg.TLS.CertFile, material.Self().Name, material.Self().Roles)
 	}
-	jm := &JobManager{cfg: cfg, tls: material, submitting: make(chan struct{}, maxSubmissions), reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
+	roots := cfg.AllowedPaths
+	if len(roots) == 0 {
+		roots = []string{os.TempDir()}
+	}
+	paths, err := stream.NewPathPolicy(roots)
+	if err != nil {
+		return nil, fmt.Errorf("jobmanager config: AllowedPaths: %w", err)
+	}
+	jm := &JobManager{cfg: cfg, tls: material, paths: paths, submitting: make(chan struct{}, maxSubmissions), reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
 		openStorage: openCheckpointStorage, newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry}
 	jm.mu.core = scheduler.New(scheduler.Config{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout,
 		JobRetention: cfg.JobRetention, MaxEndedJobs: cfg.MaxEndedJobs})

@@ -249,7 +249,17 @@ func ValidSideOutputName(name string) bool { return sideOutputPattern.MatchStrin
 // vertex). Plan modifies g only when it succeeds. It takes time linear in
 // the number of vertices and edges, apart from sorting each vertex's inputs
 // and the operator types' own Plan functions.
-func Plan(g *JobGraph, reg *Registry) error {
+func Plan(g *JobGraph, reg *Registry) error { return PlanWith(g, reg, PlanOptions{}) }
+
+// PlanOptions are settings of the process that plans a graph.
+type PlanOptions struct {
+	// Paths confines the files operators may read and write
+	// (PlanContext.Paths); nil allows every path.
+	Paths *PathPolicy
+}
+
+// PlanWith is Plan with the planning process's options.
+func PlanWith(g *JobGraph, reg *Registry, opts PlanOptions) error {
 	if g.Name == "" {
 		return errors.New("job has no name")
 	}
@@ -378,7 +388,7 @@ func Plan(g *JobGraph, reg *Registry) error {
 		if t.Kind == KindSink && len(idx.Outputs(id)) > 0 {
 			return &VertexError{v.UID, fmt.Errorf("%q is a sink; nothing may read from it", v.Type)}
 		}
-		pc := &PlanContext{UID: v.UID, Config: v.Config, Parallelism: pars[id]}
+		pc := &PlanContext{UID: v.UID, Config: v.Config, Parallelism: pars[id], Paths: opts.Paths}
 		for i, e := range ins {
 			if e.Input != i {
 				return &VertexError{v.UID, fmt.Errorf("inputs must be numbered 0..%d", len(ins)-1)}

@@ -110,6 +110,10 @@ type OperatorContext struct {
 	// FullSnapshots asks a backend that can snapshot incrementally to take
 	// full snapshots (StateConfig.FullSnapshots).
 	FullSnapshots bool
+	// Paths confines the files the operator may read or write (checked
+	// again here, in the process that touches them, after the jobmanager
+	// checked them when it planned the job); nil allows every path.
+	Paths *PathPolicy
 	// LocalStateDir is a directory private to this task where a backend may
 	// keep files (empty: use a temporary directory).
 	LocalStateDir string

@@ -43,6 +43,11 @@ type PlanContext struct {
 	Config      []byte // JSON; nil or "null" when the spec has none
 	Inputs      []PlanInput
 	Parallelism int
+	// Paths confines the files the operator may read or write; an
+	// operator that takes paths checks them with Paths.Check. Nil (a
+	// client planning a spec) allows every path; the jobmanager plans
+	// with its own policy.
+	Paths *PathPolicy
 
 	// sides are the side outputs declared by DeclareSideOutput; sideErr
 	// the first bad declaration, reported by Plan.

@@ -44,6 +44,11 @@ type Config struct {
 	// subdirectory per task); it is created private (0700). Default: a new
 	// private directory under os.TempDir(), removed when Run returns.
 	StateDir string
+	// AllowedPaths are the directories tasks may read and write files
+	// under (file sources and sinks): a task whose paths lead elsewhere
+	// fails at open, even if the jobmanager allowed them. Default: the
+	// system's temporary directory.
+	AllowedPaths []string
 	// TLS is the taskmanager's TLS material (its certificate names its ID
 	// with the taskmanager role): with it every connection — to the
 	// jobmanager, from it, and between taskmanagers — is mutual TLS and
@@ -97,6 +102,7 @@ func DefaultConfig() Config {
 		Slots:             2,
 		CreditsPerChannel: 4,
 		RegisterRetry:     time.Second,
+		AllowedPaths:      []string{os.TempDir()},
 		HA:                HAConfig{Mode: "none", Prefix: "/weir"},
 	}
 }

@@ -32,7 +32,9 @@ import (
 type TaskManager struct {
 	cfg Config
 	// tls is the loaded Config.TLS; nil: plaintext on loopback.
-	tls       *security.Material
+	tls *security.Material
+	// paths confines the files tasks may use (Config.AllowedPaths).
+	paths     *stream.PathPolicy
 	tempState bool // Run creates a private StateDir and removes it on return
 	reg       *stream.Registry
 	log       *slog.Logger
@@ -127,7 +129,15 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 		return nil, fmt.Errorf("taskmanager config: TLS: certificate %s is for %q with roles %v; a taskmanager needs a taskmanager certificate issued for its id %q (or set --id %s)",
 			cfg.TLS.CertFile, material.Self().Name, material.Self().Roles, cfg.ID, material.Self().Name)
 	}
-	tm := &TaskManager{cfg: cfg, tls: material, tempState: cfg.StateDir == "", reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID),
+	roots := cfg.AllowedPaths
+	if len(roots) == 0 {
+		roots = []string{os.TempDir()}
+	}
+	paths, err := stream.NewPathPolicy(roots)
+	if err != nil {
+		return nil, fmt.Errorf("taskmanager config: allowed paths: %w", err)
+	}
+	tm := &TaskManager{cfg: cfg, tls: material, paths: paths, tempState: cfg.StateDir == "", reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID),
 		ready: make(chan struct{}), instance: rand.Text()}
 	tm.mu.tasks = make(map[taskKey]*runningTask)
 	tm.mu.jobsRun = make(map[string]bool)
@@ -476,6 +486,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 		fmt.Sprintf("v%d-s%d", d.GetId().GetVertexId(), d.GetId().GetSubtask()))
 	spec.StateCacheBytes = tm.cfg.StateCacheBytes / int64(tm.cfg.Slots)
 	spec.StateCache = tm.stateCache
+	spec.Paths = tm.paths
 	ctx, cancel := context.WithCancel(context.Background())
 	spec.CommitGuard = tm.commitGuard(d.GetTaskName(), epoch)
 	if spec.Checkpointing {

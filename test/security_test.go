@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -133,16 +134,16 @@ func TestSecurityAttacks(t *testing.T) {
 	}
 
 	// REST: no client certificate, then a reader trying to trigger.
-	restAttacks := 0
+	moreAttacks := 0
 	noCert := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	restAttacks++
+	moreAttacks++
 	if resp, err := noCert.Get(c.URL(c.REST) + "/v1/jobs"); err == nil {
 		resp.Body.Close()
 		t.Errorf("REST without a client certificate: %d", resp.StatusCode)
 	} else {
 		rejected++
 	}
-	restAttacks++
+	moreAttacks++
 	resp, err := c.HTTPClient().Post(c.URL(c.REST)+"/v1/jobs/"+jobID+"/checkpoints", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -160,8 +161,37 @@ func TestSecurityAttacks(t *testing.T) {
 		resp.Body.Close()
 	}
 
+	// Files outside the allowed roots (the system temp dir): a source on
+	// /etc/passwd, one reaching out through "..", a sink into /etc.
+	spec := func(source, sink string) string {
+		path := filepath.Join(t.TempDir(), "spec.yaml")
+		body := fmt.Sprintf("name: exfiltrate\noperators:\n  - uid: in\n    type: file\n    config: {path: %q, format: lines}\n"+
+			"  - uid: out\n    type: file\n    config: {path: %q, format: csv}\n", source, sink)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	inside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(inside, "in.txt"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []struct{ name, source, sink string }{
+		{"file source on /etc/passwd", "/etc/passwd", filepath.Join(inside, "out1")},
+		{"file source through ..", filepath.Join(inside, strings.Repeat("../", 12), "etc", "passwd"), filepath.Join(inside, "out2")},
+		{"file sink into /etc", filepath.Join(inside, "in.txt"), "/etc/weir-exfiltrated"},
+	} {
+		moreAttacks++
+		out, err := c.Weir("submit", spec(a.source, a.sink))
+		if err != nil && strings.Contains(out, "outside the allowed roots") {
+			rejected++
+		} else {
+			t.Errorf("%s: submit %v\n%s", a.name, err, out)
+		}
+	}
+
 	// A jobmanager without TLS refuses to listen on every interface.
-	restAttacks++
+	moreAttacks++
 	out, err := exec.Command(filepath.Join(clustertest.Binaries(t), "jobmanager"), "--rpc-address", "0.0.0.0:0", "--rest-address", "").CombinedOutput()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && strings.Contains(string(out), "tls.ca") {
@@ -171,7 +201,7 @@ func TestSecurityAttacks(t *testing.T) {
 	}
 
 	lost, duplicated := finishAndVerify(t, c, job)
-	n := len(attacks) + restAttacks
+	n := len(attacks) + moreAttacks
 	fmt.Printf("attacks=%d rejected=%d lost=%d duplicated=%d\n", n, rejected, lost, duplicated)
 	if rejected != n || lost != 0 || duplicated != 0 {
 		t.Fatalf("attacks=%d rejected=%d lost=%d duplicated=%d", n, rejected, lost, duplicated)
