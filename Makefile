@@ -12,7 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 # package; the process-level integration tests live in ./test.
 PKGS := ./...
 
-.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate
+.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate fuzz
 
 all: build
 
@@ -30,6 +30,16 @@ test: vet $(BIN)/versitygw
 vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Runs every fuzz target in the repository for FUZZTIME each (default 20s),
+# one target at a time, after its committed seed corpus in
+# testdata/fuzz/<FuzzName>/; prints one line per target and fails if any
+# target fails. FUZZ selects targets by an extended regexp on "pkg
+# FuzzName" (make fuzz FUZZ=FuzzREST), FUZZPARALLEL sets the fuzzing
+# processes per target. Logs are in .run/fuzz/.
+FUZZTIME ?= 20s
+fuzz:
+	@FUZZTIME='$(FUZZTIME)' FUZZ='$(FUZZ)' FUZZPARALLEL='$(FUZZPARALLEL)' FUZZMINIMIZETIME='$(FUZZMINIMIZETIME)' GO='$(GO)' ./scripts/fuzz.sh
 
 # The long chaos run, sized by work: 50 taskmanager kills (WEIR_CHAOS_KILLS;
 # half of them restarted on the same port) and 5 SIGSTOP/SIGCONT pauses

@@ -128,14 +128,18 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("checkpoint: restore directory %s: %w; check its permissions or the taskmanager's --state-dir", dir, err)
 	}
+	// Every name is checked before any download starts, so that a bad one
+	// never leaves goroutines writing into dir after the call returned.
+	for _, f := range files {
+		if err := validSegment("snapshot file name", f.GetName()); err != nil {
+			return nil, 0, err
+		}
+	}
 	out := make([]stream.SnapshotFile, len(files))
 	var fetched atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(fetchParallelism)
 	for i, f := range files {
-		if err := validSegment("snapshot file name", f.GetName()); err != nil {
-			return nil, 0, err
-		}
 		g.Go(func() error {
 			dst := filepath.Join(dir, f.GetName())
 			out[i] = stream.SnapshotFile{Path: dst, Name: f.GetName(), Size: f.GetSize(), SHA256: f.GetSha256(), Shared: f.GetShared()}

@@ -2,6 +2,7 @@ package security
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -103,7 +104,7 @@ func HTTPHandler(m *Material, h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-			http.Error(w, "security: a verified client certificate is required", http.StatusUnauthorized)
+			httpError(w, http.StatusUnauthorized, "security: a verified client certificate is required")
 			return
 		}
 		id := identityOf(r.TLS.VerifiedChains[0][0])
@@ -112,10 +113,16 @@ func HTTPHandler(m *Material, h http.Handler) http.Handler {
 			need = RoleRead
 		}
 		if !id.Has(need) {
-			http.Error(w, fmt.Sprintf("security: %q (roles %v) may not %s %s; it needs the %s role", id.Name, id.Roles, r.Method, r.URL.Path, need),
-				http.StatusForbidden)
+			httpError(w, http.StatusForbidden, fmt.Sprintf("security: %q (roles %v) may not %s %s; it needs the %s role", id.Name, id.Roles, r.Method, r.URL.Path, need))
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), id)))
 	})
+}
+
+// httpError answers like the REST API does: a JSON object with the error.
+func httpError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -243,8 +244,9 @@ func TestHTTPHandler(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("%s: %d %s, want %d", tc.name, resp.StatusCode, body, tc.want)
 		}
-		if tc.want == http.StatusForbidden && !strings.Contains(string(body), "needs the operate role") {
-			t.Errorf("%s: body %q does not say which role is needed", tc.name, body)
+		if tc.want == http.StatusForbidden && (!strings.Contains(string(body), "needs the operate role") ||
+			resp.Header.Get("Content-Type") != "application/json" || !json.Valid(body)) {
+			t.Errorf("%s: body %q (%s) does not say in JSON which role is needed", tc.name, body, resp.Header.Get("Content-Type"))
 		}
 	}
 	// No client certificate: the handshake fails.
