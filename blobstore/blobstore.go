@@ -47,6 +47,10 @@ const (
 	EnvS3SecretKey = "WEIR_S3_SECRET_KEY"
 	EnvS3Region    = "WEIR_S3_REGION"   // default us-east-1
 	EnvS3Insecure  = "WEIR_S3_INSECURE" // "true" for plain http
+	// EnvS3CAFile names a PEM file of the CA certificates that the
+	// service's https certificate must chain to, in place of the system's
+	// roots; not with EnvS3Insecure.
+	EnvS3CAFile = "WEIR_S3_CA_FILE"
 )
 
 // ValidatePrefix returns an error wrapping ErrBadKey if prefix is not a

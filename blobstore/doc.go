@@ -6,7 +6,8 @@
 // system, file:///abs/path) and s3store (any S3-compatible service,
 // s3://bucket/prefix). NewMem is an in-memory fake for unit tests of the
 // layers above. blobstoretest holds the conformance suite every
-// implementation passes and a helper that starts a real versitygw S3 server.
+// implementation passes and a helper that starts a real versitygw S3
+// server, over http or https.
 //
 // Keys are '/'-separated relative paths such as "job-1/chk-3/_manifest": no
 // leading or trailing '/', no empty, "." or ".." segment, no NUL or '\',

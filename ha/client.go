@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // Client is one process's connection to the etcd cluster. A jobmanager
@@ -79,16 +80,23 @@ func ConnectRetrying(ctx context.Context, cfg Config, retry time.Duration, faile
 
 // Connect connects to etcd and checks that the cluster answers a
 // linearizable read within cfg.DialTimeout. When it does not, Connect
-// returns an error wrapping ErrUnavailable that names the endpoints; the
-// caller may retry. Connect starts no campaign.
+// returns an error that names the endpoints and wraps ErrUnavailable,
+// or ErrAuthentication when a certificate or the credentials were
+// refused; the error says which setting to check. The caller may retry.
+// Connect starts no campaign.
 func Connect(ctx context.Context, cfg Config) (*Client, error) {
-	if err := cfg.Validate(); err != nil {
+	tlsCfg, err := cfg.validate()
+	if err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Username != "" && tlsCfg == nil && endpointScheme(cfg.Endpoints[0]) != "https" {
+		log.Warn("the etcd password travels in plaintext; set "+settingCA+", "+settingCert+" and "+settingKey, "component", "ha", "user", cfg.Username, "endpoints", cfg.Endpoints)
+	}
+	last := new(lastRPCError)
 	etcd, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
@@ -96,9 +104,15 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		// Keepalive pings notice a dead connection between requests.
 		DialKeepAliveTime:    cfg.DialTimeout,
 		DialKeepAliveTimeout: cfg.DialTimeout,
+		TLS:                  tlsCfg,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
+		// Chained inside the etcd client's own interceptor, so it sees
+		// gRPC's error before the etcd client reduces it to ctx.Err().
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(last.intercept)},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ha: etcd at %s: %w: %v; check ha.endpoints", strings.Join(cfg.Endpoints, ","), ErrUnavailable, err)
+		return nil, connectFailure(ctx, cfg, tlsCfg, err, last.get())
 	}
 	c := &Client{cfg: cfg, log: log.With("component", "ha"), etcd: etcd, prefix: cfg.prefix()}
 	c.mu.terms = make(map[*Leadership]struct{})
@@ -112,8 +126,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("ha: connect to etcd at %s: %w", strings.Join(cfg.Endpoints, ","), ctx.Err())
 		}
-		return nil, fmt.Errorf("ha: etcd at %s did not answer within %v (%w): %v; check that etcd is running, that ha.endpoints lists its client URLs, and that this host can reach them; then retry",
-			strings.Join(cfg.Endpoints, ","), cfg.DialTimeout, ErrUnavailable, err)
+		return nil, connectFailure(ctx, cfg, tlsCfg, err, last.get())
 	}
 	c.log.Info("connected to etcd", "endpoints", cfg.Endpoints, "prefix", c.prefix)
 	return c, nil

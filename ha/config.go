@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +13,13 @@ import (
 // DefaultConfig.
 type Config struct {
 	// Endpoints are the etcd client URLs or host:port pairs, for example
-	// "http://10.0.0.1:2379". At least one is required.
+	// "http://10.0.0.1:2379", "https://etcd-0.example:2379" or
+	// "10.0.0.1:2379". At least one is required. All must use the same
+	// scheme, because the etcd client picks plaintext or TLS for the whole
+	// connection from the first. A host:port uses TLS when TLS is set and
+	// plaintext otherwise; http:// cannot be combined with TLS; https://
+	// without TLS trusts the system's root CAs and presents no client
+	// certificate.
 	Endpoints []string
 	// Prefix is the cluster prefix every key lives under, so that several
 	// Weir clusters can share one etcd. Default "/weir". Trailing slashes
@@ -26,9 +33,37 @@ type Config struct {
 	LeaseTTL time.Duration
 	// DialTimeout bounds Connect's first contact with etcd. Default 5s.
 	DialTimeout time.Duration
+	// TLS secures the connection to etcd; the zero value means plaintext.
+	TLS TLSFiles
+	// Username and Password log in to etcd when its authentication is
+	// enabled (etcdctl auth enable); both empty means no login. With a
+	// client certificate and no Username, etcd takes the certificate's
+	// common name as the user. Password is a secret: no error or log
+	// line of this package shows it, and it should travel over TLS.
+	Username, Password string
 	// Logger receives the package's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// TLSFiles name the PEM files of TLS to etcd. Set all three, or none for
+// plaintext. They are read by Validate and Connect; a renewed certificate
+// takes effect at the next Connect.
+type TLSFiles struct {
+	// CAFile holds the certificates of the CAs that signed the etcd
+	// servers' certificates (etcd's --cert-file). They replace the
+	// system's roots. The server's certificate must name the host of the
+	// endpoint dialled (a DNS name or an IP address in its subject
+	// alternative names).
+	CAFile string
+	// CertFile and KeyFile are this process's client certificate and its
+	// private key, which etcd started with --client-cert-auth checks
+	// against its --trusted-ca-file. The certificate must allow client
+	// authentication (extended key usage clientAuth, or none).
+	CertFile, KeyFile string
+}
+
+// Enabled reports whether any TLS file is set.
+func (f TLSFiles) Enabled() bool { return f.CAFile != "" || f.CertFile != "" || f.KeyFile != "" }
 
 // DefaultConfig returns the defaults; the caller still sets Endpoints.
 func DefaultConfig() Config {
@@ -39,8 +74,24 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first problem with c.
+// Validate reports the first problem with c. It reads the TLS files, to
+// report a missing, unreadable or unusable one before Connect would.
 func (c Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
+// validate is Validate returning the TLS configuration it loaded (nil for
+// plaintext), so that Connect reads the files once.
+func (c Config) validate() (*tls.Config, error) {
+	if err := c.validateFields(); err != nil {
+		return nil, err
+	}
+	return c.TLS.load()
+}
+
+// validateFields is Validate without reading the TLS files.
+func (c Config) validateFields() error {
 	if len(c.Endpoints) == 0 {
 		return errors.New("ha: config: no etcd endpoints; set ha.endpoints to the etcd client URLs (for example http://127.0.0.1:2379)")
 	}
@@ -58,7 +109,7 @@ func (c Config) Validate() error {
 	if c.DialTimeout <= 0 {
 		return fmt.Errorf("ha: config: dial timeout %v must be positive", c.DialTimeout)
 	}
-	return nil
+	return c.validateSecurity()
 }
 
 // ttlSeconds is LeaseTTL rounded up to whole seconds.

@@ -37,9 +37,21 @@
 //	<prefix>/jobs/<id>/checkpoint-id         the last allocated id, decimal
 //	<prefix>/leader-term                     the last allocated leadership term, decimal
 //
-// ha imports the etcd client (it is the only package that does), zap (to
-// silence the client's logs) and the standard library. It must not import
-// generated protobuf code: values are opaque bytes.
+// # Security
+//
+// Config.TLS names a CA file and a client certificate with its key: the
+// client then speaks TLS to etcd, trusts only that CA for etcd's server
+// certificates (checked against the endpoint's host name, as usual) and
+// presents the certificate to etcd's client-certificate auth.
+// Config.Username and Config.Password log in when etcd's own
+// authentication is on. Without them the connection is plaintext, which
+// suits loopback and test clusters. A refused certificate or login makes
+// Connect fail with ErrAuthentication, naming the setting to fix.
+//
+// ha imports the etcd client and its API error codes (it is the only
+// package that does), gRPC (to read why a connection failed), zap (to
+// silence the client's logs) and the standard library. It must not
+// import generated protobuf code: values are opaque bytes.
 package ha
 
 import "errors"
@@ -47,6 +59,12 @@ import "errors"
 var (
 	// ErrUnavailable means etcd did not answer; retry later.
 	ErrUnavailable = errors.New("ha: etcd unavailable")
+	// ErrAuthentication means etcd and this client did not accept each
+	// other: a TLS certificate was refused (by either side) or etcd
+	// refused the user, its password or its access to the prefix.
+	// Retrying does not help until the certificates, the CA, the
+	// credentials or etcd's permissions change.
+	ErrAuthentication = errors.New("ha: etcd authentication failed")
 	// ErrNoLeader means no jobmanager leads at the moment.
 	ErrNoLeader = errors.New("ha: no leader elected")
 	// ErrFenced means a write was refused, and not applied, because the

@@ -1,7 +1,9 @@
 // Package blobstoretest holds what every blobstore.Store implementation is
 // tested with: RunConformance, the suite of behaviours the Store contract
 // promises, and StartVersityGW, which runs a real S3-compatible server
-// (versitygw, posix backend, loopback) for s3store tests.
+// (versitygw, posix backend, loopback) for s3store tests;
+// StartVersityGWServerTLS runs it over https with a certificate the test
+// provides (from security.InitCerts, say).
 //
 // It is imported by tests only. It imports testing, blobstore and s3store.
 package blobstoretest

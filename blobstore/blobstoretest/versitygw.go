@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -118,20 +120,45 @@ type VersityGW struct {
 	AccessKey, SecretKey string
 	t                    testing.TB
 	bin, dir             string
+	tls                  VersityGWTLS // zero for plain http
 	endpoint             string
 	stop                 func(kill bool)
+}
+
+// VersityGWTLS names the PEM files of a versitygw that serves https: the
+// certificate it presents with its key, and the CA that signed the
+// certificate, which its clients trust. The certificate must name
+// 127.0.0.1, where the server listens; the leaves of security.InitCerts
+// do.
+type VersityGWTLS struct {
+	CAFile, CertFile, KeyFile string
 }
 
 // StartVersityGWServer is StartVersityGW returning the server.
 func StartVersityGWServer(t testing.TB) *VersityGW {
 	t.Helper()
-	gw := &VersityGW{t: t, bin: VersityGWPath(t), dir: t.TempDir(),
+	return startVersityGWServer(t, VersityGWTLS{})
+}
+
+// StartVersityGWServerTLS is StartVersityGWServer serving https with the
+// certificate files tls names (all three are required). Its S3Config and
+// NewS3Store give clients that trust tls.CAFile.
+func StartVersityGWServerTLS(t testing.TB, tls VersityGWTLS) *VersityGW {
+	t.Helper()
+	if tls.CAFile == "" || tls.CertFile == "" || tls.KeyFile == "" {
+		t.Fatalf("StartVersityGWServerTLS(%+v): name the CA, the certificate and its key", tls)
+	}
+	return startVersityGWServer(t, tls)
+}
+
+func startVersityGWServer(t testing.TB, tls VersityGWTLS) *VersityGW {
+	t.Helper()
+	gw := &VersityGW{t: t, bin: VersityGWPath(t), dir: t.TempDir(), tls: tls,
 		AccessKey: "weirtest" + randomHex(4), SecretKey: randomHex(16)}
 	gw.start()
-	cfg := s3store.Config{Endpoint: gw.endpoint, AccessKey: gw.AccessKey, SecretKey: gw.SecretKey, Bucket: VersityBucket}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s3store.MakeBucket(ctx, cfg); err != nil {
+	if err := s3store.MakeBucket(ctx, gw.S3Config("")); err != nil {
 		t.Fatalf("versitygw on %s: %v", gw.endpoint, err)
 	}
 	t.Cleanup(func() {
@@ -142,9 +169,37 @@ func StartVersityGWServer(t testing.TB) *VersityGW {
 	return gw
 }
 
-// Endpoint is the server's host:port (plain http); it changes with
-// Restart.
+// Endpoint is the server's host:port (plain http, or https when started
+// by StartVersityGWServerTLS); it changes with Restart.
 func (gw *VersityGW) Endpoint() string { return gw.endpoint }
+
+// Secure reports whether the server serves https.
+func (gw *VersityGW) Secure() bool { return gw.tls.CertFile != "" }
+
+// CAFile is the CA file clients trust for an https server; "" for plain
+// http.
+func (gw *VersityGW) CAFile() string { return gw.tls.CAFile }
+
+// S3Config returns the s3store configuration for the bucket VersityBucket
+// on this server, under prefix, over https trusting CAFile when the
+// server serves https. It changes with Restart.
+func (gw *VersityGW) S3Config(prefix string) s3store.Config {
+	cfg := S3Config(gw.endpoint, gw.AccessKey, gw.SecretKey, prefix)
+	cfg.Secure = gw.Secure()
+	cfg.CAFile = gw.tls.CAFile
+	return cfg
+}
+
+// NewS3Store returns an s3store on this server under a fresh random
+// prefix, so that every call sees an empty store.
+func (gw *VersityGW) NewS3Store(t testing.TB) *s3store.Store {
+	t.Helper()
+	s, err := s3store.New(t.Context(), gw.S3Config("t-"+randomHex(6)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // Kill ends the server with SIGKILL, as a crash would.
 func (gw *VersityGW) Kill() {
@@ -167,7 +222,7 @@ func (gw *VersityGW) start() {
 	var lastErr error
 	for range 3 { // another process may take the port between pick and bind
 		addr := freePort(gw.t)
-		stop, err := startVersityGW(gw.t, gw.bin, addr, gw.dir, gw.AccessKey, gw.SecretKey)
+		stop, err := startVersityGW(gw.t, gw.bin, addr, gw.dir, gw.AccessKey, gw.SecretKey, gw.tls)
 		if err != nil {
 			lastErr = err
 			continue
@@ -178,21 +233,41 @@ func (gw *VersityGW) start() {
 	gw.t.Fatalf("start versitygw: %v", lastErr)
 }
 
-// startVersityGW runs the server and waits until it answers HTTP. It
-// returns the function that stops it (SIGTERM, or SIGKILL with kill); the
-// caller must call it.
-func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string) (stop func(kill bool), err error) {
+// startVersityGW runs the server and waits until it answers HTTP (or
+// HTTPS with tls's certificate). It returns the function that stops it
+// (SIGTERM, or SIGKILL with kill); the caller must call it.
+func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string, tlsFiles VersityGWTLS) (stop func(kill bool), err error) {
 	t.Helper()
-	var out lockedBuffer
-	cmd := exec.Command(bin,
+	client := &http.Client{Timeout: time.Second}
+	scheme := "http"
+	args := []string{
 		"--port", addr,
 		"--access", accessKey,
 		"--secret", secretKey,
 		"--region", "us-east-1",
 		"--quiet",
-		"posix", dir)
-	// Keep the root credentials out of the environment the server sees.
-	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY=", "ROOT_SECRET_KEY=", "ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY=")
+	}
+	if tlsFiles.CertFile != "" {
+		// --cert and --key are options of the gateway, so they come
+		// before the backend's subcommand.
+		args = append(args, "--cert", tlsFiles.CertFile, "--key", tlsFiles.KeyFile)
+		pem, err := os.ReadFile(tlsFiles.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("versitygw CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("versitygw CA file %s holds no PEM certificate", tlsFiles.CAFile)
+		}
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+		scheme = "https"
+	}
+	args = append(args, "posix", dir)
+	var out lockedBuffer
+	cmd := exec.Command(bin, args...)
+	// Keep the root credentials, and TLS files that would turn a plain
+	// server into an https one, out of the environment the server sees.
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY=", "ROOT_SECRET_KEY=", "ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY=", "VGW_CERT=", "VGW_KEY=")
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if err := cmd.Start(); err != nil {
@@ -221,7 +296,7 @@ func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string) (
 		}
 	}
 
-	client := &http.Client{Timeout: time.Second}
+	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
@@ -229,7 +304,7 @@ func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string) (
 			return nil, fmt.Errorf("versitygw on %s exited before answering (%v); output:\n%s", addr, waitErr, out.String())
 		default:
 		}
-		resp, err := client.Get("http://" + addr + "/")
+		resp, err := client.Get(scheme + "://" + addr + "/")
 		if err == nil {
 			resp.Body.Close()
 			return stop, nil

@@ -9,6 +9,11 @@
 // honour atomically; a service that ignores the header would make it an
 // unconditional Put.
 //
+// Config.Secure selects https; Config.CAFile then names the CA that signed
+// the service's certificate when it is not one of the system's roots.
+// minio-go's own HTTP transport is used either way, with only the roots
+// changed and retries of an untrusted certificate cut short.
+//
 // s3store imports the standard library, minio-go and
 // blobstore/internal/blob.
 package s3store
@@ -16,11 +21,14 @@ package s3store
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -55,6 +63,12 @@ type Config struct {
 	Prefix string
 	// Secure selects https; false means plain http.
 	Secure bool
+	// CAFile is a PEM file of the CA certificates the service's
+	// certificate must chain to, in place of the system's roots: for a
+	// service whose certificate a private CA signed. Empty means the
+	// system's roots. Only with Secure. Validate and New read it; the
+	// service's certificate must also name the Endpoint's host.
+	CAFile string
 	// MaxRetries is how many times a failed request is tried in total.
 	// Default 10; 1 disables retries.
 	MaxRetries int
@@ -79,6 +93,13 @@ func (c Config) Validate() error {
 		return errors.New("s3store: set both the access key and the secret key, or neither")
 	case c.MaxRetries < 0:
 		return fmt.Errorf("s3store: MaxRetries %d: must not be negative", c.MaxRetries)
+	case c.CAFile != "" && !c.Secure:
+		return fmt.Errorf("s3store: a CA file (%s, WEIR_S3_CA_FILE) is set for plain http (WEIR_S3_INSECURE=true), which checks no certificate; unset one of them", c.CAFile)
+	}
+	if c.CAFile != "" {
+		if _, err := loadCA(c.CAFile); err != nil {
+			return err
+		}
 	}
 	if err := s3utils.CheckValidBucketName(c.Bucket); err != nil {
 		return fmt.Errorf("s3store: bucket %q: %v", c.Bucket, err)
@@ -116,6 +137,32 @@ type Store struct {
 
 var _ blob.Store = (*Store)(nil)
 
+// maxCABytes bounds the CA file: anything larger is not a few PEM
+// certificates but a wrong path.
+const maxCABytes = 1 << 20
+
+// loadCA reads the CA file into a pool.
+func loadCA(path string) (*x509.CertPool, error) {
+	const fix = "give the PEM certificate of the CA that signed the S3 service's certificate"
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: CA file (WEIR_S3_CA_FILE): %w; %s", err, fix)
+	}
+	defer f.Close()
+	pem, err := io.ReadAll(io.LimitReader(f, maxCABytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("s3store: CA file (WEIR_S3_CA_FILE) %s: %w", path, err)
+	}
+	if len(pem) > maxCABytes {
+		return nil, fmt.Errorf("s3store: CA file (WEIR_S3_CA_FILE) %s is larger than %d bytes; is it the right file? %s", path, maxCABytes, fix)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("s3store: CA file (WEIR_S3_CA_FILE) %s holds no PEM certificate; %s", path, fix)
+	}
+	return pool, nil
+}
+
 func newClient(cfg Config) (*minio.Client, error) {
 	var creds *credentials.Credentials
 	if cfg.AccessKey != "" {
@@ -123,13 +170,30 @@ func newClient(cfg Config) (*minio.Client, error) {
 	} else {
 		creds = credentials.New(&credentials.Static{})
 	}
-	client, err := minio.New(cfg.Endpoint, &minio.Options{
+	opts := &minio.Options{
 		Creds:        creds,
 		Secure:       cfg.Secure,
 		Region:       cfg.Region,
 		BucketLookup: minio.BucketLookupPath,
 		MaxRetries:   cfg.MaxRetries,
-	})
+	}
+	if cfg.Secure {
+		// minio-go's own transport, so that only the roots (and the
+		// retries of an untrusted certificate) differ.
+		tr, err := minio.DefaultTransport(true)
+		if err != nil {
+			return nil, fmt.Errorf("s3store: endpoint %q: %w", cfg.Endpoint, err)
+		}
+		if cfg.CAFile != "" {
+			pool, err := loadCA(cfg.CAFile)
+			if err != nil {
+				return nil, err
+			}
+			tr.TLSClientConfig.RootCAs = pool
+		}
+		opts.Transport = untrustedFailsFast{tr}
+	}
+	client, err := minio.New(cfg.Endpoint, opts)
 	if err != nil {
 		return nil, fmt.Errorf("s3store: endpoint %q: %w", cfg.Endpoint, err)
 	}
@@ -175,11 +239,48 @@ func (s *Store) describeBucketError(err error) error {
 	case code == "AccessDenied" || code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" ||
 		minio.ToErrorResponse(err).StatusCode == http.StatusForbidden:
 		return fmt.Errorf("s3store: checking %s: access denied (%v); check the access key and secret key (WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY) and the bucket's policy", where, err)
-	case errors.As(err, &netErr):
+	case isCertificateError(err):
+		roots := "the system's root CAs"
+		if c.CAFile != "" {
+			roots = "the CA file " + c.CAFile
+		}
+		return fmt.Errorf("s3store: checking %s: the service's TLS certificate is not trusted (checked against %s): %w; set WEIR_S3_CA_FILE to the PEM file of the CA that signed it, and make sure the certificate names the endpoint's host",
+			where, roots, err)
+	case errors.As(err, &netErr) && c.Secure:
 		return fmt.Errorf("s3store: cannot reach %s: %w; check that the endpoint (WEIR_S3_ENDPOINT, host:port) is right and the service is running, and set WEIR_S3_INSECURE=true if it serves plain http", where, err)
+	case errors.As(err, &netErr):
+		return fmt.Errorf("s3store: cannot reach %s: %w; check that the endpoint (WEIR_S3_ENDPOINT, host:port) is right and the service is running; if it serves https, unset WEIR_S3_INSECURE (and set WEIR_S3_CA_FILE if a private CA signed its certificate)", where, err)
 	default:
 		return fmt.Errorf("s3store: checking %s: %w", where, err)
 	}
+}
+
+// untrustedFailsFast ends minio-go's retries of a request whose TLS
+// handshake failed because the service's certificate is from an unknown
+// CA: retrying cannot change the certificate, and ten tries with back-off
+// only delay the error by seconds. minio-go stops retrying when the
+// transport returns an x509.UnknownAuthorityError, but the standard
+// library wraps it in a *tls.CertificateVerificationError, which minio-go
+// does not look into; so it is returned unwrapped.
+type untrustedFailsFast struct{ http.RoundTripper }
+
+func (t untrustedFailsFast) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.RoundTripper.RoundTrip(req)
+	var unknown x509.UnknownAuthorityError
+	if err != nil && errors.As(err, &unknown) {
+		return nil, unknown
+	}
+	return resp, err
+}
+
+// isCertificateError reports whether err is this client's refusal of the
+// service's certificate.
+func isCertificateError(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid)
 }
 
 // MakeBucket creates cfg.Bucket. Stores never create buckets themselves;

@@ -54,10 +54,11 @@ func Open(ctx context.Context, uri string) (blobstore.Store, error) {
 			Bucket:    u.Host,
 			Prefix:    strings.Trim(u.Path, "/"),
 			Secure:    !strings.EqualFold(os.Getenv(blobstore.EnvS3Insecure), "true"),
+			CAFile:    os.Getenv(blobstore.EnvS3CAFile),
 		}
 		if cfg.Endpoint == "" {
-			return nil, fmt.Errorf("blobstore: storage URI %q: %s is not set; set it to the S3 service's host:port (and %s, %s, optionally %s and %s=true for http)",
-				uri, blobstore.EnvS3Endpoint, blobstore.EnvS3AccessKey, blobstore.EnvS3SecretKey, blobstore.EnvS3Region, blobstore.EnvS3Insecure)
+			return nil, fmt.Errorf("blobstore: storage URI %q: %s is not set; set it to the S3 service's host:port (and %s, %s, optionally %s, %s=true for http, or %s for https with a private CA)",
+				uri, blobstore.EnvS3Endpoint, blobstore.EnvS3AccessKey, blobstore.EnvS3SecretKey, blobstore.EnvS3Region, blobstore.EnvS3Insecure, blobstore.EnvS3CAFile)
 		}
 		return s3store.New(ctx, cfg)
 	case "":

@@ -3,6 +3,7 @@ package storeuri_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/weirstream/weir/blobstore/filestore"
 	"github.com/weirstream/weir/blobstore/s3store"
 	"github.com/weirstream/weir/blobstore/storeuri"
+	"github.com/weirstream/weir/security"
 )
 
 func TestOpenFile(t *testing.T) {
@@ -31,6 +33,7 @@ func TestOpenS3(t *testing.T) {
 	t.Setenv(blobstore.EnvS3AccessKey, access)
 	t.Setenv(blobstore.EnvS3SecretKey, secret)
 	t.Setenv(blobstore.EnvS3Insecure, "true")
+	t.Setenv(blobstore.EnvS3CAFile, "")
 	s, err := storeuri.Open(t.Context(), "s3://"+blobstoretest.VersityBucket+"/some/prefix")
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +58,39 @@ func TestOpenS3(t *testing.T) {
 	_, err = storeuri.Open(t.Context(), "s3://no-such-bucket/x")
 	if !errors.Is(err, s3store.ErrNoSuchBucket) || !strings.Contains(err.Error(), "no-such-bucket") || !strings.Contains(err.Error(), endpoint) || !strings.Contains(err.Error(), "create it") {
 		t.Fatalf("Open(missing bucket) = %v; want s3store.ErrNoSuchBucket naming bucket and endpoint and saying to create it", err)
+	}
+}
+
+// TestOpenS3TLS: WEIR_S3_CA_FILE makes s3:// stores trust an https
+// service whose certificate a private CA signed; without it the error
+// names the variable.
+func TestOpenS3TLS(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	if _, err := security.InitCerts(dir, security.CertOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gw := blobstoretest.StartVersityGWServerTLS(t, blobstoretest.VersityGWTLS(security.Files(dir, security.JobManagerFile)))
+	t.Setenv(blobstore.EnvS3Endpoint, gw.Endpoint())
+	t.Setenv(blobstore.EnvS3AccessKey, gw.AccessKey)
+	t.Setenv(blobstore.EnvS3SecretKey, gw.SecretKey)
+	t.Setenv(blobstore.EnvS3Insecure, "")
+	uri := "s3://" + blobstoretest.VersityBucket + "/tls"
+
+	t.Setenv(blobstore.EnvS3CAFile, "")
+	if _, err := storeuri.Open(t.Context(), uri); err == nil || !strings.Contains(err.Error(), blobstore.EnvS3CAFile) {
+		t.Fatalf("Open without %s = %v, want an error naming it", blobstore.EnvS3CAFile, err)
+	}
+
+	t.Setenv(blobstore.EnvS3CAFile, filepath.Join(dir, security.CAFile))
+	s, err := storeuri.Open(t.Context(), uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(t.Context(), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(t.Context(), "k"); err != nil || string(got) != "v" {
+		t.Fatalf("Get over https = %q, %v", got, err)
 	}
 }
 

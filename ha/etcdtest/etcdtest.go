@@ -24,10 +24,17 @@
 //     leases expire); Heal lets clients in again. Peer traffic is not
 //     affected.
 //
+// StartClusterWith and StartWith take Options; with Options.ClientTLS the
+// members serve clients only over TLS and require a client certificate
+// signed by the given CA, as a production etcd started with
+// --client-cert-auth and --trusted-ca-file does. The proxies relay bytes,
+// so the TLS session runs end to end between client and member.
+//
 // etcdtest imports the etcd server and client (the client only to ask the
-// members for their status), zap (to silence etcd's logs), test/proxytest,
-// test/polltest and the standard library. It is a test helper: only
-// _test.go files import it.
+// members for their status), etcd's client/pkg transport (to load TLS
+// files), zap (to silence etcd's logs), test/proxytest, test/polltest and
+// the standard library. It is a test helper: only _test.go files import
+// it.
 package etcdtest
 
 import (
@@ -44,6 +51,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -66,11 +74,44 @@ const (
 	startAttempts = 3
 	// statusTimeout bounds one status request to one member.
 	statusTimeout = 2 * time.Second
+	// minBcryptCost is the lowest cost bcrypt accepts
+	// (golang.org/x/crypto/bcrypt.MinCost).
+	minBcryptCost = 4
 )
 
 // clusterSeq makes each cluster's token unique within the process, so
 // that members of different clusters never accept each other's traffic.
 var clusterSeq atomic.Int64
+
+// TLSFiles name PEM files: a CA certificate, and a certificate with its
+// private key.
+type TLSFiles struct {
+	CAFile, CertFile, KeyFile string
+}
+
+// enabled reports whether any file is named.
+func (f TLSFiles) enabled() bool { return f.CAFile != "" || f.CertFile != "" || f.KeyFile != "" }
+
+// Options change what StartClusterWith and StartWith start. The zero
+// value is what StartCluster and Start start: plaintext everywhere.
+type Options struct {
+	// ClientTLS, when set (all three files), makes every member serve
+	// its clients only over TLS: it presents CertFile with KeyFile and
+	// accepts only clients presenting a certificate that CAFile signed
+	// (etcd's client-certificate auth). CertFile must name 127.0.0.1 (the
+	// address clients dial) and allow client authentication too, because
+	// the cluster's own status client presents it; the leaves of
+	// security.InitCerts do both. Peer traffic stays plaintext.
+	ClientTLS TLSFiles
+}
+
+// validate reports an incomplete ClientTLS.
+func (o Options) validate() error {
+	if f := o.ClientTLS; f.enabled() && (f.CAFile == "" || f.CertFile == "" || f.KeyFile == "") {
+		return fmt.Errorf("Options.ClientTLS names %+v; name the CA, certificate and key files together, or none for plaintext", f)
+	}
+	return nil
+}
 
 // Cluster is a static cluster of embedded etcd members, each behind its
 // own fault proxy. Its methods may be called from any goroutine, except
@@ -78,6 +119,7 @@ var clusterSeq atomic.Int64
 // cluster when something is wrong, and so belong on that test's goroutine.
 type Cluster struct {
 	t       testing.TB
+	opts    Options
 	members []*Member
 	token   string
 	initial string // the static initial cluster: name=peerURL,...
@@ -115,11 +157,21 @@ type Member struct {
 // does not become ready.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, n, Options{})
+}
+
+// StartClusterWith is StartCluster with opts.
+func StartClusterWith(t testing.TB, n int, opts Options) *Cluster {
+	t.Helper()
 	if n != 1 && n != 3 && n != 5 {
 		t.Fatalf("etcdtest: StartCluster: a cluster of %d members; use 1, 3 or 5 (odd sizes, so that a majority survives 0, 1 or 2 members down)", n)
 		return nil
 	}
-	c := &Cluster{t: t}
+	if err := opts.validate(); err != nil {
+		t.Fatalf("etcdtest: StartCluster: %v", err)
+		return nil
+	}
+	c := &Cluster{t: t, opts: opts}
 	for attempt := 1; ; attempt++ {
 		err := c.launch(n)
 		if err == nil {
@@ -159,13 +211,17 @@ func (c *Cluster) launch(n int) error {
 	}
 	c.members = make([]*Member, n)
 	initial := make([]string, n)
+	scheme := "http"
+	if c.opts.ClientTLS.enabled() {
+		scheme = "https"
+	}
 	for i := range c.members {
 		m := &Member{
 			c:      c,
 			index:  i,
 			name:   fmt.Sprintf("member%d", i),
 			dir:    c.t.TempDir(),
-			client: url.URL{Scheme: "http", Host: addrs[2*i]},
+			client: url.URL{Scheme: scheme, Host: addrs[2*i]},
 			peer:   url.URL{Scheme: "http", Host: addrs[2*i+1]},
 		}
 		m.proxy = proxytest.Start(c.t, m.client.Host)
@@ -184,7 +240,8 @@ func (c *Cluster) launch(n int) error {
 
 // Endpoints are the addresses clients dial ("127.0.0.1:port"), one proxy
 // per member, in member order; they stay the same across Stop and
-// Restart.
+// Restart. They carry no scheme: with Options.ClientTLS a client must be
+// configured for TLS itself.
 func (c *Cluster) Endpoints() []string {
 	eps := make([]string, len(c.members))
 	for i, m := range c.members {
@@ -194,7 +251,7 @@ func (c *Cluster) Endpoints() []string {
 }
 
 // DirectEndpoints are the members' own client URLs, bypassing the proxies,
-// in member order.
+// in member order: https:// URLs with Options.ClientTLS, else http://.
 func (c *Cluster) DirectEndpoints() []string {
 	eps := make([]string, len(c.members))
 	for i, m := range c.members {
@@ -323,11 +380,21 @@ func (c *Cluster) adminClient() (*clientv3.Client, error) {
 		return nil, errors.New("etcdtest: the cluster was stopped at the end of the test")
 	}
 	if c.admin.cli == nil {
-		cli, err := clientv3.New(clientv3.Config{
+		cfg := clientv3.Config{
 			Endpoints:   c.DirectEndpoints(),
 			DialTimeout: statusTimeout,
 			Logger:      zap.NewNop(),
-		})
+		}
+		if f := c.opts.ClientTLS; f.enabled() {
+			// The members require a client certificate from the CA; the
+			// server's own certificate serves as one.
+			tlsCfg, err := transport.TLSInfo{CertFile: f.CertFile, KeyFile: f.KeyFile, TrustedCAFile: f.CAFile}.ClientConfig()
+			if err != nil {
+				return nil, fmt.Errorf("etcdtest: status client TLS from %+v: %w", f, err)
+			}
+			cfg.TLS = tlsCfg
+		}
+		cli, err := clientv3.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("etcdtest: status client for %v: %w", c.DirectEndpoints(), err)
 		}
@@ -498,9 +565,20 @@ func (m *Member) launch() error {
 	cfg.Dir = m.dir
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.UnsafeNoFsync = true
+	// Password hashing at etcd's default cost takes seconds under -race;
+	// tests that turn etcd's authentication on need it cheap, not strong.
+	cfg.BcryptCost = minBcryptCost
 	cfg.ListenClientUrls = []url.URL{m.client}
 	cfg.AdvertiseClientUrls = []url.URL{m.client}
 	cfg.ListenPeerUrls = []url.URL{m.peer}
+	if f := m.c.opts.ClientTLS; f.enabled() {
+		cfg.ClientTLSInfo = transport.TLSInfo{
+			CertFile:       f.CertFile,
+			KeyFile:        f.KeyFile,
+			TrustedCAFile:  f.CAFile,
+			ClientCertAuth: true,
+		}
+	}
 	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: m.peerPx.Addr()}}
 	// Used only on the first start: a restarted member reads its cluster
 	// from its data directory.
@@ -577,7 +655,13 @@ type Server struct {
 // the server does not become ready.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	c := StartCluster(t, 1)
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, opts Options) *Server {
+	t.Helper()
+	c := StartClusterWith(t, 1, opts)
 	return &Server{c: c, m: c.members[0]}
 }
 
