@@ -49,6 +49,10 @@ type Config struct {
 	EtcdEndpoints []string
 	// EtcdPrefix is the cluster's etcd key prefix. Default "/weir".
 	EtcdPrefix string
+	// EtcdTLS, EtcdUser and EtcdPassword are the etcd client's TLS
+	// material and login, when etcd requires them.
+	EtcdTLS                ha.TLSFiles
+	EtcdUser, EtcdPassword string
 	// WaitForLeader: a call that no jobmanager answers as the leader (all
 	// unreachable, or standing by) tries again every RetryInterval until
 	// its context ends. Otherwise it fails after one round.
@@ -252,6 +256,7 @@ func (c *Client) etcdLeader(ctx context.Context) (string, error) {
 	c.etcdOnce.Do(func() {
 		cfg := ha.DefaultConfig()
 		cfg.Endpoints, cfg.Prefix = c.cfg.EtcdEndpoints, c.cfg.EtcdPrefix
+		cfg.TLS, cfg.Username, cfg.Password = c.cfg.EtcdTLS, c.cfg.EtcdUser, c.cfg.EtcdPassword
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		c.etcd, c.etcdErr = ha.Connect(cctx, cfg)

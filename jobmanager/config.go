@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weirstream/weir/failover"
+	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/stream"
@@ -111,6 +112,12 @@ type HAConfig struct {
 	// jobmanager at, published in etcd while it leads. Default: the bound
 	// RPC address.
 	AdvertisedAddress string
+	// EtcdTLS is the etcd client's TLS material: etcd's CA and a client
+	// certificate and key (all or none).
+	EtcdTLS ha.TLSFiles
+	// EtcdUser and EtcdPassword log in to etcd (etcd's own auth); the
+	// password comes from WEIR_HA_ETCD_PASSWORD, never a file or flag.
+	EtcdUser, EtcdPassword string
 }
 
 // etcd reports whether the HA mode is etcd.

@@ -47,6 +47,7 @@ func (jm *JobManager) haConnect(ctx context.Context) (*ha.Client, error) {
 	if jm.cfg.HA.LeaseTTL > 0 {
 		cfg.LeaseTTL = jm.cfg.HA.LeaseTTL
 	}
+	cfg.TLS, cfg.Username, cfg.Password = jm.cfg.HA.EtcdTLS, jm.cfg.HA.EtcdUser, jm.cfg.HA.EtcdPassword
 	cfg.Logger = jm.log
 	return ha.ConnectRetrying(ctx, cfg, haRetry, func(err error) {
 		jm.log.Error("cannot reach etcd; retrying (check ha.endpoints and that etcd runs)", "endpoints", cfg.Endpoints, "retry", haRetry, "error", err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/security"
 )
 
@@ -81,6 +82,12 @@ type HAConfig struct {
 	Endpoints []string
 	// Prefix is the cluster's etcd key prefix. Default "/weir".
 	Prefix string
+	// EtcdTLS is the etcd client's TLS material: etcd's CA and a client
+	// certificate and key (all or none).
+	EtcdTLS ha.TLSFiles
+	// EtcdUser and EtcdPassword log in to etcd (etcd's own auth); the
+	// password comes from WEIR_HA_ETCD_PASSWORD, never a file or flag.
+	EtcdUser, EtcdPassword string
 }
 
 func (h HAConfig) etcd() bool { return h.Mode == "etcd" }

@@ -135,6 +135,7 @@ func (tm *TaskManager) haConnect(ctx context.Context) (*ha.Client, error) {
 	if tm.cfg.HA.Prefix != "" {
 		cfg.Prefix = tm.cfg.HA.Prefix
 	}
+	cfg.TLS, cfg.Username, cfg.Password = tm.cfg.HA.EtcdTLS, tm.cfg.HA.EtcdUser, tm.cfg.HA.EtcdPassword
 	cfg.Logger = tm.log
 	return ha.ConnectRetrying(ctx, cfg, tm.cfg.RegisterRetry, func(err error) {
 		tm.log.Error("cannot reach etcd to find the leading jobmanager; retrying (check --ha-etcd-endpoints and that etcd runs)",

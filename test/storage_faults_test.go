@@ -33,7 +33,8 @@ func TestStorageFaults(t *testing.T) {
 	}
 	prefix := fmt.Sprintf("storage-faults-%d", time.Now().UnixNano())
 	c := clustertest.Start(t, clustertest.Options{TLS: true, TaskManagers: 2, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
-		HeartbeatTimeout: 3 * time.Second, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info", S3: true})
+		HeartbeatTimeout: 3 * time.Second, SlotWaitTimeout: 2 * time.Minute, LogLevel: "info", S3: true,
+		PlaintextS3: true}) // the manifest-write fault reads the requests
 	s3 := c.S3()
 	px := s3.Proxy
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/weirstream/weir/client"
+	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/jobspec"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/security"
@@ -34,6 +35,10 @@ type clientConfig struct {
 	haPrefix    string
 	// tls is the client's TLS material (--tls-ca, --tls-cert, --tls-key).
 	tls security.TLSConfig
+	// etcdTLS and etcdUser reach a TLS or password-protected etcd
+	// (--ha-etcd-ca, --ha-etcd-cert, --ha-etcd-key, --ha-etcd-user).
+	etcdTLS  ha.TLSFiles
+	etcdUser string
 	// client is the client dial made, to name the jobmanager it reached.
 	client *client.Client
 }
@@ -61,6 +66,11 @@ func (c *clientConfig) bind(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringSliceVar(&c.haEndpoints, "ha-etcd-endpoints", eps,
 		"find the leading jobmanager through these etcd endpoints instead of --jobmanager (env WEIR_HA_ETCD_ENDPOINTS, comma-separated)")
 	cmd.PersistentFlags().StringVar(&c.haPrefix, "ha-prefix", prefix, "etcd key prefix of the cluster, with --ha-etcd-endpoints (env WEIR_HA_PREFIX)")
+	cmd.PersistentFlags().StringVar(&c.etcdTLS.CAFile, "ha-etcd-ca", os.Getenv("WEIR_HA_ETCD_CA"), "etcd's CA certificate (PEM) for TLS to etcd (env WEIR_HA_ETCD_CA)")
+	cmd.PersistentFlags().StringVar(&c.etcdTLS.CertFile, "ha-etcd-cert", os.Getenv("WEIR_HA_ETCD_CERT"), "client certificate (PEM) presented to etcd (env WEIR_HA_ETCD_CERT)")
+	cmd.PersistentFlags().StringVar(&c.etcdTLS.KeyFile, "ha-etcd-key", os.Getenv("WEIR_HA_ETCD_KEY"), "the private key of --ha-etcd-cert (env WEIR_HA_ETCD_KEY)")
+	cmd.PersistentFlags().StringVar(&c.etcdUser, "ha-etcd-user", os.Getenv("WEIR_HA_ETCD_USER"),
+		"etcd user to log in as; the password from WEIR_HA_ETCD_PASSWORD (env WEIR_HA_ETCD_USER)")
 	cmd.PersistentFlags().StringVar(&c.tls.CAFile, "tls-ca", os.Getenv("WEIR_TLS_CA"),
 		"cluster CA certificate (PEM) for mutual TLS to the jobmanager, with --tls-cert and --tls-key (env WEIR_TLS_CA)")
 	cmd.PersistentFlags().StringVar(&c.tls.CertFile, "tls-cert", os.Getenv("WEIR_TLS_CERT"),
@@ -83,7 +93,8 @@ func (c *clientConfig) dial() (weirpb.JobServiceClient, func(), error) {
 	if err := c.validate(); err != nil {
 		return nil, nil, err
 	}
-	cfg := client.Config{EtcdEndpoints: c.haEndpoints, EtcdPrefix: c.haPrefix, TLS: c.tls}
+	cfg := client.Config{EtcdEndpoints: c.haEndpoints, EtcdPrefix: c.haPrefix, TLS: c.tls,
+		EtcdTLS: c.etcdTLS, EtcdUser: c.etcdUser, EtcdPassword: os.Getenv(envEtcdPassword)}
 	if len(c.haEndpoints) == 0 {
 		cfg.JobManagers = []string{c.jobmanager}
 	}

@@ -25,6 +25,10 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
+// envEtcdPassword holds the etcd password: command lines and config files
+// are readable by more people than the process environment.
+const envEtcdPassword = "WEIR_HA_ETCD_PASSWORD"
+
 // jobManagerSettings is the jobmanager's settings table; restart receives
 // the default restart strategy's keys (finishJobManagerConfig parses them).
 func jobManagerSettings(cfg *jobmanager.Config, restart *map[string]string) []setting {
@@ -37,7 +41,7 @@ func jobManagerSettings(cfg *jobmanager.Config, restart *map[string]string) []se
 		{"jobRetention", "job-retention", "how long ended jobs and lost taskmanagers stay listed", &cfg.JobRetention},
 		{"maxEndedJobs", "max-ended-jobs", "ended jobs kept at most; the oldest are forgotten first", &cfg.MaxEndedJobs},
 		{"stateBackend", "state-backend", "keyed-state backend of jobs that name none: heap or pebble", &cfg.DefaultStateBackend},
-		{"checkpointStorage", "checkpoint-storage", "checkpoint storage of jobs that name none: file:///path or s3://bucket/prefix (S3 settings from WEIR_S3_ENDPOINT, WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY, WEIR_S3_REGION, WEIR_S3_INSECURE)", &cfg.CheckpointStorage},
+		{"checkpointStorage", "checkpoint-storage", "checkpoint storage of jobs that name none: file:///path or s3://bucket/prefix (S3 settings from WEIR_S3_ENDPOINT, WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY, WEIR_S3_REGION, WEIR_S3_INSECURE, WEIR_S3_CA_FILE)", &cfg.CheckpointStorage},
 		{"restartStrategy", "restart-strategy", "restart strategy of jobs that set none, with a job spec's restartStrategy keys (type=exponential-delay,initialBackoff=1s,...)", restart},
 		{"allowedPaths", "allowed-paths", "directories jobs may read and write files under (file sources and sinks, file:// checkpoint storage a job names), comma-separated", &cfg.AllowedPaths},
 		{"tls.ca", "tls-ca", "cluster CA certificate (PEM); with --tls-cert and --tls-key every connection is mutual TLS and every call authorized by role (without them only loopback addresses are allowed)", &cfg.TLS.CAFile},
@@ -46,6 +50,10 @@ func jobManagerSettings(cfg *jobmanager.Config, restart *map[string]string) []se
 		{"ha.mode", "ha", "high availability: none, or etcd (several jobmanagers elect a leader through etcd)", &cfg.HA.Mode},
 		{"ha.endpoints", "ha-etcd-endpoints", "etcd client URLs for --ha etcd, comma-separated", &cfg.HA.Endpoints},
 		{"ha.prefix", "ha-prefix", "etcd key prefix of this cluster (--ha etcd)", &cfg.HA.Prefix},
+		{"ha.etcdCA", "ha-etcd-ca", "etcd's CA certificate (PEM), for TLS to etcd with --ha-etcd-cert and --ha-etcd-key", &cfg.HA.EtcdTLS.CAFile},
+		{"ha.etcdCert", "ha-etcd-cert", "client certificate (PEM) presented to etcd", &cfg.HA.EtcdTLS.CertFile},
+		{"ha.etcdKey", "ha-etcd-key", "the private key of --ha-etcd-cert (PEM)", &cfg.HA.EtcdTLS.KeyFile},
+		{"ha.etcdUser", "ha-etcd-user", "etcd user to log in as (the password from WEIR_HA_ETCD_PASSWORD)", &cfg.HA.EtcdUser},
 		{"ha.leaseTTL", "ha-lease-ttl", "leader lease TTL: bounds how long a dead leader blocks a takeover (--ha etcd)", &cfg.HA.LeaseTTL},
 		{"ha.advertisedAddress", "ha-advertised-address", "RPC address published to taskmanagers and clients while leading (default: the bound --rpc-address)", &cfg.HA.AdvertisedAddress},
 	}
@@ -53,6 +61,7 @@ func jobManagerSettings(cfg *jobmanager.Config, restart *map[string]string) []se
 
 // finishJobManagerConfig parses the default restart strategy.
 func finishJobManagerConfig(cfg *jobmanager.Config, restart map[string]string) error {
+	cfg.HA.EtcdPassword = os.Getenv(envEtcdPassword)
 	if len(restart) == 0 {
 		return nil
 	}
@@ -181,6 +190,10 @@ func taskManagerSettings(cfg *taskmanager.Config) []setting {
 		{"ha.mode", "ha", "how to find the jobmanager: none (--jobmanager), or etcd (the leader named in etcd, followed across takeovers)", &cfg.HA.Mode},
 		{"ha.endpoints", "ha-etcd-endpoints", "etcd client URLs for --ha etcd, comma-separated", &cfg.HA.Endpoints},
 		{"ha.prefix", "ha-prefix", "etcd key prefix of this cluster (--ha etcd)", &cfg.HA.Prefix},
+		{"ha.etcdCA", "ha-etcd-ca", "etcd's CA certificate (PEM), for TLS to etcd with --ha-etcd-cert and --ha-etcd-key", &cfg.HA.EtcdTLS.CAFile},
+		{"ha.etcdCert", "ha-etcd-cert", "client certificate (PEM) presented to etcd", &cfg.HA.EtcdTLS.CertFile},
+		{"ha.etcdKey", "ha-etcd-key", "the private key of --ha-etcd-cert (PEM)", &cfg.HA.EtcdTLS.KeyFile},
+		{"ha.etcdUser", "ha-etcd-user", "etcd user to log in as (the password from WEIR_HA_ETCD_PASSWORD)", &cfg.HA.EtcdUser},
 	}
 }
 
@@ -221,6 +234,7 @@ func NewTaskManagerCommand(reg *stream.Registry) *cobra.Command {
 					return err
 				}
 			}
+			cfg.HA.EtcdPassword = os.Getenv(envEtcdPassword)
 			log, err := newLogger(logLevel)
 			if err != nil {
 				return err

@@ -52,6 +52,7 @@ import (
 	"github.com/weirstream/weir/blobstore/blobstoretest"
 	"github.com/weirstream/weir/blobstore/s3store"
 	"github.com/weirstream/weir/client"
+	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/security"
@@ -139,8 +140,13 @@ type Options struct {
 	// S3 starts a versitygw S3 server (blobstoretest) with the bucket
 	// blobstoretest.VersityBucket, behind a fault proxy, and gives every
 	// process the WEIR_S3_* environment to reach it: jobs can keep their
-	// checkpoints at s3://weir-test/<prefix>. Cluster.S3 returns it.
+	// checkpoints at s3://weir-test/<prefix>. Cluster.S3 returns it. With
+	// TLS it serves https with a certificate from the cluster's CA
+	// (WEIR_S3_CA_FILE), as an etcd the cluster starts serves TLS.
 	S3 bool
+	// PlaintextS3 keeps S3 on http even with TLS, for a test whose fault
+	// proxy must read the requests (proxytest.Proxy.CutWhen).
+	PlaintextS3 bool
 	// TLS turns on mutual TLS everywhere: the harness issues a development
 	// CA and certificates for every role (security.InitCerts), each
 	// process gets its own, the harness's client and Weir the operator's,
@@ -222,8 +228,9 @@ type Cluster struct {
 	s3   *S3              // Options.S3
 	etcd *etcdtest.Server // started by the cluster (HA without endpoints, one member)
 	// certs is the directory of the development certificates (Options.TLS),
-	// "" without.
-	certs string
+	// "" without; etcdTLS says the cluster started its etcd with TLS.
+	certs   string
+	etcdTLS bool
 	// etcdCluster is the etcd the cluster started (HA without endpoints).
 	etcdCluster *etcdtest.Cluster
 
@@ -255,27 +262,6 @@ func Start(t testing.TB, opts Options) *Cluster {
 		opts.LogLevel = "debug"
 	}
 	c := &Cluster{t: t, bin: Binaries(t), dir: t.TempDir(), opts: opts}
-	// Dependencies first: their cleanups then run after the processes
-	// stopped.
-	if opts.HA != nil && len(opts.HA.Endpoints) == 0 {
-		ha := *opts.HA
-		if ha.EtcdMembers <= 1 {
-			c.etcd = etcdtest.Start(t)
-			c.etcdCluster = c.etcd.Cluster()
-		} else {
-			c.etcdCluster = etcdtest.StartCluster(t, ha.EtcdMembers)
-		}
-		ha.Endpoints = c.etcdCluster.Endpoints()
-		c.opts.HA = &ha
-	}
-	if opts.S3 {
-		gw := blobstoretest.StartVersityGWServer(t)
-		c.s3 = &S3{Server: gw, Proxy: proxytest.Start(t, gw.Endpoint()), Bucket: blobstoretest.VersityBucket}
-		c.opts.Env = append(slices.Clone(opts.Env), blobstore.EnvS3Endpoint+"="+c.s3.Proxy.Addr(),
-			blobstore.EnvS3AccessKey+"="+gw.AccessKey, blobstore.EnvS3SecretKey+"="+gw.SecretKey, blobstore.EnvS3Insecure+"=true")
-	}
-	opts = c.opts
-	t.Cleanup(c.stop)
 	if opts.TLS {
 		c.certs = filepath.Join(c.dir, "tls")
 		ids := make([]string, opts.TaskManagers)
@@ -286,6 +272,41 @@ func Start(t testing.TB, opts Options) *Cluster {
 			t.Fatalf("clustertest: certificates: %v", err)
 		}
 	}
+	// Dependencies first: their cleanups then run after the processes
+	// stopped. With TLS, etcd and S3 serve TLS too, with certificates
+	// from the same CA.
+	if opts.HA != nil && len(opts.HA.Endpoints) == 0 {
+		ha := *opts.HA
+		var eopts etcdtest.Options
+		if c.certs != "" {
+			eopts.ClientTLS = etcdtest.TLSFiles(security.Files(c.certs, security.JobManagerFile))
+			c.etcdTLS = true
+		}
+		if ha.EtcdMembers <= 1 {
+			c.etcd = etcdtest.StartWith(t, eopts)
+			c.etcdCluster = c.etcd.Cluster()
+		} else {
+			c.etcdCluster = etcdtest.StartClusterWith(t, ha.EtcdMembers, eopts)
+		}
+		ha.Endpoints = c.etcdCluster.Endpoints()
+		c.opts.HA = &ha
+	}
+	if opts.S3 {
+		var gw *blobstoretest.VersityGW
+		s3env := []string{blobstore.EnvS3Insecure + "=true"}
+		if c.certs != "" && !opts.PlaintextS3 {
+			f := security.Files(c.certs, security.JobManagerFile)
+			gw = blobstoretest.StartVersityGWServerTLS(t, blobstoretest.VersityGWTLS{CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile})
+			s3env = []string{blobstore.EnvS3CAFile + "=" + f.CAFile}
+		} else {
+			gw = blobstoretest.StartVersityGWServer(t)
+		}
+		c.s3 = &S3{Server: gw, Proxy: proxytest.Start(t, gw.Endpoint()), Bucket: blobstoretest.VersityBucket}
+		c.opts.Env = append(slices.Clone(opts.Env), append(s3env, blobstore.EnvS3Endpoint+"="+c.s3.Proxy.Addr(),
+			blobstore.EnvS3AccessKey+"="+gw.AccessKey, blobstore.EnvS3SecretKey+"="+gw.SecretKey)...)
+	}
+	opts = c.opts
+	t.Cleanup(c.stop)
 
 	if opts.HA != nil {
 		c.startHA()
@@ -327,6 +348,7 @@ func (c *Cluster) jobManagerArgs(rpc, rest, addrFile string, etcdEndpoints []str
 		args = append(args, "--slot-wait-timeout", c.opts.SlotWaitTimeout.String())
 	}
 	if h := c.opts.HA; h != nil {
+		args = append(args, c.etcdTLSArgs(security.JobManagerFile)...)
 		args = append(args, "--ha", "etcd", "--ha-etcd-endpoints", strings.Join(etcdEndpoints, ","),
 			"--ha-prefix", h.Prefix, "--ha-lease-ttl", h.LeaseTTL.String())
 	}
@@ -370,6 +392,7 @@ func (c *Cluster) startTaskManager(i int, rpcAddr string) *Process {
 	}
 	if h := c.opts.HA; h != nil {
 		args = append(args, "--ha", "etcd", "--ha-etcd-endpoints", strings.Join(h.Endpoints, ","), "--ha-prefix", h.Prefix)
+		args = append(args, c.etcdTLSArgs(security.TaskManagerFile(id))...)
 	} else {
 		args = append(args, "--jobmanager", jm)
 	}
@@ -688,6 +711,9 @@ func (c *Cluster) Weir(args ...string) (string, error) {
 		target = []string{"--ha-etcd-endpoints", strings.Join(h.Endpoints, ","), "--ha-prefix", h.Prefix}
 	}
 	target = append(target, c.tlsArgs(security.OperatorFile)...)
+	if c.opts.HA != nil {
+		target = append(target, c.etcdTLSArgs(security.OperatorFile)...)
+	}
 	cmd := exec.Command(filepath.Join(c.bin, "weir"), append(target, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -767,7 +793,7 @@ func (s *S3) URI(prefix string) string { return "s3://" + s.Bucket + "/" + prefi
 // Store opens prefix of the bucket directly, not through the proxy.
 func (s *S3) Store(t testing.TB, prefix string) blobstore.Store {
 	t.Helper()
-	st, err := s3store.New(t.Context(), blobstoretest.S3Config(s.Server.Endpoint(), s.Server.AccessKey, s.Server.SecretKey, prefix))
+	st, err := s3store.New(t.Context(), s.Server.S3Config(prefix))
 	if err != nil {
 		t.Fatalf("clustertest: open S3 prefix %s: %v", prefix, err)
 	}
@@ -800,6 +826,25 @@ func (c *Cluster) tlsArgs(cert string) []string {
 		return nil
 	}
 	return []string{"--tls-ca", f.CAFile, "--tls-cert", f.CertFile, "--tls-key", f.KeyFile}
+}
+
+// etcdTLSFiles is the TLS config for etcd of certificate file cert: the
+// zero config unless the cluster started etcd itself with Options.TLS.
+func (c *Cluster) etcdTLSFiles(cert string) ha.TLSFiles {
+	if !c.etcdTLS {
+		return ha.TLSFiles{}
+	}
+	return ha.TLSFiles(c.TLSFiles(cert))
+}
+
+// etcdTLSArgs are the --ha-etcd-* flags for certificate file cert (see
+// etcdTLSFiles).
+func (c *Cluster) etcdTLSArgs(cert string) []string {
+	f := c.etcdTLSFiles(cert)
+	if !f.Enabled() {
+		return nil
+	}
+	return []string{"--ha-etcd-ca", f.CAFile, "--ha-etcd-cert", f.CertFile, "--ha-etcd-key", f.KeyFile}
 }
 
 // HTTPClient is a client for the REST API and the metrics endpoints: with

@@ -86,6 +86,7 @@ func (c *Cluster) startHA() {
 	}
 	cfg := ha.DefaultConfig()
 	cfg.Endpoints, cfg.Prefix, cfg.LeaseTTL = h.Endpoints, h.Prefix, h.LeaseTTL
+	cfg.TLS = c.etcdTLSFiles(security.OperatorFile)
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	etcd, err := ha.Connect(ctx, cfg)
@@ -129,7 +130,8 @@ func (c *Cluster) startHA() {
 		addrs = append(addrs, s.rpc)
 	}
 	cl, err := client.New(client.Config{JobManagers: addrs, EtcdEndpoints: h.Endpoints, EtcdPrefix: h.Prefix,
-		WaitForLeader: true, AttemptTimeout: 2 * time.Second, TLS: c.TLSFiles(security.OperatorFile)})
+		WaitForLeader: true, AttemptTimeout: 2 * time.Second, TLS: c.TLSFiles(security.OperatorFile),
+		EtcdTLS: c.etcdTLSFiles(security.OperatorFile)})
 	if err != nil {
 		t.Fatalf("clustertest: %v", err)
 	}
