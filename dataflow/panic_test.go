@@ -1,7 +1,6 @@
 package dataflow
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/weirstream/weir/internal/syncbuf"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -166,25 +166,8 @@ func newPanicRegistry(st *testState, pc *panicCounts) *stream.Registry {
 	return reg
 }
 
-// logBuffer collects what a task logs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
+// taskLogger logs into b.
+func taskLogger(b *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
 // runJob runs the tasks of one job as the taskmanagers and jobmanager
 // would: a task that fails makes the job fail over, which cancels the
@@ -300,10 +283,10 @@ func TestOperatorPanicFailsOnlyItsTask(t *testing.T) {
 				Then("goodadd", "addOne", nil).KeyBy("key").Then("goodsink", "collect", nil)
 			goodSpecs := withJobID("good", buildSpecs(t, plan(t, good, reg), [][]int{{0, 1}, {2}}, local))
 
-			var logs logBuffer
+			var logs syncbuf.Buffer
 			var badErrs, goodErrs []error
 			var wg sync.WaitGroup
-			wg.Go(func() { badErrs = runJob(t.Context(), t, badSpecs, reg, x, logs.logger()) })
+			wg.Go(func() { badErrs = runJob(t.Context(), t, badSpecs, reg, x, taskLogger(&logs)) })
 			wg.Go(func() { goodErrs = runJob(t.Context(), t, goodSpecs, reg, x, nil) })
 			wg.Wait()
 
@@ -368,11 +351,11 @@ func TestTimerPanicFailsOnlyItsTask(t *testing.T) {
 	var tasks []*Task
 	var dones []<-chan error
 	var feeds []*feed
-	var logs logBuffer
+	var logs syncbuf.Buffer
 	for _, typ := range []string{"ptpanic", "ptcount"} {
 		spec := specFor(typ, typ)
 		spec.Clock = clock.now
-		task, err := NewTask(spec, reg, x, logs.logger())
+		task, err := NewTask(spec, reg, x, taskLogger(&logs))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -475,8 +458,8 @@ func TestRuntimePanicFailsTask(t *testing.T) {
 	b.Source("src", "ckgen", ckgenConfig{Rows: -1, Batch: 10}).Then("op", "panicky", nil).Then("sink", "collect", nil)
 	spec := buildSpecs(t, plan(t, b, reg), [][]int{{0, 1, 2}}, func(int, int) string { return "local" })[0]
 	spec.Checkpointing, spec.Hooks = true, &panickingHooks{newFakeHooks()}
-	var logs logBuffer
-	task, err := NewTask(spec, reg, x, logs.logger())
+	var logs syncbuf.Buffer
+	task, err := NewTask(spec, reg, x, taskLogger(&logs))
 	if err != nil {
 		t.Fatal(err)
 	}

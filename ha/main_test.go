@@ -1,16 +1,15 @@
 package ha
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/weirstream/weir/ha/etcdtest"
+	"github.com/weirstream/weir/internal/syncbuf"
 
 	"github.com/weirstream/weir/test/polltest"
 )
@@ -21,26 +20,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// logBuffer collects a Client's logs so tests can check what was logged.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // testConfig is a config for srv with a short lease.
-func testConfig(srv *etcdtest.Server, ttl time.Duration, logs *logBuffer) Config {
+func testConfig(srv *etcdtest.Server, ttl time.Duration, logs *syncbuf.Buffer) Config {
 	cfg := DefaultConfig()
 	cfg.Endpoints = srv.Endpoints()
 	cfg.LeaseTTL = ttl

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/ha/etcdtest"
+	"github.com/weirstream/weir/internal/syncbuf"
 )
 
 func sum(s string) string {
@@ -170,7 +171,7 @@ func TestStoreRejectsBadInput(t *testing.T) {
 // paused process) must not change anything.
 func TestFencedWrites(t *testing.T) {
 	srv := etcdtest.Start(t)
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg := testConfig(srv, 5*time.Second, logs)
 	a, b := connect(t, cfg), connect(t, cfg)
 	la := waitCampaign(t, campaignAsync(t.Context(), a, "jm-a"), 5*time.Second)

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/weirstream/weir/internal/syncbuf"
 	"github.com/weirstream/weir/test/clustertest"
 
 	"github.com/weirstream/weir/test/polltest"
@@ -29,31 +29,13 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer process and a reader test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // `weir local` starts a jobmanager and taskmanagers as child processes and
 // starts a taskmanager again when it dies.
 func TestWeirLocalRestartsTaskManagers(t *testing.T) {
 	bin := clustertest.Binaries(t)
 	rpc := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	rest := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	var out syncBuffer
+	var out syncbuf.Buffer
 	local := exec.Command(filepath.Join(bin, "weir"), "local", "--taskmanagers", "2", "--slots", "1",
 		"--rpc-address", rpc, "--rest-address", rest, "--log-level", "info")
 	local.Stdout, local.Stderr = &out, &out

@@ -1,7 +1,6 @@
 package blobstoretest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/blobstore/s3store"
+	"github.com/weirstream/weir/internal/syncbuf"
 )
 
 // VersityBucket is the bucket StartVersityGW creates.
@@ -61,27 +61,6 @@ func VersityGWPath(t testing.TB) string {
 		t.Fatalf("%s (looked for %s)", hint, p)
 	}
 	return p
-}
-
-// lockedBuffer collects a child process's output for error messages.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() < 1<<20 {
-		b.buf.Write(p)
-	}
-	return len(p), nil
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func freePort(t testing.TB) string {
@@ -263,7 +242,7 @@ func startVersityGW(t testing.TB, bin, addr, dir, accessKey, secretKey string, t
 		scheme = "https"
 	}
 	args = append(args, "posix", dir)
-	var out lockedBuffer
+	out := syncbuf.Buffer{Limit: 1 << 20}
 	cmd := exec.Command(bin, args...)
 	// Keep the root credentials, and TLS files that would turn a plain
 	// server into an https one, out of the environment the server sees.
