@@ -18,6 +18,7 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/security"
+	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/test/clustertest"
 )
 
@@ -190,14 +191,65 @@ func TestSecurityAttacks(t *testing.T) {
 		}
 	}
 
-	// A jobmanager without TLS refuses to listen on every interface.
+	// A 40,000-operator chain (it used to take ~20 GB on a taskmanager)
+	// and an 8 MiB request, with an operator's certificate.
+	operator := security.DialOption(material(c.TLSFiles(security.OperatorFile)), security.RoleJobManager)
+	jobs := weirpb.NewJobServiceClient(dial(c.RPCAddr, operator))
+	b := stream.NewBuilder("wide")
+	op := b.Source("src", "datagen", nil)
+	for i := range 40_000 {
+		op = op.Then(fmt.Sprintf("op%d", i), "discard", nil)
+	}
+	if g, err := b.Build(); err != nil {
+		t.Fatal(err)
+	} else {
+		moreAttacks++
+		_, err := jobs.SubmitJob(ctx(), &weirpb.SubmitJobRequest{Graph: weirpb.FromGraph(g)})
+		if status.Code(err) == codes.InvalidArgument && strings.Contains(status.Convert(err).Message(), "stream.MaxOperators") {
+			rejected++
+		} else {
+			t.Errorf("40,000-operator job: %v", err)
+		}
+	}
 	moreAttacks++
-	out, err := exec.Command(filepath.Join(clustertest.Binaries(t), "jobmanager"), "--rpc-address", "0.0.0.0:0", "--rest-address", "").CombinedOutput()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) && strings.Contains(string(out), "tls.ca") {
+	huge := &weirpb.SubmitJobRequest{Graph: &weirpb.JobGraph{Name: "huge", Vertices: []*weirpb.Vertex{{Uid: "src", Type: "datagen",
+		Config: []byte(`{"x":"` + strings.Repeat("a", 8<<20) + `"}`)}}}}
+	if _, err := jobs.SubmitJob(ctx(), huge); status.Code(err) == codes.ResourceExhausted {
 		rejected++
 	} else {
-		t.Errorf("plaintext jobmanager on 0.0.0.0: %v\n%s", err, out)
+		t.Errorf("8 MiB submission: %v", err)
+	}
+
+	// A second job writing into the running job's output directory fails
+	// at start; the first job's output stays exact (checked below).
+	moreAttacks++
+	intruder := filepath.Join(t.TempDir(), "intruder.yaml")
+	body := fmt.Sprintf("name: intruder\ncheckpointing: {interval: 1s}\nrestartStrategy: {type: none}\noperators:\n"+
+		"  - uid: in\n    type: datagen\n    config: {rows: 1000, fields: [{name: n, kind: sequence}]}\n"+
+		"  - uid: out\n    type: file\n    config: {path: %q, format: csv}\n", job.out)
+	if err := os.WriteFile(intruder, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Weir("submit", intruder)
+	if err != nil {
+		t.Fatalf("submit the intruder: %v\n%s", err, out)
+	}
+	fields := strings.Fields(out)
+	final := c.WaitJob(fields[len(fields)-1], 2*time.Minute).GetJob()
+	if final.GetState() == weirpb.JobState_JOB_STATE_FAILED && strings.Contains(final.GetError(), "claimed") {
+		rejected++
+	} else {
+		t.Errorf("a second job on the running job's sink directory ended %v: %s", final.GetState(), final.GetError())
+	}
+
+	// A jobmanager without TLS refuses to listen on every interface.
+	moreAttacks++
+	plainOut, err := exec.Command(filepath.Join(clustertest.Binaries(t), "jobmanager"), "--rpc-address", "0.0.0.0:0", "--rest-address", "").CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && strings.Contains(string(plainOut), "tls.ca") {
+		rejected++
+	} else {
+		t.Errorf("plaintext jobmanager on 0.0.0.0: %v\n%s", err, plainOut)
 	}
 
 	lost, duplicated := finishAndVerify(t, c, job)
