@@ -26,9 +26,14 @@ type Config struct {
 	// AdvertiseAddress is the address others use to reach RPCAddress.
 	// Default: the bound listen address.
 	AdvertiseAddress string
+	// ExchangeAddress is where this taskmanager listens for other
+	// taskmanagers' data (host:port; port 0 picks one): a server of its
+	// own, whose messages may be large, while RPCAddress takes only small
+	// control messages. Default: RPCAddress's host, port 0.
+	ExchangeAddress string
 	// ExchangeAdvertiseAddress is the address other taskmanagers send data
-	// to (the same server as RPCAddress, reached another way: a separate
-	// network for data, or a proxy). Default: AdvertiseAddress.
+	// to. Default: AdvertiseAddress's host with the exchange's port, or the
+	// bound exchange address.
 	ExchangeAdvertiseAddress string
 	// Slots is the number of task slots offered. Default 2.
 	Slots int
@@ -128,6 +133,11 @@ func (c *Config) Validate() error {
 	if !c.TLS.Enabled() {
 		if err := security.RequireLoopback("taskmanager config: rpc address", c.RPCAddress); err != nil {
 			return err
+		}
+		if c.ExchangeAddress != "" {
+			if err := security.RequireLoopback("taskmanager config: exchange address", c.ExchangeAddress); err != nil {
+				return err
+			}
 		}
 		if c.MetricsAddress != "" {
 			if err := security.RequireLoopback("taskmanager config: metrics address", c.MetricsAddress); err != nil {

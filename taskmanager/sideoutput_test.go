@@ -129,7 +129,7 @@ func TestSideOutputDeployment(t *testing.T) {
 	st := newTestState()
 	s := &sums{n: map[string]int64{}, sum: map[string]int64{}}
 	h := startTaskManager(t, jm.Addr(), addSideTypes(newTestRegistry(st), st, s), nil)
-	target := h.tm.Addr()
+	target := h.tm.ExchangeAddr()
 	const job, rows = "side", 1000
 
 	split := vertexMsg(1, "split", "oddsplit", "", rowSchema)

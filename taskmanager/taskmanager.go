@@ -43,6 +43,8 @@ type TaskManager struct {
 	// listenAddr is the bound listen address, and metricsAddr the bound
 	// metrics address ("" when off), set before ready is closed.
 	listenAddr, metricsAddr string
+	// exchangeListenAddr is the bound address of the data exchange.
+	exchangeListenAddr string
 	// exchangeAddr is the advertised exchange address (addr unless
 	// configured), set before ready is closed.
 	exchangeAddr string
@@ -147,16 +149,60 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	return tm, nil
 }
 
-// taskManagerPolicy says who may call what, when TLS is on: the jobmanager
-// the task executor service, other taskmanagers the data exchange.
-var taskManagerPolicy = security.Policy{
-	weirpb.TaskExecutorService_SubmitTask_FullMethodName:        {security.RoleJobManager},
-	weirpb.TaskExecutorService_CancelTask_FullMethodName:        {security.RoleJobManager},
-	weirpb.TaskExecutorService_TriggerCheckpoint_FullMethodName: {security.RoleJobManager},
-	weirpb.TaskExecutorService_NotifyCheckpoint_FullMethodName:  {security.RoleJobManager},
-	weirpb.TaskExecutorService_Ping_FullMethodName:              {security.RoleJobManager},
-	weirpb.ExchangeService_Connect_FullMethodName:               {security.RoleTaskManager},
+// Who may call what, when TLS is on: only the jobmanager the task executor
+// service, only other taskmanagers the data exchange.
+var (
+	controlPolicy = security.Policy{
+		weirpb.TaskExecutorService_SubmitTask_FullMethodName:        {security.RoleJobManager},
+		weirpb.TaskExecutorService_CancelTask_FullMethodName:        {security.RoleJobManager},
+		weirpb.TaskExecutorService_TriggerCheckpoint_FullMethodName: {security.RoleJobManager},
+		weirpb.TaskExecutorService_NotifyCheckpoint_FullMethodName:  {security.RoleJobManager},
+		weirpb.TaskExecutorService_Ping_FullMethodName:              {security.RoleJobManager},
+	}
+	exchangePolicy = security.Policy{
+		weirpb.ExchangeService_Connect_FullMethodName: {security.RoleTaskManager},
+	}
+)
+
+// Message limits of the two servers: a task deployment is the largest
+// control message; a data frame may hold one wide batch.
+const (
+	maxControlBytes = 16 << 20
+	maxFrameBytes   = 256 << 20
+)
+
+// exchangeListenAddress is where the data exchange listens: ExchangeAddress,
+// else the RPC address's host on a free port.
+func exchangeListenAddress(cfg Config) string {
+	if cfg.ExchangeAddress != "" {
+		return cfg.ExchangeAddress
+	}
+	host, _, _ := net.SplitHostPort(cfg.RPCAddress)
+	return net.JoinHostPort(host, "0")
 }
+
+// advertisedExchange is the exchange address other taskmanagers dial:
+// ExchangeAdvertiseAddress, else AdvertiseAddress's host with the bound
+// exchange port, else the bound exchange address.
+func advertisedExchange(cfg Config, bound string) string {
+	if cfg.ExchangeAdvertiseAddress != "" {
+		return cfg.ExchangeAdvertiseAddress
+	}
+	if cfg.AdvertiseAddress != "" {
+		host, _, _ := net.SplitHostPort(cfg.AdvertiseAddress)
+		_, port, _ := net.SplitHostPort(bound)
+		return net.JoinHostPort(host, port)
+	}
+	return bound
+}
+
+// ExchangeAddr returns the advertised address of the data exchange, where
+// other taskmanagers send this one data; valid once Ready is closed.
+func (tm *TaskManager) ExchangeAddr() string { return tm.exchangeAddr }
+
+// ExchangeListenAddr returns the address the data exchange is bound to;
+// valid once Ready is closed.
+func (tm *TaskManager) ExchangeListenAddr() string { return tm.exchangeListenAddr }
 
 // Instance returns the process instance id the taskmanager registers with.
 func (tm *TaskManager) Instance() string { return tm.instance }
@@ -199,13 +245,20 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	if tm.cfg.AdvertiseAddress != "" {
 		tm.addr = tm.cfg.AdvertiseAddress
 	}
-	tm.exchangeAddr = tm.addr
-	if tm.cfg.ExchangeAdvertiseAddress != "" {
-		tm.exchangeAddr = tm.cfg.ExchangeAdvertiseAddress
+	// The data exchange has a listener (and server) of its own, so that the
+	// control service accepts only small messages while data frames may
+	// be large.
+	exchLis, err := net.Listen("tcp", exchangeListenAddress(tm.cfg))
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("taskmanager: listen for the data exchange on %s: %w (is another process using the port?)", exchangeListenAddress(tm.cfg), err)
 	}
+	tm.exchangeListenAddr = exchLis.Addr().String()
+	tm.exchangeAddr = advertisedExchange(tm.cfg, tm.exchangeListenAddr)
 	if !tm.cfg.HA.etcd() {
 		if err := tm.switchTo(tm.cfg.JobManagerAddress); err != nil {
 			lis.Close()
+			exchLis.Close()
 			return err
 		}
 	} else {
@@ -213,6 +266,7 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		c, err := tm.dial("passthrough:///0.0.0.0:1")
 		if err != nil {
 			lis.Close()
+			exchLis.Close()
 			return err
 		}
 		c.addr = ""
@@ -232,20 +286,22 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		DialOptions:       []grpc.DialOption{security.DialOption(tm.tls, security.RoleTaskManager), dataflow.PeerConnectParams()},
 		Logger:            tm.log,
 	})
+	// The jobmanager's keepalive pings (every 10s) find a half-open
+	// connection; allow them.
+	keep := grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})
+	srv := grpc.NewServer(append(controlPolicy.ServerOptions(tm.tls), grpc.MaxRecvMsgSize(maxControlBytes), grpc.MaxConcurrentStreams(256), keep)...)
+	weirpb.RegisterTaskExecutorServiceServer(srv, &executorServer{tm: tm})
 	// A frame holds at most ExchangeConfig.MaxFrameBytes unless one batch is
 	// larger; allow generous messages so a wide batch never breaks a stream.
-	srv := grpc.NewServer(append(taskManagerPolicy.ServerOptions(tm.tls), grpc.MaxRecvMsgSize(256<<20), grpc.MaxConcurrentStreams(1024),
-		// The jobmanager's keepalive pings (every 10s) find a half-open
-		// connection; allow them.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
-	weirpb.RegisterTaskExecutorServiceServer(srv, &executorServer{tm: tm})
-	tm.exchange.Register(srv)
+	exchSrv := grpc.NewServer(append(exchangePolicy.ServerOptions(tm.tls), grpc.MaxRecvMsgSize(maxFrameBytes), grpc.MaxConcurrentStreams(1024), keep)...)
+	tm.exchange.Register(exchSrv)
 	var metricsSrv *http.Server
 	var metricsLis net.Listener
 	if tm.cfg.MetricsAddress != "" {
 		metricsLis, err = net.Listen("tcp", tm.cfg.MetricsAddress)
 		if err != nil {
 			lis.Close()
+			exchLis.Close()
 			return fmt.Errorf("taskmanager: metrics listen on %s: %w", tm.cfg.MetricsAddress, err)
 		}
 		mux := http.NewServeMux()
@@ -289,6 +345,12 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
+		if err := exchSrv.Serve(exchLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("taskmanager: serve the data exchange: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
 		var err error
 		if tm.cfg.HA.etcd() {
 			err = tm.membershipHA(gctx)
@@ -300,6 +362,7 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		tm.uploads.Wait()
 		tm.exchange.Close()
 		srv.Stop()
+		exchSrv.Stop()
 		return err
 	})
 	err = g.Wait()

@@ -152,7 +152,7 @@ func TestLocalExchangeBetweenTwoTasks(t *testing.T) {
 			h := startTaskManager(t, jm.Addr(), newTestRegistry(st), nil)
 
 			// The output target is this taskmanager: an in-memory channel.
-			src, sink := exchangeTasks("job-x", 4, rows, h.tm.Addr())
+			src, sink := exchangeTasks("job-x", 4, rows, h.tm.ExchangeAddr())
 			order := []*weirpb.TaskDeployment{src, sink}
 			if sinkFirst {
 				order = []*weirpb.TaskDeployment{sink, src}

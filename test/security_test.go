@@ -99,6 +99,11 @@ func TestSecurityAttacks(t *testing.T) {
 				&weirpb.CancelTaskRequest{Id: &weirpb.ExecutionID{JobId: jobID}, Epoch: 1 << 62})
 			return err
 		}, codes.PermissionDenied},
+		{"20 MiB message to a taskmanager's control service", func() error {
+			_, err := weirpb.NewTaskExecutorServiceClient(dial(tmAddr, operatorToTM)).CancelTask(ctx(),
+				&weirpb.CancelTaskRequest{Id: &weirpb.ExecutionID{JobId: strings.Repeat("a", 20<<20)}})
+			return err
+		}, codes.ResourceExhausted},
 		{"epoch poisoning: CancelTask from another taskmanager", func() error {
 			_, err := weirpb.NewTaskExecutorServiceClient(dial(tmAddr, tm0ToTM)).CancelTask(ctx(),
 				&weirpb.CancelTaskRequest{Id: &weirpb.ExecutionID{JobId: jobID}, Epoch: 1 << 62})

@@ -177,7 +177,8 @@ func taskManagerSettings(cfg *taskmanager.Config) []setting {
 		{"jobmanager", "jobmanager", "jobmanager gRPC address (env WEIR_JOBMANAGER)", &cfg.JobManagerAddress},
 		{"rpcAddress", "rpc-address", "listen address for the jobmanager and other taskmanagers", &cfg.RPCAddress},
 		{"advertiseAddress", "advertise-address", "address others reach this taskmanager at (default: the listen address)", &cfg.AdvertiseAddress},
-		{"exchangeAdvertiseAddress", "exchange-advertise-address", "address other taskmanagers send data to (default: --advertise-address)", &cfg.ExchangeAdvertiseAddress},
+		{"exchangeAddress", "exchange-address", "listen address for other taskmanagers' data, a server of its own (default: the --rpc-address host, a free port)", &cfg.ExchangeAddress},
+		{"exchangeAdvertiseAddress", "exchange-advertise-address", "address other taskmanagers send data to (default: the --advertise-address host with the exchange's port)", &cfg.ExchangeAdvertiseAddress},
 		{"slots", "slots", "number of task slots", &cfg.Slots},
 		{"creditsPerChannel", "credits-per-channel", "batches buffered per input channel (flow-control credits)", &cfg.CreditsPerChannel},
 		{"metricsAddress", "metrics-address", "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)", &cfg.MetricsAddress},
@@ -249,7 +250,7 @@ func NewTaskManagerCommand(reg *stream.Registry) *cobra.Command {
 					select {
 					case <-cmd.Context().Done():
 					case <-tm.Ready():
-						writeJSONFile(addrFile, map[string]string{"rpc": tm.ListenAddr(), "advertised": tm.Addr(), "instance": tm.Instance(),
+						writeJSONFile(addrFile, map[string]string{"rpc": tm.ListenAddr(), "exchange": tm.ExchangeListenAddr(), "advertised": tm.Addr(), "instance": tm.Instance(),
 							"metrics": tm.MetricsAddr()})
 					}
 				}()

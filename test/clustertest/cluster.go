@@ -404,7 +404,7 @@ func (c *Cluster) startTaskManager(i int, rpcAddr string) *Process {
 		// taskmanager's port is known.
 		addr, _ := c.processAddr(p)
 		px.Control.SetTarget(addr)
-		px.Data.SetTarget(addr)
+		px.Data.SetTarget(c.addressFile(p)["exchange"])
 	}
 	return p
 }
