@@ -119,8 +119,7 @@ func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
 				if ex == nil || ex.tm == nil {
 					continue
 				}
-				acts = append(acts, TriggerAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
-					TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, CheckpointID: a.ID, Timestamp: a.Timestamp})
+				acts = append(acts, TriggerAction{Target: targetOf(j, ex), CheckpointID: a.ID, Timestamp: a.Timestamp})
 			}
 		case coordinator.WriteManifestAction:
 			finished := append(slices.Clone(a.Finished), restoredFinished(j)...)
@@ -166,8 +165,7 @@ func (c *Scheduler) notifyActions(j *job, id int64, tasks []coordinator.TaskID, 
 		if ex == nil || ex.tm == nil || !ex.deployed || ex.state.Terminal() {
 			continue
 		}
-		acts = append(acts, NotifyAction{JobID: j.id, Vertex: t.Vertex, Subtask: t.Subtask, Attempt: ex.attempt,
-			TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, CheckpointID: id, Complete: complete})
+		acts = append(acts, NotifyAction{Target: targetOf(j, ex), CheckpointID: id, Complete: complete})
 	}
 	return acts
 }

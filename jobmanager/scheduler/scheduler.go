@@ -264,15 +264,26 @@ type DeployAction struct {
 	Restore Checkpoint
 }
 
+// Target is the execution attempt an action is about and the taskmanager
+// process that runs it.
+type Target struct {
+	JobID           string
+	Vertex, Subtask int
+	Attempt         int64
+	// TaskManager, Instance and Addr are the taskmanager's id, process
+	// instance and address.
+	TaskManager, Instance, Addr string
+}
+
+// targetOf is the current attempt of ex and where it runs.
+func targetOf(j *job, ex *execution) Target {
+	return Target{JobID: j.id, Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt,
+		TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr}
+}
+
 // CancelAction asks the shell to cancel one execution.
 type CancelAction struct {
-	JobID       string
-	Vertex      int
-	Subtask     int
-	Attempt     int64
-	TaskManager string
-	Instance    string
-	Addr        string
+	Target
 	// Stale: the execution attempt is not the current one (a live
 	// taskmanager still reported it running); its outcome changes nothing.
 	Stale bool
@@ -281,13 +292,7 @@ type CancelAction struct {
 // TriggerAction asks the shell to tell a source execution to take
 // checkpoint CheckpointID; the shell reports failure with triggerFailed.
 type TriggerAction struct {
-	JobID        string
-	Vertex       int
-	Subtask      int
-	Attempt      int64
-	TaskManager  string
-	Instance     string
-	Addr         string
+	Target
 	CheckpointID int64
 	Timestamp    time.Time
 }
@@ -295,13 +300,7 @@ type TriggerAction struct {
 // NotifyAction tells an execution that a checkpoint completed or was
 // aborted (best effort).
 type NotifyAction struct {
-	JobID        string
-	Vertex       int
-	Subtask      int
-	Attempt      int64
-	TaskManager  string
-	Instance     string
-	Addr         string
+	Target
 	CheckpointID int64
 	Complete     bool
 }
@@ -547,8 +546,8 @@ func (c *Scheduler) cancelStale(tm *tmEntry, r TaskReport, now time.Time) []Acti
 	c.staleCancels[key] = now
 	c.log.Info("cancelling a stale task attempt that is still running", "job", r.JobID, "vertex", r.Vertex,
 		"subtask", r.Subtask, "attempt", r.Attempt, "taskmanager", tm.id)
-	return []Action{CancelAction{JobID: r.JobID, Vertex: r.Vertex, Subtask: r.Subtask, Attempt: r.Attempt,
-		TaskManager: tm.id, Instance: tm.instance, Addr: tm.addr, Stale: true}}
+	return []Action{CancelAction{Target: Target{JobID: r.JobID, Vertex: r.Vertex, Subtask: r.Subtask, Attempt: r.Attempt,
+		TaskManager: tm.id, Instance: tm.instance, Addr: tm.addr}, Stale: true}}
 }
 
 // execChanged moves the job on after ex reached a new state.
@@ -747,8 +746,7 @@ func (c *Scheduler) cancelExecs(j *job, execs []*execution) []Action {
 }
 
 func (c *Scheduler) cancelActionFor(j *job, ex *execution) CancelAction {
-	return CancelAction{JobID: j.id, Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, TaskManager: ex.tm.id,
-		Instance: ex.tm.instance, Addr: ex.tm.addr}
+	return CancelAction{Target: targetOf(j, ex)}
 }
 
 func allTerminal(execs []*execution) bool {
@@ -1039,8 +1037,7 @@ func (c *Scheduler) DeployDone(a DeployAction, err error, now time.Time) []Actio
 	// failed here (a timeout, say): cancel that attempt there, so that it
 	// cannot run on as an orphan nobody tracks. Its outcome changes
 	// nothing.
-	orphan := CancelAction{JobID: j.id, Vertex: a.Task.Head, Subtask: a.Subtask, Attempt: a.Attempt,
-		TaskManager: ex.tm.id, Instance: ex.tm.instance, Addr: ex.tm.addr, Stale: true}
+	orphan := CancelAction{Target: targetOf(j, ex), Stale: true}
 	if !j.state.active() || ex.region.down() {
 		ex.state = TaskCanceled
 		return append([]Action{orphan}, c.execChanged(j, ex, now)...)
