@@ -79,7 +79,9 @@ type FailJobAction struct {
 type AbortCause uint8
 
 // The causes. Only the failures (IsFailure) count against
-// Config.TolerableFailures, as in Flink's CheckpointFailureManager.
+// Config.TolerableFailures: the other causes end a checkpoint for reasons
+// outside it (a newer checkpoint, finished tasks, a stop) and say nothing
+// about whether checkpoints can succeed.
 const (
 	// CauseDeclined: a task declined the checkpoint (Decline). A failure.
 	CauseDeclined AbortCause = iota + 1

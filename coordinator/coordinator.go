@@ -21,8 +21,9 @@ type Config struct {
 	Timeout time.Duration
 	// MinPause is the least time from the end (completion or abort) of one
 	// checkpoint to the next periodic trigger. When it is positive, periodic
-	// triggers also wait until no checkpoint is pending (as in Flink, a
-	// minimum pause implies one checkpoint at a time). Default 0.
+	// triggers also wait until no checkpoint is pending (a minimum pause
+	// implies one checkpoint at a time: the pause separates checkpoints, so
+	// they cannot overlap). Default 0.
 	MinPause time.Duration
 	// MaxConcurrent is how many checkpoints may be pending at once, for
 	// periodic and manual triggers alike. Default 1.
@@ -36,7 +37,7 @@ type Config struct {
 }
 
 // DefaultTimeout is the checkpoint timeout used when Config.Timeout is not
-// positive (Flink's default).
+// positive.
 const DefaultTimeout = 10 * time.Minute
 
 // HistorySize is how many checkpoints History reports at most.

@@ -11,7 +11,7 @@
 // queries (Writing, Latest, Retained, Pending, Counts, AbortCounts, History)
 // answer what the shell would otherwise have to mirror.
 //
-// # Contract (Flink's semantics)
+// # Contract
 //
 //   - Triggering. Tick triggers a checkpoint when Interval has passed since
 //     the previous trigger (periodic or manual; the first is due Interval

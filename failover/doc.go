@@ -1,6 +1,6 @@
 // Package failover owns the restart strategies that decide whether, and after
 // what delay, a failed job is restarted: none, fixed-delay, failure-rate and
-// exponential-delay, with Flink's semantics and defaults.
+// exponential-delay, with the semantics and defaults set out below.
 //
 // Strategies are pure: no goroutines, clocks or I/O. The jobmanager passes the
 // time of each failure and, for jitter, a *rand.Rand it seeds itself. A
@@ -9,7 +9,7 @@
 //
 // # Strategies and defaults
 //
-// Zero fields of stream.RestartConfig take these defaults (Flink's). An empty
+// Zero fields of stream.RestartConfig take these defaults. An empty
 // Type means exponential-delay when the job checkpoints and none otherwise.
 //
 //   - none: never restart.

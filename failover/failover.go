@@ -37,7 +37,7 @@ const (
 // Types lists the strategy types.
 var Types = []string{None, FixedDelay, FailureRate, ExponentialDelay}
 
-// Defaults (Flink's).
+// Defaults.
 const (
 	DefaultAttempts          = 1
 	DefaultDelay             = time.Second

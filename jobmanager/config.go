@@ -35,12 +35,11 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// HeartbeatTimeout is how long a taskmanager may stay silent before it
 	// is declared lost and the failover regions of its tasks restart.
-	// Default 10s. Flink's default is
-	// 50s; Weir picks 10s because its taskmanagers are small processes whose
-	// death should be noticed quickly. It must exceed HeartbeatInterval. It
-	// also bounds how long a cancelling, failing or restarting job (or
-	// region) waits for its tasks to confirm cancellation, and rate-limits
-	// cancels of stale attempts that a taskmanager still reports running.
+	// Default 10s: taskmanagers are small processes whose death should be
+	// noticed quickly. It must exceed HeartbeatInterval. It also bounds how
+	// long a cancelling, failing or restarting job (or region) waits for its
+	// tasks to confirm cancellation, and rate-limits cancels of stale
+	// attempts that a taskmanager still reports running.
 	HeartbeatTimeout time.Duration
 	// SlotWaitTimeout is how long a submitted job waits for enough free
 	// slots before it fails. Default 30s. A submit request may override it.
@@ -60,8 +59,8 @@ type Config struct {
 	// storage cannot be opened fails.
 	CheckpointStorage string
 	// DefaultRestart is the restart strategy of jobs that set none. Its
-	// zero value follows Flink: exponential-delay when the job takes
-	// checkpoints, none otherwise.
+	// zero value means exponential-delay when the job takes checkpoints,
+	// none otherwise.
 	DefaultRestart stream.RestartConfig
 	// JobRetention is how long an ended job (FINISHED, CANCELED, FAILED)
 	// and a lost taskmanager stay listed before the jobmanager forgets

@@ -35,17 +35,17 @@
 // round-robin on restore and union state is given whole to every subtask
 // (both by the checkpoint storage layer, see stream.RestoreContext).
 //
-// State time-to-live (WithTTL, TTLConfig, after Flink's StateTtlConfig) is
-// part of the typed-state layer, so every backend has it: a TTL state's
-// table holds each value, list element or map entry together with the
-// processing time (TTLConfig.Clock) of its last write, or last read or write
-// with UpdateOnReadAndWrite, under a codec of its own ("ttl(...)"), and the
-// handles never return a value whose TTL has run out. Expired state is
-// removed when it is read, by incremental cleanup (each access of the state
-// checks a few other keys of its table, with a cursor over Backend.Keys),
-// and from the snapshots of backends that honour Descriptor.SnapshotFilter
-// (heap); TTLConfig says what stays. Only NeverReturnExpired visibility is
-// supported, and TTL cannot be switched on or off for restored state.
+// State time-to-live (WithTTL, TTLConfig) is part of the typed-state layer, so
+// every backend has it: a TTL state's table holds each value, list element or
+// map entry together with the processing time (TTLConfig.Clock) of its last
+// write, or last read or write with UpdateOnReadAndWrite, under a codec of its
+// own ("ttl(...)"), and the handles never return a value whose TTL has run
+// out. Expired state is removed when it is read, by incremental cleanup (each
+// access of the state checks a few other keys of its table, with a cursor over
+// Backend.Keys), and from the snapshots of backends that honour
+// Descriptor.SnapshotFilter (heap); TTLConfig says what stays. Only
+// NeverReturnExpired visibility is supported, and TTL cannot be switched on or
+// off for restored state.
 //
 // Nothing in this package is safe for concurrent use: one task goroutine owns
 // a backend and its state handles.

@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// State time-to-live (TTL), after Flink's StateTtlConfig. It lives entirely
-// in the typed-state layer, so it works on every backend: a TTL state's
-// table holds the user's values wrapped with the time they were last
-// written (or read), and the handles hide what has expired.
+// State time-to-live (TTL). It lives entirely in the typed-state layer, so it
+// works on every backend: a TTL state's table holds the user's values wrapped
+// with the time they were last written (or read), and the handles hide what
+// has expired.
 
 // TTLUpdate says which accesses restart a value's time to live.
 type TTLUpdate uint8
@@ -43,13 +43,16 @@ type TTLVisibility uint8
 const (
 	// NeverReturnExpired hides a value as soon as it has expired, whether
 	// or not it has been removed yet. It is the only visibility Weir
-	// supports: Flink's ReturnExpiredIfNotCleanedUp is not offered, because
-	// what it returns would depend on the backend and on when cleanup ran.
+	// supports: returning expired values until cleanup removes them is not
+	// offered, because what that returns would depend on the backend and on
+	// when cleanup ran.
 	NeverReturnExpired TTLVisibility = iota
 )
 
-// DefaultCleanupPerAccess is the CleanupPerAccess of DefaultTTLConfig, as
-// Flink's incremental cleanup default.
+// DefaultCleanupPerAccess is the CleanupPerAccess of DefaultTTLConfig. A few
+// keys keep the cost of an access small and bounded; since an access touches
+// one key, checking more than one lets cleanup keep up with a stream of ever
+// new keys.
 const DefaultCleanupPerAccess = 5
 
 // TTLConfig configures state time-to-live; pass it to a Get...State function

@@ -174,7 +174,7 @@ func (c *Scheduler) notifyActions(j *job, id int64, tasks []coordinator.TaskID, 
 // FINISHED, unless its checkpoints are retained on cancel: the retained
 // ones, and whatever else of the job's is still in storage (the files of
 // checkpoints whose deletion failed, for one). A FAILED job keeps its
-// retained checkpoints (as in Flink) for a later restore.
+// retained checkpoints, so that it can later be restored from them.
 func (c *Scheduler) retentionDeletes(j *job) []Action {
 	if !j.state.Terminal() || writingManifest(j) || j.swept || !j.opts.Checkpoint.Enabled() ||
 		j.state == JobFailed || j.opts.Checkpoint.Retention == stream.RetainOnCancel {

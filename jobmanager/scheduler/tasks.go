@@ -27,16 +27,17 @@ type Task struct {
 // edges are the task's outputs.
 func (t *Task) Last() int { return t.Chain[len(t.Chain)-1] }
 
-// SubtaskName names subtask i like Flink does: "window -> sink (2/4)".
+// SubtaskName names subtask i as "window -> sink (2/4)": the task's name,
+// then the subtask's 1-based index over the task's parallelism.
 func (t *Task) SubtaskName(i int) string {
 	return fmt.Sprintf("%s (%d/%d)", t.Name, i+1, t.Parallelism)
 }
 
 // chainable reports whether the edge's downstream operator joins the
-// upstream operator's task. Like Flink: the edge is forward, both ends have
+// upstream operator's task. It does when the edge is forward, both ends have
 // the same parallelism, the upstream operator has this one output, and the
 // downstream one this one input (so it is not a source either). The edge
-// must read the main output: a chain is a line, and only its last
+// must also read the main output: a chain is a line, and only its last
 // operator's outputs leave the task, so an operator whose side output is
 // read (and so, counting that edge, has one output only if nothing reads
 // its main output) always ends its chain.

@@ -37,8 +37,7 @@ type Config struct {
 	// WindowBounds says whether window_join appends window_start and
 	// window_end to its output. Default true.
 	WindowBounds *bool `json:"windowBounds,omitempty"`
-	// TTL is stream_join's idle-state retention (Flink's
-	// table.exec.state.ttl for regular joins), a Go duration ("10m") of
+	// TTL is stream_join's idle-state retention, a Go duration ("10m") of
 	// whole milliseconds, at least 1ms. A stored row expires TTL after it
 	// was stored, in processing time (the task's clock, not event time):
 	// from then on it joins no arriving row, as if it had been removed. So

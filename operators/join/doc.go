@@ -3,14 +3,13 @@
 //   - "window_join": rows of input 0 and input 1 with equal keys whose event
 //     times fall in the same tumbling event-time window are joined; a
 //     window's pairs are emitted when the watermark passes its end, and its
-//     rows are dropped then (Flink's tumbling window join);
+//     rows are dropped then;
 //   - "stream_join": a keyed streaming inner join that keeps the rows of
 //     both inputs in state: a row joins with the stored rows of the other
 //     input that have its key, as they arrive (a regular SQL inner join of
 //     two append-only streams, such as Nexmark q3's person ⋈ auction on
 //     seller = id). Rows are kept forever, or with a ttl (Config.TTL) until
-//     ttl after they were stored, in processing time (Flink's idle-state
-//     retention).
+//     ttl after they were stored, in processing time (idle-state retention).
 //
 // Both take two inputs (job spec `inputs: [left, right]`) that must be keyed
 // (keyBy) by the same number of fields of matching types; rows with a null

@@ -14,15 +14,14 @@
 // the output schema; the operators themselves are built per subtask by the
 // task runtime.
 //
-// Window semantics follow Apache Flink's event-time windows with the default
-// event-time trigger: window starts are aligned to offset modulo slide, a
-// window [start, end) fires when the watermark reaches end-1, its state is
-// kept until the watermark reaches end-1+allowedLateness (a record arriving in
-// that time re-fires the window with the updated result), and a record all of
-// whose windows are past that point is late: it is counted
-// (LateRecordsDropped, the weir_operator_late_records_dropped_total metric)
-// and goes to the side output "late" (LateOutput), which a job may read
-// (input: <uid>.late).
+// Windows are event-time windows fired by the watermark: window starts are
+// aligned to offset modulo slide, a window [start, end) fires when the
+// watermark reaches end-1, its state is kept until the watermark reaches
+// end-1+allowedLateness (a record arriving in that time re-fires the window
+// with the updated result), and a record all of whose windows are past that
+// point is late: it is counted (LateRecordsDropped, the
+// weir_operator_late_records_dropped_total metric) and goes to the side output
+// "late" (LateOutput), which a job may read (input: <uid>.late).
 //
 // The three window types keep their keyed state in the runtime's keyed-state
 // backend (stream.KeyedStateful): the tumbling and sliding windows one

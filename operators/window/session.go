@@ -16,29 +16,27 @@ import (
 )
 
 // SessionWindow is one subtask of a session_window operator: event-time
-// session windows with the semantics of Apache Flink's
-// EventTimeSessionWindows and its default event-time trigger.
+// session windows, merged per key and fired by the watermark, as follows.
 //
 // A record of key k at event time ts (Batch.Times) opens the window
-// [ts, ts+gap); windows of k that overlap or touch (Flink's
-// TimeWindow.intersects: [a, b) and [c, d) merge when a <= d and c <= b)
-// merge into one session [min start, max end), and so do their
-// accumulators. A session fires when the watermark reaches end-1, with one
-// row: the key fields, window_start, window_end and the aggregates (the
-// layout of the other windows), with event time end-1. Its state is kept
+// [ts, ts+gap); windows of k that overlap or touch ([a, b) and [c, d) merge
+// when a <= d and c <= b) merge into one session [min start, max end), and so
+// do their accumulators. A session fires when the watermark reaches end-1,
+// with one row: the key fields, window_start, window_end and the aggregates
+// (the layout of the other windows), with event time end-1. Its state is kept
 // until the watermark reaches end-1+allowedLateness.
 //
 // A record is late, and dropped (LateRecordsDropped, lateRows), when its
 // window merges with no session still held and its own cleanup time
-// ts+gap-1+allowedLateness is at or below the watermark: as in Flink, the
-// window is merged first and only the merged window is tested, so a record
-// behind the watermark that reaches a held session is merged into it. When
-// a batch changes a session so that its end-1 is at or below the watermark
-// (a session that fired and is within its allowed lateness), the session
-// fires again at the end of the batch with the updated result. Flink fires
-// on every such element; here the records of a batch, which all arrive
-// under one watermark, fire a session once: the intermediate results are
-// not emitted, the last one is the same.
+// ts+gap-1+allowedLateness is at or below the watermark: the window is merged
+// first and only the merged window is tested, so a record behind the
+// watermark that reaches a held session is merged into it. When a batch
+// changes a session so that its end-1 is at or below the watermark (a
+// session that fired and is within its allowed lateness), the session fires
+// again at the end of the batch with the updated result. It fires once per
+// batch, not once per such record: the records of a batch all arrive under
+// one watermark, so the intermediate results are not emitted, and the last
+// one is the same as firing per record would end with.
 //
 // The key is the input's keyBy key; without keyBy each subtask keeps one
 // stream of sessions of the records it happens to receive (run it at
@@ -415,8 +413,8 @@ func (o *SessionWindow) loadSessions(dst []wsess, ks *keySessions) []wsess {
 }
 
 // span returns the sessions of cur (ascending, disjoint, not touching) that
-// the window [start, end) intersects as Flink's TimeWindow.intersects
-// defines it (touching counts): cur[lo:hi].
+// the window [start, end) intersects, touching included (two windows
+// intersect when each starts at or before the other's end): cur[lo:hi].
 func span(cur []wsess, start, end int64) (lo, hi int) {
 	lo = sort.Search(len(cur), func(k int) bool { return cur[k].end >= start })
 	hi = lo
@@ -427,9 +425,9 @@ func span(cur []wsess, start, end int64) (lo, hi int) {
 }
 
 // mergeSpan merges the sessions cur[lo:hi] (at least one) and the window
-// [start, end) into one session, the cover of them all (Flink's
-// TimeWindow.cover), whose slot is cur[lo]'s; the other slots are merged
-// into it.
+// [start, end) into one session, the cover of them all (from the least
+// start to the greatest end), whose slot is cur[lo]'s; the other slots are
+// merged into it.
 func (o *SessionWindow) mergeSpan(cur []wsess, lo, hi int, start, end int64) ([]wsess, int32) {
 	root := cur[lo].slot
 	for _, w := range cur[lo+1 : hi] {
@@ -503,7 +501,9 @@ func (o *SessionWindow) timerTimes(dst []int64, ss []session) []int64 {
 }
 
 // cleanup returns the time at which the state of a session ending at end
-// goes: end-1+allowedLateness, saturating (Flink's cleanupTime).
+// goes: end-1+allowedLateness, saturating at stream.MaxWatermark, so that a
+// huge allowedLateness keeps the state until the end of input instead of
+// overflowing.
 func (o *SessionWindow) cleanup(end int64) int64 { return satAdd(end-1, o.spec.lateness) }
 
 // ProcessWatermark fires the sessions whose end-1 wm reached, drops those
@@ -530,11 +530,11 @@ func (o *SessionWindow) advance(wm int64, out stream.Collector) error {
 	return nil
 }
 
-// fire runs the current key's timer at ts: it emits the sessions whose
-// end-1 is ts (Flink's EventTimeTrigger.onEventTime) and drops those whose
-// cleanup time has come. A session kept after it fired gets its cleanup
-// timer again: that is a no-op unless allowedLateness changed since the
-// timer was set (a restore into a job with another config).
+// fire runs the current key's timer at ts: it emits the sessions whose end-1
+// is ts (a session fires when the watermark reaches its last instant, end-1)
+// and drops those whose cleanup time has come. A session kept after it fired
+// gets its cleanup timer again: that is a no-op unless allowedLateness changed
+// since the timer was set (a restore into a job with another config).
 func (o *SessionWindow) fire(key []byte, _ int, ts int64) error {
 	ks, ok := o.state.Value()
 	if !ok {

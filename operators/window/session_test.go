@@ -239,7 +239,7 @@ func sessionOracle(steps []sstep, p sessionParams) (want []entry, dropped int64)
 			var rest []osess
 			merged := false
 			for _, s := range k.ss {
-				if s.start <= m.end && s.end >= m.start { // Flink's TimeWindow.intersects
+				if s.start <= m.end && s.end >= m.start { // each starts at or before the other's end
 					m.start, m.end = min(m.start, s.start), max(m.end, s.end)
 					m.rows = append(m.rows, s.rows...)
 					merged = true

@@ -12,16 +12,18 @@ import (
 // Watermarks is one subtask of a watermarks operator: it copies each record's
 // event time from the timestamp field into Batch.Times and, after forwarding
 // a batch, emits the watermark maxTimestamp - maxOutOfOrderness - 1 if that
-// advanced (Flink's bounded-out-of-orderness strategy, evaluated per batch
-// rather than on a timer).
+// advanced, evaluated per batch rather than on a timer. Records may thus lag
+// the largest timestamp seen by up to maxOutOfOrderness: a watermark w says
+// no record at or before w is still to come, so the -1 keeps a record
+// exactly maxOutOfOrderness behind on time.
 //
 // Upstream watermarks are swallowed — this operator is the watermark source of
 // its stream — except stream.MaxWatermark, the end of input, which is
 // forwarded so that downstream windows fire.
 //
-// A null timestamp fails the task, as in Flink: dropping the record silently
-// would make results depend on data quality that nobody sees. Filter such
-// records out upstream if they are expected.
+// A null timestamp fails the task: dropping the record silently would make
+// results depend on data quality that nobody sees. Filter such records out
+// upstream if they are expected.
 type Watermarks struct {
 	stream.BaseOperator
 	spec  *watermarksSpec

@@ -10,9 +10,8 @@
 // a fresh chunk during the call (the synchronous phase of a checkpoint), so
 // that the task may change its state as soon as it returns and the upload can
 // run in the background on data that no longer aliases live state. A future
-// improvement is copy-on-write maps (Flink's CopyOnWriteStateMap) so that the
-// synchronous phase only freezes a version and the encoding moves to the
-// asynchronous phase.
+// improvement is copy-on-write maps so that the synchronous phase only freezes
+// a version and the encoding moves to the asynchronous phase.
 //
 // The timers of each domain (event time, processing time) live in one
 // min-heap ordered by (timestamp, key group, key), so that firing costs

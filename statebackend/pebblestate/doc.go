@@ -159,13 +159,13 @@
 //
 // # Incremental checkpoints: materialized checkpoint + changelog
 //
-// SnapshotFiles (statebackend.IncrementalSnapshotter) does what Flink's
-// changelog state backend does. Once snapshots start, every write the
-// backend makes to Pebble (puts and deletes of state, timers, the table
-// registry and key-group sizes; the value cache's dirty entries reach
-// Pebble, and so the changelog, before a snapshot) is also appended to a
-// local changelog segment (changelog.go: header WEIRCL + version, then
-// records of kind, uvarint-framed key and value). A snapshot is
+// SnapshotFiles (statebackend.IncrementalSnapshotter) pairs a periodically
+// materialized Pebble checkpoint with a changelog of the writes since. Once
+// snapshots start, every write the backend makes to Pebble (puts and deletes
+// of state, timers, the table registry and key-group sizes; the value cache's
+// dirty entries reach Pebble, and so the changelog, before a snapshot) is also
+// appended to a local changelog segment (changelog.go: header WEIRCL +
+// version, then records of kind, uvarint-framed key and value). A snapshot is
 //
 //   - the last materialized Pebble checkpoint (its sstables, MANIFEST,
 //     OPTIONS and marker files, kept hard-linked in Options.Dir/weir-changelog
