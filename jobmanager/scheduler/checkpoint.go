@@ -282,7 +282,7 @@ func (c *Scheduler) TriggerNow(jobID string, now time.Time) (int64, []Action, er
 	j := c.jobs[jobID]
 	switch {
 	case j == nil:
-		return 0, nil, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, jobID)
+		return 0, nil, notFound(jobID)
 	case !j.opts.Checkpoint.Enabled():
 		return 0, nil, fmt.Errorf("%w: job %s does not take checkpoints; set a checkpointing interval in its spec and submit it again", ErrCheckpointingOff, jobID)
 	case j.state != JobRunning || j.coord == nil:
@@ -325,7 +325,7 @@ type CheckpointsView struct {
 func (c *Scheduler) Checkpoints(jobID string) (CheckpointsView, error) {
 	j := c.jobs[jobID]
 	if j == nil {
-		return CheckpointsView{}, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, jobID)
+		return CheckpointsView{}, notFound(jobID)
 	}
 	v := CheckpointsView{JobID: j.id, Storage: j.opts.Storage, Enabled: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom,
 		Retained: retainedCheckpoints(j), TaskNames: make(map[coordinator.TaskID]string)}

@@ -1099,7 +1099,7 @@ func (c *Scheduler) CancelDone(a CancelAction, err error, gone bool, now time.Ti
 func (c *Scheduler) Cancel(id string, now time.Time) ([]Action, error) {
 	j := c.jobs[id]
 	if j == nil {
-		return nil, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, id)
+		return nil, notFound(id)
 	}
 	switch {
 	case j.state.Terminal():
@@ -1461,7 +1461,7 @@ func (c *Scheduler) Jobs() []JobView {
 func (c *Scheduler) Job(id string) (JobView, error) {
 	j := c.jobs[id]
 	if j == nil {
-		return JobView{}, fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, id)
+		return JobView{}, notFound(id)
 	}
 	return c.view(j, true), nil
 }
@@ -1483,4 +1483,16 @@ func (c *Scheduler) TaskManagers() []TaskManagerView {
 	}
 	slices.SortFunc(out, func(a, b TaskManagerView) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// maxQuotedID bounds how much of a caller's job id an error repeats: the
+// id may be anything a client sent.
+const maxQuotedID = 64
+
+// notFound is the error for an unknown job id.
+func notFound(id string) error {
+	if len(id) > maxQuotedID {
+		return fmt.Errorf("%w: no job %q… (%d bytes); list jobs to see their ids", ErrJobNotFound, id[:maxQuotedID], len(id))
+	}
+	return fmt.Errorf("%w: no job %q; list jobs to see their ids", ErrJobNotFound, id)
 }

@@ -279,3 +279,16 @@ func TestCoreDeployFailure(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// An unknown job id is repeated in the error only up to maxQuotedID bytes.
+func TestNotFoundBoundsTheID(t *testing.T) {
+	c := New(Config{})
+	long := strings.Repeat("x", 10_000)
+	_, err := c.Job(long)
+	if !errors.Is(err, ErrJobNotFound) || len(err.Error()) > 200 || !strings.Contains(err.Error(), "10000 bytes") {
+		t.Fatalf("error %.300q (%d bytes)", err, len(err.Error()))
+	}
+	if _, err := c.Job("abc"); !strings.Contains(err.Error(), `"abc"`) {
+		t.Fatalf("short id: %v", err)
+	}
+}
