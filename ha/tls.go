@@ -6,14 +6,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/weirstream/weir/security"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -31,9 +31,8 @@ const (
 	settingPassword = "the etcd password (WEIR_HA_ETCD_PASSWORD)"
 )
 
-// maxPEMBytes bounds a CA, certificate or key file: anything larger is
-// not PEM material but a wrong path.
-const maxPEMBytes = 1 << 20
+// maxPEMBytes bounds a CA, certificate or key file.
+const maxPEMBytes = security.MaxPEMBytes
 
 // endpointScheme is "http", "https" or another scheme of an endpoint URL,
 // and "" for a bare host:port.
@@ -147,17 +146,14 @@ func checkClientCert(leaf *x509.Certificate, file string, now time.Time) error {
 
 // readPEM reads one of the TLS files.
 func readPEM(path, setting string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("ha: config: %s: %w; check the path and that this process may read it", setting, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxPEMBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("ha: config: %s: read %s: %w", setting, path, err)
-	}
-	if len(b) > maxPEMBytes {
+	b, err := security.ReadPEMFile(path)
+	switch {
+	case errors.Is(err, security.ErrFileTooLarge):
 		return nil, fmt.Errorf("ha: config: %s: %s is larger than %d bytes, too large for PEM certificates or keys; is it the right file?", setting, path, maxPEMBytes)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
+		return nil, fmt.Errorf("ha: config: %s: %w; check the path and that this process may read it", setting, err)
+	case err != nil:
+		return nil, fmt.Errorf("ha: config: %s: read %s: %w", setting, path, err)
 	}
 	return b, nil
 }

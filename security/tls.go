@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"slices"
@@ -31,9 +32,6 @@ const (
 
 // ErrConfig marks a TLS setting that is incomplete or unusable.
 var ErrConfig = errors.New("security: TLS config")
-
-// maxPEMBytes bounds a CA, certificate or key file.
-const maxPEMBytes = 1 << 20
 
 // TLSConfig names a process's TLS material. All three files, or none
 // (plaintext, on loopback only).
@@ -92,17 +90,40 @@ func (c TLSConfig) Load() (*Material, error) {
 }
 
 func readPEM(path, what string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
+	b, err := ReadPEMFile(path)
+	switch {
+	case errors.Is(err, ErrFileTooLarge):
+		return nil, fmt.Errorf("%w: %s file %s is larger than %d bytes; is it the right file?", ErrConfig, what, path, MaxPEMBytes)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
 		return nil, fmt.Errorf("%w: %s file: %v", ErrConfig, what, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxPEMBytes+1))
-	if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("%w: %s file %s: %v", ErrConfig, what, path, err)
 	}
-	if len(b) > maxPEMBytes {
-		return nil, fmt.Errorf("%w: %s file %s is larger than %d bytes; is it the right file?", ErrConfig, what, path, maxPEMBytes)
+	return b, nil
+}
+
+// MaxPEMBytes bounds a CA, certificate or key file: anything larger is not
+// PEM material but a wrong path.
+const MaxPEMBytes = 1 << 20
+
+// ErrFileTooLarge: a file given as PEM material is larger than
+// MaxPEMBytes.
+var ErrFileTooLarge = errors.New("security: file too large for PEM material")
+
+// ReadPEMFile reads a CA, certificate or key file of at most MaxPEMBytes;
+// a larger one is ErrFileTooLarge. Errors name the file, not its content.
+func ReadPEMFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxPEMBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxPEMBytes {
+		return nil, ErrFileTooLarge
 	}
 	return b, nil
 }

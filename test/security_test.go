@@ -249,7 +249,10 @@ func TestSecurityAttacks(t *testing.T) {
 
 	// A jobmanager without TLS refuses to listen on every interface.
 	moreAttacks++
-	plainOut, err := exec.Command(filepath.Join(clustertest.Binaries(t), "jobmanager"), "--rpc-address", "0.0.0.0:0", "--rest-address", "").CombinedOutput()
+	// Bounded: should it start serving, the test fails rather than hangs.
+	jmCtx, jmCancel := context.WithTimeout(t.Context(), time.Minute)
+	defer jmCancel()
+	plainOut, err := exec.CommandContext(jmCtx, filepath.Join(clustertest.Binaries(t), "jobmanager"), "--rpc-address", "0.0.0.0:0", "--rest-address", "").CombinedOutput()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && strings.Contains(string(plainOut), "tls.ca") {
 		rejected++
