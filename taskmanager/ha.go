@@ -23,13 +23,59 @@ import (
 // deployed under lower epochs are cancelled (the new leader redeploys them
 // from its latest completed checkpoint).
 
+//
+// An epoch is only raised when it is the leader's: a call carrying a
+// higher epoch than the taskmanager knows is checked against etcd first
+// (verifyEpoch), so that a holder of a jobmanager certificate cannot poison
+// the taskmanager with a huge epoch and lock the real leader out.
+
 // fenceCall admits a call carrying epoch, or rejects it with
-// FailedPrecondition. Each rejected call is counted and logged exactly
-// once, with zombie_write_rejected=1.
-func (tm *TaskManager) fenceCall(call string, epoch int64) error {
+// FailedPrecondition (a stale epoch) or PermissionDenied (an epoch no
+// leader holds). Each stale call is counted and logged exactly once, with
+// zombie_write_rejected=1.
+func (tm *TaskManager) fenceCall(ctx context.Context, call string, epoch int64) error {
+	tm.mu.Lock()
+	cur := tm.mu.epoch
+	tm.mu.Unlock()
+	if epoch > cur {
+		if err := tm.verifyEpoch(ctx, call, epoch); err != nil {
+			return err
+		}
+	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
 	return tm.fenceLocked(call, epoch)
+}
+
+// verifyEpoch checks that epoch, higher than any this taskmanager has
+// seen, is no higher than the epoch etcd names for the leading jobmanager.
+// Without HA every jobmanager call carries epoch 0, so any other is
+// refused.
+func (tm *TaskManager) verifyEpoch(ctx context.Context, call string, epoch int64) error {
+	if tm.testAcceptEpochs.Load() {
+		return nil
+	}
+	if !tm.cfg.HA.etcd() {
+		tm.log.Warn("call with a fencing epoch refused: this taskmanager runs without HA", "call", call, "epoch", epoch)
+		return status.Errorf(codes.PermissionDenied,
+			"jobmanager epoch %d refused: %s: this taskmanager runs without HA, where every jobmanager call carries epoch 0 (start the taskmanager with the jobmanager's --ha settings)", epoch, call)
+	}
+	c := tm.etcd.Load()
+	if c == nil {
+		return status.Errorf(codes.Unavailable, "jobmanager epoch %d: %s: not yet connected to etcd to verify it; retry", epoch, call)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	li, err := c.Leader(lctx)
+	cancel()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "jobmanager epoch %d: %s: cannot verify it in etcd: %v", epoch, call, err)
+	}
+	if epoch > li.Epoch {
+		tm.log.Warn("call with an epoch no leader holds refused", "call", call, "epoch", epoch, "leader_epoch", li.Epoch)
+		return status.Errorf(codes.PermissionDenied,
+			"jobmanager epoch %d refused: %s: etcd names leader epoch %d; only the leading jobmanager may raise the epoch", epoch, call, li.Epoch)
+	}
+	return nil
 }
 
 func (tm *TaskManager) fenceLocked(call string, epoch int64) error {
@@ -178,6 +224,8 @@ func (tm *TaskManager) membershipHA(ctx context.Context) error {
 		return nil // ctx ended
 	}
 	defer c.Close()
+	tm.etcd.Store(c)
+	defer tm.etcd.Store(nil)
 	changed := make(chan string, 1)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()

@@ -2,6 +2,7 @@ package taskmanager
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -9,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/weirstream/weir/ha"
+	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/jobmanager/jobmanagertest"
 	"github.com/weirstream/weir/proto/weirpb"
 )
@@ -127,4 +130,71 @@ func fencedCalls(t *testing.T, h *harness) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestEpochVerified: an epoch higher than any the taskmanager has seen is
+// admitted only when no higher than the leader's epoch in etcd, so that a
+// holder of a jobmanager certificate cannot lock the real leader out with
+// a huge epoch. Without HA, any epoch other than 0 is refused.
+func TestEpochVerified(t *testing.T) {
+	ctx := context.Background()
+	t.Run("without HA", func(t *testing.T) {
+		jm := jobmanagertest.Start(t)
+		h := startTaskManager(t, jm.Addr(), newTestRegistry(newTestState()), nil)
+		h.tm.testAcceptEpochs.Store(false)
+		id := &weirpb.ExecutionID{JobId: "job-p", Attempt: 1}
+		_, err := h.exec.CancelTask(ctx, &weirpb.CancelTaskRequest{Id: id, Epoch: 1 << 62})
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "without HA") {
+			t.Fatalf("CancelTask with epoch 2^62: %v, want PermissionDenied naming the missing HA", err)
+		}
+		// The real jobmanager's epoch 0 still passes.
+		if _, err := h.exec.CancelTask(ctx, &weirpb.CancelTaskRequest{Id: id}); err != nil {
+			t.Fatalf("CancelTask at epoch 0 after the refused poisoning: %v", err)
+		}
+	})
+	t.Run("ha etcd", func(t *testing.T) {
+		srv := etcdtest.Start(t)
+		jm := jobmanagertest.Start(t)
+		cfg := ha.DefaultConfig()
+		cfg.Endpoints = srv.Endpoints()
+		cfg.Prefix = "/weir-epoch-test"
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		c, err := ha.Connect(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		lead, err := c.Campaign(ctx, "jm-test", jm.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lead.Resign(context.Background()) })
+		h := startTaskManager(t, jm.Addr(), newTestRegistry(newTestState()), func(tc *Config) {
+			tc.HA = HAConfig{Mode: "etcd", Endpoints: srv.Endpoints(), Prefix: cfg.Prefix}
+		})
+		h.tm.testAcceptEpochs.Store(false)
+		id := &weirpb.ExecutionID{JobId: "job-p", Attempt: 1}
+		cancel := func(epoch int64) error {
+			var err error
+			// Unavailable until the taskmanager has connected to etcd.
+			waitFor(t, "the taskmanager connects to etcd", func() bool {
+				_, err = h.exec.CancelTask(ctx, &weirpb.CancelTaskRequest{Id: id, Epoch: epoch})
+				return status.Code(err) != codes.Unavailable
+			})
+			return err
+		}
+		forged := lead.Epoch() + 1<<40
+		if err := cancel(forged); status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "only the leading jobmanager") {
+			t.Fatalf("CancelTask with an epoch above the leader's: %v, want PermissionDenied", err)
+		}
+		if err := cancel(lead.Epoch()); err != nil {
+			t.Fatalf("CancelTask at the leader's epoch after the refused poisoning: %v", err)
+		}
+		h.tm.mu.Lock()
+		got := h.tm.mu.epoch
+		h.tm.mu.Unlock()
+		if got != lead.Epoch() {
+			t.Fatalf("taskmanager epoch %d, want the leader's %d", got, lead.Epoch())
+		}
+	})
 }

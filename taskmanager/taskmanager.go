@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/dataflow"
+	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/statebackend/backends"
@@ -74,6 +75,12 @@ type TaskManager struct {
 	// jm is the jobmanager the taskmanager talks to (in ha: etcd, the
 	// leader etcd named last).
 	jm atomic.Pointer[jmConn]
+	// etcd is the connection to etcd in ha: etcd, while membership runs
+	// (nil before it connects): verifyEpoch reads the leader through it.
+	etcd atomic.Pointer[ha.Client]
+	// testAcceptEpochs skips verifyEpoch, for tests of the fencing rules
+	// without an etcd.
+	testAcceptEpochs atomic.Bool
 	wg sync.WaitGroup // running tasks
 
 	exchange *dataflow.Exchange
@@ -684,7 +691,7 @@ type executorServer struct {
 	tm *TaskManager
 }
 
-func (s *executorServer) SubmitTask(_ context.Context, req *weirpb.SubmitTaskRequest) (*weirpb.SubmitTaskResponse, error) {
+func (s *executorServer) SubmitTask(ctx context.Context, req *weirpb.SubmitTaskRequest) (*weirpb.SubmitTaskResponse, error) {
 	if req.GetTask() == nil || req.GetTask().GetId() == nil {
 		return nil, status.Error(codes.InvalidArgument, "submit task: no task deployment")
 	}
@@ -700,7 +707,7 @@ func (s *executorServer) SubmitTask(_ context.Context, req *weirpb.SubmitTaskReq
 		return nil, status.Errorf(codes.Unavailable, "task %s was placed on taskmanager process instance %q, but %s at %s is instance %s",
 			req.GetTask().GetTaskName(), req.GetInstanceId(), s.tm.cfg.ID, s.tm.addr, s.tm.instance)
 	}
-	if err := s.tm.fenceCall("SubmitTask", req.GetEpoch()); err != nil {
+	if err := s.tm.fenceCall(ctx, "SubmitTask", req.GetEpoch()); err != nil {
 		return nil, err
 	}
 	if err := s.tm.submit(req.GetTask(), req.GetEpoch()); err != nil {
@@ -709,8 +716,8 @@ func (s *executorServer) SubmitTask(_ context.Context, req *weirpb.SubmitTaskReq
 	return &weirpb.SubmitTaskResponse{}, nil
 }
 
-func (s *executorServer) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpointRequest) (*weirpb.TriggerCheckpointResponse, error) {
-	if err := s.tm.fenceCall("TriggerCheckpoint", req.GetEpoch()); err != nil {
+func (s *executorServer) TriggerCheckpoint(ctx context.Context, req *weirpb.TriggerCheckpointRequest) (*weirpb.TriggerCheckpointResponse, error) {
+	if err := s.tm.fenceCall(ctx, "TriggerCheckpoint", req.GetEpoch()); err != nil {
 		return nil, err
 	}
 	rt, ok := s.tm.task(req.GetId())
@@ -727,8 +734,8 @@ func (s *executorServer) TriggerCheckpoint(_ context.Context, req *weirpb.Trigge
 	return &weirpb.TriggerCheckpointResponse{}, nil
 }
 
-func (s *executorServer) NotifyCheckpoint(_ context.Context, req *weirpb.NotifyCheckpointRequest) (*weirpb.NotifyCheckpointResponse, error) {
-	if err := s.tm.fenceCall("NotifyCheckpoint", req.GetEpoch()); err != nil {
+func (s *executorServer) NotifyCheckpoint(ctx context.Context, req *weirpb.NotifyCheckpointRequest) (*weirpb.NotifyCheckpointResponse, error) {
+	if err := s.tm.fenceCall(ctx, "NotifyCheckpoint", req.GetEpoch()); err != nil {
 		return nil, err
 	}
 	rt, ok := s.tm.task(req.GetId())
@@ -747,8 +754,8 @@ func (s *executorServer) Ping(context.Context, *weirpb.PingRequest) (*weirpb.Pin
 	return &weirpb.PingResponse{TaskmanagerId: s.tm.cfg.ID, InstanceId: s.tm.instance}, nil
 }
 
-func (s *executorServer) CancelTask(_ context.Context, req *weirpb.CancelTaskRequest) (*weirpb.CancelTaskResponse, error) {
-	if err := s.tm.fenceCall("CancelTask", req.GetEpoch()); err != nil {
+func (s *executorServer) CancelTask(ctx context.Context, req *weirpb.CancelTaskRequest) (*weirpb.CancelTaskResponse, error) {
+	if err := s.tm.fenceCall(ctx, "CancelTask", req.GetEpoch()); err != nil {
 		return nil, err
 	}
 	s.tm.cancel(req.GetId())

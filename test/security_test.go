@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +22,7 @@ import (
 	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/test/clustertest"
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // TestSecurityAttacks runs the exactly-once workload on a cluster with
@@ -31,10 +34,29 @@ import (
 //
 //	attacks=<n> rejected=<n> lost=0 duplicated=0
 func TestSecurityAttacks(t *testing.T) {
+	const maxEnded = 4
 	c := clustertest.Start(t, clustertest.Options{TLS: true, TaskManagers: 2, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
-		HeartbeatTimeout: 3 * time.Second, LogLevel: "info"})
+		HeartbeatTimeout: 3 * time.Second, LogLevel: "info", JobManagerArgs: []string{"--max-ended-jobs", fmt.Sprint(maxEnded)}})
 	job := newSequenceJob(t, "secured", 15, 4000, 64)
 	jobID := job.submit(t, c)
+
+	// A REST client that connects and never sends a request: the
+	// jobmanager closes the connection (its header timeout is 10 s).
+	slowloris := make(chan error, 1)
+	go func() {
+		conn, err := net.Dial("tcp", c.REST)
+		if err != nil {
+			slowloris <- err
+			return
+		}
+		defer conn.Close()
+		if err := conn.SetReadDeadline(time.Now().Add(2 * time.Minute)); err != nil {
+			slowloris <- err
+			return
+		}
+		_, err = io.Copy(io.Discard, conn) // returns when the server closes
+		slowloris <- err
+	}()
 	waitCheckpointsSince(t, c, jobID, time.Time{}, 1, "before the attacks")
 
 	// Credentials an attacker might hold.
@@ -84,47 +106,61 @@ func TestSecurityAttacks(t *testing.T) {
 		// want is the gRPC code of the refusal; codes.Unavailable is a
 		// failed TLS handshake.
 		want codes.Code
+		// says is what a PermissionDenied or InvalidArgument refusal
+		// must say (default "security:", the authorization layer's).
+		says string
 	}
+	jm := security.DialOption(material(c.TLSFiles(security.JobManagerFile)), security.RoleTaskManager)
 	attacks := []attack{
-		{"rogue taskmanager, plaintext", func() error { return register(plain, "rogue") }, codes.Unavailable},
-		{"rogue taskmanager, certificate from another CA", func() error { return register(foreignTM, "rogue") }, codes.Unavailable},
-		{"taskmanager id hijack (tm-0's certificate as tm-1)", func() error { return register(tm0, "tm-1") }, codes.PermissionDenied},
+		{"rogue taskmanager, plaintext", func() error { return register(plain, "rogue") }, codes.Unavailable, ""},
+		{"rogue taskmanager, certificate from another CA", func() error { return register(foreignTM, "rogue") }, codes.Unavailable, ""},
+		{"taskmanager id hijack (tm-0's certificate as tm-1)", func() error { return register(tm0, "tm-1") }, codes.PermissionDenied, ""},
 		{"forged checkpoint ack with an empty taskmanager id", func() error {
 			_, err := weirpb.NewClusterServiceClient(dial(c.RPCAddr, tm0)).AcknowledgeCheckpoint(ctx(),
 				&weirpb.AcknowledgeCheckpointRequest{Id: &weirpb.ExecutionID{JobId: jobID, Attempt: 1}, CheckpointId: 1 << 40})
 			return err
-		}, codes.PermissionDenied},
+		}, codes.PermissionDenied, ""},
 		{"epoch poisoning: CancelTask with epoch 2^62 from an operator", func() error {
 			_, err := weirpb.NewTaskExecutorServiceClient(dial(tmAddr, operatorToTM)).CancelTask(ctx(),
 				&weirpb.CancelTaskRequest{Id: &weirpb.ExecutionID{JobId: jobID}, Epoch: 1 << 62})
 			return err
-		}, codes.PermissionDenied},
+		}, codes.PermissionDenied, ""},
 		{"20 MiB message to a taskmanager's control service", func() error {
 			_, err := weirpb.NewTaskExecutorServiceClient(dial(tmAddr, operatorToTM)).CancelTask(ctx(),
 				&weirpb.CancelTaskRequest{Id: &weirpb.ExecutionID{JobId: strings.Repeat("a", 20<<20)}})
 			return err
-		}, codes.ResourceExhausted},
+		}, codes.ResourceExhausted, ""},
+		{"epoch poisoning: CancelTask with epoch 2^62 and a jobmanager's certificate", func() error {
+			_, err := weirpb.NewTaskExecutorServiceClient(dial(tmAddr, jm)).CancelTask(ctx(),
+				&weirpb.CancelTaskRequest{Id: &weirpb.ExecutionID{JobId: jobID}, Epoch: 1 << 62})
+			return err
+		}, codes.PermissionDenied, "epoch"},
+		{"a task whose job id climbs out of the state directory", func() error {
+			_, err := weirpb.NewTaskExecutorServiceClient(dial(tmAddr, jm)).SubmitTask(ctx(),
+				&weirpb.SubmitTaskRequest{Task: &weirpb.TaskDeployment{TaskName: "escape", Id: &weirpb.ExecutionID{JobId: "../../escape", Attempt: 1}}})
+			return err
+		}, codes.InvalidArgument, "job id"},
 		{"epoch poisoning: CancelTask from another taskmanager", func() error {
 			_, err := weirpb.NewTaskExecutorServiceClient(dial(tmAddr, tm0ToTM)).CancelTask(ctx(),
 				&weirpb.CancelTaskRequest{Id: &weirpb.ExecutionID{JobId: jobID}, Epoch: 1 << 62})
 			return err
-		}, codes.PermissionDenied},
+		}, codes.PermissionDenied, ""},
 		{"job cancel with a reader's certificate", func() error {
 			_, err := weirpb.NewJobServiceClient(dial(c.RPCAddr, reader)).CancelJob(ctx(), &weirpb.CancelJobRequest{JobId: jobID})
 			return err
-		}, codes.PermissionDenied},
+		}, codes.PermissionDenied, ""},
 		{"job cancel with a taskmanager's certificate", func() error {
 			_, err := weirpb.NewJobServiceClient(dial(c.RPCAddr, tm0)).CancelJob(ctx(), &weirpb.CancelJobRequest{JobId: jobID})
 			return err
-		}, codes.PermissionDenied},
+		}, codes.PermissionDenied, ""},
 		{"job list, plaintext", func() error {
 			_, err := weirpb.NewJobServiceClient(dial(c.RPCAddr, plain)).ListJobs(ctx(), &weirpb.ListJobsRequest{})
 			return err
-		}, codes.Unavailable},
+		}, codes.Unavailable, ""},
 		{"job list, certificate from another CA", func() error {
 			_, err := weirpb.NewJobServiceClient(dial(c.RPCAddr, foreign)).ListJobs(ctx(), &weirpb.ListJobsRequest{})
 			return err
-		}, codes.Unavailable},
+		}, codes.Unavailable, ""},
 	}
 	rejected := 0
 	for _, a := range attacks {
@@ -133,7 +169,10 @@ func TestSecurityAttacks(t *testing.T) {
 			t.Errorf("%s: %v (code %v), want %v", a.name, err, got, a.want)
 			continue
 		}
-		if a.want == codes.PermissionDenied && !strings.Contains(status.Convert(err).Message(), "security:") {
+		if a.says == "" {
+			a.says = "security:"
+		}
+		if (a.want == codes.PermissionDenied || a.want == codes.InvalidArgument) && !strings.Contains(status.Convert(err).Message(), a.says) {
 			t.Errorf("%s: refusal %q does not explain itself", a.name, status.Convert(err).Message())
 		}
 		rejected++
@@ -260,7 +299,112 @@ func TestSecurityAttacks(t *testing.T) {
 		t.Errorf("plaintext jobmanager on 0.0.0.0: %v\n%s", err, plainOut)
 	}
 
+	// Data values never appear in errors: a line the job cannot parse as
+	// an integer fails it, and the error names the field, not the value.
+	moreAttacks++
+	secret := "s3cr3t-" + strings.Repeat("v", 20)
+	if err := os.WriteFile(filepath.Join(inside, "secret.txt"), []byte(secret+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	leak := filepath.Join(t.TempDir(), "leak.yaml")
+	body = fmt.Sprintf("name: leak\nrestartStrategy: {type: none}\noperators:\n"+
+		"  - uid: in\n    type: file\n    config: {path: %q, format: lines}\n"+
+		"  - uid: parse\n    type: map\n    config: {set: [{name: n, expr: 'int(line)'}]}\n"+
+		"  - uid: out\n    type: discard\n", filepath.Join(inside, "secret.txt"))
+	if err := os.WriteFile(leak, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = c.Weir("submit", leak); err != nil {
+		t.Fatalf("submit the leaking job: %v\n%s", err, out)
+	}
+	fields = strings.Fields(out)
+	leakID := fields[len(fields)-1]
+	final = c.WaitJob(leakID, 2*time.Minute).GetJob()
+	shown, _ := c.Weir("jobs", "status", leakID)
+	switch {
+	case final.GetState() != weirpb.JobState_JOB_STATE_FAILED:
+		t.Errorf("the job parsing a secret ended %v, want FAILED", final.GetState())
+	case strings.Contains(final.GetError(), "s3cr3t") || strings.Contains(shown, "s3cr3t"):
+		t.Errorf("the job's error shows the data value: %s", final.GetError())
+	default:
+		rejected++
+	}
+
+	// A YAML alias bomb (a few hundred bytes that expand to gigabytes).
+	moreAttacks++
+	bomb := filepath.Join(t.TempDir(), "bomb.yaml")
+	var bb strings.Builder
+	bb.WriteString("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 10; i++ {
+		fmt.Fprintf(&bb, "a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
+	}
+	bb.WriteString("name: bomb\noperators: []\n")
+	if err := os.WriteFile(bomb, []byte(bb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Weir("submit", bomb); err != nil && strings.Contains(out, "aliases") {
+		rejected++
+	} else {
+		t.Errorf("YAML alias bomb: %v\n%s", err, out)
+	}
+
+	// The idle REST connection opened at the start was closed.
+	moreAttacks++
+	if err := <-slowloris; err == nil {
+		rejected++
+	} else {
+		t.Errorf("an idle REST connection: %v, want it closed by the jobmanager", err)
+	}
+
 	lost, duplicated := finishAndVerify(t, c, job)
+
+	// Many short jobs (after the workload ended, which they would evict):
+	// the jobmanager keeps only the last maxEnded ended ones
+	// (--max-ended-jobs).
+	moreAttacks++
+	var short []string
+	for i := range 3 * maxEnded {
+		spec := filepath.Join(t.TempDir(), "short.yaml")
+		body := fmt.Sprintf("name: short-%d\noperators:\n  - uid: in\n    type: datagen\n    config: {rows: 10, fields: [{name: n, kind: sequence}]}\n"+
+			"  - uid: out\n    type: discard\n", i)
+		if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := c.Weir("submit", spec)
+		if err != nil {
+			t.Fatalf("submit a short job: %v\n%s", err, out)
+		}
+		fields := strings.Fields(out)
+		short = append(short, fields[len(fields)-1])
+		c.WaitJob(short[i], 2*time.Minute)
+	}
+	var listed map[string]weirpb.JobState
+	polltest.Eventually(t, 2*time.Minute, "the jobmanager to forget ended jobs beyond --max-ended-jobs", func() bool {
+		lctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		resp, err := c.Client.ListJobs(lctx, &weirpb.ListJobsRequest{})
+		if err != nil {
+			return false
+		}
+		listed = map[string]weirpb.JobState{}
+		ended := 0
+		for _, j := range resp.GetJobs() {
+			listed[j.GetJobId()] = j.GetState()
+			if j.GetState() != weirpb.JobState_JOB_STATE_RUNNING {
+				ended++
+			}
+		}
+		return ended <= maxEnded
+	})
+	_, oldest := listed[short[0]]
+	_, newest := listed[short[len(short)-1]]
+	if len(listed) <= maxEnded && !oldest && newest {
+		rejected++
+	} else {
+		t.Errorf("after %d short jobs with --max-ended-jobs %d the jobmanager lists %d jobs (oldest listed %v, newest %v)",
+			len(short), maxEnded, len(listed), oldest, newest)
+	}
+
 	n := len(attacks) + moreAttacks
 	fmt.Printf("attacks=%d rejected=%d lost=%d duplicated=%d\n", n, rejected, lost, duplicated)
 	if rejected != n || lost != 0 || duplicated != 0 {

@@ -137,6 +137,8 @@ type Options struct {
 	LogLevel string
 	// TaskManagerArgs are added to every taskmanager's command line.
 	TaskManagerArgs []string
+	// JobManagerArgs are added to every jobmanager's command line.
+	JobManagerArgs []string
 	// S3 starts a versitygw S3 server (blobstoretest) with the bucket
 	// blobstoretest.VersityBucket, behind a fault proxy, and gives every
 	// process the WEIR_S3_* environment to reach it: jobs can keep their
@@ -352,7 +354,7 @@ func (c *Cluster) jobManagerArgs(rpc, rest, addrFile string, etcdEndpoints []str
 		args = append(args, "--ha", "etcd", "--ha-etcd-endpoints", strings.Join(etcdEndpoints, ","),
 			"--ha-prefix", h.Prefix, "--ha-lease-ttl", h.LeaseTTL.String())
 	}
-	return args
+	return append(args, c.opts.JobManagerArgs...)
 }
 
 // waitAddressFile waits until a jobmanager wrote its bound addresses.
