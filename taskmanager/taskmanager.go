@@ -81,6 +81,7 @@ type TaskManager struct {
 	// testAcceptEpochs skips verifyEpoch, for tests of the fencing rules
 	// without an etcd.
 	testAcceptEpochs atomic.Bool
+
 	wg sync.WaitGroup // running tasks
 
 	exchange *dataflow.Exchange
