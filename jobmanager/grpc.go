@@ -137,7 +137,7 @@ func fromTaskStatus(st *weirpb.TaskStatus) scheduler.TaskReport {
 	id := st.GetId()
 	return scheduler.TaskReport{JobID: id.GetJobId(), Vertex: int(id.GetVertexId()), Subtask: int(id.GetSubtask()), Attempt: id.GetAttempt(),
 		State: scheduler.TaskState(st.GetState()), Err: st.GetError(), RecordsIn: st.GetRecordsIn(), RecordsOut: st.GetRecordsOut(),
-		BrokenPeer: st.GetBrokenPeer()}
+		BrokenPeer: st.GetBrokenPeer(), Corrupt: st.GetCorruptCheckpoint()}
 }
 
 func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatRequest) (*weirpb.HeartbeatResponse, error) {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/proto/weirpb"
@@ -110,6 +111,9 @@ type runningTask struct {
 	cancel context.CancelFunc
 	state  weirpb.TaskState
 	err    string
+	// corrupt, on a failed task: it failed on a checkpoint object that does
+	// not verify (weirpb.TaskStatus.corrupt_checkpoint).
+	corrupt bool
 	// brokenPeer, on a failed task, is the exchange address of the
 	// taskmanager whose data stream broke and failed it.
 	brokenPeer string
@@ -488,7 +492,7 @@ func (tm *TaskManager) statuses(metrics bool) []*weirpb.TaskStatus {
 	defer tm.mu.Unlock()
 	out := make([]*weirpb.TaskStatus, 0, len(tm.mu.tasks))
 	for _, rt := range tm.mu.tasks {
-		st := &weirpb.TaskStatus{Id: rt.id, State: rt.state, Error: rt.err, BrokenPeer: rt.brokenPeer}
+		st := &weirpb.TaskStatus{Id: rt.id, State: rt.state, Error: rt.err, BrokenPeer: rt.brokenPeer, CorruptCheckpoint: rt.corrupt}
 		if metrics && rt.task != nil {
 			m := rt.task.Metrics()
 			st.RecordsIn, st.RecordsOut = m.RecordsIn.Load(), m.RecordsOut.Load()
@@ -609,7 +613,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 	defer tm.wg.Done()
 	defer close(rt.done)
-	tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "", "")
+	tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "", "", false)
 	var err error
 	if p := rt.prev; p != nil {
 		// The stale attempt was cancelled; it may be in the middle of a
@@ -630,7 +634,7 @@ func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 	if err == nil {
 		err = rt.task.Run(ctx)
 	}
-	state, msg, peer := weirpb.TaskState_TASK_STATE_FINISHED, "", ""
+	state, msg, peer, corrupt := weirpb.TaskState_TASK_STATE_FINISHED, "", "", false
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -640,26 +644,27 @@ func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 		if pe := (*dataflow.PeerError)(nil); errors.As(err, &pe) {
 			peer = pe.Addr
 		}
+		corrupt = errors.Is(err, checkpoint.ErrCorrupt)
 		tm.log.Error("task failed", "task", rt.name, "err", err)
 	}
 	rt.cancel()
 	tm.mu.Lock()
-	rt.state, rt.err, rt.brokenPeer = state, msg, peer
+	rt.state, rt.err, rt.brokenPeer, rt.corrupt = state, msg, peer, corrupt
 	tm.mu.Unlock()
 	tm.log.Info("task ended", "task", rt.name, "state", state.String())
-	tm.report(rt, state, msg, peer)
+	tm.report(rt, state, msg, peer, corrupt)
 }
 
-// report tells the jobmanager about a state change (brokenPeer: see
-// weirpb.TaskStatus). A lost report is not fatal: heartbeats carry every
-// task's state too.
-func (tm *TaskManager) report(rt *runningTask, state weirpb.TaskState, msg, brokenPeer string) {
+// report tells the jobmanager about a state change (brokenPeer and
+// corrupt: see weirpb.TaskStatus). A lost report is not fatal: heartbeats
+// carry every task's state too.
+func (tm *TaskManager) report(rt *runningTask, state weirpb.TaskState, msg, brokenPeer string, corrupt bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	m := rt.task.Metrics()
 	_, err := tm.cluster().UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{
 		TaskmanagerId: tm.cfg.ID,
-		Status: &weirpb.TaskStatus{Id: rt.id, State: state, Error: msg, BrokenPeer: brokenPeer,
+		Status: &weirpb.TaskStatus{Id: rt.id, State: state, Error: msg, BrokenPeer: brokenPeer, CorruptCheckpoint: corrupt,
 			RecordsIn: m.RecordsIn.Load(), RecordsOut: m.RecordsOut.Load()},
 	})
 	if err != nil {

@@ -78,7 +78,7 @@ var commands = map[string]scenariotest.Syntax{
 	"cancel":         {Args: []string{"JOB"}},
 	"deployed":       {Keys: []string{"job", "tasks", "err"}},
 	"cancelled":      {Args: []string{"[gone]"}, Keys: []string{"job", "tasks", "err"}},
-	"report":         {Args: []string{"STATE"}, Keys: []string{"job", "tasks", "attempt", "err", "peer"}},
+	"report":         {Args: []string{"STATE"}, Keys: []string{"job", "tasks", "attempt", "err", "peer", "corrupt"}},
 	"run":            {Keys: []string{"job"}},
 	"tick":           {Args: []string{"[D]"}},
 	"advance":        {Args: []string{"D"}},
@@ -254,7 +254,7 @@ func (s *scenario) run(d *scenariotest.Directive) string {
 		job := c.job()
 		for _, d := range s.executions(job, c.tasks()) {
 			r := TaskReport{JobID: job, Vertex: d.Task.Head, Subtask: d.Subtask, Attempt: d.Attempt, State: state,
-				Err: c.Text("err"), BrokenPeer: c.Text("peer")}
+				Err: c.Text("err"), BrokenPeer: c.Text("peer"), Corrupt: c.Text("corrupt") == "true"}
 			if v := c.Text("attempt"); v != "" {
 				r.Attempt = c.Number("attempt", v)
 			}

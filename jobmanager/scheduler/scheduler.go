@@ -145,7 +145,11 @@ type execution struct {
 	// waits for its final checkpoint.
 	inputEnded bool
 	// deployed: SubmitTask returned successfully, so a cancel can reach it.
-	deployed              bool
+	deployed bool
+	// restored is the checkpoint this attempt restored (0: none).
+	restored int64
+	// corrupt: it failed because that checkpoint does not verify.
+	corrupt               bool
 	err                   string
 	recordsIn, recordsOut int64
 	// alignment is the barrier alignment time of its latest checkpoint
@@ -236,6 +240,9 @@ type job struct {
 	finalWanted bool
 	// swept: the final DeleteCheckpointsAction (All) was issued.
 	swept bool
+	// corrupt are the checkpoints that failed verification on restore;
+	// they are never restored again.
+	corrupt []int64
 }
 
 // Action is something the shell must do for the scheduler.
@@ -389,6 +396,9 @@ type TaskReport struct {
 	// BrokenPeer, on a failed task, is the exchange address of the
 	// taskmanager whose data stream broke and failed it.
 	BrokenPeer string
+	// Corrupt, on a failed task, says that it failed because an object of
+	// the checkpoint it restored does not verify.
+	Corrupt bool
 }
 
 // Config configures a Scheduler.
@@ -526,6 +536,7 @@ func (c *Scheduler) applyReport(tmID string, tm *tmEntry, r TaskReport, now time
 		ex.state = r.State
 	case TaskFailed:
 		ex.state = TaskFailed
+		ex.corrupt = r.Corrupt
 		ex.err = r.Err
 		if ex.err == "" {
 			ex.err = "unknown error"
@@ -560,6 +571,9 @@ func (c *Scheduler) execChanged(j *job, ex *execution, now time.Time) []Action {
 	}
 	switch ex.state {
 	case TaskFailed:
+		if ex.corrupt && ex.restored > 0 {
+			return c.corruptCheckpoint(j, ex, now)
+		}
 		return c.TaskFailed(j, ex, now)
 	case TaskCanceled:
 		ex.err = "cancelled by its taskmanager although the job was not cancelled"
@@ -702,6 +716,21 @@ func (c *Scheduler) failOver(j *job, failed []*region, cause string, counted boo
 		acts = append(acts, c.maybeRedeployRegion(j, r, now)...)
 	}
 	return acts
+}
+
+// corruptCheckpoint handles ex failing because the checkpoint it restored
+// does not verify. Restarting would restore the same checkpoint and fail
+// again, and restoring an older one is unsafe when sinks committed the
+// newer one, so the checkpoint is marked corrupt and the job fails; the
+// user resubmits it from an older retained checkpoint, or cancels it.
+func (c *Scheduler) corruptCheckpoint(j *job, ex *execution, now time.Time) []Action {
+	if !slices.Contains(j.corrupt, ex.restored) {
+		j.corrupt = append(j.corrupt, ex.restored)
+	}
+	cause := fmt.Sprintf("checkpoint %d does not verify, so the job cannot be restored from it and is not restarted: %s; "+
+		"the checkpoint is marked corrupt: resubmit the job from an older retained checkpoint (weir submit --from) or repair the object",
+		ex.restored, failureCause(ex))
+	return c.failJob(j, cause, now)
 }
 
 // failJob cancels every task of j and ends it FAILED with cause.
@@ -904,6 +933,32 @@ func (c *Scheduler) Submit(id string, g *stream.JobGraph, opts JobOptions, now t
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
+	j := c.addJob(id, g, opts, tasks, now)
+	c.log.Info("job submitted", "job", id, "name", g.Name, "tasks", len(tasks), "slots", j.need, "regions", len(j.regions),
+		"checkpointing", opts.Checkpoint.Enabled())
+	return c.trySchedule(j, now), nil
+}
+
+// AddFailed adds a job that failed before it could run (a recovered job
+// whose checkpoint does not verify): it is listed FAILED with cause, so
+// that users see why and can cancel or resubmit it, and nothing of it is
+// deployed or deleted.
+func (c *Scheduler) AddFailed(id string, g *stream.JobGraph, opts JobOptions, cause string, now time.Time) error {
+	if _, dup := c.jobs[id]; dup {
+		return fmt.Errorf("jobmanager: job id %s is taken", id)
+	}
+	tasks, err := BuildTasks(g)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	j := c.addJob(id, g, opts, tasks, now)
+	j.state, j.err, j.ended, j.swept = JobFailed, cause, now, true
+	c.log.Warn("job failed", "job", id, "name", g.Name, "error", cause)
+	return nil
+}
+
+// addJob creates job id in state CREATED and adds it.
+func (c *Scheduler) addJob(id string, g *stream.JobGraph, opts JobOptions, tasks []*Task, now time.Time) *job {
 	j := &job{id: id, graph: g, opts: opts, tasks: tasks, need: slotsNeeded(tasks), state: JobCreated,
 		submitted: now, slotDeadline: now.Add(opts.SlotWait), byKey: make(map[execKey]*execution)}
 	for _, t := range tasks {
@@ -919,9 +974,7 @@ func (c *Scheduler) Submit(id string, g *stream.JobGraph, opts JobOptions, now t
 	buildRegions(j)
 	c.jobs[id] = j
 	c.jobOrder = append(c.jobOrder, j)
-	c.log.Info("job submitted", "job", id, "name", g.Name, "tasks", len(tasks), "slots", j.need, "regions", len(j.regions),
-		"checkpointing", opts.Checkpoint.Enabled())
-	return c.trySchedule(j, now), nil
+	return j
 }
 
 func (c *Scheduler) liveOffers() []slotOffer {
@@ -960,6 +1013,7 @@ func (c *Scheduler) checkpointingOf(j *job) TaskCheckpointing {
 // slot, restoring the latest completed checkpoint.
 func (c *Scheduler) deployExec(j *job, ex *execution, addrs []string, ckpt TaskCheckpointing) DeployAction {
 	ex.restoredFinished = j.latest != nil && j.latest.Finished(j.graph.Vertices[ex.spec.Head].UID, ex.subtask)
+	ex.restored, ex.corrupt = checkpointID(j.latest), false
 	ex.inputEnded = false
 	ex.tm = j.slots[ex.subtask]
 	ex.state = TaskDeploying

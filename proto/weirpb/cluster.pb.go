@@ -333,9 +333,13 @@ type TaskStatus struct {
 	// broken_peer, on a FAILED task, is the exchange address of the
 	// taskmanager whose data stream broke and failed the task; the
 	// jobmanager suspects that taskmanager and probes it.
-	BrokenPeer    string `protobuf:"bytes,6,opt,name=broken_peer,json=brokenPeer,proto3" json:"broken_peer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BrokenPeer string `protobuf:"bytes,6,opt,name=broken_peer,json=brokenPeer,proto3" json:"broken_peer,omitempty"`
+	// corrupt_checkpoint, on a FAILED task, says that it failed because an
+	// object of the checkpoint it restored does not verify; the jobmanager
+	// then fails the job instead of restoring the same checkpoint again.
+	CorruptCheckpoint bool `protobuf:"varint,7,opt,name=corrupt_checkpoint,json=corruptCheckpoint,proto3" json:"corrupt_checkpoint,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskStatus) Reset() {
@@ -408,6 +412,13 @@ func (x *TaskStatus) GetBrokenPeer() string {
 		return x.BrokenPeer
 	}
 	return ""
+}
+
+func (x *TaskStatus) GetCorruptCheckpoint() bool {
+	if x != nil {
+		return x.CorruptCheckpoint
+	}
+	return false
 }
 
 type HeartbeatRequest struct {
@@ -2173,7 +2184,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\rjobmanager_id\x18\x01 \x01(\tR\fjobmanagerId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +
 	"\x14heartbeat_timeout_ms\x18\x03 \x01(\x03R\x12heartbeatTimeoutMs\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\xd3\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\x82\x02\n" +
 	"\n" +
 	"TaskStatus\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12(\n" +
@@ -2184,7 +2195,8 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\vrecords_out\x18\x05 \x01(\x03R\n" +
 	"recordsOut\x12\x1f\n" +
 	"\vbroken_peer\x18\x06 \x01(\tR\n" +
-	"brokenPeer\"\x85\x01\n" +
+	"brokenPeer\x12-\n" +
+	"\x12corrupt_checkpoint\x18\a \x01(\bR\x11corruptCheckpoint\"\x85\x01\n" +
 	"\x10HeartbeatRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12)\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\x12\x1f\n" +
