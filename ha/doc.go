@@ -50,11 +50,17 @@
 //
 // ha imports the etcd client and its API error codes (it is the only
 // package that does), gRPC (to read why a connection failed), zap (to
-// silence the client's logs) and the standard library. It must not
-// import generated protobuf code: values are opaque bytes.
+// silence the client's logs), jobmanager/jobstore (the job-store seam its
+// Store implements, with the types and errors it shares) and the standard
+// library. It must not import generated protobuf code: values are opaque
+// bytes.
 package ha
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/weirstream/weir/jobmanager/jobstore"
+)
 
 var (
 	// ErrUnavailable means etcd did not answer; retry later.
@@ -73,10 +79,12 @@ var (
 	// ErrLeadershipLost means the leadership ended while a write was in
 	// flight; the write may or may not have been applied.
 	ErrLeadershipLost = errors.New("ha: leadership lost")
-	// ErrNotFound means the job or checkpoint pointer is not stored.
-	ErrNotFound = errors.New("ha: not found")
+	// ErrNotFound means the job or checkpoint pointer is not stored. It is
+	// jobstore.ErrNotFound, the same for every job store.
+	ErrNotFound = jobstore.ErrNotFound
 	// ErrStaleCheckpoint means a checkpoint pointer would move backwards.
-	ErrStaleCheckpoint = errors.New("ha: checkpoint pointer would move backwards")
+	// It is jobstore.ErrStaleCheckpoint.
+	ErrStaleCheckpoint = jobstore.ErrStaleCheckpoint
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("ha: client closed")
 )

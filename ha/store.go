@@ -3,92 +3,35 @@ package ha
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weirstream/weir/jobmanager/jobstore"
 )
 
 // MaxValueSize is the largest graph or status value the Store accepts.
-// etcd refuses requests above 1.5 MiB by default; larger payloads belong
-// in checkpoint storage, with a pointer to them stored here.
-const MaxValueSize = 1 << 20
+const MaxValueSize = jobstore.MaxValueSize
 
 // maxCASAttempts bounds the read-compare-write retries of the counter and
 // the checkpoint pointer when another writer of the same leader interferes.
 const maxCASAttempts = 16
 
-// Pointer names the latest completed checkpoint of a job: the checkpoint
-// id, the key of its manifest in checkpoint storage and the manifest's
-// SHA-256, which the restoring jobmanager checks.
-type Pointer struct {
-	ID             int64
-	ManifestKey    string
-	ManifestSHA256 string // 64 lowercase hex digits
-}
-
-// Validate reports what is wrong with p.
-func (p Pointer) Validate() error {
-	if p.ID <= 0 {
-		return fmt.Errorf("ha: checkpoint pointer: id %d is not positive", p.ID)
-	}
-	if p.ManifestKey == "" {
-		return fmt.Errorf("ha: checkpoint pointer %d: empty manifest key", p.ID)
-	}
-	if len(p.ManifestSHA256) != 64 || strings.ToLower(p.ManifestSHA256) != p.ManifestSHA256 {
-		return fmt.Errorf("ha: checkpoint pointer %d: manifest sha256 %q is not 64 lowercase hex digits", p.ID, p.ManifestSHA256)
-	}
-	if _, err := hex.DecodeString(p.ManifestSHA256); err != nil {
-		return fmt.Errorf("ha: checkpoint pointer %d: manifest sha256 %q is not hex", p.ID, p.ManifestSHA256)
-	}
-	return nil
-}
-
-// pointerValue is the stored form of a Pointer, version 1.
-type pointerValue struct {
-	Version        int    `json:"v"`
-	ID             int64  `json:"id"`
-	ManifestKey    string `json:"manifestKey"`
-	ManifestSHA256 string `json:"manifestSha256"`
-}
-
-func encodePointer(p Pointer) []byte {
-	b, _ := json.Marshal(pointerValue{Version: 1, ID: p.ID, ManifestKey: p.ManifestKey, ManifestSHA256: p.ManifestSHA256})
-	return b
-}
-
-func decodePointer(key string, b []byte) (Pointer, error) {
-	var v pointerValue
-	if err := json.Unmarshal(b, &v); err != nil {
-		return Pointer{}, fmt.Errorf("ha: %s holds %q, not a checkpoint pointer: %w", key, b, err)
-	}
-	if v.Version != 1 {
-		return Pointer{}, fmt.Errorf("ha: %s: checkpoint pointer version %d unknown (this build reads version 1); upgrade the jobmanager", key, v.Version)
-	}
-	p := Pointer{ID: v.ID, ManifestKey: v.ManifestKey, ManifestSHA256: v.ManifestSHA256}
-	if err := p.Validate(); err != nil {
-		return Pointer{}, fmt.Errorf("%s: %w", key, err)
-	}
-	return p, nil
-}
+// Pointer names the latest completed checkpoint of a job.
+type Pointer = jobstore.Pointer
 
 // JobRecord is one job's metadata as stored in etcd.
-type JobRecord struct {
-	ID string
-	// Graph and Status are the opaque bytes the jobmanager stored.
-	Graph, Status []byte
-	// Latest is the latest completed checkpoint; nil when the job has none.
-	Latest *Pointer
-	// LastCheckpointID is the last id NextCheckpointID allocated (0: none).
-	LastCheckpointID int64
-}
+type JobRecord = jobstore.JobRecord
 
-// Store is the leader's metadata in etcd, under <prefix>/jobs/<id>/:
+var _ jobstore.Store = (*Store)(nil)
+
+// Store is the leader's metadata in etcd, the jobstore.Store of an HA
+// jobmanager, under <prefix>/jobs/<id>/:
 //
 //	graph            the job graph (opaque bytes, or a pointer into checkpoint storage)
 //	status           the job status (opaque bytes)
@@ -199,7 +142,7 @@ func (s *Store) ListJobs(ctx context.Context) ([]JobRecord, error) {
 		case "status":
 			r.Status = kv.Value
 		case "checkpoints/latest":
-			p, err := decodePointer(string(kv.Key), kv.Value)
+			p, err := jobstore.DecodePointer(string(kv.Key), kv.Value)
 			if err != nil {
 				return nil, err
 			}
@@ -220,6 +163,8 @@ func (s *Store) ListJobs(ctx context.Context) ([]JobRecord, error) {
 		}
 		jobs = append(jobs, r)
 	}
+	// Key order is not id order: "job-2/…" sorts before "job/…".
+	slices.SortFunc(jobs, func(a, b JobRecord) int { return strings.Compare(a.ID, b.ID) })
 	return jobs, nil
 }
 
@@ -235,7 +180,7 @@ func (s *Store) PutLatestCheckpoint(ctx context.Context, job string, p Pointer) 
 		return fmt.Errorf("job %s: %w", job, err)
 	}
 	key, graph := s.jobKey(job, "checkpoints/latest"), s.jobKey(job, "graph")
-	val := encodePointer(p)
+	val := jobstore.EncodePointer(p)
 	for range maxCASAttempts {
 		resp, err := s.c.etcd.Get(ctx, key)
 		if err != nil {
@@ -245,7 +190,7 @@ func (s *Store) PutLatestCheckpoint(ctx context.Context, job string, p Pointer) 
 		if len(resp.Kvs) > 0 {
 			kv := resp.Kvs[0]
 			mod = kv.ModRevision
-			cur, err := decodePointer(key, kv.Value)
+			cur, err := jobstore.DecodePointer(key, kv.Value)
 			if err != nil {
 				return err
 			}
@@ -287,7 +232,7 @@ func (s *Store) LatestCheckpoint(ctx context.Context, job string) (Pointer, erro
 	if len(resp.Kvs) == 0 {
 		return Pointer{}, fmt.Errorf("ha: job %s has no completed checkpoint in etcd: %w", job, ErrNotFound)
 	}
-	return decodePointer(key, resp.Kvs[0].Value)
+	return jobstore.DecodePointer(key, resp.Kvs[0].Value)
 }
 
 // NextCheckpointID allocates the job's next checkpoint id: 1 first, then

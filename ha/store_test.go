@@ -1,7 +1,6 @@
 package ha
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -320,21 +319,5 @@ func TestNextCheckpointIDAcrossLeaders(t *testing.T) {
 	}
 	if len(jobs) != 2 || jobs[0].LastCheckpointID != prev || jobs[1].LastCheckpointID != 1 {
 		t.Fatalf("ListJobs = %+v; want j1 at %d and j2 at 1", jobs, prev)
-	}
-}
-
-func TestPointerEncoding(t *testing.T) {
-	p := ptr(42)
-	got, err := decodePointer("k", encodePointer(p))
-	if err != nil || got != p {
-		t.Fatalf("round trip = %+v, %v; want %+v", got, err, p)
-	}
-	for _, bad := range []string{"", "{", `{"v":2,"id":1}`, `{"v":1,"id":0,"manifestKey":"k","manifestSha256":"` + sum("k") + `"}`} {
-		if _, err := decodePointer("k", []byte(bad)); err == nil {
-			t.Errorf("decodePointer(%q) succeeded", bad)
-		}
-	}
-	if !bytes.Contains(encodePointer(p), []byte(`"v":1`)) {
-		t.Errorf("encoded pointer %s lacks its version", encodePointer(p))
 	}
 }

@@ -91,6 +91,14 @@ type Config struct {
 	// caller's role (package security); without it the RPC and REST
 	// addresses must be loopback addresses.
 	TLS security.TLSConfig
+	// DataDir (ha: none) is the directory where the jobmanager keeps its
+	// jobs' graphs, statuses and completed-checkpoint pointers, so that a
+	// restarted jobmanager recovers every running job from its latest
+	// completed checkpoint. Empty (the library default): jobs do not
+	// survive a restart. The jobmanager command defaults to weir-data
+	// under its working directory. With ha: etcd, etcd holds all of this
+	// and DataDir is not used.
+	DataDir string
 	// HA selects high availability: Mode "none" (or "", the default) runs
 	// one jobmanager with no external dependency; "etcd" makes several
 	// jobmanagers campaign through etcd (see package ha).

@@ -19,6 +19,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/internal/errkind"
+	"github.com/weirstream/weir/jobmanager/jobstore"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 )
@@ -28,11 +29,18 @@ import (
 // exit and be restarted (by systemd or the harness) as a standby.
 var ErrLeadershipLost = errors.New("jobmanager: leadership lost; exiting so that a restart campaigns again as a standby")
 
-// haStatus is the job status stored in etcd (small, written rarely).
+// haStatus is the job status kept in the job store (small, written
+// rarely).
 type haStatus struct {
-	State      string `json:"state"` // "running" or a terminal state
+	State      string `json:"state"` // "running" or a terminal state (weirpb.JobState's name)
 	SlotWaitMs int64  `json:"slotWaitMs,omitempty"`
+	// Error and EndMs, of an ended job, are shown after a restart.
+	Error string `json:"error,omitempty"`
+	EndMs int64  `json:"endMs,omitempty"`
 }
+
+// maxStoredError bounds the error text kept with an ended job.
+const maxStoredError = 4 << 10
 
 // haRetry is how long the jobmanager waits before retrying etcd.
 const haRetry = 2 * time.Second
@@ -60,6 +68,51 @@ func (jm *JobManager) leaderStore() *ha.Store {
 	if l := jm.lead.Load(); l != nil {
 		return l.Store()
 	}
+	return nil
+}
+
+// jobStore returns where job graphs, statuses and completed-checkpoint
+// pointers are kept: the leadership's etcd store (ha: etcd, nil while
+// standing by), the data directory (ha: none with Config.DataDir), or nil
+// (ha: none without a data directory: jobs do not survive a restart).
+func (jm *JobManager) jobStore() jobstore.Store {
+	if jm.cfg.HA.etcd() {
+		if st := jm.leaderStore(); st != nil {
+			return st
+		}
+		return nil
+	}
+	if jm.local != nil {
+		return jm.local
+	}
+	return nil
+}
+
+// openLocalStore opens Config.DataDir (ha: none) and recovers the jobs it
+// holds, as a new leader does from etcd.
+func (jm *JobManager) openLocalStore(ctx context.Context) error {
+	if jm.cfg.HA.etcd() || jm.cfg.DataDir == "" {
+		return nil
+	}
+	d, err := jobstore.OpenDir(jm.cfg.DataDir, jm.log)
+	if err != nil {
+		return fmt.Errorf("jobmanager: data directory: %w", err)
+	}
+	term, err := d.NextTerm(ctx)
+	if err == nil && term >= maxTerms {
+		err = fmt.Errorf("jobmanager: leader term %d in %s exceeds %d, so execution attempts would overflow; stop every job, then delete %s/leader-term",
+			term, jm.cfg.DataDir, maxTerms-1, jm.cfg.DataDir)
+	}
+	if err == nil {
+		jm.attemptBase.Store(term << attemptTermShift)
+		err = jm.recoverJobs(ctx, d)
+	}
+	if err != nil {
+		d.Close()
+		return err
+	}
+	jm.local = d
+	jm.log.Info("job store opened", "dataDir", jm.cfg.DataDir, "term", term)
 	return nil
 }
 
@@ -185,14 +238,20 @@ func (jm *JobManager) campaign(ctx context.Context) (*ha.Leadership, error) {
 
 // recoverJobs resubmits every running job in the store, restoring its
 // latest completed checkpoint.
-func (jm *JobManager) recoverJobs(ctx context.Context, st *ha.Store) error {
+func (jm *JobManager) recoverJobs(ctx context.Context, st jobstore.Store) error {
 	recs, err := st.ListJobs(ctx)
 	if err != nil {
-		return fmt.Errorf("jobmanager: listing jobs in etcd: %w", err)
+		return fmt.Errorf("jobmanager: listing the stored jobs: %w", err)
 	}
 	for _, rec := range recs {
 		var s haStatus
-		if err := json.Unmarshal(rec.Status, &s); err != nil || s.State != "running" {
+		if err := json.Unmarshal(rec.Status, &s); err != nil {
+			jm.log.Error("cannot decode a stored job status; skipping the job", "job", rec.ID, "error", err)
+			continue
+		}
+		ended, isEnded := weirpb.JobState_value[s.State]
+		if s.State != "running" && !isEnded {
+			jm.log.Error("a stored job has an unknown status; skipping it", "job", rec.ID, "state", s.State)
 			continue
 		}
 		var pg weirpb.JobGraph
@@ -205,16 +264,40 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st *ha.Store) error {
 			jm.log.Error("cannot recover a stored job; skipping it", "job", rec.ID, "error", err)
 			continue
 		}
+		if isEnded { // listed as it ended, until the retention forgets it
+			jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+				err = c.AddEnded(rec.ID, g, opts, scheduler.JobState(ended), s.Error, time.UnixMilli(s.EndMs), now)
+				return nil
+			})
+			if err != nil {
+				jm.log.Error("cannot list a stored ended job", "job", rec.ID, "error", err)
+			}
+			continue
+		}
 		opts.FirstCheckpointID = rec.LastCheckpointID + 1
 		if rec.Latest != nil {
 			m, err := readVerifiedManifest(ctx, jm.storage(rec.ID), rec.ID, *rec.Latest)
-			if err != nil {
+			if errors.Is(err, checkpoint.ErrCorrupt) {
 				// No fallback to an older retained checkpoint: its 2PC
 				// sinks may already have committed the latest one, so
 				// restoring an older state would duplicate output. The
-				// job stays "running" in etcd and is recovered by the
-				// next leader once the manifest is repaired.
-				jm.log.Error("cannot recover a job: its latest checkpoint does not verify; the job stays stopped", "job", rec.ID, "error", err)
+				// job is listed FAILED, naming the object, and its
+				// final state stored, so that it is not recovered again.
+				cause := fmt.Sprintf("recovery: checkpoint %d does not verify, so the job cannot be restored from it: %v; "+
+					"resubmit the job from an older retained checkpoint (weir submit --from) or repair the object", rec.Latest.ID, err)
+				jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+					err = c.AddEnded(rec.ID, g, opts, scheduler.JobFailed, cause, now, now)
+					return nil
+				})
+				if err != nil {
+					jm.log.Error("cannot list a job whose checkpoint does not verify", "job", rec.ID, "error", err)
+				}
+				continue
+			}
+			if err != nil {
+				// Storage unreachable, for one: the job stays "running"
+				// in the store and is recovered at the next start.
+				jm.log.Error("cannot recover a job: its latest checkpoint cannot be read; the job stays stopped until the next start", "job", rec.ID, "error", err)
 				continue
 			}
 			opts.Restore = completed{m}
@@ -229,14 +312,14 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st *ha.Store) error {
 			jm.log.Error("cannot recover a stored job", "job", rec.ID, "error", err)
 			continue
 		}
-		jm.log.Info("recovered job after takeover", "job", rec.ID, "checkpoint", checkpointIDOf(opts.Restore), "firstCheckpointID", opts.FirstCheckpointID)
+		jm.log.Info("recovered a stored job", "job", rec.ID, "checkpoint", checkpointIDOf(opts.Restore), "firstCheckpointID", opts.FirstCheckpointID)
 	}
 	return nil
 }
 
-// haRecordSubmit stores a submitted job in etcd (ha: etcd).
+// haRecordSubmit stores a submitted job in the job store.
 func (jm *JobManager) haRecordSubmit(ctx context.Context, id string, pg *weirpb.JobGraph, slotWait time.Duration) error {
-	st := jm.leaderStore()
+	st := jm.jobStore()
 	if st == nil {
 		return nil
 	}
@@ -251,7 +334,7 @@ func (jm *JobManager) haRecordSubmit(ctx context.Context, id string, pg *weirpb.
 // haPublishTerminal records jobs that reached a terminal state, so that a
 // later leader does not recover them.
 func (jm *JobManager) haPublishTerminal(ctx context.Context, done map[string]bool) {
-	st := jm.leaderStore()
+	st := jm.jobStore()
 	if st == nil {
 		return
 	}
@@ -271,7 +354,11 @@ func (jm *JobManager) haPublishTerminal(ctx context.Context, done map[string]boo
 		if !v.State.Terminal() || done[v.ID] {
 			continue
 		}
-		b, _ := json.Marshal(haStatus{State: fmt.Sprint(protoJobState(v.State))})
+		msg := v.Err
+		if len(msg) > maxStoredError {
+			msg = msg[:maxStoredError]
+		}
+		b, _ := json.Marshal(haStatus{State: fmt.Sprint(protoJobState(v.State)), Error: msg, EndMs: v.End.UnixMilli()})
 		if err := st.PutJobStatus(ctx, v.ID, b); err != nil {
 			jm.log.Warn("recording a job's final state in etcd failed", "job", v.ID, "error", err)
 			continue
@@ -287,7 +374,7 @@ func (jm *JobManager) haPublishTerminal(ctx context.Context, done map[string]boo
 // checkpoints never touch the new leader's) and a fenced leader neither
 // triggers nor completes a checkpoint. Reservations are cached per job.
 func (jm *JobManager) haReserve(ctx context.Context, jobID string, id int64) error {
-	st := jm.leaderStore()
+	st := jm.jobStore()
 	if st == nil {
 		return nil
 	}
@@ -300,7 +387,7 @@ func (jm *JobManager) haReserve(ctx context.Context, jobID string, id int64) err
 	for {
 		n, err := st.NextCheckpointID(ctx, jobID)
 		if err != nil {
-			return fmt.Errorf("reserving checkpoint id %d in etcd: %w", id, err)
+			return fmt.Errorf("reserving checkpoint id %d in the job store: %w", id, err)
 		}
 		if n >= id {
 			jm.reserved.Lock()

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/weirstream/weir/ha"
+	"github.com/weirstream/weir/jobmanager/jobstore"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/security"
@@ -77,6 +78,9 @@ type JobManager struct {
 	// haClient the etcd client once connected.
 	lead     atomic.Pointer[ha.Leadership]
 	haClient atomic.Pointer[ha.Client]
+	// local is the job store in Config.DataDir (ha: none), set by Run
+	// before anything is served; nil without a data directory.
+	local *jobstore.Dir
 	// attemptBase is added to the execution attempts of the jobs this
 	// leader deploys: the leadership term (from etcd) << attemptTermShift,
 	// 0 in ha: none.
@@ -190,6 +194,15 @@ func (jm *JobManager) RESTAddr() string {
 func (jm *JobManager) Run(ctx context.Context) error {
 	if !jm.started.CompareAndSwap(false, true) {
 		return errors.New("jobmanager: Run called twice; create a new JobManager")
+	}
+	// The jobs of the data directory are recovered before anything is
+	// served, so that clients never see a restarted jobmanager without
+	// them.
+	if err := jm.openLocalStore(ctx); err != nil {
+		return err
+	}
+	if jm.local != nil {
+		defer jm.local.Close()
 	}
 	rpcLis, err := net.Listen("tcp", jm.cfg.RPCAddress)
 	if err != nil {
@@ -393,7 +406,7 @@ func (jm *JobManager) tickLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action { return c.Tick(now) })
-			if jm.cfg.HA.etcd() && time.Since(last) > 500*time.Millisecond {
+			if jm.jobStore() != nil && time.Since(last) > 500*time.Millisecond {
 				last = time.Now()
 				jm.haPublishTerminal(ctx, done)
 			}
@@ -563,9 +576,9 @@ func (jm *JobManager) writeManifest(ctx context.Context, jobID string, m *weirpb
 	if err != nil {
 		return err
 	}
-	if hs := jm.leaderStore(); hs != nil {
-		if err := hs.PutLatestCheckpoint(ctx, jobID, ha.Pointer{ID: m.CheckpointId, ManifestKey: key, ManifestSHA256: sum}); err != nil {
-			return fmt.Errorf("recording checkpoint %d in etcd: %w", m.CheckpointId, err)
+	if js := jm.jobStore(); js != nil {
+		if err := js.PutLatestCheckpoint(ctx, jobID, jobstore.Pointer{ID: m.CheckpointId, ManifestKey: key, ManifestSHA256: sum}); err != nil {
+			return fmt.Errorf("recording checkpoint %d in the job store: %w", m.CheckpointId, err)
 		}
 	}
 	return st.WritePointer(ctx, jobID, &weirpb.CompletedPointer{Version: 1, CheckpointId: m.CheckpointId,
@@ -573,14 +586,17 @@ func (jm *JobManager) writeManifest(ctx context.Context, jobID string, m *weirpb
 }
 
 // forgetJob drops what the shell keeps about a job the scheduler forgot:
-// its checkpoint storage and its reserved checkpoint id. In ha: etcd mode
-// it first records the job's final state, so that no later leader recovers
-// it (the periodic publication may not have seen it yet).
+// its record in the job store (so that no later start recovers it and the
+// store does not grow), its checkpoint storage and its reserved checkpoint
+// id. Should the deletion fail, it records the job's final state instead.
 func (jm *JobManager) forgetJob(ctx context.Context, a scheduler.ForgetJobAction) {
-	if st := jm.leaderStore(); st != nil {
-		b, _ := json.Marshal(haStatus{State: fmt.Sprint(protoJobState(a.State))})
-		if err := st.PutJobStatus(ctx, a.JobID, b); err != nil {
-			jm.log.Warn("recording a forgotten job's final state in etcd failed", "job", a.JobID, "error", err)
+	if st := jm.jobStore(); st != nil {
+		if err := st.DeleteJob(ctx, a.JobID); err != nil {
+			jm.log.Warn("deleting a forgotten job from the job store failed; recording its final state instead", "job", a.JobID, "error", err)
+			b, _ := json.Marshal(haStatus{State: fmt.Sprint(protoJobState(a.State))})
+			if err := st.PutJobStatus(ctx, a.JobID, b); err != nil {
+				jm.log.Warn("recording a forgotten job's final state in the job store failed", "job", a.JobID, "error", err)
+			}
 		}
 	}
 	jm.storages.Lock()

@@ -25,6 +25,10 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
+// DefaultDataDir is the jobmanager command's data directory (--data-dir),
+// relative to its working directory.
+const DefaultDataDir = "weir-data"
+
 // envEtcdPassword holds the etcd password: command lines and config files
 // are readable by more people than the process environment.
 const envEtcdPassword = "WEIR_HA_ETCD_PASSWORD"
@@ -43,6 +47,7 @@ func jobManagerSettings(cfg *jobmanager.Config, restart *map[string]string) []se
 		{"stateBackend", "state-backend", "keyed-state backend of jobs that name none: heap or pebble", &cfg.DefaultStateBackend},
 		{"checkpointStorage", "checkpoint-storage", "checkpoint storage of jobs that name none: file:///path or s3://bucket/prefix (S3 settings from WEIR_S3_ENDPOINT, WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY, WEIR_S3_REGION, WEIR_S3_INSECURE, WEIR_S3_CA_FILE)", &cfg.CheckpointStorage},
 		{"restartStrategy", "restart-strategy", "restart strategy of jobs that set none, with a job spec's restartStrategy keys (type=exponential-delay,initialBackoff=1s,...)", restart},
+		{"dataDir", "data-dir", "directory where the jobmanager keeps its jobs and their latest checkpoints, so that a restarted jobmanager resumes them (ha none; created 0700; one jobmanager per directory)", &cfg.DataDir},
 		{"allowedPaths", "allowed-paths", "directories jobs may read and write files under (file sources and sinks, file:// checkpoint storage a job names), comma-separated", &cfg.AllowedPaths},
 		{"tls.ca", "tls-ca", "cluster CA certificate (PEM); with --tls-cert and --tls-key every connection is mutual TLS and every call authorized by role (without them only loopback addresses are allowed)", &cfg.TLS.CAFile},
 		{"tls.cert", "tls-cert", "this jobmanager's certificate (PEM, role jobmanager; weir certs init makes one)", &cfg.TLS.CertFile},
@@ -93,6 +98,7 @@ func typedValue(v string) any {
 // config file at path gives, with no flags.
 func loadJobManagerConfig(path string) (jobmanager.Config, error) {
 	cfg := jobmanager.DefaultConfig()
+	cfg.DataDir = DefaultDataDir
 	restart := map[string]string{}
 	table := jobManagerSettings(&cfg, &restart)
 	fs := pflag.NewFlagSet("jobmanager", pflag.ContinueOnError)
@@ -107,6 +113,7 @@ func loadJobManagerConfig(path string) (jobmanager.Config, error) {
 // jobs against reg: the operator types its taskmanagers offer.
 func NewJobManagerCommand(reg *stream.Registry) *cobra.Command {
 	cfg := jobmanager.DefaultConfig()
+	cfg.DataDir = DefaultDataDir
 	restart := map[string]string{}
 	table := jobManagerSettings(&cfg, &restart)
 	var configPath, logLevel, addrFile string

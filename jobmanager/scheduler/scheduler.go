@@ -939,21 +939,28 @@ func (c *Scheduler) Submit(id string, g *stream.JobGraph, opts JobOptions, now t
 	return c.trySchedule(j, now), nil
 }
 
-// AddFailed adds a job that failed before it could run (a recovered job
-// whose checkpoint does not verify): it is listed FAILED with cause, so
-// that users see why and can cancel or resubmit it, and nothing of it is
-// deployed or deleted.
-func (c *Scheduler) AddFailed(id string, g *stream.JobGraph, opts JobOptions, cause string, now time.Time) error {
+// AddEnded adds a job that is already over, in terminal state s since
+// ended: one a restarted jobmanager finds ended in its job store, or a
+// recovered job whose checkpoint does not verify (FAILED). It is listed
+// with cause until the retention forgets it; nothing of it is deployed or
+// deleted.
+func (c *Scheduler) AddEnded(id string, g *stream.JobGraph, opts JobOptions, s JobState, cause string, ended, now time.Time) error {
 	if _, dup := c.jobs[id]; dup {
 		return fmt.Errorf("jobmanager: job id %s is taken", id)
+	}
+	if !s.Terminal() {
+		return fmt.Errorf("jobmanager: job %s: state %s is not an end state", id, s)
 	}
 	tasks, err := BuildTasks(g)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	j := c.addJob(id, g, opts, tasks, now)
-	j.state, j.err, j.ended, j.swept = JobFailed, cause, now, true
-	c.log.Warn("job failed", "job", id, "name", g.Name, "error", cause)
+	j.state, j.err, j.ended, j.swept = s, cause, ended, true
+	for _, ex := range j.execs {
+		ex.state = TaskCanceled
+	}
+	c.log.Info("ended job listed", "job", id, "name", g.Name, "state", s.String(), "error", cause)
 	return nil
 }
 

@@ -207,10 +207,13 @@ type Process struct {
 // Cluster is a running jobmanager (or, with HA, several) with its
 // taskmanagers.
 type Cluster struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	opts Options
+	t   testing.TB
+	bin string
+	dir string
+	// singleArgs are the ha: none jobmanager's arguments for a restart
+	// (RestartJobManager).
+	singleArgs []string
+	opts       Options
 	// RPCAddr and REST are the addresses of jobmanager 0. Without HA that
 	// is the jobmanager; with HA it may be a standby (use Client, Leader).
 	RPCAddr string
@@ -327,6 +330,8 @@ func (c *Cluster) startSingle() {
 	addrFile := filepath.Join(c.dir, "jobmanager.addr")
 	c.JM = c.spawn("jobmanager", filepath.Join(c.bin, "jobmanager"), c.jobManagerArgs("127.0.0.1:0", "127.0.0.1:0", addrFile, nil))
 	c.RPCAddr, c.REST = c.waitAddressFile("jobmanager", addrFile)
+	// Restarts reuse the ports, so that taskmanagers and clients find it.
+	c.singleArgs = c.jobManagerArgs(c.RPCAddr, c.REST, addrFile, nil)
 	cl, err := client.New(client.Config{JobManagers: []string{c.RPCAddr}, TLS: c.TLSFiles(security.OperatorFile)})
 	if err != nil {
 		c.t.Fatal(err)
@@ -348,6 +353,10 @@ func (c *Cluster) jobManagerArgs(rpc, rest, addrFile string, etcdEndpoints []str
 	}
 	if c.opts.SlotWaitTimeout > 0 {
 		args = append(args, "--slot-wait-timeout", c.opts.SlotWaitTimeout.String())
+	}
+	if c.opts.HA == nil {
+		// Its jobs survive a restart (RestartJobManager).
+		args = append(args, "--data-dir", filepath.Join(c.dir, "jobmanager-data"))
 	}
 	if h := c.opts.HA; h != nil {
 		args = append(args, c.etcdTLSArgs(security.JobManagerFile)...)
@@ -515,6 +524,39 @@ func (p *Process) Exited() bool {
 	default:
 		return false
 	}
+}
+
+// RestartJobManager starts the jobmanager of ha: none again, on the same
+// addresses and with the same data directory, killing it first (SIGKILL)
+// if it still runs. With HA, KillJobManager's supervisor restarts.
+func (c *Cluster) RestartJobManager() {
+	c.t.Helper()
+	if c.ha != nil {
+		c.t.Fatal("clustertest: RestartJobManager is for ha: none; with HA use KillJobManager")
+	}
+	if !c.JM.Exited() {
+		c.KillJobManager(0)
+	}
+	addrFile := filepath.Join(c.dir, "jobmanager.addr")
+	if err := os.Remove(addrFile); err != nil && !os.IsNotExist(err) {
+		c.t.Fatal(err)
+	}
+	// The kernel may take a moment to release the ports; retry.
+	polltest.Eventually(c.t, 60*time.Second, "the jobmanager restarts on its ports", func() bool {
+		p, err := c.start("jobmanager", filepath.Join(c.bin, "jobmanager"), c.singleArgs)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for !p.Exited() {
+			if data, err := os.ReadFile(addrFile); err == nil && len(data) > 0 {
+				c.JM = p
+				return true
+			}
+			time.Sleep(20 * time.Millisecond) // polling the process, not synchronisation
+		}
+		return false
+	})
+	c.waitAddressFile("jobmanager", addrFile)
 }
 
 // KillTaskManager sends SIGKILL to taskmanager i and waits for it to die.
@@ -690,8 +732,9 @@ func (c *Cluster) Checkpoints(id string) (*weirpb.ListCheckpointsResponse, error
 	return c.Client.ListCheckpoints(ctx, &weirpb.ListCheckpointsRequest{JobId: id})
 }
 
-// JobRestarts returns how often the job was restarted: its tasks' current
-// attempt number minus one.
+// JobRestarts returns how often the job was restarted since the current
+// jobmanager (or leader) started it: its tasks' current attempt number
+// within the jobmanager's term, minus one.
 func (c *Cluster) JobRestarts(id string) int {
 	c.t.Helper()
 	resp, err := c.Job(id)
@@ -702,7 +745,9 @@ func (c *Cluster) JobRestarts(id string) int {
 	for _, t := range resp.GetTasks() {
 		attempt = max(attempt, t.GetId().GetAttempt())
 	}
-	return int(attempt) - 1
+	// A jobmanager's attempts start at its term << 16 (the jobmanager's
+	// attemptTermShift) plus one: count the redeployments of this term.
+	return int(attempt&(1<<16-1)) - 1
 }
 
 // Weir runs the weir CLI against the cluster and returns its combined

@@ -1,0 +1,116 @@
+package test
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/test/clustertest"
+)
+
+// TestJobManagerRestartWithoutHA kills the only jobmanager (no HA) with
+// SIGKILL while the exactly-once job runs and starts it again with the
+// same configuration, twice: each time the restarted jobmanager finds the
+// job in its data directory, lists it before serving, and resumes it from
+// its latest completed checkpoint. It prints
+//
+//	jobmanager_restarts=<n> lost=0 duplicated=0
+func TestJobManagerRestartWithoutHA(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info"})
+	job := newSequenceJob(t, "survivor", 30, 2000, 32)
+	jobID := job.submit(t, c)
+	waitCheckpointsSince(t, c, jobID, time.Time{}, 2, "before the first restart")
+	restarts := 0
+	for range 2 {
+		c.KillJobManager(0)
+		killed := time.Now()
+		c.RestartJobManager()
+		restarts++
+		// Recovered before the jobmanager serves: listed at once.
+		resp, err := c.Job(jobID)
+		if err != nil {
+			t.Fatalf("restart %d: the job is not listed: %v", restarts, err)
+		}
+		if s := resp.GetJob().GetState(); s == weirpb.JobState_JOB_STATE_FAILED || s == weirpb.JobState_JOB_STATE_CANCELED {
+			t.Fatalf("restart %d: job %v: %s", restarts, s, resp.GetJob().GetError())
+		}
+		waitCheckpointsSince(t, c, jobID, killed, 2, fmt.Sprintf("after restart %d", restarts))
+	}
+	lost, duplicated := finishAndVerify(t, c, job)
+	fmt.Printf("jobmanager_restarts=%d lost=%d duplicated=%d\n", restarts, lost, duplicated)
+	if restarts < 2 || lost != 0 || duplicated != 0 {
+		t.Fatalf("jobmanager_restarts=%d lost=%d duplicated=%d", restarts, lost, duplicated)
+	}
+}
+
+// TestCorruptCheckpointFailsJob corrupts, while the jobmanager is down,
+// the state objects of every checkpoint of one job and the manifests of
+// every checkpoint of another (the taskmanagers are restarted too, so
+// that no local copy of the state hides the corruption). The restarted
+// jobmanager must end both jobs FAILED, at once and without restarts,
+// with an error naming the checkpoint, list them, and list them again
+// after one more restart.
+func TestCorruptCheckpointFailsJob(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 4, LogLevel: "info"})
+	state := newSequenceJob(t, "corrupt-state", 60, 1000, 16)
+	manifest := newSequenceJob(t, "corrupt-manifest", 60, 1000, 16)
+	stateID, manifestID := state.submit(t, c), manifest.submit(t, c)
+	waitCheckpointsSince(t, c, stateID, time.Time{}, 2, "of the job whose state will be corrupted")
+	waitCheckpointsSince(t, c, manifestID, time.Time{}, 2, "of the job whose manifest will be corrupted")
+	c.KillJobManager(0)
+	c.KillTaskManager(0)
+	c.KillTaskManager(1)
+
+	// Every checkpoint, so that whichever the job store names is corrupt.
+	corrupt := func(job *sequenceJob, id string, manifests bool) {
+		root := filepath.Join(filepath.Dir(job.spec), "ckpt", id)
+		n := 0
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.Contains(path, "/chk-") {
+				return err
+			}
+			if (filepath.Base(path) == "_manifest") != manifests {
+				return nil
+			}
+			data, err := os.ReadFile(path)
+			if err != nil || len(data) == 0 {
+				return err
+			}
+			data[len(data)/2] ^= 0xff
+			n++
+			return os.WriteFile(path, data, 0o644)
+		})
+		if err != nil || n == 0 {
+			t.Fatalf("corrupting job %s under %s: %d objects: %v", id, root, n, err)
+		}
+	}
+	corrupt(state, stateID, false)
+	corrupt(manifest, manifestID, true)
+
+	c.RestartTaskManager(0)
+	c.RestartTaskManager(1)
+	c.RestartJobManager()
+	check := func(when string) {
+		for _, id := range []string{stateID, manifestID} {
+			job := c.WaitJob(id, 2*time.Minute).GetJob()
+			if job.GetState() != weirpb.JobState_JOB_STATE_FAILED || !strings.Contains(job.GetError(), "does not verify") {
+				t.Fatalf("%s: job %s ended %v, want FAILED naming a checkpoint that does not verify: %s", when, id, job.GetState(), job.GetError())
+			}
+			if n := c.JobRestarts(id); n != 0 {
+				t.Fatalf("%s: job %s restarted %d times on a corrupt checkpoint, want 0", when, id, n)
+			}
+		}
+	}
+	check("after the restart")
+	if out, err := c.Weir("jobs", "list"); err != nil || !strings.Contains(out, stateID) || !strings.Contains(out, manifestID) {
+		t.Fatalf("jobs list after the restart: %v\n%s", err, out)
+	}
+	c.RestartJobManager()
+	check("after one more restart")
+	fmt.Printf("corrupt_jobs=2 failed=2 restarts=0\n")
+}
