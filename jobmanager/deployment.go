@@ -24,6 +24,7 @@ func buildDeployment(a *scheduler.DeployAction) *weirpb.TaskDeployment {
 	}
 	if m := manifestOf(a.Restore); m != nil {
 		d.RestoreCheckpointId = m.CheckpointId
+		d.RestoreJobId = m.JobId
 		d.Restore = restoreHandles(m, g, t, subtask)
 		d.RestoreFinished = finishedIn(m, g.Vertices[t.Head].UID, subtask)
 	}

@@ -949,8 +949,13 @@ type TaskDeployment struct {
 	// state_full_snapshots: the operators take full snapshots even with a
 	// backend that can checkpoint incrementally (JobGraph.state_full_snapshots).
 	StateFullSnapshots bool `protobuf:"varint,13,opt,name=state_full_snapshots,json=stateFullSnapshots,proto3" json:"state_full_snapshots,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// restore_job_id is the job that took the restored checkpoint: the
+	// task's own job, or another one when the job was submitted from a
+	// retained checkpoint or a savepoint of it (weir submit --from). Empty
+	// when nothing is restored.
+	RestoreJobId  string `protobuf:"bytes,14,opt,name=restore_job_id,json=restoreJobId,proto3" json:"restore_job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskDeployment) Reset() {
@@ -1072,6 +1077,13 @@ func (x *TaskDeployment) GetStateFullSnapshots() bool {
 		return x.StateFullSnapshots
 	}
 	return false
+}
+
+func (x *TaskDeployment) GetRestoreJobId() string {
+	if x != nil {
+		return x.RestoreJobId
+	}
+	return ""
 }
 
 // TaskCheckpointing is what a task needs to know about the job's checkpoints.
@@ -2236,7 +2248,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"key_fields\x18\x05 \x03(\tR\tkeyFields\x12\x18\n" +
 	"\atargets\x18\x06 \x03(\tR\atargets\x12\x1f\n" +
 	"\vside_output\x18\a \x01(\tR\n" +
-	"sideOutput\"\xd1\x04\n" +
+	"sideOutput\"\xf7\x04\n" +
 	"\x0eTaskDeployment\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x1b\n" +
 	"\ttask_name\x18\x02 \x01(\tR\btaskName\x12 \n" +
@@ -2251,7 +2263,8 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	" \x03(\v2\x14.weir.v1.StateHandleR\arestore\x12)\n" +
 	"\x10restore_finished\x18\v \x01(\bR\x0frestoreFinished\x12#\n" +
 	"\rstate_backend\x18\f \x01(\tR\fstateBackend\x120\n" +
-	"\x14state_full_snapshots\x18\r \x01(\bR\x12stateFullSnapshots\"t\n" +
+	"\x14state_full_snapshots\x18\r \x01(\bR\x12stateFullSnapshots\x12$\n" +
+	"\x0erestore_job_id\x18\x0e \x01(\tR\frestoreJobId\"t\n" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +

@@ -145,9 +145,16 @@ type SubmitJobRequest struct {
 	Graph *JobGraph              `protobuf:"bytes,1,opt,name=graph,proto3" json:"graph,omitempty"`
 	// slot_wait_ms bounds how long the job waits for enough free slots before
 	// it fails; 0 means the jobmanager's default.
-	SlotWaitMs    int64 `protobuf:"varint,2,opt,name=slot_wait_ms,json=slotWaitMs,proto3" json:"slot_wait_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SlotWaitMs int64 `protobuf:"varint,2,opt,name=slot_wait_ms,json=slotWaitMs,proto3" json:"slot_wait_ms,omitempty"`
+	// restore_from starts the job from a retained checkpoint (JOB_ID@N, or
+	// the URI of its chk-N directory) instead of empty state; operators are
+	// matched by uid.
+	RestoreFrom string `protobuf:"bytes,3,opt,name=restore_from,json=restoreFrom,proto3" json:"restore_from,omitempty"`
+	// allow_non_restored_state lets restore_from drop the state of
+	// operators the new job no longer has.
+	AllowNonRestoredState bool `protobuf:"varint,4,opt,name=allow_non_restored_state,json=allowNonRestoredState,proto3" json:"allow_non_restored_state,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SubmitJobRequest) Reset() {
@@ -192,6 +199,20 @@ func (x *SubmitJobRequest) GetSlotWaitMs() int64 {
 		return x.SlotWaitMs
 	}
 	return 0
+}
+
+func (x *SubmitJobRequest) GetRestoreFrom() string {
+	if x != nil {
+		return x.RestoreFrom
+	}
+	return ""
+}
+
+func (x *SubmitJobRequest) GetAllowNonRestoredState() bool {
+	if x != nil {
+		return x.AllowNonRestoredState
+	}
+	return false
 }
 
 type SubmitJobResponse struct {
@@ -1502,11 +1523,13 @@ var File_weirpb_jobs_proto protoreflect.FileDescriptor
 
 const file_weirpb_jobs_proto_rawDesc = "" +
 	"\n" +
-	"\x11weirpb/jobs.proto\x12\aweir.v1\x1a\x14weirpb/cluster.proto\x1a\x17weirpb/checkpoint.proto\x1a\x15weirpb/jobgraph.proto\"]\n" +
+	"\x11weirpb/jobs.proto\x12\aweir.v1\x1a\x14weirpb/cluster.proto\x1a\x17weirpb/checkpoint.proto\x1a\x15weirpb/jobgraph.proto\"\xb9\x01\n" +
 	"\x10SubmitJobRequest\x12'\n" +
 	"\x05graph\x18\x01 \x01(\v2\x11.weir.v1.JobGraphR\x05graph\x12 \n" +
 	"\fslot_wait_ms\x18\x02 \x01(\x03R\n" +
-	"slotWaitMs\"*\n" +
+	"slotWaitMs\x12!\n" +
+	"\frestore_from\x18\x03 \x01(\tR\vrestoreFrom\x127\n" +
+	"\x18allow_non_restored_state\x18\x04 \x01(\bR\x15allowNonRestoredState\"*\n" +
 	"\x11SubmitJobResponse\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x80\x02\n" +
 	"\n" +
