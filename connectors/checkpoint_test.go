@@ -503,12 +503,18 @@ func txnSinkAttempt(t *testing.T, dir string, subtask, par int, attempt int64) *
 // openTxnSink opens a checkpointing csv file sink of operator uid of job in
 // dir. It may be called from any goroutine.
 func openTxnSink(t *testing.T, dir, job, uid string, subtask, par int, attempt int64) (*FileSink, error) {
+	return openTxnSinkFrom(t, dir, job, uid, "", subtask, par, attempt)
+}
+
+// openTxnSinkFrom is openTxnSink for a subtask that restores a checkpoint
+// of job restoreJob (OperatorContext.RestoreJobID; "" for a fresh start).
+func openTxnSinkFrom(t *testing.T, dir, job, uid, restoreJob string, subtask, par int, attempt int64) (*FileSink, error) {
 	s, err := NewFileSink(FileSinkConfig{Path: dir, Format: "csv"})
 	if err != nil {
 		return nil, err
 	}
 	octx := &stream.OperatorContext{JobID: job, OperatorUID: uid, Subtask: subtask, Parallelism: par, Attempt: attempt,
-		InputSchemas: []*stream.Schema{idSchema}, Checkpointing: true, CheckpointMode: stream.ExactlyOnce}
+		RestoreJobID: restoreJob, InputSchemas: []*stream.Schema{idSchema}, Checkpointing: true, CheckpointMode: stream.ExactlyOnce}
 	if err := s.Open(t.Context(), octx); err != nil {
 		return nil, err
 	}

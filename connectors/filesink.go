@@ -64,8 +64,10 @@ func PartFile(dir string, subtask int) string {
 //     and flushes at Finish and Close.
 //   - With checkpointing it is a two-phase-commit sink. Open claims the
 //     directory for the job and operator (ClaimFile), failing with
-//     ErrSinkDirClaimed if another job or operator holds it. Rows go to a
-//     hidden in-progress file <path>/.part-<job>-<operator>-<subtask>-<txn>.inprogress
+//     ErrSinkDirClaimed if another job or operator holds it; a claim of the
+//     same operator of the job whose checkpoint this job restores
+//     (OperatorContext.RestoreJobID) passes to this job. Rows go to a hidden
+//     in-progress file <path>/.part-<job>-<operator>-<subtask>-<txn>.inprogress
 //     (see InProgressName), opened lazily on the first row after a
 //     checkpoint. SnapshotState(n) flushes and fsyncs it and records it in
 //     the checkpoint as pending for checkpoint n, with its size and
@@ -74,14 +76,17 @@ func PartFile(dir string, subtask int) string {
 //     NotifyCheckpointComplete(n) renames every pending file of checkpoints
 //     up to n to its final name; an aborted checkpoint's files stay pending
 //     until a later checkpoint completes. RestoreState commits exactly the
-//     transactions pending in the checkpoint (idempotently: one whose
-//     in-progress file is gone counts as committed only if its final file
-//     holds the recorded bytes) and deletes this subtask's other in-progress
-//     files, whose rows will be replayed; files of other jobs, operators
-//     and subtasks are never touched. A reader that ignores dot-files
-//     therefore sees each row exactly once and never a partial file. Rows
-//     written after the last checkpoint become visible only when a
-//     checkpoint taken after Finish completes.
+//     transactions pending in the checkpoint, under the names of the job
+//     that wrote them (idempotently: one whose in-progress file is gone
+//     counts as committed only if its final file holds the recorded bytes),
+//     and deletes this subtask's other in-progress files, its own job's and
+//     those of the job that took the checkpoint, whose rows will be
+//     replayed; files of other jobs, operators and subtasks are never
+//     touched. A reader that ignores dot-files therefore sees each row
+//     exactly once and never a partial file, also when a job submitted from
+//     another job's checkpoint carries on that job's output (under its own
+//     names). Rows written after the last checkpoint become visible only
+//     when a checkpoint taken after Finish completes.
 //
 // Each file (either mode) starts with a header line in format csv.
 type FileSink struct {
@@ -93,15 +98,21 @@ type FileSink struct {
 	w       *partWriter // the file being written
 
 	// The rest is used only with checkpointing.
-	txnl    bool
-	par     int
-	ident   string // the job and operator in file names (sinkIdentity)
-	cur     int64  // transaction number of w
-	pending []txn  // pre-committed transactions, oldest first
-	nextTxn int64  // the next in-progress file's number
-	attempt int64  // the deployment attempt (OperatorContext.Attempt)
-	nextSeq int64  // the next final file's number
-	cleaned bool   // stale in-progress files of this subtask were deleted
+	txnl       bool
+	par        int
+	jobID, uid string // OperatorContext.JobID and OperatorUID
+	restoreJob string // OperatorContext.RestoreJobID
+	ident      string // the job and operator in file names (sinkIdentity)
+	// restoredIdent is the identity of the job whose checkpoint
+	// RestoreState restored, if that is another job: its stale in-progress
+	// files of this subtask are this sink's to delete too.
+	restoredIdent string
+	cur           int64 // transaction number of w
+	pending       []txn // pre-committed transactions, oldest first
+	nextTxn       int64 // the next in-progress file's number
+	attempt       int64 // the deployment attempt (OperatorContext.Attempt)
+	nextSeq       int64 // the next final file's number
+	cleaned       bool  // stale in-progress files of this subtask were deleted
 }
 
 var (
@@ -142,7 +153,7 @@ func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 	s.schema, s.subtask, s.par = octx.InputSchemas[0], octx.Subtask, max(1, octx.Parallelism)
 	s.attempt = max(0, octx.Attempt-1) // attempt 1 numbers from 0, as before
 	if octx.Checkpointing {
-		return s.openTransactional(octx.JobID, octx.OperatorUID)
+		return s.openTransactional(octx.JobID, octx.OperatorUID, octx.RestoreJobID)
 	}
 	w, err := createPartWriter(PartFile(s.cfg.Path, octx.Subtask), s.format, s.schema)
 	if err != nil {

@@ -22,7 +22,9 @@ import (
 // ClaimFile is the file in a transactional file sink's directory that names
 // the job and operator writing there. It is hidden, like in-progress files,
 // so that readers of the committed files skip it. It stays when the job
-// ends: another job may write to the directory once it is deleted.
+// ends: another job may write to the directory once it is deleted, and a
+// job submitted from a checkpoint of the claiming job takes the claim over
+// for the same operator (OperatorContext.RestoreJobID).
 const ClaimFile = ".weir-file-sink-claim"
 
 // claimVersion is the format version of ClaimFile.
@@ -44,7 +46,12 @@ type sinkClaim struct {
 // call it concurrently, in one process or several: the claim appears
 // complete or not at all, because it is written to a temporary file that is
 // then hard-linked to ClaimFile, which fails if ClaimFile exists.
-func claimDir(dir, jobID, uid string) error {
+//
+// restoreJobID is the job whose checkpoint the operator restores
+// (OperatorContext.RestoreJobID). When it is another job, a claim of that
+// job for the same operator uid passes to jobID (takeClaim): the new job
+// carries on where the restored one stopped.
+func claimDir(dir, jobID, uid, restoreJobID string) error {
 	path := filepath.Join(dir, ClaimFile)
 	got, err := readClaim(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -62,9 +69,50 @@ func claimDir(dir, jobID, uid string) error {
 	if got.JobID == jobID && got.OperatorUID == uid {
 		return nil
 	}
-	return errkind.Mark(fmt.Errorf("file sink: directory %s is claimed by job %q, operator %q, so operator %q of job %q cannot write there: "+
+	if restoreJobID != "" && restoreJobID != jobID && got.JobID == restoreJobID && got.OperatorUID == uid {
+		if got, err = takeClaim(dir, path, sinkClaim{Version: claimVersion, JobID: jobID, OperatorUID: uid}); err != nil {
+			return err
+		}
+		if got.JobID == jobID && got.OperatorUID == uid {
+			return nil
+		}
+	}
+	var restoring string
+	if restoreJobID != "" && restoreJobID != jobID {
+		restoring = fmt.Sprintf(" (it restores a checkpoint of job %q, which does not hold the claim)", restoreJobID)
+	}
+	return errkind.Mark(fmt.Errorf("file sink: directory %s is claimed by job %q, operator %q, so operator %q of job %q cannot write there%s: "+
 		"two writers in one directory lose each other's rows; use another directory, or delete %s once job %q is gone",
-		dir, got.JobID, got.OperatorUID, uid, jobID, path, got.JobID), ErrSinkDirClaimed)
+		dir, got.JobID, got.OperatorUID, uid, jobID, restoring, path, got.JobID), ErrSinkDirClaimed)
+}
+
+// takeClaim replaces the claim file at path, which names the job whose
+// checkpoint job c.JobID restores, with c, and returns the claim the file
+// then holds.
+//
+// Every subtask of the new job may do so at once, in one process or
+// several. Each writes c to a temporary file and renames it over path, so a
+// reader sees the old claim or c, each complete, never a mixture; renames
+// racing with one another all install the same claim. Reading the file
+// again afterwards confirms it: what it returns is what the caller goes by.
+// The takeover is exclusive in sequence only: once one job has taken the
+// claim, another that restores the same checkpoint finds the new claim and
+// is refused; two different jobs taking over at the same moment could both
+// succeed, which only submitting two jobs from one checkpoint into one
+// directory at once can bring about.
+func takeClaim(dir, path string, c sinkClaim) (sinkClaim, error) {
+	tmp, err := writeTempClaim(dir, c)
+	if err != nil {
+		return sinkClaim{}, err
+	}
+	defer os.Remove(tmp) // gone after the rename; left only by a failure
+	if err := os.Rename(tmp, path); err != nil {
+		return sinkClaim{}, fmt.Errorf("file sink: claim %s for job %q, taking over from the job it restores: %w", dir, c.JobID, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return sinkClaim{}, err
+	}
+	return readClaim(path)
 }
 
 // readClaim reads the claim file at path; the error wraps fs.ErrNotExist if
@@ -86,16 +134,32 @@ func readClaim(path string) (sinkClaim, error) {
 // createClaim writes c to path unless path exists; then the error wraps
 // fs.ErrExist.
 func createClaim(dir, path string, c sinkClaim) error {
+	tmp, err := writeTempClaim(dir, c)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp) // the claim, if made, is the link
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		return fmt.Errorf("file sink: claim %s: %w; the directory must be on a file system that supports hard links", dir, err)
+	}
+	return syncDir(dir)
+}
+
+// writeTempClaim writes c, durably, to a new temporary file in dir and
+// returns its path, which the caller removes.
+func writeTempClaim(dir string, c sinkClaim) (string, error) {
 	data, err := json.Marshal(c)
 	if err != nil {
-		return fmt.Errorf("file sink: encode claim: %w", err)
+		return "", fmt.Errorf("file sink: encode claim: %w", err)
 	}
 	f, err := os.CreateTemp(dir, ClaimFile+"-*.tmp")
 	if err != nil {
-		return fmt.Errorf("file sink: claim %s: %w", dir, err)
+		return "", fmt.Errorf("file sink: claim %s: %w", dir, err)
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // the claim, if made, is the link
 	_, err = f.Write(append(data, '\n'))
 	if err == nil {
 		err = f.Sync()
@@ -104,15 +168,10 @@ func createClaim(dir, path string, c sinkClaim) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("file sink: claim %s: write %s: %w", dir, tmp, err)
+		os.Remove(tmp)
+		return "", fmt.Errorf("file sink: claim %s: write %s: %w", dir, tmp, err)
 	}
-	if err := os.Link(tmp, path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		return fmt.Errorf("file sink: claim %s: %w; the directory must be on a file system that supports hard links", dir, err)
-	}
-	return syncDir(dir)
+	return tmp, nil
 }
 
 // maxNameToken is the longest job id or operator uid that goes into file

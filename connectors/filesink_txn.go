@@ -22,23 +22,33 @@ import (
 // Checkpoint state, all operator list state, written by every subtask:
 //
 //	"pending"  one item per pre-committed, not yet committed transaction:
-//	           version=2 | varint subtask | varint parallelism |
-//	           varint checkpoint id | varint transaction number |
-//	           varint seq | varint size | uvarint CRC-32C
+//	           version=3 | varint subtask | varint parallelism |
+//	           varint checkpoint id | string identity |
+//	           varint transaction number | varint seq | varint size |
+//	           uvarint CRC-32C
 //	"counters" one item: version=1 | varint subtask | varint parallelism |
 //	           varint next transaction number | varint next final seq
 //
-// A pending transaction's file names follow from its transaction number and
-// seq and from the sink's identity (job id, operator uid, subtask), which a
-// restore shares with the snapshot: a restarted job keeps its id and each
-// operator subtask gets its own state back. Size and CRC-32C describe the
-// pre-committed file:
-// they are the record that lets a commit whose in-progress file is gone
-// tell its own committed file (committed before a failure) from anything
-// else under that name.
+// Strings are a uvarint length and the bytes. A pending transaction's file
+// names follow from its identity (sinkIdentity: the job id and operator uid
+// of the sink that wrote it), its subtask, transaction number and seq. The
+// identity is recorded because it need not be the restoring job's: a job
+// submitted from another job's checkpoint commits that job's pending
+// transactions under that job's names. Each operator subtask gets its own
+// state back. Size and CRC-32C describe the pre-committed file: they are
+// the record that lets a commit whose in-progress file is gone tell its own
+// committed file (committed before a failure) from anything else under that
+// name.
+//
+// Version 2 pending items are version 3 ones without the identity, which is
+// then that of the job that took the checkpoint (RestoreContext.JobID) and
+// the restoring operator's uid:
+//
+//	version=2 | varint subtask | varint parallelism | varint checkpoint id |
+//	varint transaction number | varint seq | varint size | uvarint CRC-32C
 //
 // Version 1 pending items, written before file names carried the identity,
-// hold the names instead (strings are a uvarint length and the bytes):
+// hold the names instead:
 //
 //	version=1 | varint subtask | varint parallelism | varint checkpoint id |
 //	string in-progress name | string final name
@@ -47,20 +57,25 @@ import (
 // final file present under the recorded name counts as committed, as it did
 // when they were written.
 //
+// RestoreState commits every restored transaction, so the transactions that
+// later snapshots record as pending are the restoring sink's own; the
+// format does not depend on that.
+//
 // A restore must give each subtask its own items back, so the transactional
 // sink cannot be rescaled from a checkpoint.
 const (
 	sinkPendingState   = "pending"
 	sinkCountersState  = "counters"
-	sinkPendingVersion = 2
+	sinkPendingVersion = 3
 	inProgressSuffix   = ".inprogress"
 )
 
-// txn is a pre-committed transaction: in-progress file number id, to become
-// committed file number seq when a checkpoint at or after checkpoint
-// completes.
+// txn is a pre-committed transaction: in-progress file number id of the
+// sink identified by ident, to become committed file number seq when a
+// checkpoint at or after checkpoint completes.
 type txn struct {
 	checkpoint int64
+	ident      string // sinkIdentity of the job and operator that wrote it; "" in version 1 state
 	id, seq    int64
 	from, to   string // the in-progress and committed names, relative to the sink's path
 	size       int64  // the bytes in the pre-committed file, -1 if unknown (version 1 state)
@@ -110,16 +125,16 @@ func parseNumbered(name, prefix, suffix string) (int64, bool) {
 
 func (s *FileSink) path(name string) string { return filepath.Join(s.cfg.Path, name) }
 
-// scan returns this sink's (job, operator and subtask) in-progress
-// transaction numbers and the next final seq it has not used in the
-// directory. Files of other jobs, operators or subtasks never match: see
-// sinkIdentity.
-func (s *FileSink) scan() (inProgress []int64, nextSeq int64, err error) {
+// scan returns the in-progress transaction numbers of this subtask of the
+// sink identified by ident (a job and operator: sinkIdentity) and the next
+// final seq it has not used in the directory. Files of other jobs,
+// operators or subtasks never match: see sinkIdentity.
+func (s *FileSink) scan(ident string) (inProgress []int64, nextSeq int64, err error) {
 	entries, err := os.ReadDir(s.cfg.Path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("file sink: list %s: %w", s.cfg.Path, err)
 	}
-	ipPrefix, finPrefix := inProgressPrefix(s.ident, s.subtask), committedPrefix(s.ident, s.subtask)
+	ipPrefix, finPrefix := inProgressPrefix(ident, s.subtask), committedPrefix(ident, s.subtask)
 	for _, e := range entries {
 		if n, ok := parseNumbered(e.Name(), ipPrefix, inProgressSuffix); ok {
 			inProgress = append(inProgress, n)
@@ -130,13 +145,14 @@ func (s *FileSink) scan() (inProgress []int64, nextSeq int64, err error) {
 	return inProgress, nextSeq, nil
 }
 
-func (s *FileSink) openTransactional(jobID, uid string) error {
+func (s *FileSink) openTransactional(jobID, uid, restoreJobID string) error {
 	s.txnl = true
-	if err := claimDir(s.cfg.Path, jobID, uid); err != nil {
+	if err := claimDir(s.cfg.Path, jobID, uid, restoreJobID); err != nil {
 		return err
 	}
+	s.jobID, s.uid, s.restoreJob = jobID, uid, restoreJobID
 	s.ident = sinkIdentity(jobID, uid)
-	_, next, err := s.scan()
+	_, next, err := s.scan(s.ident)
 	if err != nil {
 		return err
 	}
@@ -145,24 +161,32 @@ func (s *FileSink) openTransactional(jobID, uid string) error {
 	return nil
 }
 
-// cleanStale deletes this sink's in-progress files other than those of
-// pending transactions: they hold rows written after the last completed
-// checkpoint, which will be replayed. It runs once, at restore or before
-// the first write of a job started without a checkpoint.
+// cleanStale deletes this subtask's in-progress files other than those of
+// pending transactions, of this sink's identity and, after a restore from
+// another job's checkpoint, of that job's: they hold rows written after the
+// restored (or, for a fresh start, any) checkpoint, which will be replayed.
+// It runs once, at restore or before the first write of a job started
+// without a checkpoint.
 func (s *FileSink) cleanStale() error {
 	if s.cleaned {
 		return nil
 	}
-	ids, _, err := s.scan()
-	if err != nil {
-		return err
+	idents := []string{s.ident}
+	if s.restoredIdent != "" && s.restoredIdent != s.ident {
+		idents = append(idents, s.restoredIdent)
 	}
-	for _, id := range ids {
-		if slices.ContainsFunc(s.pending, func(t txn) bool { return t.id == id }) {
-			continue
+	for _, ident := range idents {
+		ids, _, err := s.scan(ident)
+		if err != nil {
+			return err
 		}
-		if err := os.Remove(s.path(inProgressName(s.ident, s.subtask, id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("file sink: delete stale in-progress file: %w", err)
+		for _, id := range ids {
+			if slices.ContainsFunc(s.pending, func(t txn) bool { return t.ident == ident && t.id == id }) {
+				continue
+			}
+			if err := os.Remove(s.path(inProgressName(ident, s.subtask, id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("file sink: delete stale in-progress file: %w", err)
+			}
 		}
 	}
 	s.cleaned = true
@@ -215,7 +239,7 @@ func (s *FileSink) SnapshotState(c *stream.SnapshotContext) error {
 			return fmt.Errorf("%w (pre-committing checkpoint %d)", err, c.CheckpointID)
 		}
 		s.pending = append(s.pending, txn{
-			checkpoint: c.CheckpointID, id: s.cur, seq: s.nextSeq,
+			checkpoint: c.CheckpointID, ident: s.ident, id: s.cur, seq: s.nextSeq,
 			from: inProgressName(s.ident, s.subtask, s.cur), to: committedName(s.ident, s.subtask, s.nextSeq),
 			size: size, crc: crc,
 		})
@@ -224,6 +248,7 @@ func (s *FileSink) SnapshotState(c *stream.SnapshotContext) error {
 	for _, t := range s.pending {
 		item := s.itemHeader(sinkPendingVersion)
 		item = appendInt(item, t.checkpoint)
+		item = appendString(item, t.ident)
 		item = appendInt(item, t.id)
 		item = appendInt(item, t.seq)
 		item = appendInt(item, t.size)
@@ -355,21 +380,32 @@ func fileChecksum(path string) (int64, uint32, error) {
 }
 
 // RestoreState commits the transactions pending in the checkpoint, deletes
-// this sink's other in-progress files and continues numbering after the
-// restored transactions.
+// this subtask's other in-progress files (its own job's and those of the
+// job that took the checkpoint) and continues numbering after the restored
+// transactions.
 func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 	if !s.txnl || c.State == nil {
 		return nil
 	}
+	job := cmp.Or(c.JobID, s.restoreJob, s.jobID)
 	where := fmt.Sprintf("file sink subtask %d: checkpoint %d", s.subtask, c.CheckpointID)
+	if job != s.jobID {
+		where += fmt.Sprintf(" of job %q", job)
+	}
+	s.restoredIdent = sinkIdentity(job, s.uid)
 	var restored []txn
 	for _, item := range c.State.List[sinkPendingState] {
 		r := newVersionedStateReader(item, sinkPendingVersion)
 		subtask, par := r.int(), r.int()
 		t := txn{checkpoint: r.varint()}
-		if r.version == 1 {
+		switch r.version {
+		case 1:
 			t.from, t.to, t.size = r.string(), r.string(), -1
-		} else {
+		case 2:
+			t.ident = s.restoredIdent
+			t.id, t.seq, t.size, t.crc = r.varint(), r.varint(), r.varint(), r.uint32()
+		default:
+			t.ident = r.string()
 			t.id, t.seq, t.size, t.crc = r.varint(), r.varint(), r.varint(), r.uint32()
 		}
 		if err := r.done(); err != nil {
@@ -389,7 +425,11 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 			if t.id < 0 || t.seq < 0 || t.size < 0 {
 				return fmt.Errorf("%s: corrupt %s state: negative transaction number, seq or size", where, sinkPendingState)
 			}
-			t.from, t.to = inProgressName(s.ident, s.subtask, t.id), committedName(s.ident, s.subtask, t.seq)
+			if !validIdentity(t.ident) {
+				// Not quoted: it is not a name this sink makes.
+				return fmt.Errorf("%s: corrupt %s state: a transaction's job and operator identity is not one that file names can carry", where, sinkPendingState)
+			}
+			t.from, t.to = inProgressName(t.ident, s.subtask, t.id), committedName(t.ident, s.subtask, t.seq)
 		}
 		restored = append(restored, t)
 	}
@@ -419,9 +459,25 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 	if err := s.cleanStale(); err != nil {
 		return err
 	}
-	_, next, err := s.scan()
+	_, next, err := s.scan(s.ident)
 	s.nextSeq = max(s.nextSeq, next)
 	return err
+}
+
+// validIdentity reports whether ident can be a sinkIdentity: the characters
+// of name tokens and at most two tokens' worth of them, so that it is safe
+// in a file name.
+func validIdentity(ident string) bool {
+	if !strings.Contains(ident, "-") || len(ident) > 2*maxNameToken+1 {
+		return false
+	}
+	for i := range len(ident) {
+		c := ident[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-' || c == '~') {
+			return false
+		}
+	}
+	return true
 }
 
 // checkOwner fails unless state item of subtask at parallelism par is this

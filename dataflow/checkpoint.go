@@ -420,6 +420,10 @@ func (t *Task) restore() error {
 		return nil
 	}
 	id := t.spec.RestoreCheckpointID
+	job := t.spec.RestoreJobID
+	if job == "" {
+		job = t.spec.JobID
+	}
 	for uid, snap := range t.spec.Restore {
 		if !t.inChain(uid) && !snap.Empty() {
 			t.log.Warn("restore: the state of an operator that is not in this task's chain is ignored", "operator", uid, "checkpoint", id)
@@ -441,7 +445,7 @@ func (t *Task) restore() error {
 			}
 			return t.opErr(l.uid, fmt.Errorf("restore from checkpoint %d: the checkpoint has state for it, but its type does not implement stream.Checkpointed; was the operator's type changed under the same uid?", id))
 		}
-		rc := &stream.RestoreContext{CheckpointID: id, KeyGroups: l.octx.KeyGroups, State: snap}
+		rc := &stream.RestoreContext{CheckpointID: id, JobID: job, KeyGroups: l.octx.KeyGroups, State: snap}
 		if err := t.guard(l, "RestoreState", func() error { return l.cp.RestoreState(rc) }); err != nil {
 			return t.opErr(l.uid, fmt.Errorf("restore from checkpoint %d: %w", id, err))
 		}

@@ -87,6 +87,15 @@ type TaskSpec struct {
 	// RestoreCheckpointID is the checkpoint the task starts from; 0 is a
 	// fresh start.
 	RestoreCheckpointID int64
+	// RestoreJobID is the job that took that checkpoint: JobID after an
+	// ordinary failover, another job when this one was submitted from that
+	// job's checkpoint. It is passed to the operators
+	// (stream.OperatorContext.RestoreJobID, before Open, and
+	// stream.RestoreContext.JobID), so it must be set before NewTask, even
+	// when the state itself (Restore, RestoreCheckpointID) is filled in
+	// later. Empty with a RestoreCheckpointID set at NewTask means JobID;
+	// empty otherwise means a fresh start.
+	RestoreJobID string
 	// Restore holds, by operator uid, the state to load (already fetched,
 	// verified and filtered to this subtask by the taskmanager). An operator
 	// without an entry starts empty.
@@ -196,6 +205,10 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 	}
 	t.log = logger.With("task", t.name, "job", spec.JobID, "attempt", spec.Attempt)
 	kg := stream.KeyGroupRangeFor(t.maxPar, spec.Parallelism, spec.Subtask)
+	restoreJob := spec.RestoreJobID
+	if restoreJob == "" && spec.RestoreCheckpointID != 0 {
+		restoreJob = spec.JobID
+	}
 	for i, co := range spec.Chain {
 		v := co.Vertex
 		isSource := i == 0 && len(spec.Inputs) == 0
@@ -221,6 +234,7 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 			Config:         v.Config,
 			Logger:         t.log.With("operator", v.UID),
 			Attempt:        spec.Attempt,
+			RestoreJobID:   restoreJob,
 			Checkpointing:  spec.Checkpointing,
 			CheckpointMode: t.mode,
 			StateBackend:   spec.StateBackend,

@@ -227,7 +227,7 @@ func (s *jobServer) SubmitJob(ctx context.Context, req *weirpb.SubmitJobRequest)
 	default:
 		return nil, status.Errorf(codes.ResourceExhausted, "jobmanager: %d submissions are being planned already; retry in a moment", cap(s.jm.submitting))
 	}
-	id, err := s.jm.submit(ctx, req.GetGraph(), time.Duration(req.GetSlotWaitMs())*time.Millisecond)
+	id, err := s.jm.submit(ctx, req.GetGraph(), time.Duration(req.GetSlotWaitMs())*time.Millisecond, req.GetRestoreFrom(), req.GetAllowNonRestoredState())
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -235,15 +235,23 @@ func (s *jobServer) SubmitJob(ctx context.Context, req *weirpb.SubmitJobRequest)
 }
 
 // submit plans the graph again (the client's planning is not trusted),
-// checks its checkpoint and restart settings, opens its checkpoint storage
-// and hands it to the core. Nothing is left behind when it fails.
-func (jm *JobManager) submit(ctx context.Context, pg *weirpb.JobGraph, slotWait time.Duration) (string, error) {
+// checks its checkpoint and restart settings, opens its checkpoint storage,
+// reads the checkpoint it starts from (from: see parseRestoreFrom; "" for
+// none) and hands it to the core. Nothing is left behind when it fails.
+func (jm *JobManager) submit(ctx context.Context, pg *weirpb.JobGraph, slotWait time.Duration, from string, allowNonRestored bool) (string, error) {
 	id := randomID()
 	opts, g, err := jm.prepare(ctx, id, pg, slotWait)
+	if err == nil && from != "" {
+		opts.Restore, err = jm.loadRestore(ctx, id, from, allowNonRestored, g, opts)
+		opts.RestoreForeign = true
+	}
 	if err != nil {
+		jm.storages.Lock()
+		delete(jm.storages.m, id)
+		jm.storages.Unlock()
 		return "", err
 	}
-	if err := jm.haRecordSubmit(ctx, id, pg, opts.SlotWait); err != nil {
+	if err := jm.haRecordSubmit(ctx, id, pg, opts); err != nil {
 		jm.storages.Lock()
 		delete(jm.storages.m, id)
 		jm.storages.Unlock()

@@ -37,6 +37,11 @@ type haStatus struct {
 	// Error and EndMs, of an ended job, are shown after a restart.
 	Error string `json:"error,omitempty"`
 	EndMs int64  `json:"endMs,omitempty"`
+	// RestoreJob and RestoreID name the other job's checkpoint the job
+	// started from (submit --from), restored again until the job
+	// completes a checkpoint of its own.
+	RestoreJob string `json:"restoreJob,omitempty"`
+	RestoreID  int64  `json:"restoreId,omitempty"`
 }
 
 // maxStoredError bounds the error text kept with an ended job.
@@ -275,6 +280,22 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st jobstore.Store) error 
 			continue
 		}
 		opts.FirstCheckpointID = rec.LastCheckpointID + 1
+		if rec.Latest == nil && s.RestoreJob != "" {
+			// Started from another job's checkpoint and has none of its
+			// own yet: that one is restored again.
+			var m *weirpb.Manifest
+			if st := jm.storage(rec.ID); st != nil {
+				m, err = st.ReadManifest(ctx, s.RestoreJob, s.RestoreID)
+			} else {
+				err = fmt.Errorf("no checkpoint storage")
+			}
+			if err != nil {
+				jm.log.Error("cannot recover a job: the checkpoint it started from cannot be read; the job stays stopped until the next start",
+					"job", rec.ID, "from", fmt.Sprintf("%s@%d", s.RestoreJob, s.RestoreID), "error", err)
+				continue
+			}
+			opts.Restore, opts.RestoreForeign = completed{m}, true
+		}
 		if rec.Latest != nil {
 			m, err := readVerifiedManifest(ctx, jm.storage(rec.ID), rec.ID, *rec.Latest)
 			if errors.Is(err, checkpoint.ErrCorrupt) {
@@ -318,7 +339,7 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st jobstore.Store) error 
 }
 
 // haRecordSubmit stores a submitted job in the job store.
-func (jm *JobManager) haRecordSubmit(ctx context.Context, id string, pg *weirpb.JobGraph, slotWait time.Duration) error {
+func (jm *JobManager) haRecordSubmit(ctx context.Context, id string, pg *weirpb.JobGraph, opts scheduler.JobOptions) error {
 	st := jm.jobStore()
 	if st == nil {
 		return nil
@@ -327,7 +348,11 @@ func (jm *JobManager) haRecordSubmit(ctx context.Context, id string, pg *weirpb.
 	if err != nil {
 		return err
 	}
-	status, _ := json.Marshal(haStatus{State: "running", SlotWaitMs: slotWait.Milliseconds()})
+	hs := haStatus{State: "running", SlotWaitMs: opts.SlotWait.Milliseconds()}
+	if m := manifestOf(opts.Restore); m != nil && opts.RestoreForeign {
+		hs.RestoreJob, hs.RestoreID = m.GetJobId(), m.GetCheckpointId()
+	}
+	status, _ := json.Marshal(hs)
 	return st.PutJob(ctx, id, graph, status)
 }
 

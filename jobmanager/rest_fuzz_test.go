@@ -66,11 +66,11 @@ func newRESTFuzzTarget(f *testing.F, mutate func(*Config)) *restFuzzTarget {
 	ctx := f.Context()
 	ck := pipeline(f, 2, 4)
 	ck.Checkpoint = stream.CheckpointConfig{Interval: time.Minute}
-	ckID, err := jm.submit(ctx, weirpb.FromGraph(ck), 0)
+	ckID, err := jm.submit(ctx, weirpb.FromGraph(ck), 0, "", false)
 	if err != nil {
 		f.Fatal(err)
 	}
-	plainID, err := jm.submit(ctx, weirpb.FromGraph(pipeline(f, 1, 1)), 0)
+	plainID, err := jm.submit(ctx, weirpb.FromGraph(pipeline(f, 1, 1)), 0, "", false)
 	if err != nil {
 		f.Fatal(err)
 	}

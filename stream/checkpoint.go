@@ -210,8 +210,15 @@ func (c *SnapshotContext) AddUnionState(name string, items ...[]byte) {
 // and every item of each union state. The operator must not modify it.
 type RestoreContext struct {
 	CheckpointID int64
-	KeyGroups    KeyGroupRange
-	State        *OperatorSnapshot
+	// JobID is the job that took the checkpoint: the operator's own job
+	// (OperatorContext.JobID) after an ordinary failover, another one when
+	// the job was submitted from that job's checkpoint. It equals
+	// OperatorContext.RestoreJobID. The task runtime always sets it; an
+	// operator reads an empty JobID (a test calling RestoreState directly)
+	// as its own job.
+	JobID     string
+	KeyGroups KeyGroupRange
+	State     *OperatorSnapshot
 }
 
 // Checkpointed is implemented by operators and sources that keep state. The

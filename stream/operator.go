@@ -99,6 +99,15 @@ type OperatorContext struct {
 	// Attempt counts deployments of the job: 1 at first, one more after
 	// every restart.
 	Attempt int64
+	// RestoreJobID is the job that took the checkpoint this subtask
+	// restores, set before Open: JobID itself after an ordinary failover,
+	// another job's id when the job was submitted from a checkpoint or
+	// savepoint of that job (weir submit --from). It is empty when the
+	// subtask starts fresh. An operator that keeps something outside the
+	// checkpoint under the job's name (a sink's files, a claim on a
+	// directory) uses it to find, and take over, what the restored job
+	// left there.
+	RestoreJobID string
 	// Checkpointing says whether the job takes checkpoints, and in which
 	// mode. Two-phase-commit sinks commit on NotifyCheckpointComplete when
 	// it is on, and at Finish otherwise.

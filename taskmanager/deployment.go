@@ -26,6 +26,7 @@ func toTaskSpec(d *weirpb.TaskDeployment) (*dataflow.TaskSpec, error) {
 		Checkpointing:   d.GetCheckpointing().GetEnabled(),
 		Mode:            stream.CheckpointMode(d.GetCheckpointing().GetMode()),
 		RestoreFinished: d.GetRestoreFinished(),
+		RestoreJobID:    restoreJobID(d),
 		StateBackend:    d.GetStateBackend(),
 		FullSnapshots:   d.GetStateFullSnapshots(),
 	}
@@ -70,4 +71,22 @@ func toTaskSpec(d *weirpb.TaskDeployment) (*dataflow.TaskSpec, error) {
 		})
 	}
 	return spec, nil
+}
+
+// restoreJobID returns the job whose checkpoint the deployed task starts
+// from, or "" for a fresh start. It is set whenever the deployment names a
+// checkpoint, also when restoreState has nothing to load (the task had
+// finished as of the checkpoint, or its operators have no state there):
+// such a task's operators still open, and a sink among them must be able to
+// take over what the restored job left (its directory claim) rather than
+// be refused as a stranger. A jobmanager that predates restore_job_id
+// restores only the job's own checkpoints.
+func restoreJobID(d *weirpb.TaskDeployment) string {
+	switch {
+	case d.GetRestoreCheckpointId() == 0:
+		return ""
+	case d.GetRestoreJobId() != "":
+		return d.GetRestoreJobId()
+	}
+	return d.GetId().GetJobId()
 }

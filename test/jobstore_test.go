@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,4 +114,69 @@ func TestCorruptCheckpointFailsJob(t *testing.T) {
 	c.RestartJobManager()
 	check("after one more restart")
 	fmt.Printf("corrupt_jobs=2 failed=2 restarts=0\n")
+}
+
+// TestSubmitFromRetainedCheckpoint cancels the exactly-once job, whose
+// checkpoints are retained on cancel, and submits it again from its
+// latest retained checkpoint (weir submit --from JOB@N) into the same
+// output directory: the file sink of the new job takes the directory
+// over, commits what the old one had pending and drops what it had not,
+// and the output is exactly once. A spec that drops an operator with state
+// is refused first, without --allow-non-restored-state. It prints
+//
+//	restored_from_checkpoint=<n> lost=0 duplicated=0
+func TestSubmitFromRetainedCheckpoint(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info"})
+	job := newSequenceJobOn(t, "upgrade", 30, 1000, 16, "", "  retention: retain\n")
+	oldID := job.submit(t, c)
+	waitCheckpointsSince(t, c, oldID, time.Time{}, 2, "before the cancel")
+	if out, err := c.Weir("jobs", "cancel", oldID); err != nil {
+		t.Fatalf("cancel: %v\n%s", err, out)
+	}
+	if s := c.WaitJob(oldID, 2*time.Minute).GetJob().GetState(); s != weirpb.JobState_JOB_STATE_CANCELED {
+		t.Fatalf("the cancelled job ended %v", s)
+	}
+	cks, err := c.Checkpoints(oldID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var latest int64
+	for _, ck := range cks.GetCheckpoints() {
+		if ck.GetStatus() == weirpb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED {
+			latest = max(latest, ck.GetCheckpointId())
+		}
+	}
+	if latest == 0 {
+		t.Fatal("no completed checkpoint to restore")
+	}
+	from := oldID + "@" + strconv.FormatInt(latest, 10)
+
+	// The same job without its keyed operator: its state would be dropped.
+	spec, err := os.ReadFile(job.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := strings.Replace(string(spec), "  - uid: continuity\n    type: sequence_check\n    keyBy: [key]\n    config: {field: n}\n", "", 1)
+	if dropped == string(spec) {
+		t.Fatal("the spec has no continuity operator to drop")
+	}
+	droppedSpec := filepath.Join(t.TempDir(), "dropped.yaml")
+	if err := os.WriteFile(droppedSpec, []byte(dropped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Weir("submit", droppedSpec, "--from", from); err == nil || !strings.Contains(out, "allow-non-restored-state") {
+		t.Fatalf("a submission dropping state was not refused: %v\n%s", err, out)
+	}
+
+	out, err := c.Weir("submit", job.spec, "--from", from)
+	if err != nil {
+		t.Fatalf("submit --from %s: %v\n%s", from, err, out)
+	}
+	fields := strings.Fields(out)
+	job.id = fields[len(fields)-1]
+	lost, duplicated := finishAndVerify(t, c, job)
+	fmt.Printf("restored_from_checkpoint=%d lost=%d duplicated=%d\n", latest, lost, duplicated)
+	if lost != 0 || duplicated != 0 {
+		t.Fatalf("restored_from_checkpoint=%d lost=%d duplicated=%d", latest, lost, duplicated)
+	}
 }

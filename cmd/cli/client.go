@@ -175,8 +175,9 @@ func terminalJob(s weirpb.JobState) bool {
 }
 
 func newSubmitCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
-	var wait bool
+	var wait, allowNonRestored bool
 	var slotWait time.Duration
+	var from string
 	cmd := &cobra.Command{
 		Use:   "submit FILE",
 		Short: "Check a YAML job spec and submit it to the jobmanager",
@@ -191,7 +192,8 @@ func newSubmitCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 				return err
 			}
 			defer done()
-			resp, err := client.SubmitJob(ctx, &weirpb.SubmitJobRequest{Graph: weirpb.FromGraph(g), SlotWaitMs: slotWait.Milliseconds()})
+			resp, err := client.SubmitJob(ctx, &weirpb.SubmitJobRequest{Graph: weirpb.FromGraph(g), SlotWaitMs: slotWait.Milliseconds(),
+				RestoreFrom: from, AllowNonRestoredState: allowNonRestored})
 			if err != nil {
 				return cc.callErr("submit "+args[0], err)
 			}
@@ -210,6 +212,8 @@ func newSubmitCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the job ends; exit non-zero unless it finished")
 	cmd.Flags().DurationVar(&slotWait, "slot-wait", 0, "how long the job may wait for free slots (0: the jobmanager's default)")
+	cmd.Flags().StringVar(&from, "from", "", "start from a retained checkpoint of another job: JOB_ID@N, or <checkpoint storage>/<job id>/chk-N; operators are matched by uid")
+	cmd.Flags().BoolVar(&allowNonRestored, "allow-non-restored-state", false, "with --from, drop the state of operators the job no longer has")
 	return cmd
 }
 

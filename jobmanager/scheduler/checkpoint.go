@@ -34,7 +34,7 @@ func (c *Scheduler) startCheckpointing(j *job, now time.Time) []Action {
 	}
 	if j.coord == nil {
 		j.coord = coordinator.New(coordinator.ConfigFrom(j.opts.Checkpoint), tasks, sources, max(j.opts.FirstCheckpointID, 1), now)
-		if r := j.opts.Restore; r != nil {
+		if r := j.opts.Restore; r != nil && !j.opts.RestoreForeign {
 			// Retained like the coordinator's own, until a newer one
 			// completes and retention discards it.
 			j.coord.AdoptCompleted(r.CheckpointID(), nil)
@@ -81,7 +81,7 @@ func retainedCheckpoints(j *job) []int64 {
 		return nil
 	case j.coord != nil:
 		return j.coord.Retained()
-	case j.opts.Restore != nil:
+	case j.opts.Restore != nil && !j.opts.RestoreForeign:
 		return []int64{j.opts.Restore.CheckpointID()}
 	}
 	return nil

@@ -186,6 +186,10 @@ type JobOptions struct {
 	// Restore, when set, is the completed checkpoint a job recovered by a
 	// new leader (ha: etcd) starts from; immutable.
 	Restore Checkpoint
+	// RestoreForeign: Restore is another job's checkpoint (submit --from).
+	// The job restores it until it completes a checkpoint of its own, but
+	// never retains or deletes it: it stays the other job's.
+	RestoreForeign bool
 	// FirstCheckpointID is the coordinator's first checkpoint id; 0 means 1.
 	FirstCheckpointID int64
 	// FirstAttempt is the attempt of the job's first deployment; 0 means 1.

@@ -1,0 +1,124 @@
+package jobmanager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/weirstream/weir/jobmanager/scheduler"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
+)
+
+// Starting a job from another job's retained checkpoint (weir submit
+// --from). The new job restores the checkpoint's state, matched to its
+// operators by uid, and never adopts or deletes it: the checkpoint stays
+// the other job's, so the same one can start several jobs. The new job's
+// own checkpoints reference only its own files.
+
+// restoreSource names a retained checkpoint of another job.
+type restoreSource struct {
+	JobID string
+	ID    int64
+}
+
+// parseRestoreFrom reads JOB_ID@N, or the URI of a checkpoint's directory
+// in the job's checkpoint storage (<storage>/<job>/chk-N).
+func parseRestoreFrom(from, storage string) (restoreSource, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: --from %.200q: %s; name a retained checkpoint as JOB_ID@N or as <checkpoint storage>/<job id>/chk-N",
+			scheduler.ErrInvalidArgument, from, why)
+	}
+	if job, n, ok := strings.Cut(from, "@"); ok && !strings.Contains(from, "://") {
+		id, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || id <= 0 {
+			return restoreSource{}, bad("the checkpoint number is not a positive integer")
+		}
+		if err := stream.ValidateJobID(job); err != nil {
+			return restoreSource{}, bad(err.Error())
+		}
+		return restoreSource{JobID: job, ID: id}, nil
+	}
+	if !strings.Contains(from, "://") {
+		return restoreSource{}, bad("it is neither JOB_ID@N nor a URI")
+	}
+	rest := strings.TrimSuffix(from, "/")
+	chk := rest[strings.LastIndexByte(rest, '/')+1:]
+	rest = rest[:strings.LastIndexByte(rest, '/')]
+	job := rest[strings.LastIndexByte(rest, '/')+1:]
+	root := strings.TrimSuffix(rest[:strings.LastIndexByte(rest, '/')+1], "/")
+	n, ok := strings.CutPrefix(chk, "chk-")
+	id, err := strconv.ParseInt(n, 10, 64)
+	if !ok || err != nil || id <= 0 {
+		return restoreSource{}, bad("its last path segment is not chk-N")
+	}
+	if err := stream.ValidateJobID(job); err != nil {
+		return restoreSource{}, bad(err.Error())
+	}
+	if root != strings.TrimSuffix(storage, "/") {
+		return restoreSource{}, bad(fmt.Sprintf("it is not in the job's checkpoint storage %s; submit the job with the storage the checkpoint is in", storage))
+	}
+	return restoreSource{JobID: job, ID: id}, nil
+}
+
+// loadRestore reads and checks the checkpoint a submission names against
+// the planned graph g: same maxParallelism, the same parallelism for every
+// operator with state, and no operator with state missing from g unless
+// allowNonRestored. It returns the checkpoint to restore.
+func (jm *JobManager) loadRestore(ctx context.Context, id, from string, allowNonRestored bool, g *stream.JobGraph, opts scheduler.JobOptions) (scheduler.Checkpoint, error) {
+	if !opts.Checkpoint.Enabled() {
+		return nil, fmt.Errorf("%w: --from: job %q does not take checkpoints, so it cannot start from one; enable checkpointing in its spec", scheduler.ErrInvalidArgument, g.Name)
+	}
+	src, err := parseRestoreFrom(from, opts.Storage)
+	if err != nil {
+		return nil, err
+	}
+	st := jm.storage(id)
+	if st == nil {
+		return nil, fmt.Errorf("%w: --from: job %q has no checkpoint storage", scheduler.ErrInvalidArgument, g.Name)
+	}
+	m, err := st.ReadManifest(ctx, src.JobID, src.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --from %s@%d: %v; check the job id and checkpoint number (weir checkpoints list JOB_ID shows the retained ones)",
+			scheduler.ErrInvalidArgument, src.JobID, src.ID, err)
+	}
+	if err := checkRestore(m, g, allowNonRestored); err != nil {
+		return nil, fmt.Errorf("%w: --from %s@%d: %v", scheduler.ErrInvalidArgument, src.JobID, src.ID, err)
+	}
+	return completed{m}, nil
+}
+
+// checkRestore reports why g cannot start from m, or nil.
+func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool) error {
+	if int(m.GetMaxParallelism()) != g.MaxParallelism {
+		return fmt.Errorf("the checkpoint has maxParallelism %d and the job %d: keyed state is split into maxParallelism key groups, which cannot change; set maxParallelism: %d",
+			m.GetMaxParallelism(), g.MaxParallelism, m.GetMaxParallelism())
+	}
+	byUID := make(map[string]*stream.Vertex, len(g.Vertices))
+	for _, v := range g.Vertices {
+		byUID[v.UID] = v
+	}
+	var dropped []string
+	for _, op := range m.GetOperators() {
+		if len(op.GetHandles()) == 0 && len(op.GetFinishedSubtasks()) == 0 {
+			continue // no state
+		}
+		v := byUID[op.GetOperatorUid()]
+		if v == nil {
+			dropped = append(dropped, op.GetOperatorUid())
+			continue
+		}
+		if int(op.GetParallelism()) != v.Parallelism {
+			return fmt.Errorf("operator %q had parallelism %d and now has %d; changing the parallelism on restore is not supported yet: keep parallelism %d",
+				v.UID, op.GetParallelism(), v.Parallelism, op.GetParallelism())
+		}
+	}
+	if len(dropped) > 0 && !allowNonRestored {
+		slices.Sort(dropped)
+		return fmt.Errorf("the checkpoint has state for operators %q that the job does not have (matched by uid); "+
+			"give them their old uids, or pass --allow-non-restored-state to drop their state", dropped)
+	}
+	return nil
+}
