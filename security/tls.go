@@ -180,21 +180,23 @@ func (m *Material) ClientConfig(want Role) *tls.Config {
 }
 
 // ServerOption is the gRPC server option for m: TLS credentials, or none
-// (plaintext) for nil.
+// (plaintext) for nil. The TLS records of one write of gRPC's reach the
+// socket in one write (see coalescingCreds).
 func ServerOption(m *Material) []grpc.ServerOption {
 	if m == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(m.ServerConfig()))}
+	return []grpc.ServerOption{grpc.Creds(coalescingCreds{credentials.NewTLS(m.ServerConfig())})}
 }
 
 // DialOption is the gRPC dial option for a client of a server with role
-// want: TLS credentials for m, plaintext for nil.
+// want: TLS credentials for m, plaintext for nil. The TLS records of one
+// write of gRPC's reach the socket in one write (see coalescingCreds).
 func DialOption(m *Material, want Role) grpc.DialOption {
 	if m == nil {
 		return grpc.WithTransportCredentials(insecure.NewCredentials())
 	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(m.ClientConfig(want)))
+	return grpc.WithTransportCredentials(coalescingCreds{credentials.NewTLS(m.ClientConfig(want))})
 }
 
 // ErrPlaintext marks a plaintext listener on an address other than

@@ -1,23 +1,42 @@
 // Package batchcodec is the wire encoding of a stream.Batch: what the network
 // exchange puts in a frame and what spilled or persisted in-flight data will
 // use. It is a small columnar format of Weir's own, designed so that encoding
-// and decoding are copies over whole columns: no reflection, no per-row
-// allocation.
+// and decoding are passes over whole columns: no reflection, no per-row
+// allocation. It is compact where that is cheap, because every byte of it
+// is copied several times on its way through the network stack and, with
+// TLS, encrypted and decrypted: integers are stored in the fewest whole
+// bytes their column's range needs, and a string column that repeats its
+// values is stored as a dictionary.
 //
 // Layout (all integers little-endian; uvarint is encoding/binary's):
 //
-//	version  byte (1)
+//	version  byte (2)
 //	rows     uvarint
 //	columns  uvarint
 //	flags    byte (bit 0: the batch carries event times)
 //	per column:
 //	  type   byte (the stream.Type value)
 //	  nulls  byte (0: none; 1: a bitmap of ceil(rows/64) uint64 words follows)
-//	  values int64, timestamp, float64: rows × 8 bytes
+//	  values int64, timestamp: packed integers (below)
+//	         float64: rows × 8 bytes
 //	         bool: ceil(rows/8) bytes, bit i of byte i/8 is row i
-//	         string: uvarint total byte length, the bytes of all strings
-//	                 back to back, then rows uvarint lengths
-//	times    rows × 8 bytes, when flag bit 0 is set
+//	         string: form byte, then
+//	                 0 (plain): a string block of rows strings
+//	                 1 (dictionary): entries uvarint (1 ≤ entries ≤ rows),
+//	                   a string block of the entries, then rows packed
+//	                   integers, each row's entry number
+//	times    rows packed integers, when flag bit 0 is set
+//
+//	string block of k strings: uvarint total byte length, the bytes of all
+//	         strings back to back, then k uvarint lengths
+//	packed integers: width byte w (0 to 8); for w < 8 a base (8 bytes)
+//	         and rows × w bytes, value i being base + the w-byte unsigned
+//	         integer i (mod 2^64); for w = 8 rows × 8 bytes, the values
+//
+// Version 1, which the decoder still reads, stored integers as rows × 8
+// bytes and strings as a plain string block without the form byte.
+// Encodings need not be canonical: the decoder accepts any width and any
+// dictionary that decode to valid values.
 //
 // batchcodec imports only the standard library and package stream.
 package batchcodec
@@ -27,14 +46,26 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
+	"sync"
 	"unsafe"
 
 	"github.com/weirstream/weir/stream"
 )
 
-const version = 1
+// version is what Append writes; Decode reads it and versionPlain.
+const (
+	version      = 2
+	versionPlain = 1
+)
 
 const flagTimes = 1
+
+// The forms of a string column (version 2).
+const (
+	formPlain = 0
+	formDict  = 1
+)
 
 // maxRows bounds the row count a decoder accepts, so that a corrupt header
 // cannot make it allocate without limit.
@@ -49,7 +80,7 @@ var littleEndian = func() bool {
 }()
 
 // Append appends the encoding of b to dst and returns the extended slice.
-// b is only read.
+// b is only read. Append is safe for concurrent use.
 func Append(dst []byte, b *stream.Batch) []byte {
 	n := b.Len()
 	dst = append(dst, version)
@@ -62,6 +93,7 @@ func Append(dst []byte, b *stream.Batch) []byte {
 		dst = append(dst, 0)
 	}
 	words := (n + 63) >> 6
+	var enc *encoder
 	for i := range b.Cols {
 		c := &b.Cols[i]
 		dst = append(dst, byte(c.Type))
@@ -82,17 +114,23 @@ func Append(dst []byte, b *stream.Batch) []byte {
 		}
 		switch c.Type {
 		case stream.TypeInt64, stream.TypeTimestamp:
-			dst = appendInt64s(dst, c.Ints[:n])
+			dst = appendPacked(dst, c.Ints[:n])
 		case stream.TypeFloat64:
 			dst = appendFloat64s(dst, c.Floats[:n])
 		case stream.TypeBool:
 			dst = appendBools(dst, c.Bools[:n])
 		case stream.TypeString:
-			dst = appendStrings(dst, c.Strs[:n])
+			if enc == nil {
+				enc = encoderPool.Get().(*encoder)
+			}
+			dst = enc.appendStringColumn(dst, c.Strs[:n])
 		}
 	}
+	if enc != nil {
+		encoderPool.Put(enc)
+	}
 	if hasTimes {
-		dst = appendInt64s(dst, b.Times[:n])
+		dst = appendPacked(dst, b.Times[:n])
 	}
 	return dst
 }
@@ -104,6 +142,70 @@ func anySet(words []uint64, n int) bool {
 		}
 	}
 	return false
+}
+
+// appendPacked appends v as packed integers: each value less the column's
+// minimum, in the fewest whole bytes that hold the largest difference.
+func appendPacked(dst []byte, v []int64) []byte {
+	if len(v) == 0 {
+		return append(dst, 8)
+	}
+	lo, hi := v[0], v[0]
+	for _, x := range v[1:] {
+		lo = min(lo, x)
+		hi = max(hi, x)
+	}
+	base := uint64(lo)
+	w := (bits.Len64(uint64(hi)-base) + 7) >> 3
+	if w == 8 {
+		dst = append(dst, 8)
+		return appendInt64s(dst, v)
+	}
+	dst = append(dst, byte(w))
+	dst = binary.LittleEndian.AppendUint64(dst, base)
+	if w == 0 {
+		return dst
+	}
+	// Each value is stored as 8 bytes at its w-byte slot; the bytes past
+	// the slot are zero and the next value overwrites them. The slice is
+	// cut back to the slots at the end.
+	start := len(dst)
+	end := start + len(v)*w
+	dst = grow(dst, end+8)
+	out := dst[start : end+8]
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(out[i*w:], uint64(x)-base)
+	}
+	return dst[:end]
+}
+
+// appendPackedIndexes is appendPacked for dictionary entry numbers, all
+// below entries.
+func appendPackedIndexes(dst []byte, idx []uint32, entries int) []byte {
+	w := (bits.Len64(uint64(entries-1)) + 7) >> 3
+	dst = append(dst, byte(w))
+	dst = binary.LittleEndian.AppendUint64(dst, 0)
+	if w == 0 {
+		return dst
+	}
+	start := len(dst)
+	end := start + len(idx)*w
+	dst = grow(dst, end+8)
+	out := dst[start : end+8]
+	for i, x := range idx {
+		binary.LittleEndian.PutUint64(out[i*w:], uint64(x))
+	}
+	return dst[:end]
+}
+
+// grow returns dst with length n (at least len(dst)), keeping its content.
+func grow(dst []byte, n int) []byte {
+	if n <= cap(dst) {
+		return dst[:n]
+	}
+	out := make([]byte, n, max(n, 2*cap(dst)))
+	copy(out, dst)
+	return out
 }
 
 func appendInt64s(dst []byte, v []int64) []byte {
@@ -144,7 +246,8 @@ func appendBools(dst []byte, v []bool) []byte {
 	return dst
 }
 
-func appendStrings(dst []byte, v []string) []byte {
+// appendStringBlock appends v as a string block.
+func appendStringBlock(dst []byte, v []string) []byte {
 	total := 0
 	for _, s := range v {
 		total += len(s)
@@ -159,6 +262,110 @@ func appendStrings(dst []byte, v []string) []byte {
 	return dst
 }
 
+// encoder is the scratch space of the dictionary encoding of string
+// columns, reused across Append calls.
+type encoder struct {
+	// slots is an open-addressing hash table of the column's distinct
+	// strings, keyed by their data pointer and length: strings that share
+	// their bytes (a source's value pool, a decoded dictionary) are found
+	// equal without reading them. Equal strings stored apart become
+	// separate entries, which costs space, not correctness. A slot is in
+	// use when its gen is the encoder's.
+	slots   []slot
+	gen     uint32
+	entries []string
+	idx     []uint32
+}
+
+type slot struct {
+	// ptr is the string's data address; as a uintptr it keeps nothing
+	// alive, and it is only compared while the batch holds the string.
+	ptr   uintptr
+	n     int
+	entry uint32
+	gen   uint32
+}
+
+var encoderPool = sync.Pool{New: func() any { return new(encoder) }}
+
+// appendStringColumn appends the values of a string column: as a
+// dictionary when that is smaller than the plain form by a margin worth
+// the lookups on decoding, else plain.
+func (e *encoder) appendStringColumn(dst []byte, v []string) []byte {
+	if len(v) >= 4 && e.dictionary(v) {
+		dst = append(dst, formDict)
+		dst = binary.AppendUvarint(dst, uint64(len(e.entries)))
+		dst = appendStringBlock(dst, e.entries)
+		dst = appendPackedIndexes(dst, e.idx, len(e.entries))
+		clear(e.entries) // the strings are the caller's
+		return dst
+	}
+	clear(e.entries)
+	dst = append(dst, formPlain)
+	return appendStringBlock(dst, v)
+}
+
+// dictionary fills e.entries and e.idx with v's dictionary and reports
+// whether its encoding saves at least an eighth of the plain one. It gives
+// up early once more than three quarters of the values are distinct.
+func (e *encoder) dictionary(v []string) bool {
+	// A table of at least twice as many slots as values, of which a prefix
+	// of a power-of-two size is used.
+	bitsN := bits.Len(uint(2*len(v) - 1))
+	size := 1 << bitsN
+	if len(e.slots) < size {
+		e.slots = make([]slot, size)
+		e.gen = 0
+	}
+	e.gen++
+	if e.gen == 0 { // wrapped: forget every slot
+		clear(e.slots)
+		e.gen = 1
+	}
+	slots := e.slots[:size]
+	gen, mask, shift := e.gen, size-1, 64-bitsN
+	e.entries = e.entries[:0]
+	if cap(e.idx) < len(v) {
+		e.idx = make([]uint32, len(v))
+	}
+	idx := e.idx[:len(v)]
+	limit := len(v) * 3 / 4
+	plain, dict := 0, 0
+	for i, s := range v {
+		p, n := uintptr(unsafe.Pointer(unsafe.StringData(s))), len(s)
+		if n == 0 {
+			p = 0
+		}
+		plain += n
+		h := int((uint64(p) ^ uint64(n)<<56) * 0x9e3779b97f4a7c15 >> shift)
+		for {
+			sl := &slots[h]
+			if sl.gen != gen {
+				if len(e.entries) == limit {
+					return false
+				}
+				*sl = slot{ptr: p, n: n, entry: uint32(len(e.entries)), gen: gen}
+				idx[i] = sl.entry
+				e.entries = append(e.entries, s)
+				dict += n
+				break
+			}
+			if sl.ptr == p && sl.n == n {
+				idx[i] = sl.entry
+				break
+			}
+			h = (h + 1) & mask
+		}
+	}
+	e.idx = idx
+	// The lengths cost about a byte a string either way; the entry numbers
+	// cost their width per row.
+	w := (bits.Len64(uint64(len(e.entries)-1)) + 7) >> 3
+	plainSize := plain + len(v)
+	dictSize := dict + len(e.entries) + len(v)*w + 10
+	return dictSize <= plainSize-plainSize/8
+}
+
 // Decode decodes data, which must hold exactly one encoded batch, into a new
 // batch (from the stream batch pool) of schema. The column types must match
 // the schema's. The caller owns the returned batch; it does not alias data.
@@ -166,12 +373,14 @@ func appendStrings(dst []byte, v []string) []byte {
 // each), never per row.
 func Decode(data []byte, schema *stream.Schema) (*stream.Batch, error) {
 	d := decoder{buf: data}
-	if v := d.byte(); v != version {
-		if d.err != nil {
-			return nil, d.err
-		}
-		return nil, fmt.Errorf("%w: version %d, this build reads version %d; upgrade the older taskmanager", ErrCorrupt, v, version)
+	v := d.byte()
+	if d.err != nil {
+		return nil, d.err
 	}
+	if v != version && v != versionPlain {
+		return nil, fmt.Errorf("%w: version %d, this build reads versions %d and %d; upgrade the older taskmanager", ErrCorrupt, v, versionPlain, version)
+	}
+	d.packed = v == version
 	rows64 := d.uvarint()
 	cols64 := d.uvarint()
 	flags := d.byte()
@@ -219,20 +428,20 @@ func Decode(data []byte, schema *stream.Schema) (*stream.Batch, error) {
 		}
 		switch c.Type {
 		case stream.TypeInt64, stream.TypeTimestamp:
-			c.Ints = d.int64s(c.Ints, n)
+			c.Ints = d.ints(c.Ints, n)
 		case stream.TypeFloat64:
 			c.Floats = d.float64s(c.Floats, n)
 		case stream.TypeBool:
 			c.Bools = d.bools(c.Bools, n)
 		case stream.TypeString:
-			c.Strs = d.strings(c.Strs, n)
+			c.Strs = d.stringColumn(c.Strs, n)
 		}
 		if d.err != nil {
 			break
 		}
 	}
 	if d.err == nil && flags&flagTimes != 0 {
-		b.Times = d.int64s(b.Times, n)
+		b.Times = d.ints(b.Times, n)
 	}
 	if d.err == nil && len(d.buf) != 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.buf))
@@ -248,6 +457,8 @@ func Decode(data []byte, schema *stream.Schema) (*stream.Batch, error) {
 type decoder struct {
 	buf []byte
 	err error
+	// packed: version 2 (packed integers, string forms).
+	packed bool
 }
 
 func (d *decoder) fail() {
@@ -285,6 +496,61 @@ func (d *decoder) take(k int) []byte {
 	v := d.buf[:k]
 	d.buf = d.buf[k:]
 	return v
+}
+
+// ints reads n integers: packed ones, or in version 1 n × 8 bytes.
+func (d *decoder) ints(dst []int64, n int) []int64 {
+	if !d.packed {
+		return d.int64s(dst, n)
+	}
+	w := int(d.byte())
+	if d.err != nil {
+		return dst[:0]
+	}
+	if w == 8 {
+		return d.int64s(dst, n)
+	}
+	if w > 8 {
+		d.err = fmt.Errorf("%w: integer width %d", ErrCorrupt, w)
+		return dst[:0]
+	}
+	base := d.take(8)
+	if d.err != nil {
+		return dst[:0]
+	}
+	lo := binary.LittleEndian.Uint64(base)
+	// The values' bytes, and whatever follows them, which whole-word
+	// loads may read and mask off.
+	rest := d.buf
+	if d.take(n * w); d.err != nil {
+		return dst[:0]
+	}
+	dst = resize(dst, n)
+	unpack(dst, rest, w, lo)
+	return dst
+}
+
+// unpack sets dst[i] to base plus the w-byte (w < 8) little-endian
+// unsigned integer at src[i*w:]; src holds at least len(dst)*w bytes.
+func unpack[T int64 | uint32](dst []T, src []byte, w int, base uint64) {
+	if w == 0 {
+		for i := range dst {
+			dst[i] = T(base)
+		}
+		return
+	}
+	mask := uint64(1)<<(8*uint(w)) - 1
+	i := 0
+	for ; i < len(dst) && i*w+8 <= len(src); i++ {
+		dst[i] = T(base + binary.LittleEndian.Uint64(src[i*w:])&mask)
+	}
+	for ; i < len(dst); i++ {
+		var v uint64
+		for k := w - 1; k >= 0; k-- {
+			v = v<<8 | uint64(src[i*w+k])
+		}
+		dst[i] = T(base + v)
+	}
 }
 
 func (d *decoder) int64s(dst []int64, n int) []int64 {
@@ -331,6 +597,74 @@ func (d *decoder) bools(dst []bool, n int) []bool {
 	return dst
 }
 
+// scratch holds a dictionary's entries while Decode expands it.
+var scratchPool = sync.Pool{New: func() any { return new([]string) }}
+
+// stringColumn reads the n values of a string column.
+func (d *decoder) stringColumn(dst []string, n int) []string {
+	if !d.packed {
+		return d.strings(dst, n)
+	}
+	switch d.byte() {
+	case formPlain:
+		return d.strings(dst, n)
+	case formDict:
+	default:
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: unknown string column form", ErrCorrupt)
+		}
+		return dst[:0]
+	}
+	k64 := d.uvarint()
+	if d.err != nil {
+		return dst[:0]
+	}
+	if k64 == 0 || k64 > uint64(n) {
+		d.err = fmt.Errorf("%w: dictionary of %d entries for %d rows", ErrCorrupt, k64, n)
+		return dst[:0]
+	}
+	k := int(k64)
+	sp := scratchPool.Get().(*[]string)
+	defer func() { clear(*sp); scratchPool.Put(sp) }()
+	entries := d.strings(*sp, k)
+	*sp = entries
+	if d.err != nil {
+		return dst[:0]
+	}
+	// The entry numbers: packed integers of base 0 and at most 4 bytes.
+	w := int(d.byte())
+	base := d.take(8)
+	if d.err != nil {
+		return dst[:0]
+	}
+	if w > 4 || binary.LittleEndian.Uint64(base) != 0 {
+		d.err = fmt.Errorf("%w: dictionary entry numbers of width %d and base %d", ErrCorrupt, w, binary.LittleEndian.Uint64(base))
+		return dst[:0]
+	}
+	rest := d.buf
+	if d.take(n * w); d.err != nil {
+		return dst[:0]
+	}
+	ip := idxPool.Get().(*[]uint32)
+	defer idxPool.Put(ip)
+	idx := resize(*ip, n)
+	*ip = idx
+	unpack(idx, rest, w, 0)
+	dst = resize(dst, n)
+	for i, x := range idx {
+		if x >= uint32(k) {
+			clear(dst)
+			d.err = fmt.Errorf("%w: row %d names dictionary entry %d of %d", ErrCorrupt, i, x, k)
+			return dst[:0]
+		}
+		dst[i] = entries[x]
+	}
+	return dst
+}
+
+var idxPool = sync.Pool{New: func() any { return new([]uint32) }}
+
+// strings reads a string block of n strings.
 func (d *decoder) strings(dst []string, n int) []string {
 	total := d.uvarint()
 	if d.err != nil {

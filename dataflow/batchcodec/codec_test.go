@@ -1,10 +1,12 @@
 package batchcodec
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,6 +30,23 @@ func randomBatch(r *rand.Rand) *stream.Batch {
 	}
 	b := stream.NewBatch(schema, rows)
 	nullRate := []int{0, 0, 2, 10}[r.IntN(4)]
+	// Each integer column spans a range of its own, so that every packed
+	// width occurs; each string column draws from a pool of its own
+	// (strings sharing their bytes, as a source's value pool) or makes
+	// every value anew.
+	spans := make([]int64, nf)
+	bases := make([]int64, nf)
+	pools := make([][]string, nf)
+	for j := range fields {
+		spans[j] = []int64{0, 1, 255, 256, 1 << 20, 1 << 40, 1 << 56, math.MaxInt64}[r.IntN(8)]
+		bases[j] = r.Int64() - math.MaxInt64/2
+		if r.IntN(2) == 0 {
+			pools[j] = make([]string, 1+r.IntN(300))
+			for k := range pools[j] {
+				pools[j][k] = strings.Repeat([]string{"", "a", "héllo", "\x00\xff", "ünïcødé-✓"}[r.IntN(5)], r.IntN(40))
+			}
+		}
+	}
 	for i := 0; i < rows; i++ {
 		vals := make([]any, nf)
 		for j, f := range fields {
@@ -36,10 +55,18 @@ func randomBatch(r *rand.Rand) *stream.Batch {
 			}
 			switch f.Type {
 			case stream.TypeInt64, stream.TypeTimestamp:
-				vals[j] = r.Int64() - math.MaxInt64/2
+				if spans[j] == math.MaxInt64 {
+					vals[j] = r.Int64() - math.MaxInt64/2
+				} else {
+					vals[j] = bases[j] + r.Int64N(spans[j]+1)
+				}
 			case stream.TypeFloat64:
 				vals[j] = []float64{r.NormFloat64(), math.Inf(1), math.Copysign(0, -1), math.MaxFloat64}[r.IntN(4)]
 			case stream.TypeString:
+				if p := pools[j]; p != nil {
+					vals[j] = p[r.IntN(len(p))]
+					continue
+				}
 				vals[j] = strings.Repeat([]string{"", "a", "héllo", "\x00\xff", "ünïcødé-✓"}[r.IntN(5)], r.IntN(40))
 			case stream.TypeBool:
 				vals[j] = r.IntN(2) == 0
@@ -193,6 +220,13 @@ func FuzzDecode(f *testing.F) {
 	b.AppendRow(nil, "", nil)
 	b.AppendRow(int64(-3), "yz", false)
 	f.Add(Append(nil, b))
+	f.Add(appendVersion1(nil, b))
+	// A dictionary and packed integers of width 1.
+	d := stream.NewBatch(schema, 16)
+	for i := 0; i < 16; i++ {
+		d.AppendRow(int64(100+i), []string{"red", "green"}[i%2], i%3 == 0)
+	}
+	f.Add(Append(nil, d))
 	f.Add([]byte{})
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f, 3, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -240,4 +274,203 @@ func BenchmarkCodec(b *testing.B) {
 		got.Release()
 	}
 	b.ReportMetric(float64(b.N)*1024/b.Elapsed().Seconds(), "rows/s")
+}
+
+// appendVersion1 is the version 1 encoding of b, as the taskmanagers
+// before version 2 wrote it: integers as 8 bytes, strings as a plain
+// block.
+func appendVersion1(dst []byte, b *stream.Batch) []byte {
+	n := b.Len()
+	dst = append(dst, 1)
+	dst = binary.AppendUvarint(dst, uint64(n))
+	dst = binary.AppendUvarint(dst, uint64(len(b.Cols)))
+	hasTimes := len(b.Times) == n && n > 0
+	if hasTimes {
+		dst = append(dst, flagTimes)
+	} else {
+		dst = append(dst, 0)
+	}
+	words := (n + 63) >> 6
+	for i := range b.Cols {
+		c := &b.Cols[i]
+		dst = append(dst, byte(c.Type))
+		if anySet(c.Nulls, words) {
+			dst = append(dst, 1)
+			for w := 0; w < words; w++ {
+				var v uint64
+				if w < len(c.Nulls) {
+					v = c.Nulls[w]
+				}
+				dst = binary.LittleEndian.AppendUint64(dst, v)
+			}
+		} else {
+			dst = append(dst, 0)
+		}
+		switch c.Type {
+		case stream.TypeInt64, stream.TypeTimestamp:
+			dst = appendInt64s(dst, c.Ints[:n])
+		case stream.TypeFloat64:
+			dst = appendFloat64s(dst, c.Floats[:n])
+		case stream.TypeBool:
+			dst = appendBools(dst, c.Bools[:n])
+		case stream.TypeString:
+			dst = appendStringBlock(dst, c.Strs[:n])
+		}
+	}
+	if hasTimes {
+		dst = appendInt64s(dst, b.Times[:n])
+	}
+	return dst
+}
+
+func TestDecodeVersion1(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for iter := 0; iter < 200; iter++ {
+		b := randomBatch(r)
+		got, err := Decode(appendVersion1(nil, b), b.Schema)
+		if err != nil {
+			t.Fatalf("iteration %d: decode version 1 of %s: %v", iter, b.Schema, err)
+		}
+		if !reflect.DeepEqual(rows(got), rows(b)) {
+			t.Fatalf("iteration %d: rows differ\nwant %v\n got %v", iter, rows(b), rows(got))
+		}
+		got.Release()
+		b.Release()
+	}
+}
+
+// bidLikeBatch is 1024 rows shaped like the datagen bid preset: integers
+// of small ranges, strings from pools.
+func bidLikeBatch() *stream.Batch {
+	schema := stream.MustSchema(
+		stream.Field{Name: "auction", Type: stream.TypeInt64},
+		stream.Field{Name: "channel", Type: stream.TypeString},
+		stream.Field{Name: "url", Type: stream.TypeString},
+		stream.Field{Name: "dateTime", Type: stream.TypeTimestamp},
+	)
+	r := rand.New(rand.NewPCG(7, 8))
+	channels := []string{"Google", "Facebook", "Baidu", "Apple"}
+	urls := make([]string, 1024)
+	for i := range urls {
+		urls[i] = "https://www.nexmark.com/" + strings.Repeat("x", 5+i%4) + "/item.htm?query=1&channel_id=" + string(rune('0'+i%10))
+	}
+	b := stream.NewBatch(schema, 1024)
+	for i := 0; i < 1024; i++ {
+		b.AppendRow(1000+r.Int64N(10000), channels[r.IntN(len(channels))], urls[r.IntN(len(urls))], 1767225600000+int64(2*i))
+	}
+	return b
+}
+
+// TestCompactForms checks that the packed integers and the dictionaries
+// are used where they pay: a bid-like batch takes under 60% of its
+// plain (version 1) size and survives the round trip.
+func TestCompactForms(t *testing.T) {
+	b := bidLikeBatch()
+	defer b.Release()
+	plain, enc := appendVersion1(nil, b), Append(nil, b)
+	if len(enc)*5 > len(plain)*3 {
+		t.Fatalf("encoding takes %d bytes, the plain one %d: want under 60%%", len(enc), len(plain))
+	}
+	got, err := Decode(enc, b.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	if !reflect.DeepEqual(rows(got), rows(b)) {
+		t.Fatal("rows differ after the round trip")
+	}
+}
+
+// TestDictionaryEqualStringsApart checks that equal strings that do not
+// share their bytes decode right (they become separate entries).
+func TestDictionaryEqualStringsApart(t *testing.T) {
+	schema := stream.MustSchema(stream.Field{Name: "s", Type: stream.TypeString})
+	b := stream.NewBatch(schema, 64)
+	shared := strings.Repeat("ab", 10)
+	for i := 0; i < 64; i++ {
+		if i%2 == 0 {
+			b.AppendRow(shared)
+		} else {
+			b.AppendRow(strings.Repeat("ab", 10)) // equal, stored apart
+		}
+	}
+	defer b.Release()
+	got, err := Decode(Append(nil, b), schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	if !reflect.DeepEqual(rows(got), rows(b)) {
+		t.Fatal("rows differ after the round trip")
+	}
+}
+
+func TestDecodeRejectsBadDictionary(t *testing.T) {
+	schema := stream.MustSchema(stream.Field{Name: "s", Type: stream.TypeString})
+	// version, 4 rows, 1 column, no flags; string column, no nulls,
+	// dictionary of 2 entries "a", "b"; entry numbers of width 1, base 0.
+	head := []byte{version, 4, 1, 0, byte(stream.TypeString), 0, formDict, 2, 2, 'a', 'b', 1, 1}
+	base0 := []byte{1, 0, 0, 0, 0, 0, 0, 0, 0}
+	valid := append(append(slices.Clone(head), base0...), 0, 1, 1, 0)
+	got, err := Decode(valid, schema)
+	if err != nil {
+		t.Fatalf("valid dictionary: %v", err)
+	}
+	if want := [][]any{{"a"}, {"b"}, {"b"}, {"a"}}; !reflect.DeepEqual(rows(got), want) {
+		t.Fatalf("got %v, want %v", rows(got), want)
+	}
+	got.Release()
+	for name, enc := range map[string][]byte{
+		"entry out of range": append(append(slices.Clone(head), base0...), 0, 1, 2, 0),
+		"nonzero base":       append(append(slices.Clone(head), 1, 1, 0, 0, 0, 0, 0, 0, 0), 0, 1, 1, 0),
+		"width over 4":       append(append(slices.Clone(head), 5, 0, 0, 0, 0, 0, 0, 0, 0), make([]byte, 20)...),
+		"no entries":         {version, 4, 1, 0, byte(stream.TypeString), 0, formDict, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"more entries than rows": {version, 1, 1, 0, byte(stream.TypeString), 0, formDict, 2, 2, 'a', 'b', 1, 1,
+			1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"unknown form": {version, 1, 1, 0, byte(stream.TypeString), 0, 7},
+	} {
+		if _, err := Decode(enc, schema); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: got %v, want ErrCorrupt", name, err)
+		}
+	}
+}
+
+func TestDecodeRejectsBadIntegerWidth(t *testing.T) {
+	schema := stream.MustSchema(stream.Field{Name: "i", Type: stream.TypeInt64})
+	enc := append([]byte{version, 1, 1, 0, byte(stream.TypeInt64), 0, 9}, make([]byte, 16)...)
+	if _, err := Decode(enc, schema); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("width 9: got %v, want ErrCorrupt", err)
+	}
+}
+
+func BenchmarkCodecBidLike(b *testing.B) {
+	batch := bidLikeBatch()
+	buf := Append(nil, batch)
+	b.SetBytes(int64(len(buf)))
+	b.ReportMetric(float64(len(buf))/1024, "bytes/row")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		buf = Append(buf[:0], batch)
+		got, err := Decode(buf, batch.Schema)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got.Release()
+	}
+	b.ReportMetric(float64(b.N)*1024/b.Elapsed().Seconds(), "rows/s")
+}
+
+func BenchmarkCodecBidLikeV1(b *testing.B) {
+	batch := bidLikeBatch()
+	buf := appendVersion1(nil, batch)
+	b.SetBytes(int64(len(buf)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		buf = appendVersion1(buf[:0], batch)
+		got, err := Decode(buf, batch.Schema)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got.Release()
+	}
 }

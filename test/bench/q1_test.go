@@ -3,18 +3,22 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/weirstream/weir/builtin"
 	"github.com/weirstream/weir/connectors"
 	"github.com/weirstream/weir/dataflow"
+	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/jobspec"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
@@ -134,14 +138,32 @@ func BenchmarkQ1PipelineVsBaseline(b *testing.B) {
 // The same job runs on a second, identical cluster with mutual TLS on every
 // connection, the rounds of the two interleaved so that both see the same
 // machine; tls_throughput_ratio is the best TLS round over the best
-// plaintext one.
+// plaintext one. Beside it go two diagnostics: the size of the source's
+// batches in the exchange's encoding per event, and the least CPU time the
+// taskmanagers spent per event in a round of each cluster (on a busy
+// machine the throughput of a round also depends on what other processes
+// take; the CPU time less so).
 func BenchmarkQ1Parallelism2TwoTaskManagers(b *testing.B) {
 	events := envInt("WEIR_BENCH_Q1_CLUSTER_EVENTS", 40_000_000)
 	plain := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1})
 	secured := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, TLS: true})
+	// cpu is the least CPU time the taskmanagers spent per event in a
+	// round, by cluster: with TLS, what the encryption costs, apart from
+	// what the other processes of a busy machine take from the rounds.
+	cpu := map[*clustertest.Cluster]float64{}
 	run := func(c *clustertest.Cluster) float64 {
 		g := q1Graph(b, events, 2)
 		g.Edges[0].Partitioning = stream.Rebalance
+		cpu0 := taskManagersCPU(c)
+		defer func() {
+			if cpu0 < 0 {
+				return
+			}
+			ns := float64(taskManagersCPU(c)-cpu0) / float64(events)
+			if old, ok := cpu[c]; !ok || ns < old {
+				cpu[c] = ns
+			}
+		}()
 		id := c.Submit(g)
 		job := c.WaitJob(id, 10*time.Minute)
 		if job.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
@@ -165,10 +187,86 @@ func BenchmarkQ1Parallelism2TwoTaskManagers(b *testing.B) {
 		}
 	}
 	fmt.Printf("q1_p2_two_taskmanagers_events=%d\n", events)
+	fmt.Printf("q1_exchange_batch_bytes_per_event=%.1f\n", q1BatchBytesPerEvent(b))
 	fmt.Printf("q1_p2_two_taskmanagers_events_per_sec=%.0f\n", best)
 	fmt.Printf("q1_p2_two_taskmanagers_tls_events_per_sec=%.0f\n", bestTLS)
+	if cpu[plain] > 0 && cpu[secured] > 0 {
+		fmt.Printf("q1_p2_two_taskmanagers_cpu_ns_per_event=%.0f\n", cpu[plain])
+		fmt.Printf("q1_p2_two_taskmanagers_tls_cpu_ns_per_event=%.0f\n", cpu[secured])
+	}
 	fmt.Printf("tls_throughput_ratio=%.2f\n", bestTLS/best)
 }
+
+// taskManagersCPU is the CPU time (user and system, ns) the cluster's
+// taskmanager processes used so far, from /proc; -1 where that cannot be
+// read.
+func taskManagersCPU(c *clustertest.Cluster) int64 {
+	var total int64
+	for _, p := range c.TMs {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+		if err != nil {
+			return -1
+		}
+		// The fields after the command (in parentheses, which may hold
+		// spaces): state is field 3, utime and stime fields 14 and 15,
+		// in clock ticks (USER_HZ, 100 on Linux).
+		f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		if len(f) < 13 {
+			return -1
+		}
+		for _, v := range f[11:13] {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return -1
+			}
+			total += n * int64(10*time.Millisecond)
+		}
+	}
+	return total
+}
+
+// q1BatchBytesPerEvent is the size of the network encoding (batchcodec,
+// what crosses the exchange in a frame, before gRPC's and TLS's framing)
+// of the q1 source's batches, per event: the source subtask 0 of 2, as in
+// BenchmarkQ1Parallelism2TwoTaskManagers, over its first 64 batches.
+func q1BatchBytesPerEvent(tb testing.TB) float64 {
+	g := q1Graph(tb, 1<<30, 2)
+	src := g.Vertices[0]
+	var cfg connectors.DatagenConfig
+	if err := json.Unmarshal(src.Config, &cfg); err != nil {
+		tb.Fatal(err)
+	}
+	d, err := connectors.NewDatagen(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := d.Open(context.Background(), &stream.OperatorContext{Subtask: 0, Parallelism: 2, OutputSchema: src.OutSchema}); err != nil {
+		tb.Fatal(err)
+	}
+	defer d.Close()
+	c := &encodedSize{}
+	for range 64 {
+		if _, err := d.Poll(context.Background(), c); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return float64(c.bytes) / float64(c.rows)
+}
+
+// encodedSize is a collector that adds up the encoded size of the batches.
+type encodedSize struct {
+	buf         []byte
+	bytes, rows int64
+}
+
+func (c *encodedSize) Collect(b *stream.Batch) {
+	c.buf = batchcodec.Append(c.buf[:0], b)
+	c.bytes += int64(len(c.buf))
+	c.rows += int64(b.Len())
+	b.Release()
+}
+
+func (c *encodedSize) EmitWatermark(int64) {}
 
 func envInt(name string, def int64) int64 {
 	if v := os.Getenv(name); v != "" {
