@@ -328,6 +328,9 @@ func TestReregisterCancelsTasks(t *testing.T) {
 	h.mustSubmit(t, d)
 	jm.WaitReported(t, d.GetId(), running)
 	waitOpened(t, st, 2)
+	// Ready does not wait for the registration, which may still be in
+	// flight while the task already runs.
+	waitFor(t, "the registration", func() bool { return len(jm.Registrations()) >= 1 })
 	if n := len(jm.Registrations()); n != 1 {
 		t.Fatalf("%d registrations, want 1", n)
 	}
