@@ -429,7 +429,7 @@ func (jm *JobManager) haReserve(ctx context.Context, jobID string, id int64) err
 // reaches 2^31, where the file sink's transaction ids (attempt<<32) would
 // overflow.
 const (
-	attemptTermShift = 16
+	attemptTermShift = 16 // stream.AttemptsPerTerm == 1 << attemptTermShift
 	maxTerms         = 1 << (31 - attemptTermShift)
 )
 

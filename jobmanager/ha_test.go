@@ -18,6 +18,7 @@ import (
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
 )
 
 // TestHAStandbyRedirects runs two jobmanagers on a real etcd: one leads
@@ -186,5 +187,12 @@ func TestFencedLeaderCompletesNoCheckpoint(t *testing.T) {
 				t.Fatalf("%d fenced writes counted, want 1", n)
 			}
 		})
+	}
+}
+
+// The jobmanager's attempt layout is the one stream.DeploymentOf reads.
+func TestAttemptTermShiftMatchesStream(t *testing.T) {
+	if 1<<attemptTermShift != stream.AttemptsPerTerm {
+		t.Fatalf("attemptTermShift %d does not match stream.AttemptsPerTerm %d", attemptTermShift, stream.AttemptsPerTerm)
 	}
 }

@@ -96,8 +96,11 @@ type OperatorContext struct {
 
 	Config []byte // the operator's JSON config
 	Logger *slog.Logger
-	// Attempt counts deployments of the job: 1 at first, one more after
-	// every restart.
+	// Attempt is the execution attempt: it grows with every deployment of
+	// the job and never repeats, across restarts of the jobmanager and
+	// changes of leader too, so that it can name files and transactions.
+	// A jobmanager's attempts start at term*AttemptsPerTerm + 1 (term 0
+	// without a job store); DeploymentOf gives the count within the term.
 	Attempt int64
 	// RestoreJobID is the job that took the checkpoint this subtask
 	// restores, set before Open: JobID itself after an ordinary failover,
@@ -253,3 +256,12 @@ func (BaseOperator) Close() error           { return nil }
 
 // ErrConfig marks an operator configuration error found at planning time.
 var ErrConfig = errors.New("stream: invalid operator config")
+
+// AttemptsPerTerm is the range of execution attempts one jobmanager term
+// (a run of a jobmanager with a job store, or a leadership) deploys from:
+// its attempts are term*AttemptsPerTerm + 1, + 2, ...
+const AttemptsPerTerm = 1 << 16
+
+// DeploymentOf is the deployment an execution attempt is within its
+// jobmanager's term: 1 for the first, one more after every restart.
+func DeploymentOf(attempt int64) int64 { return attempt % AttemptsPerTerm }

@@ -18,7 +18,8 @@ type FailConfig struct {
 
 // Failure is one injected failure.
 type Failure struct {
-	// Attempt is the job attempt that fails (1 for the first deployment).
+	// Attempt is the job attempt that fails (1 for the first deployment
+	// by the current jobmanager: stream.DeploymentOf).
 	Attempt int64 `json:"attempt"`
 	// Subtask is the failing subtask; default 0.
 	Subtask *int `json:"subtask,omitempty"`
@@ -117,14 +118,15 @@ func NewFail(config []byte) (*Fail, error) {
 
 // Open picks the failures of this attempt and subtask.
 func (o *Fail) Open(_ context.Context, octx *stream.OperatorContext) error {
-	o.attempt, o.subtask = octx.Attempt, octx.Subtask
+	// Failures name deployments as counted by the current jobmanager.
+	o.attempt, o.subtask = stream.DeploymentOf(octx.Attempt), octx.Subtask
 	o.at = make(map[string]bool)
 	for _, f := range o.cfg.Failures {
 		sub := 0
 		if f.Subtask != nil {
 			sub = *f.Subtask
 		}
-		if f.Attempt != octx.Attempt || sub != octx.Subtask {
+		if f.Attempt != o.attempt || sub != octx.Subtask {
 			continue
 		}
 		o.at[f.At] = true

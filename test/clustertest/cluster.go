@@ -745,9 +745,7 @@ func (c *Cluster) JobRestarts(id string) int {
 	for _, t := range resp.GetTasks() {
 		attempt = max(attempt, t.GetId().GetAttempt())
 	}
-	// A jobmanager's attempts start at its term << 16 (the jobmanager's
-	// attemptTermShift) plus one: count the redeployments of this term.
-	return int(attempt&(1<<16-1)) - 1
+	return int(stream.DeploymentOf(attempt)) - 1
 }
 
 // Weir runs the weir CLI against the cluster and returns its combined
