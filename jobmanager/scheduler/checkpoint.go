@@ -56,6 +56,11 @@ func (c *Scheduler) startCheckpointing(j *job, now time.Time) []Action {
 // coordinator ends it when the write returns (manifestWritten), so that a
 // checkpoint whose manifest and pointer were written is never deleted.
 func (c *Scheduler) stopCheckpointing(j *job, cause coordinator.AbortCause, reason string, now time.Time) []Action {
+	if j.stopAt > 0 && !j.stopped {
+		j.stopFailed = fmt.Sprintf("checkpoint %d of the stop did not complete: %s", j.stopAt, reason)
+		c.log.Warn("stop with a savepoint abandoned", "job", j.id, "checkpoint", j.stopAt, "reason", reason)
+		j.stopAt = 0
+	}
 	if j.coord == nil || j.coord.Stopped() {
 		return nil
 	}
@@ -267,11 +272,25 @@ func (c *Scheduler) ManifestWritten(jobID string, cp Checkpoint, err error, now 
 		return nil
 	}
 	j.coord.ManifestWritten(now, id, err)
+	stop := false
 	if latest, _, ok := j.coord.Latest(); ok && latest == id {
 		j.latest = cp
 		c.log.Info("checkpoint completed", "job", j.id, "checkpoint", id, "coordinatorStopped", j.coord.Stopped())
+		// A stop waits for its savepoint, or for any later checkpoint
+		// that completes first: the job must end at the newest one, or
+		// output its sinks committed would be replayed on resume.
+		stop = j.stopAt > 0 && id >= j.stopAt && j.state == JobRunning
 	}
 	acts := c.drainCoordinator(j, now)
+	if stop {
+		j.stopAt = id
+		j.stopped = true
+		acts = append(acts, c.stopCheckpointing(j, coordinator.CauseJobEnded, "job stopped with a savepoint", now)...)
+		j.state = JobCanceling
+		c.log.Info("job stopping after its savepoint", "job", j.id, "name", j.graph.Name, "checkpoint", id)
+		acts = append(acts, c.cancelJobExecs(j, now)...)
+		return append(acts, c.maybeFinalize(j, now)...)
+	}
 	acts = append(acts, c.retentionDeletes(j)...)
 	acts = append(acts, c.maybeRestart(j, now)...)
 	return append(acts, c.maybeRedeployRegions(j, now)...)
@@ -296,6 +315,44 @@ func (c *Scheduler) TriggerNow(jobID string, now time.Time) (int64, []Action, er
 		return 0, acts, fmt.Errorf("%w: job %s: %v", ErrCheckpointNotTriggered, jobID, err)
 	}
 	return id, acts, nil
+}
+
+// StopWithSavepoint triggers a checkpoint of a running job and stops the
+// job once it completes: its tasks are cancelled and it ends FINISHED,
+// the checkpoint being the last state of the job (the shell copies it
+// into a savepoint). Should the checkpoint fail, the job runs on and
+// StopFailed says why.
+func (c *Scheduler) StopWithSavepoint(jobID string, now time.Time) (int64, []Action, error) {
+	if j := c.jobs[jobID]; j != nil && j.stopAt > 0 {
+		return 0, nil, fmt.Errorf("%w: job %s is already stopping at checkpoint %d", ErrCheckpointNotTriggered, jobID, j.stopAt)
+	}
+	id, acts, err := c.TriggerNow(jobID, now)
+	if err != nil {
+		return 0, acts, err
+	}
+	j := c.jobs[jobID]
+	j.stopAt, j.stopFailed = id, ""
+	c.log.Info("job stopping with a savepoint", "job", jobID, "checkpoint", id)
+	return id, acts, nil
+}
+
+// checkStop gives up a stop whose checkpoint ended without completing.
+func (c *Scheduler) checkStop(j *job) {
+	if j.stopAt == 0 || j.stopped {
+		return
+	}
+	if slices.Contains(j.coord.Pending(), j.stopAt) {
+		return
+	}
+	if w, ok := j.coord.Writing(); ok && w >= j.stopAt {
+		return
+	}
+	if latest, _, ok := j.coord.Latest(); ok && latest >= j.stopAt {
+		return
+	}
+	j.stopFailed = fmt.Sprintf("checkpoint %d of the stop did not complete; the job runs on", j.stopAt)
+	c.log.Warn("stop with a savepoint failed: its checkpoint did not complete; the job runs on", "job", j.id, "checkpoint", j.stopAt)
+	j.stopAt = 0
 }
 
 // restarting counts the regions of j that restart.

@@ -58,6 +58,7 @@ import (
 //	manifest-ok [job=J]     ManifestWritten(nil) for the write in flight
 //	manifest-fail [job=J] [err=(TEXT)]
 //	trigger JOB             TriggerNow
+//	stop JOB                StopWithSavepoint
 //	input-ended V/S [job=J] SourceInputEnded
 //	suspect TM [reason=(TEXT)] | suspect-peer ADDR [reason=(TEXT)]
 //	probed TM [err=(TEXT)]
@@ -88,6 +89,7 @@ var commands = map[string]scenariotest.Syntax{
 	"manifest-ok":    {Keys: []string{"job"}},
 	"manifest-fail":  {Keys: []string{"job", "err"}},
 	"trigger":        {Args: []string{"JOB"}},
+	"stop":           {Args: []string{"JOB"}},
 	"input-ended":    {Args: []string{"V/S"}, Keys: []string{"job"}},
 	"suspect":        {Args: []string{"TM"}, Keys: []string{"reason"}},
 	"suspect-peer":   {Args: []string{"ADDR"}, Keys: []string{"reason"}},
@@ -330,6 +332,14 @@ func (s *scenario) run(d *scenariotest.Directive) string {
 		} else {
 			out = append(out, fmt.Sprintf("triggered %d", id))
 		}
+	case "stop":
+		id, a, err := s.c.StopWithSavepoint(args[0], s.now)
+		acts = a
+		if err != nil {
+			out = append(out, "error: "+err.Error())
+		} else {
+			out = append(out, fmt.Sprintf("stopping at %d", id))
+		}
 	case "input-ended":
 		job := c.job()
 		d := s.executions(job, []coordinator.TaskID{c.task(args[0])})[0]
@@ -514,6 +524,12 @@ func (s *scenario) formatJob(v JobView) []string {
 	head := fmt.Sprintf("%s %s attempt=%d restarts=%d restored-from=%d regions=%d", v.ID, v.State, v.Attempt, v.Restarts, v.RestoredFrom, v.Regions)
 	if !v.RestartDue.IsZero() {
 		head += " restart-due=" + rel(v.RestartDue)
+	}
+	if v.StoppedAt != 0 || v.StopPending != 0 {
+		head += fmt.Sprintf(" stopped-at=%d stop-pending=%d", v.StoppedAt, v.StopPending)
+	}
+	if v.StopFailed != "" {
+		head += fmt.Sprintf(" stop-failed=%q", v.StopFailed)
 	}
 	if v.Err != "" {
 		head += fmt.Sprintf(" err=%q", v.Err)

@@ -247,6 +247,12 @@ type job struct {
 	// corrupt are the checkpoints that failed verification on restore;
 	// they are never restored again.
 	corrupt []int64
+	// stopAt is the checkpoint a stop with a savepoint waits for (0:
+	// none): once it completes the job stops and ends FINISHED (stopped).
+	stopAt  int64
+	stopped bool
+	// stopFailed says why the last stop with a savepoint did not happen.
+	stopFailed string
 }
 
 // Action is something the shell must do for the scheduler.
@@ -799,6 +805,9 @@ func (c *Scheduler) maybeFinalize(j *job, now time.Time) []Action {
 	}
 	switch j.state {
 	case JobCanceling:
+		if j.stopped {
+			return c.finalize(j, JobFinished, now)
+		}
 		return c.finalize(j, JobCanceled, now)
 	case JobFailing:
 		return c.finalize(j, JobFailed, now)
@@ -1262,6 +1271,7 @@ func (c *Scheduler) Tick(now time.Time) []Action {
 			acts = append(acts, c.tickRegions(j, now)...)
 			if j.state == JobRunning && j.coord != nil {
 				j.coord.Tick(now)
+				c.checkStop(j)
 				if j.finalWanted {
 					acts = append(acts, c.finalCheckpoint(j, now)...)
 				}
@@ -1394,6 +1404,11 @@ type JobView struct {
 	LastFailure   string
 	Checkpointing bool
 	RestoredFrom  int64
+	// StoppedAt is the checkpoint a job stopped with a savepoint ended at
+	// (0: not stopped); StopPending the one a stop waits for, and
+	// StopFailed why the last stop did not happen.
+	StoppedAt, StopPending int64
+	StopFailed             string
 	// Regions is the number of pipelined failover regions.
 	Regions int
 	// RestartingRegions are the regions of an active job that restart.
@@ -1455,7 +1470,12 @@ func (c *Scheduler) view(j *job, withTasks bool) JobView {
 	v := JobView{ID: j.id, Name: j.graph.Name, State: j.state, Start: j.submitted, End: j.ended,
 		TasksTotal: len(j.execs), Err: j.err, Attempt: maxAttempt(j.execs), Graph: j.graph, Restarts: j.restarts,
 		LastFailure: j.lastFailure, Checkpointing: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom,
-		Regions: len(j.regions)}
+		Regions: len(j.regions), StopFailed: j.stopFailed}
+	if j.stopped {
+		v.StoppedAt = j.stopAt
+	} else {
+		v.StopPending = j.stopAt
+	}
 	if j.state == JobRestarting {
 		v.RestartDue = j.restartDue
 		v.Err = j.restartCause
