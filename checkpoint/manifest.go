@@ -39,17 +39,9 @@ func (s *Storage) WriteManifest(ctx context.Context, m *weirpb.Manifest) (key, s
 	if m.GetCheckpointId() < 0 {
 		return "", "", fmt.Errorf("checkpoint %d: write manifest: negative checkpoint id", m.GetCheckpointId())
 	}
-	switch m.GetVersion() {
-	case 0:
-		m = proto.CloneOf(m)
-		m.Version = ManifestVersion
-	case ManifestVersion:
-	default:
-		return "", "", fmt.Errorf("checkpoint %d: write manifest: version %d; this Weir writes version %d", m.GetCheckpointId(), m.GetVersion(), ManifestVersion)
-	}
-	data, err := marshal.Marshal(m)
+	_, data, err := encodeManifest(m, fmt.Sprintf("checkpoint %d", m.GetCheckpointId()))
 	if err != nil {
-		return "", "", fmt.Errorf("checkpoint %d: encode manifest: %w", m.GetCheckpointId(), err)
+		return "", "", err
 	}
 	key = ManifestKey(m.GetJobId(), m.GetCheckpointId())
 	if err := s.store.Put(ctx, key, data); err != nil {
@@ -79,20 +71,53 @@ func (s *Storage) readManifest(ctx context.Context, jobID string, id int64) (*we
 		}
 		return nil, nil, fmt.Errorf("checkpoint %d of job %s: read manifest: %w", id, jobID, err)
 	}
-	m := &weirpb.Manifest{}
-	if err := proto.Unmarshal(data, m); err != nil {
-		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s: cannot decode (%v); the object is corrupt or not a Weir manifest: %w", id, key, err, ErrCorrupt)
-	}
-	switch v := m.GetVersion(); {
-	case v == 0:
-		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s has no version; the object is corrupt or not a Weir manifest: %w", id, key, ErrCorrupt)
-	case v != ManifestVersion:
-		return nil, nil, errkind.Mark(fmt.Errorf("checkpoint %d: manifest %s has version %d, but this Weir reads version %d only; restore it with the Weir version that wrote it", id, key, v, ManifestVersion), ErrVersion)
+	m, err := decodeManifest(data, fmt.Sprintf("checkpoint %d", id), key)
+	if err != nil {
+		return nil, nil, err
 	}
 	if m.GetJobId() != jobID || m.GetCheckpointId() != id {
 		return nil, nil, fmt.Errorf("checkpoint %d: manifest %s describes checkpoint %d of job %q; the object was copied or renamed: %w", id, key, m.GetCheckpointId(), m.GetJobId(), ErrCorrupt)
 	}
 	return m, data, nil
+}
+
+// encodeManifest returns m, with a zero version set to ManifestVersion (m
+// itself is not modified), and the bytes that store it. Checkpoint manifests
+// and savepoint metadata share this encoding. what (such as "checkpoint 7")
+// starts its error messages.
+func encodeManifest(m *weirpb.Manifest, what string) (*weirpb.Manifest, []byte, error) {
+	switch m.GetVersion() {
+	case 0:
+		m = proto.CloneOf(m)
+		m.Version = ManifestVersion
+	case ManifestVersion:
+	default:
+		return nil, nil, fmt.Errorf("%s: write manifest: version %d; this Weir writes version %d", what, m.GetVersion(), ManifestVersion)
+	}
+	data, err := marshal.Marshal(m)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: encode manifest: %w", what, err)
+	}
+	return m, data, nil
+}
+
+// decodeManifest decodes the bytes of the manifest stored at key and checks
+// its version: a rejection wraps ErrCorrupt, or ErrVersion for a version
+// other than ManifestVersion. It does not check which job or checkpoint the
+// manifest describes. what (such as "checkpoint 7") starts its error
+// messages.
+func decodeManifest(data []byte, what, key string) (*weirpb.Manifest, error) {
+	m := &weirpb.Manifest{}
+	if err := proto.Unmarshal(data, m); err != nil {
+		return nil, fmt.Errorf("%s: manifest %s: cannot decode (%v); the object is corrupt or not a Weir manifest: %w", what, key, err, ErrCorrupt)
+	}
+	switch v := m.GetVersion(); {
+	case v == 0:
+		return nil, fmt.Errorf("%s: manifest %s has no version; the object is corrupt or not a Weir manifest: %w", what, key, ErrCorrupt)
+	case v != ManifestVersion:
+		return nil, errkind.Mark(fmt.Errorf("%s: manifest %s has version %d, but this Weir reads version %d only; restore it with the Weir version that wrote it", what, key, v, ManifestVersion), ErrVersion)
+	}
+	return m, nil
 }
 
 // WritePointer stores p as the job's completed-checkpoint pointer,

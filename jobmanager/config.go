@@ -91,6 +91,10 @@ type Config struct {
 	// caller's role (package security); without it the RPC and REST
 	// addresses must be loopback addresses.
 	TLS security.TLSConfig
+	// SavepointDir is where savepoints go when a request names no
+	// directory (file:///path or s3://bucket/prefix); empty: requests must
+	// name one.
+	SavepointDir string
 	// DataDir (ha: none) is the directory where the jobmanager keeps its
 	// jobs' graphs, statuses and completed-checkpoint pointers, so that a
 	// restarted jobmanager recovers every running job from its latest

@@ -25,6 +25,9 @@ func buildDeployment(a *scheduler.DeployAction) *weirpb.TaskDeployment {
 	if m := manifestOf(a.Restore); m != nil {
 		d.RestoreCheckpointId = m.CheckpointId
 		d.RestoreJobId = m.JobId
+		if c, ok := a.Restore.(completed); ok {
+			d.RestoreStorage = c.storage
+		}
 		d.Restore = restoreHandles(m, g, t, subtask)
 		d.RestoreFinished = finishedIn(m, g.Vertices[t.Head].UID, subtask)
 	}

@@ -50,6 +50,9 @@ var jobManagerPolicy = security.Policy{
 	weirpb.JobService_CancelJob_FullMethodName:                 {security.RoleOperate},
 	weirpb.JobService_TriggerCheckpoint_FullMethodName:         {security.RoleOperate},
 	weirpb.JobService_CollectGarbage_FullMethodName:            {security.RoleOperate},
+	weirpb.JobService_TriggerSavepoint_FullMethodName:          {security.RoleOperate},
+	weirpb.JobService_StopJob_FullMethodName:                   {security.RoleOperate},
+	weirpb.JobService_DisposeSavepoint_FullMethodName:          {security.RoleOperate},
 }
 
 // Errors of the shell, besides the scheduler's.
@@ -76,7 +79,7 @@ func toGRPCError(err error) error {
 	case errors.Is(err, ErrCheckpointNotFound):
 		code = codes.NotFound
 	case errors.Is(err, scheduler.ErrJobNotCancelable), errors.Is(err, scheduler.ErrCheckpointingOff), errors.Is(err, scheduler.ErrJobNotRunning), errors.Is(err, scheduler.ErrCheckpointNotTriggered),
-		errors.Is(err, ErrStorage):
+		errors.Is(err, ErrStorage), errors.Is(err, ErrSavepointFailed):
 		code = codes.FailedPrecondition
 	case errors.Is(err, scheduler.ErrInvalidArgument):
 		code = codes.InvalidArgument
@@ -507,6 +510,24 @@ func (s *jobServer) CollectGarbage(ctx context.Context, req *weirpb.CollectGarba
 	}
 	resp, err := s.jm.collectGarbage(ctx, req.GetJobId(), req.GetDryRun(), minAge)
 	return resp, toGRPCError(err)
+}
+
+func (s *jobServer) TriggerSavepoint(ctx context.Context, req *weirpb.TriggerSavepointRequest) (*weirpb.SavepointResponse, error) {
+	resp, err := s.jm.savepoint(ctx, req.GetJobId(), req.GetDir(), false)
+	return resp, toGRPCError(err)
+}
+
+func (s *jobServer) StopJob(ctx context.Context, req *weirpb.StopJobRequest) (*weirpb.SavepointResponse, error) {
+	resp, err := s.jm.savepoint(ctx, req.GetJobId(), req.GetSavepointDir(), true)
+	return resp, toGRPCError(err)
+}
+
+func (s *jobServer) DisposeSavepoint(ctx context.Context, req *weirpb.DisposeSavepointRequest) (*weirpb.DisposeSavepointResponse, error) {
+	n, err := s.jm.disposeSavepoint(ctx, req.GetLocation())
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	return &weirpb.DisposeSavepointResponse{DeletedObjects: int32(n)}, nil
 }
 
 func (s *jobServer) ListCheckpoints(_ context.Context, req *weirpb.ListCheckpointsRequest) (*weirpb.ListCheckpointsResponse, error) {

@@ -42,6 +42,9 @@ type haStatus struct {
 	// completes a checkpoint of its own.
 	RestoreJob string `json:"restoreJob,omitempty"`
 	RestoreID  int64  `json:"restoreId,omitempty"`
+	// RestoreSavepoint is the savepoint the job started from, restored
+	// again likewise.
+	RestoreSavepoint string `json:"restoreSavepoint,omitempty"`
 }
 
 // maxStoredError bounds the error text kept with an ended job.
@@ -284,9 +287,12 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st jobstore.Store) error 
 			// Started from another job's checkpoint and has none of its
 			// own yet: that one is restored again.
 			var m *weirpb.Manifest
-			if st := jm.storage(rec.ID); st != nil {
+			switch st := jm.storage(rec.ID); {
+			case s.RestoreSavepoint != "":
+				m, err = readSavepoint(ctx, s.RestoreSavepoint)
+			case st != nil:
 				m, err = st.ReadManifest(ctx, s.RestoreJob, s.RestoreID)
-			} else {
+			default:
 				err = fmt.Errorf("no checkpoint storage")
 			}
 			if err != nil {
@@ -294,7 +300,7 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st jobstore.Store) error 
 					"job", rec.ID, "from", fmt.Sprintf("%s@%d", s.RestoreJob, s.RestoreID), "error", err)
 				continue
 			}
-			opts.Restore, opts.RestoreForeign = completed{m}, true
+			opts.Restore, opts.RestoreForeign = completed{m: m, storage: s.RestoreSavepoint}, true
 		}
 		if rec.Latest != nil {
 			m, err := readVerifiedManifest(ctx, jm.storage(rec.ID), rec.ID, *rec.Latest)
@@ -321,7 +327,7 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st jobstore.Store) error 
 				jm.log.Error("cannot recover a job: its latest checkpoint cannot be read; the job stays stopped until the next start", "job", rec.ID, "error", err)
 				continue
 			}
-			opts.Restore = completed{m}
+			opts.Restore = completed{m: m}
 			opts.FirstCheckpointID = max(opts.FirstCheckpointID, rec.Latest.ID+1)
 		}
 		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
@@ -351,6 +357,9 @@ func (jm *JobManager) haRecordSubmit(ctx context.Context, id string, pg *weirpb.
 	hs := haStatus{State: "running", SlotWaitMs: opts.SlotWait.Milliseconds()}
 	if m := manifestOf(opts.Restore); m != nil && opts.RestoreForeign {
 		hs.RestoreJob, hs.RestoreID = m.GetJobId(), m.GetCheckpointId()
+		if c, ok := opts.Restore.(completed); ok {
+			hs.RestoreSavepoint = c.storage
+		}
 	}
 	status, _ := json.Marshal(hs)
 	return st.PutJob(ctx, id, graph, status)

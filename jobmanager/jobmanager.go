@@ -91,6 +91,23 @@ type JobManager struct {
 		sync.Mutex
 		m map[string]int64
 	}
+	// pins keep checkpoint deletions of jobs whose savepoint is being
+	// copied back (savepoint.go).
+	pins struct {
+		sync.Mutex
+		n        map[string]int
+		deferred map[string][]scheduler.Action
+	}
+	// spReqs are the savepoint requests of the REST API (savepoint.go).
+	spReqs struct {
+		sync.Mutex
+		m     map[string]*restSavepointRequest
+		order []string
+	}
+	// bg runs background work of requests (REST savepoints) under bgCtx,
+	// which Run cancels when it stops, and waits for it.
+	bg    sync.WaitGroup
+	bgCtx context.Context
 	// execs calls the taskmanagers and watches their connections; set by
 	// Run before anything is served.
 	execs atomic.Pointer[grpcTaskExecutors]
@@ -132,7 +149,7 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 		return nil, fmt.Errorf("jobmanager config: AllowedPaths: %w", err)
 	}
 	jm := &JobManager{cfg: cfg, tls: material, paths: paths, submitting: make(chan struct{}, maxSubmissions), reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
-		openStorage: openCheckpointStorage, newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry}
+		openStorage: openCheckpointStorage, newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry, bgCtx: context.Background()}
 	jm.mu.core = scheduler.New(scheduler.Config{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout,
 		JobRetention: cfg.JobRetention, MaxEndedJobs: cfg.MaxEndedJobs})
 	jm.queue.signal = make(chan struct{}, 1)
@@ -204,6 +221,10 @@ func (jm *JobManager) Run(ctx context.Context) error {
 	if jm.local != nil {
 		defer jm.local.Close()
 	}
+	bgCtx, cancelBg := context.WithCancel(ctx)
+	jm.bgCtx = bgCtx
+	defer jm.bg.Wait()
+	defer cancelBg()
 	rpcLis, err := net.Listen("tcp", jm.cfg.RPCAddress)
 	if err != nil {
 		return fmt.Errorf("jobmanager: listen for gRPC on %s: %w; is another jobmanager running? pick another RPCAddress", jm.cfg.RPCAddress, err)
@@ -534,13 +555,16 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 			jm.log.Warn("writing a checkpoint manifest failed", "job", a.JobID, "checkpoint", a.ID, "error", err)
 		}
 		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
-			return c.ManifestWritten(a.JobID, completed{m}, err, now)
+			return c.ManifestWritten(a.JobID, completed{m: m}, err, now)
 		})
 	case scheduler.ProbeAction:
 		execs.Probe(a.TaskManager, a.Instance)
 	case scheduler.ForgetJobAction:
 		jm.forgetJob(ctx, a)
 	case scheduler.DeleteCheckpointsAction:
+		if jm.deferIfPinned(a) { // a savepoint is being copied
+			return
+		}
 		st := jm.storage(a.JobID)
 		if st == nil {
 			return

@@ -63,7 +63,13 @@ func buildManifest(a scheduler.WriteManifestAction) *weirpb.Manifest {
 
 // completed is a completed checkpoint's manifest as the scheduler sees it
 // (scheduler.Checkpoint).
-type completed struct{ m *weirpb.Manifest }
+// completed is a completed checkpoint, or a savepoint, as the scheduler
+// sees it: m, whose keys are relative to storage (a savepoint's
+// directory), or to the job's checkpoint storage when storage is empty.
+type completed struct {
+	m       *weirpb.Manifest
+	storage string
+}
 
 func (c completed) CheckpointID() int64 { return c.m.GetCheckpointId() }
 

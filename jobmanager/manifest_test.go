@@ -162,10 +162,10 @@ func TestBuildManifest(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("operators %q, want %q", got, want)
 	}
-	if cp := (completed{m}); cp.CheckpointID() != 4 || !cp.Finished("src", 1) || cp.Finished("src", 0) || cp.Finished("window", 1) {
+	if cp := (completed{m: m}); cp.CheckpointID() != 4 || !cp.Finished("src", 1) || cp.Finished("src", 0) || cp.Finished("window", 1) {
 		t.Errorf("finished subtasks %v", m.Operators[0].FinishedSubtasks)
 	}
-	if manifestOf(completed{m}) != m || manifestOf(nil) != nil {
+	if manifestOf(completed{m: m}) != m || manifestOf(nil) != nil {
 		t.Error("manifestOf does not give back the manifest")
 	}
 }

@@ -156,7 +156,7 @@ func httpStatus(err error) int {
 	case errors.Is(err, scheduler.ErrInvalidArgument):
 		return http.StatusBadRequest
 	case errors.Is(err, scheduler.ErrJobNotCancelable), errors.Is(err, scheduler.ErrCheckpointingOff), errors.Is(err, scheduler.ErrJobNotRunning), errors.Is(err, scheduler.ErrCheckpointNotTriggered),
-		errors.Is(err, ErrStorage):
+		errors.Is(err, ErrStorage), errors.Is(err, ErrSavepointFailed):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
@@ -259,6 +259,48 @@ func (jm *JobManager) restHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusAccepted, map[string]int64{"checkpointId": id})
 	})
+	// Savepoints take as long as the copy: the POSTs answer at once with
+	// a request id whose outcome GET /v1/savepoint-requests/{rid} tells.
+	mux.HandleFunc("POST /v1/jobs/{id}/savepoints", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Dir string `json:"dir"`
+		}
+		if !readJSONBody(w, r, &body) {
+			return
+		}
+		jm.startSavepointRequest(w, r.PathValue("id"), body.Dir, false)
+	})
+	mux.HandleFunc("POST /v1/jobs/{id}/stop", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			SavepointDir string `json:"savepointDir"`
+		}
+		if !readJSONBody(w, r, &body) {
+			return
+		}
+		jm.startSavepointRequest(w, r.PathValue("id"), body.SavepointDir, true)
+	})
+	mux.HandleFunc("GET /v1/savepoint-requests/{rid}", func(w http.ResponseWriter, r *http.Request) {
+		req, ok := jm.savepointRequest(r.PathValue("rid"))
+		if !ok {
+			writeError(w, http.StatusNotFound, "no such savepoint request (they are kept for the last 100 requests)")
+			return
+		}
+		writeJSON(w, http.StatusOK, req)
+	})
+	mux.HandleFunc("POST /v1/savepoints/dispose", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Location string `json:"location"`
+		}
+		if !readJSONBody(w, r, &body) {
+			return
+		}
+		n, err := jm.disposeSavepoint(r.Context(), body.Location)
+		if err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]int{"deletedObjects": n})
+	})
 	mux.HandleFunc("GET /v1/jobs/{id}/checkpoints/{cid}", func(w http.ResponseWriter, r *http.Request) {
 		cid, err := strconv.ParseInt(r.PathValue("cid"), 10, 64)
 		if err != nil {
@@ -291,7 +333,7 @@ func (jm *JobManager) restHandler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET")
-			writeError(w, http.StatusMethodNotAllowed, "the REST API is read-only except POST /v1/jobs/{id}/checkpoints; use GET (submit and cancel jobs over gRPC with the weir CLI)")
+			writeError(w, http.StatusMethodNotAllowed, "the REST API is read-only except POST /v1/jobs/{id}/checkpoints, /v1/jobs/{id}/savepoints, /v1/jobs/{id}/stop and /v1/savepoints/dispose; use GET (submit and cancel jobs over gRPC with the weir CLI)")
 			return
 		}
 		writeError(w, http.StatusNotFound, "no such resource "+r.URL.Path+"; try /v1/jobs, /v1/jobs/{id}/checkpoints, /v1/taskmanagers, /v1/overview, /metrics or /healthz")

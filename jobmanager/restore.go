@@ -2,11 +2,15 @@ package jobmanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/blobstore/storeuri"
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
@@ -71,6 +75,11 @@ func (jm *JobManager) loadRestore(ctx context.Context, id, from string, allowNon
 	if !opts.Checkpoint.Enabled() {
 		return nil, fmt.Errorf("%w: --from: job %q does not take checkpoints, so it cannot start from one; enable checkpointing in its spec", scheduler.ErrInvalidArgument, g.Name)
 	}
+	if strings.Contains(from, "://") {
+		if cp, err := jm.loadSavepoint(ctx, from, allowNonRestored, g); cp != nil || err != nil {
+			return cp, err
+		}
+	}
 	src, err := parseRestoreFrom(from, opts.Storage)
 	if err != nil {
 		return nil, err
@@ -87,7 +96,7 @@ func (jm *JobManager) loadRestore(ctx context.Context, id, from string, allowNon
 	if err := checkRestore(m, g, allowNonRestored); err != nil {
 		return nil, fmt.Errorf("%w: --from %s@%d: %v", scheduler.ErrInvalidArgument, src.JobID, src.ID, err)
 	}
-	return completed{m}, nil
+	return completed{m: m}, nil
 }
 
 // checkRestore reports why g cannot start from m, or nil.
@@ -121,4 +130,34 @@ func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool)
 			"give them their old uids, or pass --allow-non-restored-state to drop their state", dropped)
 	}
 	return nil
+}
+
+// loadSavepoint reads the savepoint at loc and checks it against g; it
+// returns nil, nil when loc holds no savepoint (it may name a retained
+// checkpoint).
+func (jm *JobManager) loadSavepoint(ctx context.Context, loc string, allowNonRestored bool, g *stream.JobGraph) (scheduler.Checkpoint, error) {
+	loc = strings.TrimSuffix(loc, "/")
+	if err := checkStorageURI("--from", loc, jm); err != nil {
+		return nil, err
+	}
+	m, err := readSavepoint(ctx, loc)
+	if errors.Is(err, blobstore.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: --from %s: %v", scheduler.ErrInvalidArgument, loc, err)
+	}
+	if err := checkRestore(m, g, allowNonRestored); err != nil {
+		return nil, fmt.Errorf("%w: --from savepoint %s: %v", scheduler.ErrInvalidArgument, loc, err)
+	}
+	return completed{m: m, storage: loc}, nil
+}
+
+// readSavepoint reads the metadata of the savepoint at loc.
+func readSavepoint(ctx context.Context, loc string) (*weirpb.Manifest, error) {
+	dst, err := storeuri.Open(ctx, loc)
+	if err != nil {
+		return nil, err
+	}
+	return checkpoint.ReadSavepoint(ctx, dst)
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,23 @@ func (s *storages) open(ctx context.Context, uri string) (*checkpoint.Storage, e
 	return st, nil
 }
 
+// restoreStorage opens the storage the deployment restores from: a
+// savepoint's directory (not cached: each savepoint is restored a few
+// times at most), confined like the files tasks use, or the job's
+// checkpoint storage.
+func (tm *TaskManager) restoreStorage(ctx context.Context, d *weirpb.TaskDeployment) (*checkpoint.Storage, error) {
+	uri := d.GetRestoreStorage()
+	if uri == "" {
+		return tm.storages.open(ctx, d.GetCheckpointing().GetStorage())
+	}
+	if dir, ok := strings.CutPrefix(uri, "file://"); ok {
+		if err := tm.paths.Check("savepoint", dir); err != nil {
+			return nil, err
+		}
+	}
+	return checkpoint.OpenStorage(ctx, uri)
+}
+
 // restoreState loads the state of every chained operator from the handles
 // of the deployment. It runs on the task's goroutine before the task starts,
 // so a large restore does not hold up the jobmanager's deploy call.
@@ -47,7 +65,7 @@ func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeploymen
 	if d.GetRestoreCheckpointId() == 0 || len(d.GetRestore()) == 0 || d.GetRestoreFinished() {
 		return nil
 	}
-	st, err := tm.storages.open(ctx, d.GetCheckpointing().GetStorage())
+	st, err := tm.restoreStorage(ctx, d)
 	if err != nil {
 		return fmt.Errorf("restore from checkpoint %d: %w", d.GetRestoreCheckpointId(), err)
 	}

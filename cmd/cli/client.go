@@ -249,7 +249,8 @@ func waitJob(cmd *cobra.Command, cc *clientConfig, client weirpb.JobServiceClien
 }
 
 func newJobsCommand(cc *clientConfig) *cobra.Command {
-	cmd := &cobra.Command{Use: "jobs", Short: "List, inspect and cancel jobs"}
+	cmd := &cobra.Command{Use: "jobs", Short: "List, inspect, cancel and stop jobs"}
+	cmd.AddCommand(newStopCommand(cc))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List jobs",

@@ -47,6 +47,7 @@ func jobManagerSettings(cfg *jobmanager.Config, restart *map[string]string) []se
 		{"stateBackend", "state-backend", "keyed-state backend of jobs that name none: heap or pebble", &cfg.DefaultStateBackend},
 		{"checkpointStorage", "checkpoint-storage", "checkpoint storage of jobs that name none: file:///path or s3://bucket/prefix (S3 settings from WEIR_S3_ENDPOINT, WEIR_S3_ACCESS_KEY, WEIR_S3_SECRET_KEY, WEIR_S3_REGION, WEIR_S3_INSECURE, WEIR_S3_CA_FILE)", &cfg.CheckpointStorage},
 		{"restartStrategy", "restart-strategy", "restart strategy of jobs that set none, with a job spec's restartStrategy keys (type=exponential-delay,initialBackoff=1s,...)", restart},
+		{"savepointDir", "savepoint-dir", "where savepoints go when a request names no directory: file:///path or s3://bucket/prefix", &cfg.SavepointDir},
 		{"dataDir", "data-dir", "directory where the jobmanager keeps its jobs and their latest checkpoints, so that a restarted jobmanager resumes them (ha none; created 0700; one jobmanager per directory)", &cfg.DataDir},
 		{"allowedPaths", "allowed-paths", "directories jobs may read and write files under (file sources and sinks, file:// checkpoint storage a job names), comma-separated", &cfg.AllowedPaths},
 		{"tls.ca", "tls-ca", "cluster CA certificate (PEM); with --tls-cert and --tls-key every connection is mutual TLS and every call authorized by role (without them only loopback addresses are allowed)", &cfg.TLS.CAFile},

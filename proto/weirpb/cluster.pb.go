@@ -953,9 +953,13 @@ type TaskDeployment struct {
 	// task's own job, or another one when the job was submitted from a
 	// retained checkpoint or a savepoint of it (weir submit --from). Empty
 	// when nothing is restored.
-	RestoreJobId  string `protobuf:"bytes,14,opt,name=restore_job_id,json=restoreJobId,proto3" json:"restore_job_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RestoreJobId string `protobuf:"bytes,14,opt,name=restore_job_id,json=restoreJobId,proto3" json:"restore_job_id,omitempty"`
+	// restore_storage is the storage root the restored checkpoint's keys are
+	// relative to: a savepoint's directory, or empty for the job's
+	// checkpoint storage.
+	RestoreStorage string `protobuf:"bytes,15,opt,name=restore_storage,json=restoreStorage,proto3" json:"restore_storage,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TaskDeployment) Reset() {
@@ -1082,6 +1086,13 @@ func (x *TaskDeployment) GetStateFullSnapshots() bool {
 func (x *TaskDeployment) GetRestoreJobId() string {
 	if x != nil {
 		return x.RestoreJobId
+	}
+	return ""
+}
+
+func (x *TaskDeployment) GetRestoreStorage() string {
+	if x != nil {
+		return x.RestoreStorage
 	}
 	return ""
 }
@@ -2248,7 +2259,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"key_fields\x18\x05 \x03(\tR\tkeyFields\x12\x18\n" +
 	"\atargets\x18\x06 \x03(\tR\atargets\x12\x1f\n" +
 	"\vside_output\x18\a \x01(\tR\n" +
-	"sideOutput\"\xf7\x04\n" +
+	"sideOutput\"\xa0\x05\n" +
 	"\x0eTaskDeployment\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x1b\n" +
 	"\ttask_name\x18\x02 \x01(\tR\btaskName\x12 \n" +
@@ -2264,7 +2275,8 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x10restore_finished\x18\v \x01(\bR\x0frestoreFinished\x12#\n" +
 	"\rstate_backend\x18\f \x01(\tR\fstateBackend\x120\n" +
 	"\x14state_full_snapshots\x18\r \x01(\bR\x12stateFullSnapshots\x12$\n" +
-	"\x0erestore_job_id\x18\x0e \x01(\tR\frestoreJobId\"t\n" +
+	"\x0erestore_job_id\x18\x0e \x01(\tR\frestoreJobId\x12'\n" +
+	"\x0frestore_storage\x18\x0f \x01(\tR\x0erestoreStorage\"t\n" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +

@@ -1519,6 +1519,262 @@ func (x *CollectGarbageResponse) GetDeleted() bool {
 	return false
 }
 
+type TriggerSavepointRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// dir is where the savepoint directory is made (file:///path or
+	// s3://bucket/prefix); empty: the jobmanager's savepointDir.
+	Dir           string `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerSavepointRequest) Reset() {
+	*x = TriggerSavepointRequest{}
+	mi := &file_weirpb_jobs_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerSavepointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerSavepointRequest) ProtoMessage() {}
+
+func (x *TriggerSavepointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerSavepointRequest.ProtoReflect.Descriptor instead.
+func (*TriggerSavepointRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TriggerSavepointRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *TriggerSavepointRequest) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+type StopJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// savepoint_dir: as TriggerSavepointRequest.dir.
+	SavepointDir  string `protobuf:"bytes,2,opt,name=savepoint_dir,json=savepointDir,proto3" json:"savepoint_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopJobRequest) Reset() {
+	*x = StopJobRequest{}
+	mi := &file_weirpb_jobs_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopJobRequest) ProtoMessage() {}
+
+func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
+func (*StopJobRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *StopJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *StopJobRequest) GetSavepointDir() string {
+	if x != nil {
+		return x.SavepointDir
+	}
+	return ""
+}
+
+type SavepointResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// location is the savepoint's URI, for weir submit --from.
+	Location      string `protobuf:"bytes,1,opt,name=location,proto3" json:"location,omitempty"`
+	CheckpointId  int64  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	SizeBytes     int64  `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SavepointResponse) Reset() {
+	*x = SavepointResponse{}
+	mi := &file_weirpb_jobs_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SavepointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SavepointResponse) ProtoMessage() {}
+
+func (x *SavepointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SavepointResponse.ProtoReflect.Descriptor instead.
+func (*SavepointResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SavepointResponse) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+func (x *SavepointResponse) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *SavepointResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+type DisposeSavepointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Location      string                 `protobuf:"bytes,1,opt,name=location,proto3" json:"location,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisposeSavepointRequest) Reset() {
+	*x = DisposeSavepointRequest{}
+	mi := &file_weirpb_jobs_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisposeSavepointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisposeSavepointRequest) ProtoMessage() {}
+
+func (x *DisposeSavepointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisposeSavepointRequest.ProtoReflect.Descriptor instead.
+func (*DisposeSavepointRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DisposeSavepointRequest) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+type DisposeSavepointResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	DeletedObjects int32                  `protobuf:"varint,1,opt,name=deleted_objects,json=deletedObjects,proto3" json:"deleted_objects,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DisposeSavepointResponse) Reset() {
+	*x = DisposeSavepointResponse{}
+	mi := &file_weirpb_jobs_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisposeSavepointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisposeSavepointResponse) ProtoMessage() {}
+
+func (x *DisposeSavepointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisposeSavepointResponse.ProtoReflect.Descriptor instead.
+func (*DisposeSavepointResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DisposeSavepointResponse) GetDeletedObjects() int32 {
+	if x != nil {
+		return x.DeletedObjects
+	}
+	return 0
+}
+
 var File_weirpb_jobs_proto protoreflect.FileDescriptor
 
 const file_weirpb_jobs_proto_rawDesc = "" +
@@ -1627,7 +1883,22 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x16CollectGarbageResponse\x120\n" +
 	"\aobjects\x18\x01 \x03(\v2\x16.weir.v1.GarbageObjectR\aobjects\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x18\n" +
-	"\adeleted\x18\x03 \x01(\bR\adeleted*\xe2\x01\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"B\n" +
+	"\x17TriggerSavepointRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\"L\n" +
+	"\x0eStopJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
+	"\rsavepoint_dir\x18\x02 \x01(\tR\fsavepointDir\"s\n" +
+	"\x11SavepointResponse\x12\x1a\n" +
+	"\blocation\x18\x01 \x01(\tR\blocation\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\"5\n" +
+	"\x17DisposeSavepointRequest\x12\x1a\n" +
+	"\blocation\x18\x01 \x01(\tR\blocation\"C\n" +
+	"\x18DisposeSavepointResponse\x12'\n" +
+	"\x0fdeleted_objects\x18\x01 \x01(\x05R\x0edeletedObjects*\xe2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_CREATED\x10\x01\x12\x17\n" +
@@ -1642,7 +1913,7 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x1dCHECKPOINT_STATUS_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dCHECKPOINT_STATUS_IN_PROGRESS\x10\x01\x12\x1f\n" +
 	"\x1bCHECKPOINT_STATUS_COMPLETED\x10\x02\x12\x1c\n" +
-	"\x18CHECKPOINT_STATUS_FAILED\x10\x032\xd0\x05\n" +
+	"\x18CHECKPOINT_STATUS_FAILED\x10\x032\xbb\a\n" +
 	"\n" +
 	"JobService\x12B\n" +
 	"\tSubmitJob\x12\x19.weir.v1.SubmitJobRequest\x1a\x1a.weir.v1.SubmitJobResponse\x12?\n" +
@@ -1652,7 +1923,10 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x10ListTaskManagers\x12 .weir.v1.ListTaskManagersRequest\x1a!.weir.v1.ListTaskManagersResponse\x12T\n" +
 	"\x0fListCheckpoints\x12\x1f.weir.v1.ListCheckpointsRequest\x1a .weir.v1.ListCheckpointsResponse\x12`\n" +
 	"\x11TriggerCheckpoint\x12$.weir.v1.TriggerJobCheckpointRequest\x1a%.weir.v1.TriggerJobCheckpointResponse\x12Z\n" +
-	"\x11InspectCheckpoint\x12!.weir.v1.InspectCheckpointRequest\x1a\".weir.v1.InspectCheckpointResponse\x12Q\n" +
+	"\x11InspectCheckpoint\x12!.weir.v1.InspectCheckpointRequest\x1a\".weir.v1.InspectCheckpointResponse\x12P\n" +
+	"\x10TriggerSavepoint\x12 .weir.v1.TriggerSavepointRequest\x1a\x1a.weir.v1.SavepointResponse\x12>\n" +
+	"\aStopJob\x12\x17.weir.v1.StopJobRequest\x1a\x1a.weir.v1.SavepointResponse\x12W\n" +
+	"\x10DisposeSavepoint\x12 .weir.v1.DisposeSavepointRequest\x1a!.weir.v1.DisposeSavepointResponse\x12Q\n" +
 	"\x0eCollectGarbage\x12\x1e.weir.v1.CollectGarbageRequest\x1a\x1f.weir.v1.CollectGarbageResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
 
 var (
@@ -1668,7 +1942,7 @@ func file_weirpb_jobs_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_weirpb_jobs_proto_goTypes = []any{
 	(JobState)(0),                        // 0: weir.v1.JobState
 	(CheckpointStatus)(0),                // 1: weir.v1.CheckpointStatus
@@ -1695,24 +1969,29 @@ var file_weirpb_jobs_proto_goTypes = []any{
 	(*CollectGarbageRequest)(nil),        // 22: weir.v1.CollectGarbageRequest
 	(*GarbageObject)(nil),                // 23: weir.v1.GarbageObject
 	(*CollectGarbageResponse)(nil),       // 24: weir.v1.CollectGarbageResponse
-	(*JobGraph)(nil),                     // 25: weir.v1.JobGraph
-	(*ExecutionID)(nil),                  // 26: weir.v1.ExecutionID
-	(TaskState)(0),                       // 27: weir.v1.TaskState
-	(*Manifest)(nil),                     // 28: weir.v1.Manifest
+	(*TriggerSavepointRequest)(nil),      // 25: weir.v1.TriggerSavepointRequest
+	(*StopJobRequest)(nil),               // 26: weir.v1.StopJobRequest
+	(*SavepointResponse)(nil),            // 27: weir.v1.SavepointResponse
+	(*DisposeSavepointRequest)(nil),      // 28: weir.v1.DisposeSavepointRequest
+	(*DisposeSavepointResponse)(nil),     // 29: weir.v1.DisposeSavepointResponse
+	(*JobGraph)(nil),                     // 30: weir.v1.JobGraph
+	(*ExecutionID)(nil),                  // 31: weir.v1.ExecutionID
+	(TaskState)(0),                       // 32: weir.v1.TaskState
+	(*Manifest)(nil),                     // 33: weir.v1.Manifest
 }
 var file_weirpb_jobs_proto_depIdxs = []int32{
-	25, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
+	30, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
 	0,  // 1: weir.v1.JobSummary.state:type_name -> weir.v1.JobState
-	26, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
-	27, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
+	31, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
+	32, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
 	4,  // 4: weir.v1.ListJobsResponse.jobs:type_name -> weir.v1.JobSummary
 	4,  // 5: weir.v1.GetJobResponse.job:type_name -> weir.v1.JobSummary
 	5,  // 6: weir.v1.GetJobResponse.tasks:type_name -> weir.v1.TaskInfo
-	25, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
+	30, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
 	13, // 8: weir.v1.ListTaskManagersResponse.taskmanagers:type_name -> weir.v1.TaskManagerInfo
 	1,  // 9: weir.v1.CheckpointInfo.status:type_name -> weir.v1.CheckpointStatus
 	15, // 10: weir.v1.ListCheckpointsResponse.checkpoints:type_name -> weir.v1.CheckpointInfo
-	28, // 11: weir.v1.InspectCheckpointResponse.manifest:type_name -> weir.v1.Manifest
+	33, // 11: weir.v1.InspectCheckpointResponse.manifest:type_name -> weir.v1.Manifest
 	23, // 12: weir.v1.CollectGarbageResponse.objects:type_name -> weir.v1.GarbageObject
 	2,  // 13: weir.v1.JobService.SubmitJob:input_type -> weir.v1.SubmitJobRequest
 	6,  // 14: weir.v1.JobService.ListJobs:input_type -> weir.v1.ListJobsRequest
@@ -1722,18 +2001,24 @@ var file_weirpb_jobs_proto_depIdxs = []int32{
 	16, // 18: weir.v1.JobService.ListCheckpoints:input_type -> weir.v1.ListCheckpointsRequest
 	18, // 19: weir.v1.JobService.TriggerCheckpoint:input_type -> weir.v1.TriggerJobCheckpointRequest
 	20, // 20: weir.v1.JobService.InspectCheckpoint:input_type -> weir.v1.InspectCheckpointRequest
-	22, // 21: weir.v1.JobService.CollectGarbage:input_type -> weir.v1.CollectGarbageRequest
-	3,  // 22: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
-	7,  // 23: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
-	9,  // 24: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
-	11, // 25: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
-	14, // 26: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
-	17, // 27: weir.v1.JobService.ListCheckpoints:output_type -> weir.v1.ListCheckpointsResponse
-	19, // 28: weir.v1.JobService.TriggerCheckpoint:output_type -> weir.v1.TriggerJobCheckpointResponse
-	21, // 29: weir.v1.JobService.InspectCheckpoint:output_type -> weir.v1.InspectCheckpointResponse
-	24, // 30: weir.v1.JobService.CollectGarbage:output_type -> weir.v1.CollectGarbageResponse
-	22, // [22:31] is the sub-list for method output_type
-	13, // [13:22] is the sub-list for method input_type
+	25, // 21: weir.v1.JobService.TriggerSavepoint:input_type -> weir.v1.TriggerSavepointRequest
+	26, // 22: weir.v1.JobService.StopJob:input_type -> weir.v1.StopJobRequest
+	28, // 23: weir.v1.JobService.DisposeSavepoint:input_type -> weir.v1.DisposeSavepointRequest
+	22, // 24: weir.v1.JobService.CollectGarbage:input_type -> weir.v1.CollectGarbageRequest
+	3,  // 25: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
+	7,  // 26: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
+	9,  // 27: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
+	11, // 28: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
+	14, // 29: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
+	17, // 30: weir.v1.JobService.ListCheckpoints:output_type -> weir.v1.ListCheckpointsResponse
+	19, // 31: weir.v1.JobService.TriggerCheckpoint:output_type -> weir.v1.TriggerJobCheckpointResponse
+	21, // 32: weir.v1.JobService.InspectCheckpoint:output_type -> weir.v1.InspectCheckpointResponse
+	27, // 33: weir.v1.JobService.TriggerSavepoint:output_type -> weir.v1.SavepointResponse
+	27, // 34: weir.v1.JobService.StopJob:output_type -> weir.v1.SavepointResponse
+	29, // 35: weir.v1.JobService.DisposeSavepoint:output_type -> weir.v1.DisposeSavepointResponse
+	24, // 36: weir.v1.JobService.CollectGarbage:output_type -> weir.v1.CollectGarbageResponse
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1753,7 +2038,7 @@ func file_weirpb_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_jobs_proto_rawDesc), len(file_weirpb_jobs_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

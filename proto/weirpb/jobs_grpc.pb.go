@@ -27,6 +27,9 @@ const (
 	JobService_ListCheckpoints_FullMethodName   = "/weir.v1.JobService/ListCheckpoints"
 	JobService_TriggerCheckpoint_FullMethodName = "/weir.v1.JobService/TriggerCheckpoint"
 	JobService_InspectCheckpoint_FullMethodName = "/weir.v1.JobService/InspectCheckpoint"
+	JobService_TriggerSavepoint_FullMethodName  = "/weir.v1.JobService/TriggerSavepoint"
+	JobService_StopJob_FullMethodName           = "/weir.v1.JobService/StopJob"
+	JobService_DisposeSavepoint_FullMethodName  = "/weir.v1.JobService/DisposeSavepoint"
 	JobService_CollectGarbage_FullMethodName    = "/weir.v1.JobService/CollectGarbage"
 )
 
@@ -44,6 +47,14 @@ type JobServiceClient interface {
 	ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error)
 	TriggerCheckpoint(ctx context.Context, in *TriggerJobCheckpointRequest, opts ...grpc.CallOption) (*TriggerJobCheckpointResponse, error)
 	InspectCheckpoint(ctx context.Context, in *InspectCheckpointRequest, opts ...grpc.CallOption) (*InspectCheckpointResponse, error)
+	// TriggerSavepoint takes a checkpoint of a running job and copies it
+	// into a self-contained savepoint directory; StopJob does the same and
+	// stops the job at that checkpoint (FINISHED). Both answer when the
+	// savepoint is complete.
+	TriggerSavepoint(ctx context.Context, in *TriggerSavepointRequest, opts ...grpc.CallOption) (*SavepointResponse, error)
+	StopJob(ctx context.Context, in *StopJobRequest, opts ...grpc.CallOption) (*SavepointResponse, error)
+	// DisposeSavepoint deletes a savepoint's files.
+	DisposeSavepoint(ctx context.Context, in *DisposeSavepointRequest, opts ...grpc.CallOption) (*DisposeSavepointResponse, error)
 	// CollectGarbage removes (or with dry_run lists) objects in the job's
 	// checkpoint storage that no retained or in-progress checkpoint refers to
 	// and that are older than min_age: leftovers of uploads that finished
@@ -139,6 +150,36 @@ func (c *jobServiceClient) InspectCheckpoint(ctx context.Context, in *InspectChe
 	return out, nil
 }
 
+func (c *jobServiceClient) TriggerSavepoint(ctx context.Context, in *TriggerSavepointRequest, opts ...grpc.CallOption) (*SavepointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SavepointResponse)
+	err := c.cc.Invoke(ctx, JobService_TriggerSavepoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) StopJob(ctx context.Context, in *StopJobRequest, opts ...grpc.CallOption) (*SavepointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SavepointResponse)
+	err := c.cc.Invoke(ctx, JobService_StopJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) DisposeSavepoint(ctx context.Context, in *DisposeSavepointRequest, opts ...grpc.CallOption) (*DisposeSavepointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DisposeSavepointResponse)
+	err := c.cc.Invoke(ctx, JobService_DisposeSavepoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *jobServiceClient) CollectGarbage(ctx context.Context, in *CollectGarbageRequest, opts ...grpc.CallOption) (*CollectGarbageResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CollectGarbageResponse)
@@ -163,6 +204,14 @@ type JobServiceServer interface {
 	ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error)
 	TriggerCheckpoint(context.Context, *TriggerJobCheckpointRequest) (*TriggerJobCheckpointResponse, error)
 	InspectCheckpoint(context.Context, *InspectCheckpointRequest) (*InspectCheckpointResponse, error)
+	// TriggerSavepoint takes a checkpoint of a running job and copies it
+	// into a self-contained savepoint directory; StopJob does the same and
+	// stops the job at that checkpoint (FINISHED). Both answer when the
+	// savepoint is complete.
+	TriggerSavepoint(context.Context, *TriggerSavepointRequest) (*SavepointResponse, error)
+	StopJob(context.Context, *StopJobRequest) (*SavepointResponse, error)
+	// DisposeSavepoint deletes a savepoint's files.
+	DisposeSavepoint(context.Context, *DisposeSavepointRequest) (*DisposeSavepointResponse, error)
 	// CollectGarbage removes (or with dry_run lists) objects in the job's
 	// checkpoint storage that no retained or in-progress checkpoint refers to
 	// and that are older than min_age: leftovers of uploads that finished
@@ -201,6 +250,15 @@ func (UnimplementedJobServiceServer) TriggerCheckpoint(context.Context, *Trigger
 }
 func (UnimplementedJobServiceServer) InspectCheckpoint(context.Context, *InspectCheckpointRequest) (*InspectCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InspectCheckpoint not implemented")
+}
+func (UnimplementedJobServiceServer) TriggerSavepoint(context.Context, *TriggerSavepointRequest) (*SavepointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TriggerSavepoint not implemented")
+}
+func (UnimplementedJobServiceServer) StopJob(context.Context, *StopJobRequest) (*SavepointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopJob not implemented")
+}
+func (UnimplementedJobServiceServer) DisposeSavepoint(context.Context, *DisposeSavepointRequest) (*DisposeSavepointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisposeSavepoint not implemented")
 }
 func (UnimplementedJobServiceServer) CollectGarbage(context.Context, *CollectGarbageRequest) (*CollectGarbageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CollectGarbage not implemented")
@@ -370,6 +428,60 @@ func _JobService_InspectCheckpoint_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_TriggerSavepoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TriggerSavepointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).TriggerSavepoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_TriggerSavepoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).TriggerSavepoint(ctx, req.(*TriggerSavepointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_StopJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).StopJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_StopJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).StopJob(ctx, req.(*StopJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_DisposeSavepoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DisposeSavepointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).DisposeSavepoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_DisposeSavepoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).DisposeSavepoint(ctx, req.(*DisposeSavepointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _JobService_CollectGarbage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CollectGarbageRequest)
 	if err := dec(in); err != nil {
@@ -426,6 +538,18 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InspectCheckpoint",
 			Handler:    _JobService_InspectCheckpoint_Handler,
+		},
+		{
+			MethodName: "TriggerSavepoint",
+			Handler:    _JobService_TriggerSavepoint_Handler,
+		},
+		{
+			MethodName: "StopJob",
+			Handler:    _JobService_StopJob_Handler,
+		},
+		{
+			MethodName: "DisposeSavepoint",
+			Handler:    _JobService_DisposeSavepoint_Handler,
 		},
 		{
 			MethodName: "CollectGarbage",

@@ -1,0 +1,103 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/test/clustertest"
+	"github.com/weirstream/weir/test/polltest"
+)
+
+// TestStopWithSavepointAndResume takes a savepoint of the running
+// exactly-once job (heap state), stops it with a second one, moves that
+// savepoint to another directory, and resumes the job from it on Pebble
+// state into the same output directory: the output is exactly once. The
+// first savepoint is then disposed of. It prints
+//
+//	savepoints=2 moved=true resumed_backend=pebble lost=0 duplicated=0
+func TestStopWithSavepointAndResume(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info"})
+	job := newSequenceJob(t, "savepointed", 30, 1000, 16)
+	jobID := job.submit(t, c)
+	waitCheckpointsSince(t, c, jobID, time.Time{}, 2, "before the savepoint")
+	spDir := "file://" + filepath.Join(t.TempDir(), "savepoints")
+
+	location := func(out string) string {
+		t.Helper()
+		fields := strings.Fields(out)
+		loc := fields[len(fields)-1]
+		if !strings.HasPrefix(loc, spDir+"/savepoint-"+jobID+"-") {
+			t.Fatalf("savepoint location %q is not under %s", loc, spDir)
+		}
+		if _, err := os.Stat(filepath.Join(strings.TrimPrefix(loc, "file://"), checkpoint.SavepointMetadataKey)); err != nil {
+			t.Fatalf("savepoint %s has no metadata: %v", loc, err)
+		}
+		return loc
+	}
+	out, err := c.Weir("savepoint", jobID, "--dir", spDir)
+	if err != nil {
+		t.Fatalf("weir savepoint: %v\n%s", err, out)
+	}
+	first := location(out)
+
+	out, err = c.Weir("jobs", "stop", jobID, "--savepoint-dir", spDir)
+	if err != nil {
+		t.Fatalf("weir jobs stop: %v\n%s", err, out)
+	}
+	stopped := location(out)
+	if s := c.WaitJob(jobID, time.Minute).GetJob().GetState(); s != weirpb.JobState_JOB_STATE_FINISHED {
+		t.Fatalf("the stopped job is %v, want FINISHED", s)
+	}
+
+	// The savepoint owns its files: move it, and the job's own
+	// checkpoints (deleted once it finished) are not needed.
+	moved := filepath.Join(t.TempDir(), "moved", filepath.Base(stopped))
+	if err := os.MkdirAll(filepath.Dir(moved), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(strings.TrimPrefix(stopped, "file://"), moved); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(filepath.Dir(job.spec), "ckpt", jobID)
+	polltest.Eventually(t, time.Minute, "the finished job's checkpoints to be deleted", func() bool {
+		entries, _ := filepath.Glob(filepath.Join(ckpt, "chk-*"))
+		return len(entries) == 0
+	})
+
+	spec, err := os.ReadFile(job.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pebble := filepath.Join(t.TempDir(), "pebble.yaml")
+	if err := os.WriteFile(pebble, []byte(strings.Replace(string(spec), "operators:\n", "state: {backend: pebble}\noperators:\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.Weir("submit", pebble, "--from", "file://"+moved)
+	if err != nil {
+		t.Fatalf("submit --from the moved savepoint: %v\n%s", err, out)
+	}
+	fields := strings.Fields(out)
+	job.id = fields[len(fields)-1]
+	lost, duplicated := finishAndVerify(t, c, job)
+
+	out, err = c.Weir("savepoints", "dispose", first)
+	if err != nil {
+		t.Fatalf("dispose %s: %v\n%s", first, err, out)
+	}
+	if _, err := os.Stat(strings.TrimPrefix(first, "file://") + "/" + checkpoint.SavepointMetadataKey); !os.IsNotExist(err) {
+		t.Fatalf("the disposed savepoint still has its metadata: %v", err)
+	}
+	if out, err := c.Weir("savepoints", "dispose", spDir); err == nil {
+		t.Fatalf("disposing a directory that is not a savepoint succeeded:\n%s", out)
+	}
+	fmt.Printf("savepoints=2 moved=true resumed_backend=pebble lost=%d duplicated=%d\n", lost, duplicated)
+	if lost != 0 || duplicated != 0 {
+		t.Fatalf("lost=%d duplicated=%d", lost, duplicated)
+	}
+}
