@@ -1,7 +1,9 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +17,8 @@ import (
 )
 
 // TestStopWithSavepointAndResume takes a savepoint of the running
-// exactly-once job (heap state), stops it with a second one, moves that
+// exactly-once job (heap state) over REST, stops it with a second one
+// (weir jobs stop), moves that
 // savepoint to another directory, and resumes the job from it on Pebble
 // state into the same output directory: the output is exactly once. The
 // first savepoint is then disposed of. It prints
@@ -40,13 +43,34 @@ func TestStopWithSavepointAndResume(t *testing.T) {
 		}
 		return loc
 	}
-	out, err := c.Weir("savepoint", jobID, "--dir", spDir)
+	// The first over REST: the request answers at once, its outcome is
+	// polled.
+	hc := c.HTTPClient()
+	resp, err := hc.Post(c.URL(c.REST)+"/v1/jobs/"+jobID+"/savepoints", "application/json", strings.NewReader(`{"dir": "`+spDir+`"}`))
 	if err != nil {
-		t.Fatalf("weir savepoint: %v\n%s", err, out)
+		t.Fatal(err)
 	}
-	first := location(out)
+	var started struct{ RequestID string }
+	err = json.NewDecoder(resp.Body).Decode(&started)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusAccepted || started.RequestID == "" {
+		t.Fatalf("POST savepoints: %d %v %+v", resp.StatusCode, err, started)
+	}
+	var done struct{ Status, Location, Error string }
+	polltest.Eventually(t, 2*time.Minute, "the REST savepoint request to end", func() bool {
+		resp, err := hc.Get(c.URL(c.REST) + "/v1/savepoint-requests/" + started.RequestID)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&done) == nil && done.Status != "IN_PROGRESS"
+	})
+	if done.Status != "COMPLETED" {
+		t.Fatalf("REST savepoint: %+v", done)
+	}
+	first := location(done.Location)
 
-	out, err = c.Weir("jobs", "stop", jobID, "--savepoint-dir", spDir)
+	out, err := c.Weir("jobs", "stop", jobID, "--savepoint-dir", spDir)
 	if err != nil {
 		t.Fatalf("weir jobs stop: %v\n%s", err, out)
 	}
