@@ -619,6 +619,9 @@ func (c *Coordinator) Retained() []int64 {
 	return ids
 }
 
+// NextID is the id the next checkpoint will have.
+func (c *Coordinator) NextID() int64 { return c.nextID }
+
 // Pending returns the ids of the pending checkpoints, in increasing order.
 func (c *Coordinator) Pending() []int64 {
 	ids := make([]int64, len(c.pending))

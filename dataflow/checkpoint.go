@@ -84,6 +84,7 @@ const (
 type ctlMsg struct {
 	kind   ctlKind
 	id, ts int64
+	full   bool // a trigger of a savepoint
 }
 
 type ctlState uint8
@@ -132,6 +133,18 @@ func (c *taskControl) take(buf []ctlMsg) []ctlMsg {
 // with ErrNotSourceTask, ErrCheckpointingOff, or ErrTaskNotRunning (before
 // Run or after the task ended).
 func (t *Task) TriggerCheckpoint(id, timestamp int64) error {
+	return t.trigger(id, timestamp, false)
+}
+
+// TriggerSavepoint is TriggerCheckpoint for the checkpoint of a savepoint:
+// every operator of the job snapshots its keyed state in the canonical
+// format (stream.SnapshotContext.Full), whatever its state backend, so
+// that the savepoint restores into any backend.
+func (t *Task) TriggerSavepoint(id, timestamp int64) error {
+	return t.trigger(id, timestamp, true)
+}
+
+func (t *Task) trigger(id, timestamp int64, full bool) error {
 	if t.chain[0].src == nil {
 		return fmt.Errorf("task %s: checkpoint %d: %w; only source tasks are triggered, the others checkpoint when barriers arrive", t.name, id, ErrNotSourceTask)
 	}
@@ -148,7 +161,7 @@ func (t *Task) TriggerCheckpoint(id, timestamp int64) error {
 		}
 		return fmt.Errorf("task %s: checkpoint %d: %w (Run has not been called)", t.name, id, ErrTaskNotRunning)
 	}
-	c.mu.queue = append(c.mu.queue, ctlMsg{kind: ctlTrigger, id: id, ts: timestamp})
+	c.mu.queue = append(c.mu.queue, ctlMsg{kind: ctlTrigger, id: id, ts: timestamp, full: full})
 	c.mu.Unlock()
 	c.signal()
 	return nil
@@ -200,6 +213,9 @@ type checkpointRun struct {
 	// the first checkpoint snapshotted after that (0: none yet).
 	inputEnded bool
 	finalFrom  int64
+	// full are the savepoints among the checkpoints being aligned (their
+	// barriers said so); an entry goes once its checkpoint is taken.
+	full map[int64]bool
 }
 
 // control handles the queued triggers and notifications.
@@ -210,7 +226,7 @@ func (r *taskRun) control() error {
 		var err error
 		switch m.kind {
 		case ctlTrigger:
-			err = r.triggered(m.id, m.ts)
+			err = r.triggered(m.id, m.ts, m.full)
 		case ctlComplete, ctlAbort:
 			err = r.notified(m.kind, m.id)
 		}
@@ -221,22 +237,22 @@ func (r *taskRun) control() error {
 	return nil
 }
 
-// triggered takes checkpoint id at a source task.
-func (r *taskRun) triggered(id, ts int64) error {
+// triggered takes checkpoint id (full: of a savepoint) at a source task.
+func (r *taskRun) triggered(id, ts int64, full bool) error {
 	ck := &r.ck
 	if id <= ck.lastTriggered {
 		ck.hooks.SnapshotFailed(id, fmt.Errorf("task %s: checkpoint %d: not newer than checkpoint %d, which this task already took; checkpoint ids must increase", r.t.name, id, ck.lastTriggered))
 		return nil
 	}
 	ck.lastTriggered = id
-	ok := r.snapshot(id, ts, 0)
+	ok := r.snapshot(id, ts, 0, full)
 	if r.err != nil { // an operator panicked in its snapshot
 		return r.err
 	}
 	// The barrier goes downstream even when the snapshot failed: the
 	// checkpoint is declined anyway, and downstream tasks must not wait for
 	// it in alignment.
-	r.w.broadcast(event{kind: eventBarrier, value: id, ts: ts})
+	r.w.broadcast(event{kind: eventBarrier, value: id, ts: ts, full: full})
 	if r.err != nil {
 		return r.err
 	}
@@ -296,7 +312,7 @@ func (r *taskRun) notified(kind ctlKind, id int64) error {
 // hooks. It reports whether it succeeded. An operator that fails its
 // snapshot fails only the checkpoint; one that panics in it fails the task
 // too (r.err), since its state may be broken.
-func (r *taskRun) snapshot(id, ts int64, aligning time.Duration) bool {
+func (r *taskRun) snapshot(id, ts int64, aligning time.Duration, full bool) bool {
 	t := r.t
 	start := time.Now()
 	snaps := make(map[string]*stream.OperatorSnapshot, t.checkpointed)
@@ -305,7 +321,7 @@ func (r *taskRun) snapshot(id, ts int64, aligning time.Duration) bool {
 		if l.cp == nil && l.state == nil {
 			continue
 		}
-		sc := &stream.SnapshotContext{CheckpointID: id, Timestamp: ts, KeyGroups: l.octx.KeyGroups}
+		sc := &stream.SnapshotContext{CheckpointID: id, Timestamp: ts, KeyGroups: l.octx.KeyGroups, Full: full}
 		if l.cp != nil {
 			if err := t.guard(l, "SnapshotState", func() error { return l.cp.SnapshotState(sc) }); err != nil {
 				err = t.opErr(l.uid, fmt.Errorf("snapshot for checkpoint %d: %w", id, err))
@@ -330,8 +346,14 @@ func (r *taskRun) snapshot(id, ts int64, aligning time.Duration) bool {
 	return true
 }
 
-// onBarrier handles barrier id arriving on ch.
-func (r *taskRun) onBarrier(ch *inputChannel, id, ts int64) error {
+// onBarrier handles barrier id arriving on ch (full: of a savepoint).
+func (r *taskRun) onBarrier(ch *inputChannel, id, ts int64, full bool) error {
+	if full {
+		if r.ck.full == nil {
+			r.ck.full = make(map[int64]bool)
+		}
+		r.ck.full[id] = true
+	}
 	return r.applyStep(r.ck.align.barrier(ch.idx, id, ts, time.Now()), ch, true)
 }
 
@@ -354,11 +376,17 @@ func (r *taskRun) applyStep(s alignStep, ch *inputChannel, report bool) error {
 		gate.setBlocked(ch, true)
 	}
 	for _, d := range s.done {
-		r.snapshot(d.id, d.ts, d.aligning)
+		full := r.ck.full[d.id]
+		for id := range r.ck.full {
+			if id <= d.id {
+				delete(r.ck.full, id)
+			}
+		}
+		r.snapshot(d.id, d.ts, d.aligning, full)
 		if r.err != nil { // an operator panicked in its snapshot
 			return r.err
 		}
-		r.w.broadcast(event{kind: eventBarrier, value: d.id, ts: d.ts})
+		r.w.broadcast(event{kind: eventBarrier, value: d.id, ts: d.ts, full: full})
 		if r.err != nil {
 			return r.err
 		}

@@ -46,7 +46,10 @@ type event struct {
 	payload []byte
 	value   int64 // watermark timestamp or checkpoint id
 	ts      int64 // barrier: checkpoint trigger time (Unix ms)
-	err     error
+	// full, on a barrier: the checkpoint is a savepoint, whose keyed state
+	// is snapshotted in the canonical format whatever the backend.
+	full bool
+	err  error
 }
 
 // release frees what an event holds when it is dropped.

@@ -92,6 +92,7 @@ type outItem struct {
 	payload *[]byte
 	value   int64
 	ts      int64
+	full    bool // barrier: see event.full
 }
 
 func (x *Exchange) peer(addr string) (*peerConn, error) {
@@ -152,7 +153,7 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 		return c.err
 	default:
 	}
-	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts}
+	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts, full: e.full}
 	if e.kind == eventBatch {
 		buf := payloadPool.Get().(*[]byte)
 		*buf = batchcodec.Append((*buf)[:0], e.batch)
@@ -314,7 +315,7 @@ func (c *peerConn) writeLoop(stream weirpb.ExchangeService_ConnectClient) {
 						ev.Batch = *it.payload
 					}
 					if it.kind == eventBarrier {
-						ev.Batch = encodeBarrierTimestamp(it.ts)
+						ev.Batch = encodeBarrier(it.ts, it.full)
 					}
 					req.Events = append(req.Events, ev)
 				}
@@ -347,18 +348,26 @@ func (c *peerConn) writeLoop(stream weirpb.ExchangeService_ConnectClient) {
 // checkpoint id and whose batch field holds the trigger timestamp (Unix ms)
 // as 8 bytes, little-endian. An empty batch field means timestamp 0.
 
-func encodeBarrierTimestamp(ts int64) []byte {
-	return binary.LittleEndian.AppendUint64(make([]byte, 0, 8), uint64(ts))
+// A barrier's payload is its trigger time (8 bytes, little endian) and,
+// for a savepoint's barrier, a ninth byte 1 (event.full).
+func encodeBarrier(ts int64, full bool) []byte {
+	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 9), uint64(ts))
+	if full {
+		b = append(b, 1)
+	}
+	return b
 }
 
-func decodeBarrierTimestamp(b []byte) (int64, error) {
-	switch len(b) {
-	case 0:
-		return 0, nil
-	case 8:
-		return int64(binary.LittleEndian.Uint64(b)), nil
+func decodeBarrier(b []byte) (ts int64, full bool, err error) {
+	switch {
+	case len(b) == 0:
+		return 0, false, nil
+	case len(b) == 8:
+		return int64(binary.LittleEndian.Uint64(b)), false, nil
+	case len(b) == 9 && b[8] == 1:
+		return int64(binary.LittleEndian.Uint64(b)), true, nil
 	}
-	return 0, fmt.Errorf("barrier timestamp has %d bytes, want 8", len(b))
+	return 0, false, fmt.Errorf("barrier payload has %d bytes, want 8, or 9 ending in 1", len(b))
 }
 
 func kindToProto(k eventKind) weirpb.ChannelEventKind {
@@ -541,11 +550,11 @@ func (s *inboundStream) apply(req *weirpb.ConnectRequest) error {
 			e = event{kind: eventEndOfPartition}
 			ic.ended = true
 		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BARRIER:
-			ts, err := decodeBarrierTimestamp(ev.GetBatch())
+			ts, full, err := decodeBarrier(ev.GetBatch())
 			if err != nil {
 				return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent barrier %d on channel %v: %v; the taskmanagers run incompatible versions", s.peer, ev.GetValue(), ic.key, err)
 			}
-			e = event{kind: eventBarrier, value: ev.GetValue(), ts: ts}
+			e = event{kind: eventBarrier, value: ev.GetValue(), ts: ts, full: full}
 		default:
 			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event of unknown kind %v on channel %v; the taskmanagers run incompatible versions", s.peer, ev.GetKind(), ic.key)
 		}

@@ -830,7 +830,7 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 			}
 		case eventBarrier:
 			if r.ck.align != nil {
-				err = r.onBarrier(ch, e.value, e.ts)
+				err = r.onBarrier(ch, e.value, e.ts, e.full)
 			}
 		case eventError:
 			return fmt.Errorf("task %s: %w", t.name, e.err)

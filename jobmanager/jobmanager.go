@@ -520,7 +520,8 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 		err := jm.haReserve(ctx, a.JobID, a.CheckpointID)
 		if err == nil {
 			err = execs.TriggerCheckpoint(ctx, a.Addr, &weirpb.TriggerCheckpointRequest{
-				Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, TimestampMs: a.Timestamp.UnixMilli()})
+				Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, TimestampMs: a.Timestamp.UnixMilli(),
+				Savepoint: a.Savepoint})
 		}
 		if status.Code(err) == codes.NotFound {
 			// The taskmanager no longer runs the task: the trigger raced

@@ -84,7 +84,7 @@ func (jm *JobManager) savepoint(ctx context.Context, jobID, dir string, stop boo
 		if stop {
 			id, acts, err = c.StopWithSavepoint(jobID, now)
 		} else {
-			id, acts, err = c.TriggerNow(jobID, now)
+			id, acts, err = c.TriggerSavepoint(jobID, now)
 		}
 		return acts
 	})

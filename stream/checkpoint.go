@@ -174,6 +174,10 @@ type SnapshotContext struct {
 	Timestamp int64
 	KeyGroups KeyGroupRange
 	State     OperatorSnapshot
+	// Full: the checkpoint is a savepoint's, so keyed state must be
+	// written in the canonical format (State.Keyed), never as a state
+	// backend's incremental files, so that it restores into any backend.
+	Full bool
 }
 
 // WriteKeyGroup appends a chunk of keyed state for key group kg, which must

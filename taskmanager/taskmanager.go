@@ -730,7 +730,11 @@ func (s *executorServer) TriggerCheckpoint(ctx context.Context, req *weirpb.Trig
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "trigger checkpoint %d: no such task attempt on taskmanager %s", req.GetCheckpointId(), s.tm.cfg.ID)
 	}
-	if err := rt.task.TriggerCheckpoint(req.GetCheckpointId(), req.GetTimestampMs()); err != nil {
+	trigger := rt.task.TriggerCheckpoint
+	if req.GetSavepoint() {
+		trigger = rt.task.TriggerSavepoint
+	}
+	if err := trigger(req.GetCheckpointId(), req.GetTimestampMs()); err != nil {
 		code := codes.FailedPrecondition
 		if errors.Is(err, dataflow.ErrTaskEnded) {
 			code = codes.NotFound // as for a task already removed

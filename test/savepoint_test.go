@@ -17,16 +17,24 @@ import (
 )
 
 // TestStopWithSavepointAndResume takes a savepoint of the running
-// exactly-once job (heap state) over REST, stops it with a second one
-// (weir jobs stop), moves that
-// savepoint to another directory, and resumes the job from it on Pebble
-// state into the same output directory: the output is exactly once. The
-// first savepoint is then disposed of. It prints
+// exactly-once job, on Pebble state with incremental checkpoints, over
+// REST, stops it with a second one (weir jobs stop), moves that savepoint
+// to another directory, and resumes the job from it on heap state (which
+// reads only the canonical format savepoints are written in) into the same
+// output directory: the output is exactly once. The first savepoint is
+// then disposed of. It prints
 //
-//	savepoints=2 moved=true resumed_backend=pebble lost=0 duplicated=0
+//	savepoints=2 moved=true from=pebble resumed_backend=heap lost=0 duplicated=0
 func TestStopWithSavepointAndResume(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info"})
 	job := newSequenceJob(t, "savepointed", 30, 1000, 16)
+	heapSpec, err := os.ReadFile(job.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(job.spec, []byte(strings.Replace(string(heapSpec), "operators:\n", "state: {backend: pebble}\noperators:\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	jobID := job.submit(t, c)
 	waitCheckpointsSince(t, c, jobID, time.Time{}, 2, "before the savepoint")
 	spDir := "file://" + filepath.Join(t.TempDir(), "savepoints")
@@ -94,15 +102,11 @@ func TestStopWithSavepointAndResume(t *testing.T) {
 		return len(entries) == 0
 	})
 
-	spec, err := os.ReadFile(job.spec)
-	if err != nil {
+	heap := filepath.Join(t.TempDir(), "heap.yaml")
+	if err := os.WriteFile(heap, heapSpec, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pebble := filepath.Join(t.TempDir(), "pebble.yaml")
-	if err := os.WriteFile(pebble, []byte(strings.Replace(string(spec), "operators:\n", "state: {backend: pebble}\noperators:\n", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err = c.Weir("submit", pebble, "--from", "file://"+moved)
+	out, err = c.Weir("submit", heap, "--from", "file://"+moved)
 	if err != nil {
 		t.Fatalf("submit --from the moved savepoint: %v\n%s", err, out)
 	}
@@ -120,7 +124,7 @@ func TestStopWithSavepointAndResume(t *testing.T) {
 	if out, err := c.Weir("savepoints", "dispose", spDir); err == nil {
 		t.Fatalf("disposing a directory that is not a savepoint succeeded:\n%s", out)
 	}
-	fmt.Printf("savepoints=2 moved=true resumed_backend=pebble lost=%d duplicated=%d\n", lost, duplicated)
+	fmt.Printf("savepoints=2 moved=true from=pebble resumed_backend=heap lost=%d duplicated=%d\n", lost, duplicated)
 	if lost != 0 || duplicated != 0 {
 		t.Fatalf("lost=%d duplicated=%d", lost, duplicated)
 	}

@@ -124,7 +124,7 @@ func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
 				if ex == nil || ex.tm == nil {
 					continue
 				}
-				acts = append(acts, TriggerAction{Target: targetOf(j, ex), CheckpointID: a.ID, Timestamp: a.Timestamp})
+				acts = append(acts, TriggerAction{Target: targetOf(j, ex), CheckpointID: a.ID, Timestamp: a.Timestamp, Savepoint: j.savepoints[a.ID]})
 			}
 		case coordinator.WriteManifestAction:
 			finished := append(slices.Clone(a.Finished), restoredFinished(j)...)
@@ -317,6 +317,33 @@ func (c *Scheduler) TriggerNow(jobID string, now time.Time) (int64, []Action, er
 	return id, acts, nil
 }
 
+// TriggerSavepoint is TriggerNow for the checkpoint of a savepoint: its
+// triggers ask every task to snapshot keyed state in the canonical format.
+func (c *Scheduler) TriggerSavepoint(jobID string, now time.Time) (int64, []Action, error) {
+	j := c.jobs[jobID]
+	if j == nil {
+		return 0, nil, notFound(jobID)
+	}
+	if j.coord != nil {
+		// The id TriggerNow will use, so that the triggers it returns
+		// are marked.
+		if j.savepoints == nil {
+			j.savepoints = make(map[int64]bool)
+		}
+		for id := range j.savepoints { // ended: subsumed by newer ids
+			if latest, _, ok := j.coord.Latest(); ok && id <= latest {
+				delete(j.savepoints, id)
+			}
+		}
+		j.savepoints[j.coord.NextID()] = true
+	}
+	id, acts, err := c.TriggerNow(jobID, now)
+	if err != nil {
+		delete(j.savepoints, id)
+	}
+	return id, acts, err
+}
+
 // StopWithSavepoint triggers a checkpoint of a running job and stops the
 // job once it completes: its tasks are cancelled and it ends FINISHED,
 // the checkpoint being the last state of the job (the shell copies it
@@ -326,7 +353,7 @@ func (c *Scheduler) StopWithSavepoint(jobID string, now time.Time) (int64, []Act
 	if j := c.jobs[jobID]; j != nil && j.stopAt > 0 {
 		return 0, nil, fmt.Errorf("%w: job %s is already stopping at checkpoint %d", ErrCheckpointNotTriggered, jobID, j.stopAt)
 	}
-	id, acts, err := c.TriggerNow(jobID, now)
+	id, acts, err := c.TriggerSavepoint(jobID, now)
 	if err != nil {
 		return 0, acts, err
 	}

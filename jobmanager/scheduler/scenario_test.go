@@ -600,7 +600,11 @@ func formatAction(a Action) (line, exec string) {
 		}
 		return line, fmt.Sprintf("%d/%d", a.Vertex, a.Subtask)
 	case TriggerAction:
-		return fmt.Sprintf("trigger %s %d [%%EXECS%%] at=%s", a.JobID, a.CheckpointID, rel(a.Timestamp)), fmt.Sprintf("%d/%d", a.Vertex, a.Subtask)
+		kind := "trigger"
+		if a.Savepoint {
+			kind = "trigger-savepoint"
+		}
+		return fmt.Sprintf("%s %s %d [%%EXECS%%] at=%s", kind, a.JobID, a.CheckpointID, rel(a.Timestamp)), fmt.Sprintf("%d/%d", a.Vertex, a.Subtask)
 	case NotifyAction:
 		what := "aborted"
 		if a.Complete {

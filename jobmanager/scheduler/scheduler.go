@@ -251,6 +251,9 @@ type job struct {
 	// none): once it completes the job stops and ends FINISHED (stopped).
 	stopAt  int64
 	stopped bool
+	// savepoints are the checkpoints triggered for savepoints, whose
+	// triggers ask for canonical snapshots; pruned as checkpoints end.
+	savepoints map[int64]bool
 	// stopFailed says why the last stop with a savepoint did not happen.
 	stopFailed string
 }
@@ -312,6 +315,9 @@ type TriggerAction struct {
 	Target
 	CheckpointID int64
 	Timestamp    time.Time
+	// Savepoint: the checkpoint is a savepoint's (TriggerSavepoint,
+	// StopWithSavepoint): keyed state in the canonical format.
+	Savepoint bool
 }
 
 // NotifyAction tells an execution that a checkpoint completed or was

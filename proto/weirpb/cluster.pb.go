@@ -1373,7 +1373,10 @@ type TriggerCheckpointRequest struct {
 	TimestampMs  int64                  `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
 	// epoch is the calling jobmanager's fencing epoch (0 in ha: none); a
 	// taskmanager that has seen a higher one rejects the call.
-	Epoch         int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// savepoint: the checkpoint is a savepoint's; keyed state is
+	// snapshotted in the canonical format whatever the backend.
+	Savepoint     bool `protobuf:"varint,5,opt,name=savepoint,proto3" json:"savepoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1434,6 +1437,13 @@ func (x *TriggerCheckpointRequest) GetEpoch() int64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *TriggerCheckpointRequest) GetSavepoint() bool {
+	if x != nil {
+		return x.Savepoint
+	}
+	return false
 }
 
 type TriggerCheckpointResponse struct {
@@ -2299,12 +2309,13 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x16\n" +
-	"\x06shared\x18\x05 \x01(\bR\x06shared\"\x9e\x01\n" +
+	"\x06shared\x18\x05 \x01(\bR\x06shared\"\xbc\x01\n" +
 	"\x18TriggerCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
 	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\x1b\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12\x1c\n" +
+	"\tsavepoint\x18\x05 \x01(\bR\tsavepoint\"\x1b\n" +
 	"\x19TriggerCheckpointResponse\"\x96\x01\n" +
 	"\x17NotifyCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +

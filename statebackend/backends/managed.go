@@ -133,7 +133,7 @@ func (m *Managed) KeyGroups() stream.KeyGroupRange { return m.octx.KeyGroups }
 // group (c.State.Keyed), the canonical format every backend restores.
 func (m *Managed) Snapshot(c *stream.SnapshotContext) error {
 	inc, ok := m.backend.(statebackend.IncrementalSnapshotter)
-	if !ok {
+	if !ok || c.Full {
 		return m.backend.Snapshot(c)
 	}
 	if m.octx.LocalStateDir == "" {

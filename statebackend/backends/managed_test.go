@@ -251,3 +251,36 @@ func TestManagedRestoreErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestManagedSavepointSnapshot: a savepoint's snapshot (Full) of an
+// incremental Pebble backend is in the canonical chunk format, restores
+// into the heap backend, and the next ordinary checkpoint is incremental
+// again.
+func TestManagedSavepointSnapshot(t *testing.T) {
+	m, err := backends.OpenManaged(managedCtx(t, stream.StateBackendPebble, t.TempDir()), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(false)
+	putCounts(t, m.Backend(), 300, 7)
+	sp := &stream.SnapshotContext{CheckpointID: 1, KeyGroups: m.KeyGroups(), Full: true}
+	if err := m.Snapshot(sp); err != nil {
+		t.Fatal(err)
+	}
+	if len(sp.State.Files) != 0 || len(sp.State.Keyed) == 0 {
+		t.Fatalf("savepoint snapshot: %d files, %d key groups of chunks; want chunks only", len(sp.State.Files), len(sp.State.Keyed))
+	}
+	heap, err := backends.OpenManaged(managedCtx(t, stream.StateBackendHeap, t.TempDir()), 1, &sp.State)
+	if err != nil {
+		t.Fatalf("restoring the savepoint into the heap backend: %v", err)
+	}
+	checkCounts(t, heap.Backend(), 300, 7)
+	heap.Close(false)
+	next := &stream.SnapshotContext{CheckpointID: 2, KeyGroups: m.KeyGroups()}
+	if err := m.Snapshot(next); err != nil {
+		t.Fatal(err)
+	}
+	if len(next.State.Files) == 0 {
+		t.Fatal("the checkpoint after a savepoint is not incremental")
+	}
+}
