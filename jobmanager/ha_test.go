@@ -17,6 +17,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/ha/etcdtest"
+	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 )
@@ -194,5 +195,42 @@ func TestFencedLeaderCompletesNoCheckpoint(t *testing.T) {
 func TestAttemptTermShiftMatchesStream(t *testing.T) {
 	if 1<<attemptTermShift != stream.AttemptsPerTerm {
 		t.Fatalf("attemptTermShift %d does not match stream.AttemptsPerTerm %d", attemptTermShift, stream.AttemptsPerTerm)
+	}
+}
+
+// TestFencedLeaderDeletesNothing: a jobmanager whose leadership ended
+// deletes no checkpoint files: its new leader may rely on them.
+func TestFencedLeaderDeletesNothing(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	cfg := DefaultConfig()
+	cfg.RPCAddress, cfg.RESTAddress = "127.0.0.1:0", ""
+	cfg.HA = HAConfig{Mode: "etcd", Endpoints: etcd.Endpoints(), Prefix: "/weir-fence-delete", LeaseTTL: 2 * time.Second,
+		AdvertisedAddress: "127.0.0.1:1"}
+	jm, err := New(cfg, builtin.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := jm.campaign(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jm.haClient.Load().Close()
+	st, err := checkpoint.OpenStorage(t.Context(), "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm.storages.Lock()
+	jm.storages.m["job"] = st
+	jm.storages.Unlock()
+	if _, _, err := st.WriteManifest(t.Context(), &weirpb.Manifest{JobId: "job", CheckpointId: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Lost()
+	jm.perform(t.Context(), nil, scheduler.DeleteCheckpointsAction{JobID: "job", IDs: []int64{3}})
+	if _, err := st.ReadManifest(t.Context(), "job", 3); err != nil {
+		t.Fatalf("a fenced leader deleted checkpoint 3: %v", err)
 	}
 }

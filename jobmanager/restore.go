@@ -68,9 +68,8 @@ func parseRestoreFrom(from, storage string) (restoreSource, error) {
 }
 
 // loadRestore reads and checks the checkpoint a submission names against
-// the planned graph g: same maxParallelism, the same parallelism for every
-// operator with state, and no operator with state missing from g unless
-// allowNonRestored. It returns the checkpoint to restore.
+// the planned graph g (checkRestore). It returns the checkpoint to
+// restore.
 func (jm *JobManager) loadRestore(ctx context.Context, id, from string, allowNonRestored bool, g *stream.JobGraph, opts scheduler.JobOptions) (scheduler.Checkpoint, error) {
 	if !opts.Checkpoint.Enabled() {
 		return nil, fmt.Errorf("%w: --from: job %q does not take checkpoints, so it cannot start from one; enable checkpointing in its spec", scheduler.ErrInvalidArgument, g.Name)
@@ -99,7 +98,12 @@ func (jm *JobManager) loadRestore(ctx context.Context, id, from string, allowNon
 	return completed{m: m}, nil
 }
 
-// checkRestore reports why g cannot start from m, or nil.
+// checkRestore reports why g cannot start from m, or nil: maxParallelism
+// changed, state of an operator g does not have (unless allowNonRestored),
+// or a state backend's incremental files (a retained Pebble checkpoint) for
+// a job on another backend. Parallelism may change: keyed state moves by
+// key-group ranges, operator list state is dealt out, union state goes to
+// every subtask.
 func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool) error {
 	if int(m.GetMaxParallelism()) != g.MaxParallelism {
 		return fmt.Errorf("the checkpoint has maxParallelism %d and the job %d: keyed state is split into maxParallelism key groups, which cannot change; set maxParallelism: %d",
@@ -119,9 +123,9 @@ func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool)
 			dropped = append(dropped, op.GetOperatorUid())
 			continue
 		}
-		if int(op.GetParallelism()) != v.Parallelism {
-			return fmt.Errorf("operator %q had parallelism %d and now has %d; changing the parallelism on restore is not supported yet: keep parallelism %d",
-				v.UID, op.GetParallelism(), v.Parallelism, op.GetParallelism())
+		if g.State.Backend != stream.StateBackendPebble && slices.ContainsFunc(op.GetHandles(), func(h *weirpb.StateHandle) bool { return len(h.GetFiles()) > 0 }) {
+			return fmt.Errorf("operator %q has incremental Pebble state in the checkpoint, which only the pebble backend restores; "+
+				"set state: {backend: pebble}, or start from a savepoint, whose state restores into any backend", v.UID)
 		}
 	}
 	if len(dropped) > 0 && !allowNonRestored {

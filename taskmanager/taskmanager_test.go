@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -532,4 +533,24 @@ func TestNewAttemptWaitsForStaleOne(t *testing.T) {
 	waitOpened(t, st, 4)
 	h.cancelTask(t, second.GetId())
 	jm.WaitReported(t, second.GetId(), canceled)
+}
+
+// TestPrivateStateDir: without a configured state directory the
+// taskmanager keeps local state in a new directory only its user can
+// open, and removes it when it stops.
+func TestPrivateStateDir(t *testing.T) {
+	jm := jobmanagertest.Start(t)
+	h := startTaskManager(t, jm.Addr(), newTestRegistry(newTestState()), nil)
+	dir := h.tm.cfg.StateDir // set by Run before Ready
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o700 {
+		t.Fatalf("state directory %s has mode %v, want 0700", dir, perm)
+	}
+	h.stop(t)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("state directory %s left after the taskmanager stopped: %v", dir, err)
+	}
 }

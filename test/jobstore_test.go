@@ -23,7 +23,7 @@ import (
 //	jobmanager_restarts=<n> lost=0 duplicated=0
 func TestJobManagerRestartWithoutHA(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info"})
-	job := newSequenceJob(t, "survivor", 30, 2000, 32)
+	job := newSequenceJob(t, "survivor", 20, 2000, 32)
 	jobID := job.submit(t, c)
 	waitCheckpointsSince(t, c, jobID, time.Time{}, 2, "before the first restart")
 	restarts := 0
@@ -127,7 +127,7 @@ func TestCorruptCheckpointFailsJob(t *testing.T) {
 //	restored_from_checkpoint=<n> lost=0 duplicated=0
 func TestSubmitFromRetainedCheckpoint(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info"})
-	job := newSequenceJobOn(t, "upgrade", 30, 1000, 16, "", "  retention: retain\n")
+	job := newSequenceJobOn(t, "upgrade", 20, 1000, 16, "", "  retention: retain\n")
 	oldID := job.submit(t, c)
 	waitCheckpointsSince(t, c, oldID, time.Time{}, 2, "before the cancel")
 	if out, err := c.Weir("jobs", "cancel", oldID); err != nil {
