@@ -85,15 +85,27 @@ func TestDatagenCheckpointResumes(t *testing.T) {
 	}
 }
 
+// datagenV1 is a datagen position item of format version 1, as checkpoints
+// written before datagen could be rescaled hold.
+func datagenV1(subtask, par, pos int64) []byte {
+	return appendInt(appendInt(appendInt([]byte{1}, subtask), par), pos)
+}
+
+// datagenV2 is a datagen split item of format version 2.
+func datagenV2(start, stride, pos int64) []byte {
+	return appendInt(appendInt(appendInt([]byte{2}, start), stride), pos)
+}
+
+func datagenState(marker int64, items ...[]byte) *stream.OperatorSnapshot {
+	st := &stream.OperatorSnapshot{List: map[string][][]byte{datagenStateName: items}}
+	if marker > 0 {
+		st.Union = map[string][][]byte{datagenMarkerState: {appendInt([]byte{1}, marker)}}
+	}
+	return st
+}
+
 func TestDatagenRestoreErrors(t *testing.T) {
 	cfg := DatagenConfig{Rows: 100, Fields: []DatagenField{{Name: "seq", Kind: "sequence"}}}
-	take := func(sub, par int) *stream.OperatorSnapshot {
-		d, _ := NewDatagen(cfg)
-		d.Open(t.Context(), octxFor(sub, par))
-		return snapshot(t, d, 1)
-	}
-	both := &stream.OperatorSnapshot{List: map[string][][]byte{datagenStateName: {
-		take(0, 2).List[datagenStateName][0], take(1, 2).List[datagenStateName][0]}}}
 	tests := []struct {
 		name     string
 		sub, par int
@@ -101,11 +113,12 @@ func TestDatagenRestoreErrors(t *testing.T) {
 		kind     error
 		names    string // what else the message names
 	}{
-		{"rescaled", 0, 4, take(0, 2), errRescale, "restore with parallelism 2"},
-		{"other subtask", 0, 2, take(1, 2), errMisrouted, "subtask 1"},
-		{"two items", 0, 2, both, errMisrouted, "2 positions"},
-		{"corrupt", 0, 1, &stream.OperatorSnapshot{List: map[string][][]byte{datagenStateName: {{1, 0}}}}, errTruncated, "checkpoint 1"},
-		{"bad version", 0, 1, &stream.OperatorSnapshot{List: map[string][][]byte{datagenStateName: {{9, 0, 2, 0}}}}, errStateVersion, "version 9"},
+		{"old format rescaled", 0, 4, datagenState(0, datagenV1(0, 2, 0)), errRescale, "restore it with parallelism 2"},
+		{"old format other subtask", 0, 2, datagenState(0, datagenV1(1, 2, 0)), errMisrouted, "subtask 1"},
+		{"old format two items", 0, 2, datagenState(0, datagenV1(0, 2, 0), datagenV1(1, 2, 0)), errMisrouted, "2 positions"},
+		{"split twice", 0, 3, datagenState(2, datagenV2(1, 2, 0), datagenV2(1, 2, 3)), errMisrouted, "split 1 twice"},
+		{"corrupt", 0, 1, datagenState(0, []byte{1, 0}), errTruncated, "checkpoint 1"},
+		{"bad version", 0, 1, datagenState(0, []byte{9, 0, 2, 0}), errStateVersion, "version 9"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,6 +127,26 @@ func TestDatagenRestoreErrors(t *testing.T) {
 			err := restore(d, 1, tc.st)
 			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.names) {
 				t.Fatalf("RestoreState = %v, want %v naming %q", err, tc.kind, tc.names)
+			}
+		})
+	}
+	// Damaged state: the error says why.
+	for _, tc := range []struct {
+		name  string
+		st    *stream.OperatorSnapshot
+		names string
+	}{
+		{"splits without marker", datagenState(0, datagenV2(0, 2, 0)), "damaged"},
+		{"stride not the split count", datagenState(2, datagenV2(0, 3, 0)), "stride 3"},
+		{"start beyond stride", datagenState(2, datagenV2(2, 2, 0)), "split 2 of 2"},
+		{"position beyond rows", datagenState(2, datagenV2(0, 2, 51)), "different datagen config"},
+		{"marker zero", &stream.OperatorSnapshot{Union: map[string][][]byte{datagenMarkerState: {{1, 0}}}}, "not positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, _ := NewDatagen(cfg)
+			d.Open(t.Context(), octxFor(0, 2))
+			if err := restore(d, 1, tc.st); err == nil || !strings.Contains(err.Error(), tc.names) {
+				t.Fatalf("RestoreState = %v, want an error naming %q", err, tc.names)
 			}
 		})
 	}
@@ -404,15 +437,17 @@ func TestTxnFileSinkSubtasksShareDirectory(t *testing.T) {
 		ipName(10, 0): lines(100, 102),
 		ipName(10, 1): lines(102, 103),
 	})
-	// Restoring subtask 1's state into subtask 10, or at another
+	// State without "writers" (written before the sink could be
+	// rescaled): restoring subtask 1's state into subtask 10, or at another
 	// parallelism, is refused.
+	old := &stream.OperatorSnapshot{List: st1.List}
 	r10 := txnSink(t, dir, 10, 11)
-	if err := restore(r10, 1, st1); !errors.Is(err, errRescale) {
+	if err := restore(r10, 1, old); !errors.Is(err, errRescale) {
 		t.Fatalf("restore of another subtask's state = %v, want errRescale", err)
 	}
 	// The fix names the parallelism the checkpoint was taken with.
 	r2 := txnSink(t, dir, 1, 2)
-	if err := restore(r2, 1, st1); !errors.Is(err, errRescale) || !strings.Contains(err.Error(), "parallelism 11") {
+	if err := restore(r2, 1, old); !errors.Is(err, errRescale) || !strings.Contains(err.Error(), "parallelism 11") {
 		t.Fatalf("restore at another parallelism = %v, want errRescale naming parallelism 11", err)
 	}
 }

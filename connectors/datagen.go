@@ -15,14 +15,24 @@ import (
 
 // DatagenConfig configures the "datagen" source. Every value of every row is
 // a pure function of the config and the row's global sequence number seq, so
-// runs, restarts and different parallelisms produce the same rows. Subtask i
-// of p generates seq = i, i+p, i+2p, ...
+// runs, restarts and different parallelisms produce the same rows.
+//
+// The rows are divided into splits: a job started with parallelism p (not
+// from a checkpoint) has the p splits seq ≡ i (mod p), i < p, and subtask i
+// generates split i: seq = i, i+p, i+2p, ... A restore with another
+// parallelism hands the splits out anew (see Datagen), so the job produces
+// the same rows, each once, however often it is rescaled. The splits stay
+// those of the first parallelism: a restore with more subtasks than splits
+// leaves the extra subtasks without rows.
 type DatagenConfig struct {
 	// Rows is the total number of rows over all subtasks (seq < Rows); 0
 	// means unbounded.
 	Rows int64 `json:"rows,omitempty"`
-	// RatePerSecond limits the total rows per second over all subtasks
-	// (each subtask gets an equal share); 0 means as fast as possible.
+	// RatePerSecond limits the total rows per second over all subtasks; 0
+	// means as fast as possible. Each split gets an equal share and a
+	// subtask the sum of its unfinished splits' shares: 1/p of the rate
+	// each before any rescaling, and the whole rate over all subtasks
+	// after one, whichever subtasks the splits went to.
 	RatePerSecond float64 `json:"ratePerSecond,omitempty"`
 	// Seed varies the generated values.
 	Seed int64 `json:"seed,omitempty"`
@@ -41,8 +51,9 @@ type DatagenConfig struct {
 //	sequence   int64: Start (an integer, default 0) + seq, or with Modulo
 //	           Start + seq%Modulo, or with Divide Start + seq/Divide. Modulo K
 //	           and Divide K with Start 1 make a keyed sequence: key seq%K
-//	           counts 1, 2, 3, ...; when K is a multiple of the source's
-//	           parallelism each key comes from one subtask, in order.
+//	           counts 1, 2, 3, ...; when K is a multiple of the number of
+//	           splits (the parallelism the job was first started with)
+//	           each key comes from one split, so from one subtask, in order.
 //	key        "<Prefix><n>" or, with Type "int64", n; n uniform in [0, Cardinality)
 //	random     Type int64 or timestamp (Min..Max inclusive, default 0..2^31-1),
 //	           float64 ([Min, Max), default [0, 1)), bool, or string (Length
@@ -613,21 +624,55 @@ func (g *timestampGen) fill(c *stream.Column, seq, stride int64, n int) {
 	}
 }
 
-// Datagen is one subtask of the "datagen" source.
+// Datagen is one subtask of the "datagen" source. It generates the rows of
+// the splits it owns: its own split after a fresh start, and after a restore
+// exactly the splits the checkpoint gave it, possibly none (then it ends at
+// once, bounded or not) or several (then each Poll emits one batch of the
+// split whose next row has the lowest seq, so that the subtask's rows come
+// roughly in seq order; within a split they come strictly in order).
 type Datagen struct {
 	cfg  DatagenConfig
 	plan *datagenPlan
 
 	subtask, parallelism int64
-	// pos is the index of the next row this subtask emits: its seq is
-	// subtask + pos*parallelism.
-	pos   int64
-	total int64 // rows this subtask emits in all; -1 when unbounded
+	// splits are the splits this subtask owns, by start; nil before Open.
+	splits []datagenSplit
+	// nsplits is the number of splits of the job (the stride of every
+	// split): the parallelism the job was first started with.
+	nsplits int64
+	// pos is the position SetPosition gave before Open.
+	pos int64
 
 	rate      float64 // rows per second for this subtask; 0 = unlimited
 	now       func() time.Time
 	rateStart time.Time
 	rateRows  int64 // rows emitted since rateStart
+}
+
+// datagenSplit is a unit of datagen's work: the rows seq = start + k*stride
+// for k = 0, 1, ... below end, of which rows k < next have been emitted.
+type datagenSplit struct {
+	start, stride int64
+	next          int64 // the position: the index k of the next row
+	end           int64 // the number of rows of the split; -1 when unbounded
+}
+
+// seq is the seq of the split's next row.
+func (sp *datagenSplit) seq() int64 { return sp.start + sp.next*sp.stride }
+
+func (sp *datagenSplit) exhausted() bool { return sp.end >= 0 && sp.next >= sp.end }
+
+// newSplit returns split start of stride splits at position next, with its
+// end under cfg.Rows.
+func (d *Datagen) newSplit(start, stride, next int64) datagenSplit {
+	sp := datagenSplit{start: start, stride: stride, next: next, end: -1}
+	if d.cfg.Rows > 0 {
+		sp.end = 0
+		if start < d.cfg.Rows {
+			sp.end = (d.cfg.Rows - start + stride - 1) / stride
+		}
+	}
+	return sp
 }
 
 var _ stream.Source = (*Datagen)(nil)
@@ -648,15 +693,36 @@ func newDatagenSource(config []byte) (stream.Source, error) {
 	return NewDatagen(cfg)
 }
 
-// Position returns the index of the next row this subtask will emit (the
-// number of rows it has emitted since position 0).
-func (d *Datagen) Position() int64 { return d.pos }
+// Position returns the sum of the positions of the splits this subtask
+// owns. Unless a restore rescaled the job, it owns one split and this is
+// the index of its next row: the number of rows it has emitted since
+// position 0.
+func (d *Datagen) Position() int64 {
+	if d.splits == nil {
+		return d.pos
+	}
+	var n int64
+	for _, sp := range d.splits {
+		n += sp.next
+	}
+	return n
+}
 
-// SetPosition makes the next Poll emit from row index pos of this subtask, as
-// after a restore. It may be called before or after Open.
-func (d *Datagen) SetPosition(pos int64) { d.pos = pos }
+// SetPosition makes this subtask own just its own split (rows subtask,
+// subtask+parallelism, ...) and the next Poll emit its row index pos, as
+// after a restore at unchanged parallelism. It may be called before or
+// after Open.
+func (d *Datagen) SetPosition(pos int64) {
+	d.pos = pos
+	if d.splits != nil {
+		d.nsplits = d.parallelism
+		d.splits = []datagenSplit{d.newSplit(d.subtask, d.parallelism, pos)}
+		d.resetRate()
+	}
+}
 
-// Open builds the generators and string pools.
+// Open builds the generators and string pools and gives the subtask its
+// own split.
 func (d *Datagen) Open(_ context.Context, octx *stream.OperatorContext) error {
 	plan, err := d.cfg.compile()
 	if err != nil {
@@ -664,15 +730,36 @@ func (d *Datagen) Open(_ context.Context, octx *stream.OperatorContext) error {
 	}
 	d.plan = plan
 	d.subtask, d.parallelism = int64(octx.Subtask), int64(max(1, octx.Parallelism))
-	d.total = -1
-	if d.cfg.Rows > 0 {
-		d.total = 0
-		if d.subtask < d.cfg.Rows {
-			d.total = (d.cfg.Rows - d.subtask + d.parallelism - 1) / d.parallelism
+	d.nsplits = d.parallelism
+	d.splits = []datagenSplit{d.newSplit(d.subtask, d.parallelism, d.pos)}
+	d.resetRate()
+	return nil
+}
+
+// resetRate sets this subtask's share of the rate from the splits it has
+// left and restarts the rate limit.
+func (d *Datagen) resetRate() {
+	var share float64
+	for i := range d.splits {
+		if !d.splits[i].exhausted() {
+			share += 1 / float64(d.splits[i].stride)
 		}
 	}
-	d.rate = d.cfg.RatePerSecond / float64(d.parallelism)
-	return nil
+	d.rate = d.cfg.RatePerSecond * share
+	d.rateStart, d.rateRows = time.Time{}, 0
+}
+
+// current returns the unfinished split whose next row has the lowest seq,
+// or nil when every split is finished.
+func (d *Datagen) current() *datagenSplit {
+	var cur *datagenSplit
+	for i := range d.splits {
+		sp := &d.splits[i]
+		if !sp.exhausted() && (cur == nil || sp.seq() < cur.seq()) {
+			cur = sp
+		}
+	}
+	return cur
 }
 
 // maxIdleWait bounds how long a rate-limited Poll waits before returning
@@ -680,14 +767,16 @@ func (d *Datagen) Open(_ context.Context, octx *stream.OperatorContext) error {
 const maxIdleWait = time.Millisecond
 
 // Poll emits the next batch, PollIdle while the rate limit holds it back, or
-// PollEnd when a bounded source has emitted all its rows.
+// PollEnd when every split of the subtask is finished (at once if it owns
+// none).
 func (d *Datagen) Poll(ctx context.Context, out stream.Collector) (stream.PollStatus, error) {
+	sp := d.current()
+	if sp == nil {
+		return stream.PollEnd, nil
+	}
 	n := int64(d.plan.batchSize)
-	if d.total >= 0 {
-		n = min(n, d.total-d.pos)
-		if n <= 0 {
-			return stream.PollEnd, nil
-		}
+	if sp.end >= 0 {
+		n = min(n, sp.end-sp.next)
 	}
 	if d.rate > 0 {
 		now := d.now()
@@ -709,8 +798,11 @@ func (d *Datagen) Poll(ctx context.Context, out stream.Collector) (stream.PollSt
 		n = min(n, allowed)
 		d.rateRows += n
 	}
-	out.Collect(d.plan.fillBatch(d.subtask+d.pos*d.parallelism, d.parallelism, int(n)))
-	d.pos += n
+	out.Collect(d.plan.fillBatch(sp.seq(), sp.stride, int(n)))
+	sp.next += n
+	if sp.exhausted() && len(d.splits) > 1 {
+		d.resetRate() // the finished split's share of the rate goes
+	}
 	return stream.PollEmitted, nil
 }
 

@@ -12,13 +12,15 @@
 // nothing on the per-record path uses reflection or JSON libraries.
 //
 // Checkpoints: the datagen and file sources implement stream.Checkpointed
-// (their positions are operator list state and restore exactly), and the file
-// sink, when the job checkpoints, is a two-phase-commit sink that also
-// implements stream.CheckpointListener and claims its directory for one job
-// and operator (see FileSink and ClaimFile).
+// (their splits are operator list state and restore exactly, also with
+// another parallelism), and the file sink, when the job checkpoints, is a
+// two-phase-commit sink that also implements stream.CheckpointListener,
+// claims its directory for one job and operator (see FileSink and
+// ClaimFile) and may be rescaled on restore too.
 //
 // connectors imports the standard library, package stream and
-// internal/errkind only.
+// internal/errkind only; its tests also use package checkpoint, to hand
+// state out on restore exactly as the runtime does.
 package connectors
 
 import "github.com/weirstream/weir/stream"

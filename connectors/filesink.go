@@ -76,12 +76,18 @@ func PartFile(dir string, subtask int) string {
 //     NotifyCheckpointComplete(n) renames every pending file of checkpoints
 //     up to n to its final name; an aborted checkpoint's files stay pending
 //     until a later checkpoint completes. RestoreState commits exactly the
-//     transactions pending in the checkpoint, under the names of the job
-//     that wrote them (idempotently: one whose in-progress file is gone
-//     counts as committed only if its final file holds the recorded bytes),
-//     and deletes this subtask's other in-progress files, its own job's and
-//     those of the job that took the checkpoint, whose rows will be
-//     replayed; files of other jobs, operators and subtasks are never
+//     transactions pending in the checkpoint that it received, under the
+//     names of the job and subtask that wrote them (idempotently: one whose
+//     in-progress file is gone counts as committed only if its final file
+//     holds the recorded bytes), and deletes the other in-progress files of
+//     this subtask, its own job's and those of the job that took the
+//     checkpoint, whose rows will be replayed. The restore may have another
+//     parallelism: then each pending transaction is committed by the
+//     subtask that received it, and subtask k of q also deletes the stale
+//     in-progress files of old subtasks j ≥ q with j mod q = k; files
+//     pending in the checkpoint are never deleted, and subtask k numbers
+//     its files after everything old subtask k used (see the state format
+//     in filesink_txn.go). Files of other jobs and operators are never
 //     touched. A reader that ignores dot-files therefore sees each row
 //     exactly once and never a partial file, also when a job submitted from
 //     another job's checkpoint carries on that job's output (under its own
@@ -113,6 +119,11 @@ type FileSink struct {
 	attempt       int64 // the deployment attempt (OperatorContext.Attempt)
 	nextSeq       int64 // the next final file's number
 	cleaned       bool  // stale in-progress files of this subtask were deleted
+	// After a restore: the subtask indexes whose stale in-progress files
+	// this subtask deletes (nil: its own only) and the in-progress files
+	// pending in the checkpoint, which it must not delete.
+	cleanSubtasks []int
+	keep          map[inProgressFile]bool
 }
 
 var (

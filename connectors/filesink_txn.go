@@ -19,26 +19,55 @@ import (
 
 // This file is the two-phase-commit half of FileSink (checkpointing on).
 //
-// Checkpoint state, all operator list state, written by every subtask:
+// Checkpoint state, written by every subtask:
 //
-//	"pending"  one item per pre-committed, not yet committed transaction:
+//	"pending"  operator list state, one item per pre-committed, not yet
+//	           committed transaction:
 //	           version=3 | varint subtask | varint parallelism |
 //	           varint checkpoint id | string identity |
 //	           varint transaction number | varint seq | varint size |
 //	           uvarint CRC-32C
-//	"counters" one item: version=1 | varint subtask | varint parallelism |
-//	           varint next transaction number | varint next final seq
+//	"writers"  union state, one item per subtask:
+//	           version=1 | varint subtask | varint parallelism |
+//	           string identity | varint next transaction number |
+//	           varint next final seq | uvarint n |
+//	           n × (string identity | varint transaction number)
 //
 // Strings are a uvarint length and the bytes. A pending transaction's file
 // names follow from its identity (sinkIdentity: the job id and operator uid
-// of the sink that wrote it), its subtask, transaction number and seq. The
-// identity is recorded because it need not be the restoring job's: a job
-// submitted from another job's checkpoint commits that job's pending
-// transactions under that job's names. Each operator subtask gets its own
-// state back. Size and CRC-32C describe the pre-committed file: they are
-// the record that lets a commit whose in-progress file is gone tell its own
-// committed file (committed before a failure) from anything else under that
-// name.
+// of the sink that wrote it), the subtask that wrote it, its transaction
+// number and seq. The identity is recorded because it need not be the
+// restoring job's: a job submitted from another job's checkpoint commits
+// that job's pending transactions under that job's names. Size and CRC-32C
+// describe the pre-committed file: they are the record that lets a commit
+// whose in-progress file is gone tell its own committed file (committed
+// before a failure) from anything else under that name.
+//
+// A "writers" item describes the subtask that wrote it: its identity, the
+// numbers its next transaction and committed file would have had, and the
+// in-progress files it had pending (n of them, by identity and
+// transaction number). Every subtask receives all of them, so every subtask
+// knows the parallelism the checkpoint was taken with, which in-progress
+// files anyone must commit, and which transaction and seq numbers the
+// subtask of its own index had used.
+//
+// Rescaling: the runtime gives each pending item to exactly one subtask of
+// the restoring job, with unchanged parallelism the subtask that wrote it.
+// That subtask commits it under the writer's names. Subtask k of q also
+// deletes the stale in-progress files (neither pending in the checkpoint
+// nor committed) of every subtask index j with j mod q = k below the old
+// parallelism, of this sink's identity and that of the job that took the
+// checkpoint: its own index and, when the parallelism shrank, those of old
+// subtasks that no longer exist. Pending files are never deleted, whoever
+// commits them and when, and new files of subtask k are numbered after
+// everything old subtask k used, so nothing committed is ever replaced.
+//
+// Checkpoints written before "writers" existed hold, instead, list state
+// "counters": one item per subtask, version=1 | varint subtask |
+// varint parallelism | varint next transaction number | varint next final
+// seq. Their subtasks do not know each other's pending files, so they
+// restore only with the parallelism they were taken with, each subtask its
+// own items.
 //
 // Version 2 pending items are version 3 ones without the identity, which is
 // then that of the job that took the checkpoint (RestoreContext.JobID) and
@@ -60,13 +89,12 @@ import (
 // RestoreState commits every restored transaction, so the transactions that
 // later snapshots record as pending are the restoring sink's own; the
 // format does not depend on that.
-//
-// A restore must give each subtask its own items back, so the transactional
-// sink cannot be rescaled from a checkpoint.
 const (
 	sinkPendingState   = "pending"
+	sinkWritersState   = "writers"
 	sinkCountersState  = "counters"
 	sinkPendingVersion = 3
+	sinkWritersVersion = 1
 	inProgressSuffix   = ".inprogress"
 )
 
@@ -76,6 +104,7 @@ const (
 type txn struct {
 	checkpoint int64
 	ident      string // sinkIdentity of the job and operator that wrote it; "" in version 1 state
+	subtask    int    // the subtask that wrote it
 	id, seq    int64
 	from, to   string // the in-progress and committed names, relative to the sink's path
 	size       int64  // the bytes in the pre-committed file, -1 if unknown (version 1 state)
@@ -125,16 +154,24 @@ func parseNumbered(name, prefix, suffix string) (int64, bool) {
 
 func (s *FileSink) path(name string) string { return filepath.Join(s.cfg.Path, name) }
 
-// scan returns the in-progress transaction numbers of this subtask of the
-// sink identified by ident (a job and operator: sinkIdentity) and the next
-// final seq it has not used in the directory. Files of other jobs,
+// inProgressFile names an in-progress file: its sink identity, subtask and
+// transaction number.
+type inProgressFile struct {
+	ident   string
+	subtask int
+	id      int64
+}
+
+// scan returns the in-progress transaction numbers of subtask of the sink
+// identified by ident (a job and operator: sinkIdentity) and the next final
+// seq that subtask has not used in the directory. Files of other jobs,
 // operators or subtasks never match: see sinkIdentity.
-func (s *FileSink) scan(ident string) (inProgress []int64, nextSeq int64, err error) {
+func (s *FileSink) scan(ident string, subtask int) (inProgress []int64, nextSeq int64, err error) {
 	entries, err := os.ReadDir(s.cfg.Path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("file sink: list %s: %w", s.cfg.Path, err)
 	}
-	ipPrefix, finPrefix := inProgressPrefix(ident, s.subtask), committedPrefix(ident, s.subtask)
+	ipPrefix, finPrefix := inProgressPrefix(ident, subtask), committedPrefix(ident, subtask)
 	for _, e := range entries {
 		if n, ok := parseNumbered(e.Name(), ipPrefix, inProgressSuffix); ok {
 			inProgress = append(inProgress, n)
@@ -152,7 +189,7 @@ func (s *FileSink) openTransactional(jobID, uid, restoreJobID string) error {
 	}
 	s.jobID, s.uid, s.restoreJob = jobID, uid, restoreJobID
 	s.ident = sinkIdentity(jobID, uid)
-	_, next, err := s.scan(s.ident)
+	_, next, err := s.scan(s.ident, s.subtask)
 	if err != nil {
 		return err
 	}
@@ -161,12 +198,14 @@ func (s *FileSink) openTransactional(jobID, uid, restoreJobID string) error {
 	return nil
 }
 
-// cleanStale deletes this subtask's in-progress files other than those of
-// pending transactions, of this sink's identity and, after a restore from
-// another job's checkpoint, of that job's: they hold rows written after the
-// restored (or, for a fresh start, any) checkpoint, which will be replayed.
-// It runs once, at restore or before the first write of a job started
-// without a checkpoint.
+// cleanStale deletes the in-progress files of the subtask indexes this
+// subtask cleans (its own, and after a restore s.cleanSubtasks, which adds
+// old subtasks beyond the new parallelism) other than those of pending
+// transactions (this sink's, or the checkpoint's in s.keep), of this sink's
+// identity and, after a restore from another job's checkpoint, of that
+// job's: they hold rows written after the restored (or, for a fresh start,
+// any) checkpoint, which will be replayed. It runs once, at restore or
+// before the first write of a job started without a checkpoint.
 func (s *FileSink) cleanStale() error {
 	if s.cleaned {
 		return nil
@@ -175,21 +214,28 @@ func (s *FileSink) cleanStale() error {
 	if s.restoredIdent != "" && s.restoredIdent != s.ident {
 		idents = append(idents, s.restoredIdent)
 	}
+	subtasks := s.cleanSubtasks
+	if subtasks == nil {
+		subtasks = []int{s.subtask}
+	}
 	for _, ident := range idents {
-		ids, _, err := s.scan(ident)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if slices.ContainsFunc(s.pending, func(t txn) bool { return t.ident == ident && t.id == id }) {
-				continue
+		for _, sub := range subtasks {
+			ids, _, err := s.scan(ident, sub)
+			if err != nil {
+				return err
 			}
-			if err := os.Remove(s.path(inProgressName(ident, s.subtask, id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("file sink: delete stale in-progress file: %w", err)
+			for _, id := range ids {
+				if s.keep[inProgressFile{ident, sub, id}] ||
+					slices.ContainsFunc(s.pending, func(t txn) bool { return t.ident == ident && t.subtask == sub && t.id == id }) {
+					continue
+				}
+				if err := os.Remove(s.path(inProgressName(ident, sub, id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("file sink: delete stale in-progress file: %w", err)
+				}
 			}
 		}
 	}
-	s.cleaned = true
+	s.cleaned, s.keep = true, nil
 	return nil
 }
 
@@ -239,7 +285,7 @@ func (s *FileSink) SnapshotState(c *stream.SnapshotContext) error {
 			return fmt.Errorf("%w (pre-committing checkpoint %d)", err, c.CheckpointID)
 		}
 		s.pending = append(s.pending, txn{
-			checkpoint: c.CheckpointID, ident: s.ident, id: s.cur, seq: s.nextSeq,
+			checkpoint: c.CheckpointID, ident: s.ident, subtask: s.subtask, id: s.cur, seq: s.nextSeq,
 			from: inProgressName(s.ident, s.subtask, s.cur), to: committedName(s.ident, s.subtask, s.nextSeq),
 			size: size, crc: crc,
 		})
@@ -255,10 +301,16 @@ func (s *FileSink) SnapshotState(c *stream.SnapshotContext) error {
 		item = appendUint(item, uint64(t.crc))
 		c.AddListState(sinkPendingState, item)
 	}
-	item := s.itemHeader(stateVersion)
+	item := s.itemHeader(sinkWritersVersion)
+	item = appendString(item, s.ident)
 	item = appendInt(item, s.nextTxn)
 	item = appendInt(item, s.nextSeq)
-	c.AddListState(sinkCountersState, item)
+	item = appendUint(item, uint64(len(s.pending)))
+	for _, t := range s.pending {
+		item = appendString(item, t.ident)
+		item = appendInt(item, t.id)
+	}
+	c.AddUnionState(sinkWritersState, item)
 	return nil
 }
 
@@ -379,10 +431,12 @@ func fileChecksum(path string) (int64, uint32, error) {
 	return n, h.Sum32(), nil
 }
 
-// RestoreState commits the transactions pending in the checkpoint, deletes
-// this subtask's other in-progress files (its own job's and those of the
-// job that took the checkpoint) and continues numbering after the restored
-// transactions.
+// RestoreState commits the transactions pending in the checkpoint that this
+// subtask received, whichever subtask wrote them, deletes the stale
+// in-progress files it is responsible for (its own subtask's and, after the
+// parallelism shrank, those of some old subtasks: see the state format
+// above), of its own job and of the job that took the checkpoint, and
+// continues numbering after everything its subtask index used.
 func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 	if !s.txnl || c.State == nil {
 		return nil
@@ -393,11 +447,26 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 		where += fmt.Sprintf(" of job %q", job)
 	}
 	s.restoredIdent = sinkIdentity(job, s.uid)
+	oldPar, err := s.restoreWriters(where, c.State.Union[sinkWritersState])
+	if err != nil {
+		return err
+	}
+	// checkWriter checks that an item of subtask of par may be restored
+	// here.
+	checkWriter := func(state string, subtask, par int) error {
+		if oldPar == 0 {
+			return s.checkOwner(where, subtask, par)
+		}
+		if par != oldPar || subtask < 0 || subtask >= par {
+			return fmt.Errorf("%s: corrupt %s state: an item of subtask %d of %d in a checkpoint taken with parallelism %d", where, state, subtask, par, oldPar)
+		}
+		return nil
+	}
 	var restored []txn
 	for _, item := range c.State.List[sinkPendingState] {
 		r := newVersionedStateReader(item, sinkPendingVersion)
 		subtask, par := r.int(), r.int()
-		t := txn{checkpoint: r.varint()}
+		t := txn{checkpoint: r.varint(), subtask: subtask}
 		switch r.version {
 		case 1:
 			t.from, t.to, t.size = r.string(), r.string(), -1
@@ -411,15 +480,15 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 		if err := r.done(); err != nil {
 			return fmt.Errorf("%s: corrupt %s state: %w", where, sinkPendingState, err)
 		}
-		if err := s.checkOwner(where, subtask, par); err != nil {
+		if err := checkWriter(sinkPendingState, subtask, par); err != nil {
 			return err
 		}
 		if r.version == 1 {
 			var ok1, ok2 bool
-			t.id, ok1 = parseNumbered(t.from, ".part-"+strconv.Itoa(s.subtask)+"-", inProgressSuffix)
-			t.seq, ok2 = parseNumbered(t.to, "part-"+strconv.Itoa(s.subtask)+"-", "")
+			t.id, ok1 = parseNumbered(t.from, ".part-"+strconv.Itoa(t.subtask)+"-", inProgressSuffix)
+			t.seq, ok2 = parseNumbered(t.to, "part-"+strconv.Itoa(t.subtask)+"-", "")
 			if !ok1 || !ok2 {
-				return fmt.Errorf("%s: pending transaction names %q, %q are not this subtask's file names", where, t.from, t.to)
+				return fmt.Errorf("%s: pending transaction names %q, %q are not file names of subtask %d, which wrote them", where, t.from, t.to, t.subtask)
 			}
 		} else {
 			if t.id < 0 || t.seq < 0 || t.size < 0 {
@@ -429,7 +498,7 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 				// Not quoted: it is not a name this sink makes.
 				return fmt.Errorf("%s: corrupt %s state: a transaction's job and operator identity is not one that file names can carry", where, sinkPendingState)
 			}
-			t.from, t.to = inProgressName(t.ident, s.subtask, t.id), committedName(t.ident, s.subtask, t.seq)
+			t.from, t.to = inProgressName(t.ident, t.subtask, t.id), committedName(t.ident, t.subtask, t.seq)
 		}
 		restored = append(restored, t)
 	}
@@ -440,17 +509,21 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 		if err := r.done(); err != nil {
 			return fmt.Errorf("%s: corrupt %s state: %w", where, sinkCountersState, err)
 		}
-		if err := s.checkOwner(where, subtask, par); err != nil {
+		if err := checkWriter(sinkCountersState, subtask, par); err != nil {
 			return err
 		}
-		s.nextTxn, s.nextSeq = max(s.nextTxn, nextTxn), max(s.nextSeq, nextSeq)
+		if subtask == s.subtask {
+			s.nextTxn, s.nextSeq = max(s.nextTxn, nextTxn), max(s.nextSeq, nextSeq)
+		}
 	}
-	slices.SortFunc(restored, func(a, b txn) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(restored, func(a, b txn) int { return cmp.Or(cmp.Compare(a.subtask, b.subtask), cmp.Compare(a.seq, b.seq)) })
 	for _, t := range restored {
 		if err := s.commit(t); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
-		s.nextTxn, s.nextSeq = max(s.nextTxn, t.id+1), max(s.nextSeq, t.seq+1)
+		if t.subtask == s.subtask {
+			s.nextTxn, s.nextSeq = max(s.nextTxn, t.id+1), max(s.nextSeq, t.seq+1)
+		}
 	}
 	if err := syncDir(s.cfg.Path); err != nil {
 		return err
@@ -459,9 +532,70 @@ func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
 	if err := s.cleanStale(); err != nil {
 		return err
 	}
-	_, next, err := s.scan(s.ident)
+	_, next, err := s.scan(s.ident, s.subtask)
 	s.nextSeq = max(s.nextSeq, next)
 	return err
+}
+
+// restoreWriters reads the "writers" items of a checkpoint: it continues
+// the numbering of the old subtask of this subtask's index, records the
+// checkpoint's pending files in s.keep and the subtask indexes whose stale
+// files this subtask deletes in s.cleanSubtasks, and returns the
+// parallelism the checkpoint was taken with, or 0 if it has no such items
+// (it was written before they existed).
+func (s *FileSink) restoreWriters(where string, items [][]byte) (int, error) {
+	s.keep, s.cleanSubtasks = nil, nil
+	corrupt := func(why string) error {
+		return fmt.Errorf("%s: corrupt %s state: %s", where, sinkWritersState, why)
+	}
+	oldPar := 0
+	for _, item := range items {
+		r := newVersionedStateReader(item, sinkWritersVersion)
+		subtask, par := r.int(), r.int()
+		ident := r.string()
+		nextTxn, nextSeq := r.varint(), r.varint()
+		n := r.uvarint()
+		if r.err == nil && n > uint64(len(r.b))/2 {
+			r.err = errTruncated // each pending file takes at least 2 bytes
+		}
+		pending := make([]inProgressFile, 0, n)
+		for range n {
+			f := inProgressFile{subtask: subtask}
+			f.ident = r.string()
+			f.id = r.varint()
+			pending = append(pending, f)
+		}
+		if err := r.done(); err != nil {
+			return 0, fmt.Errorf("%s: corrupt %s state: %w", where, sinkWritersState, err)
+		}
+		if par <= 0 || subtask < 0 || subtask >= par || oldPar != 0 && par != oldPar {
+			return 0, corrupt(fmt.Sprintf("subtask %d of %d in a checkpoint of parallelism %d", subtask, par, cmp.Or(oldPar, par)))
+		}
+		// Not quoted: an identity that is not valid is not a name this
+		// sink makes.
+		if !validIdentity(ident) || slices.ContainsFunc(pending, func(f inProgressFile) bool { return !validIdentity(f.ident) }) {
+			return 0, corrupt("a job and operator identity is not one that file names can carry")
+		}
+		if nextTxn < 0 || nextSeq < 0 || slices.ContainsFunc(pending, func(f inProgressFile) bool { return f.id < 0 }) {
+			return 0, corrupt("negative transaction number or seq")
+		}
+		oldPar = par
+		for _, f := range pending {
+			if s.keep == nil {
+				s.keep = make(map[inProgressFile]bool)
+			}
+			s.keep[f] = true
+		}
+		if subtask == s.subtask {
+			s.nextTxn, s.nextSeq = max(s.nextTxn, nextTxn), max(s.nextSeq, nextSeq)
+		}
+	}
+	if oldPar > 0 {
+		for j := s.subtask; j < max(oldPar, s.par); j += s.par {
+			s.cleanSubtasks = append(s.cleanSubtasks, j)
+		}
+	}
+	return oldPar, nil
 }
 
 // validIdentity reports whether ident can be a sinkIdentity: the characters
@@ -480,13 +614,13 @@ func validIdentity(ident string) bool {
 	return true
 }
 
-// checkOwner fails unless state item of subtask at parallelism par is this
-// subtask's own.
+// checkOwner fails unless state item of subtask at parallelism par, from a
+// checkpoint without "writers" state, is this subtask's own.
 func (s *FileSink) checkOwner(where string, subtask, par int) error {
 	if par == s.par && subtask == s.subtask {
 		return nil
 	}
-	return errkind.Mark(fmt.Errorf("%s: state of subtask %d of %d restored into subtask %d of %d: the transactional file sink cannot be rescaled; restore with parallelism %d",
+	return errkind.Mark(fmt.Errorf("%s: state of subtask %d of %d restored into subtask %d of %d: the checkpoint was written by a Weir whose transactional file sink cannot be rescaled; restore it with parallelism %d, then take a checkpoint or savepoint and rescale from that",
 		where, subtask, par, s.subtask, s.par, par), errRescale)
 }
 

@@ -219,7 +219,7 @@ func (c *Coordinator) Tick(now time.Time) {
 		}
 	}
 	if c.periodicDue(now) {
-		_, _ = c.trigger(now, false)
+		_, _ = c.trigger(now, false, c.cfg.MaxConcurrent)
 	}
 }
 
@@ -241,16 +241,23 @@ func (c *Coordinator) periodicDue(now time.Time) bool {
 // ErrTooManyPending when MaxConcurrent checkpoints are pending, and with
 // ErrNoSources when every source task has finished.
 func (c *Coordinator) TriggerNow(now time.Time) (int64, error) {
-	return c.trigger(now, true)
+	return c.trigger(now, true, c.cfg.MaxConcurrent)
 }
 
-func (c *Coordinator) trigger(now time.Time, manual bool) (int64, error) {
+// TriggerSavepoint is TriggerNow for a savepoint's checkpoint, which does
+// not wait behind the periodic ones: one more than MaxConcurrent may be
+// pending.
+func (c *Coordinator) TriggerSavepoint(now time.Time) (int64, error) {
+	return c.trigger(now, true, c.cfg.MaxConcurrent+1)
+}
+
+func (c *Coordinator) trigger(now time.Time, manual bool, maxPending int) (int64, error) {
 	if c.stopped {
 		return 0, fmt.Errorf("cannot trigger a checkpoint: the job is not running (checkpointing stopped); retry once it runs again: %w", ErrStopped)
 	}
-	if n := len(c.pending); n >= c.cfg.MaxConcurrent {
+	if n := len(c.pending); n >= maxPending {
 		return 0, fmt.Errorf("cannot trigger a checkpoint: checkpoint %d is still in progress and at most %d may be pending (checkpointing maxConcurrent); wait for it to end or raise maxConcurrent: %w",
-			c.pending[n-1].id, c.cfg.MaxConcurrent, ErrTooManyPending)
+			c.pending[n-1].id, maxPending, ErrTooManyPending)
 	}
 	sources := c.runningSources()
 	if len(sources) == 0 {

@@ -29,7 +29,7 @@ func buildDeployment(a *scheduler.DeployAction) *weirpb.TaskDeployment {
 			d.RestoreStorage = c.storage
 		}
 		d.Restore = restoreHandles(m, g, t, subtask)
-		d.RestoreFinished = finishedIn(m, g.Vertices[t.Head].UID, subtask)
+		d.RestoreFinished = finishedIn(m, g.Vertices[t.Head].UID, subtask, t.Parallelism)
 	}
 	slotAddrs := a.SlotAddrs
 	for _, id := range t.Chain {

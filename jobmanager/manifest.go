@@ -73,8 +73,8 @@ type completed struct {
 
 func (c completed) CheckpointID() int64 { return c.m.GetCheckpointId() }
 
-func (c completed) Finished(operatorUID string, subtask int) bool {
-	return finishedIn(c.m, operatorUID, subtask)
+func (c completed) Finished(operatorUID string, subtask, parallelism int) bool {
+	return finishedIn(c.m, operatorUID, subtask, parallelism)
 }
 
 // manifestOf is the manifest of a checkpoint the scheduler hands back, or
@@ -137,11 +137,24 @@ func markFinished(m *weirpb.Manifest, g *stream.JobGraph, tasks []coordinator.Ta
 
 // finishedIn reports whether m records subtask of the operator uid as
 // finished (a nil manifest records nothing).
-func finishedIn(m *weirpb.Manifest, uid string, subtask int) bool {
+//
+// With another parallelism than the checkpoint's, a new subtask may
+// receive state (splits, pending transactions) of any old subtask, so it
+// counts as finished only when every old subtask of the operator had.
+func finishedIn(m *weirpb.Manifest, uid string, subtask, parallelism int) bool {
 	for _, op := range m.GetOperators() {
-		if op.GetOperatorUid() == uid {
-			return slices.Contains(op.GetFinishedSubtasks(), int32(subtask))
+		if op.GetOperatorUid() != uid {
+			continue
 		}
+		if int(op.GetParallelism()) != parallelism {
+			for i := range int32(op.GetParallelism()) {
+				if !slices.Contains(op.GetFinishedSubtasks(), i) {
+					return false
+				}
+			}
+			return op.GetParallelism() > 0
+		}
+		return slices.Contains(op.GetFinishedSubtasks(), int32(subtask))
 	}
 	return false
 }

@@ -162,10 +162,34 @@ func TestBuildManifest(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("operators %q, want %q", got, want)
 	}
-	if cp := (completed{m: m}); cp.CheckpointID() != 4 || !cp.Finished("src", 1) || cp.Finished("src", 0) || cp.Finished("window", 1) {
+	if cp := (completed{m: m}); cp.CheckpointID() != 4 || !cp.Finished("src", 1, 2) || cp.Finished("src", 0, 2) || cp.Finished("window", 1, 2) {
 		t.Errorf("finished subtasks %v", m.Operators[0].FinishedSubtasks)
 	}
 	if manifestOf(completed{m: m}) != m || manifestOf(nil) != nil {
 		t.Error("manifestOf does not give back the manifest")
+	}
+}
+
+// TestFinishedAfterRescale: at another parallelism than the checkpoint's a
+// subtask counts as finished only when every old subtask had finished,
+// since it may receive any old subtask's state.
+func TestFinishedAfterRescale(t *testing.T) {
+	m := &weirpb.Manifest{Operators: []*weirpb.OperatorState{
+		{OperatorUid: "some", Parallelism: 3, FinishedSubtasks: []int32{0, 2}},
+		{OperatorUid: "all", Parallelism: 2, FinishedSubtasks: []int32{0, 1}},
+	}}
+	for _, tc := range []struct {
+		uid          string
+		subtask, par int
+		want         bool
+	}{
+		{"some", 0, 3, true}, {"some", 1, 3, false}, // same parallelism: as recorded
+		{"some", 0, 2, false}, {"some", 0, 4, false}, // rescaled: not all old finished
+		{"all", 0, 3, true}, {"all", 2, 3, true}, {"all", 0, 1, true},
+		{"gone", 0, 1, false},
+	} {
+		if got := finishedIn(m, tc.uid, tc.subtask, tc.par); got != tc.want {
+			t.Errorf("finishedIn(%s, %d of %d) = %v, want %v", tc.uid, tc.subtask, tc.par, got, tc.want)
+		}
 	}
 }

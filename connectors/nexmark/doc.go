@@ -31,14 +31,20 @@
 //
 // # Parallel sources
 //
-// Subtask i of p takes the event numbers n ≡ i (mod p) below Events and keeps
-// those of its source's kind, so the subtasks of one source partition its
-// events, and the person, auction and bid sources of one config see the same
-// sequence (a join of persons and auctions lines up however the sources are
-// parallelised). Each subtask emits in increasing event time.
+// Subtask i of p takes the event numbers n ≡ i (mod p) below Events (its
+// split) and keeps those of its source's kind, so the subtasks of one source
+// partition its events, and the person, auction and bid sources of one
+// config see the same sequence (a join of persons and auctions lines up
+// however the sources are parallelised). Each subtask emits in increasing
+// event time.
 //
 // The sources implement stream.Checkpointed: each subtask stores the next
-// event number it will look at as operator list state "positions".
+// event number of each split it owns as operator list state "positions". A
+// restore may change the parallelism: the splits are handed out anew, a
+// subtask merges the splits it received (still in increasing event time)
+// and one that received none ends at once. The splits stay those of the
+// parallelism the job was first started with, so a restore with a higher
+// parallelism leaves the extra subtasks idle.
 //
 // nexmark imports the standard library and package stream only.
 package nexmark

@@ -1,10 +1,12 @@
 package nexmark
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -125,9 +127,16 @@ func (c Config) Validate(op string) error {
 }
 
 // Source is one subtask of a nexmark_person, nexmark_auction or nexmark_bid
-// source: it emits the events of its kind among event numbers subtask,
-// subtask+parallelism, ... below Config.Events, one batch per Poll, filling
-// whole columns at a time from fixed string pools (no allocation per row).
+// source: it emits the events of its kind among the event numbers of the
+// splits it owns, below Config.Events, one batch per Poll, filling whole
+// columns at a time from fixed string pools (no allocation per row).
+//
+// A split is the event numbers n ≡ start (mod stride): a job started with
+// parallelism p (not from a checkpoint) has the p splits start = 0..p-1 of
+// stride p, and subtask i owns split i. A restore hands out the splits
+// anew: a subtask then owns exactly the splits it received, whatever the
+// parallelism, possibly none (it ends at once) or several (it merges them,
+// so that it still emits in increasing event number and event time).
 type Source struct {
 	kind  Kind
 	cfg   Config
@@ -135,11 +144,18 @@ type Source struct {
 	batch int
 
 	subtask, parallelism int64
-	// next is the next event number this subtask looks at.
-	next int64
-	ns   []int64 // event numbers of the batch being built
-	ts   []int64 // their timestamps
+	// splits are the splits the subtask owns, by start; nil before Open.
+	splits []split
+	// nsplits is the number of splits of the job (the stride of every
+	// split): the parallelism the job was first started with.
+	nsplits int64
+	ns      []int64 // event numbers of the batch being built
+	ts      []int64 // their timestamps
 }
+
+// split is the event numbers start, start+stride, ...; next is the next
+// one the subtask looks at.
+type split struct{ start, stride, next int64 }
 
 var (
 	_ stream.Source       = (*Source)(nil)
@@ -155,18 +171,38 @@ func NewSource(k Kind, cfg Config) *Source {
 	return &Source{kind: k, cfg: cfg, batch: bs, parallelism: 1}
 }
 
-// Open builds the generator and positions the subtask at its first event.
+// Open builds the generator and gives the subtask its own split.
 func (s *Source) Open(_ context.Context, octx *stream.OperatorContext) error {
 	s.gen = NewGenerator(s.cfg)
 	s.subtask, s.parallelism = int64(octx.Subtask), int64(max(1, octx.Parallelism))
-	s.next = s.subtask
+	s.nsplits = s.parallelism
+	s.splits = []split{{start: s.subtask, stride: s.parallelism, next: s.subtask}}
 	s.ns = make([]int64, 0, s.batch)
 	s.ts = make([]int64, 0, s.batch)
 	return nil
 }
 
-// Position returns the next event number the subtask will look at.
-func (s *Source) Position() int64 { return s.next }
+// Position returns the next event number the subtask will look at, or -1
+// when it has looked at all of its splits' events.
+func (s *Source) Position() int64 {
+	if sp := s.lowest(); sp != nil {
+		return sp.next
+	}
+	return -1
+}
+
+// lowest returns the split with the lowest next event number below
+// Config.Events, or nil if there is none.
+func (s *Source) lowest() *split {
+	var low *split
+	for i := range s.splits {
+		sp := &s.splits[i]
+		if (s.cfg.Events <= 0 || sp.next < s.cfg.Events) && (low == nil || sp.next < low.next) {
+			low = sp
+		}
+	}
+	return low
+}
 
 // maxScan bounds the event numbers one Poll of an unbounded source looks at.
 const maxScan = 1 << 20
@@ -174,20 +210,33 @@ const maxScan = 1 << 20
 // Poll emits the next batch of events of the source's kind, or PollEnd.
 func (s *Source) Poll(_ context.Context, out stream.Collector) (stream.PollStatus, error) {
 	end := s.cfg.Events
-	if end > 0 && s.next >= end {
-		return stream.PollEnd, nil
-	}
 	ns := s.ns[:0]
-	n, step := s.next, s.parallelism
-	for scanned := 0; len(ns) < s.batch && (end <= 0 || n < end) && scanned < maxScan; scanned++ {
-		if KindOf(n) == s.kind {
-			ns = append(ns, n)
+	if len(s.splits) == 1 {
+		// The usual case: one split, in a tight loop.
+		sp := &s.splits[0]
+		n, step := sp.next, sp.stride
+		for scanned := 0; len(ns) < s.batch && (end <= 0 || n < end) && scanned < maxScan; scanned++ {
+			if KindOf(n) == s.kind {
+				ns = append(ns, n)
+			}
+			n += step
 		}
-		n += step
+		sp.next = n
+	} else {
+		for scanned := 0; len(ns) < s.batch && scanned < maxScan; scanned++ {
+			sp := s.lowest()
+			if sp == nil {
+				break
+			}
+			if KindOf(sp.next) == s.kind {
+				ns = append(ns, sp.next)
+			}
+			sp.next += sp.stride
+		}
 	}
-	s.next, s.ns = n, ns
+	s.ns = ns
 	if len(ns) == 0 {
-		if end > 0 && n >= end {
+		if s.lowest() == nil {
 			return stream.PollEnd, nil
 		}
 		return stream.PollIdle, nil // an unbounded stretch without events of this kind
@@ -286,59 +335,128 @@ func fillStrs(out []string, ns []int64, f func(int64) string) {
 // Close does nothing.
 func (s *Source) Close() error { return nil }
 
-// Checkpoint state: one item of operator list state "positions" per subtask,
-// byte version = 1 | varint subtask | varint parallelism | varint next event
-// number. A restore needs the same parallelism (the stride of a subtask's
-// event numbers is the parallelism).
+// Checkpoint state. Each subtask writes one item of operator list state
+// "positions" per split it owns,
+//
+//	version=2 | varint start | varint stride | varint next event number
+//
+// and one item of union state "splitCount", version=1 | varint number of
+// splits of the job, which every subtask receives on restore: it tells a
+// subtask that received no split that it is restoring (and has nothing to
+// do) rather than starting afresh. Every subtask writes it, because the
+// state of a subtask that has finished is not in later checkpoints. After a
+// restore a subtask owns exactly the splits it received; the runtime hands
+// every item to exactly one subtask, so every event goes out once whatever
+// the parallelism.
+//
+// Version 1 items, written before the sources could be rescaled, are one
+// per subtask: version=1 | varint subtask | varint parallelism | varint
+// next event number, read as the split (subtask, parallelism, next). Their
+// checkpoints have no "splitCount", so they restore only with the
+// parallelism they were taken with.
 const (
 	stateName    = "positions"
-	stateVersion = 1
+	markerName   = "splitCount"
+	stateVersion = 2
 )
 
-// SnapshotState records the next event number of this subtask.
+// SnapshotState records the next event number of every split of this
+// subtask.
 func (s *Source) SnapshotState(c *stream.SnapshotContext) error {
-	item := []byte{stateVersion}
-	item = binary.AppendVarint(item, s.subtask)
-	item = binary.AppendVarint(item, s.parallelism)
-	item = binary.AppendVarint(item, s.next)
-	c.AddListState(stateName, item)
+	for _, sp := range s.splits {
+		item := []byte{stateVersion}
+		item = binary.AppendVarint(item, sp.start)
+		item = binary.AppendVarint(item, sp.stride)
+		item = binary.AppendVarint(item, sp.next)
+		c.AddListState(stateName, item)
+	}
+	c.AddUnionState(markerName, binary.AppendVarint([]byte{1}, s.nsplits))
 	return nil
 }
 
-var errCorrupt = errors.New("corrupt position state")
+var (
+	errCorrupt = errors.New("corrupt position state")
+	// errRescale marks the restore, into another subtask or with another
+	// parallelism, of state that cannot be rescaled (written by an older
+	// Weir).
+	errRescale = errors.New("state cannot be rescaled")
+)
 
-// RestoreState continues from the checkpointed position.
+// decodeItem returns the version and the varints of a state item.
+func decodeItem(b []byte, versions ...byte) (byte, []int64, error) {
+	if len(b) == 0 || !slices.Contains(versions, b[0]) {
+		return 0, nil, fmt.Errorf("%w: unknown version", errCorrupt)
+	}
+	v := b[0]
+	var vals []int64
+	for b = b[1:]; len(b) > 0; {
+		x, n := binary.Varint(b)
+		if n <= 0 {
+			return 0, nil, fmt.Errorf("%w: truncated", errCorrupt)
+		}
+		vals = append(vals, x)
+		b = b[n:]
+	}
+	return v, vals, nil
+}
+
+// RestoreState makes this subtask work on exactly the splits it received,
+// each from its checkpointed position: none, its own or others'.
 func (s *Source) RestoreState(c *stream.RestoreContext) error {
-	if c.State == nil || len(c.State.List[stateName]) == 0 {
+	if c.State == nil {
+		return nil
+	}
+	markers, items := c.State.Union[markerName], c.State.List[stateName]
+	if len(markers) == 0 && len(items) == 0 {
 		return nil
 	}
 	name := fmt.Sprintf("%s subtask %d: checkpoint %d", typeName(s.kind), s.subtask, c.CheckpointID)
-	items := c.State.List[stateName]
-	if len(items) != 1 {
-		return fmt.Errorf("%s: got %d positions, want exactly this subtask's one; restore with the parallelism the checkpoint was taken with", name, len(items))
-	}
-	vals := make([]int64, 0, 3)
-	b := items[0]
-	if len(b) == 0 || b[0] != stateVersion {
-		return fmt.Errorf("%s: %w: unknown version", name, errCorrupt)
-	}
-	b = b[1:]
-	for range 3 {
-		v, n := binary.Varint(b)
-		if n <= 0 {
-			return fmt.Errorf("%s: %w: truncated", name, errCorrupt)
+	nsplits := int64(-1)
+	for _, m := range markers {
+		_, vals, err := decodeItem(m, 1)
+		if err == nil && (len(vals) != 1 || vals[0] <= 0 || nsplits >= 0 && vals[0] != nsplits) {
+			err = fmt.Errorf("%w: bad %s item", errCorrupt, markerName)
 		}
-		vals = append(vals, v)
-		b = b[n:]
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		nsplits = vals[0]
 	}
-	sub, par, next := vals[0], vals[1], vals[2]
-	if par != s.parallelism || sub != s.subtask {
-		return fmt.Errorf("%s: the checkpoint holds the position of subtask %d of %d, this is subtask %d of %d: rescaling a Nexmark source is not supported; restore with parallelism %d",
-			name, sub, par, s.subtask, s.parallelism, par)
+	splits := make([]split, 0, len(items))
+	for _, item := range items {
+		v, vals, err := decodeItem(item, 1, 2)
+		if err == nil && len(vals) != 3 {
+			err = fmt.Errorf("%w: %d fields, want 3", errCorrupt, len(vals))
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		sp := split{start: vals[0], stride: vals[1], next: vals[2]}
+		if nsplits < 0 {
+			if v != 1 {
+				return fmt.Errorf("%s: %w: the checkpoint holds splits but not their %s item", name, errCorrupt, markerName)
+			}
+			// Version 1: start and stride are the writer's subtask and
+			// parallelism, and every subtask must get its own item back.
+			if sp.stride != s.parallelism || sp.start != s.subtask || len(items) != 1 {
+				return fmt.Errorf("%s: %w: the checkpoint holds the position of subtask %d of %d in a format written before Nexmark sources could be rescaled, and this is subtask %d of %d (with %d positions); restore it with parallelism %d, then take a checkpoint or savepoint and rescale from that",
+					name, errRescale, sp.start, sp.stride, s.subtask, s.parallelism, len(items), sp.stride)
+			}
+		} else if sp.stride != nsplits {
+			return fmt.Errorf("%s: %w: a split of stride %d in a job of %d splits", name, errCorrupt, sp.stride, nsplits)
+		}
+		if sp.start < 0 || sp.start >= sp.stride || sp.next < sp.start || (sp.next-sp.start)%sp.stride != 0 {
+			return fmt.Errorf("%s: %w: position %d is not an event number of split %d of %d", name, errCorrupt, sp.next, sp.start, sp.stride)
+		}
+		if slices.ContainsFunc(splits, func(o split) bool { return o.start == sp.start }) {
+			return fmt.Errorf("%s: got split %d twice, so the runtime distributed the list state wrongly", name, sp.start)
+		}
+		splits = append(splits, sp)
 	}
-	if next < s.subtask || (next-s.subtask)%s.parallelism != 0 {
-		return fmt.Errorf("%s: %w: position %d is not one of this subtask's event numbers", name, errCorrupt, next)
+	if nsplits < 0 {
+		nsplits = s.parallelism // version 1, checked above
 	}
-	s.next = next
+	slices.SortFunc(splits, func(a, b split) int { return cmp.Compare(a.start, b.start) })
+	s.splits, s.nsplits = splits, nsplits
 	return nil
 }

@@ -298,6 +298,12 @@ func (c *Scheduler) ManifestWritten(jobID string, cp Checkpoint, err error, now 
 
 // TriggerNow triggers a checkpoint of a running job at once.
 func (c *Scheduler) TriggerNow(jobID string, now time.Time) (int64, []Action, error) {
+	return c.triggerNow(jobID, false, now)
+}
+
+// triggerNow is TriggerNow; a savepoint's checkpoint does not wait behind
+// periodic ones, and its triggers ask for canonical snapshots.
+func (c *Scheduler) triggerNow(jobID string, savepoint bool, now time.Time) (int64, []Action, error) {
 	j := c.jobs[jobID]
 	switch {
 	case j == nil:
@@ -309,7 +315,25 @@ func (c *Scheduler) TriggerNow(jobID string, now time.Time) (int64, []Action, er
 	case restarting(j) > 0:
 		return 0, nil, fmt.Errorf("%w: job %s has %d region(s) restarting; checkpoints resume once every region runs again", ErrJobNotRunning, jobID, restarting(j))
 	}
-	id, err := j.coord.TriggerNow(now)
+	trigger := j.coord.TriggerNow
+	if savepoint {
+		trigger = j.coord.TriggerSavepoint
+		if j.savepoints == nil {
+			j.savepoints = make(map[int64]bool)
+		}
+		for id := range j.savepoints { // ended: older than the latest
+			if latest, _, ok := j.coord.Latest(); ok && id <= latest {
+				delete(j.savepoints, id)
+			}
+		}
+		// The id the trigger will take, so that its trigger actions,
+		// drained below, are marked.
+		j.savepoints[j.coord.NextID()] = true
+	}
+	id, err := trigger(now)
+	if err != nil && savepoint {
+		delete(j.savepoints, j.coord.NextID())
+	}
 	acts := c.drainCoordinator(j, now)
 	if err != nil {
 		return 0, acts, fmt.Errorf("%w: job %s: %v", ErrCheckpointNotTriggered, jobID, err)
@@ -320,28 +344,7 @@ func (c *Scheduler) TriggerNow(jobID string, now time.Time) (int64, []Action, er
 // TriggerSavepoint is TriggerNow for the checkpoint of a savepoint: its
 // triggers ask every task to snapshot keyed state in the canonical format.
 func (c *Scheduler) TriggerSavepoint(jobID string, now time.Time) (int64, []Action, error) {
-	j := c.jobs[jobID]
-	if j == nil {
-		return 0, nil, notFound(jobID)
-	}
-	if j.coord != nil {
-		// The id TriggerNow will use, so that the triggers it returns
-		// are marked.
-		if j.savepoints == nil {
-			j.savepoints = make(map[int64]bool)
-		}
-		for id := range j.savepoints { // ended: subsumed by newer ids
-			if latest, _, ok := j.coord.Latest(); ok && id <= latest {
-				delete(j.savepoints, id)
-			}
-		}
-		j.savepoints[j.coord.NextID()] = true
-	}
-	id, acts, err := c.TriggerNow(jobID, now)
-	if err != nil {
-		delete(j.savepoints, id)
-	}
-	return id, acts, err
+	return c.triggerNow(jobID, true, now)
 }
 
 // StopWithSavepoint triggers a checkpoint of a running job and stops the

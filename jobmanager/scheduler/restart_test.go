@@ -232,7 +232,7 @@ type testCheckpoint struct {
 
 func (c *testCheckpoint) CheckpointID() int64 { return c.id }
 
-func (c *testCheckpoint) Finished(uid string, subtask int) bool {
+func (c *testCheckpoint) Finished(uid string, subtask, _ int) bool {
 	return slices.Contains(c.finished[uid], subtask)
 }
 

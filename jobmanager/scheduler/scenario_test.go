@@ -589,7 +589,7 @@ func formatAction(a Action) (line, exec string) {
 			line += " restore=" + strconv.FormatInt(a.Restore.CheckpointID(), 10)
 		}
 		exec = fmt.Sprintf("%d/%d", a.Task.Head, a.Subtask)
-		if a.Restore != nil && a.Restore.Finished(a.Graph.Vertices[a.Task.Head].UID, a.Subtask) {
+		if a.Restore != nil && a.Restore.Finished(a.Graph.Vertices[a.Task.Head].UID, a.Subtask, a.Task.Parallelism) {
 			exec += "(finished)"
 		}
 		return line, exec

@@ -352,8 +352,9 @@ type WriteManifestAction struct {
 type Checkpoint interface {
 	CheckpointID() int64
 	// Finished reports whether the checkpoint records the subtask of the
-	// operator with the uid as finished.
-	Finished(operatorUID string, subtask int) bool
+	// operator with the uid, now at parallelism, as finished (with another
+	// parallelism than the checkpoint's: every old subtask finished).
+	Finished(operatorUID string, subtask, parallelism int) bool
 }
 
 // checkpointID is cp's id, or 0 for none.
@@ -1038,7 +1039,7 @@ func (c *Scheduler) checkpointingOf(j *job) TaskCheckpointing {
 // deployExec deploys ex (created, with its attempt set) into its shared
 // slot, restoring the latest completed checkpoint.
 func (c *Scheduler) deployExec(j *job, ex *execution, addrs []string, ckpt TaskCheckpointing) DeployAction {
-	ex.restoredFinished = j.latest != nil && j.latest.Finished(j.graph.Vertices[ex.spec.Head].UID, ex.subtask)
+	ex.restoredFinished = j.latest != nil && j.latest.Finished(j.graph.Vertices[ex.spec.Head].UID, ex.subtask, ex.spec.Parallelism)
 	ex.restored, ex.corrupt = checkpointID(j.latest), false
 	ex.inputEnded = false
 	ex.tm = j.slots[ex.subtask]
