@@ -53,6 +53,7 @@ var jobManagerPolicy = security.Policy{
 	weirpb.JobService_TriggerSavepoint_FullMethodName:          {security.RoleOperate},
 	weirpb.JobService_StopJob_FullMethodName:                   {security.RoleOperate},
 	weirpb.JobService_DisposeSavepoint_FullMethodName:          {security.RoleOperate},
+	weirpb.JobService_PlanJob_FullMethodName:                   {security.RoleOperate},
 }
 
 // Errors of the shell, besides the scheduler's.
@@ -519,6 +520,17 @@ func (s *jobServer) TriggerSavepoint(ctx context.Context, req *weirpb.TriggerSav
 
 func (s *jobServer) StopJob(ctx context.Context, req *weirpb.StopJobRequest) (*weirpb.SavepointResponse, error) {
 	resp, err := s.jm.savepoint(ctx, req.GetJobId(), req.GetSavepointDir(), true)
+	return resp, toGRPCError(err)
+}
+
+func (s *jobServer) PlanJob(ctx context.Context, req *weirpb.SubmitJobRequest) (*weirpb.PlanJobResponse, error) {
+	select {
+	case s.jm.submitting <- struct{}{}:
+		defer func() { <-s.jm.submitting }()
+	default:
+		return nil, status.Errorf(codes.ResourceExhausted, "jobmanager: %d submissions are being planned already; retry in a moment", cap(s.jm.submitting))
+	}
+	resp, err := s.jm.planJob(ctx, req.GetGraph(), req.GetRestoreFrom(), req.GetAllowNonRestoredState())
 	return resp, toGRPCError(err)
 }
 

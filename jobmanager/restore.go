@@ -75,7 +75,7 @@ func (jm *JobManager) loadRestore(ctx context.Context, id, from string, allowNon
 		return nil, fmt.Errorf("%w: --from: job %q does not take checkpoints, so it cannot start from one; enable checkpointing in its spec", scheduler.ErrInvalidArgument, g.Name)
 	}
 	if strings.Contains(from, "://") {
-		if cp, err := jm.loadSavepoint(ctx, from, allowNonRestored, g); cp != nil || err != nil {
+		if cp, err := jm.loadSavepoint(ctx, from, true, allowNonRestored, g); cp != nil || err != nil {
 			return cp, err
 		}
 	}
@@ -136,10 +136,10 @@ func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool)
 	return nil
 }
 
-// loadSavepoint reads the savepoint at loc and checks it against g; it
-// returns nil, nil when loc holds no savepoint (it may name a retained
-// checkpoint).
-func (jm *JobManager) loadSavepoint(ctx context.Context, loc string, allowNonRestored bool, g *stream.JobGraph) (scheduler.Checkpoint, error) {
+// loadSavepoint reads the savepoint at loc and, with check, checks it
+// against g (checkRestore); it returns nil, nil when loc holds no savepoint
+// (it may name a retained checkpoint).
+func (jm *JobManager) loadSavepoint(ctx context.Context, loc string, check, allowNonRestored bool, g *stream.JobGraph) (scheduler.Checkpoint, error) {
 	loc = strings.TrimSuffix(loc, "/")
 	if err := checkStorageURI("--from", loc, jm); err != nil {
 		return nil, err
@@ -151,8 +151,10 @@ func (jm *JobManager) loadSavepoint(ctx context.Context, loc string, allowNonRes
 	if err != nil {
 		return nil, fmt.Errorf("%w: --from %s: %v", scheduler.ErrInvalidArgument, loc, err)
 	}
-	if err := checkRestore(m, g, allowNonRestored); err != nil {
-		return nil, fmt.Errorf("%w: --from savepoint %s: %v", scheduler.ErrInvalidArgument, loc, err)
+	if check {
+		if err := checkRestore(m, g, allowNonRestored); err != nil {
+			return nil, fmt.Errorf("%w: --from savepoint %s: %v", scheduler.ErrInvalidArgument, loc, err)
+		}
 	}
 	return completed{m: m, storage: loc}, nil
 }
@@ -164,4 +166,91 @@ func readSavepoint(ctx context.Context, loc string) (*weirpb.Manifest, error) {
 		return nil, err
 	}
 	return checkpoint.ReadSavepoint(ctx, dst)
+}
+
+// planJob checks a submission that restores a checkpoint or savepoint as
+// submit would, without starting anything, and reports per operator what
+// the restore would do. A submission submit would refuse gives a report
+// with the refusal, not an error; an error means no report could be made
+// (a bad graph, an unreadable checkpoint).
+func (jm *JobManager) planJob(ctx context.Context, pg *weirpb.JobGraph, from string, allowNonRestored bool) (*weirpb.PlanJobResponse, error) {
+	if from == "" {
+		return nil, fmt.Errorf("%w: plan: name the checkpoint or savepoint to restore (--from)", scheduler.ErrInvalidArgument)
+	}
+	id := "plan-" + randomID()
+	opts, g, err := jm.prepare(ctx, id, pg, 0)
+	defer func() {
+		jm.storages.Lock()
+		delete(jm.storages.m, id)
+		jm.storages.Unlock()
+	}()
+	if err != nil {
+		return nil, err
+	}
+	// Read it allowing everything, then report what submit would refuse.
+	cp, err := jm.loadRestoreUnchecked(ctx, id, from, g, opts)
+	if err != nil {
+		return nil, err
+	}
+	m := manifestOf(cp)
+	resp := &weirpb.PlanJobResponse{From: from, CheckpointId: m.GetCheckpointId(), SourceJobId: m.GetJobId(), MaxParallelism: m.GetMaxParallelism()}
+	if err := checkRestore(m, g, allowNonRestored); err != nil {
+		resp.Refusal = err.Error()
+	}
+	inJob := make(map[string]*stream.Vertex, len(g.Vertices))
+	for _, v := range g.Vertices {
+		inJob[v.UID] = v
+	}
+	seen := make(map[string]bool)
+	for _, op := range m.GetOperators() {
+		if len(op.GetHandles()) == 0 && len(op.GetFinishedSubtasks()) == 0 {
+			continue
+		}
+		p := &weirpb.OperatorRestorePlan{Uid: op.GetOperatorUid(), Status: "restored", OldParallelism: op.GetParallelism()}
+		if v := inJob[op.GetOperatorUid()]; v != nil {
+			p.NewParallelism = int32(v.Parallelism)
+		} else {
+			p.Status = "dropped"
+		}
+		for _, h := range op.GetHandles() {
+			p.StateBytes += h.GetSize()
+			p.Objects++
+			for _, f := range h.GetFiles() {
+				p.StateBytes += f.GetSize()
+				p.Objects++
+				p.Incremental = true
+			}
+		}
+		seen[p.Uid] = true
+		resp.Operators = append(resp.Operators, p)
+	}
+	for _, v := range g.Vertices {
+		if !seen[v.UID] {
+			resp.Operators = append(resp.Operators, &weirpb.OperatorRestorePlan{Uid: v.UID, Status: "new", NewParallelism: int32(v.Parallelism)})
+		}
+	}
+	return resp, nil
+}
+
+// loadRestoreUnchecked is loadRestore without checkRestore.
+func (jm *JobManager) loadRestoreUnchecked(ctx context.Context, id, from string, g *stream.JobGraph, opts scheduler.JobOptions) (scheduler.Checkpoint, error) {
+	if strings.Contains(from, "://") {
+		if cp, err := jm.loadSavepoint(ctx, from, false, false, g); cp != nil || err != nil {
+			return cp, err
+		}
+	}
+	src, err := parseRestoreFrom(from, opts.Storage)
+	if err != nil {
+		return nil, err
+	}
+	st := jm.storage(id)
+	if st == nil {
+		return nil, fmt.Errorf("%w: --from: job %q takes no checkpoints, so it cannot start from one; enable checkpointing in its spec", scheduler.ErrInvalidArgument, g.Name)
+	}
+	m, err := st.ReadManifest(ctx, src.JobID, src.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --from %s@%d: %v; check the job id and checkpoint number (weir checkpoints list JOB_ID shows the retained ones)",
+			scheduler.ErrInvalidArgument, src.JobID, src.ID, err)
+	}
+	return completed{m: m}, nil
 }

@@ -122,7 +122,8 @@ func TestCorruptCheckpointFailsJob(t *testing.T) {
 // output directory: the file sink of the new job takes the directory
 // over, commits what the old one had pending and drops what it had not,
 // and the output is exactly once. A spec that drops an operator with state
-// is refused first, without --allow-non-restored-state. It prints
+// is refused first, without --allow-non-restored-state, by weir jobs plan
+// and by weir submit. It prints
 //
 //	restored_from_checkpoint=<n> lost=0 duplicated=0
 func TestSubmitFromRetainedCheckpoint(t *testing.T) {
@@ -164,8 +165,14 @@ func TestSubmitFromRetainedCheckpoint(t *testing.T) {
 	if err := os.WriteFile(droppedSpec, []byte(dropped), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if out, err := c.Weir("jobs", "plan", droppedSpec, "--from", from); err == nil || !strings.Contains(out, "dropped") || !strings.Contains(out, "would refuse") {
+		t.Fatalf("plan of a submission dropping state: %v\n%s", err, out)
+	}
 	if out, err := c.Weir("submit", droppedSpec, "--from", from); err == nil || !strings.Contains(out, "allow-non-restored-state") {
 		t.Fatalf("a submission dropping state was not refused: %v\n%s", err, out)
+	}
+	if out, err := c.Weir("jobs", "plan", job.spec, "--from", from); err != nil || !strings.Contains(out, "restored") || !strings.Contains(out, "would accept") {
+		t.Fatalf("plan of the same job: %v\n%s", err, out)
 	}
 
 	out, err := c.Weir("submit", job.spec, "--from", from)

@@ -248,9 +248,9 @@ func waitJob(cmd *cobra.Command, cc *clientConfig, client weirpb.JobServiceClien
 	}
 }
 
-func newJobsCommand(cc *clientConfig) *cobra.Command {
+func newJobsCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs", Short: "List, inspect, cancel and stop jobs"}
-	cmd.AddCommand(newStopCommand(cc))
+	cmd.AddCommand(newStopCommand(cc), newPlanCommand(cc, reg))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List jobs",

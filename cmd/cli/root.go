@@ -31,7 +31,7 @@ func NewWeirCommand(reg *stream.Registry) *cobra.Command {
 		SilenceErrors: true,
 	}
 	cc.bind(root)
-	root.AddCommand(newSubmitCommand(&cc, reg), newJobsCommand(&cc), newSavepointCommand(&cc), newSavepointsCommand(&cc), newTaskManagersCommand(&cc), newCheckpointsCommand(&cc), newLocalCommand(), newCertsCommand(),
+	root.AddCommand(newSubmitCommand(&cc, reg), newJobsCommand(&cc, reg), newSavepointCommand(&cc), newSavepointsCommand(&cc), newTaskManagersCommand(&cc), newCheckpointsCommand(&cc), newLocalCommand(), newCertsCommand(),
 		NewJobManagerCommand(reg), NewTaskManagerCommand(reg))
 	return root
 }

@@ -8,7 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/jobspec"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
 )
 
 // defaultSavepointTimeout bounds a savepoint command when --timeout is
@@ -116,5 +118,76 @@ func newSavepointsCommand(cc *clientConfig) *cobra.Command {
 			return nil
 		},
 	})
+	return cmd
+}
+
+func newPlanCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
+	var from string
+	var allowNonRestored bool
+	cmd := &cobra.Command{
+		Use:   "plan FILE --from SAVEPOINT|JOB_ID@N",
+		Short: "Show what starting a job from a savepoint or checkpoint would restore, and whether it would be refused",
+		Long: "plan checks the job spec against the savepoint or retained checkpoint as weir submit --from does, without\n" +
+			"starting anything, and lists per operator uid: restored, new (no state) or dropped (state the job no\n" +
+			"longer has), the old and new parallelism, and the state bytes its subtasks download. It exits non-zero\n" +
+			"when the submission would be refused, and says why.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from == "" {
+				return fmt.Errorf("plan %s: --from is required: a savepoint location or JOB_ID@N", args[0])
+			}
+			g, err := jobspec.Load(args[0], reg)
+			if err != nil {
+				return err
+			}
+			client, ctx, done, err := cc.savepointConnect(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.PlanJob(ctx, &weirpb.SubmitJobRequest{Graph: weirpb.FromGraph(g), RestoreFrom: from, AllowNonRestoredState: allowNonRestored})
+			if err != nil {
+				return cc.callErr("plan "+args[0], err)
+			}
+			if cc.output == "json" {
+				if err := printJSON(cmd.OutOrStdout(), resp); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "from %s: checkpoint %d of job %s, maxParallelism %d\n",
+					resp.GetFrom(), resp.GetCheckpointId(), resp.GetSourceJobId(), resp.GetMaxParallelism())
+				var rows [][]string
+				for _, o := range resp.GetOperators() {
+					par := fmt.Sprintf("%d -> %d", o.GetOldParallelism(), o.GetNewParallelism())
+					switch o.GetStatus() {
+					case "new":
+						par = fmt.Sprintf("- -> %d", o.GetNewParallelism())
+					case "dropped":
+						par = fmt.Sprintf("%d -> -", o.GetOldParallelism())
+					}
+					kind := "canonical"
+					if o.GetIncremental() {
+						kind = "incremental (pebble only)"
+					}
+					if o.GetStatus() == "new" {
+						kind = "-"
+					}
+					rows = append(rows, []string{o.GetUid(), o.GetStatus(), par, checkpoint.FormatBytes(o.GetStateBytes()), fmt.Sprint(o.GetObjects()), kind})
+				}
+				if err := table(cmd.OutOrStdout(), "OPERATOR\tSTATE\tPARALLELISM\tBYTES\tOBJECTS\tFORMAT", rows); err != nil {
+					return err
+				}
+			}
+			if r := resp.GetRefusal(); r != "" {
+				return fmt.Errorf("plan %s: weir submit --from would refuse it: %s", args[0], r)
+			}
+			if cc.output != "json" {
+				fmt.Fprintln(cmd.OutOrStdout(), "weir submit --from would accept it")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "the savepoint location, or the retained checkpoint (JOB_ID@N or <storage>/<job id>/chk-N)")
+	cmd.Flags().BoolVar(&allowNonRestored, "allow-non-restored-state", false, "as for weir submit: dropping the state of operators the job no longer has is allowed")
 	return cmd
 }

@@ -1775,6 +1775,194 @@ func (x *DisposeSavepointResponse) GetDeletedObjects() int32 {
 	return 0
 }
 
+type PlanJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// refusal is why SubmitJob would refuse the submission ("": it would
+	// accept it).
+	Refusal string `protobuf:"bytes,1,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// from is the savepoint or checkpoint, checkpoint_id its checkpoint and
+	// source_job_id the job that took it.
+	From           string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	CheckpointId   int64                  `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	SourceJobId    string                 `protobuf:"bytes,4,opt,name=source_job_id,json=sourceJobId,proto3" json:"source_job_id,omitempty"`
+	MaxParallelism int32                  `protobuf:"varint,5,opt,name=max_parallelism,json=maxParallelism,proto3" json:"max_parallelism,omitempty"`
+	Operators      []*OperatorRestorePlan `protobuf:"bytes,6,rep,name=operators,proto3" json:"operators,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PlanJobResponse) Reset() {
+	*x = PlanJobResponse{}
+	mi := &file_weirpb_jobs_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanJobResponse) ProtoMessage() {}
+
+func (x *PlanJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanJobResponse.ProtoReflect.Descriptor instead.
+func (*PlanJobResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PlanJobResponse) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
+func (x *PlanJobResponse) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PlanJobResponse) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *PlanJobResponse) GetSourceJobId() string {
+	if x != nil {
+		return x.SourceJobId
+	}
+	return ""
+}
+
+func (x *PlanJobResponse) GetMaxParallelism() int32 {
+	if x != nil {
+		return x.MaxParallelism
+	}
+	return 0
+}
+
+func (x *PlanJobResponse) GetOperators() []*OperatorRestorePlan {
+	if x != nil {
+		return x.Operators
+	}
+	return nil
+}
+
+// OperatorRestorePlan is what a restore would do for one operator uid.
+type OperatorRestorePlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	// status: "restored" (state in the checkpoint, operator in the job),
+	// "new" (in the job, no state in the checkpoint), "dropped" (state in
+	// the checkpoint, not in the job).
+	Status         string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	OldParallelism int32  `protobuf:"varint,3,opt,name=old_parallelism,json=oldParallelism,proto3" json:"old_parallelism,omitempty"`
+	NewParallelism int32  `protobuf:"varint,4,opt,name=new_parallelism,json=newParallelism,proto3" json:"new_parallelism,omitempty"`
+	// state_bytes is what its subtasks download; objects the number of
+	// objects they are in.
+	StateBytes int64 `protobuf:"varint,5,opt,name=state_bytes,json=stateBytes,proto3" json:"state_bytes,omitempty"`
+	Objects    int32 `protobuf:"varint,6,opt,name=objects,proto3" json:"objects,omitempty"`
+	// incremental: the state is a backend's incremental files (restores
+	// into Pebble only).
+	Incremental   bool `protobuf:"varint,7,opt,name=incremental,proto3" json:"incremental,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperatorRestorePlan) Reset() {
+	*x = OperatorRestorePlan{}
+	mi := &file_weirpb_jobs_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperatorRestorePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperatorRestorePlan) ProtoMessage() {}
+
+func (x *OperatorRestorePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperatorRestorePlan.ProtoReflect.Descriptor instead.
+func (*OperatorRestorePlan) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *OperatorRestorePlan) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *OperatorRestorePlan) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *OperatorRestorePlan) GetOldParallelism() int32 {
+	if x != nil {
+		return x.OldParallelism
+	}
+	return 0
+}
+
+func (x *OperatorRestorePlan) GetNewParallelism() int32 {
+	if x != nil {
+		return x.NewParallelism
+	}
+	return 0
+}
+
+func (x *OperatorRestorePlan) GetStateBytes() int64 {
+	if x != nil {
+		return x.StateBytes
+	}
+	return 0
+}
+
+func (x *OperatorRestorePlan) GetObjects() int32 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+func (x *OperatorRestorePlan) GetIncremental() bool {
+	if x != nil {
+		return x.Incremental
+	}
+	return false
+}
+
 var File_weirpb_jobs_proto protoreflect.FileDescriptor
 
 const file_weirpb_jobs_proto_rawDesc = "" +
@@ -1898,7 +2086,23 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x17DisposeSavepointRequest\x12\x1a\n" +
 	"\blocation\x18\x01 \x01(\tR\blocation\"C\n" +
 	"\x18DisposeSavepointResponse\x12'\n" +
-	"\x0fdeleted_objects\x18\x01 \x01(\x05R\x0edeletedObjects*\xe2\x01\n" +
+	"\x0fdeleted_objects\x18\x01 \x01(\x05R\x0edeletedObjects\"\xed\x01\n" +
+	"\x0fPlanJobResponse\x12\x18\n" +
+	"\arefusal\x18\x01 \x01(\tR\arefusal\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x03R\fcheckpointId\x12\"\n" +
+	"\rsource_job_id\x18\x04 \x01(\tR\vsourceJobId\x12'\n" +
+	"\x0fmax_parallelism\x18\x05 \x01(\x05R\x0emaxParallelism\x12:\n" +
+	"\toperators\x18\x06 \x03(\v2\x1c.weir.v1.OperatorRestorePlanR\toperators\"\xee\x01\n" +
+	"\x13OperatorRestorePlan\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12'\n" +
+	"\x0fold_parallelism\x18\x03 \x01(\x05R\x0eoldParallelism\x12'\n" +
+	"\x0fnew_parallelism\x18\x04 \x01(\x05R\x0enewParallelism\x12\x1f\n" +
+	"\vstate_bytes\x18\x05 \x01(\x03R\n" +
+	"stateBytes\x12\x18\n" +
+	"\aobjects\x18\x06 \x01(\x05R\aobjects\x12 \n" +
+	"\vincremental\x18\a \x01(\bR\vincremental*\xe2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_CREATED\x10\x01\x12\x17\n" +
@@ -1913,7 +2117,7 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x1dCHECKPOINT_STATUS_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dCHECKPOINT_STATUS_IN_PROGRESS\x10\x01\x12\x1f\n" +
 	"\x1bCHECKPOINT_STATUS_COMPLETED\x10\x02\x12\x1c\n" +
-	"\x18CHECKPOINT_STATUS_FAILED\x10\x032\xbb\a\n" +
+	"\x18CHECKPOINT_STATUS_FAILED\x10\x032\xfb\a\n" +
 	"\n" +
 	"JobService\x12B\n" +
 	"\tSubmitJob\x12\x19.weir.v1.SubmitJobRequest\x1a\x1a.weir.v1.SubmitJobResponse\x12?\n" +
@@ -1926,7 +2130,8 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x11InspectCheckpoint\x12!.weir.v1.InspectCheckpointRequest\x1a\".weir.v1.InspectCheckpointResponse\x12P\n" +
 	"\x10TriggerSavepoint\x12 .weir.v1.TriggerSavepointRequest\x1a\x1a.weir.v1.SavepointResponse\x12>\n" +
 	"\aStopJob\x12\x17.weir.v1.StopJobRequest\x1a\x1a.weir.v1.SavepointResponse\x12W\n" +
-	"\x10DisposeSavepoint\x12 .weir.v1.DisposeSavepointRequest\x1a!.weir.v1.DisposeSavepointResponse\x12Q\n" +
+	"\x10DisposeSavepoint\x12 .weir.v1.DisposeSavepointRequest\x1a!.weir.v1.DisposeSavepointResponse\x12>\n" +
+	"\aPlanJob\x12\x19.weir.v1.SubmitJobRequest\x1a\x18.weir.v1.PlanJobResponse\x12Q\n" +
 	"\x0eCollectGarbage\x12\x1e.weir.v1.CollectGarbageRequest\x1a\x1f.weir.v1.CollectGarbageResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
 
 var (
@@ -1942,7 +2147,7 @@ func file_weirpb_jobs_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_weirpb_jobs_proto_goTypes = []any{
 	(JobState)(0),                        // 0: weir.v1.JobState
 	(CheckpointStatus)(0),                // 1: weir.v1.CheckpointStatus
@@ -1974,54 +2179,59 @@ var file_weirpb_jobs_proto_goTypes = []any{
 	(*SavepointResponse)(nil),            // 27: weir.v1.SavepointResponse
 	(*DisposeSavepointRequest)(nil),      // 28: weir.v1.DisposeSavepointRequest
 	(*DisposeSavepointResponse)(nil),     // 29: weir.v1.DisposeSavepointResponse
-	(*JobGraph)(nil),                     // 30: weir.v1.JobGraph
-	(*ExecutionID)(nil),                  // 31: weir.v1.ExecutionID
-	(TaskState)(0),                       // 32: weir.v1.TaskState
-	(*Manifest)(nil),                     // 33: weir.v1.Manifest
+	(*PlanJobResponse)(nil),              // 30: weir.v1.PlanJobResponse
+	(*OperatorRestorePlan)(nil),          // 31: weir.v1.OperatorRestorePlan
+	(*JobGraph)(nil),                     // 32: weir.v1.JobGraph
+	(*ExecutionID)(nil),                  // 33: weir.v1.ExecutionID
+	(TaskState)(0),                       // 34: weir.v1.TaskState
+	(*Manifest)(nil),                     // 35: weir.v1.Manifest
 }
 var file_weirpb_jobs_proto_depIdxs = []int32{
-	30, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
+	32, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
 	0,  // 1: weir.v1.JobSummary.state:type_name -> weir.v1.JobState
-	31, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
-	32, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
+	33, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
+	34, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
 	4,  // 4: weir.v1.ListJobsResponse.jobs:type_name -> weir.v1.JobSummary
 	4,  // 5: weir.v1.GetJobResponse.job:type_name -> weir.v1.JobSummary
 	5,  // 6: weir.v1.GetJobResponse.tasks:type_name -> weir.v1.TaskInfo
-	30, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
+	32, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
 	13, // 8: weir.v1.ListTaskManagersResponse.taskmanagers:type_name -> weir.v1.TaskManagerInfo
 	1,  // 9: weir.v1.CheckpointInfo.status:type_name -> weir.v1.CheckpointStatus
 	15, // 10: weir.v1.ListCheckpointsResponse.checkpoints:type_name -> weir.v1.CheckpointInfo
-	33, // 11: weir.v1.InspectCheckpointResponse.manifest:type_name -> weir.v1.Manifest
+	35, // 11: weir.v1.InspectCheckpointResponse.manifest:type_name -> weir.v1.Manifest
 	23, // 12: weir.v1.CollectGarbageResponse.objects:type_name -> weir.v1.GarbageObject
-	2,  // 13: weir.v1.JobService.SubmitJob:input_type -> weir.v1.SubmitJobRequest
-	6,  // 14: weir.v1.JobService.ListJobs:input_type -> weir.v1.ListJobsRequest
-	8,  // 15: weir.v1.JobService.GetJob:input_type -> weir.v1.GetJobRequest
-	10, // 16: weir.v1.JobService.CancelJob:input_type -> weir.v1.CancelJobRequest
-	12, // 17: weir.v1.JobService.ListTaskManagers:input_type -> weir.v1.ListTaskManagersRequest
-	16, // 18: weir.v1.JobService.ListCheckpoints:input_type -> weir.v1.ListCheckpointsRequest
-	18, // 19: weir.v1.JobService.TriggerCheckpoint:input_type -> weir.v1.TriggerJobCheckpointRequest
-	20, // 20: weir.v1.JobService.InspectCheckpoint:input_type -> weir.v1.InspectCheckpointRequest
-	25, // 21: weir.v1.JobService.TriggerSavepoint:input_type -> weir.v1.TriggerSavepointRequest
-	26, // 22: weir.v1.JobService.StopJob:input_type -> weir.v1.StopJobRequest
-	28, // 23: weir.v1.JobService.DisposeSavepoint:input_type -> weir.v1.DisposeSavepointRequest
-	22, // 24: weir.v1.JobService.CollectGarbage:input_type -> weir.v1.CollectGarbageRequest
-	3,  // 25: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
-	7,  // 26: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
-	9,  // 27: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
-	11, // 28: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
-	14, // 29: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
-	17, // 30: weir.v1.JobService.ListCheckpoints:output_type -> weir.v1.ListCheckpointsResponse
-	19, // 31: weir.v1.JobService.TriggerCheckpoint:output_type -> weir.v1.TriggerJobCheckpointResponse
-	21, // 32: weir.v1.JobService.InspectCheckpoint:output_type -> weir.v1.InspectCheckpointResponse
-	27, // 33: weir.v1.JobService.TriggerSavepoint:output_type -> weir.v1.SavepointResponse
-	27, // 34: weir.v1.JobService.StopJob:output_type -> weir.v1.SavepointResponse
-	29, // 35: weir.v1.JobService.DisposeSavepoint:output_type -> weir.v1.DisposeSavepointResponse
-	24, // 36: weir.v1.JobService.CollectGarbage:output_type -> weir.v1.CollectGarbageResponse
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	31, // 13: weir.v1.PlanJobResponse.operators:type_name -> weir.v1.OperatorRestorePlan
+	2,  // 14: weir.v1.JobService.SubmitJob:input_type -> weir.v1.SubmitJobRequest
+	6,  // 15: weir.v1.JobService.ListJobs:input_type -> weir.v1.ListJobsRequest
+	8,  // 16: weir.v1.JobService.GetJob:input_type -> weir.v1.GetJobRequest
+	10, // 17: weir.v1.JobService.CancelJob:input_type -> weir.v1.CancelJobRequest
+	12, // 18: weir.v1.JobService.ListTaskManagers:input_type -> weir.v1.ListTaskManagersRequest
+	16, // 19: weir.v1.JobService.ListCheckpoints:input_type -> weir.v1.ListCheckpointsRequest
+	18, // 20: weir.v1.JobService.TriggerCheckpoint:input_type -> weir.v1.TriggerJobCheckpointRequest
+	20, // 21: weir.v1.JobService.InspectCheckpoint:input_type -> weir.v1.InspectCheckpointRequest
+	25, // 22: weir.v1.JobService.TriggerSavepoint:input_type -> weir.v1.TriggerSavepointRequest
+	26, // 23: weir.v1.JobService.StopJob:input_type -> weir.v1.StopJobRequest
+	28, // 24: weir.v1.JobService.DisposeSavepoint:input_type -> weir.v1.DisposeSavepointRequest
+	2,  // 25: weir.v1.JobService.PlanJob:input_type -> weir.v1.SubmitJobRequest
+	22, // 26: weir.v1.JobService.CollectGarbage:input_type -> weir.v1.CollectGarbageRequest
+	3,  // 27: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
+	7,  // 28: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
+	9,  // 29: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
+	11, // 30: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
+	14, // 31: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
+	17, // 32: weir.v1.JobService.ListCheckpoints:output_type -> weir.v1.ListCheckpointsResponse
+	19, // 33: weir.v1.JobService.TriggerCheckpoint:output_type -> weir.v1.TriggerJobCheckpointResponse
+	21, // 34: weir.v1.JobService.InspectCheckpoint:output_type -> weir.v1.InspectCheckpointResponse
+	27, // 35: weir.v1.JobService.TriggerSavepoint:output_type -> weir.v1.SavepointResponse
+	27, // 36: weir.v1.JobService.StopJob:output_type -> weir.v1.SavepointResponse
+	29, // 37: weir.v1.JobService.DisposeSavepoint:output_type -> weir.v1.DisposeSavepointResponse
+	30, // 38: weir.v1.JobService.PlanJob:output_type -> weir.v1.PlanJobResponse
+	24, // 39: weir.v1.JobService.CollectGarbage:output_type -> weir.v1.CollectGarbageResponse
+	27, // [27:40] is the sub-list for method output_type
+	14, // [14:27] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_jobs_proto_init() }
@@ -2038,7 +2248,7 @@ func file_weirpb_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_jobs_proto_rawDesc), len(file_weirpb_jobs_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

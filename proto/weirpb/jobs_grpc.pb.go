@@ -30,6 +30,7 @@ const (
 	JobService_TriggerSavepoint_FullMethodName  = "/weir.v1.JobService/TriggerSavepoint"
 	JobService_StopJob_FullMethodName           = "/weir.v1.JobService/StopJob"
 	JobService_DisposeSavepoint_FullMethodName  = "/weir.v1.JobService/DisposeSavepoint"
+	JobService_PlanJob_FullMethodName           = "/weir.v1.JobService/PlanJob"
 	JobService_CollectGarbage_FullMethodName    = "/weir.v1.JobService/CollectGarbage"
 )
 
@@ -55,6 +56,9 @@ type JobServiceClient interface {
 	StopJob(ctx context.Context, in *StopJobRequest, opts ...grpc.CallOption) (*SavepointResponse, error)
 	// DisposeSavepoint deletes a savepoint's files.
 	DisposeSavepoint(ctx context.Context, in *DisposeSavepointRequest, opts ...grpc.CallOption) (*DisposeSavepointResponse, error)
+	// PlanJob checks a submission with restore_from as SubmitJob would,
+	// without starting anything, and reports what would be restored.
+	PlanJob(ctx context.Context, in *SubmitJobRequest, opts ...grpc.CallOption) (*PlanJobResponse, error)
 	// CollectGarbage removes (or with dry_run lists) objects in the job's
 	// checkpoint storage that no retained or in-progress checkpoint refers to
 	// and that are older than min_age: leftovers of uploads that finished
@@ -180,6 +184,16 @@ func (c *jobServiceClient) DisposeSavepoint(ctx context.Context, in *DisposeSave
 	return out, nil
 }
 
+func (c *jobServiceClient) PlanJob(ctx context.Context, in *SubmitJobRequest, opts ...grpc.CallOption) (*PlanJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanJobResponse)
+	err := c.cc.Invoke(ctx, JobService_PlanJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *jobServiceClient) CollectGarbage(ctx context.Context, in *CollectGarbageRequest, opts ...grpc.CallOption) (*CollectGarbageResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CollectGarbageResponse)
@@ -212,6 +226,9 @@ type JobServiceServer interface {
 	StopJob(context.Context, *StopJobRequest) (*SavepointResponse, error)
 	// DisposeSavepoint deletes a savepoint's files.
 	DisposeSavepoint(context.Context, *DisposeSavepointRequest) (*DisposeSavepointResponse, error)
+	// PlanJob checks a submission with restore_from as SubmitJob would,
+	// without starting anything, and reports what would be restored.
+	PlanJob(context.Context, *SubmitJobRequest) (*PlanJobResponse, error)
 	// CollectGarbage removes (or with dry_run lists) objects in the job's
 	// checkpoint storage that no retained or in-progress checkpoint refers to
 	// and that are older than min_age: leftovers of uploads that finished
@@ -259,6 +276,9 @@ func (UnimplementedJobServiceServer) StopJob(context.Context, *StopJobRequest) (
 }
 func (UnimplementedJobServiceServer) DisposeSavepoint(context.Context, *DisposeSavepointRequest) (*DisposeSavepointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DisposeSavepoint not implemented")
+}
+func (UnimplementedJobServiceServer) PlanJob(context.Context, *SubmitJobRequest) (*PlanJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlanJob not implemented")
 }
 func (UnimplementedJobServiceServer) CollectGarbage(context.Context, *CollectGarbageRequest) (*CollectGarbageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CollectGarbage not implemented")
@@ -482,6 +502,24 @@ func _JobService_DisposeSavepoint_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_PlanJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SubmitJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).PlanJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_PlanJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).PlanJob(ctx, req.(*SubmitJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _JobService_CollectGarbage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CollectGarbageRequest)
 	if err := dec(in); err != nil {
@@ -550,6 +588,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DisposeSavepoint",
 			Handler:    _JobService_DisposeSavepoint_Handler,
+		},
+		{
+			MethodName: "PlanJob",
+			Handler:    _JobService_PlanJob_Handler,
 		},
 		{
 			MethodName: "CollectGarbage",
