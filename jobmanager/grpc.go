@@ -224,13 +224,23 @@ type jobServer struct {
 	jm *JobManager
 }
 
-func (s *jobServer) SubmitJob(ctx context.Context, req *weirpb.SubmitJobRequest) (*weirpb.SubmitJobResponse, error) {
+// admitSubmission takes one of the tokens of the submissions being planned
+// at once, or refuses with ResourceExhausted; release returns it.
+func (jm *JobManager) admitSubmission() (release func(), err error) {
 	select {
-	case s.jm.submitting <- struct{}{}:
-		defer func() { <-s.jm.submitting }()
+	case jm.submitting <- struct{}{}:
+		return func() { <-jm.submitting }, nil
 	default:
-		return nil, status.Errorf(codes.ResourceExhausted, "jobmanager: %d submissions are being planned already; retry in a moment", cap(s.jm.submitting))
+		return nil, status.Errorf(codes.ResourceExhausted, "jobmanager: %d submissions are being planned already; retry in a moment", cap(jm.submitting))
 	}
+}
+
+func (s *jobServer) SubmitJob(ctx context.Context, req *weirpb.SubmitJobRequest) (*weirpb.SubmitJobResponse, error) {
+	release, err := s.jm.admitSubmission()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	id, err := s.jm.submit(ctx, req.GetGraph(), time.Duration(req.GetSlotWaitMs())*time.Millisecond, req.GetRestoreFrom(), req.GetAllowNonRestoredState())
 	if err != nil {
 		return nil, toGRPCError(err)
@@ -524,12 +534,11 @@ func (s *jobServer) StopJob(ctx context.Context, req *weirpb.StopJobRequest) (*w
 }
 
 func (s *jobServer) PlanJob(ctx context.Context, req *weirpb.SubmitJobRequest) (*weirpb.PlanJobResponse, error) {
-	select {
-	case s.jm.submitting <- struct{}{}:
-		defer func() { <-s.jm.submitting }()
-	default:
-		return nil, status.Errorf(codes.ResourceExhausted, "jobmanager: %d submissions are being planned already; retry in a moment", cap(s.jm.submitting))
+	release, err := s.jm.admitSubmission()
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	resp, err := s.jm.planJob(ctx, req.GetGraph(), req.GetRestoreFrom(), req.GetAllowNonRestoredState())
 	return resp, toGRPCError(err)
 }

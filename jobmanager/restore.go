@@ -67,35 +67,18 @@ func parseRestoreFrom(from, storage string) (restoreSource, error) {
 	return restoreSource{JobID: job, ID: id}, nil
 }
 
-// loadRestore reads and checks the checkpoint a submission names against
-// the planned graph g (checkRestore). It returns the checkpoint to
-// restore.
+// loadRestore reads the checkpoint or savepoint a submission names and
+// checks it against the planned graph g (checkRestore). It returns the
+// checkpoint to restore.
 func (jm *JobManager) loadRestore(ctx context.Context, id, from string, allowNonRestored bool, g *stream.JobGraph, opts scheduler.JobOptions) (scheduler.Checkpoint, error) {
-	if !opts.Checkpoint.Enabled() {
-		return nil, fmt.Errorf("%w: --from: job %q does not take checkpoints, so it cannot start from one; enable checkpointing in its spec", scheduler.ErrInvalidArgument, g.Name)
-	}
-	if strings.Contains(from, "://") {
-		if cp, err := jm.loadSavepoint(ctx, from, true, allowNonRestored, g); cp != nil || err != nil {
-			return cp, err
-		}
-	}
-	src, err := parseRestoreFrom(from, opts.Storage)
+	cp, err := jm.loadRestoreUnchecked(ctx, id, from, g, opts)
 	if err != nil {
 		return nil, err
 	}
-	st := jm.storage(id)
-	if st == nil {
-		return nil, fmt.Errorf("%w: --from: job %q has no checkpoint storage", scheduler.ErrInvalidArgument, g.Name)
+	if err := checkRestore(manifestOf(cp), g, allowNonRestored); err != nil {
+		return nil, fmt.Errorf("%w: --from %s: %v", scheduler.ErrInvalidArgument, from, err)
 	}
-	m, err := st.ReadManifest(ctx, src.JobID, src.ID)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --from %s@%d: %v; check the job id and checkpoint number (weir checkpoints list JOB_ID shows the retained ones)",
-			scheduler.ErrInvalidArgument, src.JobID, src.ID, err)
-	}
-	if err := checkRestore(m, g, allowNonRestored); err != nil {
-		return nil, fmt.Errorf("%w: --from %s@%d: %v", scheduler.ErrInvalidArgument, src.JobID, src.ID, err)
-	}
-	return completed{m: m}, nil
+	return cp, nil
 }
 
 // checkRestore reports why g cannot start from m, or nil: maxParallelism
@@ -136,10 +119,9 @@ func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool)
 	return nil
 }
 
-// loadSavepoint reads the savepoint at loc and, with check, checks it
-// against g (checkRestore); it returns nil, nil when loc holds no savepoint
-// (it may name a retained checkpoint).
-func (jm *JobManager) loadSavepoint(ctx context.Context, loc string, check, allowNonRestored bool, g *stream.JobGraph) (scheduler.Checkpoint, error) {
+// loadSavepoint reads the savepoint at loc; it returns nil, nil when loc
+// holds no savepoint (it may name a retained checkpoint).
+func (jm *JobManager) loadSavepoint(ctx context.Context, loc string) (scheduler.Checkpoint, error) {
 	loc = strings.TrimSuffix(loc, "/")
 	if err := checkStorageURI("--from", loc, jm); err != nil {
 		return nil, err
@@ -150,11 +132,6 @@ func (jm *JobManager) loadSavepoint(ctx context.Context, loc string, check, allo
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: --from %s: %v", scheduler.ErrInvalidArgument, loc, err)
-	}
-	if check {
-		if err := checkRestore(m, g, allowNonRestored); err != nil {
-			return nil, fmt.Errorf("%w: --from savepoint %s: %v", scheduler.ErrInvalidArgument, loc, err)
-		}
 	}
 	return completed{m: m, storage: loc}, nil
 }
@@ -232,10 +209,15 @@ func (jm *JobManager) planJob(ctx context.Context, pg *weirpb.JobGraph, from str
 	return resp, nil
 }
 
-// loadRestoreUnchecked is loadRestore without checkRestore.
+// loadRestoreUnchecked reads the savepoint, or the retained checkpoint,
+// that from names, for the job planned as g (its checkpoint storage under
+// id).
 func (jm *JobManager) loadRestoreUnchecked(ctx context.Context, id, from string, g *stream.JobGraph, opts scheduler.JobOptions) (scheduler.Checkpoint, error) {
+	if !opts.Checkpoint.Enabled() {
+		return nil, fmt.Errorf("%w: --from: job %q does not take checkpoints, so it cannot start from one; enable checkpointing in its spec", scheduler.ErrInvalidArgument, g.Name)
+	}
 	if strings.Contains(from, "://") {
-		if cp, err := jm.loadSavepoint(ctx, from, false, false, g); cp != nil || err != nil {
+		if cp, err := jm.loadSavepoint(ctx, from); cp != nil || err != nil {
 			return cp, err
 		}
 	}
@@ -245,7 +227,7 @@ func (jm *JobManager) loadRestoreUnchecked(ctx context.Context, id, from string,
 	}
 	st := jm.storage(id)
 	if st == nil {
-		return nil, fmt.Errorf("%w: --from: job %q takes no checkpoints, so it cannot start from one; enable checkpointing in its spec", scheduler.ErrInvalidArgument, g.Name)
+		return nil, fmt.Errorf("%w: --from: job %q has no checkpoint storage", scheduler.ErrInvalidArgument, g.Name)
 	}
 	m, err := st.ReadManifest(ctx, src.JobID, src.ID)
 	if err != nil {
