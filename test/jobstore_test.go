@@ -12,6 +12,7 @@ import (
 
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
+	"github.com/weirstream/weir/test/polltest"
 )
 
 // TestJobManagerRestartWithoutHA kills the only jobmanager (no HA) with
@@ -68,43 +69,15 @@ func TestCorruptCheckpointFailsJob(t *testing.T) {
 	c.KillTaskManager(1)
 
 	// Every checkpoint, so that whichever the job store names is corrupt.
-	corrupt := func(job *sequenceJob, id string, manifests bool) {
-		root := filepath.Join(filepath.Dir(job.spec), "ckpt", id)
-		n := 0
-		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.Contains(path, "/chk-") {
-				return err
-			}
-			if (filepath.Base(path) == "_manifest") != manifests {
-				return nil
-			}
-			data, err := os.ReadFile(path)
-			if err != nil || len(data) == 0 {
-				return err
-			}
-			data[len(data)/2] ^= 0xff
-			n++
-			return os.WriteFile(path, data, 0o644)
-		})
-		if err != nil || n == 0 {
-			t.Fatalf("corrupting job %s under %s: %d objects: %v", id, root, n, err)
-		}
-	}
-	corrupt(state, stateID, false)
-	corrupt(manifest, manifestID, true)
+	corruptCheckpoints(t, state, stateID, false)
+	corruptCheckpoints(t, manifest, manifestID, true)
 
 	c.RestartTaskManager(0)
 	c.RestartTaskManager(1)
 	c.RestartJobManager()
 	check := func(when string) {
 		for _, id := range []string{stateID, manifestID} {
-			job := c.WaitJob(id, 2*time.Minute).GetJob()
-			if job.GetState() != weirpb.JobState_JOB_STATE_FAILED || !strings.Contains(job.GetError(), "does not verify") {
-				t.Fatalf("%s: job %s ended %v, want FAILED naming a checkpoint that does not verify: %s", when, id, job.GetState(), job.GetError())
-			}
-			if n := c.JobRestarts(id); n != 0 {
-				t.Fatalf("%s: job %s restarted %d times on a corrupt checkpoint, want 0", when, id, n)
-			}
+			checkFailedOnCorruption(t, c, id, when)
 		}
 	}
 	check("after the restart")
@@ -186,4 +159,87 @@ func TestSubmitFromRetainedCheckpoint(t *testing.T) {
 	if lost != 0 || duplicated != 0 {
 		t.Fatalf("restored_from_checkpoint=%d lost=%d duplicated=%d", latest, lost, duplicated)
 	}
+}
+
+// corruptCheckpoints flips a byte in the middle of every state object
+// (manifests: every manifest) of every checkpoint of job id under the
+// job's file:// checkpoint storage.
+func corruptCheckpoints(t *testing.T, job *sequenceJob, id string, manifests bool) {
+	t.Helper()
+	root := filepath.Join(filepath.Dir(job.spec), "ckpt", id)
+	n := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.Contains(path, "/chk-") {
+			return err
+		}
+		if (filepath.Base(path) == "_manifest") != manifests {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil || len(data) == 0 {
+			return err
+		}
+		data[len(data)/2] ^= 0xff
+		n++
+		return os.WriteFile(path, data, 0o644)
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("corrupting job %s under %s: %d objects: %v", id, root, n, err)
+	}
+}
+
+// checkFailedOnCorruption checks that job id ended FAILED at once (no
+// restart) with an error naming a checkpoint that does not verify.
+func checkFailedOnCorruption(t *testing.T, c *clustertest.Cluster, id, when string) {
+	t.Helper()
+	job := c.WaitJob(id, 2*time.Minute).GetJob()
+	if job.GetState() != weirpb.JobState_JOB_STATE_FAILED || !strings.Contains(job.GetError(), "does not verify") {
+		t.Fatalf("%s: job %s ended %v, want FAILED naming a checkpoint that does not verify: %s", when, id, job.GetState(), job.GetError())
+	}
+	if n := c.JobRestarts(id); n != 0 {
+		t.Fatalf("%s: job %s restarted %d times on a corrupt checkpoint, want 0", when, id, n)
+	}
+}
+
+// TestCorruptCheckpointFailsJobHA is TestCorruptCheckpointFailsJob in ha:
+// etcd mode: each job takes one checkpoint (triggered by hand, no periodic
+// ones), its state objects or manifest are corrupted, and the leader is
+// killed: the new leader lists both jobs FAILED, at once, naming the
+// checkpoint.
+func TestCorruptCheckpointFailsJobHA(t *testing.T) {
+	_, c := startHA(t)
+	state := newSequenceJob(t, "corrupt-state-ha", 60, 1000, 16)
+	manifest := newSequenceJob(t, "corrupt-manifest-ha", 60, 1000, 16)
+	var ids []string
+	for _, j := range []*sequenceJob{state, manifest} {
+		spec, err := os.ReadFile(j.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Parallelism 2 each, so that both fit the cluster's 4 slots.
+		body := strings.Replace(string(spec), "interval: 500ms", "interval: 1h", 1)
+		body = strings.Replace(body, "parallelism: 4\n", "parallelism: 2\n", 1)
+		if err := os.WriteFile(j.spec, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		id := j.submit(t, c)
+		polltest.NoError(t, 2*time.Minute, "a checkpoint triggered by hand", func() error {
+			_, err := c.Weir("checkpoints", "trigger", id)
+			return err
+		})
+		waitCheckpointsSince(t, c, id, time.Time{}, 1, "triggered by hand")
+		ids = append(ids, id)
+	}
+	corruptCheckpoints(t, state, ids[0], false)
+	corruptCheckpoints(t, manifest, ids[1], true)
+	leader, epoch, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.KillJobManager(leader)
+	c.WaitLeader(epoch)
+	for _, id := range ids {
+		checkFailedOnCorruption(t, c, id, "after the takeover")
+	}
+	fmt.Printf("corrupt_jobs=2 failed=2 restarts=0 ha=etcd\n")
 }
