@@ -33,6 +33,22 @@ func (c *clientConfig) savepointConnect(cmd *cobra.Command) (weirpb.JobServiceCl
 	return client, ctx, func() { cancel(); closeFn() }, nil
 }
 
+// runSavepoint makes a savepoint call (what names it in errors) and prints
+// where the savepoint went (done says what happened).
+func runSavepoint(cmd *cobra.Command, cc *clientConfig, what, done string,
+	call func(context.Context, weirpb.JobServiceClient) (*weirpb.SavepointResponse, error)) error {
+	client, ctx, release, err := cc.savepointConnect(cmd)
+	if err != nil {
+		return err
+	}
+	defer release()
+	resp, err := call(ctx, client)
+	if err != nil {
+		return cc.callErr(what, err)
+	}
+	return printSavepoint(cmd, cc, done, resp)
+}
+
 // printSavepoint prints where a savepoint went.
 func printSavepoint(cmd *cobra.Command, cc *clientConfig, what string, resp *weirpb.SavepointResponse) error {
 	if cc.output == "json" {
@@ -53,16 +69,10 @@ func newSavepointCommand(cc *clientConfig) *cobra.Command {
 			"weir submit JOB.yaml --from LOCATION; delete it with weir savepoints dispose LOCATION.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, ctx, done, err := cc.savepointConnect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := client.TriggerSavepoint(ctx, &weirpb.TriggerSavepointRequest{JobId: args[0], Dir: dir})
-			if err != nil {
-				return cc.callErr("savepoint of job "+args[0], err)
-			}
-			return printSavepoint(cmd, cc, "savepoint of job "+args[0], resp)
+			return runSavepoint(cmd, cc, "savepoint of job "+args[0], "savepoint of job "+args[0],
+				func(ctx context.Context, client weirpb.JobServiceClient) (*weirpb.SavepointResponse, error) {
+					return client.TriggerSavepoint(ctx, &weirpb.TriggerSavepointRequest{JobId: args[0], Dir: dir})
+				})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory to put the savepoint in: file:///path or s3://bucket/prefix (default: the jobmanager's savepointDir)")
@@ -79,16 +89,10 @@ func newStopCommand(cc *clientConfig) *cobra.Command {
 			"the new job commits what the savepoint had pending and replays the rest.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, ctx, done, err := cc.savepointConnect(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			resp, err := client.StopJob(ctx, &weirpb.StopJobRequest{JobId: args[0], SavepointDir: dir})
-			if err != nil {
-				return cc.callErr("stop job "+args[0], err)
-			}
-			return printSavepoint(cmd, cc, "job "+args[0]+" stopped with a savepoint", resp)
+			return runSavepoint(cmd, cc, "stop job "+args[0], "job "+args[0]+" stopped with a savepoint",
+				func(ctx context.Context, client weirpb.JobServiceClient) (*weirpb.SavepointResponse, error) {
+					return client.StopJob(ctx, &weirpb.StopJobRequest{JobId: args[0], SavepointDir: dir})
+				})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "savepoint-dir", "", "directory to put the savepoint in: file:///path or s3://bucket/prefix (default: the jobmanager's savepointDir)")
