@@ -142,29 +142,7 @@ func TestFencedLeaderCompletesNoCheckpoint(t *testing.T) {
 		{name: "pointer fenced", reserved: true, wantManifest: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			etcd := etcdtest.Start(t)
-			cfg := DefaultConfig()
-			cfg.RPCAddress, cfg.RESTAddress = "127.0.0.1:0", ""
-			cfg.HA = HAConfig{Mode: "etcd", Endpoints: etcd.Endpoints(), Prefix: "/weir-fence", LeaseTTL: 2 * time.Second,
-				AdvertisedAddress: "127.0.0.1:1"}
-			jm, err := New(cfg, builtin.Registry())
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Campaign without Run, so that the etcd client stays open
-			// after the leadership ends.
-			l, err := jm.campaign(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer jm.haClient.Load().Close()
-			st, err := checkpoint.OpenStorage(t.Context(), "file://"+t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			jm.storages.Lock()
-			jm.storages.m["job"] = st
-			jm.storages.Unlock()
+			jm, l, st := leadingWithStorage(t, "/weir-fence")
 			if tc.reserved {
 				jm.reserved.Lock()
 				jm.reserved.m["job"] = 7
@@ -174,7 +152,7 @@ func TestFencedLeaderCompletesNoCheckpoint(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-l.Lost()
-			err = jm.writeManifest(t.Context(), "job", &weirpb.Manifest{JobId: "job", CheckpointId: 7})
+			err := jm.writeManifest(t.Context(), "job", &weirpb.Manifest{JobId: "job", CheckpointId: 7})
 			if !errors.Is(err, ha.ErrFenced) {
 				t.Fatalf("writeManifest after the leadership ended: %v, want ErrFenced", err)
 			}
@@ -201,27 +179,7 @@ func TestAttemptTermShiftMatchesStream(t *testing.T) {
 // TestFencedLeaderDeletesNothing: a jobmanager whose leadership ended
 // deletes no checkpoint files: its new leader may rely on them.
 func TestFencedLeaderDeletesNothing(t *testing.T) {
-	etcd := etcdtest.Start(t)
-	cfg := DefaultConfig()
-	cfg.RPCAddress, cfg.RESTAddress = "127.0.0.1:0", ""
-	cfg.HA = HAConfig{Mode: "etcd", Endpoints: etcd.Endpoints(), Prefix: "/weir-fence-delete", LeaseTTL: 2 * time.Second,
-		AdvertisedAddress: "127.0.0.1:1"}
-	jm, err := New(cfg, builtin.Registry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := jm.campaign(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jm.haClient.Load().Close()
-	st, err := checkpoint.OpenStorage(t.Context(), "file://"+t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	jm.storages.Lock()
-	jm.storages.m["job"] = st
-	jm.storages.Unlock()
+	jm, l, st := leadingWithStorage(t, "/weir-fence-delete")
 	if _, _, err := st.WriteManifest(t.Context(), &weirpb.Manifest{JobId: "job", CheckpointId: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,4 +191,34 @@ func TestFencedLeaderDeletesNothing(t *testing.T) {
 	if _, err := st.ReadManifest(t.Context(), "job", 3); err != nil {
 		t.Fatalf("a fenced leader deleted checkpoint 3: %v", err)
 	}
+}
+
+// leadingWithStorage starts an etcd and a jobmanager that leads under
+// prefix, campaigned without Run so that its etcd client stays open after
+// the leadership ends (closed by the test's cleanup), with a file://
+// checkpoint storage registered for job "job".
+func leadingWithStorage(t *testing.T, prefix string) (*JobManager, *ha.Leadership, *checkpoint.Storage) {
+	t.Helper()
+	etcd := etcdtest.Start(t)
+	cfg := DefaultConfig()
+	cfg.RPCAddress, cfg.RESTAddress = "127.0.0.1:0", ""
+	cfg.HA = HAConfig{Mode: "etcd", Endpoints: etcd.Endpoints(), Prefix: prefix, LeaseTTL: 2 * time.Second,
+		AdvertisedAddress: "127.0.0.1:1"}
+	jm, err := New(cfg, builtin.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := jm.campaign(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { jm.haClient.Load().Close() })
+	st, err := checkpoint.OpenStorage(t.Context(), "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm.storages.Lock()
+	jm.storages.m["job"] = st
+	jm.storages.Unlock()
+	return jm, l, st
 }
