@@ -123,7 +123,9 @@ func (s *Storage) storedShared(ctx context.Context, jobID string, files []stream
 // needed), in parallel, verifying each file's size and SHA-256, and returns
 // them as local snapshot files. A file that reuse names (a path on the local
 // disk, "" for none) with the same size and SHA-256 is copied from there
-// instead of downloaded: local recovery. It returns the bytes downloaded.
+// instead of downloaded: local recovery. It returns the bytes downloaded
+// (the restore progress callback, WithRestoreProgress, counts reused files
+// too).
 func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, dir string, reuse func(name string) string) ([]stream.SnapshotFile, int64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("checkpoint: restore directory %s: %w; check its permissions or the taskmanager's --state-dir", dir, err)
@@ -147,6 +149,7 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 				if src := reuse(f.GetName()); src != "" {
 					if sum, n, err := hashFile(src); err == nil && n == f.GetSize() && sum == f.GetSha256() {
 						if err := linkOrCopy(src, dst); err == nil {
+							s.reportRestored(n)
 							return nil
 						}
 					}
@@ -168,7 +171,11 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 			if err := os.WriteFile(tmp, data, 0o644); err != nil {
 				return fmt.Errorf("checkpoint: restore file %s: %w", dst, err)
 			}
-			return os.Rename(tmp, dst)
+			if err := os.Rename(tmp, dst); err != nil {
+				return err
+			}
+			s.reportRestored(int64(len(data)))
+			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {

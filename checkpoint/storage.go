@@ -22,9 +22,13 @@ import (
 const fetchParallelism = 16
 
 // Storage reads and writes checkpoints under one storage root. It is safe
-// for concurrent use; it holds no state besides its store.
+// for concurrent use; it holds no state besides its store and its restore
+// progress callback.
 type Storage struct {
 	store blobstore.Store
+	// restored, if not nil, is told the size of every object a restore
+	// has in place (WithRestoreProgress).
+	restored func(n int64)
 }
 
 // NewStorage returns a Storage on store.
@@ -42,6 +46,47 @@ func OpenStorage(ctx context.Context, uri string) (*Storage, error) {
 
 // Store returns the underlying blob store.
 func (s *Storage) Store() blobstore.Store { return s.store }
+
+// WithRestoreProgress returns a Storage on the same store whose
+// LoadOperatorState and DownloadFiles call restored with the size of each
+// object once it is in place: fetched and verified, or a file reused from
+// the local disk. Restoring a subtask from handles thus reports, in all,
+// exactly RestoreSize(handles, kg) bytes when it succeeds. restored may be
+// called concurrently from several goroutines and must return quickly.
+func (s *Storage) WithRestoreProgress(restored func(n int64)) *Storage {
+	return &Storage{store: s.store, restored: restored}
+}
+
+// reportRestored passes n restored bytes to the progress callback.
+func (s *Storage) reportRestored(n int64) {
+	if s.restored != nil {
+		s.restored(n)
+	}
+}
+
+// RestoreSize returns the bytes a subtask that owns key groups kg has in
+// place once it restored from handles (the handles of every operator of
+// its chain): every handle's object, which LoadOperatorState reads whole,
+// and the files of each handle for which RestoresFiles holds.
+func RestoreSize(handles []*weirpb.StateHandle, kg stream.KeyGroupRange) int64 {
+	var n int64
+	for _, h := range handles {
+		n += h.GetSize()
+		if RestoresFiles(h, kg) {
+			for _, f := range h.GetFiles() {
+				n += f.GetSize()
+			}
+		}
+	}
+	return n
+}
+
+// RestoresFiles reports whether a subtask that owns key groups kg
+// downloads the files of h, an incremental snapshot's handle: only when h
+// has files and its key-group range overlaps kg.
+func RestoresFiles(h *weirpb.StateHandle, kg stream.KeyGroupRange) bool {
+	return len(h.GetFiles()) > 0 && int(h.GetKeyGroupEnd()) >= kg.Start && int(h.GetKeyGroupStart()) <= kg.End
+}
 
 // validSegment checks a job id or operator uid used as one key segment.
 func validSegment(what, v string) error {
@@ -252,6 +297,7 @@ func (s *Storage) LoadOperatorState(ctx context.Context, handles []*weirpb.State
 				return fmt.Errorf("%s: %w; the object was written by an incompatible Weir or damaged before its checksum was taken", objectPrefix(h.GetKey()), err)
 			}
 			decoded[i] = snap
+			s.reportRestored(int64(len(data)))
 			return nil
 		})
 	}

@@ -35,6 +35,10 @@ type WriteManifestAction struct {
 	// manifest must record them as finished so that a restore does not
 	// start them again from scratch (and replay their input).
 	Finished []TaskID
+	// Retained are the completed checkpoints retained once this one
+	// completes, ascending, ending with ID: the shell records them with
+	// the pointer, so that a later leader retains (and deletes) the same.
+	Retained []int64
 }
 
 // NotifyCompleteAction says checkpoint ID is complete: the shell tells the
@@ -176,6 +180,9 @@ func (a WriteManifestAction) String() string {
 	s := fmt.Sprintf("write-manifest %d acks=[%s]", a.ID, strings.Join(parts, " "))
 	if len(a.Finished) > 0 {
 		s += " finished=" + formatTasks(a.Finished)
+	}
+	if len(a.Retained) > 0 {
+		s += fmt.Sprintf(" retained=%v", a.Retained)
 	}
 	return s
 }

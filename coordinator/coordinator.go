@@ -408,6 +408,10 @@ func (c *Coordinator) advanceWrites() {
 		a.Acks[t] = v
 	}
 	a.Finished = slices.Clone(next.done)
+	for _, cc := range c.completed[max(0, len(c.completed)-(c.cfg.Retained-1)):] {
+		a.Retained = append(a.Retained, cc.id)
+	}
+	a.Retained = append(a.Retained, next.id)
 	for _, t := range next.required {
 		if _, ok := next.acks[t]; !ok {
 			a.Finished = append(a.Finished, t)
@@ -588,6 +592,20 @@ func (c *Coordinator) Latest() (id int64, payloads map[TaskID]any, ok bool) {
 	return l.id, payloads, true
 }
 
+// DropCompleted forgets completed checkpoint id because it must never be
+// restored (an object of it does not verify): Latest and Retained no longer
+// report it, so the next older one is the latest again, and retention no
+// longer counts it. No DiscardAction names it: its files stay in storage.
+// It reports whether id was retained; pending checkpoints are not affected.
+func (c *Coordinator) DropCompleted(id int64) bool {
+	i := slices.IndexFunc(c.completed, func(cc completedCheckpoint) bool { return cc.id == id })
+	if i < 0 {
+		return false
+	}
+	c.completed = slices.Delete(c.completed, i, i+1)
+	return true
+}
+
 // AdoptCompleted records completed checkpoint id, taken before this
 // coordinator existed (by an earlier leader, say), with payloads as the
 // latest completed checkpoint: Latest reports it, and Retained includes it
@@ -603,6 +621,49 @@ func (c *Coordinator) AdoptCompleted(id int64, payloads map[TaskID]any) {
 		acks[t] = v
 	}
 	c.completed = append(c.completed, completedCheckpoint{id: id, acks: acks})
+}
+
+// AdoptOlder records older, completed checkpoints taken before this
+// coordinator existed (those an earlier leader retained along with the one
+// AdoptCompleted recorded) as retained, without payloads: Retained includes
+// them until retention discards them, oldest first, as later checkpoints
+// complete. Ids not below the oldest retained one are ignored; call it right
+// after AdoptCompleted. Those beyond Retained are discarded at once
+// (DiscardAction).
+func (c *Coordinator) AdoptOlder(ids []int64) {
+	if len(c.completed) != 1 || c.nCompleted > 0 {
+		return
+	}
+	var older []completedCheckpoint
+	for _, id := range slices.Sorted(slices.Values(ids)) {
+		if id >= 1 && id < c.completed[0].id && (len(older) == 0 || older[len(older)-1].id < id) {
+			older = append(older, completedCheckpoint{id: id})
+		}
+	}
+	c.completed = append(older, c.completed...)
+	if n := len(c.completed) - c.cfg.Retained; n > 0 {
+		d := DiscardAction{}
+		for _, cc := range c.completed[:n] {
+			d.IDs = append(d.IDs, cc.id)
+		}
+		c.completed = slices.Delete(c.completed, 0, n)
+		c.emit(d)
+	}
+}
+
+// PendingPayloads calls fn with the payload of every acknowledgement of
+// the pending checkpoints (those being written included) and returns the
+// trigger time of the oldest pending one; zero when none is pending.
+func (c *Coordinator) PendingPayloads(fn func(any)) (oldest time.Time) {
+	for _, p := range c.pending {
+		if oldest.IsZero() || p.trigger.Before(oldest) {
+			oldest = p.trigger
+		}
+		for _, v := range p.acks {
+			fn(v)
+		}
+	}
+	return oldest
 }
 
 // Writing returns the checkpoint whose manifest is being written: the one

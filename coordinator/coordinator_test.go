@@ -171,6 +171,6 @@ func Example() {
 	}
 	// Output:
 	// trigger 1 sources=[0/0]
-	// write-manifest 1 acks=[0/0=offsets.bin 1/0=txn.bin]
+	// write-manifest 1 acks=[0/0=offsets.bin 1/0=txn.bin] retained=[1]
 	// notify-complete 1 tasks=[0/0 1/0]
 }

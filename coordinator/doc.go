@@ -66,6 +66,10 @@
 //     triggering; completed checkpoints and history stay. A write in flight
 //     at Stop or Reset still completes or fails when ManifestWritten
 //     reports, without counting a failure.
+//   - Corrupt checkpoints. DropCompleted forgets a completed checkpoint
+//     that must never be restored: the next older one becomes the latest,
+//     retention no longer counts it, and no DiscardAction names it (its
+//     files stay). Later checkpoints keep their increasing ids.
 //
 // Every pending checkpoint ends in exactly one NotifyCompleteAction or
 // AbortAction. Counts, AbortCounts and History report the outcomes; Latest

@@ -32,6 +32,7 @@ import (
 //	stop CAUSE [reason=(TEXT)]           (CAUSE: failover or job-ended)
 //	reset [tasks=(V/S,...)] [sources=(V/S,...)]
 //	adopt ID              AdoptCompleted with payload "adopted"
+//	adopt-older ID...     AdoptOlder
 //	history | counts | aborts | latest | state
 //
 // Tasks and sources left out of new or reset are those of the last new or
@@ -57,6 +58,7 @@ var commands = map[string]scenariotest.Syntax{
 	"stop":          {Args: []string{"CAUSE"}, Keys: []string{"reason"}},
 	"reset":         {Keys: []string{"tasks", "sources"}},
 	"adopt":         {Args: []string{"ID"}},
+	"adopt-older":   {Args: []string{"ID", "[ID]", "[ID]", "[ID]"}},
 	"history":       {},
 	"counts":        {},
 	"aborts":        {},
@@ -192,6 +194,12 @@ func (s *scenario) run(d *scenariotest.Directive) string {
 			c.Fatalf("adopt needs a task")
 		}
 		s.c.AdoptCompleted(id, map[TaskID]any{s.tasks[0]: "adopted"})
+	case "adopt-older":
+		var ids []int64
+		for _, a := range args {
+			ids = append(ids, c.Number("ID", a))
+		}
+		s.c.AdoptOlder(ids)
 	case "reset":
 		for _, a := range c.Named {
 			switch a.Key {

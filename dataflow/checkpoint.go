@@ -85,6 +85,7 @@ type ctlMsg struct {
 	kind   ctlKind
 	id, ts int64
 	full   bool // a trigger of a savepoint
+	drain  bool // a trigger of a stop with --drain (full too)
 }
 
 type ctlState uint8
@@ -129,11 +130,12 @@ func (c *taskControl) take(buf []ctlMsg) []ctlMsg {
 // timestamp (Unix ms). It only queues the trigger: the task snapshots
 // between two Poll calls (also while the source is idle, or after its
 // input ended while it waits for its final checkpoint), then reports to
-// its hooks and emits the barrier. It is safe from any goroutine. It fails
-// with ErrNotSourceTask, ErrCheckpointingOff, or ErrTaskNotRunning (before
-// Run or after the task ended).
+// its hooks and emits the barrier. It is safe from any goroutine, also
+// before Run (the trigger waits for it). It fails with ErrNotSourceTask,
+// ErrCheckpointingOff, or ErrTaskEnded (an ErrTaskNotRunning) once the
+// task ended.
 func (t *Task) TriggerCheckpoint(id, timestamp int64) error {
-	return t.trigger(id, timestamp, false)
+	return t.trigger(ctlMsg{kind: ctlTrigger, id: id, ts: timestamp})
 }
 
 // TriggerSavepoint is TriggerCheckpoint for the checkpoint of a savepoint:
@@ -141,10 +143,31 @@ func (t *Task) TriggerCheckpoint(id, timestamp int64) error {
 // format (stream.SnapshotContext.Full), whatever its state backend, so
 // that the savepoint restores into any backend.
 func (t *Task) TriggerSavepoint(id, timestamp int64) error {
-	return t.trigger(id, timestamp, true)
+	return t.trigger(ctlMsg{kind: ctlTrigger, id: id, ts: timestamp, full: true})
 }
 
-func (t *Task) trigger(id, timestamp int64, full bool) error {
+// TriggerDrain is TriggerSavepoint for the savepoint of a stop with
+// --drain. Before its snapshot the source task ends its input as if its
+// source had returned stream.PollEnd: processing-time timers stop and the
+// chain emits stream.MaxWatermark, so that every event-time timer and
+// window downstream fires and emits its output ahead of the barrier. The
+// source is not polled again. Once checkpoint id completes, the task
+// finishes like a source whose input ended. Should checkpoint id be
+// aborted instead, or the task be told the outcome of a later checkpoint
+// first (the stop did not happen at id), Run fails with an error wrapping
+// ErrDrainAborted: its output went past the maximum watermark, so it must
+// restart from a checkpoint. A source whose input had already ended only
+// takes the savepoint.
+func (t *Task) TriggerDrain(id, timestamp int64) error {
+	return t.trigger(ctlMsg{kind: ctlTrigger, id: id, ts: timestamp, full: true, drain: true})
+}
+
+// ErrDrainAborted is wrapped by the error of a source task whose
+// checkpoint of a stop with --drain was aborted (TriggerDrain).
+var ErrDrainAborted = errors.New("dataflow: the checkpoint of a stop with --drain was aborted")
+
+func (t *Task) trigger(m ctlMsg) error {
+	id := m.id
 	if t.chain[0].src == nil {
 		return fmt.Errorf("task %s: checkpoint %d: %w; only source tasks are triggered, the others checkpoint when barriers arrive", t.name, id, ErrNotSourceTask)
 	}
@@ -153,15 +176,14 @@ func (t *Task) trigger(id, timestamp int64, full bool) error {
 	}
 	c := &t.ctl
 	c.mu.Lock()
-	if c.mu.state != ctlRunning {
-		st := c.mu.state
+	if c.mu.state == ctlDone {
 		c.mu.Unlock()
-		if st == ctlDone {
-			return fmt.Errorf("task %s: checkpoint %d: %w", t.name, id, ErrTaskEnded)
-		}
-		return fmt.Errorf("task %s: checkpoint %d: %w (Run has not been called)", t.name, id, ErrTaskNotRunning)
+		return fmt.Errorf("task %s: checkpoint %d: %w", t.name, id, ErrTaskEnded)
 	}
-	c.mu.queue = append(c.mu.queue, ctlMsg{kind: ctlTrigger, id: id, ts: timestamp, full: full})
+	// Before Run too: a deployed task may be triggered while it restores
+	// its state; it takes the checkpoint once it runs (or reports it
+	// failed if it ends first).
+	c.mu.queue = append(c.mu.queue, m)
 	c.mu.Unlock()
 	c.signal()
 	return nil
@@ -209,10 +231,13 @@ type checkpointRun struct {
 	lastSnapshot  int64 // highest checkpoint snapshotted successfully
 	lastNotified  int64 // highest notification delivered
 	lastCompleted int64 // highest completion delivered
-	// Sources: inputEnded is set once Poll returned PollEnd; finalFrom is
-	// the first checkpoint snapshotted after that (0: none yet).
+	// Sources: inputEnded is set once Poll returned PollEnd, or a trigger
+	// drained the source; finalFrom is the first checkpoint snapshotted
+	// after that (0: none yet). drainedAt is the checkpoint whose trigger
+	// drained the source (0: none).
 	inputEnded bool
 	finalFrom  int64
+	drainedAt  int64
 	// full are the savepoints among the checkpoints being aligned (their
 	// barriers said so); an entry goes once its checkpoint is taken.
 	full map[int64]bool
@@ -226,7 +251,7 @@ func (r *taskRun) control() error {
 		var err error
 		switch m.kind {
 		case ctlTrigger:
-			err = r.triggered(m.id, m.ts, m.full)
+			err = r.triggered(m)
 		case ctlComplete, ctlAbort:
 			err = r.notified(m.kind, m.id)
 		}
@@ -237,14 +262,21 @@ func (r *taskRun) control() error {
 	return nil
 }
 
-// triggered takes checkpoint id (full: of a savepoint) at a source task.
-func (r *taskRun) triggered(id, ts int64, full bool) error {
+// triggered takes the checkpoint of trigger m at a source task (m.full: of
+// a savepoint; m.drain: ending the input first, see TriggerDrain).
+func (r *taskRun) triggered(m ctlMsg) error {
 	ck := &r.ck
+	id, ts, full := m.id, m.ts, m.full
 	if id <= ck.lastTriggered {
 		ck.hooks.SnapshotFailed(id, fmt.Errorf("task %s: checkpoint %d: not newer than checkpoint %d, which this task already took; checkpoint ids must increase", r.t.name, id, ck.lastTriggered))
 		return nil
 	}
 	ck.lastTriggered = id
+	if m.drain && !ck.inputEnded {
+		if err := r.drain(id); err != nil {
+			return err
+		}
+	}
 	ok := r.snapshot(id, ts, 0, full)
 	if r.err != nil { // an operator panicked in its snapshot
 		return r.err
@@ -262,11 +294,41 @@ func (r *taskRun) triggered(id, ts int64, full bool) error {
 	return nil
 }
 
+// drain ends the input of a source task for the stop with --drain whose
+// checkpoint is id, as PollEnd does: processing time stops and the chain
+// emits the maximum watermark, which fires every event-time timer and
+// window of the chain and downstream before id's barrier. The source is
+// not polled again (runSource) and finishes once id completes
+// (waitDrained).
+func (r *taskRun) drain(id int64) error {
+	r.t.log.Info("source drained for a stop with a savepoint: maximum watermark emitted", "task", r.t.name, "checkpoint", id)
+	r.pt.end()
+	r.sourceOut.EmitWatermark(stream.MaxWatermark)
+	if r.err != nil {
+		return r.err
+	}
+	ck := &r.ck
+	ck.inputEnded, ck.drainedAt = true, id
+	return nil
+}
+
 // notified delivers a completion or abort notification.
 func (r *taskRun) notified(kind ctlKind, id int64) error {
 	ck := &r.ck
 	if id <= ck.lastNotified {
 		return nil
+	}
+	if d := ck.drainedAt; d > 0 && ck.lastCompleted < d && (id > d || kind == ctlAbort && id == d) {
+		// The stop did not happen at the drained checkpoint. The source's
+		// output went past the maximum watermark: running on (or
+		// finishing at a later checkpoint) would give wrong results, so
+		// the task fails and restarts from a checkpoint.
+		what := "was aborted"
+		if id > d {
+			what = fmt.Sprintf("did not complete before checkpoint %d ended", id)
+		}
+		return fmt.Errorf("task %s: checkpoint %d, of a stop with --drain, %s after the source emitted the maximum watermark; "+
+			"the task fails so that it restarts from the latest completed checkpoint; stop the job again: %w", r.t.name, d, what, ErrDrainAborted)
 	}
 	if g := r.t.spec.CommitGuard; kind == ctlComplete && g != nil {
 		if err := g(id); err != nil {

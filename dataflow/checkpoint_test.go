@@ -585,9 +585,22 @@ func TestTriggerErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := notRun.TriggerCheckpoint(1, 1); !errors.Is(err, ErrTaskNotRunning) || errors.Is(err, ErrTaskEnded) {
-		t.Fatalf("trigger before Run: %v, want ErrTaskNotRunning, not ErrTaskEnded", err)
+	// A trigger before Run (the task still restoring) waits for it.
+	if err := notRun.TriggerCheckpoint(1, 1); err != nil {
+		t.Fatalf("trigger before Run: %v, want it queued", err)
 	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- notRun.Run(ctx) }()
+	hooks := notRun.spec.Hooks.(*fakeHooks)
+	waitFor(t, "the checkpoint triggered before Run to be taken", func() bool {
+		hooks.mu.Lock()
+		defer hooks.mu.Unlock()
+		_, taken := hooks.taken[1]
+		return taken
+	})
+	cancel() // it waits for its final checkpoint
+	<-done
 	off, err := NewTask(srcSpec(false), reg, x, nil)
 	if err != nil {
 		t.Fatal(err)

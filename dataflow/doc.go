@@ -26,7 +26,10 @@
 //     before the first record, checkpoint notifications delivered on the
 //     task goroutine, and the final checkpoint: with checkpointing on, a
 //     task whose input ended finishes only once a checkpoint covering all
-//     its output has completed, so two-phase-commit sinks commit everything.
+//     its output has completed, so two-phase-commit sinks commit everything;
+//     a trigger that drains (Task.TriggerDrain, a stop with --drain) ends a
+//     source's input before its barrier the same way, maximum watermark
+//     included.
 //     Uploading, acknowledging and the coordinator are not here: the
 //     taskmanager and jobmanager drive them through CheckpointHooks and
 //     Task.TriggerCheckpoint / NotifyCheckpointComplete / Aborted;

@@ -455,6 +455,9 @@ type taskRun struct {
 	err error // first failure inside a collector; ends the run
 	ck  checkpointRun
 	pt  procTimers
+	// sourceOut is the collector a source task's source emits into (nil
+	// at other tasks).
+	sourceOut stream.Collector
 }
 
 func (r *taskRun) fail(err error) {
@@ -684,6 +687,7 @@ const (
 func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collector) error {
 	head := &t.chain[0]
 	out := &countingCollector{n: &t.metrics.RecordsIn, next: outs[0]}
+	r.sourceOut = out
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -703,6 +707,9 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 				return err
 			}
 		default:
+		}
+		if r.ck.drainedAt > 0 {
+			return r.waitDrained(ctx)
 		}
 		if err := r.processingTime(); err != nil {
 			return err
@@ -733,6 +740,9 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 				if err := r.control(); err != nil {
 					return err
 				}
+				if r.ck.drainedAt > 0 {
+					return r.waitDrained(ctx)
+				}
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -755,6 +765,15 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 			return t.opErr(head.uid, fmt.Errorf("source returned unknown poll status %d", st))
 		}
 	}
+}
+
+// waitDrained waits, after a trigger drained the source (TriggerDrain),
+// for the drain's checkpoint to complete; then the task finishes like a
+// source whose input ended. (The outcome of any other checkpoint first
+// fails the task in notified.)
+func (r *taskRun) waitDrained(ctx context.Context) error {
+	ck := &r.ck
+	return r.waitFinal(ctx, func() bool { return ck.lastCompleted >= ck.drainedAt })
 }
 
 func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs []stream.Collector) error {

@@ -96,7 +96,7 @@ func TestStoreJobs(t *testing.T) {
 	if err := s.PutLatestCheckpoint(ctx, "job-a", other); !errors.Is(err, ErrStaleCheckpoint) {
 		t.Fatalf("PutLatestCheckpoint of a different checkpoint 3 = %v, want ErrStaleCheckpoint", err)
 	}
-	if p, err := s.LatestCheckpoint(ctx, "job-a"); err != nil || p != ptr(3) {
+	if p, err := s.LatestCheckpoint(ctx, "job-a"); err != nil || !reflect.DeepEqual(p, ptr(3)) {
 		t.Fatalf("LatestCheckpoint = %+v, %v; want %+v", p, err, ptr(3))
 	}
 	p3 := ptr(3)

@@ -14,9 +14,9 @@ import (
 )
 
 // DefaultGCMinAge is how old an unreferenced checkpoint object must be
-// before CollectGarbage removes it: uploads of a checkpoint still being
-// taken are younger.
-const DefaultGCMinAge = time.Hour
+// before CollectGarbage removes it by default: no minimum, since what
+// checkpoints in progress name or may still name is known (sharedfiles.go).
+const DefaultGCMinAge = time.Duration(0)
 
 // objectStore is the optional capability of a checkpointStore that garbage
 // collection needs (checkpoint.Storage has it).
@@ -72,27 +72,35 @@ func (jm *JobManager) collectGarbage(ctx context.Context, jobID string, dryRun b
 		return nil, fmt.Errorf("%w: listing the checkpoint objects of job %s in %s: %v", ErrStorage, jobID, v.Storage, err)
 	}
 	resp := &weirpb.CollectGarbageResponse{Deleted: !dryRun}
-	gone := garbage(objs, jobID, keep, time.Now(), minAge)
-	if sst, ok := st.(sharedFileStore); ok {
-		shared, err := unreferencedShared(ctx, sst, jobID, time.Now(), minAge)
-		if err != nil {
-			return nil, fmt.Errorf("%w: job %s: %v", ErrStorage, jobID, err)
+	add := func(objs []blobstore.ObjectInfo) {
+		for _, o := range objs {
+			resp.Objects = append(resp.Objects, &weirpb.GarbageObject{Key: o.Key, Size: o.Size, ModTimeMs: o.ModTime.UnixMilli()})
+			resp.Bytes += o.Size
 		}
-		gone = append(gone, shared...)
 	}
+	t := jm.tidyOf(jobID)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gone := garbage(objs, jobID, keep, time.Now(), minAge)
 	if !dryRun && len(gone) > 0 {
 		if err := jm.confirmLeading(ctx, "collect garbage of job "+jobID); err != nil {
 			return nil, err
 		}
-	}
-	for _, o := range gone {
-		resp.Objects = append(resp.Objects, &weirpb.GarbageObject{Key: o.Key, Size: o.Size, ModTimeMs: o.ModTime.UnixMilli()})
-		resp.Bytes += o.Size
-		if !dryRun {
+		for _, o := range gone {
 			if err := st.Store().Delete(ctx, o.Key); err != nil {
 				return nil, fmt.Errorf("%w: deleting %s: %v", ErrStorage, o.Key, err)
 			}
 		}
+	}
+	add(gone)
+	if sst, ok := st.(sharedFileStore); ok {
+		// (In a dry run the manifests of the checkpoints listed above
+		// still count, so shared files only they name are not listed.)
+		shared, err := jm.sharedGarbage(ctx, jobID, sst, t, minAge, dryRun)
+		if err != nil {
+			return nil, fmt.Errorf("%w: job %s: %v", ErrStorage, jobID, err)
+		}
+		add(shared)
 	}
 	return resp, nil
 }

@@ -46,6 +46,7 @@ var jobManagerPolicy = security.Policy{
 	weirpb.JobService_ListTaskManagers_FullMethodName:          {security.RoleRead},
 	weirpb.JobService_ListCheckpoints_FullMethodName:           {security.RoleRead},
 	weirpb.JobService_InspectCheckpoint_FullMethodName:         {security.RoleRead},
+	weirpb.JobService_GetSavepointProgress_FullMethodName:      {security.RoleRead},
 	weirpb.JobService_SubmitJob_FullMethodName:                 {security.RoleOperate},
 	weirpb.JobService_CancelJob_FullMethodName:                 {security.RoleOperate},
 	weirpb.JobService_TriggerCheckpoint_FullMethodName:         {security.RoleOperate},
@@ -77,8 +78,10 @@ func toGRPCError(err error) error {
 	switch {
 	case errors.Is(err, scheduler.ErrJobNotFound):
 		code = codes.NotFound
-	case errors.Is(err, ErrCheckpointNotFound):
+	case errors.Is(err, ErrCheckpointNotFound), errors.Is(err, ErrSavepointRequestNotFound):
 		code = codes.NotFound
+	case errors.Is(err, ErrSavepointRequestExists):
+		code = codes.AlreadyExists
 	case errors.Is(err, scheduler.ErrJobNotCancelable), errors.Is(err, scheduler.ErrCheckpointingOff), errors.Is(err, scheduler.ErrJobNotRunning), errors.Is(err, scheduler.ErrCheckpointNotTriggered),
 		errors.Is(err, ErrStorage), errors.Is(err, ErrSavepointFailed):
 		code = codes.FailedPrecondition
@@ -141,7 +144,7 @@ func fromTaskStatus(st *weirpb.TaskStatus) scheduler.TaskReport {
 	id := st.GetId()
 	return scheduler.TaskReport{JobID: id.GetJobId(), Vertex: int(id.GetVertexId()), Subtask: int(id.GetSubtask()), Attempt: id.GetAttempt(),
 		State: scheduler.TaskState(st.GetState()), Err: st.GetError(), RecordsIn: st.GetRecordsIn(), RecordsOut: st.GetRecordsOut(),
-		BrokenPeer: st.GetBrokenPeer(), Corrupt: st.GetCorruptCheckpoint()}
+		BrokenPeer: st.GetBrokenPeer(), Corrupt: st.GetCorruptCheckpoint(), Restoring: st.GetRestoring(), RestoredBytes: st.GetRestoredBytes()}
 }
 
 func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatRequest) (*weirpb.HeartbeatResponse, error) {
@@ -409,10 +412,12 @@ func (s *jobServer) GetJob(_ context.Context, req *weirpb.GetJobRequest) (*weirp
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
-	resp := &weirpb.GetJobResponse{Job: toJobSummary(&v, now), Graph: weirpb.FromGraph(v.Graph)}
+	resp := &weirpb.GetJobResponse{Job: toJobSummary(&v, now), Graph: weirpb.FromGraph(v.Graph),
+		Restore: &weirpb.RestoreProgress{BytesRestored: v.Restore.RestoredBytes, BytesTotal: v.Restore.RestoreBytes, TasksRestoring: int32(v.Restore.TasksRestoring)}}
 	for _, t := range v.Tasks {
 		resp.Tasks = append(resp.Tasks, &weirpb.TaskInfo{Id: executionID(v.ID, t.Vertex, t.Subtask, t.Attempt), Name: t.Name,
-			State: weirpb.TaskState(t.State), TaskmanagerId: t.TaskManager, Error: t.Err, RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut})
+			State: weirpb.TaskState(t.State), TaskmanagerId: t.TaskManager, Error: t.Err, RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut,
+			Restoring: t.Restoring, RestoredBytes: t.RestoredBytes, RestoreBytes: t.RestoreBytes})
 	}
 	return resp, nil
 }
@@ -524,13 +529,26 @@ func (s *jobServer) CollectGarbage(ctx context.Context, req *weirpb.CollectGarba
 }
 
 func (s *jobServer) TriggerSavepoint(ctx context.Context, req *weirpb.TriggerSavepointRequest) (*weirpb.SavepointResponse, error) {
-	resp, err := s.jm.savepoint(ctx, req.GetJobId(), req.GetDir(), false)
+	r, err := s.jm.newSavepointRequest(req.GetRequestId(), req.GetJobId(), false, false)
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp, err := s.jm.runSavepointRequest(ctx, req.GetDir(), r)
 	return resp, toGRPCError(err)
 }
 
 func (s *jobServer) StopJob(ctx context.Context, req *weirpb.StopJobRequest) (*weirpb.SavepointResponse, error) {
-	resp, err := s.jm.savepoint(ctx, req.GetJobId(), req.GetSavepointDir(), true)
+	r, err := s.jm.newSavepointRequest(req.GetRequestId(), req.GetJobId(), true, req.GetDrain())
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp, err := s.jm.runSavepointRequest(ctx, req.GetSavepointDir(), r)
 	return resp, toGRPCError(err)
+}
+
+func (s *jobServer) GetSavepointProgress(_ context.Context, req *weirpb.GetSavepointProgressRequest) (*weirpb.SavepointProgress, error) {
+	p, err := s.jm.savepointProgress(req.GetRequestId())
+	return p, toGRPCError(err)
 }
 
 func (s *jobServer) PlanJob(ctx context.Context, req *weirpb.SubmitJobRequest) (*weirpb.PlanJobResponse, error) {

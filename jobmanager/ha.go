@@ -327,7 +327,7 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st jobstore.Store) error 
 				jm.log.Error("cannot recover a job: its latest checkpoint cannot be read; the job stays stopped until the next start", "job", rec.ID, "error", err)
 				continue
 			}
-			opts.Restore = completed{m: m}
+			opts.Restore, opts.RestoreRetained = completed{m: m}, rec.Latest.RetainedIDs()
 			opts.FirstCheckpointID = max(opts.FirstCheckpointID, rec.Latest.ID+1)
 		}
 		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {

@@ -152,7 +152,7 @@ func TestFencedLeaderCompletesNoCheckpoint(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-l.Lost()
-			err := jm.writeManifest(t.Context(), "job", &weirpb.Manifest{JobId: "job", CheckpointId: 7})
+			err := jm.writeManifest(t.Context(), "job", &weirpb.Manifest{JobId: "job", CheckpointId: 7}, nil)
 			if !errors.Is(err, ha.ErrFenced) {
 				t.Fatalf("writeManifest after the leadership ended: %v, want ErrFenced", err)
 			}

@@ -98,6 +98,11 @@ type JobManager struct {
 		n        map[string]int
 		deferred map[string][]scheduler.Action
 	}
+	// tidy is the storage hygiene state per job (sharedfiles.go).
+	tidy struct {
+		sync.Mutex
+		m map[string]*tidyState
+	}
 	// spReqs are the savepoint requests of the REST API (savepoint.go).
 	spReqs struct {
 		sync.Mutex
@@ -117,6 +122,20 @@ type JobManager struct {
 		pending []scheduler.Action
 		signal  chan struct{} // capacity 1
 	}
+	// lanes hold the triggers and notifications waiting for an execution
+	// whose earlier ones are being sent (dispatch); a key is present while
+	// its lane's goroutine runs.
+	lanes struct {
+		sync.Mutex
+		m map[laneKey][]scheduler.Action
+	}
+}
+
+// laneKey names one execution attempt.
+type laneKey struct {
+	job             string
+	vertex, subtask int
+	attempt         int64
 }
 
 // New returns a JobManager for cfg whose jobs are planned against reg. It
@@ -467,8 +486,9 @@ func (jm *JobManager) enqueue(acts []scheduler.Action) {
 	}
 }
 
-// dispatch performs queued actions, each in its own goroutine, until ctx is
-// done; it returns after they all finished.
+// dispatch performs queued actions, each in its own goroutine (those of
+// one execution's lane one after another), until ctx is done; it returns
+// after they all finished.
 func (jm *JobManager) dispatch(ctx context.Context, execs taskExecutors) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -483,8 +503,61 @@ func (jm *JobManager) dispatch(ctx context.Context, execs taskExecutors) {
 		jm.queue.pending = nil
 		jm.queue.Unlock()
 		for _, a := range acts {
+			if k, ok := laneOf(a); ok {
+				if jm.enqueueLane(k, a) {
+					wg.Go(func() { jm.runLane(ctx, execs, k) })
+				}
+				continue
+			}
 			wg.Go(func() { jm.perform(ctx, execs, a) })
 		}
+	}
+}
+
+// laneOf returns the lane of a: the triggers and notifications of one
+// execution are sent one after another, in the order the scheduler issued
+// them, so that a task never sees checkpoint n+1's trigger before n's (it
+// would decline n) nor a notification overtake a trigger.
+func laneOf(a scheduler.Action) (laneKey, bool) {
+	var t scheduler.Target
+	switch a := a.(type) {
+	case scheduler.TriggerAction:
+		t = a.Target
+	case scheduler.NotifyAction:
+		t = a.Target
+	default:
+		return laneKey{}, false
+	}
+	return laneKey{t.JobID, t.Vertex, t.Subtask, t.Attempt}, true
+}
+
+// enqueueLane appends a to lane k and reports whether the lane needs a
+// goroutine (none runs it).
+func (jm *JobManager) enqueueLane(k laneKey, a scheduler.Action) (start bool) {
+	jm.lanes.Lock()
+	defer jm.lanes.Unlock()
+	if jm.lanes.m == nil {
+		jm.lanes.m = make(map[laneKey][]scheduler.Action)
+	}
+	q, running := jm.lanes.m[k]
+	jm.lanes.m[k] = append(q, a)
+	return !running
+}
+
+// runLane performs the actions of lane k in order until it is empty.
+func (jm *JobManager) runLane(ctx context.Context, execs taskExecutors, k laneKey) {
+	for {
+		jm.lanes.Lock()
+		q := jm.lanes.m[k]
+		if len(q) == 0 {
+			delete(jm.lanes.m, k)
+			jm.lanes.Unlock()
+			return
+		}
+		a := q[0]
+		jm.lanes.m[k] = q[1:]
+		jm.lanes.Unlock()
+		jm.perform(ctx, execs, a)
 	}
 }
 
@@ -521,7 +594,7 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 		if err == nil {
 			err = execs.TriggerCheckpoint(ctx, a.Addr, &weirpb.TriggerCheckpointRequest{
 				Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, TimestampMs: a.Timestamp.UnixMilli(),
-				Savepoint: a.Savepoint})
+				Savepoint: a.Savepoint, Drain: a.Drain})
 		}
 		if status.Code(err) == codes.NotFound {
 			// The taskmanager no longer runs the task: the trigger raced
@@ -551,7 +624,7 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 		}
 	case scheduler.WriteManifestAction:
 		m := buildManifest(a)
-		err := jm.writeManifest(ctx, a.JobID, m)
+		err := jm.writeManifest(ctx, a.JobID, m, a.Retained)
 		if err != nil {
 			jm.log.Warn("writing a checkpoint manifest failed", "job", a.JobID, "checkpoint", a.ID, "error", err)
 		}
@@ -583,13 +656,13 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 				jm.log.Warn("deleting a checkpoint failed; its files stay in storage", "job", a.JobID, "checkpoint", id, "error", err)
 			}
 		}
-		jm.deleteUnreferencedShared(ctx, a.JobID, st)
+		jm.tidyStorage(ctx, a.JobID, st, a.Tidy)
 	}
 }
 
 // writeManifest writes a completed checkpoint's manifest, then the pointer
 // to it.
-func (jm *JobManager) writeManifest(ctx context.Context, jobID string, m *weirpb.Manifest) error {
+func (jm *JobManager) writeManifest(ctx context.Context, jobID string, m *weirpb.Manifest, retained []int64) error {
 	st := jm.storage(jobID)
 	if st == nil {
 		return fmt.Errorf("%w: job %s has no checkpoint storage", ErrStorage, jobID)
@@ -597,12 +670,16 @@ func (jm *JobManager) writeManifest(ctx context.Context, jobID string, m *weirpb
 	if err := jm.haReserve(ctx, jobID, m.CheckpointId); err != nil {
 		return err
 	}
+	if err := jm.checkSharedFiles(ctx, jobID, st, m); err != nil {
+		return err
+	}
 	key, sum, err := st.WriteManifest(ctx, m)
 	if err != nil {
 		return err
 	}
 	if js := jm.jobStore(); js != nil {
-		if err := js.PutLatestCheckpoint(ctx, jobID, jobstore.Pointer{ID: m.CheckpointId, ManifestKey: key, ManifestSHA256: sum}); err != nil {
+		p := jobstore.Pointer{ID: m.CheckpointId, ManifestKey: key, ManifestSHA256: sum, Retained: retained}
+		if err := js.PutLatestCheckpoint(ctx, jobID, p); err != nil {
 			return fmt.Errorf("recording checkpoint %d in the job store: %w", m.CheckpointId, err)
 		}
 	}
@@ -612,8 +689,9 @@ func (jm *JobManager) writeManifest(ctx context.Context, jobID string, m *weirpb
 
 // forgetJob drops what the shell keeps about a job the scheduler forgot:
 // its record in the job store (so that no later start recovers it and the
-// store does not grow), its checkpoint storage and its reserved checkpoint
-// id. Should the deletion fail, it records the job's final state instead.
+// store does not grow), its checkpoint storage, its reserved checkpoint id
+// and its storage hygiene state. Should the deletion fail, it records the
+// job's final state instead.
 func (jm *JobManager) forgetJob(ctx context.Context, a scheduler.ForgetJobAction) {
 	if st := jm.jobStore(); st != nil {
 		if err := st.DeleteJob(ctx, a.JobID); err != nil {
@@ -630,4 +708,7 @@ func (jm *JobManager) forgetJob(ctx context.Context, a scheduler.ForgetJobAction
 	jm.reserved.Lock()
 	delete(jm.reserved.m, a.JobID)
 	jm.reserved.Unlock()
+	jm.tidy.Lock()
+	delete(jm.tidy.m, a.JobID)
+	jm.tidy.Unlock()
 }

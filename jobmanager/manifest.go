@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/proto/weirpb"
@@ -75,6 +76,18 @@ func (c completed) CheckpointID() int64 { return c.m.GetCheckpointId() }
 
 func (c completed) Finished(operatorUID string, subtask, parallelism int) bool {
 	return finishedIn(c.m, operatorUID, subtask, parallelism)
+}
+
+var _ scheduler.RestoreSizer = completed{}
+
+// RestoreBytes is what the taskmanager running subtask of task t restores
+// from c: checkpoint.RestoreSize of the handles buildDeployment gives it,
+// nothing when it had finished (it restores no state).
+func (c completed) RestoreBytes(g *stream.JobGraph, t *scheduler.Task, subtask int) int64 {
+	if finishedIn(c.m, g.Vertices[t.Head].UID, subtask, t.Parallelism) {
+		return 0
+	}
+	return checkpoint.RestoreSize(restoreHandles(c.m, g, t, subtask), stream.KeyGroupRangeFor(g.MaxParallelism, t.Parallelism, subtask))
 }
 
 // manifestOf is the manifest of a checkpoint the scheduler hands back, or

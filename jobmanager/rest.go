@@ -268,16 +268,17 @@ func (jm *JobManager) restHandler() http.Handler {
 		if !readJSONBody(w, r, &body) {
 			return
 		}
-		jm.startSavepointRequest(w, r.PathValue("id"), body.Dir, false)
+		jm.startSavepointRequest(w, r.PathValue("id"), body.Dir, false, false)
 	})
 	mux.HandleFunc("POST /v1/jobs/{id}/stop", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			SavepointDir string `json:"savepointDir"`
+			Drain        bool   `json:"drain"`
 		}
 		if !readJSONBody(w, r, &body) {
 			return
 		}
-		jm.startSavepointRequest(w, r.PathValue("id"), body.SavepointDir, true)
+		jm.startSavepointRequest(w, r.PathValue("id"), body.SavepointDir, true, body.Drain)
 	})
 	mux.HandleFunc("GET /v1/savepoint-requests/{rid}", func(w http.ResponseWriter, r *http.Request) {
 		req, ok := jm.savepointRequest(r.PathValue("rid"))

@@ -69,9 +69,12 @@ func checkStorageURI(what, uri string, jm *JobManager) error {
 	return fmt.Errorf("%w: %s %.200q: want file:///path or s3://bucket/prefix", scheduler.ErrInvalidArgument, what, uri)
 }
 
-// savepoint takes a savepoint of job jobID under dir; with stop the job
-// stops at it (FINISHED). It returns once the savepoint is complete.
-func (jm *JobManager) savepoint(ctx context.Context, jobID, dir string, stop bool) (*weirpb.SavepointResponse, error) {
+// savepoint takes a savepoint of job jobID under dir; with req.Stop the
+// job stops at it (FINISHED), with req.Drain after its sources emitted the
+// maximum watermark. It returns once the savepoint is complete; req, when
+// registered (savepointRequests), shows its progress meanwhile.
+func (jm *JobManager) savepoint(ctx context.Context, dir string, req *restSavepointRequest) (*weirpb.SavepointResponse, error) {
+	jobID, stop := req.JobID, req.Stop
 	dir, err := jm.savepointDir(dir)
 	if err != nil {
 		return nil, err
@@ -82,7 +85,7 @@ func (jm *JobManager) savepoint(ctx context.Context, jobID, dir string, stop boo
 	jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
 		var acts []scheduler.Action
 		if stop {
-			id, acts, err = c.StopWithSavepoint(jobID, now)
+			id, acts, err = c.StopWithSavepoint(jobID, req.Drain, now)
 		} else {
 			id, acts, err = c.TriggerSavepoint(jobID, now)
 		}
@@ -91,6 +94,7 @@ func (jm *JobManager) savepoint(ctx context.Context, jobID, dir string, stop boo
 	if err != nil {
 		return nil, err
 	}
+	jm.updateSavepointRequest(req, func(r *restSavepointRequest) { r.CheckpointID = id })
 	if id, err = jm.awaitSavepointCheckpoint(ctx, jobID, id, stop); err != nil {
 		return nil, err
 	}
@@ -109,7 +113,11 @@ func (jm *JobManager) savepoint(ctx context.Context, jobID, dir string, stop boo
 		return nil, fmt.Errorf("%w: savepoint of job %s: opening %s: %v", ErrStorage, jobID, loc, err)
 	}
 	start := time.Now()
-	_, size, err := checkpoint.WriteSavepoint(ctx, src, m, dst, nil)
+	_, size, err := checkpoint.WriteSavepoint(ctx, src, m, dst, func(done, total int64) {
+		jm.updateSavepointRequest(req, func(r *restSavepointRequest) {
+			r.CheckpointID, r.Copying, r.BytesCopied, r.BytesTotal = id, true, done, total
+		})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: savepoint of job %s: copying checkpoint %d to %s: %v", ErrStorage, jobID, id, loc, err)
 	}
@@ -233,8 +241,12 @@ func (jm *JobManager) deferIfPinned(a scheduler.DeleteCheckpointsAction) bool {
 	return true
 }
 
-// Savepoint requests of the REST API, which answers at once and runs the
-// savepoint in the background.
+// Savepoint requests: every savepoint the REST API starts (it answers at
+// once and runs the savepoint in the background), and every one a gRPC
+// call names with a request_id (the call waits for it; weir savepoint and
+// weir jobs stop poll GetSavepointProgress meanwhile to show its progress
+// on a terminal). A request is kept, with its progress and then its
+// outcome, until maxSavepointRequests newer ones pushed it out.
 
 // maxSavepointRequests bounds the requests kept, oldest forgotten first.
 const maxSavepointRequests = 100
@@ -242,48 +254,120 @@ const maxSavepointRequests = 100
 // savepointTimeout bounds one savepoint of the REST API.
 const savepointTimeout = time.Hour
 
-// restSavepointRequest is one request's outcome, as GET shows it.
+// Errors of savepoint requests.
+var (
+	// ErrSavepointRequestExists: a request with the id is kept already.
+	ErrSavepointRequestExists = errors.New("jobmanager: savepoint request id in use")
+	// ErrSavepointRequestNotFound: no request with the id is kept.
+	ErrSavepointRequestNotFound = errors.New("jobmanager: no such savepoint request")
+)
+
+// restSavepointRequest is one request's state, as GET
+// /v1/savepoint-requests/{rid} shows it. Its fields change under
+// jm.spReqs' lock (updateSavepointRequest).
 type restSavepointRequest struct {
 	ID           string `json:"requestId"`
 	JobID        string `json:"jobId"`
 	Stop         bool   `json:"stop"`
+	Drain        bool   `json:"drain,omitempty"`
 	Status       string `json:"status"` // IN_PROGRESS, COMPLETED or FAILED
 	Location     string `json:"location,omitempty"`
 	CheckpointID int64  `json:"checkpointId,omitempty"`
 	SizeBytes    int64  `json:"sizeBytes,omitempty"`
 	Error        string `json:"error,omitempty"`
+	// Copying: the checkpoint completed and its objects are being copied
+	// (IN_PROGRESS); BytesCopied of BytesTotal are.
+	Copying     bool  `json:"copying,omitempty"`
+	BytesCopied int64 `json:"bytesCopied"`
+	BytesTotal  int64 `json:"bytesTotal"`
+
+	registered bool // kept in jm.spReqs
 }
 
-// startSavepointRequest starts a savepoint (stop: a stop with one) and
-// answers 202 with the request's id.
-func (jm *JobManager) startSavepointRequest(w http.ResponseWriter, jobID, dir string, stop bool) {
-	if _, err := jm.savepointDir(dir); err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
+// validRequestID checks a request id a client chose: 1 to 64 letters,
+// digits, '-' or '_'.
+func validRequestID(id string) error {
+	ok := len(id) > 0 && len(id) <= 64
+	for _, c := range id {
+		ok = ok && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_')
 	}
-	req := &restSavepointRequest{ID: randomID(), JobID: jobID, Stop: stop, Status: "IN_PROGRESS"}
+	if !ok {
+		return fmt.Errorf("%w: savepoint request id %.80q: want 1 to 64 letters, digits, '-' or '_'", scheduler.ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+// newSavepointRequest returns the request of a savepoint of job jobID
+// (stop: a stop with it, drain: with --drain). With id it is registered
+// under id, refused when a kept request has it; without, it is not
+// registered and its progress updates are dropped.
+func (jm *JobManager) newSavepointRequest(id, jobID string, stop, drain bool) (*restSavepointRequest, error) {
+	req := &restSavepointRequest{ID: id, JobID: jobID, Stop: stop, Drain: drain, Status: "IN_PROGRESS"}
+	if id == "" {
+		return req, nil
+	}
+	if err := validRequestID(id); err != nil {
+		return nil, err
+	}
 	jm.spReqs.Lock()
+	defer jm.spReqs.Unlock()
+	if _, dup := jm.spReqs.m[id]; dup {
+		return nil, fmt.Errorf("%w: %s; choose another (random) id", ErrSavepointRequestExists, id)
+	}
 	if jm.spReqs.m == nil {
 		jm.spReqs.m = make(map[string]*restSavepointRequest)
 	}
-	jm.spReqs.m[req.ID] = req
-	jm.spReqs.order = append(jm.spReqs.order, req.ID)
+	req.registered = true
+	jm.spReqs.m[id] = req
+	jm.spReqs.order = append(jm.spReqs.order, id)
 	for len(jm.spReqs.order) > maxSavepointRequests {
 		delete(jm.spReqs.m, jm.spReqs.order[0])
 		jm.spReqs.order = jm.spReqs.order[1:]
 	}
-	jm.spReqs.Unlock()
+	return req, nil
+}
+
+// updateSavepointRequest applies f to req under the lock its readers take.
+func (jm *JobManager) updateSavepointRequest(req *restSavepointRequest, f func(*restSavepointRequest)) {
+	if !req.registered {
+		f(req)
+		return
+	}
+	jm.spReqs.Lock()
+	defer jm.spReqs.Unlock()
+	f(req)
+}
+
+// runSavepointRequest runs the savepoint of req and records its outcome.
+func (jm *JobManager) runSavepointRequest(ctx context.Context, dir string, req *restSavepointRequest) (*weirpb.SavepointResponse, error) {
+	resp, err := jm.savepoint(ctx, dir, req)
+	jm.updateSavepointRequest(req, func(r *restSavepointRequest) {
+		r.Copying = false
+		if err != nil {
+			r.Status, r.Error = "FAILED", err.Error()
+			return
+		}
+		r.Status, r.Location, r.CheckpointID, r.SizeBytes = "COMPLETED", resp.GetLocation(), resp.GetCheckpointId(), resp.GetSizeBytes()
+	})
+	return resp, err
+}
+
+// startSavepointRequest starts a savepoint (stop: a stop with one, drain:
+// with --drain) and answers 202 with the request's id.
+func (jm *JobManager) startSavepointRequest(w http.ResponseWriter, jobID, dir string, stop, drain bool) {
+	if _, err := jm.savepointDir(dir); err != nil {
+		writeError(w, httpStatus(err), err.Error())
+		return
+	}
+	req, err := jm.newSavepointRequest(randomID(), jobID, stop, drain)
+	if err != nil {
+		writeError(w, httpStatus(err), err.Error())
+		return
+	}
 	jm.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(jm.bgCtx, savepointTimeout)
 		defer cancel()
-		resp, err := jm.savepoint(ctx, jobID, dir, stop)
-		jm.spReqs.Lock()
-		defer jm.spReqs.Unlock()
-		if err != nil {
-			req.Status, req.Error = "FAILED", err.Error()
-			return
-		}
-		req.Status, req.Location, req.CheckpointID, req.SizeBytes = "COMPLETED", resp.GetLocation(), resp.GetCheckpointId(), resp.GetSizeBytes()
+		_, _ = jm.runSavepointRequest(ctx, dir, req) // the outcome is in req
 	})
 	writeJSON(w, http.StatusAccepted, map[string]string{"requestId": req.ID})
 }
@@ -297,6 +381,20 @@ func (jm *JobManager) savepointRequest(rid string) (restSavepointRequest, bool) 
 		return restSavepointRequest{}, false
 	}
 	return *r, true
+}
+
+// savepointProgress is GetSavepointProgress.
+func (jm *JobManager) savepointProgress(rid string) (*weirpb.SavepointProgress, error) {
+	r, ok := jm.savepointRequest(rid)
+	if !ok {
+		return nil, fmt.Errorf("%w: %.80q (the last %d requests are kept)", ErrSavepointRequestNotFound, rid, maxSavepointRequests)
+	}
+	p := &weirpb.SavepointProgress{RequestId: r.ID, JobId: r.JobID, Status: r.Status, Stop: r.Stop, Drain: r.Drain, CheckpointId: r.CheckpointID,
+		Copying: r.Copying, BytesCopied: r.BytesCopied, BytesTotal: r.BytesTotal, Error: r.Error}
+	if r.Status == "COMPLETED" {
+		p.Result = &weirpb.SavepointResponse{Location: r.Location, CheckpointId: r.CheckpointID, SizeBytes: r.SizeBytes}
+	}
+	return p, nil
 }
 
 // readJSONBody decodes the request's JSON body (at most 64 KiB; an empty

@@ -13,11 +13,12 @@ import (
 
 var (
 	checkpointKeys = []string{"interval", "timeout", "minPause", "maxConcurrent", "mode", "tolerableFailures",
-		"retained", "retention", "storage"}
+		"retained", "retention", "storage", "onCorruption"}
 	restartKeys = []string{"type", "attempts", "delay", "maxFailures", "interval", "initialBackoff", "maxBackoff",
 		"multiplier", "jitter", "resetBackoffAfter"}
-	stateKeys    = []string{"backend", "incremental"}
-	restartTypes = []string{"none", "fixed-delay", "failure-rate", "exponential-delay"}
+	stateKeys          = []string{"backend", "incremental"}
+	restartTypes       = []string{"none", "fixed-delay", "failure-rate", "exponential-delay"}
+	corruptionPolicies = []string{"fail", "fallback"}
 )
 
 func asDuration(n *yaml.Node) (time.Duration, error) {
@@ -100,6 +101,14 @@ func (p *parser) parseCheckpointing(n *yaml.Node) error {
 			c.Storage, err = asString(kv.val)
 			if err == nil && !strings.HasPrefix(c.Storage, "file://") && !strings.HasPrefix(c.Storage, "s3://") {
 				err = fmt.Errorf("want file:///path or s3://bucket/prefix, got %q", c.Storage)
+			}
+		case "onCorruption":
+			// fail (the default): the job fails; fallback: it restarts
+			// from an older retained checkpoint.
+			if s, serr := asString(kv.val); serr != nil {
+				err = fmt.Errorf("want fail or fallback, got %s", describe(kv.val))
+			} else if c.OnCorruption, err = stream.ParseCorruptionPolicy(s); err != nil {
+				err = fmt.Errorf("want fail or fallback, got %q%s", s, suggest(s, corruptionPolicies))
 			}
 		default:
 			return p.errAt(kv.key, "checkpointing: unknown key %q%s; it has %s", k, suggest(k, checkpointKeys), strings.Join(checkpointKeys, ", "))

@@ -50,6 +50,47 @@ const (
 	RetainOnCancel
 )
 
+// CorruptionPolicy says what a job does when a task fails because an object
+// of the checkpoint it restored does not verify (a checksum mismatch, a
+// truncated or missing object).
+type CorruptionPolicy int
+
+const (
+	// FailOnCorruption fails the job at once, without a restart, and
+	// leaves its retained checkpoints for the user to resubmit it from
+	// one (the default). Restoring an older checkpoint is unsafe when the
+	// job's sinks already committed the output of the newer one: it would
+	// be written again.
+	FailOnCorruption CorruptionPolicy = iota + 1
+	// FallbackOnCorruption restarts the job from the newest older retained
+	// checkpoint that is not known to be corrupt, through the restart
+	// strategy, and fails it like FailOnCorruption when none is left. The
+	// output written since that checkpoint is written again: opt in only
+	// when the sinks tolerate that.
+	FallbackOnCorruption
+)
+
+func (p CorruptionPolicy) String() string {
+	switch p {
+	case FailOnCorruption:
+		return "fail"
+	case FallbackOnCorruption:
+		return "fallback"
+	}
+	return "invalid"
+}
+
+// ParseCorruptionPolicy is the inverse of CorruptionPolicy.String.
+func ParseCorruptionPolicy(s string) (CorruptionPolicy, error) {
+	switch s {
+	case "fail":
+		return FailOnCorruption, nil
+	case "fallback":
+		return FallbackOnCorruption, nil
+	}
+	return 0, fmt.Errorf("unknown corruption policy %q (want fail or fallback)", s)
+}
+
 // CheckpointConfig holds a job's checkpoint settings; zero fields take the
 // defaults of DefaultCheckpointConfig. Checkpointing is off while Interval is
 // zero: it costs storage and pauses, so a job opts in.
@@ -75,6 +116,9 @@ type CheckpointConfig struct {
 	// Storage is where checkpoints are written: file:///path or
 	// s3://bucket/prefix. Empty means the cluster default.
 	Storage string
+	// OnCorruption is what the job does when a checkpoint it restores does
+	// not verify. Default FailOnCorruption.
+	OnCorruption CorruptionPolicy
 }
 
 // Enabled reports whether checkpoints are taken.
@@ -96,6 +140,9 @@ func (c CheckpointConfig) WithDefaults() CheckpointConfig {
 	}
 	if c.Retention == 0 {
 		c.Retention = DeleteOnCancel
+	}
+	if c.OnCorruption == 0 {
+		c.OnCorruption = FailOnCorruption
 	}
 	return c
 }
@@ -120,6 +167,9 @@ func (c CheckpointConfig) Validate() error {
 	}
 	if c.Mode != 0 && c.Mode != ExactlyOnce && c.Mode != AtLeastOnce {
 		return fmt.Errorf("checkpointing mode %d: invalid", c.Mode)
+	}
+	if c.OnCorruption != 0 && c.OnCorruption != FailOnCorruption && c.OnCorruption != FallbackOnCorruption {
+		return fmt.Errorf("checkpointing onCorruption %d: invalid (want fail or fallback)", c.OnCorruption)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -58,17 +59,38 @@ func (tm *TaskManager) restoreStorage(ctx context.Context, d *weirpb.TaskDeploym
 	return checkpoint.OpenStorage(ctx, uri)
 }
 
+// restoreProgress is how far a task's restore got, read by heartbeats
+// while the task's goroutine restores.
+type restoreProgress struct {
+	restoring atomic.Bool  // state is being loaded; the task processes nothing yet
+	restored  atomic.Int64 // bytes in place (checkpoint.Storage.WithRestoreProgress)
+}
+
+func (p *restoreProgress) load() (restoring bool, restored int64) {
+	return p.restoring.Load(), p.restored.Load()
+}
+
+// restores reports whether a task deployed with d restores state, as
+// restoreState decides.
+func restores(d *weirpb.TaskDeployment) bool {
+	return d.GetRestoreCheckpointId() != 0 && len(d.GetRestore()) > 0 && !d.GetRestoreFinished()
+}
+
 // restoreState loads the state of every chained operator from the handles
-// of the deployment. It runs on the task's goroutine before the task starts,
-// so a large restore does not hold up the jobmanager's deploy call.
-func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeployment, spec *dataflow.TaskSpec) error {
-	if d.GetRestoreCheckpointId() == 0 || len(d.GetRestore()) == 0 || d.GetRestoreFinished() {
+// of the deployment, counting the bytes in place in progress. It runs on the
+// task's goroutine before the task starts, so a large restore does not hold
+// up the jobmanager's deploy call. Once it succeeded, progress holds
+// checkpoint.RestoreSize of the deployment's handles (what the jobmanager
+// expects).
+func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeployment, spec *dataflow.TaskSpec, progress *restoreProgress) error {
+	if !restores(d) {
 		return nil
 	}
 	st, err := tm.restoreStorage(ctx, d)
 	if err != nil {
 		return fmt.Errorf("restore from checkpoint %d: %w", d.GetRestoreCheckpointId(), err)
 	}
+	st = st.WithRestoreProgress(func(n int64) { progress.restored.Add(n) })
 	byUID := make(map[string][]*weirpb.StateHandle)
 	var size int64
 	for _, h := range d.GetRestore() {
@@ -79,21 +101,23 @@ func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeploymen
 	spec.RestoreCheckpointID = d.GetRestoreCheckpointId()
 	spec.Restore = make(map[string]*stream.OperatorSnapshot, len(byUID))
 	start := time.Now()
+	var local int64
 	for uid, hs := range byUID {
 		snap, err := st.LoadOperatorState(ctx, hs, kg, spec.Subtask, spec.Parallelism)
 		if err != nil {
 			return fmt.Errorf("restore operator %q from checkpoint %d: %w", uid, d.GetRestoreCheckpointId(), err)
 		}
-		n, err := tm.restoreFiles(ctx, st, d.GetRestoreCheckpointId(), uid, hs, kg, spec, snap)
+		n, reused, err := tm.restoreFiles(ctx, st, d.GetRestoreCheckpointId(), uid, hs, kg, spec, snap)
 		if err != nil {
 			return fmt.Errorf("restore operator %q from checkpoint %d: %w", uid, d.GetRestoreCheckpointId(), err)
 		}
 		size += n
+		local += reused
 		spec.Restore[uid] = snap
 	}
 	tm.metrics.stateBytesRead.Add(float64(size))
 	tm.log.Info("state restored", "task", spec.TaskName, "checkpoint", d.GetRestoreCheckpointId(),
-		"bytes", size, "duration", time.Since(start))
+		"bytes", size, "local_bytes", local, "duration", time.Since(start))
 	return nil
 }
 
@@ -101,17 +125,16 @@ func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeploymen
 // whose key groups overlap kg, one directory per snapshotted subtask, and
 // lists them in snap.Files. Files the task still has from its own snapshot
 // of that checkpoint are reused (local recovery). It returns the bytes
-// downloaded.
+// downloaded and the bytes of the files reused.
 func (tm *TaskManager) restoreFiles(ctx context.Context, st *checkpoint.Storage, id int64, uid string,
-	hs []*weirpb.StateHandle, kg stream.KeyGroupRange, spec *dataflow.TaskSpec, snap *stream.OperatorSnapshot) (int64, error) {
-	var total int64
+	hs []*weirpb.StateHandle, kg stream.KeyGroupRange, spec *dataflow.TaskSpec, snap *stream.OperatorSnapshot) (downloaded, reused int64, err error) {
 	for _, h := range hs {
-		if len(h.GetFiles()) == 0 || int(h.GetKeyGroupEnd()) < kg.Start || int(h.GetKeyGroupStart()) > kg.End {
+		if !checkpoint.RestoresFiles(h, kg) {
 			continue
 		}
 		dir := backends.RestoreDir(spec.LocalStateDir, uid, id, int(h.GetSubtask()))
 		if err := os.RemoveAll(dir); err != nil {
-			return 0, fmt.Errorf("clearing restore directory %s: %w", dir, err)
+			return 0, 0, fmt.Errorf("clearing restore directory %s: %w", dir, err)
 		}
 		local := backends.SnapshotDir(spec.LocalStateDir, uid, id)
 		reuse := func(name string) string { return filepath.Join(local, name) }
@@ -120,12 +143,16 @@ func (tm *TaskManager) restoreFiles(ctx context.Context, st *checkpoint.Storage,
 		}
 		files, n, err := st.DownloadFiles(ctx, h.GetFiles(), dir, reuse)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		total += n
+		downloaded += n
+		for _, f := range h.GetFiles() {
+			reused += f.GetSize()
+		}
+		reused -= n
 		snap.Files = append(snap.Files, files...)
 	}
-	return total, nil
+	return downloaded, reused, nil
 }
 
 // taskHooks receives a task's snapshots and uploads them in the background,

@@ -47,8 +47,13 @@ type Config struct {
 	// Default 1s.
 	RegisterRetry time.Duration
 	// StateDir holds the local state of this taskmanager's tasks (one
-	// subdirectory per task); it is created private (0700). Default: a new
-	// private directory under os.TempDir(), removed when Run returns.
+	// subdirectory per job, in it one per subtask run here); it is created
+	// private (0700). It holds at most backends.LocalSnapshotsKept local
+	// snapshots per operator of a subtask running here (one more while a
+	// checkpoint is taken); the directory of a subtask no longer running
+	// here goes once a checkpoint newer than its local snapshots
+	// completed, a job's once the job ended. Default: a new private
+	// directory under os.TempDir(), removed when Run returns.
 	StateDir string
 	// AllowedPaths are the directories tasks may read and write files
 	// under (file sources and sinks): a task whose paths lead elsewhere

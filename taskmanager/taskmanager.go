@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +60,9 @@ type TaskManager struct {
 		// jobsRun holds the jobs this process has run tasks of, whose
 		// local state sweepLocalState may remove once they end.
 		jobsRun map[string]bool
+		// subtasksSwept is, per job, the highest checkpoint id
+		// sweepSubtaskState has run with.
+		subtasksSwept map[string]int64
 		// lateGone holds the late-record counts of tasks no longer in
 		// tasks, until their job ends, so that the counter never goes
 		// down when one subtask ends before another (metrics.go).
@@ -119,6 +121,9 @@ type runningTask struct {
 	brokenPeer string
 	// epoch is the jobmanager epoch the task was deployed under.
 	epoch int64
+	// restore is the progress of loading the state the task restores
+	// (weirpb.TaskStatus.restoring, restored_bytes).
+	restore restoreProgress
 	// done is closed when runTask returns: the task has ended and closed
 	// its state. prev is the earlier attempt of the same subtask that was
 	// still running when this one was deployed; this one starts only once
@@ -155,6 +160,7 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 		ready: make(chan struct{}), instance: rand.Text()}
 	tm.mu.tasks = make(map[taskKey]*runningTask)
 	tm.mu.jobsRun = make(map[string]bool)
+	tm.mu.subtasksSwept = make(map[string]int64)
 	tm.metrics = newMetrics(tm)
 	tm.mu.hbInterval = time.Second
 	tm.mu.hbTimeout = 10 * time.Second
@@ -493,6 +499,7 @@ func (tm *TaskManager) statuses(metrics bool) []*weirpb.TaskStatus {
 	out := make([]*weirpb.TaskStatus, 0, len(tm.mu.tasks))
 	for _, rt := range tm.mu.tasks {
 		st := &weirpb.TaskStatus{Id: rt.id, State: rt.state, Error: rt.err, BrokenPeer: rt.brokenPeer, CorruptCheckpoint: rt.corrupt}
+		st.Restoring, st.RestoredBytes = rt.restore.load()
 		if metrics && rt.task != nil {
 			m := rt.task.Metrics()
 			st.RecordsIn, st.RecordsOut = m.RecordsIn.Load(), m.RecordsOut.Load()
@@ -557,8 +564,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "task %s: %v", d.GetTaskName(), err)
 	}
-	spec.LocalStateDir = filepath.Join(tm.cfg.StateDir, d.GetId().GetJobId(),
-		fmt.Sprintf("v%d-s%d", d.GetId().GetVertexId(), d.GetId().GetSubtask()))
+	spec.LocalStateDir = tm.subtaskStateDir(d.GetId().GetJobId(), d.GetId().GetVertexId(), d.GetId().GetSubtask())
 	spec.StateCacheBytes = tm.cfg.StateCacheBytes / int64(tm.cfg.Slots)
 	spec.StateCache = tm.stateCache
 	spec.Paths = tm.paths
@@ -600,6 +606,7 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 	}
 	rt := &runningTask{id: d.GetId(), name: d.GetTaskName(), task: task, deploy: d, spec: spec, cancel: cancel,
 		state: weirpb.TaskState_TASK_STATE_RUNNING, epoch: epoch, done: make(chan struct{}), prev: prev}
+	rt.restore.restoring.Store(restores(d))
 	tm.mu.tasks[k] = rt
 	tm.mu.jobsRun[k.job] = true
 	tm.wg.Add(1)
@@ -607,6 +614,11 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 
 	tm.log.Info("task deployed", "task", d.GetTaskName(), "job", d.GetId().GetJobId(), "attempt", d.GetId().GetAttempt(), "epoch", epoch)
 	go tm.runTask(ctx, rt)
+	if id := d.GetRestoreCheckpointId(); id > 0 && d.GetRestoreStorage() == "" && restoreJobID(d) == k.job {
+		// A new attempt restores checkpoint id of this job: local state of
+		// subtasks gone from here that lacks it is of no more use.
+		tm.sweepSubtaskState(k.job, id)
+	}
 	return nil
 }
 
@@ -629,10 +641,20 @@ func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 		rt.prev = nil
 	}
 	if err == nil {
-		err = tm.restoreState(ctx, rt.deploy, rt.spec)
-	}
-	if err == nil {
-		err = rt.task.Run(ctx)
+		// The subtask's local state directory is this attempt's now.
+		// Restore files are of use only while an attempt opens its state:
+		// none are left when it starts or once it ended, however it ended.
+		tm.clearRestoreFiles(rt.spec.LocalStateDir)
+		err = tm.restoreState(ctx, rt.deploy, rt.spec, &rt.restore)
+		if rt.restore.restoring.Swap(false) && err == nil {
+			// The jobmanager learns at once that the task processes
+			// (weir submit --from waits for it).
+			tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "", "", false)
+		}
+		if err == nil {
+			err = rt.task.Run(ctx)
+		}
+		tm.clearRestoreFiles(rt.spec.LocalStateDir)
 	}
 	state, msg, peer, corrupt := weirpb.TaskState_TASK_STATE_FINISHED, "", "", false
 	switch {
@@ -662,10 +684,11 @@ func (tm *TaskManager) report(rt *runningTask, state weirpb.TaskState, msg, brok
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	m := rt.task.Metrics()
+	restoring, restored := rt.restore.load()
 	_, err := tm.cluster().UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{
 		TaskmanagerId: tm.cfg.ID,
 		Status: &weirpb.TaskStatus{Id: rt.id, State: state, Error: msg, BrokenPeer: brokenPeer, CorruptCheckpoint: corrupt,
-			RecordsIn: m.RecordsIn.Load(), RecordsOut: m.RecordsOut.Load()},
+			RecordsIn: m.RecordsIn.Load(), RecordsOut: m.RecordsOut.Load(), Restoring: restoring, RestoredBytes: restored},
 	})
 	if err != nil {
 		tm.log.Debug("task state report failed; the next heartbeat carries it", "err", err)
@@ -731,7 +754,10 @@ func (s *executorServer) TriggerCheckpoint(ctx context.Context, req *weirpb.Trig
 		return nil, status.Errorf(codes.NotFound, "trigger checkpoint %d: no such task attempt on taskmanager %s", req.GetCheckpointId(), s.tm.cfg.ID)
 	}
 	trigger := rt.task.TriggerCheckpoint
-	if req.GetSavepoint() {
+	switch {
+	case req.GetDrain():
+		trigger = rt.task.TriggerDrain
+	case req.GetSavepoint():
 		trigger = rt.task.TriggerSavepoint
 	}
 	if err := trigger(req.GetCheckpointId(), req.GetTimestampMs()); err != nil {
@@ -754,6 +780,7 @@ func (s *executorServer) NotifyCheckpoint(ctx context.Context, req *weirpb.Notif
 	}
 	if req.GetComplete() {
 		rt.task.NotifyCheckpointComplete(req.GetCheckpointId())
+		s.tm.sweepSubtaskState(req.GetId().GetJobId(), req.GetCheckpointId())
 	} else {
 		rt.task.NotifyCheckpointAborted(req.GetCheckpointId())
 	}

@@ -101,7 +101,7 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 		Use:   "gc JOB",
 		Short: "Delete checkpoint objects that no retained or in-progress checkpoint refers to",
 		Long: "gc lists the objects in the job's checkpoint storage that belong to no retained or in-progress\n" +
-			"checkpoint and are older than --min-age (leftovers of aborted checkpoints and crashes), and\n" +
+			"checkpoint (leftovers of aborted checkpoints and crashes; with --min-age only those older than it), and\n" +
 			"deletes them unless --dry-run is given.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -140,7 +140,7 @@ func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
 		},
 	}
 	gc.Flags().BoolVar(&dryRun, "dry-run", false, "only list what would be deleted")
-	gc.Flags().DurationVar(&minAge, "min-age", time.Hour, "collect only objects older than this")
+	gc.Flags().DurationVar(&minAge, "min-age", 0, "collect only objects older than this (default: any age; what checkpoints in progress need is kept)")
 	cmd.AddCommand(gc)
 	return cmd
 }

@@ -181,7 +181,9 @@ func newSubmitCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "submit FILE",
 		Short: "Check a YAML job spec and submit it to the jobmanager",
-		Args:  cobra.ExactArgs(1),
+		Long: "submit checks the job spec, submits it and prints the job's id. With --from, on a terminal, it then\n" +
+			"shows the bytes of state the tasks restored until every task runs, on a line it erases when done.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g, err := jobspec.Load(args[0], reg)
 			if err != nil {
@@ -203,6 +205,9 @@ func newSubmitCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 				}
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "submitted job %q as %s\n", g.Name, resp.GetJobId())
+			}
+			if line := newProgressLine(cmd.OutOrStdout(), cc.output); from != "" && line.on() {
+				watchRestore(cmd.Context(), cc, client, line, resp.GetJobId())
 			}
 			if !wait {
 				return nil

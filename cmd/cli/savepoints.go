@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -34,15 +35,33 @@ func (c *clientConfig) savepointConnect(cmd *cobra.Command) (weirpb.JobServiceCl
 }
 
 // runSavepoint makes a savepoint call (what names it in errors) and prints
-// where the savepoint went (done says what happened).
+// where the savepoint went (done says what happened). On a terminal it
+// names the savepoint with a request id (call's rid; "" otherwise) and
+// shows its progress meanwhile.
 func runSavepoint(cmd *cobra.Command, cc *clientConfig, what, done string,
-	call func(context.Context, weirpb.JobServiceClient) (*weirpb.SavepointResponse, error)) error {
+	call func(ctx context.Context, client weirpb.JobServiceClient, rid string) (*weirpb.SavepointResponse, error)) error {
 	client, ctx, release, err := cc.savepointConnect(cmd)
 	if err != nil {
 		return err
 	}
 	defer release()
-	resp, err := call(ctx, client)
+	line := newProgressLine(cmd.OutOrStdout(), cc.output)
+	var resp *weirpb.SavepointResponse
+	if line.on() {
+		rid := newRequestID()
+		wctx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			watchSavepoint(wctx, cc, client, line, what, rid)
+		}()
+		resp, err = call(ctx, client, rid)
+		stop()
+		<-watched
+		line.clear()
+	} else {
+		resp, err = call(ctx, client, "")
+	}
 	if err != nil {
 		return cc.callErr(what, err)
 	}
@@ -66,12 +85,13 @@ func newSavepointCommand(cc *clientConfig) *cobra.Command {
 		Short: "Take a savepoint of a running job: a self-contained copy of its state to start jobs from",
 		Long: "savepoint takes a checkpoint of the job and copies every file it needs into a directory of its own,\n" +
 			"<dir>/savepoint-<job>-<checkpoint>, which can be moved and outlives the job. Start a job from it with\n" +
-			"weir submit JOB.yaml --from LOCATION; delete it with weir savepoints dispose LOCATION.",
+			"weir submit JOB.yaml --from LOCATION; delete it with weir savepoints dispose LOCATION. On a terminal\n" +
+			"it shows the checkpoint being taken, then the bytes copied, on a line it erases when done.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSavepoint(cmd, cc, "savepoint of job "+args[0], "savepoint of job "+args[0],
-				func(ctx context.Context, client weirpb.JobServiceClient) (*weirpb.SavepointResponse, error) {
-					return client.TriggerSavepoint(ctx, &weirpb.TriggerSavepointRequest{JobId: args[0], Dir: dir})
+				func(ctx context.Context, client weirpb.JobServiceClient, rid string) (*weirpb.SavepointResponse, error) {
+					return client.TriggerSavepoint(ctx, &weirpb.TriggerSavepointRequest{JobId: args[0], Dir: dir, RequestId: rid})
 				})
 		},
 	}
@@ -81,21 +101,33 @@ func newSavepointCommand(cc *clientConfig) *cobra.Command {
 
 func newStopCommand(cc *clientConfig) *cobra.Command {
 	var dir string
+	var drain bool
 	cmd := &cobra.Command{
 		Use:   "stop JOB",
 		Short: "Stop a job with a savepoint: it ends FINISHED at a checkpoint copied into a savepoint",
 		Long: "stop takes a checkpoint of the job, stops the job at it (no later checkpoint completes, so no output\n" +
 			"past it is committed) and copies it into a savepoint. Resume with weir submit JOB.yaml --from LOCATION:\n" +
-			"the new job commits what the savepoint had pending and replays the rest.",
+			"the new job commits what the savepoint had pending and replays the rest. Event-time windows and timers\n" +
+			"that have not fired stay in the savepoint's state, to fire in the resumed job.\n\n" +
+			"With --drain the sources first end their input and emit the maximum watermark: every event-time\n" +
+			"window and timer fires and its output is committed with the savepoint's checkpoint, and the tasks\n" +
+			"finish. Use it to end a job for good; a job resumed from a drained savepoint would start with those\n" +
+			"windows already emitted. Should the checkpoint fail after the sources drained, the job fails over\n" +
+			"(its restart strategy decides) instead of running on.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSavepoint(cmd, cc, "stop job "+args[0], "job "+args[0]+" stopped with a savepoint",
-				func(ctx context.Context, client weirpb.JobServiceClient) (*weirpb.SavepointResponse, error) {
-					return client.StopJob(ctx, &weirpb.StopJobRequest{JobId: args[0], SavepointDir: dir})
+			done := "job " + args[0] + " stopped with a savepoint"
+			if drain {
+				done = "job " + args[0] + " drained and stopped with a savepoint"
+			}
+			return runSavepoint(cmd, cc, "stop job "+args[0], done,
+				func(ctx context.Context, client weirpb.JobServiceClient, rid string) (*weirpb.SavepointResponse, error) {
+					return client.StopJob(ctx, &weirpb.StopJobRequest{JobId: args[0], SavepointDir: dir, Drain: drain, RequestId: rid})
 				})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "savepoint-dir", "", "directory to put the savepoint in: file:///path or s3://bucket/prefix (default: the jobmanager's savepointDir)")
+	cmd.Flags().BoolVar(&drain, "drain", false, "emit the maximum watermark from every source before the savepoint, so that all event-time windows and timers fire and their output is committed; for ending a job for good")
 	return cmd
 }
 
@@ -133,8 +165,10 @@ func newPlanCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 		Short: "Show what starting a job from a savepoint or checkpoint would restore, and whether it would be refused",
 		Long: "plan checks the job spec against the savepoint or retained checkpoint as weir submit --from does, without\n" +
 			"starting anything, and lists per operator uid: restored, new (no state) or dropped (state the job no\n" +
-			"longer has), the old and new parallelism, and the state bytes its subtasks download. It exits non-zero\n" +
-			"when the submission would be refused, and says why.",
+			"longer has), the old and new parallelism, and the state bytes its subtasks download; then per operator\n" +
+			"its type (old -> new when it changed) and its states as name (kind): restored, new (starts empty),\n" +
+			"dropped or incompatible (another kind or type). It exits non-zero when the submission would be\n" +
+			"refused, and says why.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if from == "" {
@@ -181,6 +215,10 @@ func newPlanCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 				if err := table(cmd.OutOrStdout(), "OPERATOR\tSTATE\tPARALLELISM\tBYTES\tOBJECTS\tFORMAT", rows); err != nil {
 					return err
 				}
+				fmt.Fprintln(cmd.OutOrStdout())
+				if err := table(cmd.OutOrStdout(), "OPERATOR\tTYPE\tSTATE\tSTATUS", planStateRows(resp.GetOperators())); err != nil {
+					return err
+				}
 			}
 			if r := resp.GetRefusal(); r != "" {
 				return fmt.Errorf("plan %s: weir submit --from would refuse it: %s", args[0], r)
@@ -194,4 +232,42 @@ func newPlanCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 	cmd.Flags().StringVar(&from, "from", "", "the savepoint location, or the retained checkpoint (JOB_ID@N or <storage>/<job id>/chk-N)")
 	cmd.Flags().BoolVar(&allowNonRestored, "allow-non-restored-state", false, "as for weir submit: dropping the state of operators the job no longer has is allowed")
 	return cmd
+}
+
+// planStateRows are the rows of the state table of weir jobs plan: per
+// operator, each state as name (kind[, type]) with what the restore does
+// with it, old -> new where the two differ.
+func planStateRows(ops []*weirpb.OperatorRestorePlan) [][]string {
+	var rows [][]string
+	for _, o := range ops {
+		typ := cmp.Or(o.GetNewType(), o.GetOldType(), "-")
+		if o.GetOldType() != "" && o.GetNewType() != "" && o.GetOldType() != o.GetNewType() {
+			typ = o.GetOldType() + " -> " + o.GetNewType()
+		}
+		if len(o.GetStates()) == 0 {
+			rows = append(rows, []string{o.GetUid(), typ, "-", cmp.Or(o.GetStatesUnknown(), "no state declared")})
+			continue
+		}
+		for _, s := range o.GetStates() {
+			kind := cmp.Or(s.GetOldKind(), s.GetNewKind())
+			if s.GetOldKind() != "" && s.GetNewKind() != "" && s.GetOldKind() != s.GetNewKind() {
+				kind = s.GetOldKind() + " -> " + s.GetNewKind()
+			}
+			switch ot, nt := s.GetOldType(), s.GetNewType(); {
+			case ot != "" && nt != "" && ot != nt:
+				kind += ", " + ot + " -> " + nt
+			case cmp.Or(ot, nt) != "":
+				kind += ", " + cmp.Or(ot, nt)
+			}
+			status := s.GetStatus()
+			switch status {
+			case "new":
+				status = "new, starts empty"
+			case "dropped":
+				status = "would be dropped"
+			}
+			rows = append(rows, []string{o.GetUid(), typ, fmt.Sprintf("%s (%s)", s.GetName(), kind), status})
+		}
+	}
+	return rows
 }

@@ -1,6 +1,7 @@
 package jobstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -433,7 +434,7 @@ func (d *Dir) PutLatestCheckpoint(ctx context.Context, job string, p Pointer) er
 		return err
 	}
 	switch {
-	case ok && cur == p:
+	case ok && bytes.Equal(EncodePointer(cur), EncodePointer(p)):
 		return nil
 	case ok && cur.ID >= p.ID:
 		return fmt.Errorf("jobstore: job %s: checkpoint %d (%s) does not follow the stored checkpoint %d (%s): %w",

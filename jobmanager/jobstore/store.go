@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -111,6 +112,21 @@ type Pointer struct {
 	ID             int64
 	ManifestKey    string
 	ManifestSHA256 string // 64 lowercase hex digits
+	// Retained are the completed checkpoints the job retains with this
+	// one as its latest: ascending, ending with ID (nil means just ID). A
+	// jobmanager that recovers the job keeps these and deletes any other.
+	Retained []int64
+}
+
+// MaxRetained is the most retained checkpoints a Pointer may list.
+const MaxRetained = 1000
+
+// RetainedIDs returns p.Retained, or just p.ID when it lists none.
+func (p Pointer) RetainedIDs() []int64 {
+	if len(p.Retained) == 0 {
+		return []int64{p.ID}
+	}
+	return slices.Clone(p.Retained)
 }
 
 // Validate reports what is wrong with p.
@@ -131,22 +147,35 @@ func (p Pointer) Validate() error {
 	if _, err := hex.DecodeString(p.ManifestSHA256); err != nil {
 		return fmt.Errorf("jobstore: checkpoint pointer %d: manifest sha256 %q is not hex", p.ID, p.ManifestSHA256)
 	}
+	if len(p.Retained) > MaxRetained {
+		return fmt.Errorf("jobstore: checkpoint pointer %d: %d retained checkpoints, more than %d", p.ID, len(p.Retained), MaxRetained)
+	}
+	for i, id := range p.Retained {
+		if id < 1 || (i > 0 && id <= p.Retained[i-1]) {
+			return fmt.Errorf("jobstore: checkpoint pointer %d: retained checkpoints are not positive and ascending", p.ID)
+		}
+	}
+	if n := len(p.Retained); n > 0 && p.Retained[n-1] != p.ID {
+		return fmt.Errorf("jobstore: checkpoint pointer %d: retained checkpoints do not end with it", p.ID)
+	}
 	return nil
 }
 
 // pointerValue is the stored form of a Pointer, version 1.
 type pointerValue struct {
-	Version        int    `json:"v"`
-	ID             int64  `json:"id"`
-	ManifestKey    string `json:"manifestKey"`
-	ManifestSHA256 string `json:"manifestSha256"`
+	Version        int     `json:"v"`
+	ID             int64   `json:"id"`
+	ManifestKey    string  `json:"manifestKey"`
+	ManifestSHA256 string  `json:"manifestSha256"`
+	Retained       []int64 `json:"retained,omitempty"`
 }
 
 // EncodePointer returns the stored form of p, version 1:
-// {"v":1,"id":…,"manifestKey":…,"manifestSha256":…}. Every Store stores
-// pointers in this form.
+// {"v":1,"id":…,"manifestKey":…,"manifestSha256":…,"retained":[…]}, the
+// last field only when p lists retained checkpoints (readers that predate
+// it ignore it). Every Store stores pointers in this form.
 func EncodePointer(p Pointer) []byte {
-	b, _ := json.Marshal(pointerValue{Version: 1, ID: p.ID, ManifestKey: p.ManifestKey, ManifestSHA256: p.ManifestSHA256})
+	b, _ := json.Marshal(pointerValue{Version: 1, ID: p.ID, ManifestKey: p.ManifestKey, ManifestSHA256: p.ManifestSHA256, Retained: p.Retained})
 	return b
 }
 
@@ -165,7 +194,7 @@ func DecodePointer(where string, b []byte) (Pointer, error) {
 	default:
 		return Pointer{}, fmt.Errorf("jobstore: %s: checkpoint pointer version %d unknown (this build reads version 1); upgrade the jobmanager", where, v.Version)
 	}
-	p := Pointer{ID: v.ID, ManifestKey: v.ManifestKey, ManifestSHA256: v.ManifestSHA256}
+	p := Pointer{ID: v.ID, ManifestKey: v.ManifestKey, ManifestSHA256: v.ManifestSHA256, Retained: v.Retained}
 	if err := p.Validate(); err != nil {
 		return Pointer{}, fmt.Errorf("%s: %w", where, err)
 	}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -38,6 +39,7 @@ func (c *Scheduler) startCheckpointing(j *job, now time.Time) []Action {
 			// Retained like the coordinator's own, until a newer one
 			// completes and retention discards it.
 			j.coord.AdoptCompleted(r.CheckpointID(), nil)
+			j.coord.AdoptOlder(j.opts.RestoreRetained)
 		}
 	} else {
 		j.coord.Reset(now, tasks, sources)
@@ -56,16 +58,25 @@ func (c *Scheduler) startCheckpointing(j *job, now time.Time) []Action {
 // coordinator ends it when the write returns (manifestWritten), so that a
 // checkpoint whose manifest and pointer were written is never deleted.
 func (c *Scheduler) stopCheckpointing(j *job, cause coordinator.AbortCause, reason string, now time.Time) []Action {
-	if j.stopAt > 0 && !j.stopped {
+	abandoned := j.stopAt > 0 && !j.stopped
+	if abandoned {
 		j.stopFailed = fmt.Sprintf("checkpoint %d of the stop did not complete: %s", j.stopAt, reason)
 		c.log.Warn("stop with a savepoint abandoned", "job", j.id, "checkpoint", j.stopAt, "reason", reason)
 		j.stopAt = 0
 	}
-	if j.coord == nil || j.coord.Stopped() {
-		return nil
+	var acts []Action
+	if j.coord != nil && !j.coord.Stopped() {
+		j.coord.Stop(now, cause, reason)
+		acts = c.drainCoordinator(j, now)
 	}
-	j.coord.Stop(now, cause, reason)
-	return c.drainCoordinator(j, now)
+	if abandoned {
+		// Only now: a drained source learns of the abort of the drained
+		// checkpoint and fails (its region restarts from the latest
+		// completed checkpoint), while the checkpoints withheld after it
+		// are aborted without a word to the tasks, which never took them.
+		j.drainAt = 0
+	}
+	return acts
 }
 
 // writingManifest reports whether a manifest write of j is in flight.
@@ -87,7 +98,9 @@ func retainedCheckpoints(j *job) []int64 {
 	case j.coord != nil:
 		return j.coord.Retained()
 	case j.opts.Restore != nil && !j.opts.RestoreForeign:
-		return []int64{j.opts.Restore.CheckpointID()}
+		id := j.opts.Restore.CheckpointID()
+		older := slices.DeleteFunc(slices.Clone(j.opts.RestoreRetained), func(o int64) bool { return o >= id })
+		return append(older, id)
 	}
 	return nil
 }
@@ -118,13 +131,22 @@ func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
 	for _, a := range j.coord.Ready() {
 		switch a := a.(type) {
 		case coordinator.TriggerAction:
+			if j.drainAt > 0 && a.ID > j.drainAt {
+				// Past the drained checkpoint the sources read nothing,
+				// and must learn no outcome but the drained checkpoint's
+				// (a drained source fails on any other): the trigger is
+				// withheld; the stop, or its failure, aborts it.
+				c.log.Debug("checkpoint trigger withheld: a stop with --drain is in progress", "job", j.id, "checkpoint", a.ID, "drain", j.drainAt)
+				continue
+			}
 			c.log.Debug("checkpoint triggered", "job", j.id, "checkpoint", a.ID, "sources", len(a.Sources))
 			for _, t := range a.Sources {
 				ex := j.byKey[execKey{t.Vertex, t.Subtask}]
 				if ex == nil || ex.tm == nil {
 					continue
 				}
-				acts = append(acts, TriggerAction{Target: targetOf(j, ex), CheckpointID: a.ID, Timestamp: a.Timestamp, Savepoint: j.savepoints[a.ID]})
+				acts = append(acts, TriggerAction{Target: targetOf(j, ex), CheckpointID: a.ID, Timestamp: a.Timestamp,
+					Savepoint: j.savepoints[a.ID], Drain: a.ID == j.drainAt})
 			}
 		case coordinator.WriteManifestAction:
 			finished := append(slices.Clone(a.Finished), restoredFinished(j)...)
@@ -132,7 +154,7 @@ func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
 				return cmp.Or(cmp.Compare(x.Vertex, y.Vertex), cmp.Compare(x.Subtask, y.Subtask))
 			})
 			acts = append(acts, WriteManifestAction{JobID: j.id, Graph: j.graph, Mode: j.opts.Checkpoint.Mode, ID: a.ID,
-				Triggered: a.Timestamp, Completed: now, Acks: a.Acks, Finished: slices.Compact(finished)})
+				Triggered: a.Timestamp, Completed: now, Acks: a.Acks, Finished: slices.Compact(finished), Retained: a.Retained})
 		case coordinator.NotifyCompleteAction:
 			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, true)...)
 		case coordinator.AbortAction:
@@ -141,7 +163,9 @@ func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
 			} else {
 				c.log.Info("checkpoint aborted", "job", j.id, "checkpoint", a.ID, "cause", a.Cause.String(), "reason", a.Reason)
 			}
-			acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, false)...)
+			if j.drainAt == 0 || a.ID <= j.drainAt { // later ones were withheld: no task took them
+				acts = append(acts, c.notifyActions(j, a.ID, a.Tasks, false)...)
+			}
 			// No manifest write of it is in flight (the coordinator aborts a
 			// checkpoint being written only when the write failed), so
 			// nothing names its files.
@@ -181,9 +205,16 @@ func (c *Scheduler) notifyActions(j *job, id int64, tasks []coordinator.TaskID, 
 // checkpoints whose deletion failed, for one). A FAILED job keeps its
 // retained checkpoints, so that it can later be restored from them.
 func (c *Scheduler) retentionDeletes(j *job) []Action {
-	if !j.state.Terminal() || writingManifest(j) || j.swept || !j.opts.Checkpoint.Enabled() ||
-		j.state == JobFailed || j.opts.Checkpoint.Retention == stream.RetainOnCancel {
+	if !j.state.Terminal() || writingManifest(j) || j.swept || !j.opts.Checkpoint.Enabled() {
 		return nil
+	}
+	if j.state == JobFailed || j.opts.Checkpoint.Retention == stream.RetainOnCancel {
+		// Kept: only what no retained checkpoint needs goes.
+		if j.tidied {
+			return nil
+		}
+		j.tidied = true
+		return []Action{DeleteCheckpointsAction{JobID: j.id, Tidy: true}}
 	}
 	ids := retainedCheckpoints(j)
 	j.swept = true
@@ -275,6 +306,7 @@ func (c *Scheduler) ManifestWritten(jobID string, cp Checkpoint, err error, now 
 	stop := false
 	if latest, _, ok := j.coord.Latest(); ok && latest == id {
 		j.latest = cp
+		keepRestorable(j, cp)
 		c.log.Info("checkpoint completed", "job", j.id, "checkpoint", id, "coordinatorStopped", j.coord.Stopped())
 		// A stop waits for its savepoint, or for any later checkpoint
 		// that completes first: the job must end at the newest one, or
@@ -283,10 +315,23 @@ func (c *Scheduler) ManifestWritten(jobID string, cp Checkpoint, err error, now 
 	}
 	acts := c.drainCoordinator(j, now)
 	if stop {
+		drained := j.drainAt > 0 && id >= j.drainAt
 		j.stopAt = id
 		j.stopped = true
 		acts = append(acts, c.stopCheckpointing(j, coordinator.CauseJobEnded, "job stopped with a savepoint", now)...)
 		j.state = JobCanceling
+		if drained {
+			// The drained sources finish once they learn that the
+			// checkpoint completed, and every other task after its
+			// notification (so two-phase-commit sinks commit the windows
+			// the maximum watermark fired); cancelling them now could
+			// overtake the notifications. Stragglers are cancelled at
+			// the deadline (drainTimedOut).
+			j.drainWait = true
+			j.cancelDeadline = now.Add(c.cfg.CancelTimeout)
+			c.log.Info("job finishing after its drained savepoint", "job", j.id, "name", j.graph.Name, "checkpoint", id)
+			return append(acts, c.maybeFinalize(j, now)...)
+		}
 		c.log.Info("job stopping after its savepoint", "job", j.id, "name", j.graph.Name, "checkpoint", id)
 		acts = append(acts, c.cancelJobExecs(j, now)...)
 		return append(acts, c.maybeFinalize(j, now)...)
@@ -294,6 +339,17 @@ func (c *Scheduler) ManifestWritten(jobID string, cp Checkpoint, err error, now 
 	acts = append(acts, c.retentionDeletes(j)...)
 	acts = append(acts, c.maybeRestart(j, now)...)
 	return append(acts, c.maybeRedeployRegions(j, now)...)
+}
+
+// keepRestorable records cp, just completed, as restorable and forgets the
+// restorable checkpoints that retention discarded.
+func keepRestorable(j *job, cp Checkpoint) {
+	if j.restorable == nil {
+		j.restorable = make(map[int64]Checkpoint)
+	}
+	j.restorable[cp.CheckpointID()] = cp
+	retained := retainedCheckpoints(j)
+	maps.DeleteFunc(j.restorable, func(id int64, _ Checkpoint) bool { return !slices.Contains(retained, id) })
 }
 
 // TriggerNow triggers a checkpoint of a running job at once.
@@ -352,37 +408,87 @@ func (c *Scheduler) TriggerSavepoint(jobID string, now time.Time) (int64, []Acti
 // the checkpoint being the last state of the job (the shell copies it
 // into a savepoint). Should the checkpoint fail, the job runs on and
 // StopFailed says why.
-func (c *Scheduler) StopWithSavepoint(jobID string, now time.Time) (int64, []Action, error) {
-	if j := c.jobs[jobID]; j != nil && j.stopAt > 0 {
+//
+// With drain (a stop with --drain) the triggers drain the sources
+// (TriggerAction.Drain): each ends its input and emits the maximum
+// watermark before the barrier, so that every event-time timer and window
+// fires into the checkpoint. Once it completes, the tasks are not
+// cancelled but finish by themselves after their completion notification
+// (two-phase-commit sinks commit first); those still running after the
+// cancel timeout are cancelled. Should the checkpoint fail, the job fails
+// over (its restart strategy decides), since its sources' output already
+// went past the maximum watermark.
+func (c *Scheduler) StopWithSavepoint(jobID string, drain bool, now time.Time) (int64, []Action, error) {
+	j := c.jobs[jobID]
+	if j != nil && j.stopAt > 0 {
 		return 0, nil, fmt.Errorf("%w: job %s is already stopping at checkpoint %d", ErrCheckpointNotTriggered, jobID, j.stopAt)
+	}
+	if drain && j != nil && j.coord != nil {
+		// The id the trigger will take, so that its trigger actions,
+		// drained in TriggerSavepoint, drain the sources.
+		j.drainAt = j.coord.NextID()
 	}
 	id, acts, err := c.TriggerSavepoint(jobID, now)
 	if err != nil {
+		if j != nil {
+			j.drainAt = 0
+		}
 		return 0, acts, err
 	}
-	j := c.jobs[jobID]
 	j.stopAt, j.stopFailed = id, ""
-	c.log.Info("job stopping with a savepoint", "job", jobID, "checkpoint", id)
+	c.log.Info("job stopping with a savepoint", "job", jobID, "checkpoint", id, "drain", drain)
 	return id, acts, nil
 }
 
-// checkStop gives up a stop whose checkpoint ended without completing.
-func (c *Scheduler) checkStop(j *job) {
+// checkStop gives up a stop whose checkpoint ended without completing. A
+// drained one fails the job over: its sources emitted the maximum
+// watermark and read no more input, so it cannot run on.
+func (c *Scheduler) checkStop(j *job, now time.Time) []Action {
 	if j.stopAt == 0 || j.stopped {
-		return
+		return nil
 	}
 	if slices.Contains(j.coord.Pending(), j.stopAt) {
-		return
+		return nil
 	}
 	if w, ok := j.coord.Writing(); ok && w >= j.stopAt {
-		return
+		return nil
 	}
 	if latest, _, ok := j.coord.Latest(); ok && latest >= j.stopAt {
-		return
+		return nil
+	}
+	if j.drainAt > 0 {
+		j.stopFailed = fmt.Sprintf("checkpoint %d of the stop with --drain did not complete; the job failed over, since its sources had emitted the maximum watermark", j.stopAt)
+		c.log.Warn("stop with a drained savepoint failed: its checkpoint did not complete; the job fails over", "job", j.id, "checkpoint", j.stopAt)
+		j.stopAt = 0
+		// drainAt stays while the failover stops checkpointing, so that
+		// checkpoints withheld after the drained one stay untold.
+		acts := c.jobFailure(j, "the checkpoint of a stop with --drain did not complete after the sources emitted the maximum watermark", now)
+		j.drainAt = 0
+		return acts
 	}
 	j.stopFailed = fmt.Sprintf("checkpoint %d of the stop did not complete; the job runs on", j.stopAt)
 	c.log.Warn("stop with a savepoint failed: its checkpoint did not complete; the job runs on", "job", j.id, "checkpoint", j.stopAt)
 	j.stopAt = 0
+	return nil
+}
+
+// drainTimedOut cancels the tasks of a job stopped at a drained checkpoint
+// that did not finish by themselves within the cancel timeout (a lost
+// notification, a task stuck in a sink); the job ends FINISHED as a stop
+// without --drain does, and what their sinks did not commit is committed
+// by a job resumed from the savepoint.
+func (c *Scheduler) drainTimedOut(j *job, now time.Time) []Action {
+	j.drainWait = false
+	var left []string
+	for _, ex := range j.execs {
+		if !ex.state.Terminal() {
+			left = append(left, ex.spec.SubtaskName(ex.subtask))
+		}
+	}
+	c.log.Warn("tasks of a job stopped with a drained savepoint did not finish in time; cancelling them", "job", j.id, "tasks", left,
+		"timeout", c.cfg.CancelTimeout)
+	acts := c.cancelJobExecs(j, now)
+	return append(acts, c.maybeFinalize(j, now)...)
 }
 
 // restarting counts the regions of j that restart.
@@ -424,6 +530,42 @@ func (c *Scheduler) Checkpoints(jobID string) (CheckpointsView, error) {
 	if j.coord != nil {
 		v.History = j.coord.History()
 		v.InProgress, v.Completed, v.Failed = j.coord.Counts()
+	}
+	return v, nil
+}
+
+// StorageView is what tidying a job's checkpoint storage needs to know
+// of its checkpoints at one moment.
+type StorageView struct {
+	// Enabled: the job takes checkpoints.
+	Enabled bool
+	// Ended: the job is in a terminal state.
+	Ended bool
+	// Retained are the completed checkpoints whose files are kept.
+	Retained []int64
+	// Pending are the checkpoints in progress; NextID the id the next one
+	// will have. No id at or above NextID has been handed out.
+	Pending []int64
+	NextID  int64
+	// PendingAcks are the acknowledgement payloads of the pending
+	// checkpoints so far; OldestTrigger is when the oldest of them was
+	// triggered (zero when none is pending).
+	PendingAcks   []any
+	OldestTrigger time.Time
+}
+
+// StorageView returns what tidying job jobID's checkpoint storage needs.
+func (c *Scheduler) StorageView(jobID string) (StorageView, error) {
+	j := c.jobs[jobID]
+	if j == nil {
+		return StorageView{}, notFound(jobID)
+	}
+	v := StorageView{Enabled: j.opts.Checkpoint.Enabled(), Ended: j.state.Terminal(), Retained: retainedCheckpoints(j),
+		NextID: max(j.opts.FirstCheckpointID, 1)}
+	if j.coord != nil {
+		v.Pending = j.coord.Pending()
+		v.NextID = j.coord.NextID()
+		v.OldestTrigger = j.coord.PendingPayloads(func(p any) { v.PendingAcks = append(v.PendingAcks, p) })
 	}
 	return v, nil
 }

@@ -29,12 +29,14 @@ import (
 //	                        Register (instance TM-1, address TM:1, 2 slots)
 //	heartbeat TM [instance=X]
 //	submit JOB [pipeline=S/W] [fanout=P] [restart=(N,D)] [interval=D]
-//	    [tolerable=N] [concurrent=N] [slot-wait=D] [restore=ID] [first=ID]
+//	    [tolerable=N] [concurrent=N] [retained=N] [on-corruption=P]
+//	    [slot-wait=D] [restore=ID] [first=ID]
 //	                        Submit pipeline S/W (the default, 1/1: src ->
 //	                        map, then window -> sink keyed) or fanout P;
 //	                        restart: fixed delay, N attempts D apart (no
 //	                        restart without it); interval turns on
-//	                        checkpoints; restore: a checkpoint a new leader
+//	                        checkpoints; on-corruption: fail or fallback;
+//	                        restore: a checkpoint a new leader
 //	                        recovered, the first one taking id first
 //	cancel JOB
 //	deployed [job=J] [tasks=(V/S,...)] [err=(TEXT)]
@@ -42,7 +44,7 @@ import (
 //	cancelled [gone] [job=J] [tasks=(V/S,...)] [err=(TEXT)]
 //	                        CancelDone for the cancels not yet reported; gone:
 //	                        the taskmanager did not know the execution
-//	report STATE [job=J] [tasks=(V/S,...)] [attempt=N] [err=(TEXT)] [peer=ADDR]
+//	report STATE [job=J] [tasks=(V/S,...)] [attempt=N] [err=(TEXT)] [peer=ADDR] [corrupt=true]
 //	                        Report from the taskmanager of each execution's
 //	                        latest deployment (its attempt unless attempt=)
 //	run [job=J]             deployed, then report RUNNING of those deployments
@@ -58,7 +60,7 @@ import (
 //	manifest-ok [job=J]     ManifestWritten(nil) for the write in flight
 //	manifest-fail [job=J] [err=(TEXT)]
 //	trigger JOB             TriggerNow
-//	stop JOB                StopWithSavepoint
+//	stop JOB [drain]        StopWithSavepoint (drain: with --drain)
 //	input-ended V/S [job=J] SourceInputEnded
 //	suspect TM [reason=(TEXT)] | suspect-peer ADDR [reason=(TEXT)]
 //	probed TM [err=(TEXT)]
@@ -75,7 +77,7 @@ var commands = map[string]scenariotest.Syntax{
 	"register":  {Args: []string{"TM"}, Keys: []string{"slots", "instance", "exchange"}},
 	"heartbeat": {Args: []string{"TM"}, Keys: []string{"instance"}},
 	"submit": {Args: []string{"JOB"}, Keys: []string{"pipeline", "fanout", "restart", "interval", "tolerable",
-		"concurrent", "slot-wait", "restore", "first"}},
+		"concurrent", "retained", "on-corruption", "slot-wait", "restore", "first"}},
 	"cancel":         {Args: []string{"JOB"}},
 	"deployed":       {Keys: []string{"job", "tasks", "err"}},
 	"cancelled":      {Args: []string{"[gone]"}, Keys: []string{"job", "tasks", "err"}},
@@ -89,7 +91,7 @@ var commands = map[string]scenariotest.Syntax{
 	"manifest-ok":    {Keys: []string{"job"}},
 	"manifest-fail":  {Keys: []string{"job", "err"}},
 	"trigger":        {Args: []string{"JOB"}},
-	"stop":           {Args: []string{"JOB"}},
+	"stop":           {Args: []string{"JOB", "[drain]"}},
 	"input-ended":    {Args: []string{"V/S"}, Keys: []string{"job"}},
 	"suspect":        {Args: []string{"TM"}, Keys: []string{"reason"}},
 	"suspect-peer":   {Args: []string{"ADDR"}, Keys: []string{"reason"}},
@@ -333,7 +335,7 @@ func (s *scenario) run(d *scenariotest.Directive) string {
 			out = append(out, fmt.Sprintf("triggered %d", id))
 		}
 	case "stop":
-		id, a, err := s.c.StopWithSavepoint(args[0], s.now)
+		id, a, err := s.c.StopWithSavepoint(args[0], len(args) > 1 && args[1] == "drain", s.now)
 		acts = a
 		if err != nil {
 			out = append(out, "error: "+err.Error())
@@ -430,6 +432,16 @@ func (s *scenario) jobSpec(c directive) (*stream.JobGraph, JobOptions) {
 		}
 		if v := c.Text("concurrent"); v != "" {
 			ck.MaxConcurrent = int(c.Number("concurrent", v))
+		}
+		if v := c.Text("retained"); v != "" {
+			ck.Retained = int(c.Number("retained", v))
+		}
+		if v := c.Text("on-corruption"); v != "" {
+			p, err := stream.ParseCorruptionPolicy(v)
+			if err != nil {
+				c.Fatalf("on-corruption: %v", err)
+			}
+			ck.OnCorruption = p
 		}
 		opts.Checkpoint = ck.WithDefaults()
 		opts.Storage = "file:///ck"
@@ -601,7 +613,10 @@ func formatAction(a Action) (line, exec string) {
 		return line, fmt.Sprintf("%d/%d", a.Vertex, a.Subtask)
 	case TriggerAction:
 		kind := "trigger"
-		if a.Savepoint {
+		switch {
+		case a.Drain:
+			kind = "trigger-drain"
+		case a.Savepoint:
 			kind = "trigger-savepoint"
 		}
 		return fmt.Sprintf("%s %s %d [%%EXECS%%] at=%s", kind, a.JobID, a.CheckpointID, rel(a.Timestamp)), fmt.Sprintf("%d/%d", a.Vertex, a.Subtask)
@@ -622,6 +637,9 @@ func formatAction(a Action) (line, exec string) {
 		line = fmt.Sprintf("delete-checkpoints %s %v", a.JobID, a.IDs)
 		if a.All {
 			line += " all"
+		}
+		if a.Tidy {
+			line += " tidy"
 		}
 		return line, ""
 	case ProbeAction:

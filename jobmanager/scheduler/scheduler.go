@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,6 +156,12 @@ type execution struct {
 	// alignment is the barrier alignment time of its latest checkpoint
 	// acknowledgement.
 	alignment time.Duration
+	// restoreBytes are the bytes of checkpoint state this attempt
+	// restores (RestoreSizer), restoredBytes those its taskmanager
+	// reported in place, restoreDone whether it reported its state loaded
+	// (restoreprogress.go).
+	restoreBytes, restoredBytes int64
+	restoreDone                 bool
 }
 
 func (ex *execution) taskID() coordinator.TaskID {
@@ -190,6 +197,10 @@ type JobOptions struct {
 	// The job restores it until it completes a checkpoint of its own, but
 	// never retains or deletes it: it stays the other job's.
 	RestoreForeign bool
+	// RestoreRetained are the older completed checkpoints an earlier
+	// leader retained along with Restore (ascending, below it): retained
+	// until retention discards them, as if this leader had taken them.
+	RestoreRetained []int64
 	// FirstCheckpointID is the coordinator's first checkpoint id; 0 means 1.
 	FirstCheckpointID int64
 	// FirstAttempt is the attempt of the job's first deployment; 0 means 1.
@@ -239,11 +250,21 @@ type job struct {
 	// restart; immutable once stored.
 	latest       Checkpoint
 	restoredFrom int64 // checkpoint the latest (re)deployment restored, 0: none
+	// restorable are the retained checkpoints of the job's own that it can
+	// be restored from, by id: those completed under this scheduler and
+	// the one it was recovered from (not one of another job's). Older
+	// retained ones an earlier leader completed are known by id only. A
+	// fallback from a corrupt checkpoint (onCorruption: fallback) picks
+	// from them.
+	restorable map[int64]Checkpoint
 	// finalWanted: every source's input has ended, and the final
 	// checkpoint is to be triggered as soon as the coordinator accepts it.
 	finalWanted bool
 	// swept: the final DeleteCheckpointsAction (All) was issued.
 	swept bool
+	// tidied: the job ended keeping its checkpoints and the
+	// DeleteCheckpointsAction (Tidy) that removes the rest was issued.
+	tidied bool
 	// corrupt are the checkpoints that failed verification on restore;
 	// they are never restored again.
 	corrupt []int64
@@ -256,6 +277,12 @@ type job struct {
 	savepoints map[int64]bool
 	// stopFailed says why the last stop with a savepoint did not happen.
 	stopFailed string
+	// drainAt is the checkpoint whose triggers drain the sources (a stop
+	// with --drain; 0: none); drainWait: the job stopped at a drained
+	// checkpoint and waits, until cancelDeadline, for its tasks to finish
+	// by themselves (checkpoint.go).
+	drainAt   int64
+	drainWait bool
 }
 
 // Action is something the shell must do for the scheduler.
@@ -318,6 +345,10 @@ type TriggerAction struct {
 	// Savepoint: the checkpoint is a savepoint's (TriggerSavepoint,
 	// StopWithSavepoint): keyed state in the canonical format.
 	Savepoint bool
+	// Drain (with Savepoint): the checkpoint of a stop with --drain; the
+	// source ends its input, maximum watermark included, before its
+	// barrier.
+	Drain bool
 }
 
 // NotifyAction tells an execution that a checkpoint completed or was
@@ -344,6 +375,9 @@ type WriteManifestAction struct {
 	// Finished are the tasks the checkpoint records as finished: their
 	// head operator's subtask must not run again after a restore.
 	Finished []coordinator.TaskID
+	// Retained are the completed checkpoints retained once this one
+	// completes, ascending, ending with ID.
+	Retained []int64
 }
 
 // Checkpoint is a completed checkpoint as the scheduler sees it. The shell
@@ -383,6 +417,9 @@ type DeleteCheckpointsAction struct {
 	// before, under this leader or an earlier one) and every shared file,
 	// retrying while storage is unavailable.
 	All bool
+	// Tidy: also sweep now for files of checkpoints neither retained nor
+	// in progress (the job ended keeping its retained checkpoints).
+	Tidy bool
 }
 
 // ProbeAction asks the shell to probe a suspected taskmanager process and
@@ -416,6 +453,10 @@ type TaskReport struct {
 	// Corrupt, on a failed task, says that it failed because an object of
 	// the checkpoint it restored does not verify.
 	Corrupt bool
+	// Restoring: the task is loading the state it restores;
+	// RestoredBytes of it are in place.
+	Restoring     bool
+	RestoredBytes int64
 }
 
 // Config configures a Scheduler.
@@ -540,6 +581,7 @@ func (c *Scheduler) applyReport(tmID string, tm *tmEntry, r TaskReport, now time
 		return nil
 	}
 	ex.recordsIn, ex.recordsOut = max(ex.recordsIn, r.RecordsIn), max(ex.recordsOut, r.RecordsOut)
+	ex.applyRestoreReport(r)
 	if ex.state.Terminal() || r.State == ex.state {
 		return nil
 	}
@@ -737,17 +779,86 @@ func (c *Scheduler) failOver(j *job, failed []*region, cause string, counted boo
 
 // corruptCheckpoint handles ex failing because the checkpoint it restored
 // does not verify. Restarting would restore the same checkpoint and fail
-// again, and restoring an older one is unsafe when sinks committed the
-// newer one, so the checkpoint is marked corrupt and the job fails; the
-// user resubmits it from an older retained checkpoint, or cancels it.
+// again, so the checkpoint is marked corrupt and never restored again.
+// Restoring an older one is unsafe when sinks committed the newer one, so
+// by default (onCorruption: fail) the job fails; the user resubmits it
+// from an older retained checkpoint, or cancels it. With onCorruption:
+// fallback, see fallBack.
 func (c *Scheduler) corruptCheckpoint(j *job, ex *execution, now time.Time) []Action {
 	if !slices.Contains(j.corrupt, ex.restored) {
 		j.corrupt = append(j.corrupt, ex.restored)
+	}
+	if j.opts.Checkpoint.OnCorruption == stream.FallbackOnCorruption {
+		return c.fallBack(j, ex, now)
 	}
 	cause := fmt.Sprintf("checkpoint %d does not verify, so the job cannot be restored from it and is not restarted: %s; "+
 		"the checkpoint is marked corrupt: resubmit the job from an older retained checkpoint (weir submit --from) or repair the object",
 		ex.restored, failureCause(ex))
 	return c.failJob(j, cause, now)
+}
+
+// fallBack handles a corrupt checkpoint under onCorruption: fallback: the
+// job restarts as a whole, through its restart strategy, from the newest
+// restorable checkpoint not marked corrupt, so that every region resumes
+// from the same one, and the corrupt checkpoint leaves the retained ones
+// (no DeleteCheckpointsAction names it). With none left the job fails as
+// with onCorruption: fail, the corrupt checkpoint staying retained so that
+// the user can repair it.
+func (c *Scheduler) fallBack(j *job, ex *execution, now time.Time) []Action {
+	bad := ex.restored
+	var to Checkpoint
+	retained := retainedCheckpoints(j)
+	for id, cp := range j.restorable {
+		if slices.Contains(retained, id) && !slices.Contains(j.corrupt, id) && (to == nil || id > to.CheckpointID()) {
+			to = cp
+		}
+	}
+	if to == nil {
+		fix := fmt.Sprintf("repair the object and resubmit the job from checkpoint %d (weir submit --from), or submit it afresh", bad)
+		if ids := knownByID(j, bad); len(ids) > 0 {
+			fix = fmt.Sprintf("resubmit the job from retained checkpoint %s, which an earlier jobmanager leader completed and which "+
+				"is not restored automatically (weir submit --from), or repair the object", idList(ids, " or "))
+		}
+		cause := fmt.Sprintf("checkpoint %d does not verify, so the job cannot be restored from it and is not restarted: %s; "+
+			"the checkpoint is marked corrupt, and no older retained checkpoint was left to fall back to (checkpointing onCorruption: fallback; "+
+			"marked corrupt: %s): %s", bad, failureCause(ex), idList(j.corrupt, ", "), fix)
+		return c.failJob(j, cause, now)
+	}
+	if _, own := j.restorable[bad]; own {
+		delete(j.restorable, bad)
+		if j.coord != nil {
+			j.coord.DropCompleted(bad)
+		}
+	}
+	j.latest = to
+	c.log.Warn("checkpoint does not verify; falling back to an older retained checkpoint", "job", j.id, "name", j.graph.Name,
+		"corruptCheckpoint", bad, "fallbackCheckpoint", to.CheckpointID())
+	cause := fmt.Sprintf("checkpoint %d does not verify: %s; it is marked corrupt and never restored again: falling back to "+
+		"retained checkpoint %d (checkpointing onCorruption: fallback); output written since that checkpoint is written again",
+		bad, failureCause(ex), to.CheckpointID())
+	return c.jobFailure(j, cause, now)
+}
+
+// knownByID are the retained checkpoints older than bad, not marked
+// corrupt, that the job cannot fall back to by itself: an earlier leader
+// completed them, and only their ids are known.
+func knownByID(j *job, bad int64) []int64 {
+	var ids []int64
+	for _, id := range retainedCheckpoints(j) {
+		if _, ok := j.restorable[id]; !ok && id < bad && !slices.Contains(j.corrupt, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// idList prints checkpoint ids separated by sep.
+func idList(ids []int64, sep string) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, sep)
 }
 
 // failJob cancels every task of j and ends it FAILED with cause.
@@ -997,6 +1108,9 @@ func (c *Scheduler) addJob(id string, g *stream.JobGraph, opts JobOptions, tasks
 	}
 	if opts.Restore != nil {
 		j.latest = opts.Restore
+		if !opts.RestoreForeign {
+			j.restorable = map[int64]Checkpoint{opts.Restore.CheckpointID(): opts.Restore}
+		}
 	}
 	buildRegions(j)
 	c.jobs[id] = j
@@ -1041,6 +1155,7 @@ func (c *Scheduler) checkpointingOf(j *job) TaskCheckpointing {
 func (c *Scheduler) deployExec(j *job, ex *execution, addrs []string, ckpt TaskCheckpointing) DeployAction {
 	ex.restoredFinished = j.latest != nil && j.latest.Finished(j.graph.Vertices[ex.spec.Head].UID, ex.subtask, ex.spec.Parallelism)
 	ex.restored, ex.corrupt = checkpointID(j.latest), false
+	ex.restoreBytes, ex.restoredBytes, ex.restoreDone = restoreBytesOf(j, ex), 0, false
 	ex.inputEnded = false
 	ex.tm = j.slots[ex.subtask]
 	ex.state = TaskDeploying
@@ -1269,6 +1384,8 @@ func (c *Scheduler) Tick(now time.Time) []Action {
 			} else {
 				acts = append(acts, c.failJob(j, err.Error(), now)...)
 			}
+		case j.drainWait && !now.Before(j.cancelDeadline):
+			acts = append(acts, c.drainTimedOut(j, now)...)
 		case (j.state == JobCanceling || j.state == JobFailing || j.state == JobRestarting) && !now.Before(j.cancelDeadline):
 			c.giveUpCancels(j, j.execs)
 			acts = append(acts, c.maybeFinalize(j, now)...)
@@ -1278,7 +1395,7 @@ func (c *Scheduler) Tick(now time.Time) []Action {
 			acts = append(acts, c.tickRegions(j, now)...)
 			if j.state == JobRunning && j.coord != nil {
 				j.coord.Tick(now)
-				c.checkStop(j)
+				acts = append(acts, c.checkStop(j, now)...)
 				if j.finalWanted {
 					acts = append(acts, c.finalCheckpoint(j, now)...)
 				}
@@ -1395,6 +1512,10 @@ type TaskView struct {
 	Err                   string
 	RecordsIn, RecordsOut int64
 	Alignment             time.Duration
+	// Restoring: the execution is deploying or loading the state it
+	// restores; RestoredBytes of its RestoreBytes are in place.
+	Restoring                   bool
+	RestoredBytes, RestoreBytes int64
 }
 
 // JobView is a copy of a job's state for the APIs.
@@ -1416,6 +1537,8 @@ type JobView struct {
 	// StopFailed why the last stop did not happen.
 	StoppedAt, StopPending int64
 	StopFailed             string
+	// Restore sums the restore of the job's current executions.
+	Restore RestoreView
 	// Regions is the number of pipelined failover regions.
 	Regions int
 	// RestartingRegions are the regions of an active job that restart.
@@ -1477,7 +1600,7 @@ func (c *Scheduler) view(j *job, withTasks bool) JobView {
 	v := JobView{ID: j.id, Name: j.graph.Name, State: j.state, Start: j.submitted, End: j.ended,
 		TasksTotal: len(j.execs), Err: j.err, Attempt: maxAttempt(j.execs), Graph: j.graph, Restarts: j.restarts,
 		LastFailure: j.lastFailure, Checkpointing: j.opts.Checkpoint.Enabled(), RestoredFrom: j.restoredFrom,
-		Regions: len(j.regions), StopFailed: j.stopFailed}
+		Regions: len(j.regions), StopFailed: j.stopFailed, Restore: restoreViewOf(j)}
 	if j.stopped {
 		v.StoppedAt = j.stopAt
 	} else {
@@ -1500,7 +1623,8 @@ func (c *Scheduler) view(j *job, withTasks bool) JobView {
 		}
 		if withTasks {
 			tv := TaskView{Vertex: ex.spec.Head, Subtask: ex.subtask, Attempt: ex.attempt, Name: ex.spec.SubtaskName(ex.subtask),
-				State: ex.state, Err: ex.err, RecordsIn: ex.recordsIn, RecordsOut: ex.recordsOut, Alignment: ex.alignment}
+				State: ex.state, Err: ex.err, RecordsIn: ex.recordsIn, RecordsOut: ex.recordsOut, Alignment: ex.alignment,
+				Restoring: ex.state == TaskDeploying || ex.state == TaskRunning && !ex.restoreDone, RestoredBytes: ex.restoredSoFar(), RestoreBytes: ex.restoreBytes}
 			if ex.tm != nil {
 				tv.TaskManager = ex.tm.id
 			}

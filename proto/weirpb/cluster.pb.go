@@ -338,8 +338,15 @@ type TaskStatus struct {
 	// object of the checkpoint it restored does not verify; the jobmanager
 	// then fails the job instead of restoring the same checkpoint again.
 	CorruptCheckpoint bool `protobuf:"varint,7,opt,name=corrupt_checkpoint,json=corruptCheckpoint,proto3" json:"corrupt_checkpoint,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// restoring: the task is loading the state of the checkpoint it was
+	// deployed to restore and processes nothing yet; restored_bytes are the
+	// bytes of that state in place so far (downloaded, or reused from the
+	// taskmanager's local copy). Once restoring is false, restored_bytes
+	// equals what checkpoint.RestoreSize says the deployment's handles hold.
+	Restoring     bool  `protobuf:"varint,8,opt,name=restoring,proto3" json:"restoring,omitempty"`
+	RestoredBytes int64 `protobuf:"varint,9,opt,name=restored_bytes,json=restoredBytes,proto3" json:"restored_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskStatus) Reset() {
@@ -419,6 +426,20 @@ func (x *TaskStatus) GetCorruptCheckpoint() bool {
 		return x.CorruptCheckpoint
 	}
 	return false
+}
+
+func (x *TaskStatus) GetRestoring() bool {
+	if x != nil {
+		return x.Restoring
+	}
+	return false
+}
+
+func (x *TaskStatus) GetRestoredBytes() int64 {
+	if x != nil {
+		return x.RestoredBytes
+	}
+	return 0
 }
 
 type HeartbeatRequest struct {
@@ -1376,7 +1397,14 @@ type TriggerCheckpointRequest struct {
 	Epoch int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// savepoint: the checkpoint is a savepoint's; keyed state is
 	// snapshotted in the canonical format whatever the backend.
-	Savepoint     bool `protobuf:"varint,5,opt,name=savepoint,proto3" json:"savepoint,omitempty"`
+	Savepoint bool `protobuf:"varint,5,opt,name=savepoint,proto3" json:"savepoint,omitempty"`
+	// drain (with savepoint): the checkpoint of a stop with --drain. Before
+	// its snapshot the source ends its input and emits the maximum
+	// watermark, so that every event-time timer and window downstream fires
+	// ahead of the barrier; it reads no more input. Once this checkpoint
+	// completes the task finishes; should it be aborted, or the task learn
+	// the outcome of a later checkpoint first, the task fails.
+	Drain         bool `protobuf:"varint,6,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1442,6 +1470,13 @@ func (x *TriggerCheckpointRequest) GetEpoch() int64 {
 func (x *TriggerCheckpointRequest) GetSavepoint() bool {
 	if x != nil {
 		return x.Savepoint
+	}
+	return false
+}
+
+func (x *TriggerCheckpointRequest) GetDrain() bool {
+	if x != nil {
+		return x.Drain
 	}
 	return false
 }
@@ -2217,7 +2252,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\rjobmanager_id\x18\x01 \x01(\tR\fjobmanagerId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +
 	"\x14heartbeat_timeout_ms\x18\x03 \x01(\x03R\x12heartbeatTimeoutMs\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\x82\x02\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\xc7\x02\n" +
 	"\n" +
 	"TaskStatus\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12(\n" +
@@ -2229,7 +2264,9 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"recordsOut\x12\x1f\n" +
 	"\vbroken_peer\x18\x06 \x01(\tR\n" +
 	"brokenPeer\x12-\n" +
-	"\x12corrupt_checkpoint\x18\a \x01(\bR\x11corruptCheckpoint\"\x85\x01\n" +
+	"\x12corrupt_checkpoint\x18\a \x01(\bR\x11corruptCheckpoint\x12\x1c\n" +
+	"\trestoring\x18\b \x01(\bR\trestoring\x12%\n" +
+	"\x0erestored_bytes\x18\t \x01(\x03R\rrestoredBytes\"\x85\x01\n" +
 	"\x10HeartbeatRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12)\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\x12\x1f\n" +
@@ -2309,13 +2346,14 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x16\n" +
-	"\x06shared\x18\x05 \x01(\bR\x06shared\"\xbc\x01\n" +
+	"\x06shared\x18\x05 \x01(\bR\x06shared\"\xd2\x01\n" +
 	"\x18TriggerCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
 	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12\x1c\n" +
-	"\tsavepoint\x18\x05 \x01(\bR\tsavepoint\"\x1b\n" +
+	"\tsavepoint\x18\x05 \x01(\bR\tsavepoint\x12\x14\n" +
+	"\x05drain\x18\x06 \x01(\bR\x05drain\"\x1b\n" +
 	"\x19TriggerCheckpointResponse\"\x96\x01\n" +
 	"\x17NotifyCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +

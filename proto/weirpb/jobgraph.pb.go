@@ -186,6 +186,57 @@ func (CheckpointMode) EnumDescriptor() ([]byte, []int) {
 	return file_weirpb_jobgraph_proto_rawDescGZIP(), []int{2}
 }
 
+// CorruptionPolicy mirrors stream.CorruptionPolicy: what a job does when a
+// checkpoint it restores does not verify. Unspecified means fail.
+type CorruptionPolicy int32
+
+const (
+	CorruptionPolicy_CORRUPTION_POLICY_UNSPECIFIED CorruptionPolicy = 0
+	CorruptionPolicy_CORRUPTION_POLICY_FAIL        CorruptionPolicy = 1
+	CorruptionPolicy_CORRUPTION_POLICY_FALLBACK    CorruptionPolicy = 2
+)
+
+// Enum value maps for CorruptionPolicy.
+var (
+	CorruptionPolicy_name = map[int32]string{
+		0: "CORRUPTION_POLICY_UNSPECIFIED",
+		1: "CORRUPTION_POLICY_FAIL",
+		2: "CORRUPTION_POLICY_FALLBACK",
+	}
+	CorruptionPolicy_value = map[string]int32{
+		"CORRUPTION_POLICY_UNSPECIFIED": 0,
+		"CORRUPTION_POLICY_FAIL":        1,
+		"CORRUPTION_POLICY_FALLBACK":    2,
+	}
+)
+
+func (x CorruptionPolicy) Enum() *CorruptionPolicy {
+	p := new(CorruptionPolicy)
+	*p = x
+	return p
+}
+
+func (x CorruptionPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CorruptionPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_weirpb_jobgraph_proto_enumTypes[3].Descriptor()
+}
+
+func (CorruptionPolicy) Type() protoreflect.EnumType {
+	return &file_weirpb_jobgraph_proto_enumTypes[3]
+}
+
+func (x CorruptionPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CorruptionPolicy.Descriptor instead.
+func (CorruptionPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_weirpb_jobgraph_proto_rawDescGZIP(), []int{3}
+}
+
 type Field struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -596,8 +647,9 @@ type CheckpointSettings struct {
 	TolerableFailures int32                  `protobuf:"varint,6,opt,name=tolerable_failures,json=tolerableFailures,proto3" json:"tolerable_failures,omitempty"`
 	Retained          int32                  `protobuf:"varint,7,opt,name=retained,proto3" json:"retained,omitempty"`
 	// retain_on_cancel keeps retained checkpoints when the job is cancelled.
-	RetainOnCancel bool   `protobuf:"varint,8,opt,name=retain_on_cancel,json=retainOnCancel,proto3" json:"retain_on_cancel,omitempty"`
-	Storage        string `protobuf:"bytes,9,opt,name=storage,proto3" json:"storage,omitempty"`
+	RetainOnCancel bool             `protobuf:"varint,8,opt,name=retain_on_cancel,json=retainOnCancel,proto3" json:"retain_on_cancel,omitempty"`
+	Storage        string           `protobuf:"bytes,9,opt,name=storage,proto3" json:"storage,omitempty"`
+	OnCorruption   CorruptionPolicy `protobuf:"varint,10,opt,name=on_corruption,json=onCorruption,proto3,enum=weir.v1.CorruptionPolicy" json:"on_corruption,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -693,6 +745,13 @@ func (x *CheckpointSettings) GetStorage() string {
 		return x.Storage
 	}
 	return ""
+}
+
+func (x *CheckpointSettings) GetOnCorruption() CorruptionPolicy {
+	if x != nil {
+		return x.OnCorruption
+	}
+	return CorruptionPolicy_CORRUPTION_POLICY_UNSPECIFIED
 }
 
 // RestartStrategy mirrors stream.RestartConfig; durations in ms.
@@ -855,7 +914,7 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"checkpoint\x122\n" +
 	"\arestart\x18\a \x01(\v2\x18.weir.v1.RestartStrategyR\arestart\x12#\n" +
 	"\rstate_backend\x18\b \x01(\tR\fstateBackend\x120\n" +
-	"\x14state_full_snapshots\x18\t \x01(\bR\x12stateFullSnapshots\"\xd9\x02\n" +
+	"\x14state_full_snapshots\x18\t \x01(\bR\x12stateFullSnapshots\"\x99\x03\n" +
 	"\x12CheckpointSettings\x12\x1f\n" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
 	"intervalMs\x12\x1d\n" +
@@ -868,7 +927,9 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\x12tolerable_failures\x18\x06 \x01(\x05R\x11tolerableFailures\x12\x1a\n" +
 	"\bretained\x18\a \x01(\x05R\bretained\x12(\n" +
 	"\x10retain_on_cancel\x18\b \x01(\bR\x0eretainOnCancel\x12\x18\n" +
-	"\astorage\x18\t \x01(\tR\astorage\"\xe1\x02\n" +
+	"\astorage\x18\t \x01(\tR\astorage\x12>\n" +
+	"\ron_corruption\x18\n" +
+	" \x01(\x0e2\x19.weir.v1.CorruptionPolicyR\fonCorruption\"\xe1\x02\n" +
 	"\x0fRestartStrategy\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x05R\battempts\x12\x19\n" +
@@ -900,7 +961,11 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\x0eCheckpointMode\x12\x1f\n" +
 	"\x1bCHECKPOINT_MODE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCHECKPOINT_MODE_EXACTLY_ONCE\x10\x01\x12!\n" +
-	"\x1dCHECKPOINT_MODE_AT_LEAST_ONCE\x10\x02B0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
+	"\x1dCHECKPOINT_MODE_AT_LEAST_ONCE\x10\x02*q\n" +
+	"\x10CorruptionPolicy\x12!\n" +
+	"\x1dCORRUPTION_POLICY_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16CORRUPTION_POLICY_FAIL\x10\x01\x12\x1e\n" +
+	"\x1aCORRUPTION_POLICY_FALLBACK\x10\x02B0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
 
 var (
 	file_weirpb_jobgraph_proto_rawDescOnce sync.Once
@@ -914,38 +979,40 @@ func file_weirpb_jobgraph_proto_rawDescGZIP() []byte {
 	return file_weirpb_jobgraph_proto_rawDescData
 }
 
-var file_weirpb_jobgraph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_weirpb_jobgraph_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_weirpb_jobgraph_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_weirpb_jobgraph_proto_goTypes = []any{
 	(FieldType)(0),             // 0: weir.v1.FieldType
 	(Partitioning)(0),          // 1: weir.v1.Partitioning
 	(CheckpointMode)(0),        // 2: weir.v1.CheckpointMode
-	(*Field)(nil),              // 3: weir.v1.Field
-	(*Schema)(nil),             // 4: weir.v1.Schema
-	(*Vertex)(nil),             // 5: weir.v1.Vertex
-	(*Edge)(nil),               // 6: weir.v1.Edge
-	(*JobGraph)(nil),           // 7: weir.v1.JobGraph
-	(*CheckpointSettings)(nil), // 8: weir.v1.CheckpointSettings
-	(*RestartStrategy)(nil),    // 9: weir.v1.RestartStrategy
-	nil,                        // 10: weir.v1.Vertex.SideOutSchemasEntry
+	(CorruptionPolicy)(0),      // 3: weir.v1.CorruptionPolicy
+	(*Field)(nil),              // 4: weir.v1.Field
+	(*Schema)(nil),             // 5: weir.v1.Schema
+	(*Vertex)(nil),             // 6: weir.v1.Vertex
+	(*Edge)(nil),               // 7: weir.v1.Edge
+	(*JobGraph)(nil),           // 8: weir.v1.JobGraph
+	(*CheckpointSettings)(nil), // 9: weir.v1.CheckpointSettings
+	(*RestartStrategy)(nil),    // 10: weir.v1.RestartStrategy
+	nil,                        // 11: weir.v1.Vertex.SideOutSchemasEntry
 }
 var file_weirpb_jobgraph_proto_depIdxs = []int32{
 	0,  // 0: weir.v1.Field.type:type_name -> weir.v1.FieldType
-	3,  // 1: weir.v1.Schema.fields:type_name -> weir.v1.Field
-	4,  // 2: weir.v1.Vertex.out_schema:type_name -> weir.v1.Schema
-	10, // 3: weir.v1.Vertex.side_out_schemas:type_name -> weir.v1.Vertex.SideOutSchemasEntry
+	4,  // 1: weir.v1.Schema.fields:type_name -> weir.v1.Field
+	5,  // 2: weir.v1.Vertex.out_schema:type_name -> weir.v1.Schema
+	11, // 3: weir.v1.Vertex.side_out_schemas:type_name -> weir.v1.Vertex.SideOutSchemasEntry
 	1,  // 4: weir.v1.Edge.partitioning:type_name -> weir.v1.Partitioning
-	5,  // 5: weir.v1.JobGraph.vertices:type_name -> weir.v1.Vertex
-	6,  // 6: weir.v1.JobGraph.edges:type_name -> weir.v1.Edge
-	8,  // 7: weir.v1.JobGraph.checkpoint:type_name -> weir.v1.CheckpointSettings
-	9,  // 8: weir.v1.JobGraph.restart:type_name -> weir.v1.RestartStrategy
+	6,  // 5: weir.v1.JobGraph.vertices:type_name -> weir.v1.Vertex
+	7,  // 6: weir.v1.JobGraph.edges:type_name -> weir.v1.Edge
+	9,  // 7: weir.v1.JobGraph.checkpoint:type_name -> weir.v1.CheckpointSettings
+	10, // 8: weir.v1.JobGraph.restart:type_name -> weir.v1.RestartStrategy
 	2,  // 9: weir.v1.CheckpointSettings.mode:type_name -> weir.v1.CheckpointMode
-	4,  // 10: weir.v1.Vertex.SideOutSchemasEntry.value:type_name -> weir.v1.Schema
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 10: weir.v1.CheckpointSettings.on_corruption:type_name -> weir.v1.CorruptionPolicy
+	5,  // 11: weir.v1.Vertex.SideOutSchemasEntry.value:type_name -> weir.v1.Schema
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_jobgraph_proto_init() }
@@ -958,7 +1025,7 @@ func file_weirpb_jobgraph_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_jobgraph_proto_rawDesc), len(file_weirpb_jobgraph_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -368,6 +368,13 @@ type TaskInfo struct {
 	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
 	RecordsIn     int64                  `protobuf:"varint,6,opt,name=records_in,json=recordsIn,proto3" json:"records_in,omitempty"`
 	RecordsOut    int64                  `protobuf:"varint,7,opt,name=records_out,json=recordsOut,proto3" json:"records_out,omitempty"`
+	// restoring: the task processes nothing yet: it is being deployed, or
+	// loads the state it restores (its state is RUNNING meanwhile);
+	// restored_bytes of restore_bytes are in place. restore_bytes is 0 when
+	// the task restores nothing.
+	Restoring     bool  `protobuf:"varint,8,opt,name=restoring,proto3" json:"restoring,omitempty"`
+	RestoredBytes int64 `protobuf:"varint,9,opt,name=restored_bytes,json=restoredBytes,proto3" json:"restored_bytes,omitempty"`
+	RestoreBytes  int64 `protobuf:"varint,10,opt,name=restore_bytes,json=restoreBytes,proto3" json:"restore_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -447,6 +454,27 @@ func (x *TaskInfo) GetRecordsIn() int64 {
 func (x *TaskInfo) GetRecordsOut() int64 {
 	if x != nil {
 		return x.RecordsOut
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetRestoring() bool {
+	if x != nil {
+		return x.Restoring
+	}
+	return false
+}
+
+func (x *TaskInfo) GetRestoredBytes() int64 {
+	if x != nil {
+		return x.RestoredBytes
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetRestoreBytes() int64 {
+	if x != nil {
+		return x.RestoreBytes
 	}
 	return 0
 }
@@ -576,10 +604,13 @@ func (x *GetJobRequest) GetJobId() string {
 }
 
 type GetJobResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *JobSummary            `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Tasks         []*TaskInfo            `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	Graph         *JobGraph              `protobuf:"bytes,3,opt,name=graph,proto3" json:"graph,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *JobSummary            `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Tasks []*TaskInfo            `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Graph *JobGraph              `protobuf:"bytes,3,opt,name=graph,proto3" json:"graph,omitempty"`
+	// restore is the progress of the tasks' restore of checkpoint state,
+	// summed over the job's current executions.
+	Restore       *RestoreProgress `protobuf:"bytes,4,opt,name=restore,proto3" json:"restore,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -635,6 +666,81 @@ func (x *GetJobResponse) GetGraph() *JobGraph {
 	return nil
 }
 
+func (x *GetJobResponse) GetRestore() *RestoreProgress {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
+}
+
+// RestoreProgress sums the restore of a job's current executions: the
+// bytes of checkpoint state they restore (bytes_total, known from the
+// checkpoint's manifest when they are deployed) and have in place
+// (bytes_restored, as their taskmanagers report it), and how many
+// executions do not process yet (tasks_restoring: waiting for slots,
+// deploying, loading their state, or being cancelled for a restart). A
+// job whose tasks all run has tasks_restoring 0 and bytes_restored =
+// bytes_total.
+type RestoreProgress struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	BytesRestored  int64                  `protobuf:"varint,1,opt,name=bytes_restored,json=bytesRestored,proto3" json:"bytes_restored,omitempty"`
+	BytesTotal     int64                  `protobuf:"varint,2,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	TasksRestoring int32                  `protobuf:"varint,3,opt,name=tasks_restoring,json=tasksRestoring,proto3" json:"tasks_restoring,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RestoreProgress) Reset() {
+	*x = RestoreProgress{}
+	mi := &file_weirpb_jobs_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreProgress) ProtoMessage() {}
+
+func (x *RestoreProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreProgress.ProtoReflect.Descriptor instead.
+func (*RestoreProgress) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RestoreProgress) GetBytesRestored() int64 {
+	if x != nil {
+		return x.BytesRestored
+	}
+	return 0
+}
+
+func (x *RestoreProgress) GetBytesTotal() int64 {
+	if x != nil {
+		return x.BytesTotal
+	}
+	return 0
+}
+
+func (x *RestoreProgress) GetTasksRestoring() int32 {
+	if x != nil {
+		return x.TasksRestoring
+	}
+	return 0
+}
+
 type CancelJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -644,7 +750,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_weirpb_jobs_proto_msgTypes[8]
+	mi := &file_weirpb_jobs_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +762,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[8]
+	mi := &file_weirpb_jobs_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +775,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{8}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -687,7 +793,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_weirpb_jobs_proto_msgTypes[9]
+	mi := &file_weirpb_jobs_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +805,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[9]
+	mi := &file_weirpb_jobs_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +818,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{9}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{10}
 }
 
 type ListTaskManagersRequest struct {
@@ -723,7 +829,7 @@ type ListTaskManagersRequest struct {
 
 func (x *ListTaskManagersRequest) Reset() {
 	*x = ListTaskManagersRequest{}
-	mi := &file_weirpb_jobs_proto_msgTypes[10]
+	mi := &file_weirpb_jobs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +841,7 @@ func (x *ListTaskManagersRequest) String() string {
 func (*ListTaskManagersRequest) ProtoMessage() {}
 
 func (x *ListTaskManagersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[10]
+	mi := &file_weirpb_jobs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +854,7 @@ func (x *ListTaskManagersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskManagersRequest.ProtoReflect.Descriptor instead.
 func (*ListTaskManagersRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{10}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{11}
 }
 
 type TaskManagerInfo struct {
@@ -770,7 +876,7 @@ type TaskManagerInfo struct {
 
 func (x *TaskManagerInfo) Reset() {
 	*x = TaskManagerInfo{}
-	mi := &file_weirpb_jobs_proto_msgTypes[11]
+	mi := &file_weirpb_jobs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +888,7 @@ func (x *TaskManagerInfo) String() string {
 func (*TaskManagerInfo) ProtoMessage() {}
 
 func (x *TaskManagerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[11]
+	mi := &file_weirpb_jobs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +901,7 @@ func (x *TaskManagerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskManagerInfo.ProtoReflect.Descriptor instead.
 func (*TaskManagerInfo) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{11}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskManagerInfo) GetTaskmanagerId() string {
@@ -863,7 +969,7 @@ type ListTaskManagersResponse struct {
 
 func (x *ListTaskManagersResponse) Reset() {
 	*x = ListTaskManagersResponse{}
-	mi := &file_weirpb_jobs_proto_msgTypes[12]
+	mi := &file_weirpb_jobs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +981,7 @@ func (x *ListTaskManagersResponse) String() string {
 func (*ListTaskManagersResponse) ProtoMessage() {}
 
 func (x *ListTaskManagersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[12]
+	mi := &file_weirpb_jobs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +994,7 @@ func (x *ListTaskManagersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskManagersResponse.ProtoReflect.Descriptor instead.
 func (*ListTaskManagersResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{12}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTaskManagersResponse) GetTaskmanagers() []*TaskManagerInfo {
@@ -918,7 +1024,7 @@ type CheckpointInfo struct {
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_weirpb_jobs_proto_msgTypes[13]
+	mi := &file_weirpb_jobs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1036,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[13]
+	mi := &file_weirpb_jobs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1049,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{13}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckpointInfo) GetCheckpointId() int64 {
@@ -1032,7 +1138,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_weirpb_jobs_proto_msgTypes[14]
+	mi := &file_weirpb_jobs_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1150,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[14]
+	mi := &file_weirpb_jobs_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1163,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{14}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListCheckpointsRequest) GetJobId() string {
@@ -1080,7 +1186,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_weirpb_jobs_proto_msgTypes[15]
+	mi := &file_weirpb_jobs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1198,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[15]
+	mi := &file_weirpb_jobs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1211,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{15}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointInfo {
@@ -1152,7 +1258,7 @@ type TriggerJobCheckpointRequest struct {
 
 func (x *TriggerJobCheckpointRequest) Reset() {
 	*x = TriggerJobCheckpointRequest{}
-	mi := &file_weirpb_jobs_proto_msgTypes[16]
+	mi := &file_weirpb_jobs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1270,7 @@ func (x *TriggerJobCheckpointRequest) String() string {
 func (*TriggerJobCheckpointRequest) ProtoMessage() {}
 
 func (x *TriggerJobCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[16]
+	mi := &file_weirpb_jobs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1283,7 @@ func (x *TriggerJobCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*TriggerJobCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{16}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TriggerJobCheckpointRequest) GetJobId() string {
@@ -1196,7 +1302,7 @@ type TriggerJobCheckpointResponse struct {
 
 func (x *TriggerJobCheckpointResponse) Reset() {
 	*x = TriggerJobCheckpointResponse{}
-	mi := &file_weirpb_jobs_proto_msgTypes[17]
+	mi := &file_weirpb_jobs_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1314,7 @@ func (x *TriggerJobCheckpointResponse) String() string {
 func (*TriggerJobCheckpointResponse) ProtoMessage() {}
 
 func (x *TriggerJobCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[17]
+	mi := &file_weirpb_jobs_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1327,7 @@ func (x *TriggerJobCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*TriggerJobCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{17}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TriggerJobCheckpointResponse) GetCheckpointId() int64 {
@@ -1241,7 +1347,7 @@ type InspectCheckpointRequest struct {
 
 func (x *InspectCheckpointRequest) Reset() {
 	*x = InspectCheckpointRequest{}
-	mi := &file_weirpb_jobs_proto_msgTypes[18]
+	mi := &file_weirpb_jobs_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1359,7 @@ func (x *InspectCheckpointRequest) String() string {
 func (*InspectCheckpointRequest) ProtoMessage() {}
 
 func (x *InspectCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[18]
+	mi := &file_weirpb_jobs_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1372,7 @@ func (x *InspectCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*InspectCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{18}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InspectCheckpointRequest) GetJobId() string {
@@ -1294,7 +1400,7 @@ type InspectCheckpointResponse struct {
 
 func (x *InspectCheckpointResponse) Reset() {
 	*x = InspectCheckpointResponse{}
-	mi := &file_weirpb_jobs_proto_msgTypes[19]
+	mi := &file_weirpb_jobs_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1412,7 @@ func (x *InspectCheckpointResponse) String() string {
 func (*InspectCheckpointResponse) ProtoMessage() {}
 
 func (x *InspectCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[19]
+	mi := &file_weirpb_jobs_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1425,7 @@ func (x *InspectCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*InspectCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{19}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InspectCheckpointResponse) GetManifest() *Manifest {
@@ -1349,7 +1455,7 @@ type CollectGarbageRequest struct {
 
 func (x *CollectGarbageRequest) Reset() {
 	*x = CollectGarbageRequest{}
-	mi := &file_weirpb_jobs_proto_msgTypes[20]
+	mi := &file_weirpb_jobs_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1467,7 @@ func (x *CollectGarbageRequest) String() string {
 func (*CollectGarbageRequest) ProtoMessage() {}
 
 func (x *CollectGarbageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[20]
+	mi := &file_weirpb_jobs_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1480,7 @@ func (x *CollectGarbageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectGarbageRequest.ProtoReflect.Descriptor instead.
 func (*CollectGarbageRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{20}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CollectGarbageRequest) GetJobId() string {
@@ -1409,7 +1515,7 @@ type GarbageObject struct {
 
 func (x *GarbageObject) Reset() {
 	*x = GarbageObject{}
-	mi := &file_weirpb_jobs_proto_msgTypes[21]
+	mi := &file_weirpb_jobs_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1527,7 @@ func (x *GarbageObject) String() string {
 func (*GarbageObject) ProtoMessage() {}
 
 func (x *GarbageObject) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[21]
+	mi := &file_weirpb_jobs_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1540,7 @@ func (x *GarbageObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbageObject.ProtoReflect.Descriptor instead.
 func (*GarbageObject) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{21}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GarbageObject) GetKey() string {
@@ -1470,7 +1576,7 @@ type CollectGarbageResponse struct {
 
 func (x *CollectGarbageResponse) Reset() {
 	*x = CollectGarbageResponse{}
-	mi := &file_weirpb_jobs_proto_msgTypes[22]
+	mi := &file_weirpb_jobs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1588,7 @@ func (x *CollectGarbageResponse) String() string {
 func (*CollectGarbageResponse) ProtoMessage() {}
 
 func (x *CollectGarbageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[22]
+	mi := &file_weirpb_jobs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1601,7 @@ func (x *CollectGarbageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectGarbageResponse.ProtoReflect.Descriptor instead.
 func (*CollectGarbageResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{22}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CollectGarbageResponse) GetObjects() []*GarbageObject {
@@ -1524,14 +1630,18 @@ type TriggerSavepointRequest struct {
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// dir is where the savepoint directory is made (file:///path or
 	// s3://bucket/prefix); empty: the jobmanager's savepointDir.
-	Dir           string `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Dir string `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	// request_id, if set, names the savepoint for GetSavepointProgress
+	// while the call runs: 1 to 64 letters, digits, '-' or '_', chosen by
+	// the caller (randomly: an id in use is refused with AlreadyExists).
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TriggerSavepointRequest) Reset() {
 	*x = TriggerSavepointRequest{}
-	mi := &file_weirpb_jobs_proto_msgTypes[23]
+	mi := &file_weirpb_jobs_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1653,7 @@ func (x *TriggerSavepointRequest) String() string {
 func (*TriggerSavepointRequest) ProtoMessage() {}
 
 func (x *TriggerSavepointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[23]
+	mi := &file_weirpb_jobs_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1666,7 @@ func (x *TriggerSavepointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSavepointRequest.ProtoReflect.Descriptor instead.
 func (*TriggerSavepointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{23}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TriggerSavepointRequest) GetJobId() string {
@@ -1573,18 +1683,33 @@ func (x *TriggerSavepointRequest) GetDir() string {
 	return ""
 }
 
+func (x *TriggerSavepointRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type StopJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// savepoint_dir: as TriggerSavepointRequest.dir.
-	SavepointDir  string `protobuf:"bytes,2,opt,name=savepoint_dir,json=savepointDir,proto3" json:"savepoint_dir,omitempty"`
+	SavepointDir string `protobuf:"bytes,2,opt,name=savepoint_dir,json=savepointDir,proto3" json:"savepoint_dir,omitempty"`
+	// drain: before the savepoint's barrier every source emits the maximum
+	// watermark, so that all event-time timers and windows fire and their
+	// output is part of the savepoint's checkpoint (committed by
+	// two-phase-commit sinks with it); the tasks then finish. Without it,
+	// open windows stay in the savepoint's state for a later resume.
+	Drain bool `protobuf:"varint,3,opt,name=drain,proto3" json:"drain,omitempty"`
+	// request_id: as TriggerSavepointRequest.request_id.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StopJobRequest) Reset() {
 	*x = StopJobRequest{}
-	mi := &file_weirpb_jobs_proto_msgTypes[24]
+	mi := &file_weirpb_jobs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1721,7 @@ func (x *StopJobRequest) String() string {
 func (*StopJobRequest) ProtoMessage() {}
 
 func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[24]
+	mi := &file_weirpb_jobs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1734,7 @@ func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
 func (*StopJobRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{24}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StopJobRequest) GetJobId() string {
@@ -1626,6 +1751,193 @@ func (x *StopJobRequest) GetSavepointDir() string {
 	return ""
 }
 
+func (x *StopJobRequest) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
+}
+
+func (x *StopJobRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type GetSavepointProgressRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSavepointProgressRequest) Reset() {
+	*x = GetSavepointProgressRequest{}
+	mi := &file_weirpb_jobs_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSavepointProgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSavepointProgressRequest) ProtoMessage() {}
+
+func (x *GetSavepointProgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSavepointProgressRequest.ProtoReflect.Descriptor instead.
+func (*GetSavepointProgressRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetSavepointProgressRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// SavepointProgress is a savepoint request's state: IN_PROGRESS while its
+// checkpoint is taken (copying false; checkpoint_id the one triggered) and
+// while the checkpoint's objects are copied (copying true; bytes_copied of
+// bytes_total so far), then COMPLETED (with the result) or FAILED (with
+// the error).
+type SavepointProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Stop          bool                   `protobuf:"varint,4,opt,name=stop,proto3" json:"stop,omitempty"`
+	Drain         bool                   `protobuf:"varint,5,opt,name=drain,proto3" json:"drain,omitempty"`
+	CheckpointId  int64                  `protobuf:"varint,6,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Copying       bool                   `protobuf:"varint,7,opt,name=copying,proto3" json:"copying,omitempty"`
+	BytesCopied   int64                  `protobuf:"varint,8,opt,name=bytes_copied,json=bytesCopied,proto3" json:"bytes_copied,omitempty"`
+	BytesTotal    int64                  `protobuf:"varint,9,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	Error         string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	Result        *SavepointResponse     `protobuf:"bytes,11,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SavepointProgress) Reset() {
+	*x = SavepointProgress{}
+	mi := &file_weirpb_jobs_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SavepointProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SavepointProgress) ProtoMessage() {}
+
+func (x *SavepointProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SavepointProgress.ProtoReflect.Descriptor instead.
+func (*SavepointProgress) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SavepointProgress) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *SavepointProgress) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *SavepointProgress) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *SavepointProgress) GetStop() bool {
+	if x != nil {
+		return x.Stop
+	}
+	return false
+}
+
+func (x *SavepointProgress) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
+}
+
+func (x *SavepointProgress) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *SavepointProgress) GetCopying() bool {
+	if x != nil {
+		return x.Copying
+	}
+	return false
+}
+
+func (x *SavepointProgress) GetBytesCopied() int64 {
+	if x != nil {
+		return x.BytesCopied
+	}
+	return 0
+}
+
+func (x *SavepointProgress) GetBytesTotal() int64 {
+	if x != nil {
+		return x.BytesTotal
+	}
+	return 0
+}
+
+func (x *SavepointProgress) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SavepointProgress) GetResult() *SavepointResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 type SavepointResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// location is the savepoint's URI, for weir submit --from.
@@ -1638,7 +1950,7 @@ type SavepointResponse struct {
 
 func (x *SavepointResponse) Reset() {
 	*x = SavepointResponse{}
-	mi := &file_weirpb_jobs_proto_msgTypes[25]
+	mi := &file_weirpb_jobs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1962,7 @@ func (x *SavepointResponse) String() string {
 func (*SavepointResponse) ProtoMessage() {}
 
 func (x *SavepointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[25]
+	mi := &file_weirpb_jobs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1975,7 @@ func (x *SavepointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SavepointResponse.ProtoReflect.Descriptor instead.
 func (*SavepointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{25}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SavepointResponse) GetLocation() string {
@@ -1696,7 +2008,7 @@ type DisposeSavepointRequest struct {
 
 func (x *DisposeSavepointRequest) Reset() {
 	*x = DisposeSavepointRequest{}
-	mi := &file_weirpb_jobs_proto_msgTypes[26]
+	mi := &file_weirpb_jobs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +2020,7 @@ func (x *DisposeSavepointRequest) String() string {
 func (*DisposeSavepointRequest) ProtoMessage() {}
 
 func (x *DisposeSavepointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[26]
+	mi := &file_weirpb_jobs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +2033,7 @@ func (x *DisposeSavepointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisposeSavepointRequest.ProtoReflect.Descriptor instead.
 func (*DisposeSavepointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{26}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DisposeSavepointRequest) GetLocation() string {
@@ -1740,7 +2052,7 @@ type DisposeSavepointResponse struct {
 
 func (x *DisposeSavepointResponse) Reset() {
 	*x = DisposeSavepointResponse{}
-	mi := &file_weirpb_jobs_proto_msgTypes[27]
+	mi := &file_weirpb_jobs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +2064,7 @@ func (x *DisposeSavepointResponse) String() string {
 func (*DisposeSavepointResponse) ProtoMessage() {}
 
 func (x *DisposeSavepointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[27]
+	mi := &file_weirpb_jobs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +2077,7 @@ func (x *DisposeSavepointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisposeSavepointResponse.ProtoReflect.Descriptor instead.
 func (*DisposeSavepointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{27}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DisposeSavepointResponse) GetDeletedObjects() int32 {
@@ -1793,7 +2105,7 @@ type PlanJobResponse struct {
 
 func (x *PlanJobResponse) Reset() {
 	*x = PlanJobResponse{}
-	mi := &file_weirpb_jobs_proto_msgTypes[28]
+	mi := &file_weirpb_jobs_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2117,7 @@ func (x *PlanJobResponse) String() string {
 func (*PlanJobResponse) ProtoMessage() {}
 
 func (x *PlanJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[28]
+	mi := &file_weirpb_jobs_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2130,7 @@ func (x *PlanJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanJobResponse.ProtoReflect.Descriptor instead.
 func (*PlanJobResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{28}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PlanJobResponse) GetRefusal() string {
@@ -1869,7 +2181,8 @@ type OperatorRestorePlan struct {
 	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
 	// status: "restored" (state in the checkpoint, operator in the job),
 	// "new" (in the job, no state in the checkpoint), "dropped" (state in
-	// the checkpoint, not in the job).
+	// the checkpoint, not in the job), "incompatible" (in both, but its
+	// state cannot restore into the job's operator: see states).
 	Status         string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	OldParallelism int32  `protobuf:"varint,3,opt,name=old_parallelism,json=oldParallelism,proto3" json:"old_parallelism,omitempty"`
 	NewParallelism int32  `protobuf:"varint,4,opt,name=new_parallelism,json=newParallelism,proto3" json:"new_parallelism,omitempty"`
@@ -1879,14 +2192,25 @@ type OperatorRestorePlan struct {
 	Objects    int32 `protobuf:"varint,6,opt,name=objects,proto3" json:"objects,omitempty"`
 	// incremental: the state is a backend's incremental files (restores
 	// into Pebble only).
-	Incremental   bool `protobuf:"varint,7,opt,name=incremental,proto3" json:"incremental,omitempty"`
+	Incremental bool `protobuf:"varint,7,opt,name=incremental,proto3" json:"incremental,omitempty"`
+	// old_type and new_type are the operator's type in the checkpoint and
+	// in the job ("" when that side has none, or the checkpoint predates
+	// the record of types).
+	OldType string `protobuf:"bytes,8,opt,name=old_type,json=oldType,proto3" json:"old_type,omitempty"`
+	NewType string `protobuf:"bytes,9,opt,name=new_type,json=newType,proto3" json:"new_type,omitempty"`
+	// states compares, by name, the state the checkpoint recorded for the
+	// operator with the state the job's operator declares.
+	States []*StateRestorePlan `protobuf:"bytes,10,rep,name=states,proto3" json:"states,omitempty"`
+	// states_unknown, when not "", says why states could not be compared,
+	// such as "state names unknown (checkpoint predates them)".
+	StatesUnknown string `protobuf:"bytes,11,opt,name=states_unknown,json=statesUnknown,proto3" json:"states_unknown,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OperatorRestorePlan) Reset() {
 	*x = OperatorRestorePlan{}
-	mi := &file_weirpb_jobs_proto_msgTypes[29]
+	mi := &file_weirpb_jobs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2222,7 @@ func (x *OperatorRestorePlan) String() string {
 func (*OperatorRestorePlan) ProtoMessage() {}
 
 func (x *OperatorRestorePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_jobs_proto_msgTypes[29]
+	mi := &file_weirpb_jobs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2235,7 @@ func (x *OperatorRestorePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorRestorePlan.ProtoReflect.Descriptor instead.
 func (*OperatorRestorePlan) Descriptor() ([]byte, []int) {
-	return file_weirpb_jobs_proto_rawDescGZIP(), []int{29}
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OperatorRestorePlan) GetUid() string {
@@ -1963,6 +2287,126 @@ func (x *OperatorRestorePlan) GetIncremental() bool {
 	return false
 }
 
+func (x *OperatorRestorePlan) GetOldType() string {
+	if x != nil {
+		return x.OldType
+	}
+	return ""
+}
+
+func (x *OperatorRestorePlan) GetNewType() string {
+	if x != nil {
+		return x.NewType
+	}
+	return ""
+}
+
+func (x *OperatorRestorePlan) GetStates() []*StateRestorePlan {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *OperatorRestorePlan) GetStatesUnknown() string {
+	if x != nil {
+		return x.StatesUnknown
+	}
+	return ""
+}
+
+// StateRestorePlan is what a restore would do with one named state of an
+// operator. It names the state, never its data.
+type StateRestorePlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// status: "restored" (in both, same kind and type), "new" (only in the
+	// job: it starts empty), "dropped" (only in the checkpoint),
+	// "incompatible" (another kind or type in the job).
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// old_kind, old_type: in the checkpoint; new_kind, new_type: in the job
+	// ("" on the side that does not have it). Kinds and types are those of
+	// StateInfo.
+	OldKind       string `protobuf:"bytes,3,opt,name=old_kind,json=oldKind,proto3" json:"old_kind,omitempty"`
+	OldType       string `protobuf:"bytes,4,opt,name=old_type,json=oldType,proto3" json:"old_type,omitempty"`
+	NewKind       string `protobuf:"bytes,5,opt,name=new_kind,json=newKind,proto3" json:"new_kind,omitempty"`
+	NewType       string `protobuf:"bytes,6,opt,name=new_type,json=newType,proto3" json:"new_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateRestorePlan) Reset() {
+	*x = StateRestorePlan{}
+	mi := &file_weirpb_jobs_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateRestorePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateRestorePlan) ProtoMessage() {}
+
+func (x *StateRestorePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_jobs_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateRestorePlan.ProtoReflect.Descriptor instead.
+func (*StateRestorePlan) Descriptor() ([]byte, []int) {
+	return file_weirpb_jobs_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *StateRestorePlan) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StateRestorePlan) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *StateRestorePlan) GetOldKind() string {
+	if x != nil {
+		return x.OldKind
+	}
+	return ""
+}
+
+func (x *StateRestorePlan) GetOldType() string {
+	if x != nil {
+		return x.OldType
+	}
+	return ""
+}
+
+func (x *StateRestorePlan) GetNewKind() string {
+	if x != nil {
+		return x.NewKind
+	}
+	return ""
+}
+
+func (x *StateRestorePlan) GetNewType() string {
+	if x != nil {
+		return x.NewType
+	}
+	return ""
+}
+
 var File_weirpb_jobs_proto protoreflect.FileDescriptor
 
 const file_weirpb_jobs_proto_rawDesc = "" +
@@ -1986,7 +2430,7 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\vtasks_total\x18\x06 \x01(\x05R\n" +
 	"tasksTotal\x12#\n" +
 	"\rtasks_running\x18\a \x01(\x05R\ftasksRunning\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\xeb\x01\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\xd5\x02\n" +
 	"\bTaskInfo\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -1996,16 +2440,26 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\n" +
 	"records_in\x18\x06 \x01(\x03R\trecordsIn\x12\x1f\n" +
 	"\vrecords_out\x18\a \x01(\x03R\n" +
-	"recordsOut\"\x11\n" +
+	"recordsOut\x12\x1c\n" +
+	"\trestoring\x18\b \x01(\bR\trestoring\x12%\n" +
+	"\x0erestored_bytes\x18\t \x01(\x03R\rrestoredBytes\x12#\n" +
+	"\rrestore_bytes\x18\n" +
+	" \x01(\x03R\frestoreBytes\"\x11\n" +
 	"\x0fListJobsRequest\";\n" +
 	"\x10ListJobsResponse\x12'\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x13.weir.v1.JobSummaryR\x04jobs\"&\n" +
 	"\rGetJobRequest\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x89\x01\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\xbd\x01\n" +
 	"\x0eGetJobResponse\x12%\n" +
 	"\x03job\x18\x01 \x01(\v2\x13.weir.v1.JobSummaryR\x03job\x12'\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x11.weir.v1.TaskInfoR\x05tasks\x12'\n" +
-	"\x05graph\x18\x03 \x01(\v2\x11.weir.v1.JobGraphR\x05graph\")\n" +
+	"\x05graph\x18\x03 \x01(\v2\x11.weir.v1.JobGraphR\x05graph\x122\n" +
+	"\arestore\x18\x04 \x01(\v2\x18.weir.v1.RestoreProgressR\arestore\"\x82\x01\n" +
+	"\x0fRestoreProgress\x12%\n" +
+	"\x0ebytes_restored\x18\x01 \x01(\x03R\rbytesRestored\x12\x1f\n" +
+	"\vbytes_total\x18\x02 \x01(\x03R\n" +
+	"bytesTotal\x12'\n" +
+	"\x0ftasks_restoring\x18\x03 \x01(\x05R\x0etasksRestoring\")\n" +
 	"\x10CancelJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x13\n" +
 	"\x11CancelJobResponse\"\x19\n" +
@@ -2071,13 +2525,36 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x16CollectGarbageResponse\x120\n" +
 	"\aobjects\x18\x01 \x03(\v2\x16.weir.v1.GarbageObjectR\aobjects\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x18\n" +
-	"\adeleted\x18\x03 \x01(\bR\adeleted\"B\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"a\n" +
 	"\x17TriggerSavepointRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x10\n" +
-	"\x03dir\x18\x02 \x01(\tR\x03dir\"L\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\x81\x01\n" +
 	"\x0eStopJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
-	"\rsavepoint_dir\x18\x02 \x01(\tR\fsavepointDir\"s\n" +
+	"\rsavepoint_dir\x18\x02 \x01(\tR\fsavepointDir\x12\x14\n" +
+	"\x05drain\x18\x03 \x01(\bR\x05drain\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"<\n" +
+	"\x1bGetSavepointProgressRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"\xd8\x02\n" +
+	"\x11SavepointProgress\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x12\n" +
+	"\x04stop\x18\x04 \x01(\bR\x04stop\x12\x14\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\x12#\n" +
+	"\rcheckpoint_id\x18\x06 \x01(\x03R\fcheckpointId\x12\x18\n" +
+	"\acopying\x18\a \x01(\bR\acopying\x12!\n" +
+	"\fbytes_copied\x18\b \x01(\x03R\vbytesCopied\x12\x1f\n" +
+	"\vbytes_total\x18\t \x01(\x03R\n" +
+	"bytesTotal\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\x122\n" +
+	"\x06result\x18\v \x01(\v2\x1a.weir.v1.SavepointResponseR\x06result\"s\n" +
 	"\x11SavepointResponse\x12\x1a\n" +
 	"\blocation\x18\x01 \x01(\tR\blocation\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x1d\n" +
@@ -2093,7 +2570,7 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\rcheckpoint_id\x18\x03 \x01(\x03R\fcheckpointId\x12\"\n" +
 	"\rsource_job_id\x18\x04 \x01(\tR\vsourceJobId\x12'\n" +
 	"\x0fmax_parallelism\x18\x05 \x01(\x05R\x0emaxParallelism\x12:\n" +
-	"\toperators\x18\x06 \x03(\v2\x1c.weir.v1.OperatorRestorePlanR\toperators\"\xee\x01\n" +
+	"\toperators\x18\x06 \x03(\v2\x1c.weir.v1.OperatorRestorePlanR\toperators\"\xfe\x02\n" +
 	"\x13OperatorRestorePlan\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12'\n" +
@@ -2102,7 +2579,19 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\vstate_bytes\x18\x05 \x01(\x03R\n" +
 	"stateBytes\x12\x18\n" +
 	"\aobjects\x18\x06 \x01(\x05R\aobjects\x12 \n" +
-	"\vincremental\x18\a \x01(\bR\vincremental*\xe2\x01\n" +
+	"\vincremental\x18\a \x01(\bR\vincremental\x12\x19\n" +
+	"\bold_type\x18\b \x01(\tR\aoldType\x12\x19\n" +
+	"\bnew_type\x18\t \x01(\tR\anewType\x121\n" +
+	"\x06states\x18\n" +
+	" \x03(\v2\x19.weir.v1.StateRestorePlanR\x06states\x12%\n" +
+	"\x0estates_unknown\x18\v \x01(\tR\rstatesUnknown\"\xaa\x01\n" +
+	"\x10StateRestorePlan\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x19\n" +
+	"\bold_kind\x18\x03 \x01(\tR\aoldKind\x12\x19\n" +
+	"\bold_type\x18\x04 \x01(\tR\aoldType\x12\x19\n" +
+	"\bnew_kind\x18\x05 \x01(\tR\anewKind\x12\x19\n" +
+	"\bnew_type\x18\x06 \x01(\tR\anewType*\xe2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_CREATED\x10\x01\x12\x17\n" +
@@ -2117,7 +2606,7 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x1dCHECKPOINT_STATUS_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dCHECKPOINT_STATUS_IN_PROGRESS\x10\x01\x12\x1f\n" +
 	"\x1bCHECKPOINT_STATUS_COMPLETED\x10\x02\x12\x1c\n" +
-	"\x18CHECKPOINT_STATUS_FAILED\x10\x032\xfb\a\n" +
+	"\x18CHECKPOINT_STATUS_FAILED\x10\x032\xd5\b\n" +
 	"\n" +
 	"JobService\x12B\n" +
 	"\tSubmitJob\x12\x19.weir.v1.SubmitJobRequest\x1a\x1a.weir.v1.SubmitJobResponse\x12?\n" +
@@ -2129,7 +2618,8 @@ const file_weirpb_jobs_proto_rawDesc = "" +
 	"\x11TriggerCheckpoint\x12$.weir.v1.TriggerJobCheckpointRequest\x1a%.weir.v1.TriggerJobCheckpointResponse\x12Z\n" +
 	"\x11InspectCheckpoint\x12!.weir.v1.InspectCheckpointRequest\x1a\".weir.v1.InspectCheckpointResponse\x12P\n" +
 	"\x10TriggerSavepoint\x12 .weir.v1.TriggerSavepointRequest\x1a\x1a.weir.v1.SavepointResponse\x12>\n" +
-	"\aStopJob\x12\x17.weir.v1.StopJobRequest\x1a\x1a.weir.v1.SavepointResponse\x12W\n" +
+	"\aStopJob\x12\x17.weir.v1.StopJobRequest\x1a\x1a.weir.v1.SavepointResponse\x12X\n" +
+	"\x14GetSavepointProgress\x12$.weir.v1.GetSavepointProgressRequest\x1a\x1a.weir.v1.SavepointProgress\x12W\n" +
 	"\x10DisposeSavepoint\x12 .weir.v1.DisposeSavepointRequest\x1a!.weir.v1.DisposeSavepointResponse\x12>\n" +
 	"\aPlanJob\x12\x19.weir.v1.SubmitJobRequest\x1a\x18.weir.v1.PlanJobResponse\x12Q\n" +
 	"\x0eCollectGarbage\x12\x1e.weir.v1.CollectGarbageRequest\x1a\x1f.weir.v1.CollectGarbageResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
@@ -2147,7 +2637,7 @@ func file_weirpb_jobs_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_weirpb_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_weirpb_jobs_proto_goTypes = []any{
 	(JobState)(0),                        // 0: weir.v1.JobState
 	(CheckpointStatus)(0),                // 1: weir.v1.CheckpointStatus
@@ -2159,79 +2649,88 @@ var file_weirpb_jobs_proto_goTypes = []any{
 	(*ListJobsResponse)(nil),             // 7: weir.v1.ListJobsResponse
 	(*GetJobRequest)(nil),                // 8: weir.v1.GetJobRequest
 	(*GetJobResponse)(nil),               // 9: weir.v1.GetJobResponse
-	(*CancelJobRequest)(nil),             // 10: weir.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),            // 11: weir.v1.CancelJobResponse
-	(*ListTaskManagersRequest)(nil),      // 12: weir.v1.ListTaskManagersRequest
-	(*TaskManagerInfo)(nil),              // 13: weir.v1.TaskManagerInfo
-	(*ListTaskManagersResponse)(nil),     // 14: weir.v1.ListTaskManagersResponse
-	(*CheckpointInfo)(nil),               // 15: weir.v1.CheckpointInfo
-	(*ListCheckpointsRequest)(nil),       // 16: weir.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),      // 17: weir.v1.ListCheckpointsResponse
-	(*TriggerJobCheckpointRequest)(nil),  // 18: weir.v1.TriggerJobCheckpointRequest
-	(*TriggerJobCheckpointResponse)(nil), // 19: weir.v1.TriggerJobCheckpointResponse
-	(*InspectCheckpointRequest)(nil),     // 20: weir.v1.InspectCheckpointRequest
-	(*InspectCheckpointResponse)(nil),    // 21: weir.v1.InspectCheckpointResponse
-	(*CollectGarbageRequest)(nil),        // 22: weir.v1.CollectGarbageRequest
-	(*GarbageObject)(nil),                // 23: weir.v1.GarbageObject
-	(*CollectGarbageResponse)(nil),       // 24: weir.v1.CollectGarbageResponse
-	(*TriggerSavepointRequest)(nil),      // 25: weir.v1.TriggerSavepointRequest
-	(*StopJobRequest)(nil),               // 26: weir.v1.StopJobRequest
-	(*SavepointResponse)(nil),            // 27: weir.v1.SavepointResponse
-	(*DisposeSavepointRequest)(nil),      // 28: weir.v1.DisposeSavepointRequest
-	(*DisposeSavepointResponse)(nil),     // 29: weir.v1.DisposeSavepointResponse
-	(*PlanJobResponse)(nil),              // 30: weir.v1.PlanJobResponse
-	(*OperatorRestorePlan)(nil),          // 31: weir.v1.OperatorRestorePlan
-	(*JobGraph)(nil),                     // 32: weir.v1.JobGraph
-	(*ExecutionID)(nil),                  // 33: weir.v1.ExecutionID
-	(TaskState)(0),                       // 34: weir.v1.TaskState
-	(*Manifest)(nil),                     // 35: weir.v1.Manifest
+	(*RestoreProgress)(nil),              // 10: weir.v1.RestoreProgress
+	(*CancelJobRequest)(nil),             // 11: weir.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),            // 12: weir.v1.CancelJobResponse
+	(*ListTaskManagersRequest)(nil),      // 13: weir.v1.ListTaskManagersRequest
+	(*TaskManagerInfo)(nil),              // 14: weir.v1.TaskManagerInfo
+	(*ListTaskManagersResponse)(nil),     // 15: weir.v1.ListTaskManagersResponse
+	(*CheckpointInfo)(nil),               // 16: weir.v1.CheckpointInfo
+	(*ListCheckpointsRequest)(nil),       // 17: weir.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),      // 18: weir.v1.ListCheckpointsResponse
+	(*TriggerJobCheckpointRequest)(nil),  // 19: weir.v1.TriggerJobCheckpointRequest
+	(*TriggerJobCheckpointResponse)(nil), // 20: weir.v1.TriggerJobCheckpointResponse
+	(*InspectCheckpointRequest)(nil),     // 21: weir.v1.InspectCheckpointRequest
+	(*InspectCheckpointResponse)(nil),    // 22: weir.v1.InspectCheckpointResponse
+	(*CollectGarbageRequest)(nil),        // 23: weir.v1.CollectGarbageRequest
+	(*GarbageObject)(nil),                // 24: weir.v1.GarbageObject
+	(*CollectGarbageResponse)(nil),       // 25: weir.v1.CollectGarbageResponse
+	(*TriggerSavepointRequest)(nil),      // 26: weir.v1.TriggerSavepointRequest
+	(*StopJobRequest)(nil),               // 27: weir.v1.StopJobRequest
+	(*GetSavepointProgressRequest)(nil),  // 28: weir.v1.GetSavepointProgressRequest
+	(*SavepointProgress)(nil),            // 29: weir.v1.SavepointProgress
+	(*SavepointResponse)(nil),            // 30: weir.v1.SavepointResponse
+	(*DisposeSavepointRequest)(nil),      // 31: weir.v1.DisposeSavepointRequest
+	(*DisposeSavepointResponse)(nil),     // 32: weir.v1.DisposeSavepointResponse
+	(*PlanJobResponse)(nil),              // 33: weir.v1.PlanJobResponse
+	(*OperatorRestorePlan)(nil),          // 34: weir.v1.OperatorRestorePlan
+	(*StateRestorePlan)(nil),             // 35: weir.v1.StateRestorePlan
+	(*JobGraph)(nil),                     // 36: weir.v1.JobGraph
+	(*ExecutionID)(nil),                  // 37: weir.v1.ExecutionID
+	(TaskState)(0),                       // 38: weir.v1.TaskState
+	(*Manifest)(nil),                     // 39: weir.v1.Manifest
 }
 var file_weirpb_jobs_proto_depIdxs = []int32{
-	32, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
+	36, // 0: weir.v1.SubmitJobRequest.graph:type_name -> weir.v1.JobGraph
 	0,  // 1: weir.v1.JobSummary.state:type_name -> weir.v1.JobState
-	33, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
-	34, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
+	37, // 2: weir.v1.TaskInfo.id:type_name -> weir.v1.ExecutionID
+	38, // 3: weir.v1.TaskInfo.state:type_name -> weir.v1.TaskState
 	4,  // 4: weir.v1.ListJobsResponse.jobs:type_name -> weir.v1.JobSummary
 	4,  // 5: weir.v1.GetJobResponse.job:type_name -> weir.v1.JobSummary
 	5,  // 6: weir.v1.GetJobResponse.tasks:type_name -> weir.v1.TaskInfo
-	32, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
-	13, // 8: weir.v1.ListTaskManagersResponse.taskmanagers:type_name -> weir.v1.TaskManagerInfo
-	1,  // 9: weir.v1.CheckpointInfo.status:type_name -> weir.v1.CheckpointStatus
-	15, // 10: weir.v1.ListCheckpointsResponse.checkpoints:type_name -> weir.v1.CheckpointInfo
-	35, // 11: weir.v1.InspectCheckpointResponse.manifest:type_name -> weir.v1.Manifest
-	23, // 12: weir.v1.CollectGarbageResponse.objects:type_name -> weir.v1.GarbageObject
-	31, // 13: weir.v1.PlanJobResponse.operators:type_name -> weir.v1.OperatorRestorePlan
-	2,  // 14: weir.v1.JobService.SubmitJob:input_type -> weir.v1.SubmitJobRequest
-	6,  // 15: weir.v1.JobService.ListJobs:input_type -> weir.v1.ListJobsRequest
-	8,  // 16: weir.v1.JobService.GetJob:input_type -> weir.v1.GetJobRequest
-	10, // 17: weir.v1.JobService.CancelJob:input_type -> weir.v1.CancelJobRequest
-	12, // 18: weir.v1.JobService.ListTaskManagers:input_type -> weir.v1.ListTaskManagersRequest
-	16, // 19: weir.v1.JobService.ListCheckpoints:input_type -> weir.v1.ListCheckpointsRequest
-	18, // 20: weir.v1.JobService.TriggerCheckpoint:input_type -> weir.v1.TriggerJobCheckpointRequest
-	20, // 21: weir.v1.JobService.InspectCheckpoint:input_type -> weir.v1.InspectCheckpointRequest
-	25, // 22: weir.v1.JobService.TriggerSavepoint:input_type -> weir.v1.TriggerSavepointRequest
-	26, // 23: weir.v1.JobService.StopJob:input_type -> weir.v1.StopJobRequest
-	28, // 24: weir.v1.JobService.DisposeSavepoint:input_type -> weir.v1.DisposeSavepointRequest
-	2,  // 25: weir.v1.JobService.PlanJob:input_type -> weir.v1.SubmitJobRequest
-	22, // 26: weir.v1.JobService.CollectGarbage:input_type -> weir.v1.CollectGarbageRequest
-	3,  // 27: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
-	7,  // 28: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
-	9,  // 29: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
-	11, // 30: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
-	14, // 31: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
-	17, // 32: weir.v1.JobService.ListCheckpoints:output_type -> weir.v1.ListCheckpointsResponse
-	19, // 33: weir.v1.JobService.TriggerCheckpoint:output_type -> weir.v1.TriggerJobCheckpointResponse
-	21, // 34: weir.v1.JobService.InspectCheckpoint:output_type -> weir.v1.InspectCheckpointResponse
-	27, // 35: weir.v1.JobService.TriggerSavepoint:output_type -> weir.v1.SavepointResponse
-	27, // 36: weir.v1.JobService.StopJob:output_type -> weir.v1.SavepointResponse
-	29, // 37: weir.v1.JobService.DisposeSavepoint:output_type -> weir.v1.DisposeSavepointResponse
-	30, // 38: weir.v1.JobService.PlanJob:output_type -> weir.v1.PlanJobResponse
-	24, // 39: weir.v1.JobService.CollectGarbage:output_type -> weir.v1.CollectGarbageResponse
-	27, // [27:40] is the sub-list for method output_type
-	14, // [14:27] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	36, // 7: weir.v1.GetJobResponse.graph:type_name -> weir.v1.JobGraph
+	10, // 8: weir.v1.GetJobResponse.restore:type_name -> weir.v1.RestoreProgress
+	14, // 9: weir.v1.ListTaskManagersResponse.taskmanagers:type_name -> weir.v1.TaskManagerInfo
+	1,  // 10: weir.v1.CheckpointInfo.status:type_name -> weir.v1.CheckpointStatus
+	16, // 11: weir.v1.ListCheckpointsResponse.checkpoints:type_name -> weir.v1.CheckpointInfo
+	39, // 12: weir.v1.InspectCheckpointResponse.manifest:type_name -> weir.v1.Manifest
+	24, // 13: weir.v1.CollectGarbageResponse.objects:type_name -> weir.v1.GarbageObject
+	30, // 14: weir.v1.SavepointProgress.result:type_name -> weir.v1.SavepointResponse
+	34, // 15: weir.v1.PlanJobResponse.operators:type_name -> weir.v1.OperatorRestorePlan
+	35, // 16: weir.v1.OperatorRestorePlan.states:type_name -> weir.v1.StateRestorePlan
+	2,  // 17: weir.v1.JobService.SubmitJob:input_type -> weir.v1.SubmitJobRequest
+	6,  // 18: weir.v1.JobService.ListJobs:input_type -> weir.v1.ListJobsRequest
+	8,  // 19: weir.v1.JobService.GetJob:input_type -> weir.v1.GetJobRequest
+	11, // 20: weir.v1.JobService.CancelJob:input_type -> weir.v1.CancelJobRequest
+	13, // 21: weir.v1.JobService.ListTaskManagers:input_type -> weir.v1.ListTaskManagersRequest
+	17, // 22: weir.v1.JobService.ListCheckpoints:input_type -> weir.v1.ListCheckpointsRequest
+	19, // 23: weir.v1.JobService.TriggerCheckpoint:input_type -> weir.v1.TriggerJobCheckpointRequest
+	21, // 24: weir.v1.JobService.InspectCheckpoint:input_type -> weir.v1.InspectCheckpointRequest
+	26, // 25: weir.v1.JobService.TriggerSavepoint:input_type -> weir.v1.TriggerSavepointRequest
+	27, // 26: weir.v1.JobService.StopJob:input_type -> weir.v1.StopJobRequest
+	28, // 27: weir.v1.JobService.GetSavepointProgress:input_type -> weir.v1.GetSavepointProgressRequest
+	31, // 28: weir.v1.JobService.DisposeSavepoint:input_type -> weir.v1.DisposeSavepointRequest
+	2,  // 29: weir.v1.JobService.PlanJob:input_type -> weir.v1.SubmitJobRequest
+	23, // 30: weir.v1.JobService.CollectGarbage:input_type -> weir.v1.CollectGarbageRequest
+	3,  // 31: weir.v1.JobService.SubmitJob:output_type -> weir.v1.SubmitJobResponse
+	7,  // 32: weir.v1.JobService.ListJobs:output_type -> weir.v1.ListJobsResponse
+	9,  // 33: weir.v1.JobService.GetJob:output_type -> weir.v1.GetJobResponse
+	12, // 34: weir.v1.JobService.CancelJob:output_type -> weir.v1.CancelJobResponse
+	15, // 35: weir.v1.JobService.ListTaskManagers:output_type -> weir.v1.ListTaskManagersResponse
+	18, // 36: weir.v1.JobService.ListCheckpoints:output_type -> weir.v1.ListCheckpointsResponse
+	20, // 37: weir.v1.JobService.TriggerCheckpoint:output_type -> weir.v1.TriggerJobCheckpointResponse
+	22, // 38: weir.v1.JobService.InspectCheckpoint:output_type -> weir.v1.InspectCheckpointResponse
+	30, // 39: weir.v1.JobService.TriggerSavepoint:output_type -> weir.v1.SavepointResponse
+	30, // 40: weir.v1.JobService.StopJob:output_type -> weir.v1.SavepointResponse
+	29, // 41: weir.v1.JobService.GetSavepointProgress:output_type -> weir.v1.SavepointProgress
+	32, // 42: weir.v1.JobService.DisposeSavepoint:output_type -> weir.v1.DisposeSavepointResponse
+	33, // 43: weir.v1.JobService.PlanJob:output_type -> weir.v1.PlanJobResponse
+	25, // 44: weir.v1.JobService.CollectGarbage:output_type -> weir.v1.CollectGarbageResponse
+	31, // [31:45] is the sub-list for method output_type
+	17, // [17:31] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_jobs_proto_init() }
@@ -2248,7 +2747,7 @@ func file_weirpb_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_jobs_proto_rawDesc), len(file_weirpb_jobs_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,19 +19,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	JobService_SubmitJob_FullMethodName         = "/weir.v1.JobService/SubmitJob"
-	JobService_ListJobs_FullMethodName          = "/weir.v1.JobService/ListJobs"
-	JobService_GetJob_FullMethodName            = "/weir.v1.JobService/GetJob"
-	JobService_CancelJob_FullMethodName         = "/weir.v1.JobService/CancelJob"
-	JobService_ListTaskManagers_FullMethodName  = "/weir.v1.JobService/ListTaskManagers"
-	JobService_ListCheckpoints_FullMethodName   = "/weir.v1.JobService/ListCheckpoints"
-	JobService_TriggerCheckpoint_FullMethodName = "/weir.v1.JobService/TriggerCheckpoint"
-	JobService_InspectCheckpoint_FullMethodName = "/weir.v1.JobService/InspectCheckpoint"
-	JobService_TriggerSavepoint_FullMethodName  = "/weir.v1.JobService/TriggerSavepoint"
-	JobService_StopJob_FullMethodName           = "/weir.v1.JobService/StopJob"
-	JobService_DisposeSavepoint_FullMethodName  = "/weir.v1.JobService/DisposeSavepoint"
-	JobService_PlanJob_FullMethodName           = "/weir.v1.JobService/PlanJob"
-	JobService_CollectGarbage_FullMethodName    = "/weir.v1.JobService/CollectGarbage"
+	JobService_SubmitJob_FullMethodName            = "/weir.v1.JobService/SubmitJob"
+	JobService_ListJobs_FullMethodName             = "/weir.v1.JobService/ListJobs"
+	JobService_GetJob_FullMethodName               = "/weir.v1.JobService/GetJob"
+	JobService_CancelJob_FullMethodName            = "/weir.v1.JobService/CancelJob"
+	JobService_ListTaskManagers_FullMethodName     = "/weir.v1.JobService/ListTaskManagers"
+	JobService_ListCheckpoints_FullMethodName      = "/weir.v1.JobService/ListCheckpoints"
+	JobService_TriggerCheckpoint_FullMethodName    = "/weir.v1.JobService/TriggerCheckpoint"
+	JobService_InspectCheckpoint_FullMethodName    = "/weir.v1.JobService/InspectCheckpoint"
+	JobService_TriggerSavepoint_FullMethodName     = "/weir.v1.JobService/TriggerSavepoint"
+	JobService_StopJob_FullMethodName              = "/weir.v1.JobService/StopJob"
+	JobService_GetSavepointProgress_FullMethodName = "/weir.v1.JobService/GetSavepointProgress"
+	JobService_DisposeSavepoint_FullMethodName     = "/weir.v1.JobService/DisposeSavepoint"
+	JobService_PlanJob_FullMethodName              = "/weir.v1.JobService/PlanJob"
+	JobService_CollectGarbage_FullMethodName       = "/weir.v1.JobService/CollectGarbage"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -54,6 +55,10 @@ type JobServiceClient interface {
 	// savepoint is complete.
 	TriggerSavepoint(ctx context.Context, in *TriggerSavepointRequest, opts ...grpc.CallOption) (*SavepointResponse, error)
 	StopJob(ctx context.Context, in *StopJobRequest, opts ...grpc.CallOption) (*SavepointResponse, error)
+	// GetSavepointProgress reports a savepoint started with a request_id
+	// (TriggerSavepoint, StopJob) or over REST, while it runs and after it
+	// ended (the last 100 requests are kept): NotFound for an unknown id.
+	GetSavepointProgress(ctx context.Context, in *GetSavepointProgressRequest, opts ...grpc.CallOption) (*SavepointProgress, error)
 	// DisposeSavepoint deletes a savepoint's files.
 	DisposeSavepoint(ctx context.Context, in *DisposeSavepointRequest, opts ...grpc.CallOption) (*DisposeSavepointResponse, error)
 	// PlanJob checks a submission with restore_from as SubmitJob would,
@@ -174,6 +179,16 @@ func (c *jobServiceClient) StopJob(ctx context.Context, in *StopJobRequest, opts
 	return out, nil
 }
 
+func (c *jobServiceClient) GetSavepointProgress(ctx context.Context, in *GetSavepointProgressRequest, opts ...grpc.CallOption) (*SavepointProgress, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SavepointProgress)
+	err := c.cc.Invoke(ctx, JobService_GetSavepointProgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *jobServiceClient) DisposeSavepoint(ctx context.Context, in *DisposeSavepointRequest, opts ...grpc.CallOption) (*DisposeSavepointResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DisposeSavepointResponse)
@@ -224,6 +239,10 @@ type JobServiceServer interface {
 	// savepoint is complete.
 	TriggerSavepoint(context.Context, *TriggerSavepointRequest) (*SavepointResponse, error)
 	StopJob(context.Context, *StopJobRequest) (*SavepointResponse, error)
+	// GetSavepointProgress reports a savepoint started with a request_id
+	// (TriggerSavepoint, StopJob) or over REST, while it runs and after it
+	// ended (the last 100 requests are kept): NotFound for an unknown id.
+	GetSavepointProgress(context.Context, *GetSavepointProgressRequest) (*SavepointProgress, error)
 	// DisposeSavepoint deletes a savepoint's files.
 	DisposeSavepoint(context.Context, *DisposeSavepointRequest) (*DisposeSavepointResponse, error)
 	// PlanJob checks a submission with restore_from as SubmitJob would,
@@ -273,6 +292,9 @@ func (UnimplementedJobServiceServer) TriggerSavepoint(context.Context, *TriggerS
 }
 func (UnimplementedJobServiceServer) StopJob(context.Context, *StopJobRequest) (*SavepointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StopJob not implemented")
+}
+func (UnimplementedJobServiceServer) GetSavepointProgress(context.Context, *GetSavepointProgressRequest) (*SavepointProgress, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSavepointProgress not implemented")
 }
 func (UnimplementedJobServiceServer) DisposeSavepoint(context.Context, *DisposeSavepointRequest) (*DisposeSavepointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DisposeSavepoint not implemented")
@@ -484,6 +506,24 @@ func _JobService_StopJob_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_GetSavepointProgress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSavepointProgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).GetSavepointProgress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_GetSavepointProgress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).GetSavepointProgress(ctx, req.(*GetSavepointProgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _JobService_DisposeSavepoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DisposeSavepointRequest)
 	if err := dec(in); err != nil {
@@ -584,6 +624,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StopJob",
 			Handler:    _JobService_StopJob_Handler,
+		},
+		{
+			MethodName: "GetSavepointProgress",
+			Handler:    _JobService_GetSavepointProgress_Handler,
 		},
 		{
 			MethodName: "DisposeSavepoint",

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/statebackend/heap"
@@ -27,7 +29,7 @@ import (
 // temporary directory when LocalStateDir is empty). A Pebble directory left
 // by an earlier attempt of the task is removed first: state comes back from
 // checkpoints through Backend.Restore. The Pebble directory is deleted when
-// the backend is closed.
+// the backend is closed, or at once when Open fails.
 //
 // With octx.FullSnapshots the Pebble backend is returned as a plain
 // statebackend.Backend that is not a statebackend.IncrementalSnapshotter,
@@ -51,6 +53,8 @@ func Open(octx *stream.OperatorContext) (statebackend.Backend, error) {
 		}
 		b, err := pebblestate.New(pebbleOptions(octx, dir), octx.KeyGroups)
 		if err != nil {
+			// Whatever Pebble created there is of no use.
+			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
 		}
 		if octx.FullSnapshots {
@@ -89,14 +93,62 @@ func safeName(uid string) string {
 // snapshot checkpointID (under the task's LocalStateDir). The taskmanager
 // looks there for files it can reuse on restore (local recovery).
 func SnapshotDir(localStateDir, operatorUID string, checkpointID int64) string {
-	return filepath.Join(localStateDir, "snapshots", safeName(operatorUID), fmt.Sprintf("chk-%d", checkpointID))
+	return filepath.Join(SnapshotRoot(localStateDir), safeName(operatorUID), snapshotPrefix+strconv.FormatInt(checkpointID, 10))
+}
+
+// SnapshotRoot is the directory under a task's LocalStateDir that holds
+// the local snapshot directories (SnapshotDir) of all its operators.
+func SnapshotRoot(localStateDir string) string { return filepath.Join(localStateDir, "snapshots") }
+
+// snapshotPrefix starts the name of a SnapshotDir; the checkpoint id
+// follows.
+const snapshotPrefix = "chk-"
+
+// NewestLocalSnapshot returns the highest checkpoint id of the local
+// snapshot directories (SnapshotDir) under localStateDir, of any
+// operator, and false when there is none.
+func NewestLocalSnapshot(localStateDir string) (int64, bool) {
+	ops, err := os.ReadDir(SnapshotRoot(localStateDir))
+	if err != nil {
+		return 0, false
+	}
+	var newest int64
+	found := false
+	for _, op := range ops {
+		entries, err := os.ReadDir(filepath.Join(SnapshotRoot(localStateDir), op.Name()))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if id, ok := snapshotID(e.Name()); ok && (!found || id > newest) {
+				newest, found = id, true
+			}
+		}
+	}
+	return newest, found
+}
+
+// snapshotID parses the checkpoint id of a SnapshotDir's name.
+func snapshotID(name string) (int64, bool) {
+	s, ok := strings.CutPrefix(name, snapshotPrefix)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil
 }
 
 // RestoreDir is where the taskmanager puts the files of checkpoint
 // checkpointID written by subtask of operatorUID, for the operator to open.
 func RestoreDir(localStateDir, operatorUID string, checkpointID int64, subtask int) string {
-	return filepath.Join(localStateDir, "restore", safeName(operatorUID), fmt.Sprintf("chk-%d-s%d", checkpointID, subtask))
+	return filepath.Join(RestoreRoot(localStateDir), safeName(operatorUID), fmt.Sprintf("chk-%d-s%d", checkpointID, subtask))
 }
+
+// RestoreRoot is the directory under a task's LocalStateDir that holds the
+// restore directories (RestoreDir) of all its operators. Their files are
+// of use only while the task opens its state: the runtime may remove
+// RestoreRoot whenever no attempt of the task is starting.
+func RestoreRoot(localStateDir string) string { return filepath.Join(localStateDir, "restore") }
 
 // OpenFromSnapshots opens a Pebble backend for octx from the local
 // directories of incremental snapshots (each a Pebble checkpoint, from
@@ -126,6 +178,8 @@ func openFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebacken
 	}
 	b, err := pebblestate.OpenFromCheckpoint(pebbleOptions(octx, dir), dirs[0], octx.KeyGroups)
 	if err != nil {
+		// The clone of the snapshot, possibly half made, is of no use.
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	if len(dirs) > 1 {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/weirstream/weir/statebackend"
@@ -40,10 +39,11 @@ type Managed struct {
 // files (downloaded by the taskmanager, or reused from local recovery) are
 // opened as the backend's database, chunks per key group are restored into
 // it. A checkpoint may hold both when its subtasks took different kinds of
-// snapshot. Local snapshot directories of other checkpoints, left by earlier
-// attempts of the task, are removed; the restored checkpoint's own is kept,
-// so that a task that fails again before its next checkpoint still restores
-// locally.
+// snapshot. The restore directories (RestoreDir) of those files are removed
+// once opened, and also when opening them fails. Local snapshot directories
+// of other checkpoints, left by earlier attempts of the task, are removed;
+// the restored checkpoint's own is kept, so that a task that fails again
+// before its next checkpoint still restores locally.
 //
 // A checkpoint whose keyed state cannot be restored fails with a
 // *RestoreError naming the operator; a chunk that cannot be restored is a
@@ -69,14 +69,11 @@ func OpenManaged(octx *stream.OperatorContext, checkpointID int64, snap *stream.
 			}
 		}
 		m.backend, err = openFromSnapshots(&m.octx, dirs)
+		// The backend has hard-linked or copied what it needs; after a
+		// failure the next attempt fetches the files again.
+		m.removeRestoreDirs(dirs)
 		if err != nil {
 			return nil, &RestoreError{OperatorUID: octx.OperatorUID, CheckpointID: checkpointID, Err: err}
-		}
-		// The backend has hard-linked or copied what it needs.
-		for _, d := range dirs {
-			if isUnder(d, filepath.Join(m.octx.LocalStateDir, "restore")) {
-				_ = os.RemoveAll(d)
-			}
 		}
 	} else if m.backend, err = Open(&m.octx); err != nil {
 		return nil, err
@@ -148,6 +145,9 @@ func (m *Managed) Snapshot(c *stream.SnapshotContext) error {
 	}
 	files, err := inc.SnapshotFiles(dir)
 	if err != nil {
+		// Not kept in m.snaps: a half-written directory would outlive
+		// the rotation below.
+		_ = os.RemoveAll(dir)
 		return fmt.Errorf("incremental snapshot of checkpoint %d: %w", c.CheckpointID, err)
 	}
 	c.State.Files = append(c.State.Files, files...)
@@ -183,8 +183,8 @@ func (m *Managed) Close(keepLocalSnapshots bool) error {
 		_ = os.RemoveAll(filepath.Dir(SnapshotDir(m.octx.LocalStateDir, m.octx.OperatorUID, 0)))
 		_ = os.RemoveAll(filepath.Dir(RestoreDir(m.octx.LocalStateDir, m.octx.OperatorUID, 0, 0)))
 		// The parents, when no other operator of the task uses them.
-		_ = os.Remove(filepath.Join(m.octx.LocalStateDir, "snapshots"))
-		_ = os.Remove(filepath.Join(m.octx.LocalStateDir, "restore"))
+		_ = os.Remove(SnapshotRoot(m.octx.LocalStateDir))
+		_ = os.Remove(RestoreRoot(m.octx.LocalStateDir))
 	}
 	return err
 }
@@ -202,14 +202,33 @@ func (m *Managed) adoptLocalSnapshots(keep int64) {
 		return
 	}
 	for _, e := range entries {
-		id, ok := strings.CutPrefix(e.Name(), "chk-")
-		n, perr := strconv.ParseInt(id, 10, 64)
 		path := filepath.Join(parent, e.Name())
-		if ok && perr == nil && n == keep && keep > 0 {
+		if n, ok := snapshotID(e.Name()); ok && n == keep && keep > 0 {
 			m.snaps = append(m.snaps, path)
 			continue
 		}
 		_ = os.RemoveAll(path)
+	}
+}
+
+// removeRestoreDirs removes those of dirs that are restore directories
+// (under RestoreRoot) of the task, and their parents once empty.
+func (m *Managed) removeRestoreDirs(dirs []string) {
+	if m.octx.LocalStateDir == "" {
+		return
+	}
+	root := RestoreRoot(m.octx.LocalStateDir)
+	for _, d := range dirs {
+		if !isUnder(d, root) {
+			continue
+		}
+		_ = os.RemoveAll(d)
+		// Fails, as it should, while another restore directory is there.
+		for p := filepath.Dir(d); isUnder(p, root); p = filepath.Dir(p) {
+			if os.Remove(p) != nil {
+				break
+			}
+		}
 	}
 }
 
