@@ -108,6 +108,7 @@ func planDatagen(p *stream.PlanContext) (*stream.Schema, error) {
 		return nil, err
 	}
 	schema, err := cfg.check()
+	declareSplitState(p, datagenStateName, datagenMarkerState)
 	return schema, err
 }
 

@@ -48,6 +48,8 @@ func planFileSink(p *stream.PlanContext) (*stream.Schema, error) {
 	if _, err := cfg.check(); err != nil {
 		return nil, err
 	}
+	p.DeclareState(stream.StateDecl{Name: sinkPendingState, Kind: stream.StateOperatorList})
+	p.DeclareState(stream.StateDecl{Name: sinkWritersState, Kind: stream.StateUnion})
 	return nil, p.Paths.Check("file sink path", cfg.Path)
 }
 

@@ -46,6 +46,7 @@ func planFileSource(p *stream.PlanContext) (*stream.Schema, error) {
 	if err := stream.DecodeOperatorConfig("file source", p.Config, &cfg); err != nil {
 		return nil, err
 	}
+	declareSplitState(p, fileSplitsState, fileListingMarker)
 	schema, err := cfg.check()
 	if err != nil {
 		return nil, err

@@ -191,3 +191,10 @@ func (s *FileSource) RestoreState(c *stream.RestoreContext) error {
 	s.splits, s.cur = splits, 0
 	return nil
 }
+
+// declareSplitState declares the state of a source whose splits are list
+// state (splits) with their count as union state (marker).
+func declareSplitState(p *stream.PlanContext, splits, marker string) {
+	p.DeclareState(stream.StateDecl{Name: splits, Kind: stream.StateOperatorList})
+	p.DeclareState(stream.StateDecl{Name: marker, Kind: stream.StateUnion})
+}

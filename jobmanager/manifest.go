@@ -16,10 +16,11 @@ import (
 const manifestVersion = 1
 
 // buildManifest describes a fully acknowledged checkpoint: every operator
-// of the graph (in vertex order) with its parallelism and the state
-// handles its subtasks acknowledged, sorted by subtask then key. The acks'
-// payloads are []*weirpb.StateHandle; handles of an operator the graph does
-// not have are kept under their own uid.
+// of the graph (in vertex order) with its type, the state its type
+// declared, its parallelism and the state handles its subtasks
+// acknowledged, sorted by subtask then key. The acks' payloads are
+// []*weirpb.StateHandle; handles of an operator the graph does not have are
+// kept under their own uid.
 func buildManifest(a scheduler.WriteManifestAction) *weirpb.Manifest {
 	g := a.Graph
 	m := &weirpb.Manifest{
@@ -34,7 +35,7 @@ func buildManifest(a scheduler.WriteManifestAction) *weirpb.Manifest {
 	}
 	byUID := make(map[string]*weirpb.OperatorState, len(g.Vertices))
 	for _, v := range g.Vertices {
-		op := &weirpb.OperatorState{OperatorUid: v.UID, Parallelism: int32(v.Parallelism)}
+		op := &weirpb.OperatorState{OperatorUid: v.UID, Parallelism: int32(v.Parallelism), OperatorType: v.Type, States: stateInfos(v.States)}
 		m.Operators = append(m.Operators, op)
 		byUID[v.UID] = op
 	}
@@ -62,8 +63,15 @@ func buildManifest(a scheduler.WriteManifestAction) *weirpb.Manifest {
 	return m
 }
 
-// completed is a completed checkpoint's manifest as the scheduler sees it
-// (scheduler.Checkpoint).
+// stateInfos is how a manifest records the state an operator declared.
+func stateInfos(ds []stream.StateDecl) []*weirpb.StateInfo {
+	var out []*weirpb.StateInfo
+	for _, d := range ds {
+		out = append(out, &weirpb.StateInfo{Name: d.Name, Kind: string(d.Kind), Type: d.Type})
+	}
+	return out
+}
+
 // completed is a completed checkpoint, or a savepoint, as the scheduler
 // sees it: m, whose keys are relative to storage (a savepoint's
 // directory), or to the job's checkpoint storage when storage is empty.

@@ -82,11 +82,14 @@ func (jm *JobManager) loadRestore(ctx context.Context, id, from string, allowNon
 }
 
 // checkRestore reports why g cannot start from m, or nil: maxParallelism
-// changed, state of an operator g does not have (unless allowNonRestored),
-// or a state backend's incremental files (a retained Pebble checkpoint) for
-// a job on another backend. Parallelism may change: keyed state moves by
-// key-group ranges, operator list state is dealt out, union state goes to
-// every subtask.
+// changed, a state backend's incremental files (a retained Pebble
+// checkpoint) for a job on another backend, state that cannot restore into
+// the job's operator of its uid (compareStates: a state of another kind or
+// type, an operator of another type with other state), or state that the
+// job would drop, unless allowNonRestored: of an operator g does not have,
+// or that g's operator of its uid no longer declares. Parallelism may
+// change: keyed state moves by key-group ranges, operator list state is
+// dealt out, union state goes to every subtask.
 func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool) error {
 	if int(m.GetMaxParallelism()) != g.MaxParallelism {
 		return fmt.Errorf("the checkpoint has maxParallelism %d and the job %d: keyed state is split into maxParallelism key groups, which cannot change; set maxParallelism: %d",
@@ -96,10 +99,10 @@ func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool)
 	for _, v := range g.Vertices {
 		byUID[v.UID] = v
 	}
-	var dropped []string
+	var dropped, droppedStates, incompatible []string
 	for _, op := range m.GetOperators() {
-		if len(op.GetHandles()) == 0 && len(op.GetFinishedSubtasks()) == 0 {
-			continue // no state
+		if !hasState(op) {
+			continue
 		}
 		v := byUID[op.GetOperatorUid()]
 		if v == nil {
@@ -110,13 +113,181 @@ func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool)
 			return fmt.Errorf("operator %q has incremental Pebble state in the checkpoint, which only the pebble backend restores; "+
 				"set state: {backend: pebble}, or start from a savepoint, whose state restores into any backend", v.UID)
 		}
+		c := compareStates(op, v)
+		if c.incompatible != "" {
+			incompatible = append(incompatible, c.incompatible)
+		}
+		if len(c.dropped) > 0 {
+			droppedStates = append(droppedStates, fmt.Sprintf("operator %q: %s", v.UID, strings.Join(c.dropped, ", ")))
+		}
 	}
-	if len(dropped) > 0 && !allowNonRestored {
-		slices.Sort(dropped)
+	if len(incompatible) > 0 {
+		return fmt.Errorf("the job cannot restore the checkpoint's state: %s; "+
+			"a state keeps its name, kind and type, and an operator its type unless its state stays the same: keep them compatible, "+
+			"or give the operator a new uid to start its state empty (and pass --allow-non-restored-state to drop the old uid's state)",
+			strings.Join(incompatible, "; "))
+	}
+	if allowNonRestored || len(dropped)+len(droppedStates) == 0 {
+		return nil
+	}
+	slices.Sort(dropped)
+	if len(droppedStates) == 0 {
 		return fmt.Errorf("the checkpoint has state for operators %q that the job does not have (matched by uid); "+
 			"give them their old uids, or pass --allow-non-restored-state to drop their state", dropped)
 	}
-	return nil
+	var what []string
+	if len(dropped) > 0 {
+		what = append(what, fmt.Sprintf("state for operators %q that the job does not have (matched by uid)", dropped))
+	}
+	what = append(what, fmt.Sprintf("state that the job's operators no longer declare (%s)", strings.Join(droppedStates, "; ")))
+	return fmt.Errorf("the checkpoint has %s; it would be dropped: keep the state (an operator's uid, type and config decide what state it has), "+
+		"or pass --allow-non-restored-state to drop it", strings.Join(what, ", and "))
+}
+
+// hasState reports whether a restore gives op's subtasks anything: state
+// handles, or subtasks that had finished.
+func hasState(op *weirpb.OperatorState) bool {
+	return len(op.GetHandles()) > 0 || len(op.GetFinishedSubtasks()) > 0
+}
+
+// Statuses of an operator's state in a restore plan
+// (weirpb.StateRestorePlan).
+const (
+	stateRestored     = "restored"
+	stateNew          = "new"
+	stateDropped      = "dropped"
+	stateIncompatible = "incompatible"
+)
+
+// statesPredate is why a checkpoint's states cannot be compared when its
+// manifest was written before Weir recorded them.
+const statesPredate = "state names unknown (checkpoint predates them)"
+
+// stateCheck is how the state a checkpoint recorded for an operator uid
+// compares with the state the job's operator of that uid declares.
+type stateCheck struct {
+	// states has a row per state of either side, the checkpoint's first.
+	states []*weirpb.StateRestorePlan
+	// unknown says why the states could not be compared ("": they were).
+	unknown string
+	// incompatible says why the state cannot restore into the job's
+	// operator, which --allow-non-restored-state does not change ("": it
+	// can).
+	incompatible string
+	// dropped lists the states only the checkpoint has, as name (kind).
+	dropped []string
+}
+
+// compareStates compares op, an operator in a checkpoint's manifest, with
+// v, the job's operator of its uid (nil when the job has none: every
+// recorded state is then dropped). States match by name, keyed state and
+// operator (list and union) state separately, as they restore: a state in
+// both must have the same kind, and the same type when both sides name one;
+// one only in the checkpoint is dropped, one only in the job is new and
+// starts empty. An operator whose type changed must have exactly the same
+// state. A manifest written before Weir recorded types (operator_type "")
+// is not compared; neither is an operator whose type declares no state,
+// unless its type changed, which is then incompatible: nothing shows that
+// its state fits.
+func compareStates(op *weirpb.OperatorState, v *stream.Vertex) stateCheck {
+	var c stateCheck
+	oldType := op.GetOperatorType()
+	if oldType == "" {
+		c.unknown = statesPredate
+		return c
+	}
+	if len(op.GetStates()) == 0 && v == nil {
+		c.unknown = "state names unknown (" + undeclared(oldType) + ")"
+	}
+	if v == nil {
+		for _, s := range op.GetStates() {
+			c.states = append(c.states, &weirpb.StateRestorePlan{Name: s.GetName(), Status: stateDropped, OldKind: s.GetKind(), OldType: s.GetType()})
+		}
+		return c
+	}
+	typeChanged := oldType != v.Type
+	if len(op.GetStates()) == 0 || len(v.States) == 0 {
+		var silent []string
+		if len(op.GetStates()) == 0 {
+			silent = append(silent, oldType)
+		}
+		if len(v.States) == 0 && (len(silent) == 0 || typeChanged) {
+			silent = append(silent, v.Type)
+		}
+		c.unknown = "state names unknown (" + undeclared(silent...) + ")"
+		if typeChanged {
+			c.incompatible = fmt.Sprintf("operator %q is a %s in the checkpoint and a %s in the job, and %s, so nothing shows that its state fits",
+				v.UID, oldType, v.Type, undeclared(silent...))
+		}
+		return c
+	}
+	type name struct {
+		keyed bool
+		name  string
+	}
+	declared := make(map[name]stream.StateDecl, len(v.States))
+	for _, d := range v.States {
+		declared[name{d.Kind.Keyed(), d.Name}] = d
+	}
+	seen := make(map[name]bool)
+	var changed []string
+	for _, s := range op.GetStates() {
+		k := name{stream.StateKind(s.GetKind()).Keyed(), s.GetName()}
+		seen[k] = true
+		row := &weirpb.StateRestorePlan{Name: s.GetName(), Status: stateRestored, OldKind: s.GetKind(), OldType: s.GetType()}
+		c.states = append(c.states, row)
+		d, ok := declared[k]
+		if !ok {
+			row.Status = stateDropped
+			c.dropped = append(c.dropped, fmt.Sprintf("%q (%s)", s.GetName(), s.GetKind()))
+			continue
+		}
+		row.NewKind, row.NewType = string(d.Kind), d.Type
+		if row.NewKind != row.OldKind || row.OldType != "" && row.NewType != "" && row.OldType != row.NewType {
+			row.Status = stateIncompatible
+			changed = append(changed, fmt.Sprintf("state %q is %s in the checkpoint and %s in the job",
+				s.GetName(), describeState(row.OldKind, row.OldType), describeState(row.NewKind, row.NewType)))
+		}
+	}
+	for _, d := range v.States {
+		if !seen[name{d.Kind.Keyed(), d.Name}] {
+			c.states = append(c.states, &weirpb.StateRestorePlan{Name: d.Name, Status: stateNew, NewKind: string(d.Kind), NewType: d.Type})
+		}
+	}
+	same := !slices.ContainsFunc(c.states, func(r *weirpb.StateRestorePlan) bool { return r.Status != stateRestored })
+	switch {
+	case typeChanged && !same:
+		c.incompatible = fmt.Sprintf("operator %q is a %s in the checkpoint and a %s in the job, and their state differs (checkpoint: %s; job: %s)",
+			v.UID, oldType, v.Type, listStates(op.GetStates()), listStates(stateInfos(v.States)))
+	case len(changed) > 0:
+		c.incompatible = fmt.Sprintf("operator %q: %s", v.UID, strings.Join(changed, ", "))
+	}
+	return c
+}
+
+// undeclared says that the operator types declare no state.
+func undeclared(types ...string) string {
+	if len(types) == 1 {
+		return fmt.Sprintf("operator type %s does not declare its state", types[0])
+	}
+	return fmt.Sprintf("operator types %s do not declare their state", strings.Join(types, " and "))
+}
+
+// describeState is how an error names a state's kind and type.
+func describeState(kind, typ string) string {
+	if typ == "" {
+		return kind + " state"
+	}
+	return fmt.Sprintf("%s state (%s)", kind, typ)
+}
+
+// listStates names states as name (kind).
+func listStates(ss []*weirpb.StateInfo) string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, fmt.Sprintf("%s (%s)", s.GetName(), s.GetKind()))
+	}
+	return strings.Join(out, ", ")
 }
 
 // loadSavepoint reads the savepoint at loc; it returns nil, nil when loc
@@ -169,7 +340,14 @@ func (jm *JobManager) planJob(ctx context.Context, pg *weirpb.JobGraph, from str
 	if err != nil {
 		return nil, err
 	}
-	m := manifestOf(cp)
+	return planRestore(from, manifestOf(cp), g, allowNonRestored), nil
+}
+
+// planRestore reports what starting g from m (which from names) would do,
+// per operator uid: its status, parallelism, the bytes and objects its
+// subtasks download, its type and its states (compareStates), and the
+// refusal of checkRestore, if any.
+func planRestore(from string, m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool) *weirpb.PlanJobResponse {
 	resp := &weirpb.PlanJobResponse{From: from, CheckpointId: m.GetCheckpointId(), SourceJobId: m.GetJobId(), MaxParallelism: m.GetMaxParallelism()}
 	if err := checkRestore(m, g, allowNonRestored); err != nil {
 		resp.Refusal = err.Error()
@@ -180,14 +358,21 @@ func (jm *JobManager) planJob(ctx context.Context, pg *weirpb.JobGraph, from str
 	}
 	seen := make(map[string]bool)
 	for _, op := range m.GetOperators() {
-		if len(op.GetHandles()) == 0 && len(op.GetFinishedSubtasks()) == 0 {
+		if !hasState(op) {
 			continue
 		}
-		p := &weirpb.OperatorRestorePlan{Uid: op.GetOperatorUid(), Status: "restored", OldParallelism: op.GetParallelism()}
-		if v := inJob[op.GetOperatorUid()]; v != nil {
+		p := &weirpb.OperatorRestorePlan{Uid: op.GetOperatorUid(), Status: "restored", OldParallelism: op.GetParallelism(), OldType: op.GetOperatorType()}
+		v := inJob[op.GetOperatorUid()]
+		if v != nil {
 			p.NewParallelism = int32(v.Parallelism)
+			p.NewType = v.Type
 		} else {
 			p.Status = "dropped"
+		}
+		c := compareStates(op, v)
+		p.States, p.StatesUnknown = c.states, c.unknown
+		if c.incompatible != "" {
+			p.Status = "incompatible"
 		}
 		for _, h := range op.GetHandles() {
 			p.StateBytes += h.GetSize()
@@ -203,10 +388,14 @@ func (jm *JobManager) planJob(ctx context.Context, pg *weirpb.JobGraph, from str
 	}
 	for _, v := range g.Vertices {
 		if !seen[v.UID] {
-			resp.Operators = append(resp.Operators, &weirpb.OperatorRestorePlan{Uid: v.UID, Status: "new", NewParallelism: int32(v.Parallelism)})
+			p := &weirpb.OperatorRestorePlan{Uid: v.UID, Status: "new", NewParallelism: int32(v.Parallelism), NewType: v.Type}
+			for _, d := range v.States {
+				p.States = append(p.States, &weirpb.StateRestorePlan{Name: d.Name, Status: stateNew, NewKind: string(d.Kind), NewType: d.Type})
+			}
+			resp.Operators = append(resp.Operators, p)
 		}
 	}
-	return resp, nil
+	return resp
 }
 
 // loadRestoreUnchecked reads the savepoint, or the retained checkpoint,

@@ -17,6 +17,10 @@
 // CollectSide. A window operator sends records later than its allowed
 // lateness to a side output this way.
 //
+// A stateful operator type also declares, at planning, the state its
+// instances keep (PlanContext.DeclareState: names and kinds, Vertex.States);
+// a restore is checked against the declarations before anything runs.
+//
 // stream imports the standard library only. Everything else in Weir may
 // import it; it imports nothing of Weir's.
 package stream

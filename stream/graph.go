@@ -64,6 +64,9 @@ type Vertex struct {
 	// SideOutSchemas is filled by Plan: the side outputs the operator type
 	// declared (PlanContext.DeclareSideOutput), by name; nil when none.
 	SideOutSchemas map[string]*Schema
+	// States is filled by Plan: the state the operator type declared
+	// (PlanContext.DeclareState), in the order declared; nil when none.
+	States []StateDecl
 }
 
 // OutputSchema returns the schema of the vertex's output called name: ""
@@ -376,6 +379,7 @@ func PlanWith(g *JobGraph, reg *Registry, opts PlanOptions) error {
 	}
 	schemas := make([]*Schema, len(g.Vertices))
 	sides := make([]map[string]*Schema, len(g.Vertices))
+	states := make([][]StateDecl, len(g.Vertices))
 	for _, id := range order {
 		v, t := g.Vertices[id], types[id]
 		ins := idx.Inputs(id)
@@ -420,11 +424,15 @@ func PlanWith(g *JobGraph, reg *Registry, opts PlanOptions) error {
 		if err := pc.sideErr; err != nil {
 			return &VertexError{v.UID, fmt.Errorf("operator type %q: %w", v.Type, err)}
 		}
+		if err := pc.stateErr; err != nil {
+			return &VertexError{v.UID, fmt.Errorf("operator type %q: %w", v.Type, err)}
+		}
 		if t.Kind == KindSink && len(pc.sides) > 0 {
 			return &VertexError{v.UID, fmt.Errorf("operator type %q is a sink but declares side outputs (%s); only sources and transforms may", v.Type, strings.Join(sortedNames(pc.sides), ", "))}
 		}
 		schemas[id] = out
 		sides[id] = pc.sides
+		states[id] = pc.states
 	}
 	g.Parallelism = par
 	g.MaxParallelism = maxPar
@@ -435,6 +443,7 @@ func PlanWith(g *JobGraph, reg *Registry, opts PlanOptions) error {
 		v.Parallelism = pars[i]
 		v.OutSchema = schemas[i]
 		v.SideOutSchemas = sides[i]
+		v.States = states[i]
 		if v.Name == "" {
 			v.Name = v.UID
 		}

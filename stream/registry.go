@@ -53,6 +53,10 @@ type PlanContext struct {
 	// the first bad declaration, reported by Plan.
 	sides   map[string]*Schema
 	sideErr error
+	// states are the states declared by DeclareState; stateErr the first
+	// bad declaration, reported by Plan.
+	states   []StateDecl
+	stateErr error
 }
 
 // DeclareSideOutput declares that the operator may emit batches of schema

@@ -17,7 +17,10 @@
 // in the test. So a change that stops Weir from reading checkpoints it wrote
 // before fails here. The tests also check the errors of a restore that
 // cannot succeed: an unknown format version, a damaged chunk, a chunk filed
-// under a key group it does not hold, and a state of another kind.
+// under a key group it does not hold, and a state of another kind. And
+// they check that every state a fixture holds is one its operator type
+// declares at planning (stream.PlanContext.DeclareState), which restores
+// are checked against.
 //
 // go test ./builtin/golden -update -run 'TestGolden/<type>' rewrites one
 // fixture. Do that only for a new entry, or for a change of an operator's

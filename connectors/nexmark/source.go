@@ -65,6 +65,8 @@ func Register(r *stream.Registry) {
 				if _, err := parseConfig(k, p.Config); err != nil {
 					return nil, err
 				}
+				p.DeclareState(stream.StateDecl{Name: stateName, Kind: stream.StateOperatorList})
+				p.DeclareState(stream.StateDecl{Name: markerName, Kind: stream.StateUnion})
 				return SchemaOf(k), nil
 			},
 			NewSource: func(config []byte) (stream.Source, error) {

@@ -171,6 +171,16 @@ func plan(op string, p *stream.PlanContext) (*stream.Schema, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.ttl == 0 {
+		p.DeclareState(stream.StateDecl{Name: rowsTable, Kind: stream.StateValue})
+	} else {
+		p.DeclareState(stream.StateDecl{Name: leftTable, Kind: stream.StateList})
+		p.DeclareState(stream.StateDecl{Name: rightTable, Kind: stream.StateList})
+	}
+	p.DeclareState(stream.StateDecl{Name: signatureState, Kind: stream.StateUnion})
+	if op == TypeWindowJoin {
+		p.DeclareState(stream.StateDecl{Name: watermarkState, Kind: stream.StateUnion})
+	}
 	return r.out, nil
 }
 

@@ -84,6 +84,7 @@ func planFail(p *stream.PlanContext) (*stream.Schema, error) {
 	if len(p.Inputs) != 1 || p.Inputs[0].Schema == nil {
 		return nil, stream.ConfigErrorf("%s: takes exactly one input, got %d", TypeFail, len(p.Inputs))
 	}
+	p.DeclareState(stream.StateDecl{Name: failStateName, Kind: stream.StateOperatorList})
 	return p.Inputs[0].Schema, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -140,6 +141,8 @@ func planRunningCount(p *stream.PlanContext) (*stream.Schema, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.DeclareState(stream.StateDecl{Name: countTable, Kind: stream.StateValue, Type: statebackend.Untyped(statebackend.Int64Codec).ID()})
+	p.DeclareState(stream.StateDecl{Name: keyTypesState, Kind: stream.StateUnion})
 	return runningCountSchema(in, cols, cfg.As)
 }
 
@@ -173,6 +176,7 @@ func planSequenceCheck(p *stream.PlanContext) (*stream.Schema, error) {
 	if _, err := seqColumn(in, cfg.Field); err != nil {
 		return nil, err
 	}
+	p.DeclareState(stream.StateDecl{Name: lastTable, Kind: stream.StateValue, Type: statebackend.Untyped(statebackend.Int64Codec).ID()})
 	return in, nil
 }
 

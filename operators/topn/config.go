@@ -61,6 +61,13 @@ func Register(r *stream.Registry) {
 				if err != nil {
 					return nil, err
 				}
+				if len(r.keyCols) > 0 {
+					p.DeclareState(stream.StateDecl{Name: panesTable, Kind: stream.StateValue})
+				} else {
+					p.DeclareState(stream.StateDecl{Name: globalState, Kind: stream.StateOperatorList})
+				}
+				p.DeclareState(stream.StateDecl{Name: signatureState, Kind: stream.StateUnion})
+				p.DeclareState(stream.StateDecl{Name: watermarkState, Kind: stream.StateUnion})
 				return r.out, nil
 			},
 			NewOperator: func(config []byte) (stream.Operator, error) { return New(op, config) },

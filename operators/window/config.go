@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -160,6 +161,7 @@ func planWatermarks(p *stream.PlanContext) (*stream.Schema, error) {
 	if _, err := spec.resolve(in); err != nil {
 		return nil, err
 	}
+	p.DeclareState(stream.StateDecl{Name: maxTimestampState, Kind: stream.StateOperatorList})
 	return in, nil
 }
 
@@ -210,6 +212,10 @@ func planWindow(op string, p *stream.PlanContext) (*stream.Schema, error) {
 		return nil, err
 	}
 	p.DeclareSideOutput(LateOutput, p.Inputs[0].Schema)
+	p.DeclareState(stream.StateDecl{Name: panesTable, Kind: stream.StateValue, Type: statebackend.SlotListCodec(newLayout(r.aggs).width).ID()})
+	for _, name := range []string{signatureState, watermarkState, firingState} {
+		p.DeclareState(stream.StateDecl{Name: name, Kind: stream.StateUnion})
+	}
 	return r.out, nil
 }
 
@@ -302,6 +308,9 @@ func planSessionWindow(p *stream.PlanContext) (*stream.Schema, error) {
 		return nil, err
 	}
 	p.DeclareSideOutput(LateOutput, p.Inputs[0].Schema)
+	p.DeclareState(stream.StateDecl{Name: sessionsTable, Kind: stream.StateValue})
+	p.DeclareState(stream.StateDecl{Name: sessionSignatureState, Kind: stream.StateUnion})
+	p.DeclareState(stream.StateDecl{Name: sessionWatermarkState, Kind: stream.StateUnion})
 	return r.out, nil
 }
 

@@ -143,8 +143,18 @@ type OperatorState struct {
 	// (their input was exhausted and committed); on restore they do not run
 	// their input again.
 	FinishedSubtasks []int32 `protobuf:"varint,4,rep,packed,name=finished_subtasks,json=finishedSubtasks,proto3" json:"finished_subtasks,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// operator_type is the operator's type when the checkpoint was taken (a
+	// job spec's type:, such as running_count); "" in manifests written
+	// before Weir recorded it, and for handles of an operator the job did
+	// not have.
+	OperatorType string `protobuf:"bytes,5,opt,name=operator_type,json=operatorType,proto3" json:"operator_type,omitempty"`
+	// states is the state the operator type declared at planning
+	// (stream.PlanContext.DeclareState), in the order declared; empty when
+	// it declared none or operator_type is "". A restore matches it by name
+	// with the state the new job's operator declares.
+	States        []*StateInfo `protobuf:"bytes,6,rep,name=states,proto3" json:"states,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OperatorState) Reset() {
@@ -205,6 +215,85 @@ func (x *OperatorState) GetFinishedSubtasks() []int32 {
 	return nil
 }
 
+func (x *OperatorState) GetOperatorType() string {
+	if x != nil {
+		return x.OperatorType
+	}
+	return ""
+}
+
+func (x *OperatorState) GetStates() []*StateInfo {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+// StateInfo names one piece of an operator's state. It never holds state.
+type StateInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// kind: value, list, map, reducing or aggregating (keyed state),
+	// operator-list or union (operator state); stream.StateKind.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// type identifies the encoding of the values, such as a state codec's
+	// id ("int64"); "" when the operator type does not say.
+	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateInfo) Reset() {
+	*x = StateInfo{}
+	mi := &file_weirpb_checkpoint_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateInfo) ProtoMessage() {}
+
+func (x *StateInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_checkpoint_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateInfo.ProtoReflect.Descriptor instead.
+func (*StateInfo) Descriptor() ([]byte, []int) {
+	return file_weirpb_checkpoint_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StateInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StateInfo) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StateInfo) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
 // CompletedPointer is the small object <root>/<job-id>/_completed that names
 // the latest completed checkpoint when there is no etcd (ha: none).
 type CompletedPointer struct {
@@ -219,7 +308,7 @@ type CompletedPointer struct {
 
 func (x *CompletedPointer) Reset() {
 	*x = CompletedPointer{}
-	mi := &file_weirpb_checkpoint_proto_msgTypes[2]
+	mi := &file_weirpb_checkpoint_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +320,7 @@ func (x *CompletedPointer) String() string {
 func (*CompletedPointer) ProtoMessage() {}
 
 func (x *CompletedPointer) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_checkpoint_proto_msgTypes[2]
+	mi := &file_weirpb_checkpoint_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +333,7 @@ func (x *CompletedPointer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletedPointer.ProtoReflect.Descriptor instead.
 func (*CompletedPointer) Descriptor() ([]byte, []int) {
-	return file_weirpb_checkpoint_proto_rawDescGZIP(), []int{2}
+	return file_weirpb_checkpoint_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CompletedPointer) GetVersion() int32 {
@@ -289,12 +378,18 @@ const file_weirpb_checkpoint_proto_rawDesc = "" +
 	"\x10complete_time_ms\x18\x06 \x01(\x03R\x0ecompleteTimeMs\x12+\n" +
 	"\x04mode\x18\a \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12'\n" +
 	"\x0fmax_parallelism\x18\b \x01(\x05R\x0emaxParallelism\x124\n" +
-	"\toperators\x18\t \x03(\v2\x16.weir.v1.OperatorStateR\toperators\"\xb1\x01\n" +
+	"\toperators\x18\t \x03(\v2\x16.weir.v1.OperatorStateR\toperators\"\x82\x02\n" +
 	"\rOperatorState\x12!\n" +
 	"\foperator_uid\x18\x01 \x01(\tR\voperatorUid\x12 \n" +
 	"\vparallelism\x18\x02 \x01(\x05R\vparallelism\x12.\n" +
 	"\ahandles\x18\x03 \x03(\v2\x14.weir.v1.StateHandleR\ahandles\x12+\n" +
-	"\x11finished_subtasks\x18\x04 \x03(\x05R\x10finishedSubtasks\"\x9d\x01\n" +
+	"\x11finished_subtasks\x18\x04 \x03(\x05R\x10finishedSubtasks\x12#\n" +
+	"\roperator_type\x18\x05 \x01(\tR\foperatorType\x12*\n" +
+	"\x06states\x18\x06 \x03(\v2\x12.weir.v1.StateInfoR\x06states\"G\n" +
+	"\tStateInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\"\x9d\x01\n" +
 	"\x10CompletedPointer\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
@@ -313,23 +408,25 @@ func file_weirpb_checkpoint_proto_rawDescGZIP() []byte {
 	return file_weirpb_checkpoint_proto_rawDescData
 }
 
-var file_weirpb_checkpoint_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_weirpb_checkpoint_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_weirpb_checkpoint_proto_goTypes = []any{
 	(*Manifest)(nil),         // 0: weir.v1.Manifest
 	(*OperatorState)(nil),    // 1: weir.v1.OperatorState
-	(*CompletedPointer)(nil), // 2: weir.v1.CompletedPointer
-	(CheckpointMode)(0),      // 3: weir.v1.CheckpointMode
-	(*StateHandle)(nil),      // 4: weir.v1.StateHandle
+	(*StateInfo)(nil),        // 2: weir.v1.StateInfo
+	(*CompletedPointer)(nil), // 3: weir.v1.CompletedPointer
+	(CheckpointMode)(0),      // 4: weir.v1.CheckpointMode
+	(*StateHandle)(nil),      // 5: weir.v1.StateHandle
 }
 var file_weirpb_checkpoint_proto_depIdxs = []int32{
-	3, // 0: weir.v1.Manifest.mode:type_name -> weir.v1.CheckpointMode
+	4, // 0: weir.v1.Manifest.mode:type_name -> weir.v1.CheckpointMode
 	1, // 1: weir.v1.Manifest.operators:type_name -> weir.v1.OperatorState
-	4, // 2: weir.v1.OperatorState.handles:type_name -> weir.v1.StateHandle
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	5, // 2: weir.v1.OperatorState.handles:type_name -> weir.v1.StateHandle
+	2, // 3: weir.v1.OperatorState.states:type_name -> weir.v1.StateInfo
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_checkpoint_proto_init() }
@@ -345,7 +442,7 @@ func file_weirpb_checkpoint_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_checkpoint_proto_rawDesc), len(file_weirpb_checkpoint_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
