@@ -25,7 +25,7 @@ run: build
 	./scripts/run.sh
 
 test: vet $(BIN)/versitygw
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 vet:
 	$(GO) vet ./...

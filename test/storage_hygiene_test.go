@@ -38,7 +38,7 @@ func TestStorageHoldsWhatRetentionNames(t *testing.T) {
 	s3 := c.S3()
 	store := s3.Store(t, "ckpt")
 	newJob := func(name, retention string) *sequenceJob {
-		j := newSequenceJobOn(t, name, 24, 2000, 16, s3.URI("ckpt"), "  retained: 2\n"+retention)
+		j := newSequenceJobOn(t, name, 16, 2000, 16, s3.URI("ckpt"), "  retained: 2\n"+retention)
 		rewriteSpec(t, j.spec, "parallelism: 4\n", "parallelism: 2\nstate: {backend: pebble}\n")
 		return j
 	}
