@@ -459,14 +459,7 @@ func (c *Coordinator) ManifestWritten(now time.Time, id int64, err error) {
 			c.endFailed(now, q, CauseSubsumed, "subsumed")
 		}
 	}
-	if n := len(c.completed) - c.cfg.Retained; n > 0 {
-		d := DiscardAction{}
-		for _, cc := range c.completed[:n] {
-			d.IDs = append(d.IDs, cc.id)
-		}
-		c.completed = slices.Delete(c.completed, 0, n)
-		c.emit(d)
-	}
+	c.discardBeyondRetained()
 	c.advanceWrites()
 }
 
@@ -623,6 +616,19 @@ func (c *Coordinator) AdoptCompleted(id int64, payloads map[TaskID]any) {
 	c.completed = append(c.completed, completedCheckpoint{id: id, acks: acks})
 }
 
+// discardBeyondRetained discards the oldest completed checkpoints beyond
+// Retained (DiscardAction).
+func (c *Coordinator) discardBeyondRetained() {
+	if n := len(c.completed) - c.cfg.Retained; n > 0 {
+		d := DiscardAction{}
+		for _, cc := range c.completed[:n] {
+			d.IDs = append(d.IDs, cc.id)
+		}
+		c.completed = slices.Delete(c.completed, 0, n)
+		c.emit(d)
+	}
+}
+
 // AdoptOlder records older, completed checkpoints taken before this
 // coordinator existed (those an earlier leader retained along with the one
 // AdoptCompleted recorded) as retained, without payloads: Retained includes
@@ -641,14 +647,7 @@ func (c *Coordinator) AdoptOlder(ids []int64) {
 		}
 	}
 	c.completed = append(older, c.completed...)
-	if n := len(c.completed) - c.cfg.Retained; n > 0 {
-		d := DiscardAction{}
-		for _, cc := range c.completed[:n] {
-			d.IDs = append(d.IDs, cc.id)
-		}
-		c.completed = slices.Delete(c.completed, 0, n)
-		c.emit(d)
-	}
+	c.discardBeyondRetained()
 }
 
 // PendingPayloads calls fn with the payload of every acknowledgement of
