@@ -141,6 +141,7 @@ func (b *Backend) settle(e *cacheEntry) {
 		b.writeBack(v)
 		c.remove(v)
 	}
+	c.compactDirty()
 	b.commit()
 }
 
@@ -157,9 +158,30 @@ func (c *valueCache) remove(e *cacheEntry) {
 	}
 	c.used -= e.size
 	e.gone = true
+	// c.dirty may still point at e until the next flush or compaction:
+	// it must not keep the value alive.
+	e.enc, e.v, e.decoded = nil, nil, false
 	if c.last == e {
 		c.last = nil
 	}
+}
+
+// compactDirty drops from c.dirty the entries that are gone or clean again,
+// once they outnumber the live ones: without checkpoints (so without
+// flushes), a load of many keys through a small cache would otherwise keep
+// an entry per key evicted.
+func (c *valueCache) compactDirty() {
+	if len(c.dirty) <= 2*len(c.ring)+64 {
+		return
+	}
+	live := c.dirty[:0]
+	for _, e := range c.dirty {
+		if !e.gone && e.dirty {
+			live = append(live, e)
+		}
+	}
+	clear(c.dirty[len(live):])
+	c.dirty = live
 }
 
 // writeBack writes a dirty entry's value (or its deletion) to the batch.
