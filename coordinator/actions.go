@@ -29,7 +29,10 @@ type TriggerAction struct {
 type WriteManifestAction struct {
 	ID        int64
 	Timestamp time.Time // trigger time
-	Acks      map[TaskID]any
+	// Acks are the acknowledgements' payloads by task. The map is the
+	// coordinator's own (not copied: a checkpoint's acknowledgements never
+	// change once it is being written) and must not be modified.
+	Acks map[TaskID]any
 	// Finished lists the tasks that had finished at trigger time and
 	// those that finished afterwards without acknowledging, in order; the
 	// manifest must record them as finished so that a restore does not

@@ -265,11 +265,13 @@ func (c *Coordinator) trigger(now time.Time, manual bool, maxPending int) (int64
 	}
 	id := c.nextID
 	c.nextID++
+	// Sized for every task up front: acknowledgements then never grow
+	// (and rehash) the maps.
 	p := &pendingCheckpoint{
 		id:      id,
 		trigger: now,
-		waiting: make(map[TaskID]struct{}),
-		acks:    make(map[TaskID]any),
+		waiting: make(map[TaskID]struct{}, len(c.tasks)),
+		acks:    make(map[TaskID]any, len(c.tasks)),
 	}
 	for _, t := range c.tasks {
 		if c.finished[t] {
@@ -403,10 +405,9 @@ func (c *Coordinator) advanceWrites() {
 		return
 	}
 	next.phase = writing
-	a := WriteManifestAction{ID: next.id, Timestamp: next.trigger, Acks: make(map[TaskID]any, len(next.acks))}
-	for t, v := range next.acks {
-		a.Acks[t] = v
-	}
+	// The acks go uncopied: nothing adds to them once the checkpoint left
+	// collecting (the action's contract forbids changes).
+	a := WriteManifestAction{ID: next.id, Timestamp: next.trigger, Acks: next.acks}
 	a.Finished = slices.Clone(next.done)
 	for _, cc := range c.completed[max(0, len(c.completed)-(c.cfg.Retained-1)):] {
 		a.Retained = append(a.Retained, cc.id)
@@ -583,6 +584,15 @@ func (c *Coordinator) Latest() (id int64, payloads map[TaskID]any, ok bool) {
 		payloads[t] = v
 	}
 	return l.id, payloads, true
+}
+
+// LatestID returns the id of the latest completed checkpoint, as Latest
+// does, without copying its payloads.
+func (c *Coordinator) LatestID() (id int64, ok bool) {
+	if len(c.completed) == 0 {
+		return 0, false
+	}
+	return c.completed[len(c.completed)-1].id, true
 }
 
 // DropCompleted forgets completed checkpoint id because it must never be

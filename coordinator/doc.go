@@ -73,6 +73,15 @@
 //
 // Every pending checkpoint ends in exactly one NotifyCompleteAction or
 // AbortAction. Counts, AbortCounts and History report the outcomes; Latest
-// gives the latest completed checkpoint's payloads for restore, and
-// AdoptCompleted hands a new coordinator the one an earlier one completed.
+// gives the latest completed checkpoint's payloads for restore (LatestID
+// its id alone, without copying them), and AdoptCompleted hands a new
+// coordinator the one an earlier one completed.
+//
+// # Cost
+//
+// An event costs O(pending checkpoints) apart from what it must touch: an
+// acknowledgement or decline O(1) (no copying, sorting or rebuilding per
+// acknowledgement), a trigger and a completion O(tasks), with the
+// WriteManifestAction sharing the checkpoint's acknowledgements instead of
+// copying them. Nothing is logged here; the shell logs per checkpoint.
 package coordinator

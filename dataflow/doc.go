@@ -35,7 +35,9 @@
 //     Task.TriggerCheckpoint / NotifyCheckpointComplete / Aborted;
 //   - processing-time timers (proctime.go): between two events the task asks
 //     the keyed-state backends of its stream.ProcessingTimeAware operators
-//     for their earliest timer, calls an operator whose timer is due by the
+//     for their earliest timer, and its stream.ProcessingTimeDeadline
+//     operators (the watermarks operator's periodic emission) for their
+//     deadline, calls an operator whose timer is due by the
 //     task's clock (TaskSpec.Clock), and keeps one timer armed for the
 //     earliest, which wakes the task through its control channel, so that
 //     timers fire without input and nothing polls;

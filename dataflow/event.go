@@ -44,8 +44,13 @@ type event struct {
 	kind    eventKind
 	batch   *stream.Batch
 	payload []byte
-	value   int64 // watermark timestamp or checkpoint id
-	ts      int64 // barrier: checkpoint trigger time (Unix ms)
+	// buf, if not nil, holds payload and goes back to exchangePool once
+	// the batch is decoded or dropped; then its bytes return to mem's
+	// network memory.
+	buf   *[]byte
+	mem   *Exchange
+	value int64 // watermark timestamp or checkpoint id
+	ts    int64 // barrier: checkpoint trigger time (Unix ms)
 	// full, on a barrier: the checkpoint is a savepoint, whose keyed state
 	// is snapshotted in the canonical format whatever the backend.
 	full bool
@@ -59,6 +64,14 @@ func (e *event) release() {
 		e.batch = nil
 	}
 	e.payload = nil
+	if e.buf != nil {
+		if e.mem != nil {
+			e.mem.free(len(*e.buf))
+			e.mem = nil
+		}
+		exchangePool.Put(e.buf)
+		e.buf = nil
+	}
 }
 
 // ring is a FIFO queue that reuses its buffer.

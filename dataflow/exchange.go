@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/weirstream/weir/internal/errkind"
 )
@@ -27,6 +28,16 @@ type ExchangeConfig struct {
 	// batch beyond the credits granted to it has its stream closed, which
 	// fails the tasks on both ends.
 	CreditsPerChannel int
+	// MemoryBytes is the exchange's network memory: the bytes of batches
+	// received from peers that may wait in the consumers' buffers, across
+	// all channels of the taskmanager. Once they reach it, the credits a
+	// consumer returns are kept back until memory frees, except that a
+	// channel left with no credit and no buffered batch gets one: no channel
+	// (and no barrier behind its data) is starved. Under backpressure the
+	// buffers then hold about MemoryBytes plus a batch per channel; credits
+	// granted before memory ran short are honoured, so at that moment they
+	// may hold up to CreditsPerChannel batches per channel. Default 64 MiB.
+	MemoryBytes int64
 	// MaxFrameBytes bounds the batch bytes coalesced into one network frame.
 	// A single batch larger than this travels alone in its frame, so the
 	// receiving gRPC server must accept messages of the largest batch
@@ -44,6 +55,7 @@ type ExchangeConfig struct {
 const (
 	DefaultCreditsPerChannel = 4
 	DefaultMaxFrameBytes     = 1 << 20
+	DefaultMemoryBytes       = 64 << 20
 )
 
 // DefaultExchangeConfig returns the defaults for an exchange reachable at
@@ -53,6 +65,7 @@ func DefaultExchangeConfig(selfAddress string) ExchangeConfig {
 		SelfAddress:       selfAddress,
 		CreditsPerChannel: DefaultCreditsPerChannel,
 		MaxFrameBytes:     DefaultMaxFrameBytes,
+		MemoryBytes:       DefaultMemoryBytes,
 	}
 }
 
@@ -63,6 +76,9 @@ func (c ExchangeConfig) Validate() error {
 	}
 	if c.CreditsPerChannel < 0 {
 		return fmt.Errorf("dataflow: exchange config: CreditsPerChannel %d is negative; use at least 1 (default %d)", c.CreditsPerChannel, DefaultCreditsPerChannel)
+	}
+	if c.MemoryBytes < 0 {
+		return fmt.Errorf("dataflow: exchange config: MemoryBytes %d is negative (default %d)", c.MemoryBytes, DefaultMemoryBytes)
 	}
 	if c.MaxFrameBytes < 0 {
 		return fmt.Errorf("dataflow: exchange config: MaxFrameBytes %d is negative (default %d)", c.MaxFrameBytes, DefaultMaxFrameBytes)
@@ -77,9 +93,13 @@ func (c ExchangeConfig) withDefaults() ExchangeConfig {
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
+	if c.MemoryBytes <= 0 {
+		c.MemoryBytes = DefaultMemoryBytes
+	}
 	if c.DialOptions == nil {
 		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), PeerConnectParams()}
 	}
+	c.DialOptions = append(c.DialOptions[:len(c.DialOptions):len(c.DialOptions)], exchangeDialOptions()...)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -135,11 +155,81 @@ type Exchange struct {
 	closing chan struct{}
 	wg      sync.WaitGroup // goroutines of peer streams
 
+	sentBytes, sentFrames, receivedBytes, receivedBatches atomic.Int64
+
+	// buffered counts the bytes of received batches not yet decoded, and
+	// peak its most; waiting are the credits withheld while buffered is
+	// at or above cfg.MemoryBytes.
+	buffered, peak atomic.Int64
+	waiting        struct {
+		sync.Mutex
+		sinks []*remoteSink
+	}
+
 	mu struct {
 		sync.Mutex
 		closed    bool
 		endpoints map[channelKey]*endpoint
 		peers     map[string]*peerConn
+	}
+}
+
+// ExchangeStats are an exchange's counters since it was created.
+type ExchangeStats struct {
+	// SentBytes and SentFrames count the frames sent to peers and their
+	// encoded size (before gRPC's framing); ReceivedBytes the size of the
+	// batches received from peers.
+	SentBytes, SentFrames, ReceivedBytes, ReceivedBatches int64
+	// BufferedBytes is the size of the received batches that wait in
+	// consumers' buffers now, PeakBufferedBytes its most so far, and
+	// MemoryBytes the budget (ExchangeConfig.MemoryBytes).
+	BufferedBytes, PeakBufferedBytes, MemoryBytes int64
+}
+
+// Stats returns the exchange's counters.
+func (x *Exchange) Stats() ExchangeStats {
+	return ExchangeStats{SentBytes: x.sentBytes.Load(), SentFrames: x.sentFrames.Load(), ReceivedBytes: x.receivedBytes.Load(),
+		ReceivedBatches: x.receivedBatches.Load(), BufferedBytes: x.buffered.Load(), PeakBufferedBytes: x.peak.Load(), MemoryBytes: x.cfg.MemoryBytes}
+}
+
+// hold accounts n bytes of a received batch to the network memory.
+func (x *Exchange) hold(n int) {
+	b := x.buffered.Add(int64(n))
+	for {
+		p := x.peak.Load()
+		if b <= p || x.peak.CompareAndSwap(p, b) {
+			return
+		}
+	}
+}
+
+// free returns n bytes of network memory (a received batch was decoded or
+// dropped) and hands out the credits withheld while memory was short.
+func (x *Exchange) free(n int) {
+	if x.buffered.Add(-int64(n)) >= x.cfg.MemoryBytes {
+		return
+	}
+	x.waiting.Lock()
+	sinks := x.waiting.sinks
+	x.waiting.sinks = nil
+	x.waiting.Unlock()
+	for _, r := range sinks {
+		r.release()
+	}
+}
+
+// memoryShort reports whether the network memory is used up.
+func (x *Exchange) memoryShort() bool { return x.buffered.Load() >= x.cfg.MemoryBytes }
+
+// wait queues r to be given its withheld credits once memory frees. The
+// check after queueing closes the race with a free that found no one
+// waiting.
+func (x *Exchange) wait(r *remoteSink) {
+	x.waiting.Lock()
+	x.waiting.sinks = append(x.waiting.sinks, r)
+	x.waiting.Unlock()
+	if !x.memoryShort() {
+		x.free(0)
 	}
 }
 
@@ -299,6 +389,40 @@ func (x *Exchange) numEndpoints() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return len(x.mu.endpoints)
+}
+
+// Transport settings of exchange connections. The exchange's credits bound
+// the data in flight per channel; HTTP/2's flow control windows must not
+// bound it tighter, or a stream to a peer stalls on window updates while
+// its channels still hold credits. Large read and write buffers make one
+// system call move many frames.
+const (
+	exchangeStreamWindow = 16 << 20
+	exchangeConnWindow   = 64 << 20
+	exchangeIOBuffer     = 256 << 10
+)
+
+func exchangeDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithInitialWindowSize(exchangeStreamWindow),
+		grpc.WithInitialConnWindowSize(exchangeConnWindow),
+		grpc.WithReadBufferSize(exchangeIOBuffer),
+		grpc.WithWriteBufferSize(exchangeIOBuffer),
+		experimental.WithBufferPool(exchangePool),
+	}
+}
+
+// ExchangeServerOptions are the options of the gRPC server an Exchange is
+// registered on (besides its credentials and message size limit): the
+// transport settings its peers' connections use too.
+func ExchangeServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InitialWindowSize(exchangeStreamWindow),
+		grpc.InitialConnWindowSize(exchangeConnWindow),
+		grpc.ReadBufferSize(exchangeIOBuffer),
+		grpc.WriteBufferSize(exchangeIOBuffer),
+		experimental.BufferPool(exchangePool),
+	}
 }
 
 // PeerConnectParams caps gRPC's reconnect backoff for connections between

@@ -232,19 +232,3 @@ func TestBrokenStreamFailsTasks(t *testing.T) {
 		}
 	}
 }
-
-// TestBarrierPayload: a barrier's trigger time and savepoint flag survive
-// the wire, and a malformed payload is refused.
-func TestBarrierPayload(t *testing.T) {
-	for _, full := range []bool{false, true} {
-		ts, gotFull, err := decodeBarrier(encodeBarrier(1234567, full))
-		if err != nil || ts != 1234567 || gotFull != full {
-			t.Fatalf("full=%v: decoded %d %v %v", full, ts, gotFull, err)
-		}
-	}
-	for _, bad := range [][]byte{{1}, make([]byte, 9), make([]byte, 10)} {
-		if _, _, err := decodeBarrier(bad); err == nil {
-			t.Fatalf("payload %v accepted", bad)
-		}
-	}
-}

@@ -357,12 +357,20 @@ type testNode struct {
 
 func startNode(t testing.TB, credits int) *testNode {
 	t.Helper()
+	return startNodeWith(t, ExchangeConfig{CreditsPerChannel: credits})
+}
+
+// startNodeWith is startNode with an exchange configured by cfg (its
+// SelfAddress is set here).
+func startNodeWith(t testing.TB, cfg ExchangeConfig) *testNode {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &testNode{srv: grpc.NewServer(), addr: lis.Addr().String()}
-	n.x = NewExchange(ExchangeConfig{SelfAddress: n.addr, CreditsPerChannel: credits})
+	n := &testNode{srv: grpc.NewServer(ExchangeServerOptions()...), addr: lis.Addr().String()}
+	cfg.SelfAddress = n.addr
+	n.x = NewExchange(cfg)
 	n.x.Register(n.srv)
 	served := make(chan struct{})
 	go func() {

@@ -16,6 +16,9 @@ type outputChannel struct {
 	wake chan struct{}
 	// sentEnd records that end-of-partition was sent (task goroutine only).
 	sentEnd bool
+	// payloadHint is the size of the last batch encoded for the network
+	// (task goroutine only), to size the next one's buffer.
+	payloadHint int
 
 	mu struct {
 		sync.Mutex

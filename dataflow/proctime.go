@@ -9,12 +9,15 @@ import (
 )
 
 // This file fires the processing-time timers of the chain's operators
-// (stream.ProcessingTimeAware). Between two events the task asks the keyed
-// backends of those operators for their earliest timer; when one is due by
-// the task's clock it calls the operator, and otherwise it keeps one timer
-// armed for the earliest, which wakes the task through its control channel
-// (the channel every wait of the task already watches), so that a due
-// timer fires without input arriving and nothing polls.
+// (stream.ProcessingTimeAware) and their own deadlines
+// (stream.ProcessingTimeDeadline, such as the watermarks operator's next
+// periodic emission). Between two events the task asks the keyed backends
+// of those operators for their earliest timer, and the others for their
+// deadline; when one is due by the task's clock it calls the operator, and
+// otherwise it keeps one timer armed for the earliest, which wakes the task
+// through its control channel (the channel every wait of the task already
+// watches), so that a due timer fires without input arriving and nothing
+// polls. An operator with neither timers nor a deadline arms nothing.
 
 // wallClock is the default TaskSpec.Clock: Unix milliseconds.
 func wallClock() int64 { return time.Now().UnixMilli() }
@@ -24,12 +27,28 @@ func wallClock() int64 { return time.Now().UnixMilli() }
 // time.Duration.
 const maxTimerWait = time.Hour
 
-// procTimeOp is an operator of the chain that fires processing-time timers.
+// procTimeOp is an operator of the chain that fires processing-time timers
+// kept in its keyed state (timers), has a deadline of its own (deadline),
+// or both.
 type procTimeOp struct {
-	link   *chainLink
-	op     stream.ProcessingTimeAware
-	timers statebackend.TimerService
-	out    stream.Collector
+	link     *chainLink
+	op       stream.ProcessingTimeAware
+	timers   statebackend.TimerService     // nil without runtime-owned keyed state
+	deadline stream.ProcessingTimeDeadline // nil if op is not one
+	out      stream.Collector
+}
+
+// next returns the operator's earliest timer or deadline.
+func (o *procTimeOp) next() (next int64, ok bool) {
+	if o.timers != nil {
+		next, ok = o.timers.NextProcessingTime()
+	}
+	if o.deadline != nil {
+		if d, found := o.deadline.NextProcessingTime(); found && (!ok || d < next) {
+			next, ok = d, true
+		}
+	}
+	return next, ok
 }
 
 // procTimers is the processing-time side of one Run (task goroutine only).
@@ -54,15 +73,24 @@ func (t *Task) wakeProcessingTime() {
 
 // initProcessingTime finds the chain's operators that fire processing-time
 // timers: those implementing stream.ProcessingTimeAware whose keyed state
-// the runtime owns. outs[i] receives chain[i]'s output.
+// the runtime owns, and those implementing stream.ProcessingTimeDeadline.
+// outs[i] receives chain[i]'s output.
 func (r *taskRun) initProcessingTime(outs []stream.Collector) {
 	for i := range r.t.chain {
 		l := &r.t.chain[i]
 		pa, ok := l.op.(stream.ProcessingTimeAware)
-		if !ok || l.state == nil {
+		if !ok {
 			continue
 		}
-		r.pt.ops = append(r.pt.ops, procTimeOp{link: l, op: pa, timers: l.state.Backend().Timers(), out: outs[i]})
+		o := procTimeOp{link: l, op: pa, out: outs[i]}
+		if l.state != nil {
+			o.timers = l.state.Backend().Timers()
+		}
+		o.deadline, _ = l.op.(stream.ProcessingTimeDeadline)
+		if o.timers == nil && o.deadline == nil {
+			continue
+		}
+		r.pt.ops = append(r.pt.ops, o)
 	}
 }
 
@@ -100,10 +128,11 @@ func (r *taskRun) processingTime() error {
 }
 
 // fireProcessingTime calls every operator whose earliest processing-time
-// timer is at or before now, head first.
+// timer or deadline is at or before now, head first.
 func (r *taskRun) fireProcessingTime(now int64) error {
-	for _, o := range r.pt.ops {
-		if ts, ok := o.timers.NextProcessingTime(); !ok || ts > now {
+	for i := range r.pt.ops {
+		o := &r.pt.ops[i]
+		if ts, ok := o.next(); !ok || ts > now {
 			continue
 		}
 		err := r.t.guard(o.link, "OnProcessingTime", func() error { return o.op.OnProcessingTime(now, o.out) })
@@ -119,8 +148,8 @@ func (r *taskRun) fireProcessingTime(now int64) error {
 
 // earliest returns the earliest processing-time timer over the operators.
 func (p *procTimers) earliest() (next int64, ok bool) {
-	for _, o := range p.ops {
-		if ts, found := o.timers.NextProcessingTime(); found && (!ok || ts < next) {
+	for i := range p.ops {
+		if ts, found := p.ops[i].next(); found && (!ok || ts < next) {
 			next, ok = ts, true
 		}
 	}

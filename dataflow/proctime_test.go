@@ -466,3 +466,102 @@ func TestTimerWait(t *testing.T) {
 		}
 	}
 }
+
+// ptdeadline is a non-keyed operator with a processing-time deadline of
+// its own (stream.ProcessingTimeDeadline): a batch that arrives while it
+// has none sets one delay ms later and is held back; when the deadline
+// fires it emits one row: id the deadline, key the rows held, name
+// "at <now>".
+type ptdeadline struct {
+	stream.BaseOperator
+	st    *ptState
+	delay int64
+	octx  *stream.OperatorContext
+	due   int64
+	set   bool
+	held  int64
+}
+
+var _ stream.ProcessingTimeDeadline = (*ptdeadline)(nil)
+
+func (o *ptdeadline) Open(_ context.Context, octx *stream.OperatorContext) error {
+	o.octx = octx
+	return nil
+}
+
+func (o *ptdeadline) ProcessBatch(_ int, b *stream.Batch, _ stream.Collector) error {
+	o.held += int64(b.Len())
+	b.Release()
+	if !o.set {
+		o.due, o.set = o.octx.ProcessingTime()+o.delay, true
+	}
+	return nil
+}
+
+func (o *ptdeadline) NextProcessingTime() (int64, bool) { return o.due, o.set }
+
+func (o *ptdeadline) OnProcessingTime(now int64, out stream.Collector) error {
+	o.st.calls.Add(1)
+	if !o.set || now < o.due {
+		return fmt.Errorf("called at %d with deadline %d (set %v)", now, o.due, o.set)
+	}
+	res := stream.NewBatch(genSchema, 1)
+	res.AppendRow(o.due, o.held, fmt.Sprintf("at %d", now))
+	o.set, o.held = false, 0
+	out.Collect(res)
+	return nil
+}
+
+// TestProcessingTimeDeadline drives a non-keyed operator's own deadline
+// with a manual clock: it fires when the clock reaches it, with no input
+// arriving, once per deadline; with no deadline set the clock moving does
+// not call it; a deadline pending at the end of input does not fire.
+func TestProcessingTimeDeadline(t *testing.T) {
+	st, pst := newTestState(), &ptState{}
+	reg := newTestRegistry(st)
+	reg.Register(stream.OperatorType{
+		Name: "ptdeadline", Kind: stream.KindTransform, Plan: samePlan,
+		NewOperator: func([]byte) (stream.Operator, error) { return &ptdeadline{st: pst, delay: 100}, nil },
+	})
+	b := stream.NewBuilder("pt").MaxParallelism(16)
+	b.Source("src", "gen", nil).KeyBy("key").Then("pt", "ptdeadline", nil).Then("sink", "collect", nil)
+	spec := buildSpecs(t, plan(t, b, reg), [][]int{{0}, {1, 2}}, func(int, int) string { return "local" })[1]
+	x := localExchange(t, "local")
+	clock := newManualClock(1000)
+	spec.Clock = clock.now
+	task, err := NewTask(spec, reg, x, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := runTask(t, t.Context(), task)
+	in := openFeeds(t, x, spec)[0]
+	consumed := func(n int64) func() bool {
+		return func() bool { return task.Metrics().RecordsIn.Load() == n }
+	}
+
+	in.sendKeys(1, 2) // deadline 1100
+	waitFor(t, "2 rows", consumed(2))
+	clock.set(1050, task)
+	in.sendKeys(3) // held; the deadline stays
+	waitFor(t, "3 rows", consumed(3))
+	clock.set(1100, task)
+	waitRows(t, "the deadline at 1100", st, ptRow{1100, 3, "at 1100"})
+	// Nothing pending: moving the clock calls nothing.
+	clock.set(5000, task)
+	in.sendKeys(4) // deadline 5100
+	waitFor(t, "4 rows", consumed(4))
+	clock.set(5200, task)
+	waitRows(t, "the deadline at 5100", st, ptRow{1100, 3, "at 1100"}, ptRow{5100, 1, "at 5200"})
+	if n := pst.calls.Load(); n != 2 {
+		t.Errorf("OnProcessingTime called %d times, want 2: once per deadline", n)
+	}
+	in.sendKeys(5) // deadline 5300, never reached
+	waitFor(t, "5 rows", consumed(5))
+	in.end()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := ptRows(st); len(got) != 2 {
+		t.Fatalf("the sink got %v after the input ended, want the 2 rows of the deadlines", got)
+	}
+}

@@ -27,7 +27,7 @@ const rogueAddr = "rogue.invalid:1"
 // that it can break it.
 type rogue struct {
 	t      *testing.T
-	stream weirpb.ExchangeService_ConnectClient
+	stream grpc.ClientStream
 	sent   bool // the first frame, which carries the sender address, was sent
 }
 
@@ -43,7 +43,7 @@ func dialRogue(t *testing.T, target string) *rogue {
 		cancel()
 		cc.Close()
 	})
-	s, err := weirpb.NewExchangeServiceClient(cc).Connect(ctx)
+	s, err := cc.NewStream(ctx, &connectStreamDesc, weirpb.ExchangeService_Connect_FullMethodName, grpc.CallContentSubtype(frameCodecName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,15 +52,16 @@ func dialRogue(t *testing.T, target string) *rogue {
 
 // send sends one frame. An error means the receiver ended the stream;
 // streamError tells why.
-func (r *rogue) send(req *weirpb.ConnectRequest) {
+func (r *rogue) send(items ...outItem) {
+	f := &outFrame{items: items}
 	if !r.sent {
-		req.SenderAddress, r.sent = rogueAddr, true
+		f.sender, r.sent = rogueAddr, true
 	}
-	_ = r.stream.Send(req)
+	_ = r.stream.SendMsg(f)
 }
 
 func (r *rogue) open(id uint32, key channelKey) {
-	r.send(&weirpb.ConnectRequest{Opens: []*weirpb.ChannelOpen{{Channel: id, Key: keyToProto(key)}}})
+	r.send(outItem{id: id, open: keyToProto(key)})
 }
 
 // awaitGrant waits for the receiver's first credit grant for channel id
@@ -68,13 +69,13 @@ func (r *rogue) open(id uint32, key channelKey) {
 func (r *rogue) awaitGrant(id uint32) uint32 {
 	r.t.Helper()
 	for {
-		resp, err := r.stream.Recv()
-		if err != nil {
+		var resp creditFrame
+		if err := r.stream.RecvMsg(&resp); err != nil {
 			r.t.Fatalf("waiting for credits: %v", err)
 		}
-		for _, g := range resp.GetGrants() {
-			if g.GetChannel() == id {
-				return g.GetCredits()
+		for _, g := range resp.grants {
+			if g.id == id {
+				return g.credits
 			}
 		}
 	}
@@ -84,18 +85,19 @@ func (r *rogue) awaitGrant(id uint32) uint32 {
 // it, and returns why.
 func (r *rogue) streamError() error {
 	for {
-		if _, err := r.stream.Recv(); err != nil {
+		if err := r.stream.RecvMsg(&creditFrame{}); err != nil {
 			return err
 		}
 	}
 }
 
 // batchEvents returns n batch events of channel id, each of one row.
-func batchEvents(id uint32, n int) []*weirpb.ChannelEvent {
-	var evs []*weirpb.ChannelEvent
+func batchEvents(id uint32, n int) []outItem {
+	var evs []outItem
 	for i := range n {
 		b := keyBatch(int64(i))
-		evs = append(evs, &weirpb.ChannelEvent{Channel: id, Kind: weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BATCH, Batch: batchcodec.Append(nil, b)})
+		p := batchcodec.Append(nil, b)
+		evs = append(evs, outItem{id: id, kind: eventBatch, payload: &p})
 		b.Release()
 	}
 	return evs
@@ -151,7 +153,7 @@ func TestReceiverEnforcesProtocol(t *testing.T) {
 	}{
 		{
 			name:      "batches beyond credit",
-			misbehave: func(r *rogue, _ *Exchange) { r.send(&weirpb.ConnectRequest{Events: batchEvents(id, credits+5)}) },
+			misbehave: func(r *rogue, _ *Exchange) { r.send(batchEvents(id, credits+5)...) },
 			code:      codes.ResourceExhausted,
 			kind:      errCreditExceeded,
 			says: []string{fmt.Sprintf("taskmanager %s sent batch %d on channel %v (stream channel %d) beyond its credit", rogueAddr, credits+1, key, id),
@@ -171,12 +173,12 @@ func TestReceiverEnforcesProtocol(t *testing.T) {
 		{
 			name: "barriers flooding an unread channel",
 			misbehave: func(r *rogue, x *Exchange) {
-				var evs []*weirpb.ChannelEvent
+				var evs []outItem
 				for cp := range x.maxQueuedControl() + 10 {
-					evs = append(evs, &weirpb.ChannelEvent{Channel: id, Kind: weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BARRIER, Value: int64(cp + 1)},
-						&weirpb.ChannelEvent{Channel: id, Kind: weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_WATERMARK, Value: int64(cp)})
+					evs = append(evs, outItem{id: id, kind: eventBarrier, value: int64(cp + 1)},
+						outItem{id: id, kind: eventWatermark, value: int64(cp)})
 				}
-				r.send(&weirpb.ConnectRequest{Events: evs})
+				r.send(evs...)
 			},
 			code: codes.ResourceExhausted,
 			kind: errPeerProtocol,
@@ -193,10 +195,7 @@ func TestReceiverEnforcesProtocol(t *testing.T) {
 		{
 			name: "events after the end of the channel",
 			misbehave: func(r *rogue, _ *Exchange) {
-				r.send(&weirpb.ConnectRequest{Events: []*weirpb.ChannelEvent{
-					{Channel: id, Kind: weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_END_OF_PARTITION},
-					{Channel: id, Kind: weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_WATERMARK, Value: 5},
-				}})
+				r.send(outItem{id: id, kind: eventEndOfPartition}, outItem{id: id, kind: eventWatermark, value: 5})
 			},
 			code: codes.InvalidArgument,
 			kind: errPeerProtocol,
@@ -296,7 +295,7 @@ func TestCreditViolationFailsTask(t *testing.T) {
 	if got := r.awaitGrant(0); got != credits {
 		t.Fatalf("the first grant is %d credits, want %d", got, credits)
 	}
-	r.send(&weirpb.ConnectRequest{Events: batchEvents(0, 20)})
+	r.send(batchEvents(0, 20)...)
 	if err := r.streamError(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "beyond its credit") {
 		t.Fatalf("the stream ended with %v; want the credit error", err)
 	}

@@ -2,7 +2,6 @@ package dataflow
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -23,19 +22,25 @@ import (
 // gRPC streams and weirpb messages.
 
 // Register registers the exchange's gRPC service (weir.v1.ExchangeService)
-// on s, through which peers deliver data for this taskmanager's tasks.
+// on s, through which peers deliver data for this taskmanager's tasks. Its
+// streams carry frames in the exchange's own encoding (frame.go), not
+// protobuf messages.
 func (x *Exchange) Register(s *grpc.Server) {
-	weirpb.RegisterExchangeServiceServer(s, &exchangeServer{x: x})
+	s.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "weir.v1.ExchangeService",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName:    "Connect",
+			Handler:       func(_ any, stream grpc.ServerStream) error { return x.serveInbound(stream) },
+			ServerStreams: true,
+			ClientStreams: true,
+		}},
+		Metadata: "weirpb/exchange.proto",
+	}, x)
 }
 
-type exchangeServer struct {
-	weirpb.UnimplementedExchangeServiceServer
-	x *Exchange
-}
-
-func (s *exchangeServer) Connect(stream weirpb.ExchangeService_ConnectServer) error {
-	return s.x.serveInbound(stream)
-}
+// connectStreamDesc describes the stream to a peer's exchange.
+var connectStreamDesc = grpc.StreamDesc{StreamName: "Connect", ServerStreams: true, ClientStreams: true}
 
 func keyToProto(k channelKey) *weirpb.ChannelKey {
 	return &weirpb.ChannelKey{
@@ -54,8 +59,6 @@ func keyFromProto(k *weirpb.ChannelKey) channelKey {
 		DownstreamSub: int(k.GetDownstreamSubtask()),
 	}
 }
-
-var payloadPool = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10); return &b }}
 
 // ---- sending side ----
 
@@ -155,9 +158,10 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 	}
 	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts, full: e.full}
 	if e.kind == eventBatch {
-		buf := payloadPool.Get().(*[]byte)
+		buf := exchangePool.Get(max(o.payloadHint, 1024))
 		*buf = batchcodec.Append((*buf)[:0], e.batch)
 		e.batch.Release()
+		o.payloadHint = len(*buf)
 		it.payload = buf
 	}
 	c.mu.Lock()
@@ -188,7 +192,7 @@ func (c *peerConn) fail(err error) {
 		c.mu.Lock()
 		for _, it := range c.mu.queue {
 			if it.payload != nil {
-				payloadPool.Put(it.payload)
+				exchangePool.Put(it.payload)
 			}
 		}
 		c.mu.queue = nil
@@ -201,7 +205,8 @@ func (c *peerConn) run(ctx context.Context) {
 	defer c.x.wg.Done()
 	defer c.cc.Close()
 	defer c.recoverPanic("sending to")
-	stream, err := weirpb.NewExchangeServiceClient(c.cc).Connect(ctx)
+	stream, err := c.cc.NewStream(ctx, &connectStreamDesc, weirpb.ExchangeService_Connect_FullMethodName,
+		grpc.CallContentSubtype(frameCodecName))
 	if err != nil {
 		c.fail(err)
 		return
@@ -221,7 +226,7 @@ func (c *peerConn) recoverPanic(what string) {
 	}
 }
 
-func (c *peerConn) readCredits(stream weirpb.ExchangeService_ConnectClient) {
+func (c *peerConn) readCredits(stream grpc.ClientStream) {
 	defer c.x.wg.Done()
 	defer c.recoverPanic("receiving credits from")
 	type grant struct {
@@ -229,8 +234,9 @@ func (c *peerConn) readCredits(stream weirpb.ExchangeService_ConnectClient) {
 		n int
 	}
 	var grants []grant
+	var resp creditFrame
 	for {
-		resp, err := stream.Recv()
+		err := stream.RecvMsg(&resp)
 		if err != nil {
 			if err == io.EOF {
 				err = errors.New("the peer ended the stream")
@@ -240,9 +246,9 @@ func (c *peerConn) readCredits(stream weirpb.ExchangeService_ConnectClient) {
 		}
 		grants = grants[:0]
 		c.mu.Lock()
-		for _, g := range resp.GetGrants() {
-			if o := c.mu.chans[g.GetChannel()]; o != nil {
-				grants = append(grants, grant{o, int(g.GetCredits())})
+		for _, g := range resp.grants {
+			if o := c.mu.chans[g.id]; o != nil {
+				grants = append(grants, grant{o, int(g.credits)})
 			}
 		}
 		c.mu.Unlock()
@@ -284,8 +290,9 @@ func (c *peerConn) take() []outItem {
 	return out
 }
 
-func (c *peerConn) writeLoop(stream weirpb.ExchangeService_ConnectClient) {
+func (c *peerConn) writeLoop(stream grpc.ClientStream) {
 	first := true
+	var f outFrame
 	for {
 		select {
 		case <-c.wake:
@@ -297,40 +304,30 @@ func (c *peerConn) writeLoop(stream weirpb.ExchangeService_ConnectClient) {
 			if len(items) == 0 {
 				break
 			}
-			req := &weirpb.ConnectRequest{}
+			f = outFrame{items: items}
 			if first {
-				req.SenderAddress = c.x.cfg.SelfAddress
+				f.sender = c.x.cfg.SelfAddress
 				first = false
 			}
-			for i := range items {
-				it := &items[i]
-				switch {
-				case it.open != nil:
-					req.Opens = append(req.Opens, &weirpb.ChannelOpen{Channel: it.id, Key: it.open})
-				case it.close != nil:
-					req.Closes = append(req.Closes, it.id)
-				default:
-					ev := &weirpb.ChannelEvent{Channel: it.id, Kind: kindToProto(it.kind), Value: it.value}
-					if it.payload != nil {
-						ev.Batch = *it.payload
-					}
-					if it.kind == eventBarrier {
-						ev.Batch = encodeBarrier(it.ts, it.full)
-					}
-					req.Events = append(req.Events, ev)
-				}
+			// The codec takes the payloads it encodes (and gRPC returns
+			// them to the pool once written); what it did not take is
+			// still ours.
+			err := stream.SendMsg(&f)
+			if err == nil {
+				c.x.sentFrames.Add(1)
+				c.x.sentBytes.Add(int64(f.size))
 			}
-			err := stream.Send(req)
 			for i := range items {
 				it := &items[i]
 				if it.payload != nil {
-					payloadPool.Put(it.payload)
+					exchangePool.Put(it.payload)
 				}
 				if it.close != nil && err == nil {
 					close(it.close)
 				}
 				*it = outItem{}
 			}
+			f = outFrame{}
 			c.mu.Lock()
 			if c.mu.spare == nil && cap(items) <= 4096 {
 				c.mu.spare = items[:0]
@@ -342,46 +339,6 @@ func (c *peerConn) writeLoop(stream weirpb.ExchangeService_ConnectClient) {
 			}
 		}
 	}
-}
-
-// A barrier travels as a ChannelEvent of kind BARRIER whose value is the
-// checkpoint id and whose batch field holds the trigger timestamp (Unix ms)
-// as 8 bytes, little-endian. An empty batch field means timestamp 0.
-
-// A barrier's payload is its trigger time (8 bytes, little endian) and,
-// for a savepoint's barrier, a ninth byte 1 (event.full).
-func encodeBarrier(ts int64, full bool) []byte {
-	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 9), uint64(ts))
-	if full {
-		b = append(b, 1)
-	}
-	return b
-}
-
-func decodeBarrier(b []byte) (ts int64, full bool, err error) {
-	switch {
-	case len(b) == 0:
-		return 0, false, nil
-	case len(b) == 8:
-		return int64(binary.LittleEndian.Uint64(b)), false, nil
-	case len(b) == 9 && b[8] == 1:
-		return int64(binary.LittleEndian.Uint64(b)), true, nil
-	}
-	return 0, false, fmt.Errorf("barrier payload has %d bytes, want 8, or 9 ending in 1", len(b))
-}
-
-func kindToProto(k eventKind) weirpb.ChannelEventKind {
-	switch k {
-	case eventBatch:
-		return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BATCH
-	case eventWatermark:
-		return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_WATERMARK
-	case eventEndOfPartition:
-		return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_END_OF_PARTITION
-	case eventBarrier:
-		return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BARRIER
-	}
-	return weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_UNSPECIFIED
 }
 
 // ---- receiving side ----
@@ -407,9 +364,6 @@ type inboundChannel struct {
 	e     *endpoint
 	sink  *remoteSink
 	ended bool
-	// received counts the batches the peer sent on the channel, which must
-	// stay within sink.granted.
-	received int64
 }
 
 // remoteSink sends a channel's credit grants back on the stream it arrives on.
@@ -418,31 +372,87 @@ type remoteSink struct {
 	id uint32
 	// granted counts the credits granted to the peer for the channel since
 	// it opened it. It grows before the grant is sent, so a peer that keeps
-	// to its credits never sends more batches than it says.
-	granted atomic.Int64
+	// to its credits never sends more batches than it says. received counts
+	// the batches that arrived, so granted - received credits are the
+	// peer's.
+	granted, received atomic.Int64
+	// Guarded by s.mu: returned counts the credits the consumer returned
+	// (batches it took), so granted - returned are the channel's, at the
+	// peer or in the buffer; withheld counts those kept back for want of
+	// network memory; queued says r waits in the exchange's list.
+	returned int64
+	withheld int
+	queued   bool
 }
 
 var _ creditSink = (*remoteSink)(nil)
 
-func (r *remoteSink) connect(_ *inputChannel, credits int) { r.grant(credits) }
+func (r *remoteSink) connect(_ *inputChannel, credits int) { r.give(credits, false) }
 
-func (r *remoteSink) grant(n int) {
+// grant returns n credits: the consumer took n batches out of its buffer.
+func (r *remoteSink) grant(n int) { r.give(n, true) }
+
+// give grants n credits to the peer. Short of network memory it keeps them
+// back (until memory frees) unless the channel holds none: no credit at the
+// peer and no batch in the consumer's buffer; then it grants one.
+func (r *remoteSink) give(n int, returned bool) {
 	s := r.s
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
 		return
 	}
+	if returned {
+		r.returned += int64(n)
+	}
+	queue := false
+	if s.x.memoryShort() {
+		keep := n
+		if r.granted.Load()-r.returned == 0 {
+			keep = n - 1
+		}
+		r.withheld += keep
+		n -= keep
+		queue = keep > 0 && !r.queued
+		r.queued = r.queued || queue
+	}
+	if n > 0 {
+		r.granted.Add(int64(n))
+		s.mu.grants[r.id] += uint32(n)
+	}
+	s.mu.Unlock()
+	if n > 0 {
+		s.signal()
+	}
+	if queue {
+		s.x.wait(r)
+	}
+}
+
+// release grants the credits withheld for want of network memory.
+func (r *remoteSink) release() {
+	s := r.s
+	s.mu.Lock()
+	n := r.withheld
+	r.withheld, r.queued = 0, false
+	if s.mu.closed || n == 0 {
+		s.mu.Unlock()
+		return
+	}
 	r.granted.Add(int64(n))
 	s.mu.grants[r.id] += uint32(n)
 	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *inboundStream) signal() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (x *Exchange) serveInbound(stream weirpb.ExchangeService_ConnectServer) error {
+func (x *Exchange) serveInbound(stream grpc.ServerStream) error {
 	s := &inboundStream{x: x, wake: make(chan struct{}, 1), ids: make(map[uint32]*inboundChannel)}
 	s.mu.grants = make(map[uint32]uint32)
 	if p, ok := peer.FromContext(stream.Context()); ok {
@@ -467,7 +477,7 @@ func (x *Exchange) serveInbound(stream weirpb.ExchangeService_ConnectServer) err
 // receive reads the stream until it ends or fails, or the peer breaks the
 // protocol. A panic of the code handling the stream ends the stream, which
 // fails the tasks reading from it, and not the process.
-func (s *inboundStream) receive(stream weirpb.ExchangeService_ConnectServer) (err error) {
+func (s *inboundStream) receive(stream grpc.ServerStream) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = runtimePanic(s.x.log, "network stream from taskmanager "+s.peer, p)
@@ -476,19 +486,21 @@ func (s *inboundStream) receive(stream weirpb.ExchangeService_ConnectServer) (er
 	return s.readLoop(stream)
 }
 
-func (s *inboundStream) readLoop(stream weirpb.ExchangeService_ConnectServer) error {
+func (s *inboundStream) readLoop(stream grpc.ServerStream) error {
+	var f inFrame
 	for {
-		req, err := stream.Recv()
-		if err != nil {
+		if err := stream.RecvMsg(&f); err != nil {
 			if err == io.EOF {
 				return errors.New("the peer ended the stream")
 			}
 			return err
 		}
-		if req.GetSenderAddress() != "" {
-			s.peer = req.GetSenderAddress()
+		if f.sender != "" {
+			s.peer = f.sender
 		}
-		if err := s.apply(req); err != nil {
+		err := s.apply(&f)
+		f.releasePayloads() // those apply did not hand on
+		if err != nil {
 			return err
 		}
 	}
@@ -510,53 +522,70 @@ func violation(kind error, code codes.Code, format string, args ...any) error {
 	return errkind.Mark(status.Errorf(code, format, args...), kind)
 }
 
-func (s *inboundStream) apply(req *weirpb.ConnectRequest) error {
-	for _, op := range req.GetOpens() {
-		if ic := s.ids[op.GetChannel()]; ic != nil {
-			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s opened channel %d twice, for %v and for %v; the taskmanagers run incompatible versions",
-				s.peer, op.GetChannel(), ic.key, keyFromProto(op.GetKey()))
+func (s *inboundStream) apply(f *inFrame) error {
+	for i := range f.items {
+		it := &f.items[i]
+		switch it.tag {
+		case tagOpen:
+			if ic := s.ids[it.id]; ic != nil {
+				return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s opened channel %d twice, for %v and for %v; the taskmanagers run incompatible versions",
+					s.peer, it.id, ic.key, keyFromProto(it.key))
+			}
+			key := keyFromProto(it.key)
+			sink := &remoteSink{s: s, id: it.id}
+			e, err := s.x.attachSink(key, sink)
+			if err != nil {
+				return status.Errorf(codes.FailedPrecondition, "taskmanager %s opening channel %v: %v", s.peer, key, err)
+			}
+			s.ids[it.id] = &inboundChannel{key: key, e: e, sink: sink}
+			continue
+		case tagClose:
+			if ic := s.ids[it.id]; ic != nil {
+				delete(s.ids, it.id)
+				s.x.detachSink(ic.key, ic.sink)
+				if in := ic.e.in.Load(); in != nil && !ic.ended {
+					in.gate.push(in, event{kind: eventError, err: fmt.Errorf("taskmanager %s: %w", s.peer, errUpstreamGone(ic.key))})
+				}
+			}
+			continue
 		}
-		key := keyFromProto(op.GetKey())
-		sink := &remoteSink{s: s, id: op.GetChannel()}
-		e, err := s.x.attachSink(key, sink)
-		if err != nil {
-			return status.Errorf(codes.FailedPrecondition, "taskmanager %s opening channel %v: %v", s.peer, key, err)
-		}
-		s.ids[op.GetChannel()] = &inboundChannel{key: key, e: e, sink: sink}
-	}
-	for _, ev := range req.GetEvents() {
-		ic := s.ids[ev.GetChannel()]
+		ic := s.ids[it.id]
 		if ic == nil {
-			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event on channel %d, which it did not open", s.peer, ev.GetChannel())
-		}
-		if ic.ended {
-			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event of kind %v on channel %v after it ended the channel", s.peer, ev.GetKind(), ic.key)
+			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event on channel %d, which it did not open", s.peer, it.id)
 		}
 		var e event
-		switch ev.GetKind() {
-		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BATCH:
+		switch it.tag {
+		case tagBatch:
+			e = event{kind: eventBatch}
+		case tagWatermark:
+			e = event{kind: eventWatermark, value: it.value}
+		case tagEnd:
+			e = event{kind: eventEndOfPartition}
+		case tagBarrier:
+			e = event{kind: eventBarrier, value: it.value, ts: it.ts, full: it.full}
+		}
+		if ic.ended {
+			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event of kind %v on channel %v after it ended the channel", s.peer, e.kind, ic.key)
+		}
+		switch e.kind {
+		case eventBatch:
 			// The consumer's buffer holds what the credits allow: a peer
 			// that sends more would make it grow without bound.
-			if granted := ic.sink.granted.Load(); ic.received >= granted {
+			received := ic.sink.received.Load()
+			if granted := ic.sink.granted.Load(); received >= granted {
 				return violation(errCreditExceeded, codes.ResourceExhausted,
 					"taskmanager %s sent batch %d on channel %v (stream channel %d) beyond its credit: it had been granted %d credits on the channel in all and had used them all; it ignores the exchange's credit-based flow control, so the stream is closed",
-					s.peer, ic.received+1, ic.key, ev.GetChannel(), granted)
+					s.peer, received+1, ic.key, it.id, granted)
 			}
-			ic.received++
-			e = event{kind: eventBatch, payload: ev.GetBatch()}
-		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_WATERMARK:
-			e = event{kind: eventWatermark, value: ev.GetValue()}
-		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_END_OF_PARTITION:
-			e = event{kind: eventEndOfPartition}
+			ic.sink.received.Add(1)
+			n := len(*it.payload)
+			s.x.receivedBytes.Add(int64(n))
+			s.x.receivedBatches.Add(1)
+			s.x.hold(n)
+			e.buf, e.mem, it.payload = it.payload, s.x, nil
+			e.payload = *e.buf
+		case eventEndOfPartition:
 			ic.ended = true
-		case weirpb.ChannelEventKind_CHANNEL_EVENT_KIND_BARRIER:
-			ts, full, err := decodeBarrier(ev.GetBatch())
-			if err != nil {
-				return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent barrier %d on channel %v: %v; the taskmanagers run incompatible versions", s.peer, ev.GetValue(), ic.key, err)
-			}
-			e = event{kind: eventBarrier, value: ev.GetValue(), ts: ts, full: full}
-		default:
-			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event of unknown kind %v on channel %v; the taskmanagers run incompatible versions", s.peer, ev.GetKind(), ic.key)
 		}
 		if in := ic.e.in.Load(); in != nil {
 			if limit := s.x.maxQueuedControl(); !in.gate.pushBounded(in, e, limit) {
@@ -564,22 +593,16 @@ func (s *inboundStream) apply(req *weirpb.ConnectRequest) error {
 					"taskmanager %s sent a %v event on channel %v when %d events other than batches (watermarks, barriers), the most allowed, already waited there unread; it does not keep to the exchange protocol, so the stream is closed",
 					s.peer, e.kind, ic.key, limit)
 			}
-		}
-	}
-	for _, id := range req.GetCloses() {
-		if ic := s.ids[id]; ic != nil {
-			delete(s.ids, id)
-			s.x.detachSink(ic.key, ic.sink)
-			if in := ic.e.in.Load(); in != nil && !ic.ended {
-				in.gate.push(in, event{kind: eventError, err: fmt.Errorf("taskmanager %s: %w", s.peer, errUpstreamGone(ic.key))})
-			}
+		} else {
+			e.release()
 		}
 	}
 	return nil
 }
 
-func (s *inboundStream) writeGrants(ctx context.Context, stream weirpb.ExchangeService_ConnectServer) {
+func (s *inboundStream) writeGrants(ctx context.Context, stream grpc.ServerStream) {
 	spare := make(map[uint32]uint32)
+	var resp creditFrame
 	for {
 		select {
 		case <-s.wake:
@@ -594,13 +617,13 @@ func (s *inboundStream) writeGrants(ctx context.Context, stream weirpb.ExchangeS
 			spare = pending
 			continue
 		}
-		resp := &weirpb.ConnectResponse{Grants: make([]*weirpb.CreditGrant, 0, len(pending))}
+		resp.grants = resp.grants[:0]
 		for id, n := range pending {
-			resp.Grants = append(resp.Grants, &weirpb.CreditGrant{Channel: id, Credits: n})
+			resp.grants = append(resp.grants, creditGrant{id: id, credits: n})
 		}
 		clear(pending)
 		spare = pending
-		if err := stream.Send(resp); err != nil {
+		if err := stream.SendMsg(&resp); err != nil {
 			return // the stream is broken; the receive loop sees it too
 		}
 	}

@@ -830,6 +830,7 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 			b := e.batch
 			if b == nil {
 				b, err = batchcodec.Decode(e.payload, ch.schema)
+				e.release()
 				if err != nil {
 					return fmt.Errorf("task %s: channel %v: %w", t.name, ch.key, err)
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -408,4 +409,50 @@ func TestGateBlockedChannel(t *testing.T) {
 		t.Fatalf("next after unblock = %v %v %v; want a's merged watermark 2", e, ch, err)
 	}
 	g.close()
+}
+
+// TestWatermarkCombinerMatchesScan checks the heap-based combiner against
+// the definition (minimum over each input's channels, then over inputs)
+// on random updates of random channel layouts.
+func TestWatermarkCombinerMatchesScan(t *testing.T) {
+	for seed := uint64(1); seed <= 50; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		inputs := 1 + rng.IntN(3)
+		chans := inputs + rng.IntN(40)
+		inputOf := make([]int, chans)
+		for i := range inputOf {
+			inputOf[i] = i % inputs
+		}
+		rng.Shuffle(len(inputOf), func(i, j int) { inputOf[i], inputOf[j] = inputOf[j], inputOf[i] })
+		w := newWatermarkCombiner(inputOf, inputs)
+		model := make([]int64, chans)
+		for i := range model {
+			model[i] = stream.MinWatermark
+		}
+		combined := stream.MinWatermark
+		for step := 0; step < 2000; step++ {
+			ch := rng.IntN(chans)
+			wm := int64(rng.IntN(3000))
+			if rng.IntN(50) == 0 {
+				wm = stream.MaxWatermark
+			}
+			model[ch] = max(model[ch], wm)
+			want := stream.MaxWatermark
+			for in := 0; in < inputs; in++ {
+				m := stream.MaxWatermark
+				for c, i := range inputOf {
+					if i == in {
+						m = min(m, model[c])
+					}
+				}
+				want = min(want, m)
+			}
+			advanced := want > combined
+			combined = max(combined, want)
+			got, adv := w.update(ch, wm)
+			if got != combined || adv != advanced {
+				t.Fatalf("seed %d step %d (channel %d wm %d): got %d/%v, want %d/%v", seed, step, ch, wm, got, adv, combined, advanced)
+			}
+		}
+	}
 }

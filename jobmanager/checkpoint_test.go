@@ -221,6 +221,28 @@ func TestCheckpointsAndRestarts(t *testing.T) {
 	if ov.StaleAcks < 1 {
 		t.Errorf("stale acks %d", ov.StaleAcks)
 	}
+	// In a batch, each entry is fenced on its own: an old attempt's
+	// acknowledgement and decline, and one claimed by another
+	// taskmanager, are each dropped as stale.
+	cur := d0.Id
+	if _, err := tm.Cluster().ReportCheckpoints(t.Context(), &weirpb.ReportCheckpointsRequest{TaskmanagerId: "tm-a",
+		Acks:     []*weirpb.CheckpointAck{{Id: old, CheckpointId: after.CheckpointId + 1}},
+		Declines: []*weirpb.CheckpointDecline{{Id: old, CheckpointId: after.CheckpointId + 1, Reason: "stale"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tm.Cluster().ReportCheckpoints(t.Context(), &weirpb.ReportCheckpointsRequest{TaskmanagerId: "tm-other",
+		Declines: []*weirpb.CheckpointDecline{{Id: cur, CheckpointId: after.CheckpointId + 1, Reason: "not mine"}}}); err != nil {
+		t.Fatal(err)
+	}
+	before := ov.StaleAcks
+	getJSON(t, "http://"+c.jm.RESTAddr()+"/v1/overview", 200, &ov)
+	if ov.StaleAcks != before+3 {
+		t.Errorf("stale acks %d after three stale batch entries, want %d", ov.StaleAcks, before+3)
+	}
+	if _, err := tm.Cluster().ReportCheckpoints(t.Context(), &weirpb.ReportCheckpointsRequest{TaskmanagerId: "tm-a",
+		Acks: []*weirpb.CheckpointAck{{CheckpointId: 1}}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("ReportCheckpoints with an entry without an execution: %v, want InvalidArgument", err)
+	}
 
 	// The second failure exhausts fixed-delay's single attempt.
 	tm.FailTask(0, 0, "again")

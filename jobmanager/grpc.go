@@ -40,6 +40,7 @@ var jobManagerPolicy = security.Policy{
 	weirpb.ClusterService_UpdateTaskState_FullMethodName:       {security.RoleTaskManager},
 	weirpb.ClusterService_AcknowledgeCheckpoint_FullMethodName: {security.RoleTaskManager},
 	weirpb.ClusterService_DeclineCheckpoint_FullMethodName:     {security.RoleTaskManager},
+	weirpb.ClusterService_ReportCheckpoints_FullMethodName:     {security.RoleTaskManager},
 	weirpb.ClusterService_SourceInputEnded_FullMethodName:      {security.RoleTaskManager},
 	weirpb.JobService_ListJobs_FullMethodName:                  {security.RoleRead},
 	weirpb.JobService_GetJob_FullMethodName:                    {security.RoleRead},
@@ -208,6 +209,48 @@ func (s *clusterServer) DeclineCheckpoint(_ context.Context, req *weirpb.Decline
 			req.GetCheckpointId(), reason, now)
 	})
 	return &weirpb.DeclineCheckpointResponse{}, nil
+}
+
+// ReportCheckpoints applies a taskmanager's batch of acknowledgements and
+// declines in one step of the core, each entry exactly as
+// AcknowledgeCheckpoint or DeclineCheckpoint would: the core drops those of
+// stale attempts, of other taskmanagers and of checkpoints no longer
+// pending one by one. A batch with an entry that names no execution is
+// refused as a whole (InvalidArgument).
+func (s *clusterServer) ReportCheckpoints(_ context.Context, req *weirpb.ReportCheckpointsRequest) (*weirpb.ReportCheckpointsResponse, error) {
+	for _, a := range req.GetAcks() {
+		if a.GetId() == nil {
+			return nil, toGRPCError(fmt.Errorf("%w: ReportCheckpoints: an acknowledgement of checkpoint %d without an execution id", scheduler.ErrInvalidArgument, a.GetCheckpointId()))
+		}
+	}
+	for _, d := range req.GetDeclines() {
+		if d.GetId() == nil {
+			return nil, toGRPCError(fmt.Errorf("%w: ReportCheckpoints: a decline of checkpoint %d without an execution id", scheduler.ErrInvalidArgument, d.GetCheckpointId()))
+		}
+	}
+	tm := req.GetTaskmanagerId()
+	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		var acts []scheduler.Action
+		for _, a := range req.GetAcks() {
+			id := a.GetId()
+			st := scheduler.AckStats{SyncDuration: time.Duration(a.GetSyncDurationMs()) * time.Millisecond,
+				AsyncDuration:     time.Duration(a.GetAsyncDurationMs()) * time.Millisecond,
+				AlignmentDuration: time.Duration(a.GetAlignmentDurationMs()) * time.Millisecond, Bytes: a.GetBytes()}
+			acts = append(acts, c.Ack(tm, id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
+				a.GetCheckpointId(), a.GetHandles(), st, now)...)
+		}
+		for _, d := range req.GetDeclines() {
+			id := d.GetId()
+			reason := d.GetReason()
+			if reason == "" {
+				reason = "no reason given"
+			}
+			acts = append(acts, c.Decline(tm, id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
+				d.GetCheckpointId(), reason, now)...)
+		}
+		return acts
+	})
+	return &weirpb.ReportCheckpointsResponse{}, nil
 }
 
 func (s *clusterServer) SourceInputEnded(_ context.Context, req *weirpb.SourceInputEndedRequest) (*weirpb.SourceInputEndedResponse, error) {

@@ -122,20 +122,20 @@ type JobManager struct {
 		pending []scheduler.Action
 		signal  chan struct{} // capacity 1
 	}
-	// lanes hold the triggers and notifications waiting for an execution
-	// whose earlier ones are being sent (dispatch); a key is present while
-	// its lane's goroutine runs.
+	// lanes hold the checkpoint calls (triggers and notifications, batched
+	// per taskmanager) waiting for a taskmanager process to which earlier
+	// ones of the same job are being sent (dispatch); a key is present
+	// while its lane's goroutine runs.
 	lanes struct {
 		sync.Mutex
-		m map[laneKey][]scheduler.Action
+		m map[laneKey][]*checkpointCall
 	}
 }
 
-// laneKey names one execution attempt.
+// laneKey names the executions of one job on one taskmanager process.
 type laneKey struct {
-	job             string
-	vertex, subtask int
-	attempt         int64
+	job                         string
+	taskManager, instance, addr string
 }
 
 // New returns a JobManager for cfg whose jobs are planned against reg. It
@@ -486,9 +486,9 @@ func (jm *JobManager) enqueue(acts []scheduler.Action) {
 	}
 }
 
-// dispatch performs queued actions, each in its own goroutine (those of
-// one execution's lane one after another), until ctx is done; it returns
-// after they all finished.
+// dispatch performs queued actions, each in its own goroutine (the
+// checkpoint calls of one job to one taskmanager, in its lane, one after
+// another), until ctx is done; it returns after they all finished.
 func (jm *JobManager) dispatch(ctx context.Context, execs taskExecutors) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -502,22 +502,33 @@ func (jm *JobManager) dispatch(ctx context.Context, execs taskExecutors) {
 		acts := jm.queue.pending
 		jm.queue.pending = nil
 		jm.queue.Unlock()
+		// Every action of the batch is in its lane before a lane's
+		// goroutine starts, so that the triggers (and notifications) one
+		// step of the core issued for a checkpoint go in one call per
+		// taskmanager.
+		var start []laneKey
 		for _, a := range acts {
 			if k, ok := laneOf(a); ok {
 				if jm.enqueueLane(k, a) {
-					wg.Go(func() { jm.runLane(ctx, execs, k) })
+					start = append(start, k)
 				}
 				continue
 			}
 			wg.Go(func() { jm.perform(ctx, execs, a) })
 		}
+		for _, k := range start {
+			wg.Go(func() { jm.runLane(ctx, execs, k) })
+		}
 	}
 }
 
-// laneOf returns the lane of a: the triggers and notifications of one
-// execution are sent one after another, in the order the scheduler issued
-// them, so that a task never sees checkpoint n+1's trigger before n's (it
-// would decline n) nor a notification overtake a trigger.
+// laneOf returns the lane of a trigger or notification: the checkpoint
+// calls of one job to one taskmanager process are sent one after another,
+// in the order the scheduler issued their actions, so that a task never
+// sees checkpoint n+1's trigger before n's (it would decline n) nor a
+// notification overtake a trigger. The scheduler's actions name one
+// execution each; a lane merges consecutive ones of the same checkpoint
+// into one call (checkpointCall), which keeps every execution's order.
 func laneOf(a scheduler.Action) (laneKey, bool) {
 	var t scheduler.Target
 	switch a := a.(type) {
@@ -528,23 +539,75 @@ func laneOf(a scheduler.Action) (laneKey, bool) {
 	default:
 		return laneKey{}, false
 	}
-	return laneKey{t.JobID, t.Vertex, t.Subtask, t.Attempt}, true
+	return laneKey{job: t.JobID, taskManager: t.TaskManager, instance: t.Instance, addr: t.Addr}, true
 }
 
-// enqueueLane appends a to lane k and reports whether the lane needs a
-// goroutine (none runs it).
+// checkpointCall is one TriggerCheckpoints or NotifyCheckpoints call: the
+// trigger actions (or the notify actions) of one checkpoint, with the same
+// flags, for executions of one job on one taskmanager process. Exactly one
+// of the two lists is non-empty.
+type checkpointCall struct {
+	triggers []scheduler.TriggerAction
+	notifies []scheduler.NotifyAction
+}
+
+func newCheckpointCall(a scheduler.Action) *checkpointCall {
+	switch a := a.(type) {
+	case scheduler.TriggerAction:
+		return &checkpointCall{triggers: []scheduler.TriggerAction{a}}
+	case scheduler.NotifyAction:
+		return &checkpointCall{notifies: []scheduler.NotifyAction{a}}
+	}
+	panic(fmt.Sprintf("jobmanager: %T is no checkpoint call", a))
+}
+
+// merge adds a to c and reports true when it belongs to the same call: a
+// trigger (or notification) of the same checkpoint with the same flags.
+func (c *checkpointCall) merge(a scheduler.Action) bool {
+	switch a := a.(type) {
+	case scheduler.TriggerAction:
+		if len(c.triggers) == 0 {
+			return false
+		}
+		f := c.triggers[0]
+		if f.CheckpointID != a.CheckpointID || !f.Timestamp.Equal(a.Timestamp) || f.Savepoint != a.Savepoint || f.Drain != a.Drain {
+			return false
+		}
+		c.triggers = append(c.triggers, a)
+		return true
+	case scheduler.NotifyAction:
+		if len(c.notifies) == 0 {
+			return false
+		}
+		f := c.notifies[0]
+		if f.CheckpointID != a.CheckpointID || f.Complete != a.Complete {
+			return false
+		}
+		c.notifies = append(c.notifies, a)
+		return true
+	}
+	return false
+}
+
+// enqueueLane adds a to lane k — to the call at its tail when a belongs to
+// it, else as a new call — and reports whether the lane needs a goroutine:
+// it is new (none runs it, and the caller must start one). Only calls not
+// yet taken by the lane's goroutine grow.
 func (jm *JobManager) enqueueLane(k laneKey, a scheduler.Action) (start bool) {
 	jm.lanes.Lock()
 	defer jm.lanes.Unlock()
 	if jm.lanes.m == nil {
-		jm.lanes.m = make(map[laneKey][]scheduler.Action)
+		jm.lanes.m = make(map[laneKey][]*checkpointCall)
 	}
 	q, running := jm.lanes.m[k]
-	jm.lanes.m[k] = append(q, a)
+	if n := len(q); n == 0 || !q[n-1].merge(a) {
+		q = append(q, newCheckpointCall(a))
+	}
+	jm.lanes.m[k] = q
 	return !running
 }
 
-// runLane performs the actions of lane k in order until it is empty.
+// runLane performs the calls of lane k in order until it is empty.
 func (jm *JobManager) runLane(ctx context.Context, execs taskExecutors, k laneKey) {
 	for {
 		jm.lanes.Lock()
@@ -554,11 +617,137 @@ func (jm *JobManager) runLane(ctx context.Context, execs taskExecutors, k laneKe
 			jm.lanes.Unlock()
 			return
 		}
-		a := q[0]
+		c := q[0]
+		q[0] = nil
 		jm.lanes.m[k] = q[1:]
 		jm.lanes.Unlock()
-		jm.perform(ctx, execs, a)
+		if len(c.triggers) > 0 {
+			jm.sendTriggers(ctx, execs, c.triggers)
+		} else {
+			jm.sendNotifies(ctx, execs, c.notifies)
+		}
 	}
+}
+
+// sendTriggers sends the triggers ts (one checkpointCall) in one
+// TriggerCheckpoints call and feeds the failures back to the core: a task
+// that no longer runs is not a decline; any other failure, of the call or
+// of one task, declines the checkpoint for that task (TriggerFailed).
+func (jm *JobManager) sendTriggers(parent context.Context, execs taskExecutors, ts []scheduler.TriggerAction) {
+	ctx, cancel := context.WithTimeout(parent, rpcTimeout)
+	defer cancel()
+	f := ts[0]
+	err := jm.haReserve(ctx, f.JobID, f.CheckpointID)
+	var resp *weirpb.TriggerCheckpointsResponse
+	if err == nil {
+		req := &weirpb.TriggerCheckpointsRequest{Ids: make([]*weirpb.ExecutionID, len(ts)), CheckpointId: f.CheckpointID,
+			TimestampMs: f.Timestamp.UnixMilli(), Savepoint: f.Savepoint, Drain: f.Drain}
+		for i, a := range ts {
+			req.Ids[i] = executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt)
+		}
+		resp, err = execs.TriggerCheckpoints(ctx, f.Addr, req)
+	}
+	errs := taskErrors(len(ts), func(i int) laneTask { return laneTaskOf(ts[i].Target) }, err, resp.GetFailures())
+	var ended, failed int
+	var firstErr error
+	for i, e := range errs {
+		switch {
+		case e == nil:
+		case status.Code(e) == codes.NotFound:
+			// The taskmanager no longer runs the task: the trigger raced
+			// with its end, whose report takes the task out of the
+			// checkpoint (or, after a failure, the failover aborts it).
+			// Not a decline.
+			ended++
+			jm.log.Debug("checkpoint trigger found the task ended", "job", f.JobID, "checkpoint", f.CheckpointID,
+				"vertex", ts[i].Vertex, "subtask", ts[i].Subtask, "taskmanager", f.TaskManager)
+		default:
+			failed++
+			if firstErr == nil {
+				firstErr = e
+			}
+		}
+	}
+	if ended > 0 {
+		jm.log.Info("checkpoint trigger found tasks ended", "job", f.JobID, "checkpoint", f.CheckpointID, "tasks", ended, "taskmanager", f.TaskManager)
+	}
+	if failed == 0 {
+		return
+	}
+	jm.log.Warn("triggering a checkpoint failed", "job", f.JobID, "checkpoint", f.CheckpointID, "tasks", failed, "of", len(ts),
+		"taskmanager", f.TaskManager, "error", firstErr)
+	jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		acts := suspectIfUnavailable(c, f.TaskManager, f.Instance, err, now)
+		for i, e := range errs {
+			if e != nil && status.Code(e) != codes.NotFound {
+				acts = append(acts, c.TriggerFailed(ts[i], e, now)...)
+			}
+		}
+		return acts
+	})
+}
+
+// sendNotifies sends the notifications ns (one checkpointCall) in one
+// NotifyCheckpoints call, best effort: a later completion subsumes this
+// one.
+func (jm *JobManager) sendNotifies(parent context.Context, execs taskExecutors, ns []scheduler.NotifyAction) {
+	ctx, cancel := context.WithTimeout(parent, rpcTimeout)
+	defer cancel()
+	f := ns[0]
+	req := &weirpb.NotifyCheckpointsRequest{Ids: make([]*weirpb.ExecutionID, len(ns)), CheckpointId: f.CheckpointID, Complete: f.Complete}
+	for i, a := range ns {
+		req.Ids[i] = executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt)
+	}
+	resp, err := execs.NotifyCheckpoints(ctx, f.Addr, req)
+	if unavailable(err) {
+		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+			return suspectIfUnavailable(c, f.TaskManager, f.Instance, err, now)
+		})
+	}
+	if err != nil {
+		jm.log.Debug("notifying tasks of a checkpoint failed", "job", f.JobID, "checkpoint", f.CheckpointID,
+			"complete", f.Complete, "tasks", len(ns), "taskmanager", f.TaskManager, "error", err)
+	} else if n := len(resp.GetFailures()); n > 0 {
+		jm.log.Debug("notifying tasks of a checkpoint failed", "job", f.JobID, "checkpoint", f.CheckpointID,
+			"complete", f.Complete, "tasks", n, "of", len(ns), "taskmanager", f.TaskManager, "error", resp.GetFailures()[0].GetMessage())
+	}
+}
+
+// laneTask names one execution attempt of a batched call.
+type laneTask struct {
+	vertex, subtask int32
+	attempt         int64
+}
+
+func laneTaskOf(t scheduler.Target) laneTask {
+	return laneTask{int32(t.Vertex), int32(t.Subtask), t.Attempt}
+}
+
+// taskErrors gives the outcome of each of the n tasks of a batched call
+// (task(i) names the i-th): the call's error for all when it failed, else
+// the failure the response names for it, else nil.
+func taskErrors(n int, task func(i int) laneTask, callErr error, failures []*weirpb.TaskCallFailure) []error {
+	errs := make([]error, n)
+	if callErr != nil {
+		for i := range errs {
+			errs[i] = callErr
+		}
+		return errs
+	}
+	if len(failures) == 0 {
+		return errs
+	}
+	index := make(map[laneTask]int, n)
+	for i := range n {
+		index[task(i)] = i
+	}
+	for _, f := range failures {
+		id := f.GetId()
+		if i, ok := index[laneTask{id.GetVertexId(), id.GetSubtask(), id.GetAttempt()}]; ok {
+			errs[i] = status.Error(codes.Code(f.GetCode()), f.GetMessage())
+		}
+	}
+	return errs
 }
 
 func executionID(jobID string, vertex, subtask int, attempt int64) *weirpb.ExecutionID {
@@ -589,39 +778,6 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
 			return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.CancelDone(a, err, gone, now)...)
 		})
-	case scheduler.TriggerAction:
-		err := jm.haReserve(ctx, a.JobID, a.CheckpointID)
-		if err == nil {
-			err = execs.TriggerCheckpoint(ctx, a.Addr, &weirpb.TriggerCheckpointRequest{
-				Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, TimestampMs: a.Timestamp.UnixMilli(),
-				Savepoint: a.Savepoint, Drain: a.Drain})
-		}
-		if status.Code(err) == codes.NotFound {
-			// The taskmanager no longer runs the task: the trigger raced
-			// with its end, whose report takes the task out of the
-			// checkpoint (or, after a failure, the failover aborts it).
-			// Not a decline.
-			jm.log.Info("checkpoint trigger found the task ended", "job", a.JobID, "checkpoint", a.CheckpointID,
-				"vertex", a.Vertex, "subtask", a.Subtask, "taskmanager", a.TaskManager)
-		} else if err != nil {
-			jm.log.Warn("triggering a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID, "vertex", a.Vertex,
-				"subtask", a.Subtask, "taskmanager", a.TaskManager, "error", err)
-			jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
-				return append(suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now), c.TriggerFailed(a, err, now)...)
-			})
-		}
-	case scheduler.NotifyAction:
-		err := execs.NotifyCheckpoint(ctx, a.Addr, &weirpb.NotifyCheckpointRequest{
-			Id: executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt), CheckpointId: a.CheckpointID, Complete: a.Complete})
-		if unavailable(err) {
-			jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
-				return suspectIfUnavailable(c, a.TaskManager, a.Instance, err, now)
-			})
-		}
-		if err != nil { // best effort: a later completion subsumes this one
-			jm.log.Debug("notifying a task of a checkpoint failed", "job", a.JobID, "checkpoint", a.CheckpointID,
-				"complete", a.Complete, "vertex", a.Vertex, "subtask", a.Subtask, "error", err)
-		}
 	case scheduler.WriteManifestAction:
 		m := buildManifest(a)
 		err := jm.writeManifest(ctx, a.JobID, m, a.Retained)

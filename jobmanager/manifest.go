@@ -143,16 +143,25 @@ func restoreHandles(m *weirpb.Manifest, g *stream.JobGraph, t *scheduler.Task, s
 }
 
 // markFinished records in m the tasks that had finished: their head
-// operator lists the subtask as finished.
+// operator lists the subtask as finished (sorted, each once). It costs
+// O(operators + tasks log tasks), whatever the number of finished tasks.
 func markFinished(m *weirpb.Manifest, g *stream.JobGraph, tasks []coordinator.TaskID) {
+	if len(tasks) == 0 {
+		return
+	}
+	byUID := make(map[string][]int32)
 	for _, t := range tasks {
 		uid := g.Vertices[t.Vertex].UID
-		for _, op := range m.GetOperators() {
-			if op.GetOperatorUid() == uid && !slices.Contains(op.FinishedSubtasks, int32(t.Subtask)) {
-				op.FinishedSubtasks = append(op.FinishedSubtasks, int32(t.Subtask))
-				slices.Sort(op.FinishedSubtasks)
-			}
+		byUID[uid] = append(byUID[uid], int32(t.Subtask))
+	}
+	for _, op := range m.GetOperators() {
+		add := byUID[op.GetOperatorUid()]
+		if len(add) == 0 {
+			continue
 		}
+		op.FinishedSubtasks = append(op.FinishedSubtasks, add...)
+		slices.Sort(op.FinishedSubtasks)
+		op.FinishedSubtasks = slices.Compact(op.FinishedSubtasks)
 	}
 }
 
@@ -167,15 +176,20 @@ func finishedIn(m *weirpb.Manifest, uid string, subtask, parallelism int) bool {
 		if op.GetOperatorUid() != uid {
 			continue
 		}
+		fs := op.GetFinishedSubtasks()
+		has := func(i int32) bool { return slices.Contains(fs, i) }
+		if slices.IsSorted(fs) { // as markFinished writes them
+			has = func(i int32) bool { _, ok := slices.BinarySearch(fs, i); return ok }
+		}
 		if int(op.GetParallelism()) != parallelism {
 			for i := range int32(op.GetParallelism()) {
-				if !slices.Contains(op.GetFinishedSubtasks(), i) {
+				if !has(i) {
 					return false
 				}
 			}
 			return op.GetParallelism() > 0
 		}
-		return slices.Contains(op.GetFinishedSubtasks(), int32(subtask))
+		return has(int32(subtask))
 	}
 	return false
 }

@@ -35,8 +35,11 @@ type taskExecutors interface {
 	Probe(id, instance string)
 	SubmitTask(ctx context.Context, addr string, d *weirpb.TaskDeployment, instance string) error
 	CancelTask(ctx context.Context, addr string, id *weirpb.ExecutionID) error
-	TriggerCheckpoint(ctx context.Context, addr string, req *weirpb.TriggerCheckpointRequest) error
-	NotifyCheckpoint(ctx context.Context, addr string, req *weirpb.NotifyCheckpointRequest) error
+	// TriggerCheckpoints and NotifyCheckpoints make one call for several
+	// tasks (of one job, on the taskmanager at addr); the response names
+	// the tasks that did not take it. They set req.Epoch.
+	TriggerCheckpoints(ctx context.Context, addr string, req *weirpb.TriggerCheckpointsRequest) (*weirpb.TriggerCheckpointsResponse, error)
+	NotifyCheckpoints(ctx context.Context, addr string, req *weirpb.NotifyCheckpointsRequest) (*weirpb.NotifyCheckpointsResponse, error)
 	// Close closes every connection and returns after the watchers ended.
 	Close() error
 }
@@ -251,24 +254,22 @@ func (g *grpcTaskExecutors) CancelTask(ctx context.Context, addr string, id *wei
 	return err
 }
 
-func (g *grpcTaskExecutors) TriggerCheckpoint(ctx context.Context, addr string, req *weirpb.TriggerCheckpointRequest) error {
+func (g *grpcTaskExecutors) TriggerCheckpoints(ctx context.Context, addr string, req *weirpb.TriggerCheckpointsRequest) (*weirpb.TriggerCheckpointsResponse, error) {
 	c, err := g.client(addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Epoch = g.epoch()
-	_, err = c.TriggerCheckpoint(ctx, req)
-	return err
+	return c.TriggerCheckpoints(ctx, req)
 }
 
-func (g *grpcTaskExecutors) NotifyCheckpoint(ctx context.Context, addr string, req *weirpb.NotifyCheckpointRequest) error {
+func (g *grpcTaskExecutors) NotifyCheckpoints(ctx context.Context, addr string, req *weirpb.NotifyCheckpointsRequest) (*weirpb.NotifyCheckpointsResponse, error) {
 	c, err := g.client(addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Epoch = g.epoch()
-	_, err = c.NotifyCheckpoint(ctx, req)
-	return err
+	return c.NotifyCheckpoints(ctx, req)
 }
 
 // Close closes every connection and waits for the watchers; later calls

@@ -13,6 +13,7 @@
 //	name: window-counts          # required
 //	parallelism: 4               # default for operators that set none (default 1)
 //	maxParallelism: 128          # number of key groups, 1..32768 (default 128)
+//	autoWatermarkInterval: 200ms # for watermark generators that set none (see below)
 //	operators:                   # required, non-empty, in order
 //	  - uid: events              # required, unique, stable across versions (state is keyed by it)
 //	    name: Events             # optional display name (default: the uid)
@@ -32,6 +33,16 @@
 //
 // Unknown keys are errors at the top level, in operator entries and in input
 // entries. YAML anchors, aliases and merge keys (<<) may be used anywhere.
+//
+// # autoWatermarkInterval
+//
+// The job-level autoWatermarkInterval (a duration, whole milliseconds; 0s
+// allowed) is copied into the config of every operator whose type sets
+// stream.OperatorType.AutoWatermarkInterval (the watermarks operator) and
+// whose config has no autoWatermarkInterval of its own, which thus
+// overrides it. Without it the operator type's default applies (200ms for
+// watermarks: at most one watermark per 200 ms of processing time; 0s
+// emits after every batch).
 //
 // # Limits
 //

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/stream"
@@ -123,13 +124,17 @@ type parser struct {
 
 	root                       *yaml.Node
 	nameN, parN, maxParN, opsN *yaml.Node
-	ops                        []*opSpec
-	byUID                      map[string]*opSpec
-	g                          stream.JobGraph
+	// autoWatermarkInterval is the job-level setting (awiN its key node,
+	// nil when absent).
+	autoWatermarkInterval time.Duration
+	awiN                  *yaml.Node
+	ops                   []*opSpec
+	byUID                 map[string]*opSpec
+	g                     stream.JobGraph
 }
 
 var (
-	topKeys   = []string{"name", "parallelism", "maxParallelism", "checkpointing", "restartStrategy", "state", "operators"}
+	topKeys   = []string{"name", "parallelism", "maxParallelism", "checkpointing", "restartStrategy", "state", "operators", "autoWatermarkInterval"}
 	opKeys    = []string{"uid", "name", "type", "parallelism", "config", "keyBy", "partitioning", "input", "inputs"}
 	inputKeys = []string{"from", "output", "keyBy", "partitioning"}
 )
@@ -311,6 +316,16 @@ func (p *parser) parseTop() error {
 			if p.g.MaxParallelism < 1 || p.g.MaxParallelism > stream.MaxKeyGroups {
 				return p.errAt(kv.val, "maxParallelism: must be between 1 and %d, got %d", stream.MaxKeyGroups, p.g.MaxParallelism)
 			}
+		case "autoWatermarkInterval":
+			p.awiN = kv.key
+			d, err := asDuration(kv.val)
+			if err == nil && d%time.Millisecond != 0 {
+				err = fmt.Errorf("%s is not a whole number of milliseconds; event time has millisecond precision", d)
+			}
+			if err != nil {
+				return p.errAt(kv.val, "autoWatermarkInterval: %v", err)
+			}
+			p.autoWatermarkInterval = d
 		case "checkpointing":
 			if err := p.parseCheckpointing(kv.val); err != nil {
 				return err
@@ -772,8 +787,14 @@ func (p *parser) build() {
 	ids := make(map[string]int, len(p.ops))
 	for i, op := range p.ops {
 		ids[op.uid] = i
+		cfg := op.config
+		if p.awiN != nil {
+			if t, ok := p.reg.Lookup(op.typ, !op.hasInputs); ok && t.AutoWatermarkInterval {
+				cfg = withDefaultKey(cfg, "autoWatermarkInterval", p.autoWatermarkInterval.String())
+			}
+		}
 		p.g.Vertices = append(p.g.Vertices, &stream.Vertex{
-			ID: i, UID: op.uid, Name: op.name, Type: op.typ, Config: op.config, Parallelism: op.par,
+			ID: i, UID: op.uid, Name: op.name, Type: op.typ, Config: cfg, Parallelism: op.par,
 		})
 	}
 	for i, op := range p.ops {
@@ -793,6 +814,30 @@ func (p *parser) build() {
 			p.g.Edges = append(p.g.Edges, &stream.Edge{From: ids[in.from], SideOutput: in.output, To: i, Input: j, Partitioning: part, KeyFields: keys})
 		}
 	}
+}
+
+// withDefaultKey returns the JSON object config with key set to the string
+// value when config does not have key, keeping the order of its keys; a
+// nil config becomes {key: value}. A config that is not an object is
+// returned as it is, for the type's Plan to reject.
+func withDefaultKey(config json.RawMessage, key, value string) json.RawMessage {
+	kv, _ := json.Marshal(map[string]string{key: value}) // {"key":"value"}
+	if len(bytes.TrimSpace(config)) == 0 || bytes.Equal(bytes.TrimSpace(config), []byte("null")) {
+		return kv
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(config, &m) != nil {
+		return config
+	}
+	if _, ok := m[key]; ok {
+		return config
+	}
+	c := bytes.TrimSpace(config)
+	out := append([]byte(nil), c[:len(c)-1]...) // without the closing brace
+	if len(m) > 0 {
+		out = append(out, ',')
+	}
+	return append(out, kv[1:]...)
 }
 
 // planErr attributes an error from stream.Plan to a line.

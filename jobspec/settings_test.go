@@ -114,3 +114,54 @@ func TestStateBackendSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoWatermarkInterval: the job-level autoWatermarkInterval goes into
+// the config of every operator whose type takes it and does not set its
+// own, keeping the config's other keys in order; other types' configs are
+// untouched; without the key nothing changes.
+func TestAutoWatermarkInterval(t *testing.T) {
+	reg := testRegistry()
+	reg.Register(stream.OperatorType{
+		Name: "wm", Kind: stream.KindTransform, NewOperator: noOperator, AutoWatermarkInterval: true,
+		Plan: func(p *stream.PlanContext) (*stream.Schema, error) { return p.Inputs[0].Schema, nil },
+	})
+	ops := `operators:
+  - {uid: g, type: gen, config: {rows: 3}}
+  - {uid: a, type: wm}
+  - {uid: b, type: wm, config: {field: ts, other: 1}}
+  - {uid: c, type: wm, config: {autoWatermarkInterval: 0s, field: ts}}
+  - {uid: s, type: sink}
+`
+	for _, tc := range []struct {
+		top  string
+		want []string // configs of g, a, b, c, s
+	}{
+		{"autoWatermarkInterval: 50ms\n", []string{`{"rows":3}`, `{"autoWatermarkInterval":"50ms"}`,
+			`{"field":"ts","other":1,"autoWatermarkInterval":"50ms"}`, `{"autoWatermarkInterval":"0s","field":"ts"}`, ``}},
+		{"autoWatermarkInterval: 0s\n", []string{`{"rows":3}`, `{"autoWatermarkInterval":"0s"}`,
+			`{"field":"ts","other":1,"autoWatermarkInterval":"0s"}`, `{"autoWatermarkInterval":"0s","field":"ts"}`, ``}},
+		{"", []string{`{"rows":3}`, ``, `{"field":"ts","other":1}`, `{"autoWatermarkInterval":"0s","field":"ts"}`, ``}},
+	} {
+		t.Run(tc.top, func(t *testing.T) {
+			g, err := Parse("job.yaml", []byte("name: j\n"+tc.top+ops), reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range g.Vertices {
+				if got := string(v.Config); got != tc.want[i] {
+					t.Errorf("operator %s: config %s, want %s", v.UID, got, tc.want[i])
+				}
+			}
+		})
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"autoWatermarkInterval: soon", "want a duration"},
+		{"autoWatermarkInterval: -1s", "negative"},
+		{"autoWatermarkInterval: 1500us", "whole number of milliseconds"},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
+			_, err := Parse("job.yaml", []byte("name: j\n"+tc.body+"\n"+ops), reg)
+			checkSpecError(t, err, "job.yaml", 2, "autoWatermarkInterval", tc.want)
+		})
+	}
+}

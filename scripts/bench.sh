@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .run
 echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3-)"
-go test -run '^$' -bench "${WEIR_BENCH:-Q1|CheckpointOverhead|Recovery|IncrementalCheckpoint1GB|Savepoint1GB|StorageOverhead}" -benchtime 1x -timeout 90m ./test/bench/ > .run/bench.log 2>&1
+go test -run '^$' -bench "${WEIR_BENCH:-Q1|CheckpointOverhead|Recovery|IncrementalCheckpoint1GB|Savepoint1GB|StorageOverhead|ScaleCurve|WideJob}" -benchtime 1x -timeout 90m ./test/bench/ > .run/bench.log 2>&1
 rc=$?
 if [ -z "${WEIR_BENCH:-}" ]; then
   # Keyed state on Pebble against the heap (running_count, in-process).
@@ -17,6 +17,9 @@ if [ -z "${WEIR_BENCH:-}" ]; then
   # What incremental checkpoints of a sliding window on Pebble upload per
   # byte of window state that changed.
   go test -run '^$' -bench 'SlidingCheckpointBytes' -benchtime 1x ./operators/window/ >> .run/bench.log 2>&1 || rc=$?
+  # CPU time per checkpoint of the jobmanager's core (scheduler,
+  # coordinator, manifest) at 1,000 and 10,000 subtasks.
+  go test -run '^$' -bench 'CoordinatorCheckpointCPU' -benchtime 1x ./jobmanager/ >> .run/bench.log 2>&1 || rc=$?
 fi
 grep -E '^[a-z0-9_]+=' .run/bench.log
 if [ $rc -ne 0 ]; then

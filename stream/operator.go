@@ -189,10 +189,28 @@ type KeyedStateful interface {
 // after a restore calls OnProcessingTime at once for restored timers that
 // are already due. It does not call it once the task's input has ended
 // (processing-time timers still pending then do not fire; Finish may flush
-// what they guard), nor for an operator whose keyed state it does not own.
-// An error fails the task.
+// what they guard), nor for an operator whose keyed state it does not own
+// unless the operator is a ProcessingTimeDeadline. An error fails the task.
 type ProcessingTimeAware interface {
 	OnProcessingTime(now int64, out Collector) error
+}
+
+// ProcessingTimeDeadline is implemented by an operator, keyed or not, that
+// keeps a processing-time deadline of its own rather than timers in keyed
+// state: the watermarks operator's next periodic emission. Between two
+// events the task runtime asks NextProcessingTime (so it must be cheap and
+// must not emit); when the deadline is due by the task's clock it calls
+// OnProcessingTime, on the task goroutine under the same rules as for
+// ProcessingTimeAware, and it keeps one timer armed for the earliest
+// deadline or timer of the chain so that the task wakes without input. An
+// operator with no deadline returns ok false and costs no timer and no
+// wake-up. A deadline still pending when the task's input ends is not
+// fired.
+type ProcessingTimeDeadline interface {
+	ProcessingTimeAware
+	// NextProcessingTime returns the deadline (Unix ms of the task's
+	// clock), ok false when there is none.
+	NextProcessingTime() (deadline int64, ok bool)
 }
 
 // Operator is a transformation or a sink. The task runtime calls its methods

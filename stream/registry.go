@@ -146,6 +146,11 @@ type OperatorType struct {
 	NewSource func(config []byte) (Source, error)
 	// NewOperator builds a transform or sink instance.
 	NewOperator func(config []byte) (Operator, error)
+	// AutoWatermarkInterval says that the type generates watermarks and
+	// its config takes the key "autoWatermarkInterval" (a duration
+	// string): a job spec's job-level autoWatermarkInterval is copied into
+	// the config of every operator of the type that does not set its own.
+	AutoWatermarkInterval bool
 	// Doc is one line for `weir operators`.
 	Doc string
 }

@@ -156,7 +156,8 @@ func (tm *TaskManager) restoreFiles(ctx context.Context, st *checkpoint.Storage,
 }
 
 // taskHooks receives a task's snapshots and uploads them in the background,
-// then acknowledges the checkpoint to the jobmanager.
+// then acknowledges the checkpoint to the jobmanager (through the
+// taskmanager's ackBatcher).
 type taskHooks struct {
 	tm      *TaskManager
 	id      *weirpb.ExecutionID
@@ -184,16 +185,9 @@ func (h *taskHooks) SnapshotTaken(id, timestamp int64, snaps map[string]*stream.
 		}
 		async := time.Since(start)
 		h.tm.metrics.observeSnapshot(h.id.GetJobId(), h.name, bytes, stats, async)
-		ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
-		defer cancel()
-		_, err = h.tm.cluster().AcknowledgeCheckpoint(ctx, &weirpb.AcknowledgeCheckpointRequest{
-			TaskmanagerId: h.tm.cfg.ID, Id: h.id, CheckpointId: id, Handles: handles,
+		h.tm.acks.ack(h.ctx, h.name, &weirpb.CheckpointAck{Id: h.id, CheckpointId: id, Handles: handles,
 			SyncDurationMs: stats.Sync.Milliseconds(), AsyncDurationMs: async.Milliseconds(),
-			AlignmentDurationMs: stats.Alignment.Milliseconds(), Bytes: bytes,
-		})
-		if err != nil && h.ctx.Err() == nil {
-			h.tm.log.Warn("checkpoint acknowledgement failed", "task", h.name, "checkpoint", id, "err", err)
-		}
+			AlignmentDurationMs: stats.Alignment.Milliseconds(), Bytes: bytes})
 	}()
 }
 
@@ -263,15 +257,10 @@ func (h *taskHooks) SnapshotFailed(id int64, err error) {
 	}()
 }
 
+// decline declines checkpoint id; the decline goes to the jobmanager at
+// once (ackBatcher).
 func (h *taskHooks) decline(id int64, cause error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err := h.tm.cluster().DeclineCheckpoint(ctx, &weirpb.DeclineCheckpointRequest{
-		TaskmanagerId: h.tm.cfg.ID, Id: h.id, CheckpointId: id, Reason: fmt.Sprintf("task %s: %v", h.name, cause),
-	})
-	if err != nil {
-		h.tm.log.Debug("decline failed", "task", h.name, "checkpoint", id, "err", err)
-	}
+	h.tm.acks.decline(h.name, &weirpb.CheckpointDecline{Id: h.id, CheckpointId: id, Reason: fmt.Sprintf("task %s: %v", h.name, cause)})
 }
 
 var _ dataflow.InputEndedHook = (*taskHooks)(nil)

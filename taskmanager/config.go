@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/security"
 )
@@ -40,6 +41,11 @@ type Config struct {
 	// CreditsPerChannel is the number of batches a receiver buffers per
 	// input channel (credit-based flow control). Default 4.
 	CreditsPerChannel int
+	// ExchangeMemoryBytes is the network memory of the data exchange: the
+	// bytes of batches from other taskmanagers that may wait in this
+	// taskmanager's input buffers before credits are kept back
+	// (dataflow.ExchangeConfig.MemoryBytes). Default 64 MiB.
+	ExchangeMemoryBytes int64
 	// MetricsAddress is where Prometheus metrics are served at /metrics
 	// (host:port); empty disables them. Default empty.
 	MetricsAddress string
@@ -80,7 +86,15 @@ type Config struct {
 	// value cache and timer index at the pebblestate defaults (64 MiB and
 	// 8 MiB).
 	StateCacheBytes int64
-	Logger          *slog.Logger
+	// CheckpointAckDelay is how long, at most, a task's checkpoint
+	// acknowledgement waits to be sent with those of the job's other tasks
+	// here: the acknowledgements (and declines) of one checkpoint go to
+	// the jobmanager in one call as soon as every task of the job on this
+	// taskmanager has reported, or this long after the first unsent one,
+	// whichever comes first; a decline goes at once. 0 sends each report
+	// at once; at most 10s. Default 50ms (DefaultCheckpointAckDelay).
+	CheckpointAckDelay time.Duration
+	Logger             *slog.Logger
 }
 
 // HAConfig is the taskmanager's side of high availability; the keys are
@@ -113,14 +127,16 @@ func DefaultConfig() Config {
 		host = "taskmanager"
 	}
 	return Config{
-		ID:                fmt.Sprintf("%s-%d", host, os.Getpid()),
-		JobManagerAddress: "127.0.0.1:6123",
-		RPCAddress:        "127.0.0.1:0",
-		Slots:             2,
-		CreditsPerChannel: 4,
-		RegisterRetry:     time.Second,
-		AllowedPaths:      []string{os.TempDir()},
-		HA:                HAConfig{Mode: "none", Prefix: "/weir"},
+		ID:                  fmt.Sprintf("%s-%d", host, os.Getpid()),
+		JobManagerAddress:   "127.0.0.1:6123",
+		RPCAddress:          "127.0.0.1:0",
+		Slots:               2,
+		CreditsPerChannel:   4,
+		ExchangeMemoryBytes: dataflow.DefaultMemoryBytes,
+		RegisterRetry:       time.Second,
+		AllowedPaths:        []string{os.TempDir()},
+		CheckpointAckDelay:  DefaultCheckpointAckDelay,
+		HA:                  HAConfig{Mode: "none", Prefix: "/weir"},
 	}
 }
 
@@ -153,6 +169,9 @@ func (c *Config) Validate() error {
 	if c.Slots < 1 {
 		return fmt.Errorf("taskmanager config: slots %d: must be at least 1", c.Slots)
 	}
+	if c.ExchangeMemoryBytes < 1<<20 {
+		return fmt.Errorf("taskmanager config: exchange memory %d bytes: must be at least 1 MiB (default %d)", c.ExchangeMemoryBytes, dataflow.DefaultMemoryBytes)
+	}
 	if c.CreditsPerChannel < 1 {
 		return fmt.Errorf("taskmanager config: credits per channel %d: must be at least 1", c.CreditsPerChannel)
 	}
@@ -171,6 +190,10 @@ func (c *Config) Validate() error {
 	if c.StateCacheBytes > 0 && c.StateCacheBytes/int64(c.Slots) < minStateCachePerSlot {
 		return fmt.Errorf("taskmanager config: state cache bytes %d: %d bytes per slot (%d slots) is below the minimum of %d; give at least %d bytes or use fewer slots",
 			c.StateCacheBytes, c.StateCacheBytes/int64(c.Slots), c.Slots, minStateCachePerSlot, minStateCachePerSlot*int64(c.Slots))
+	}
+	if c.CheckpointAckDelay < 0 || c.CheckpointAckDelay > maxCheckpointAckDelay {
+		return fmt.Errorf("taskmanager config: checkpoint ack delay %v: must be between 0 (no batching by time) and %v (default %v)",
+			c.CheckpointAckDelay, maxCheckpointAckDelay, DefaultCheckpointAckDelay)
 	}
 	if c.RegisterRetry <= 0 {
 		return fmt.Errorf("taskmanager config: register retry %v: must be positive", c.RegisterRetry)

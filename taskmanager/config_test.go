@@ -24,6 +24,8 @@ func TestConfigValidate(t *testing.T) {
 		{"zero credits", func(c *Config) { c.CreditsPerChannel = 0 }, "credits per channel 0"},
 		{"zero register retry", func(c *Config) { c.RegisterRetry = 0 }, "register retry"},
 		{"negative register retry", func(c *Config) { c.RegisterRetry = -time.Second }, "register retry -1s"},
+		{"negative checkpoint ack delay", func(c *Config) { c.CheckpointAckDelay = -time.Millisecond }, "checkpoint ack delay -1ms"},
+		{"checkpoint ack delay too long", func(c *Config) { c.CheckpointAckDelay = time.Minute }, "checkpoint ack delay 1m0s"},
 		{"negative state cache", func(c *Config) { c.StateCacheBytes = -1 }, "state cache bytes -1"},
 		{"state cache too small per slot", func(c *Config) { c.StateCacheBytes, c.Slots = 300<<10, 2 }, "153600 bytes per slot (2 slots)"},
 	} {
@@ -44,7 +46,7 @@ func TestConfigValidate(t *testing.T) {
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig()
 	if c.ID == "" || c.JobManagerAddress != "127.0.0.1:6123" || c.RPCAddress != "127.0.0.1:0" ||
-		c.Slots != 2 || c.CreditsPerChannel != 4 || c.RegisterRetry != time.Second {
+		c.Slots != 2 || c.CreditsPerChannel != 4 || c.RegisterRetry != time.Second || c.CheckpointAckDelay != 50*time.Millisecond {
 		t.Fatalf("DefaultConfig() = %+v; does not match the documented defaults", c)
 	}
 }

@@ -26,6 +26,11 @@ import (
 //   - it removes the directory of a subtask it no longer runs once it
 //     holds nothing a restore could use (sweepSubtaskState);
 //   - it removes a job's directory once the job ended (sweepLocalState).
+//
+// A job's directory names the taskmanager that made it (ownerFile), so
+// that a taskmanager restarted with the same id and state directory
+// removes what the process before it left, even when it runs no task of
+// the job itself (adoptLocalState).
 
 // subtaskStateDir is the local state directory of the subtask of vertex
 // of job.
@@ -41,6 +46,48 @@ func parseSubtaskDirName(name string) (vertex, subtask int32, ok bool) {
 		return 0, 0, false
 	}
 	return vertex, subtask, true
+}
+
+// ownerFile, in a job's local state directory, holds the id of the
+// taskmanager that made the directory.
+const ownerFile = ".taskmanager"
+
+// markJobDir records in job's local state directory that this taskmanager
+// made it. A failure only means a restarted process will not clean up
+// after this one.
+func (tm *TaskManager) markJobDir(job string) {
+	dir := filepath.Join(tm.cfg.StateDir, job)
+	if err := os.MkdirAll(dir, 0o700); err == nil {
+		err = os.WriteFile(filepath.Join(dir, ownerFile), []byte(tm.cfg.ID), 0o600)
+		if err == nil {
+			return
+		}
+	}
+	tm.log.Warn("cannot mark the local state directory of a job", "job", job, "dir", dir)
+}
+
+// adoptLocalState makes the job directories that an earlier process of
+// this taskmanager (same id) left in the state directory count as run
+// here, so that sweepLocalState and sweepSubtaskState remove them once of
+// no use. Directories of other taskmanagers are left alone.
+func (tm *TaskManager) adoptLocalState() {
+	entries, err := os.ReadDir(tm.cfg.StateDir)
+	if err != nil {
+		return
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		owner, err := os.ReadFile(filepath.Join(tm.cfg.StateDir, e.Name(), ownerFile))
+		if err != nil || string(owner) != tm.cfg.ID {
+			continue
+		}
+		tm.mu.jobsRun[e.Name()] = true
+		tm.log.Info("found the local state an earlier process of this taskmanager left", "job", e.Name())
+	}
 }
 
 // removingPrefix starts the name of a directory under a job's state

@@ -185,9 +185,10 @@ func TestDeploymentSweepsSubtaskState(t *testing.T) {
 	for _, e := range entries {
 		left = append(left, e.Name())
 	}
-	// v0-s0 is the deployed task's, created as it restores.
+	// v0-s0 is the deployed task's, created as it restores; the owner
+	// file marks the directory as this taskmanager's.
 	left = slices.DeleteFunc(left, func(n string) bool { return n == "v0-s0" })
-	if want := []string{"v0-s2", "v0-s3"}; !slices.Equal(left, want) {
+	if want := []string{ownerFile, "v0-s2", "v0-s3"}; !slices.Equal(left, want) {
 		t.Errorf("after the deployment the job's directory holds %v, want %v (and the task's own)", left, want)
 	}
 	jm.WaitReported(t, d.GetId(), running)
@@ -638,4 +639,53 @@ func TestMovedSubtaskLocalStateRemoved(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestAdoptLocalStateOfEarlierProcess: a taskmanager restarted with the
+// same id and state directory removes the job directories the process
+// before it made, once their jobs are not active, even though it ran no
+// task of them; directories of other taskmanagers, and unmarked ones, stay.
+func TestAdoptLocalStateOfEarlierProcess(t *testing.T) {
+	dir := t.TempDir()
+	mkJob := func(job, owner string) {
+		t.Helper()
+		p := filepath.Join(dir, job, "v1-s0", "snapshots", "counts", "chk-3")
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if owner != "" {
+			if err := os.WriteFile(filepath.Join(dir, job, ownerFile), []byte(owner), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mkJob("ended-mine", testTaskManagerID)
+	mkJob("running-mine", testTaskManagerID)
+	mkJob("ended-other", "tm-other")
+	mkJob("ended-unmarked", "")
+	cfg := DefaultConfig()
+	cfg.ID, cfg.StateDir = testTaskManagerID, dir
+	tm, err := New(cfg, newTestRegistry(newTestState()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm.adoptLocalState()
+	tm.sweepLocalState([]string{"running-mine"})
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{"ended-other", "ended-unmarked", "running-mine"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
+	}
+
+	// A job whose first task deploys here gets the mark.
+	tm.markJobDir("new-job")
+	if owner, err := os.ReadFile(filepath.Join(dir, "new-job", ownerFile)); err != nil || string(owner) != testTaskManagerID {
+		t.Fatalf("mark: %q %v", owner, err)
+	}
 }

@@ -51,6 +51,25 @@ func newMetrics(tm *TaskManager) *metrics {
 		})
 	m.fencedCalls = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "weir_taskmanager_fenced_calls_total", Help: "Calls from a jobmanager with a lower fencing epoch than one already seen (a deposed leader), rejected."})
+	exchangeSent := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "weir_exchange_sent_bytes_total", Help: "Bytes of data frames sent to other taskmanagers (encoded, before gRPC framing)."},
+		func() float64 { return float64(tm.exchangeStats().SentBytes) })
+	exchangeFrames := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "weir_exchange_sent_frames_total", Help: "Data frames sent to other taskmanagers."},
+		func() float64 { return float64(tm.exchangeStats().SentFrames) })
+	exchangeReceived := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "weir_exchange_received_bytes_total", Help: "Bytes of data frames received from other taskmanagers."},
+		func() float64 { return float64(tm.exchangeStats().ReceivedBytes) })
+	exchangeBuffered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "weir_exchange_buffered_bytes", Help: "Bytes of batches from other taskmanagers waiting in input buffers (network memory in use)."},
+		func() float64 { return float64(tm.exchangeStats().BufferedBytes) })
+	exchangePeak := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "weir_exchange_buffered_bytes_peak", Help: "The most network memory in use so far."},
+		func() float64 { return float64(tm.exchangeStats().PeakBufferedBytes) })
+	exchangeBudget := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "weir_exchange_memory_bytes", Help: "The network memory budget (exchangeMemoryBytes)."},
+		func() float64 { return float64(tm.cfg.ExchangeMemoryBytes) })
+	m.reg.MustRegister(exchangeSent, exchangeFrames, exchangeReceived, exchangeBuffered, exchangePeak, exchangeBudget)
 	m.reg.MustRegister(m.fencedCalls, m.stateBytesWrite, m.stateBytesRead, m.snapshots, m.alignment, m.syncDuration, m.asyncDuration,
 		m.tasksRunning, newLateRecords(tm.lateRecordCounts),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -147,4 +166,13 @@ func (tm *TaskManager) forgetLateLocked(active []string) {
 			delete(tm.mu.lateGone, k)
 		}
 	}
+}
+
+// exchangeStats are the counters of the taskmanager's exchange, zero before
+// it exists.
+func (tm *TaskManager) exchangeStats() dataflow.ExchangeStats {
+	if x := tm.exchangeRef.Load(); x != nil {
+		return x.Stats()
+	}
+	return dataflow.ExchangeStats{}
 }

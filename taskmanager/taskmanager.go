@@ -88,12 +88,18 @@ type TaskManager struct {
 	wg sync.WaitGroup // running tasks
 
 	exchange *dataflow.Exchange
+	// exchangeRef is exchange for the metrics, which may be read before Run
+	// creates it.
+	exchangeRef atomic.Pointer[dataflow.Exchange]
 	// stateCache is the block cache the Pebble backends of the tasks share
 	// (Config.StateCacheBytes), while Run runs.
 	stateCache *backends.SharedCache
 	storages   storages
 	metrics    *metrics
 	uploads    sync.WaitGroup // checkpoint uploads in flight
+	// acks batches the tasks' checkpoint acknowledgements and declines
+	// (ackbatch.go).
+	acks *ackBatcher
 }
 
 type taskKey struct {
@@ -162,6 +168,8 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	tm.mu.jobsRun = make(map[string]bool)
 	tm.mu.subtasksSwept = make(map[string]int64)
 	tm.metrics = newMetrics(tm)
+	tm.acks = newAckBatcher(cfg.ID, cfg.CheckpointAckDelay, tm.checkpointingTasks,
+		func() reportSender { return clusterSender{tm.cluster()} }, tm.log)
 	tm.mu.hbInterval = time.Second
 	tm.mu.hbTimeout = 10 * time.Second
 	return tm, nil
@@ -171,11 +179,13 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 // service, only other taskmanagers the data exchange.
 var (
 	controlPolicy = security.Policy{
-		weirpb.TaskExecutorService_SubmitTask_FullMethodName:        {security.RoleJobManager},
-		weirpb.TaskExecutorService_CancelTask_FullMethodName:        {security.RoleJobManager},
-		weirpb.TaskExecutorService_TriggerCheckpoint_FullMethodName: {security.RoleJobManager},
-		weirpb.TaskExecutorService_NotifyCheckpoint_FullMethodName:  {security.RoleJobManager},
-		weirpb.TaskExecutorService_Ping_FullMethodName:              {security.RoleJobManager},
+		weirpb.TaskExecutorService_SubmitTask_FullMethodName:         {security.RoleJobManager},
+		weirpb.TaskExecutorService_CancelTask_FullMethodName:         {security.RoleJobManager},
+		weirpb.TaskExecutorService_TriggerCheckpoint_FullMethodName:  {security.RoleJobManager},
+		weirpb.TaskExecutorService_NotifyCheckpoint_FullMethodName:   {security.RoleJobManager},
+		weirpb.TaskExecutorService_TriggerCheckpoints_FullMethodName: {security.RoleJobManager},
+		weirpb.TaskExecutorService_NotifyCheckpoints_FullMethodName:  {security.RoleJobManager},
+		weirpb.TaskExecutorService_Ping_FullMethodName:               {security.RoleJobManager},
 	}
 	exchangePolicy = security.Policy{
 		weirpb.ExchangeService_Connect_FullMethodName: {security.RoleTaskManager},
@@ -253,6 +263,8 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		defer os.RemoveAll(dir)
 	} else if err := os.MkdirAll(tm.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("taskmanager config: state dir %s: %w", tm.cfg.StateDir, err)
+	} else {
+		tm.adoptLocalState()
 	}
 	lis, err := net.Listen("tcp", tm.cfg.RPCAddress)
 	if err != nil {
@@ -301,9 +313,11 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	tm.exchange = dataflow.NewExchange(dataflow.ExchangeConfig{
 		SelfAddress:       tm.exchangeAddr,
 		CreditsPerChannel: tm.cfg.CreditsPerChannel,
+		MemoryBytes:       tm.cfg.ExchangeMemoryBytes,
 		DialOptions:       []grpc.DialOption{security.DialOption(tm.tls, security.RoleTaskManager), dataflow.PeerConnectParams()},
 		Logger:            tm.log,
 	})
+	tm.exchangeRef.Store(tm.exchange)
 	// The jobmanager's keepalive pings (every 10s) find a half-open
 	// connection; allow them.
 	keep := grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})
@@ -311,7 +325,8 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	weirpb.RegisterTaskExecutorServiceServer(srv, &executorServer{tm: tm})
 	// A frame holds at most ExchangeConfig.MaxFrameBytes unless one batch is
 	// larger; allow generous messages so a wide batch never breaks a stream.
-	exchSrv := grpc.NewServer(append(exchangePolicy.ServerOptions(tm.tls), grpc.MaxRecvMsgSize(maxFrameBytes), grpc.MaxConcurrentStreams(1024), keep)...)
+	exchSrv := grpc.NewServer(append(append(exchangePolicy.ServerOptions(tm.tls), dataflow.ExchangeServerOptions()...),
+		grpc.MaxRecvMsgSize(maxFrameBytes), grpc.MaxConcurrentStreams(1024), keep)...)
 	tm.exchange.Register(exchSrv)
 	var metricsSrv *http.Server
 	var metricsLis net.Listener
@@ -378,6 +393,7 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		tm.stopTasks()
 		tm.wg.Wait()
 		tm.uploads.Wait()
+		tm.acks.close()
 		tm.exchange.Close()
 		srv.Stop()
 		exchSrv.Stop()
@@ -608,9 +624,13 @@ func (tm *TaskManager) submit(d *weirpb.TaskDeployment, epoch int64) error {
 		state: weirpb.TaskState_TASK_STATE_RUNNING, epoch: epoch, done: make(chan struct{}), prev: prev}
 	rt.restore.restoring.Store(restores(d))
 	tm.mu.tasks[k] = rt
+	firstOfJob := !tm.mu.jobsRun[k.job]
 	tm.mu.jobsRun[k.job] = true
 	tm.wg.Add(1)
 	tm.mu.Unlock()
+	if firstOfJob {
+		tm.markJobDir(k.job)
+	}
 
 	tm.log.Info("task deployed", "task", d.GetTaskName(), "job", d.GetId().GetJobId(), "attempt", d.GetId().GetAttempt(), "epoch", epoch)
 	go tm.runTask(ctx, rt)
@@ -749,42 +769,114 @@ func (s *executorServer) TriggerCheckpoint(ctx context.Context, req *weirpb.Trig
 	if err := s.tm.fenceCall(ctx, "TriggerCheckpoint", req.GetEpoch()); err != nil {
 		return nil, err
 	}
-	rt, ok := s.tm.task(req.GetId())
+	if err := s.tm.triggerCheckpoint(req.GetId(), req.GetCheckpointId(), req.GetTimestampMs(), req.GetSavepoint(), req.GetDrain()); err != nil {
+		return nil, err
+	}
+	return &weirpb.TriggerCheckpointResponse{}, nil
+}
+
+// TriggerCheckpoints triggers the checkpoint on each task named, fenced
+// once for all; the tasks that could not take it are the response's
+// failures, each with the status TriggerCheckpoint would have failed with.
+func (s *executorServer) TriggerCheckpoints(ctx context.Context, req *weirpb.TriggerCheckpointsRequest) (*weirpb.TriggerCheckpointsResponse, error) {
+	if err := s.tm.fenceCall(ctx, "TriggerCheckpoints", req.GetEpoch()); err != nil {
+		return nil, err
+	}
+	resp := &weirpb.TriggerCheckpointsResponse{}
+	for _, id := range req.GetIds() {
+		if err := s.tm.triggerCheckpoint(id, req.GetCheckpointId(), req.GetTimestampMs(), req.GetSavepoint(), req.GetDrain()); err != nil {
+			resp.Failures = append(resp.Failures, callFailure(id, err))
+		}
+	}
+	return resp, nil
+}
+
+// callFailure is the failure of one task of a batched call.
+func callFailure(id *weirpb.ExecutionID, err error) *weirpb.TaskCallFailure {
+	st := status.Convert(err)
+	return &weirpb.TaskCallFailure{Id: id, Code: int32(st.Code()), Message: st.Message()}
+}
+
+// triggerCheckpoint triggers checkpoint on the task attempt id (the call
+// is admitted); the error is a status error.
+func (tm *TaskManager) triggerCheckpoint(id *weirpb.ExecutionID, checkpoint, timestampMs int64, savepoint, drain bool) error {
+	rt, ok := tm.task(id)
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "trigger checkpoint %d: no such task attempt on taskmanager %s", req.GetCheckpointId(), s.tm.cfg.ID)
+		return status.Errorf(codes.NotFound, "trigger checkpoint %d: no such task attempt on taskmanager %s", checkpoint, tm.cfg.ID)
 	}
 	trigger := rt.task.TriggerCheckpoint
 	switch {
-	case req.GetDrain():
+	case drain:
 		trigger = rt.task.TriggerDrain
-	case req.GetSavepoint():
+	case savepoint:
 		trigger = rt.task.TriggerSavepoint
 	}
-	if err := trigger(req.GetCheckpointId(), req.GetTimestampMs()); err != nil {
+	if err := trigger(checkpoint, timestampMs); err != nil {
 		code := codes.FailedPrecondition
 		if errors.Is(err, dataflow.ErrTaskEnded) {
 			code = codes.NotFound // as for a task already removed
 		}
-		return nil, status.Errorf(code, "trigger checkpoint %d on task %s: %v", req.GetCheckpointId(), rt.name, err)
+		return status.Errorf(code, "trigger checkpoint %d on task %s: %v", checkpoint, rt.name, err)
 	}
-	return &weirpb.TriggerCheckpointResponse{}, nil
+	return nil
 }
 
 func (s *executorServer) NotifyCheckpoint(ctx context.Context, req *weirpb.NotifyCheckpointRequest) (*weirpb.NotifyCheckpointResponse, error) {
 	if err := s.tm.fenceCall(ctx, "NotifyCheckpoint", req.GetEpoch()); err != nil {
 		return nil, err
 	}
-	rt, ok := s.tm.task(req.GetId())
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "notify checkpoint %d: no such task attempt on taskmanager %s", req.GetCheckpointId(), s.tm.cfg.ID)
+	if err := s.tm.notifyCheckpoint(req.GetId(), req.GetCheckpointId(), req.GetComplete()); err != nil {
+		return nil, err
 	}
-	if req.GetComplete() {
-		rt.task.NotifyCheckpointComplete(req.GetCheckpointId())
-		s.tm.sweepSubtaskState(req.GetId().GetJobId(), req.GetCheckpointId())
-	} else {
-		rt.task.NotifyCheckpointAborted(req.GetCheckpointId())
-	}
+	s.tm.checkpointEnded(req.GetId().GetJobId(), req.GetCheckpointId(), req.GetComplete())
 	return &weirpb.NotifyCheckpointResponse{}, nil
+}
+
+// NotifyCheckpoints notifies each task named, fenced once for all; the
+// tasks not found are the response's failures.
+func (s *executorServer) NotifyCheckpoints(ctx context.Context, req *weirpb.NotifyCheckpointsRequest) (*weirpb.NotifyCheckpointsResponse, error) {
+	if err := s.tm.fenceCall(ctx, "NotifyCheckpoints", req.GetEpoch()); err != nil {
+		return nil, err
+	}
+	resp := &weirpb.NotifyCheckpointsResponse{}
+	jobs := make(map[string]bool, 1)
+	for _, id := range req.GetIds() {
+		if err := s.tm.notifyCheckpoint(id, req.GetCheckpointId(), req.GetComplete()); err != nil {
+			resp.Failures = append(resp.Failures, callFailure(id, err))
+			continue
+		}
+		jobs[id.GetJobId()] = true
+	}
+	for job := range jobs {
+		s.tm.checkpointEnded(job, req.GetCheckpointId(), req.GetComplete())
+	}
+	return resp, nil
+}
+
+// notifyCheckpoint tells the task attempt id (the call is admitted) that
+// checkpoint completed or was aborted; the error is a status error.
+func (tm *TaskManager) notifyCheckpoint(id *weirpb.ExecutionID, checkpoint int64, complete bool) error {
+	rt, ok := tm.task(id)
+	if !ok {
+		return status.Errorf(codes.NotFound, "notify checkpoint %d: no such task attempt on taskmanager %s", checkpoint, tm.cfg.ID)
+	}
+	if complete {
+		rt.task.NotifyCheckpointComplete(checkpoint)
+	} else {
+		rt.task.NotifyCheckpointAborted(checkpoint)
+	}
+	return nil
+}
+
+// checkpointEnded does what a notification of checkpoint of job calls for
+// once per job, after its tasks were notified: a completed one makes
+// older local state of no use, and the reports of both are no longer
+// awaited.
+func (tm *TaskManager) checkpointEnded(job string, checkpoint int64, complete bool) {
+	if complete {
+		tm.sweepSubtaskState(job, checkpoint)
+	}
+	tm.acks.forget(job, checkpoint)
 }
 
 func (s *executorServer) Ping(context.Context, *weirpb.PingRequest) (*weirpb.PingResponse, error) {

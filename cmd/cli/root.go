@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -38,12 +40,39 @@ func NewWeirCommand(reg *stream.Registry) *cobra.Command {
 
 // Main runs cmd with a context cancelled by SIGINT or SIGTERM and exits with
 // status 1 after printing the error, if any.
+//
+// With WEIR_CPU_PROFILE set to a directory, the process writes a CPU
+// profile of its whole run there (NAME-PID.pprof, for `go tool pprof`): a
+// developer's aid for profiling processes that tests and benchmarks start.
 func Main(cmd *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	stopProfile := startCPUProfile(cmd.Name())
 	err := cmd.ExecuteContext(ctx)
+	stopProfile()
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", cmd.Name(), err)
 		os.Exit(1)
+	}
+}
+
+// startCPUProfile starts the CPU profile WEIR_CPU_PROFILE asks for, if any,
+// and returns the function that ends it.
+func startCPUProfile(name string) func() {
+	dir := os.Getenv("WEIR_CPU_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", name, os.Getpid())))
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: WEIR_CPU_PROFILE: %v; running without a profile\n", name, err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}
 }

@@ -62,6 +62,7 @@ type Fake struct {
 		regs       []*weirpb.RegisterTaskManagerRequest
 		heartbeats []*weirpb.HeartbeatRequest
 		updates    []*weirpb.UpdateTaskStateRequest
+		reports    []*weirpb.ReportCheckpointsRequest
 		reregister int      // heartbeats still to answer with reregister=true
 		active     []string // the active jobs heartbeats answer with
 	}
@@ -194,6 +195,22 @@ func (j *Fake) UpdateTaskState(_ context.Context, req *weirpb.UpdateTaskStateReq
 	j.mu.updates = append(j.mu.updates, req)
 	j.mu.Unlock()
 	return &weirpb.UpdateTaskStateResponse{}, nil
+}
+
+// ReportCheckpoints records the batch of checkpoint reports.
+func (j *Fake) ReportCheckpoints(_ context.Context, req *weirpb.ReportCheckpointsRequest) (*weirpb.ReportCheckpointsResponse, error) {
+	j.mu.Lock()
+	j.mu.reports = append(j.mu.reports, req)
+	j.mu.Unlock()
+	return &weirpb.ReportCheckpointsResponse{}, nil
+}
+
+// CheckpointReports returns every ReportCheckpoints batch received, in
+// arrival order.
+func (j *Fake) CheckpointReports() []*weirpb.ReportCheckpointsRequest {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.mu.reports)
 }
 
 // SetActive makes heartbeats answer that jobs are the active ones.

@@ -304,7 +304,7 @@ func (c *Scheduler) ManifestWritten(jobID string, cp Checkpoint, err error, now 
 	}
 	j.coord.ManifestWritten(now, id, err)
 	stop := false
-	if latest, _, ok := j.coord.Latest(); ok && latest == id {
+	if latest, ok := j.coord.LatestID(); ok && latest == id {
 		j.latest = cp
 		keepRestorable(j, cp)
 		c.log.Info("checkpoint completed", "job", j.id, "checkpoint", id, "coordinatorStopped", j.coord.Stopped())
@@ -378,7 +378,7 @@ func (c *Scheduler) triggerNow(jobID string, savepoint bool, now time.Time) (int
 			j.savepoints = make(map[int64]bool)
 		}
 		for id := range j.savepoints { // ended: older than the latest
-			if latest, _, ok := j.coord.Latest(); ok && id <= latest {
+			if latest, ok := j.coord.LatestID(); ok && id <= latest {
 				delete(j.savepoints, id)
 			}
 		}
@@ -453,7 +453,7 @@ func (c *Scheduler) checkStop(j *job, now time.Time) []Action {
 	if w, ok := j.coord.Writing(); ok && w >= j.stopAt {
 		return nil
 	}
-	if latest, _, ok := j.coord.Latest(); ok && latest >= j.stopAt {
+	if latest, ok := j.coord.LatestID(); ok && latest >= j.stopAt {
 		return nil
 	}
 	if j.drainAt > 0 {

@@ -33,7 +33,8 @@ func Register(r *stream.Registry) {
 		NewOperator: func(config []byte) (stream.Operator, error) {
 			return NewWatermarks(config)
 		},
-		Doc: "assigns event time from a timestamp field and emits bounded-out-of-orderness watermarks",
+		AutoWatermarkInterval: true,
+		Doc:                   "assigns event time from a timestamp field and emits bounded-out-of-orderness watermarks periodically",
 	})
 	r.Register(stream.OperatorType{
 		Name: TypeTumblingWindow,
@@ -74,7 +75,19 @@ type WatermarksConfig struct {
 	// may still arrive, as a Go duration ("2s", "500ms") with millisecond
 	// precision. Default "0s" (timestamps ascend).
 	MaxOutOfOrderness string `json:"maxOutOfOrderness,omitempty"`
+	// AutoWatermarkInterval is the least processing time between two
+	// watermarks the operator emits, as a Go duration with millisecond
+	// precision: an advance of the watermark waits until that long after
+	// the previous emission (Flink's auto-watermark interval). "0s" emits
+	// after every batch that advanced the watermark. Empty takes the job
+	// spec's job-level autoWatermarkInterval, else
+	// DefaultAutoWatermarkInterval.
+	AutoWatermarkInterval string `json:"autoWatermarkInterval,omitempty"`
 }
+
+// DefaultAutoWatermarkInterval is the watermarks operator's interval when
+// neither its config nor the job sets one: Flink's default.
+const DefaultAutoWatermarkInterval = 200 * time.Millisecond
 
 // WindowConfig is the JSON config of the tumbling_window and sliding_window
 // operators. Durations are Go durations ("10s", "500ms") with millisecond
@@ -166,8 +179,9 @@ func planWatermarks(p *stream.PlanContext) (*stream.Schema, error) {
 }
 
 type watermarksSpec struct {
-	field string
-	ooo   int64 // max out-of-orderness, ms
+	field    string
+	ooo      int64 // max out-of-orderness, ms
+	interval int64 // auto-watermark interval, ms; 0 emits per batch
 }
 
 func parseWatermarksConfig(raw []byte) (*watermarksSpec, error) {
@@ -185,7 +199,14 @@ func parseWatermarksConfig(raw []byte) (*watermarksSpec, error) {
 	if ooo < 0 {
 		return nil, stream.ConfigErrorf("%s: maxOutOfOrderness %q is negative; use \"0s\" for ascending timestamps or a positive bound such as \"2s\"", TypeWatermarks, c.MaxOutOfOrderness)
 	}
-	return &watermarksSpec{field: c.TimestampField, ooo: ooo}, nil
+	interval, err := parseMillis(TypeWatermarks, "autoWatermarkInterval", c.AutoWatermarkInterval, DefaultAutoWatermarkInterval.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	if interval < 0 {
+		return nil, stream.ConfigErrorf("%s: autoWatermarkInterval %q is negative; use \"0s\" to emit after every batch or a positive interval such as \"200ms\"", TypeWatermarks, c.AutoWatermarkInterval)
+	}
+	return &watermarksSpec{field: c.TimestampField, ooo: ooo, interval: interval}, nil
 }
 
 // resolve returns the index of the timestamp field in in.

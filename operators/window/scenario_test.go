@@ -187,7 +187,7 @@ func TestWatermarks(t *testing.T) {
 	}{
 		{
 			name:   "bounded out of orderness",
-			config: `{"timestampField": "ts", "maxOutOfOrderness": "2s"}`,
+			config: `{"timestampField": "ts", "maxOutOfOrderness": "2s", "autoWatermarkInterval": "0s"}`,
 			actions: []action{
 				{ts: []any{int64(5000), int64(3000)}},
 				{ts: []any{int64(4000)}},           // max unchanged: no watermark
@@ -201,7 +201,7 @@ func TestWatermarks(t *testing.T) {
 		},
 		{
 			name:    "int64 field, default bound",
-			config:  `{"timestampField": "ms"}`,
+			config:  `{"timestampField": "ms", "autoWatermarkInterval": "0s"}`,
 			actions: []action{{ts: []any{int64(10), int64(20)}}, {ts: []any{int64(20)}}, {ts: []any{int64(21)}}},
 			wantWMs: []int64{19, 20},
 		},

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -211,6 +212,11 @@ func (o *Watermarks) RestoreState(c *stream.RestoreContext) error {
 			return fmt.Errorf("%s: restoring checkpoint %d: corrupt max timestamp state: %v", o.name, c.CheckpointID, err)
 		}
 		o.maxTs, o.wm = max(o.maxTs, maxTs), max(o.wm, wm)
+	}
+	if o.spec.interval > 0 && o.current() > o.wm && o.wm != stream.MaxWatermark {
+		// An advance the checkpoint saw but had not emitted yet goes out
+		// before the first record after the restore.
+		o.due, o.pending = math.MinInt64, true
 	}
 	return nil
 }

@@ -263,7 +263,8 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 					keys = strings.Split(p.key, ",")
 				}
 				wcfg, _ := json.Marshal(cfg)
-				mcfg, _ := json.Marshal(WatermarksConfig{TimestampField: "ts", MaxOutOfOrderness: dur(p.ooo)})
+				// The model (arrival) has a watermark after every batch.
+				mcfg, _ := json.Marshal(WatermarksConfig{TimestampField: "ts", MaxOutOfOrderness: dur(p.ooo), AutoWatermarkInterval: "0s"})
 
 				newOps := func() (*Watermarks, *Window) {
 					wmOp, err := NewWatermarks(mcfg)

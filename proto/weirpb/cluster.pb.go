@@ -1517,6 +1517,315 @@ func (*TriggerCheckpointResponse) Descriptor() ([]byte, []int) {
 	return file_weirpb_cluster_proto_rawDescGZIP(), []int{17}
 }
 
+// TriggerCheckpointsRequest triggers checkpoint_id on the source tasks ids
+// (executions of one job on the called taskmanager); the other fields are
+// TriggerCheckpointRequest's.
+type TriggerCheckpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []*ExecutionID         `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	CheckpointId  int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	TimestampMs   int64                  `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	Epoch         int64                  `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Savepoint     bool                   `protobuf:"varint,5,opt,name=savepoint,proto3" json:"savepoint,omitempty"`
+	Drain         bool                   `protobuf:"varint,6,opt,name=drain,proto3" json:"drain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerCheckpointsRequest) Reset() {
+	*x = TriggerCheckpointsRequest{}
+	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerCheckpointsRequest) ProtoMessage() {}
+
+func (x *TriggerCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*TriggerCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *TriggerCheckpointsRequest) GetIds() []*ExecutionID {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *TriggerCheckpointsRequest) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointsRequest) GetTimestampMs() int64 {
+	if x != nil {
+		return x.TimestampMs
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointsRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointsRequest) GetSavepoint() bool {
+	if x != nil {
+		return x.Savepoint
+	}
+	return false
+}
+
+func (x *TriggerCheckpointsRequest) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
+}
+
+// TaskCallFailure is one task of a batched call that did not take it: code
+// is the gRPC status code the single call would have failed with
+// (NOT_FOUND: no such task attempt, or it ended), message says why.
+type TaskCallFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Code          int32                  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskCallFailure) Reset() {
+	*x = TaskCallFailure{}
+	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskCallFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskCallFailure) ProtoMessage() {}
+
+func (x *TaskCallFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskCallFailure.ProtoReflect.Descriptor instead.
+func (*TaskCallFailure) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *TaskCallFailure) GetId() *ExecutionID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *TaskCallFailure) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *TaskCallFailure) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type TriggerCheckpointsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Failures      []*TaskCallFailure     `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerCheckpointsResponse) Reset() {
+	*x = TriggerCheckpointsResponse{}
+	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerCheckpointsResponse) ProtoMessage() {}
+
+func (x *TriggerCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*TriggerCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TriggerCheckpointsResponse) GetFailures() []*TaskCallFailure {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+// NotifyCheckpointsRequest tells the tasks ids (executions of one job on
+// the called taskmanager) that checkpoint_id completed or was aborted; the
+// other fields are NotifyCheckpointRequest's.
+type NotifyCheckpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []*ExecutionID         `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	CheckpointId  int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Complete      bool                   `protobuf:"varint,3,opt,name=complete,proto3" json:"complete,omitempty"`
+	Epoch         int64                  `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyCheckpointsRequest) Reset() {
+	*x = NotifyCheckpointsRequest{}
+	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyCheckpointsRequest) ProtoMessage() {}
+
+func (x *NotifyCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*NotifyCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *NotifyCheckpointsRequest) GetIds() []*ExecutionID {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *NotifyCheckpointsRequest) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *NotifyCheckpointsRequest) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *NotifyCheckpointsRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type NotifyCheckpointsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Failures      []*TaskCallFailure     `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyCheckpointsResponse) Reset() {
+	*x = NotifyCheckpointsResponse{}
+	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyCheckpointsResponse) ProtoMessage() {}
+
+func (x *NotifyCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*NotifyCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *NotifyCheckpointsResponse) GetFailures() []*TaskCallFailure {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
 type NotifyCheckpointRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1533,7 +1842,7 @@ type NotifyCheckpointRequest struct {
 
 func (x *NotifyCheckpointRequest) Reset() {
 	*x = NotifyCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	mi := &file_weirpb_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1854,7 @@ func (x *NotifyCheckpointRequest) String() string {
 func (*NotifyCheckpointRequest) ProtoMessage() {}
 
 func (x *NotifyCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	mi := &file_weirpb_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1867,7 @@ func (x *NotifyCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*NotifyCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{18}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NotifyCheckpointRequest) GetId() *ExecutionID {
@@ -1597,7 +1906,7 @@ type NotifyCheckpointResponse struct {
 
 func (x *NotifyCheckpointResponse) Reset() {
 	*x = NotifyCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	mi := &file_weirpb_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1918,7 @@ func (x *NotifyCheckpointResponse) String() string {
 func (*NotifyCheckpointResponse) ProtoMessage() {}
 
 func (x *NotifyCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	mi := &file_weirpb_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1931,7 @@ func (x *NotifyCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*NotifyCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{19}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 type AcknowledgeCheckpointRequest struct {
@@ -1641,7 +1950,7 @@ type AcknowledgeCheckpointRequest struct {
 
 func (x *AcknowledgeCheckpointRequest) Reset() {
 	*x = AcknowledgeCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	mi := &file_weirpb_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1962,7 @@ func (x *AcknowledgeCheckpointRequest) String() string {
 func (*AcknowledgeCheckpointRequest) ProtoMessage() {}
 
 func (x *AcknowledgeCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	mi := &file_weirpb_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1975,7 @@ func (x *AcknowledgeCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{20}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcknowledgeCheckpointRequest) GetTaskmanagerId() string {
@@ -1733,7 +2042,7 @@ type AcknowledgeCheckpointResponse struct {
 
 func (x *AcknowledgeCheckpointResponse) Reset() {
 	*x = AcknowledgeCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	mi := &file_weirpb_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +2054,7 @@ func (x *AcknowledgeCheckpointResponse) String() string {
 func (*AcknowledgeCheckpointResponse) ProtoMessage() {}
 
 func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	mi := &file_weirpb_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +2067,7 @@ func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{21}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 type DeclineCheckpointRequest struct {
@@ -1773,7 +2082,7 @@ type DeclineCheckpointRequest struct {
 
 func (x *DeclineCheckpointRequest) Reset() {
 	*x = DeclineCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +2094,7 @@ func (x *DeclineCheckpointRequest) String() string {
 func (*DeclineCheckpointRequest) ProtoMessage() {}
 
 func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +2107,7 @@ func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclineCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeclineCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{22}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeclineCheckpointRequest) GetTaskmanagerId() string {
@@ -1837,7 +2146,7 @@ type DeclineCheckpointResponse struct {
 
 func (x *DeclineCheckpointResponse) Reset() {
 	*x = DeclineCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[23]
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +2158,7 @@ func (x *DeclineCheckpointResponse) String() string {
 func (*DeclineCheckpointResponse) ProtoMessage() {}
 
 func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[23]
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2171,262 @@ func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclineCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeclineCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{23}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{28}
+}
+
+// CheckpointAck is one task's acknowledgement in a ReportCheckpointsRequest;
+// its fields are those of AcknowledgeCheckpointRequest.
+type CheckpointAck struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Id                  *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	CheckpointId        int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Handles             []*StateHandle         `protobuf:"bytes,3,rep,name=handles,proto3" json:"handles,omitempty"`
+	SyncDurationMs      int64                  `protobuf:"varint,4,opt,name=sync_duration_ms,json=syncDurationMs,proto3" json:"sync_duration_ms,omitempty"`
+	AsyncDurationMs     int64                  `protobuf:"varint,5,opt,name=async_duration_ms,json=asyncDurationMs,proto3" json:"async_duration_ms,omitempty"`
+	AlignmentDurationMs int64                  `protobuf:"varint,6,opt,name=alignment_duration_ms,json=alignmentDurationMs,proto3" json:"alignment_duration_ms,omitempty"`
+	Bytes               int64                  `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *CheckpointAck) Reset() {
+	*x = CheckpointAck{}
+	mi := &file_weirpb_cluster_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointAck) ProtoMessage() {}
+
+func (x *CheckpointAck) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointAck.ProtoReflect.Descriptor instead.
+func (*CheckpointAck) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CheckpointAck) GetId() *ExecutionID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *CheckpointAck) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *CheckpointAck) GetHandles() []*StateHandle {
+	if x != nil {
+		return x.Handles
+	}
+	return nil
+}
+
+func (x *CheckpointAck) GetSyncDurationMs() int64 {
+	if x != nil {
+		return x.SyncDurationMs
+	}
+	return 0
+}
+
+func (x *CheckpointAck) GetAsyncDurationMs() int64 {
+	if x != nil {
+		return x.AsyncDurationMs
+	}
+	return 0
+}
+
+func (x *CheckpointAck) GetAlignmentDurationMs() int64 {
+	if x != nil {
+		return x.AlignmentDurationMs
+	}
+	return 0
+}
+
+func (x *CheckpointAck) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+// CheckpointDecline is one task's decline in a ReportCheckpointsRequest;
+// its fields are those of DeclineCheckpointRequest.
+type CheckpointDecline struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	CheckpointId  int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointDecline) Reset() {
+	*x = CheckpointDecline{}
+	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointDecline) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointDecline) ProtoMessage() {}
+
+func (x *CheckpointDecline) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointDecline.ProtoReflect.Descriptor instead.
+func (*CheckpointDecline) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *CheckpointDecline) GetId() *ExecutionID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *CheckpointDecline) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *CheckpointDecline) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ReportCheckpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskmanagerId string                 `protobuf:"bytes,1,opt,name=taskmanager_id,json=taskmanagerId,proto3" json:"taskmanager_id,omitempty"`
+	// acks and declines are applied in this order: acks first, each list in
+	// order. A task acknowledges or declines a checkpoint, never both, so
+	// the order between the lists does not matter.
+	Acks          []*CheckpointAck     `protobuf:"bytes,2,rep,name=acks,proto3" json:"acks,omitempty"`
+	Declines      []*CheckpointDecline `protobuf:"bytes,3,rep,name=declines,proto3" json:"declines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportCheckpointsRequest) Reset() {
+	*x = ReportCheckpointsRequest{}
+	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportCheckpointsRequest) ProtoMessage() {}
+
+func (x *ReportCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*ReportCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReportCheckpointsRequest) GetTaskmanagerId() string {
+	if x != nil {
+		return x.TaskmanagerId
+	}
+	return ""
+}
+
+func (x *ReportCheckpointsRequest) GetAcks() []*CheckpointAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
+func (x *ReportCheckpointsRequest) GetDeclines() []*CheckpointDecline {
+	if x != nil {
+		return x.Declines
+	}
+	return nil
+}
+
+type ReportCheckpointsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportCheckpointsResponse) Reset() {
+	*x = ReportCheckpointsResponse{}
+	mi := &file_weirpb_cluster_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportCheckpointsResponse) ProtoMessage() {}
+
+func (x *ReportCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*ReportCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 type SubmitTaskRequest struct {
@@ -1880,7 +2444,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[24]
+	mi := &file_weirpb_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2456,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[24]
+	mi := &file_weirpb_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2469,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{24}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SubmitTaskRequest) GetTask() *TaskDeployment {
@@ -1937,7 +2501,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[25]
+	mi := &file_weirpb_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2513,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[25]
+	mi := &file_weirpb_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2526,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{25}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 type CancelTaskRequest struct {
@@ -1976,7 +2540,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[26]
+	mi := &file_weirpb_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2552,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[26]
+	mi := &file_weirpb_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2565,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{26}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CancelTaskRequest) GetId() *ExecutionID {
@@ -2026,7 +2590,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	mi := &file_weirpb_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2602,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	mi := &file_weirpb_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2615,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{27}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 type SourceInputEndedRequest struct {
@@ -2064,7 +2628,7 @@ type SourceInputEndedRequest struct {
 
 func (x *SourceInputEndedRequest) Reset() {
 	*x = SourceInputEndedRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	mi := &file_weirpb_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2640,7 @@ func (x *SourceInputEndedRequest) String() string {
 func (*SourceInputEndedRequest) ProtoMessage() {}
 
 func (x *SourceInputEndedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	mi := &file_weirpb_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2653,7 @@ func (x *SourceInputEndedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInputEndedRequest.ProtoReflect.Descriptor instead.
 func (*SourceInputEndedRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{28}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SourceInputEndedRequest) GetTaskmanagerId() string {
@@ -2114,7 +2678,7 @@ type SourceInputEndedResponse struct {
 
 func (x *SourceInputEndedResponse) Reset() {
 	*x = SourceInputEndedResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[29]
+	mi := &file_weirpb_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2690,7 @@ func (x *SourceInputEndedResponse) String() string {
 func (*SourceInputEndedResponse) ProtoMessage() {}
 
 func (x *SourceInputEndedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[29]
+	mi := &file_weirpb_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2703,7 @@ func (x *SourceInputEndedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInputEndedResponse.ProtoReflect.Descriptor instead.
 func (*SourceInputEndedResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{29}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 type PingRequest struct {
@@ -2150,7 +2714,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	mi := &file_weirpb_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2726,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	mi := &file_weirpb_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2739,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{30}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 type PingResponse struct {
@@ -2188,7 +2752,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	mi := &file_weirpb_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2764,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	mi := &file_weirpb_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2777,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{31}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PingResponse) GetTaskmanagerId() string {
@@ -2354,7 +2918,27 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12\x1c\n" +
 	"\tsavepoint\x18\x05 \x01(\bR\tsavepoint\x12\x14\n" +
 	"\x05drain\x18\x06 \x01(\bR\x05drain\"\x1b\n" +
-	"\x19TriggerCheckpointResponse\"\x96\x01\n" +
+	"\x19TriggerCheckpointResponse\"\xd5\x01\n" +
+	"\x19TriggerCheckpointsRequest\x12&\n" +
+	"\x03ids\x18\x01 \x03(\v2\x14.weir.v1.ExecutionIDR\x03ids\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
+	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12\x1c\n" +
+	"\tsavepoint\x18\x05 \x01(\bR\tsavepoint\x12\x14\n" +
+	"\x05drain\x18\x06 \x01(\bR\x05drain\"e\n" +
+	"\x0fTaskCallFailure\x12$\n" +
+	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"R\n" +
+	"\x1aTriggerCheckpointsResponse\x124\n" +
+	"\bfailures\x18\x01 \x03(\v2\x18.weir.v1.TaskCallFailureR\bfailures\"\x99\x01\n" +
+	"\x18NotifyCheckpointsRequest\x12&\n" +
+	"\x03ids\x18\x01 \x03(\v2\x14.weir.v1.ExecutionIDR\x03ids\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x1a\n" +
+	"\bcomplete\x18\x03 \x01(\bR\bcomplete\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"Q\n" +
+	"\x19NotifyCheckpointsResponse\x124\n" +
+	"\bfailures\x18\x01 \x03(\v2\x18.weir.v1.TaskCallFailureR\bfailures\"\x96\x01\n" +
 	"\x17NotifyCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x1a\n" +
@@ -2376,7 +2960,24 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\x03R\fcheckpointId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x1b\n" +
-	"\x19DeclineCheckpointResponse\"w\n" +
+	"\x19DeclineCheckpointResponse\"\xaa\x02\n" +
+	"\rCheckpointAck\x12$\n" +
+	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12.\n" +
+	"\ahandles\x18\x03 \x03(\v2\x14.weir.v1.StateHandleR\ahandles\x12(\n" +
+	"\x10sync_duration_ms\x18\x04 \x01(\x03R\x0esyncDurationMs\x12*\n" +
+	"\x11async_duration_ms\x18\x05 \x01(\x03R\x0fasyncDurationMs\x122\n" +
+	"\x15alignment_duration_ms\x18\x06 \x01(\x03R\x13alignmentDurationMs\x12\x14\n" +
+	"\x05bytes\x18\a \x01(\x03R\x05bytes\"v\n" +
+	"\x11CheckpointDecline\x12$\n" +
+	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xa5\x01\n" +
+	"\x18ReportCheckpointsRequest\x12%\n" +
+	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12*\n" +
+	"\x04acks\x18\x02 \x03(\v2\x16.weir.v1.CheckpointAckR\x04acks\x126\n" +
+	"\bdeclines\x18\x03 \x03(\v2\x1a.weir.v1.CheckpointDeclineR\bdeclines\"\x1b\n" +
+	"\x19ReportCheckpointsResponse\"w\n" +
 	"\x11SubmitTaskRequest\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.weir.v1.TaskDeploymentR\x04task\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1f\n" +
@@ -2405,21 +3006,24 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x13TASK_STATE_FINISHED\x10\x05\x12\x18\n" +
 	"\x14TASK_STATE_CANCELING\x10\x06\x12\x17\n" +
 	"\x13TASK_STATE_CANCELED\x10\a\x12\x15\n" +
-	"\x11TASK_STATE_FAILED\x10\b2\xa9\x04\n" +
+	"\x11TASK_STATE_FAILED\x10\b2\x85\x05\n" +
 	"\x0eClusterService\x12`\n" +
 	"\x13RegisterTaskManager\x12#.weir.v1.RegisterTaskManagerRequest\x1a$.weir.v1.RegisterTaskManagerResponse\x12B\n" +
 	"\tHeartbeat\x12\x19.weir.v1.HeartbeatRequest\x1a\x1a.weir.v1.HeartbeatResponse\x12T\n" +
 	"\x0fUpdateTaskState\x12\x1f.weir.v1.UpdateTaskStateRequest\x1a .weir.v1.UpdateTaskStateResponse\x12f\n" +
 	"\x15AcknowledgeCheckpoint\x12%.weir.v1.AcknowledgeCheckpointRequest\x1a&.weir.v1.AcknowledgeCheckpointResponse\x12Z\n" +
-	"\x11DeclineCheckpoint\x12!.weir.v1.DeclineCheckpointRequest\x1a\".weir.v1.DeclineCheckpointResponse\x12W\n" +
-	"\x10SourceInputEnded\x12 .weir.v1.SourceInputEndedRequest\x1a!.weir.v1.SourceInputEndedResponse2\x8d\x03\n" +
+	"\x11DeclineCheckpoint\x12!.weir.v1.DeclineCheckpointRequest\x1a\".weir.v1.DeclineCheckpointResponse\x12Z\n" +
+	"\x11ReportCheckpoints\x12!.weir.v1.ReportCheckpointsRequest\x1a\".weir.v1.ReportCheckpointsResponse\x12W\n" +
+	"\x10SourceInputEnded\x12 .weir.v1.SourceInputEndedRequest\x1a!.weir.v1.SourceInputEndedResponse2\xc8\x04\n" +
 	"\x13TaskExecutorService\x12E\n" +
 	"\n" +
 	"SubmitTask\x12\x1a.weir.v1.SubmitTaskRequest\x1a\x1b.weir.v1.SubmitTaskResponse\x12E\n" +
 	"\n" +
 	"CancelTask\x12\x1a.weir.v1.CancelTaskRequest\x1a\x1b.weir.v1.CancelTaskResponse\x12Z\n" +
 	"\x11TriggerCheckpoint\x12!.weir.v1.TriggerCheckpointRequest\x1a\".weir.v1.TriggerCheckpointResponse\x12W\n" +
-	"\x10NotifyCheckpoint\x12 .weir.v1.NotifyCheckpointRequest\x1a!.weir.v1.NotifyCheckpointResponse\x123\n" +
+	"\x10NotifyCheckpoint\x12 .weir.v1.NotifyCheckpointRequest\x1a!.weir.v1.NotifyCheckpointResponse\x12]\n" +
+	"\x12TriggerCheckpoints\x12\".weir.v1.TriggerCheckpointsRequest\x1a#.weir.v1.TriggerCheckpointsResponse\x12Z\n" +
+	"\x11NotifyCheckpoints\x12!.weir.v1.NotifyCheckpointsRequest\x1a\".weir.v1.NotifyCheckpointsResponse\x123\n" +
 	"\x04Ping\x12\x14.weir.v1.PingRequest\x1a\x15.weir.v1.PingResponseB0Z.github.com/weirstream/weir/proto/weirpb;weirpbb\x06proto3"
 
 var (
@@ -2435,7 +3039,7 @@ func file_weirpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_weirpb_cluster_proto_goTypes = []any{
 	(TaskState)(0),                        // 0: weir.v1.TaskState
 	(*ExecutionID)(nil),                   // 1: weir.v1.ExecutionID
@@ -2456,78 +3060,103 @@ var file_weirpb_cluster_proto_goTypes = []any{
 	(*StateFile)(nil),                     // 16: weir.v1.StateFile
 	(*TriggerCheckpointRequest)(nil),      // 17: weir.v1.TriggerCheckpointRequest
 	(*TriggerCheckpointResponse)(nil),     // 18: weir.v1.TriggerCheckpointResponse
-	(*NotifyCheckpointRequest)(nil),       // 19: weir.v1.NotifyCheckpointRequest
-	(*NotifyCheckpointResponse)(nil),      // 20: weir.v1.NotifyCheckpointResponse
-	(*AcknowledgeCheckpointRequest)(nil),  // 21: weir.v1.AcknowledgeCheckpointRequest
-	(*AcknowledgeCheckpointResponse)(nil), // 22: weir.v1.AcknowledgeCheckpointResponse
-	(*DeclineCheckpointRequest)(nil),      // 23: weir.v1.DeclineCheckpointRequest
-	(*DeclineCheckpointResponse)(nil),     // 24: weir.v1.DeclineCheckpointResponse
-	(*SubmitTaskRequest)(nil),             // 25: weir.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),            // 26: weir.v1.SubmitTaskResponse
-	(*CancelTaskRequest)(nil),             // 27: weir.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),            // 28: weir.v1.CancelTaskResponse
-	(*SourceInputEndedRequest)(nil),       // 29: weir.v1.SourceInputEndedRequest
-	(*SourceInputEndedResponse)(nil),      // 30: weir.v1.SourceInputEndedResponse
-	(*PingRequest)(nil),                   // 31: weir.v1.PingRequest
-	(*PingResponse)(nil),                  // 32: weir.v1.PingResponse
-	(*Vertex)(nil),                        // 33: weir.v1.Vertex
-	(*Schema)(nil),                        // 34: weir.v1.Schema
-	(Partitioning)(0),                     // 35: weir.v1.Partitioning
-	(CheckpointMode)(0),                   // 36: weir.v1.CheckpointMode
+	(*TriggerCheckpointsRequest)(nil),     // 19: weir.v1.TriggerCheckpointsRequest
+	(*TaskCallFailure)(nil),               // 20: weir.v1.TaskCallFailure
+	(*TriggerCheckpointsResponse)(nil),    // 21: weir.v1.TriggerCheckpointsResponse
+	(*NotifyCheckpointsRequest)(nil),      // 22: weir.v1.NotifyCheckpointsRequest
+	(*NotifyCheckpointsResponse)(nil),     // 23: weir.v1.NotifyCheckpointsResponse
+	(*NotifyCheckpointRequest)(nil),       // 24: weir.v1.NotifyCheckpointRequest
+	(*NotifyCheckpointResponse)(nil),      // 25: weir.v1.NotifyCheckpointResponse
+	(*AcknowledgeCheckpointRequest)(nil),  // 26: weir.v1.AcknowledgeCheckpointRequest
+	(*AcknowledgeCheckpointResponse)(nil), // 27: weir.v1.AcknowledgeCheckpointResponse
+	(*DeclineCheckpointRequest)(nil),      // 28: weir.v1.DeclineCheckpointRequest
+	(*DeclineCheckpointResponse)(nil),     // 29: weir.v1.DeclineCheckpointResponse
+	(*CheckpointAck)(nil),                 // 30: weir.v1.CheckpointAck
+	(*CheckpointDecline)(nil),             // 31: weir.v1.CheckpointDecline
+	(*ReportCheckpointsRequest)(nil),      // 32: weir.v1.ReportCheckpointsRequest
+	(*ReportCheckpointsResponse)(nil),     // 33: weir.v1.ReportCheckpointsResponse
+	(*SubmitTaskRequest)(nil),             // 34: weir.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),            // 35: weir.v1.SubmitTaskResponse
+	(*CancelTaskRequest)(nil),             // 36: weir.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),            // 37: weir.v1.CancelTaskResponse
+	(*SourceInputEndedRequest)(nil),       // 38: weir.v1.SourceInputEndedRequest
+	(*SourceInputEndedResponse)(nil),      // 39: weir.v1.SourceInputEndedResponse
+	(*PingRequest)(nil),                   // 40: weir.v1.PingRequest
+	(*PingResponse)(nil),                  // 41: weir.v1.PingResponse
+	(*Vertex)(nil),                        // 42: weir.v1.Vertex
+	(*Schema)(nil),                        // 43: weir.v1.Schema
+	(Partitioning)(0),                     // 44: weir.v1.Partitioning
+	(CheckpointMode)(0),                   // 45: weir.v1.CheckpointMode
 }
 var file_weirpb_cluster_proto_depIdxs = []int32{
 	1,  // 0: weir.v1.TaskStatus.id:type_name -> weir.v1.ExecutionID
 	0,  // 1: weir.v1.TaskStatus.state:type_name -> weir.v1.TaskState
 	4,  // 2: weir.v1.HeartbeatRequest.tasks:type_name -> weir.v1.TaskStatus
 	4,  // 3: weir.v1.UpdateTaskStateRequest.status:type_name -> weir.v1.TaskStatus
-	33, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
-	34, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
+	42, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
+	43, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
 	10, // 6: weir.v1.ChainedOperator.input_keys:type_name -> weir.v1.KeyFields
-	35, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
-	35, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
+	44, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
+	44, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
 	1,  // 9: weir.v1.TaskDeployment.id:type_name -> weir.v1.ExecutionID
 	9,  // 10: weir.v1.TaskDeployment.chain:type_name -> weir.v1.ChainedOperator
 	11, // 11: weir.v1.TaskDeployment.inputs:type_name -> weir.v1.InputGate
 	12, // 12: weir.v1.TaskDeployment.outputs:type_name -> weir.v1.OutputSpec
 	14, // 13: weir.v1.TaskDeployment.checkpointing:type_name -> weir.v1.TaskCheckpointing
 	15, // 14: weir.v1.TaskDeployment.restore:type_name -> weir.v1.StateHandle
-	36, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
+	45, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
 	16, // 16: weir.v1.StateHandle.files:type_name -> weir.v1.StateFile
 	1,  // 17: weir.v1.TriggerCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 18: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 19: weir.v1.AcknowledgeCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	15, // 20: weir.v1.AcknowledgeCheckpointRequest.handles:type_name -> weir.v1.StateHandle
-	1,  // 21: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	13, // 22: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
-	1,  // 23: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 24: weir.v1.SourceInputEndedRequest.id:type_name -> weir.v1.ExecutionID
-	2,  // 25: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
-	5,  // 26: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
-	7,  // 27: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
-	21, // 28: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
-	23, // 29: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
-	29, // 30: weir.v1.ClusterService.SourceInputEnded:input_type -> weir.v1.SourceInputEndedRequest
-	25, // 31: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
-	27, // 32: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
-	17, // 33: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
-	19, // 34: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
-	31, // 35: weir.v1.TaskExecutorService.Ping:input_type -> weir.v1.PingRequest
-	3,  // 36: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
-	6,  // 37: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
-	8,  // 38: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
-	22, // 39: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
-	24, // 40: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
-	30, // 41: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
-	26, // 42: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
-	28, // 43: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
-	18, // 44: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
-	20, // 45: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
-	32, // 46: weir.v1.TaskExecutorService.Ping:output_type -> weir.v1.PingResponse
-	36, // [36:47] is the sub-list for method output_type
-	25, // [25:36] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	1,  // 18: weir.v1.TriggerCheckpointsRequest.ids:type_name -> weir.v1.ExecutionID
+	1,  // 19: weir.v1.TaskCallFailure.id:type_name -> weir.v1.ExecutionID
+	20, // 20: weir.v1.TriggerCheckpointsResponse.failures:type_name -> weir.v1.TaskCallFailure
+	1,  // 21: weir.v1.NotifyCheckpointsRequest.ids:type_name -> weir.v1.ExecutionID
+	20, // 22: weir.v1.NotifyCheckpointsResponse.failures:type_name -> weir.v1.TaskCallFailure
+	1,  // 23: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 24: weir.v1.AcknowledgeCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	15, // 25: weir.v1.AcknowledgeCheckpointRequest.handles:type_name -> weir.v1.StateHandle
+	1,  // 26: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 27: weir.v1.CheckpointAck.id:type_name -> weir.v1.ExecutionID
+	15, // 28: weir.v1.CheckpointAck.handles:type_name -> weir.v1.StateHandle
+	1,  // 29: weir.v1.CheckpointDecline.id:type_name -> weir.v1.ExecutionID
+	30, // 30: weir.v1.ReportCheckpointsRequest.acks:type_name -> weir.v1.CheckpointAck
+	31, // 31: weir.v1.ReportCheckpointsRequest.declines:type_name -> weir.v1.CheckpointDecline
+	13, // 32: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
+	1,  // 33: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 34: weir.v1.SourceInputEndedRequest.id:type_name -> weir.v1.ExecutionID
+	2,  // 35: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
+	5,  // 36: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
+	7,  // 37: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
+	26, // 38: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
+	28, // 39: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
+	32, // 40: weir.v1.ClusterService.ReportCheckpoints:input_type -> weir.v1.ReportCheckpointsRequest
+	38, // 41: weir.v1.ClusterService.SourceInputEnded:input_type -> weir.v1.SourceInputEndedRequest
+	34, // 42: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
+	36, // 43: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
+	17, // 44: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
+	24, // 45: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
+	19, // 46: weir.v1.TaskExecutorService.TriggerCheckpoints:input_type -> weir.v1.TriggerCheckpointsRequest
+	22, // 47: weir.v1.TaskExecutorService.NotifyCheckpoints:input_type -> weir.v1.NotifyCheckpointsRequest
+	40, // 48: weir.v1.TaskExecutorService.Ping:input_type -> weir.v1.PingRequest
+	3,  // 49: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
+	6,  // 50: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
+	8,  // 51: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
+	27, // 52: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
+	29, // 53: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
+	33, // 54: weir.v1.ClusterService.ReportCheckpoints:output_type -> weir.v1.ReportCheckpointsResponse
+	39, // 55: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
+	35, // 56: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
+	37, // 57: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
+	18, // 58: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
+	25, // 59: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
+	21, // 60: weir.v1.TaskExecutorService.TriggerCheckpoints:output_type -> weir.v1.TriggerCheckpointsResponse
+	23, // 61: weir.v1.TaskExecutorService.NotifyCheckpoints:output_type -> weir.v1.NotifyCheckpointsResponse
+	41, // 62: weir.v1.TaskExecutorService.Ping:output_type -> weir.v1.PingResponse
+	49, // [49:63] is the sub-list for method output_type
+	35, // [35:49] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_cluster_proto_init() }
@@ -2542,7 +3171,7 @@ func file_weirpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_cluster_proto_rawDesc), len(file_weirpb_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -24,6 +24,7 @@ const (
 	ClusterService_UpdateTaskState_FullMethodName       = "/weir.v1.ClusterService/UpdateTaskState"
 	ClusterService_AcknowledgeCheckpoint_FullMethodName = "/weir.v1.ClusterService/AcknowledgeCheckpoint"
 	ClusterService_DeclineCheckpoint_FullMethodName     = "/weir.v1.ClusterService/DeclineCheckpoint"
+	ClusterService_ReportCheckpoints_FullMethodName     = "/weir.v1.ClusterService/ReportCheckpoints"
 	ClusterService_SourceInputEnded_FullMethodName      = "/weir.v1.ClusterService/SourceInputEnded"
 )
 
@@ -38,6 +39,13 @@ type ClusterServiceClient interface {
 	UpdateTaskState(ctx context.Context, in *UpdateTaskStateRequest, opts ...grpc.CallOption) (*UpdateTaskStateResponse, error)
 	AcknowledgeCheckpoint(ctx context.Context, in *AcknowledgeCheckpointRequest, opts ...grpc.CallOption) (*AcknowledgeCheckpointResponse, error)
 	DeclineCheckpoint(ctx context.Context, in *DeclineCheckpointRequest, opts ...grpc.CallOption) (*DeclineCheckpointResponse, error)
+	// ReportCheckpoints carries the acknowledgements and declines of several
+	// tasks of the calling taskmanager at once (the taskmanager batches them
+	// per job and checkpoint). The jobmanager applies each entry exactly as
+	// it would AcknowledgeCheckpoint or DeclineCheckpoint: an entry of a stale
+	// attempt, of another taskmanager or of a checkpoint no longer pending is
+	// dropped on its own, without failing the call.
+	ReportCheckpoints(ctx context.Context, in *ReportCheckpointsRequest, opts ...grpc.CallOption) (*ReportCheckpointsResponse, error)
 	// SourceInputEnded says a source task's input is exhausted and it waits for
 	// a final checkpoint before it finishes; when every source has said so the
 	// jobmanager triggers that checkpoint at once instead of at the interval.
@@ -102,6 +110,16 @@ func (c *clusterServiceClient) DeclineCheckpoint(ctx context.Context, in *Declin
 	return out, nil
 }
 
+func (c *clusterServiceClient) ReportCheckpoints(ctx context.Context, in *ReportCheckpointsRequest, opts ...grpc.CallOption) (*ReportCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportCheckpointsResponse)
+	err := c.cc.Invoke(ctx, ClusterService_ReportCheckpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *clusterServiceClient) SourceInputEnded(ctx context.Context, in *SourceInputEndedRequest, opts ...grpc.CallOption) (*SourceInputEndedResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SourceInputEndedResponse)
@@ -123,6 +141,13 @@ type ClusterServiceServer interface {
 	UpdateTaskState(context.Context, *UpdateTaskStateRequest) (*UpdateTaskStateResponse, error)
 	AcknowledgeCheckpoint(context.Context, *AcknowledgeCheckpointRequest) (*AcknowledgeCheckpointResponse, error)
 	DeclineCheckpoint(context.Context, *DeclineCheckpointRequest) (*DeclineCheckpointResponse, error)
+	// ReportCheckpoints carries the acknowledgements and declines of several
+	// tasks of the calling taskmanager at once (the taskmanager batches them
+	// per job and checkpoint). The jobmanager applies each entry exactly as
+	// it would AcknowledgeCheckpoint or DeclineCheckpoint: an entry of a stale
+	// attempt, of another taskmanager or of a checkpoint no longer pending is
+	// dropped on its own, without failing the call.
+	ReportCheckpoints(context.Context, *ReportCheckpointsRequest) (*ReportCheckpointsResponse, error)
 	// SourceInputEnded says a source task's input is exhausted and it waits for
 	// a final checkpoint before it finishes; when every source has said so the
 	// jobmanager triggers that checkpoint at once instead of at the interval.
@@ -151,6 +176,9 @@ func (UnimplementedClusterServiceServer) AcknowledgeCheckpoint(context.Context, 
 }
 func (UnimplementedClusterServiceServer) DeclineCheckpoint(context.Context, *DeclineCheckpointRequest) (*DeclineCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeclineCheckpoint not implemented")
+}
+func (UnimplementedClusterServiceServer) ReportCheckpoints(context.Context, *ReportCheckpointsRequest) (*ReportCheckpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportCheckpoints not implemented")
 }
 func (UnimplementedClusterServiceServer) SourceInputEnded(context.Context, *SourceInputEndedRequest) (*SourceInputEndedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SourceInputEnded not implemented")
@@ -266,6 +294,24 @@ func _ClusterService_DeclineCheckpoint_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_ReportCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).ReportCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_ReportCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).ReportCheckpoints(ctx, req.(*ReportCheckpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ClusterService_SourceInputEnded_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SourceInputEndedRequest)
 	if err := dec(in); err != nil {
@@ -312,6 +358,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ClusterService_DeclineCheckpoint_Handler,
 		},
 		{
+			MethodName: "ReportCheckpoints",
+			Handler:    _ClusterService_ReportCheckpoints_Handler,
+		},
+		{
 			MethodName: "SourceInputEnded",
 			Handler:    _ClusterService_SourceInputEnded_Handler,
 		},
@@ -321,11 +371,13 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	TaskExecutorService_SubmitTask_FullMethodName        = "/weir.v1.TaskExecutorService/SubmitTask"
-	TaskExecutorService_CancelTask_FullMethodName        = "/weir.v1.TaskExecutorService/CancelTask"
-	TaskExecutorService_TriggerCheckpoint_FullMethodName = "/weir.v1.TaskExecutorService/TriggerCheckpoint"
-	TaskExecutorService_NotifyCheckpoint_FullMethodName  = "/weir.v1.TaskExecutorService/NotifyCheckpoint"
-	TaskExecutorService_Ping_FullMethodName              = "/weir.v1.TaskExecutorService/Ping"
+	TaskExecutorService_SubmitTask_FullMethodName         = "/weir.v1.TaskExecutorService/SubmitTask"
+	TaskExecutorService_CancelTask_FullMethodName         = "/weir.v1.TaskExecutorService/CancelTask"
+	TaskExecutorService_TriggerCheckpoint_FullMethodName  = "/weir.v1.TaskExecutorService/TriggerCheckpoint"
+	TaskExecutorService_NotifyCheckpoint_FullMethodName   = "/weir.v1.TaskExecutorService/NotifyCheckpoint"
+	TaskExecutorService_TriggerCheckpoints_FullMethodName = "/weir.v1.TaskExecutorService/TriggerCheckpoints"
+	TaskExecutorService_NotifyCheckpoints_FullMethodName  = "/weir.v1.TaskExecutorService/NotifyCheckpoints"
+	TaskExecutorService_Ping_FullMethodName               = "/weir.v1.TaskExecutorService/Ping"
 )
 
 // TaskExecutorServiceClient is the client API for TaskExecutorService service.
@@ -341,6 +393,14 @@ type TaskExecutorServiceClient interface {
 	TriggerCheckpoint(ctx context.Context, in *TriggerCheckpointRequest, opts ...grpc.CallOption) (*TriggerCheckpointResponse, error)
 	// NotifyCheckpoint tells a task that a checkpoint completed or was aborted.
 	NotifyCheckpoint(ctx context.Context, in *NotifyCheckpointRequest, opts ...grpc.CallOption) (*NotifyCheckpointResponse, error)
+	// TriggerCheckpoints is TriggerCheckpoint for every source task of one
+	// job on this taskmanager at once; NotifyCheckpoints is NotifyCheckpoint
+	// for several tasks of one job. The jobmanager sends one of each per
+	// taskmanager, job and checkpoint. The call fails as a whole only when
+	// it is refused (fencing); a task that cannot take the trigger or the
+	// notification is named in the response's failures.
+	TriggerCheckpoints(ctx context.Context, in *TriggerCheckpointsRequest, opts ...grpc.CallOption) (*TriggerCheckpointsResponse, error)
+	NotifyCheckpoints(ctx context.Context, in *NotifyCheckpointsRequest, opts ...grpc.CallOption) (*NotifyCheckpointsResponse, error)
 	// Ping answers with the taskmanager's process instance id. The
 	// jobmanager probes a taskmanager it suspects (its connection broke, a
 	// deployment to it failed) and takes it as lost unless the same process
@@ -396,6 +456,26 @@ func (c *taskExecutorServiceClient) NotifyCheckpoint(ctx context.Context, in *No
 	return out, nil
 }
 
+func (c *taskExecutorServiceClient) TriggerCheckpoints(ctx context.Context, in *TriggerCheckpointsRequest, opts ...grpc.CallOption) (*TriggerCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TriggerCheckpointsResponse)
+	err := c.cc.Invoke(ctx, TaskExecutorService_TriggerCheckpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskExecutorServiceClient) NotifyCheckpoints(ctx context.Context, in *NotifyCheckpointsRequest, opts ...grpc.CallOption) (*NotifyCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NotifyCheckpointsResponse)
+	err := c.cc.Invoke(ctx, TaskExecutorService_NotifyCheckpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *taskExecutorServiceClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PingResponse)
@@ -419,6 +499,14 @@ type TaskExecutorServiceServer interface {
 	TriggerCheckpoint(context.Context, *TriggerCheckpointRequest) (*TriggerCheckpointResponse, error)
 	// NotifyCheckpoint tells a task that a checkpoint completed or was aborted.
 	NotifyCheckpoint(context.Context, *NotifyCheckpointRequest) (*NotifyCheckpointResponse, error)
+	// TriggerCheckpoints is TriggerCheckpoint for every source task of one
+	// job on this taskmanager at once; NotifyCheckpoints is NotifyCheckpoint
+	// for several tasks of one job. The jobmanager sends one of each per
+	// taskmanager, job and checkpoint. The call fails as a whole only when
+	// it is refused (fencing); a task that cannot take the trigger or the
+	// notification is named in the response's failures.
+	TriggerCheckpoints(context.Context, *TriggerCheckpointsRequest) (*TriggerCheckpointsResponse, error)
+	NotifyCheckpoints(context.Context, *NotifyCheckpointsRequest) (*NotifyCheckpointsResponse, error)
 	// Ping answers with the taskmanager's process instance id. The
 	// jobmanager probes a taskmanager it suspects (its connection broke, a
 	// deployment to it failed) and takes it as lost unless the same process
@@ -445,6 +533,12 @@ func (UnimplementedTaskExecutorServiceServer) TriggerCheckpoint(context.Context,
 }
 func (UnimplementedTaskExecutorServiceServer) NotifyCheckpoint(context.Context, *NotifyCheckpointRequest) (*NotifyCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NotifyCheckpoint not implemented")
+}
+func (UnimplementedTaskExecutorServiceServer) TriggerCheckpoints(context.Context, *TriggerCheckpointsRequest) (*TriggerCheckpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TriggerCheckpoints not implemented")
+}
+func (UnimplementedTaskExecutorServiceServer) NotifyCheckpoints(context.Context, *NotifyCheckpointsRequest) (*NotifyCheckpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NotifyCheckpoints not implemented")
 }
 func (UnimplementedTaskExecutorServiceServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
@@ -542,6 +636,42 @@ func _TaskExecutorService_NotifyCheckpoint_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskExecutorService_TriggerCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TriggerCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskExecutorServiceServer).TriggerCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskExecutorService_TriggerCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskExecutorServiceServer).TriggerCheckpoints(ctx, req.(*TriggerCheckpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskExecutorService_NotifyCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NotifyCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskExecutorServiceServer).NotifyCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskExecutorService_NotifyCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskExecutorServiceServer).NotifyCheckpoints(ctx, req.(*NotifyCheckpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _TaskExecutorService_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PingRequest)
 	if err := dec(in); err != nil {
@@ -582,6 +712,14 @@ var TaskExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NotifyCheckpoint",
 			Handler:    _TaskExecutorService_NotifyCheckpoint_Handler,
+		},
+		{
+			MethodName: "TriggerCheckpoints",
+			Handler:    _TaskExecutorService_TriggerCheckpoints_Handler,
+		},
+		{
+			MethodName: "NotifyCheckpoints",
+			Handler:    _TaskExecutorService_NotifyCheckpoints_Handler,
 		},
 		{
 			MethodName: "Ping",

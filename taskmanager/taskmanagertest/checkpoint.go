@@ -15,7 +15,8 @@ import (
 // The checkpoint side of the fake. When it acknowledges checkpoints, a
 // trigger makes every live task of the job on this taskmanager (whatever
 // its attempt, as regions restart with attempts of their own) acknowledge,
-// once per checkpoint, with one made-up handle per operator of its chain,
+// once per checkpoint and all in one ReportCheckpoints call, with one
+// made-up handle per operator of its chain,
 // whose key (see HandleKey) names checkpoint, operator, subtask and
 // attempt.
 
@@ -73,6 +74,32 @@ func (f *Fake) TriggerCheckpoint(_ context.Context, req *weirpb.TriggerCheckpoin
 	return &weirpb.TriggerCheckpointResponse{}, nil
 }
 
+// TriggerCheckpoints handles each task of the batch as TriggerCheckpoint
+// does (recording one TriggerCheckpointRequest per task); the tasks that
+// are not live are the response's failures.
+func (f *Fake) TriggerCheckpoints(ctx context.Context, req *weirpb.TriggerCheckpointsRequest) (*weirpb.TriggerCheckpointsResponse, error) {
+	resp := &weirpb.TriggerCheckpointsResponse{}
+	for _, id := range req.GetIds() {
+		_, err := f.TriggerCheckpoint(ctx, &weirpb.TriggerCheckpointRequest{Id: id, CheckpointId: req.GetCheckpointId(),
+			TimestampMs: req.GetTimestampMs(), Epoch: req.GetEpoch(), Savepoint: req.GetSavepoint(), Drain: req.GetDrain()})
+		if err != nil {
+			st := status.Convert(err)
+			resp.Failures = append(resp.Failures, &weirpb.TaskCallFailure{Id: id, Code: int32(st.Code()), Message: st.Message()})
+		}
+	}
+	return resp, nil
+}
+
+// NotifyCheckpoints records one NotifyCheckpointRequest per task of the
+// batch.
+func (f *Fake) NotifyCheckpoints(ctx context.Context, req *weirpb.NotifyCheckpointsRequest) (*weirpb.NotifyCheckpointsResponse, error) {
+	for _, id := range req.GetIds() {
+		_, _ = f.NotifyCheckpoint(ctx, &weirpb.NotifyCheckpointRequest{Id: id, CheckpointId: req.GetCheckpointId(),
+			Complete: req.GetComplete(), Epoch: req.GetEpoch()})
+	}
+	return &weirpb.NotifyCheckpointsResponse{}, nil
+}
+
 // AckHeld acknowledges the checkpoints triggered while acknowledging was
 // off, as a taskmanager that was slow would, so that they can complete
 // instead of waiting for their timeout.
@@ -94,23 +121,28 @@ func (f *Fake) ackLocked(req *weirpb.TriggerCheckpointRequest) {
 		return
 	}
 	f.acked[ackKey] = true
+	// One batch per job and checkpoint, as a taskmanager sends them.
+	batch := &weirpb.ReportCheckpointsRequest{TaskmanagerId: f.id}
 	for _, d := range f.deploy {
 		if _, live := f.live[ExecKey(d.Id)]; !live || d.Id.JobId != req.Id.JobId {
 			continue
 		}
-		f.acks.Add(1)
-		f.wg.Go(func() {
-			defer f.acks.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-			defer cancel()
-			_, err := f.cluster.AcknowledgeCheckpoint(ctx, &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: f.id, Id: d.Id,
-				CheckpointId: req.CheckpointId, Handles: handles(d, req.CheckpointId), Bytes: 100,
-				AlignmentDurationMs: int64(d.Id.Subtask + 1), SyncDurationMs: 1, AsyncDurationMs: 2})
-			if err != nil && status.Code(err) != codes.Unavailable {
-				f.t.Errorf("%s: AcknowledgeCheckpoint: %v", f.id, err)
-			}
-		})
+		batch.Acks = append(batch.Acks, &weirpb.CheckpointAck{Id: d.Id, CheckpointId: req.CheckpointId,
+			Handles: handles(d, req.CheckpointId), Bytes: 100, AlignmentDurationMs: int64(d.Id.Subtask + 1), SyncDurationMs: 1, AsyncDurationMs: 2})
 	}
+	if len(batch.Acks) == 0 {
+		return
+	}
+	f.acks.Add(1)
+	f.wg.Go(func() {
+		defer f.acks.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		defer cancel()
+		_, err := f.cluster.ReportCheckpoints(ctx, batch)
+		if err != nil && status.Code(err) != codes.Unavailable {
+			f.t.Errorf("%s: ReportCheckpoints: %v", f.id, err)
+		}
+	})
 }
 
 // NotifyCheckpoint records the notification.

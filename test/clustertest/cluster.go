@@ -22,6 +22,10 @@
 // proxies' addresses, which stay the same across its restarts. With HA each
 // jobmanager also reaches etcd through one (EtcdProxy).
 //
+// Options.TaskManagerEnv and Options.TaskManagerWrapper shape each
+// taskmanager's process, e.g. GOMAXPROCS and a taskset CPU list for a
+// benchmark that gives every taskmanager its share of the machine.
+//
 // Cluster.Client is the product's job API client (package client), so
 // that the fault tests exercise it: with HA it follows the leader through
 // etcd, standbys' hints and every jobmanager's address.
@@ -137,6 +141,18 @@ type Options struct {
 	LogLevel string
 	// TaskManagerArgs are added to every taskmanager's command line.
 	TaskManagerArgs []string
+	// TaskManagerEnv, if not nil, returns what is added to taskmanager
+	// i's environment after Env (e.g. GOMAXPROCS=1), at its first start
+	// and at every restart.
+	TaskManagerEnv func(i int) []string
+	// TaskManagerWrapper, if not nil, returns the command that taskmanager
+	// i is started under, at its first start and at every restart: the
+	// taskmanager's executable and arguments are appended to it (e.g.
+	// {"taskset", "-c", "0"}); nil or empty runs the taskmanager directly.
+	// The wrapper must exec the taskmanager in its own process, as taskset
+	// and env do, so that Pid, the signals the harness sends and what
+	// /proc says about the process are the taskmanager's.
+	TaskManagerWrapper func(i int) []string
 	// JobManagerArgs are added to every jobmanager's command line.
 	JobManagerArgs []string
 	// S3 starts a versitygw S3 server (blobstoretest) with the bucket
@@ -408,7 +424,17 @@ func (c *Cluster) startTaskManager(i int, rpcAddr string) *Process {
 		args = append(args, "--jobmanager", jm)
 	}
 	args = append(args, c.opts.TaskManagerArgs...)
-	p := c.spawn(id, filepath.Join(c.bin, "taskmanager"), args)
+	var env, wrapper []string
+	if c.opts.TaskManagerEnv != nil {
+		env = c.opts.TaskManagerEnv(i)
+	}
+	if c.opts.TaskManagerWrapper != nil {
+		wrapper = c.opts.TaskManagerWrapper(i)
+	}
+	p, err := c.startWith(id, wrapper, filepath.Join(c.bin, "taskmanager"), args, env)
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	p.addrFile = addrFile
 	if px != nil {
 		// The proxies hold the connections that arrive before the
@@ -465,13 +491,21 @@ func (c *Cluster) spawn(name, exe string, args []string) *Process {
 // start starts a process; unlike spawn it may be called from any
 // goroutine (the jobmanager supervisor).
 func (c *Cluster) start(name, exe string, args []string) (*Process, error) {
+	return c.startWith(name, nil, exe, args, nil)
+}
+
+// startWith is start with the command run under wrapper (if not empty:
+// wrapper's executable gets wrapper's arguments, exe and args) and env
+// added to the environment after Options.Env.
+func (c *Cluster) startWith(name string, wrapper []string, exe string, args, env []string) (*Process, error) {
 	logPath := filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("clustertest: log file for %s: %w", name, err)
 	}
-	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), c.opts.Env...)
+	argv := append(append(slices.Clone(wrapper), exe), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), c.opts.Env...), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()
