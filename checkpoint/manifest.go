@@ -273,14 +273,17 @@ func FormatManifest(m *weirpb.Manifest) string {
 	b.WriteByte('\n')
 	fmt.Fprintf(&b, "max parallelism: %d\n", m.GetMaxParallelism())
 	var total int64
-	var handles int
+	var handles, inline int
 	for _, op := range m.GetOperators() {
 		for _, h := range op.GetHandles() {
 			total += h.GetSize()
 			handles++
+			if IsInline(h) {
+				inline++
+			}
 		}
 	}
-	fmt.Fprintf(&b, "state:           %s in %d objects\n", FormatBytes(total), handles)
+	fmt.Fprintf(&b, "state:           %s in %d snapshots (%d inline in this manifest)\n", FormatBytes(total), handles, inline)
 	for _, op := range m.GetOperators() {
 		var opSize int64
 		for _, h := range op.GetHandles() {
@@ -298,7 +301,11 @@ func FormatManifest(m *weirpb.Manifest) string {
 			if len(sha) > 12 {
 				sha = sha[:12]
 			}
-			fmt.Fprintf(&b, "  subtask %-3d key groups %-9s %10s  sha256 %-12s  %s\n", h.GetSubtask(), kg, FormatBytes(h.GetSize()), sha, h.GetKey())
+			where := h.GetKey()
+			if IsInline(h) {
+				where = "(inline)"
+			}
+			fmt.Fprintf(&b, "  subtask %-3d key groups %-9s %10s  sha256 %-12s  %s\n", h.GetSubtask(), kg, FormatBytes(h.GetSize()), sha, where)
 		}
 	}
 	return b.String()

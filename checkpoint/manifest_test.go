@@ -87,7 +87,7 @@ func TestFormatManifest(t *testing.T) {
 	t.Log("\n" + out)
 	for _, want := range []string{
 		"job:             job-1 (counts)", "checkpoint:      41", "mode:            at_least_once",
-		"triggered:       2023-11-14 22:13:20.000 UTC", "(took 1.5s)", "state:           2.1 KiB in 2 objects",
+		"triggered:       2023-11-14 22:13:20.000 UTC", "(took 1.5s)", "state:           2.1 KiB in 2 snapshots (0 inline in this manifest)",
 		"operator count-2: parallelism 2",
 		"subtask 0   key groups 0..63", "100 B  sha256 fedcba987654  job-1/chk-41/count-2/0-a0",
 		"subtask 1   key groups 64..127", "2.0 KiB  sha256 0123456789ab  job-1/chk-41/count-2/1-a0",

@@ -179,6 +179,9 @@ func savepointOf(m *weirpb.Manifest) (*weirpb.Manifest, []savepointObject, int64
 	}
 	for _, op := range meta.GetOperators() {
 		for _, h := range op.GetHandles() {
+			if IsInline(h) { // travels in the manifest
+				continue
+			}
 			if err := add(&h.Key, h.GetSize(), h.GetSha256()); err != nil {
 				return nil, nil, 0, err
 			}
@@ -294,8 +297,10 @@ func validateSavepoint(m *weirpb.Manifest) ([]string, error) {
 	}
 	for _, op := range m.GetOperators() {
 		for _, h := range op.GetHandles() {
-			if err := add(h.GetKey()); err != nil {
-				return nil, err
+			if !IsInline(h) {
+				if err := add(h.GetKey()); err != nil {
+					return nil, err
+				}
 			}
 			for _, f := range h.GetFiles() {
 				if err := add(f.GetKey()); err != nil {

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -29,6 +30,9 @@ type Storage struct {
 	// restored, if not nil, is told the size of every object a restore
 	// has in place (WithRestoreProgress).
 	restored func(n int64)
+	// inline is the size up to which snapshots are not written as objects
+	// but carried in their handles (WithInlineThreshold).
+	inline int
 }
 
 // NewStorage returns a Storage on store.
@@ -54,7 +58,9 @@ func (s *Storage) Store() blobstore.Store { return s.store }
 // exactly RestoreSize(handles, kg) bytes when it succeeds. restored may be
 // called concurrently from several goroutines and must return quickly.
 func (s *Storage) WithRestoreProgress(restored func(n int64)) *Storage {
-	return &Storage{store: s.store, restored: restored}
+	c := *s
+	c.restored = restored
+	return &c
 }
 
 // reportRestored passes n restored bytes to the progress callback.
@@ -205,12 +211,27 @@ func (s *Storage) UploadUnionSnapshot(ctx context.Context, jobID string, checkpo
 	return h, err
 }
 
+// DefaultInlineThreshold is the size up to which the taskmanagers'
+// snapshots travel inside their handles (StateHandle.inline_data: in the
+// acknowledgement and the manifest) instead of as objects of their own
+// (Storage.WithInlineThreshold). A wide job's many small snapshots (a
+// source's position, a window subtask's few keys) then cost no object each
+// per checkpoint; Flink's state.storage.fs.memory-threshold is the same
+// idea. Keyed state in files (incremental snapshots) is never inline.
+const DefaultInlineThreshold = 4 << 10
+
+// WithInlineThreshold makes snapshots of at most n bytes travel inside
+// their handles; 0 (the default of NewStorage) writes every snapshot as an
+// object. It returns a Storage like s with that threshold.
+func (s *Storage) WithInlineThreshold(n int) *Storage {
+	c := *s
+	c.inline = n
+	return &c
+}
+
 func (s *Storage) upload(ctx context.Context, key string, checkpointID int64, operatorUID string,
 	subtask, parallelism int, kg stream.KeyGroupRange, data []byte) (*weirpb.StateHandle, error) {
-	if err := s.store.Put(ctx, key, data); err != nil {
-		return nil, fmt.Errorf("checkpoint %d: upload snapshot of %s subtask %d: %w", checkpointID, operatorUID, subtask, err)
-	}
-	return &weirpb.StateHandle{
+	h := &weirpb.StateHandle{
 		OperatorUid:   operatorUID,
 		Subtask:       int32(subtask),
 		Parallelism:   int32(parallelism),
@@ -219,26 +240,51 @@ func (s *Storage) upload(ctx context.Context, key string, checkpointID int64, op
 		Sha256:        sha256Hex(data),
 		KeyGroupStart: int32(kg.Start),
 		KeyGroupEnd:   int32(kg.End),
-	}, nil
+	}
+	if len(data) > 0 && len(data) <= s.inline {
+		h.Key, h.InlineData = "", bytes.Clone(data)
+		return h, nil
+	}
+	if err := s.store.Put(ctx, key, data); err != nil {
+		return nil, fmt.Errorf("checkpoint %d: upload snapshot of %s subtask %d: %w", checkpointID, operatorUID, subtask, err)
+	}
+	return h, nil
+}
+
+// IsInline reports whether h carries its snapshot itself (no object). A
+// handle with neither a key nor inline data is not inline but corrupt.
+func IsInline(h *weirpb.StateHandle) bool { return h.GetKey() == "" && len(h.GetInlineData()) > 0 }
+
+// handleName names h's snapshot in messages.
+func handleName(h *weirpb.StateHandle) string {
+	if IsInline(h) {
+		return fmt.Sprintf("the inline snapshot of %s subtask %d", h.GetOperatorUid(), h.GetSubtask())
+	}
+	return objectPrefix(h.GetKey())
 }
 
 // fetch reads the object a handle names and checks its size and SHA-256.
 func (s *Storage) fetch(ctx context.Context, h *weirpb.StateHandle) ([]byte, error) {
-	key := h.GetKey()
-	data, err := s.store.Get(ctx, key)
-	if err != nil {
-		if errors.Is(err, blobstore.ErrNotFound) {
-			return nil, fmt.Errorf("%s: missing; the checkpoint is incomplete or was deleted: %w", objectPrefix(key), err)
+	var data []byte
+	if IsInline(h) {
+		data = h.GetInlineData()
+	} else {
+		var err error
+		key := h.GetKey()
+		if data, err = s.store.Get(ctx, key); err != nil {
+			if errors.Is(err, blobstore.ErrNotFound) {
+				return nil, fmt.Errorf("%s: missing; the checkpoint is incomplete or was deleted: %w", objectPrefix(key), err)
+			}
+			return nil, fmt.Errorf("%s: %w", objectPrefix(key), err)
 		}
-		return nil, fmt.Errorf("%s: %w", objectPrefix(key), err)
 	}
 	if int64(len(data)) != h.GetSize() {
-		return nil, fmt.Errorf("%s: size mismatch (want %d bytes, got %d); the object was truncated or modified: %w",
-			objectPrefix(key), h.GetSize(), len(data), ErrCorrupt)
+		return nil, fmt.Errorf("%s: size mismatch (want %d bytes, got %d); it was truncated or modified: %w",
+			handleName(h), h.GetSize(), len(data), ErrCorrupt)
 	}
 	if got := sha256Hex(data); got != h.GetSha256() {
-		return nil, fmt.Errorf("%s: checksum mismatch (want sha256 %s, got %s); the object was modified or truncated: %w",
-			objectPrefix(key), h.GetSha256(), got, ErrCorrupt)
+		return nil, fmt.Errorf("%s: checksum mismatch (want sha256 %s, got %s); it was modified or truncated: %w",
+			handleName(h), h.GetSha256(), got, ErrCorrupt)
 	}
 	return data, nil
 }
@@ -294,7 +340,7 @@ func (s *Storage) LoadOperatorState(ctx context.Context, handles []*weirpb.State
 			}
 			snap, err := DecodeSnapshot(data, intersect(kg, handleRange(h)))
 			if err != nil {
-				return fmt.Errorf("%s: %w; the object was written by an incompatible Weir or damaged before its checksum was taken", objectPrefix(h.GetKey()), err)
+				return fmt.Errorf("%s: %w; it was written by an incompatible Weir or damaged before its checksum was taken", handleName(h), err)
 			}
 			decoded[i] = snap
 			s.reportRestored(int64(len(data)))

@@ -648,6 +648,9 @@ type Datagen struct {
 	now       func() time.Time
 	rateStart time.Time
 	rateRows  int64 // rows emitted since rateStart
+	// idleFor is how long the rate limit holds the next row back, set when
+	// Poll returns PollIdle.
+	idleFor time.Duration
 }
 
 // datagenSplit is a unit of datagen's work: the rows seq = start + k*stride
@@ -763,10 +766,6 @@ func (d *Datagen) current() *datagenSplit {
 	return cur
 }
 
-// maxIdleWait bounds how long a rate-limited Poll waits before returning
-// PollIdle.
-const maxIdleWait = time.Millisecond
-
 // Poll emits the next batch, PollIdle while the rate limit holds it back, or
 // PollEnd when every split of the subtask is finished (at once if it owns
 // none).
@@ -786,14 +785,8 @@ func (d *Datagen) Poll(ctx context.Context, out stream.Collector) (stream.PollSt
 		}
 		allowed := int64(now.Sub(d.rateStart).Seconds()*d.rate) + 1 - d.rateRows
 		if allowed <= 0 {
-			wait := time.Duration(float64(-allowed+1) / d.rate * float64(time.Second))
-			wait = min(wait, maxIdleWait)
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
+			// The runtime waits IdleFor before it polls again.
+			d.idleFor = time.Duration(float64(-allowed+1) / d.rate * float64(time.Second))
 			return stream.PollIdle, nil
 		}
 		n = min(n, allowed)
@@ -806,6 +799,12 @@ func (d *Datagen) Poll(ctx context.Context, out stream.Collector) (stream.PollSt
 	}
 	return stream.PollEmitted, nil
 }
+
+// IdleFor says how long the rate limit holds the next row back, after
+// Poll returned PollIdle (stream.IdleHinter).
+func (d *Datagen) IdleFor() time.Duration { return d.idleFor }
+
+var _ stream.IdleHinter = (*Datagen)(nil)
 
 // Close does nothing; Datagen holds no resources.
 func (d *Datagen) Close() error { return nil }

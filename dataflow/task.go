@@ -682,6 +682,8 @@ func (t *Task) process(ctx context.Context, r *taskRun, gate *inputGate, outs []
 const (
 	minIdleWait = 200 * time.Microsecond
 	maxIdleWait = 5 * time.Millisecond
+	// maxHintedWait bounds the wait a stream.IdleHinter asks for.
+	maxHintedWait = time.Second
 )
 
 func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collector) error {
@@ -728,10 +730,14 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		case stream.PollEmitted:
 			wait = minIdleWait
 		case stream.PollIdle:
+			d := wait
+			if h, ok := head.src.(stream.IdleHinter); ok {
+				d = min(max(h.IdleFor(), minIdleWait), maxHintedWait)
+			}
 			if timer == nil {
-				timer = time.NewTimer(wait)
+				timer = time.NewTimer(d)
 			} else {
-				timer.Reset(wait)
+				timer.Reset(d)
 			}
 			select {
 			case <-timer.C:

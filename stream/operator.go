@@ -260,6 +260,17 @@ type Source interface {
 	Close() error
 }
 
+// IdleHinter is implemented by a Source that knows, when it returns
+// PollIdle, how long it will have nothing to emit (a rate limit): the
+// runtime then waits that long for its next Poll (handling barriers,
+// notifications and timers meanwhile) instead of polling again and again.
+// A source without it is polled with a backoff of up to a few
+// milliseconds.
+type IdleHinter interface {
+	// IdleFor is called right after Poll returned PollIdle.
+	IdleFor() time.Duration
+}
+
 // BaseOperator gives an Operator the default behaviour of the optional
 // methods: watermarks are forwarded, Finish and Close do nothing. Embed it and
 // implement Open and ProcessBatch.

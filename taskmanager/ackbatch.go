@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/weirstream/weir/proto/weirpb"
 )
@@ -196,8 +197,27 @@ func (b *ackBatcher) flushLocked(bt *ackBatch) {
 	bt.unsent = nil
 }
 
-// sendLocked sends entries in the background.
+// maxReportBytes bounds the encoded size of the entries of one
+// ReportCheckpoints call (small snapshots travel inline in the acks),
+// well under the jobmanager's request limit.
+const maxReportBytes = 1 << 20
+
+// sendLocked sends entries in the background, in calls of at most
+// maxReportBytes of entries (an entry larger than that alone).
 func (b *ackBatcher) sendLocked(entries []ackEntry) {
+	size, start := 0, 0
+	for i, e := range entries {
+		n := proto.Size(e.ack) + proto.Size(e.decline)
+		if i > start && size+n > maxReportBytes {
+			b.sendChunkLocked(entries[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	b.sendChunkLocked(entries[start:])
+}
+
+func (b *ackBatcher) sendChunkLocked(entries []ackEntry) {
 	b.sends.Add(1)
 	go func() {
 		defer b.sends.Done()

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/weirstream/weir/jobmanager/jobmanagertest"
 	"github.com/weirstream/weir/proto/weirpb"
@@ -282,5 +283,48 @@ func TestTaskManagerSendsOneAckCallPerCheckpoint(t *testing.T) {
 	for _, id := range ids {
 		h.cancelTask(t, id)
 		jm.WaitReported(t, id, canceled)
+	}
+}
+
+// Acknowledgements whose inline snapshots together exceed maxReportBytes
+// go in several calls, none over the bound (unless one entry alone is),
+// every entry exactly once.
+func TestAckBatchSplitsLargeReports(t *testing.T) {
+	s := &recordingSender{}
+	const tasks = 10
+	b := newTestBatcher(t, time.Hour, tasks, s)
+	for i := range int32(tasks) {
+		a := ackOf("j", i, 1)
+		a.Handles = []*weirpb.StateHandle{{OperatorUid: "win", InlineData: make([]byte, maxReportBytes/4)}}
+		b.ack(t.Context(), "t", a)
+	}
+	waitFor(t, "every acknowledgement", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := 0
+		for _, r := range s.batches {
+			n += len(r.GetAcks())
+		}
+		return n == tasks
+	})
+	b.sends.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[int32]bool{}
+	for _, r := range s.batches {
+		size := 0
+		for _, a := range r.GetAcks() {
+			size += proto.Size(a)
+			if seen[a.GetId().GetSubtask()] {
+				t.Fatalf("subtask %d acknowledged twice", a.GetId().GetSubtask())
+			}
+			seen[a.GetId().GetSubtask()] = true
+		}
+		if size > maxReportBytes {
+			t.Fatalf("a call carries %d bytes of entries, over %d", size, maxReportBytes)
+		}
+	}
+	if len(s.batches) < 3 {
+		t.Fatalf("%d calls for 10 entries of a quarter of the bound each, want at least 3", len(s.batches))
 	}
 }

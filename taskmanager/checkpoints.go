@@ -35,6 +35,7 @@ func (s *storages) open(ctx context.Context, uri string) (*checkpoint.Storage, e
 	if err != nil {
 		return nil, err
 	}
+	st = st.WithInlineThreshold(checkpoint.DefaultInlineThreshold)
 	if s.m == nil {
 		s.m = make(map[string]*checkpoint.Storage)
 	}

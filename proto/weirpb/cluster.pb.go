@@ -1202,7 +1202,12 @@ type StateHandle struct {
 	UnionOnly bool `protobuf:"varint,9,opt,name=union_only,json=unionOnly,proto3" json:"union_only,omitempty"`
 	// files are the files of an incremental snapshot (a state backend's
 	// checkpoint directory) that belong to this handle.
-	Files         []*StateFile `protobuf:"bytes,10,rep,name=files,proto3" json:"files,omitempty"`
+	Files []*StateFile `protobuf:"bytes,10,rep,name=files,proto3" json:"files,omitempty"`
+	// inline_data is the snapshot itself when it is small (at most
+	// checkpoint.DefaultInlineThreshold bytes, for the taskmanagers): no
+	// object is written and key is empty; size and sha256 describe these
+	// bytes.
+	InlineData    []byte `protobuf:"bytes,11,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1303,6 +1308,13 @@ func (x *StateHandle) GetUnionOnly() bool {
 func (x *StateHandle) GetFiles() []*StateFile {
 	if x != nil {
 		return x.Files
+	}
+	return nil
+}
+
+func (x *StateHandle) GetInlineData() []byte {
+	if x != nil {
+		return x.InlineData
 	}
 	return nil
 }
@@ -2891,7 +2903,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +
-	"\astorage\x18\x03 \x01(\tR\astorage\"\xbf\x02\n" +
+	"\astorage\x18\x03 \x01(\tR\astorage\"\xe0\x02\n" +
 	"\vStateHandle\x12!\n" +
 	"\foperator_uid\x18\x01 \x01(\tR\voperatorUid\x12\x18\n" +
 	"\asubtask\x18\x02 \x01(\x05R\asubtask\x12 \n" +
@@ -2904,7 +2916,9 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\n" +
 	"union_only\x18\t \x01(\bR\tunionOnly\x12(\n" +
 	"\x05files\x18\n" +
-	" \x03(\v2\x12.weir.v1.StateFileR\x05files\"u\n" +
+	" \x03(\v2\x12.weir.v1.StateFileR\x05files\x12\x1f\n" +
+	"\vinline_data\x18\v \x01(\fR\n" +
+	"inlineData\"u\n" +
 	"\tStateFile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +

@@ -191,6 +191,8 @@ func runWide(b *testing.B, par int, window time.Duration) wideSample {
 			continue
 		}
 		durs = append(durs, time.Duration(info.GetDurationMs())*time.Millisecond)
+		fmt.Printf("wide p%d checkpoint %d: %d ms, %d tasks, last ack from %s at %d ms\n", par, info.GetCheckpointId(),
+			info.GetDurationMs(), info.GetTotalTasks(), info.GetSlowestTask(), info.GetSlowestTaskMs())
 	}
 	if len(durs) == 0 {
 		b.Fatalf("no checkpoint completed within the %v window (history: %d checkpoints, %d completed, %d failed)",
