@@ -47,8 +47,10 @@ type event struct {
 	// buf, if not nil, holds payload and goes back to exchangePool once
 	// the batch is decoded or dropped; then its bytes return to mem's
 	// network memory.
-	buf   *[]byte
-	mem   *Exchange
+	buf *[]byte
+	mem *Exchange
+	// zstd: payload is compressed (ExchangeConfig.Compression).
+	zstd  bool
 	value int64 // watermark timestamp or checkpoint id
 	ts    int64 // barrier: checkpoint trigger time (Unix ms)
 	// full, on a barrier: the checkpoint is a savepoint, whose keyed state

@@ -38,6 +38,11 @@ type ExchangeConfig struct {
 	// granted before memory ran short are honoured, so at that moment they
 	// may hold up to CreditsPerChannel batches per channel. Default 64 MiB.
 	MemoryBytes int64
+	// Compression of batches sent to peers: CompressionNone (default; on
+	// a loopback or fast local network it costs more CPU than it saves) or
+	// CompressionZstd (its fastest level), for slower networks. Received
+	// batches are decompressed whatever this says.
+	Compression string
 	// MaxFrameBytes bounds the batch bytes coalesced into one network frame.
 	// A single batch larger than this travels alone in its frame, so the
 	// receiving gRPC server must accept messages of the largest batch
@@ -76,6 +81,11 @@ func (c ExchangeConfig) Validate() error {
 	}
 	if c.CreditsPerChannel < 0 {
 		return fmt.Errorf("dataflow: exchange config: CreditsPerChannel %d is negative; use at least 1 (default %d)", c.CreditsPerChannel, DefaultCreditsPerChannel)
+	}
+	switch c.Compression {
+	case "", CompressionNone, CompressionZstd:
+	default:
+		return fmt.Errorf("dataflow: exchange config: Compression %q: use %q or %q", c.Compression, CompressionNone, CompressionZstd)
 	}
 	if c.MemoryBytes < 0 {
 		return fmt.Errorf("dataflow: exchange config: MemoryBytes %d is negative (default %d)", c.MemoryBytes, DefaultMemoryBytes)

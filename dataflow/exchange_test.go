@@ -18,17 +18,22 @@ import (
 // reads one channel in memory and one over the network.
 func TestNetworkExchange(t *testing.T) {
 	const rows = 20000
+	sent := map[string]int64{} // bytes sent over the network, by case
 	for _, tc := range []struct {
 		name         string
 		edge         func(*stream.Stream) *stream.Stream
-		everySubtask bool // every sink subtask receives every row
+		everySubtask bool   // every sink subtask receives every row
+		compression  string // ExchangeConfig.Compression of the nodes
 	}{
-		{"hash", func(s *stream.Stream) *stream.Stream { return s.KeyBy("key") }, false},
-		{"rebalance", func(s *stream.Stream) *stream.Stream { return s.Rebalance() }, false},
-		{"broadcast", func(s *stream.Stream) *stream.Stream { return s.Broadcast() }, true},
+		{"hash", func(s *stream.Stream) *stream.Stream { return s.KeyBy("key") }, false, ""},
+		{"rebalance", func(s *stream.Stream) *stream.Stream { return s.Rebalance() }, false, ""},
+		{"broadcast", func(s *stream.Stream) *stream.Stream { return s.Broadcast() }, true, ""},
+		{"hash zstd", func(s *stream.Stream) *stream.Stream { return s.KeyBy("key") }, false, CompressionZstd},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes := []*testNode{startNode(t, 3), startNode(t, 3)}
+			cfg := ExchangeConfig{CreditsPerChannel: 3, Compression: tc.compression}
+			nodes := []*testNode{startNodeWith(t, cfg), startNodeWith(t, cfg)}
+			defer func() { sent[tc.name] = nodes[0].x.Stats().SentBytes + nodes[1].x.Stats().SentBytes }()
 			st := newTestState()
 			reg := newTestRegistry(st)
 			b := stream.NewBuilder("net").Parallelism(2).MaxParallelism(32)
@@ -73,6 +78,11 @@ func TestNetworkExchange(t *testing.T) {
 			sortRows(want)
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("sinks received %d rows, want %d (or contents differ)", len(got), len(want))
+			}
+			if plain, ok := sent["hash"]; tc.compression == CompressionZstd && ok {
+				if zstd := nodes[0].x.Stats().SentBytes + nodes[1].x.Stats().SentBytes; zstd >= plain {
+					t.Fatalf("with zstd the exchanges sent %d bytes, without %d", zstd, plain)
+				}
 			}
 			if perSubtask[0] == 0 || perSubtask[1] == 0 {
 				t.Fatalf("rows per sink subtask %v: want both used", perSubtask)

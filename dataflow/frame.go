@@ -39,6 +39,7 @@ import (
 //	  open          uvarint length, a weirpb.ChannelKey (protobuf)
 //	  close         -
 //	  batch         uvarint payload length
+//	  zstd batch    uvarint payload length; the payload is compressed
 //	  watermark     varint timestamp
 //	  end           -
 //	  barrier       varint checkpoint id, varint trigger time, byte full
@@ -59,6 +60,7 @@ const (
 	tagWatermark
 	tagEnd
 	tagBarrier
+	tagBatchZstd
 )
 
 // Limits a receiver applies to a frame's header, beyond gRPC's bound on
@@ -143,6 +145,7 @@ type inItem struct {
 	value   int64
 	ts      int64
 	full    bool
+	zstd    bool // a batch whose payload is compressed
 }
 
 // creditFrame is a credit frame: grants by channel number.
@@ -234,7 +237,11 @@ func (f *outFrame) marshal() (mem.BufferSlice, error) {
 		default:
 			switch it.kind {
 			case eventBatch:
-				b = append(b, tagBatch)
+				tag := tagBatch
+				if it.zstd {
+					tag = tagBatchZstd
+				}
+				b = append(b, tag)
 				b = binary.AppendUvarint(b, uint64(it.id))
 				b = binary.AppendUvarint(b, uint64(len(*it.payload)))
 				npay++
@@ -369,7 +376,9 @@ func (f *inFrame) parseHeader(b []byte) error {
 				return fmt.Errorf("channel key: %w", err)
 			}
 		case tagClose, tagEnd:
-		case tagBatch:
+		case tagBatch, tagBatchZstd:
+			it.zstd = it.tag == tagBatchZstd
+			it.tag = tagBatch
 			pl := d.uvarint()
 			if pl > uint64(len(b))+1<<31 {
 				return fmt.Errorf("batch of %d bytes", pl)

@@ -96,6 +96,7 @@ type outItem struct {
 	value   int64
 	ts      int64
 	full    bool // barrier: see event.full
+	zstd    bool // batch: payload is compressed
 }
 
 func (x *Exchange) peer(addr string) (*peerConn, error) {
@@ -162,6 +163,12 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 		*buf = batchcodec.Append((*buf)[:0], e.batch)
 		e.batch.Release()
 		o.payloadHint = len(*buf)
+		if c.x.cfg.Compression == CompressionZstd {
+			if z := compressPayload(*buf); z != nil {
+				exchangePool.Put(buf)
+				buf, it.zstd = z, true
+			}
+		}
 		it.payload = buf
 	}
 	c.mu.Lock()
@@ -556,7 +563,7 @@ func (s *inboundStream) apply(f *inFrame) error {
 		var e event
 		switch it.tag {
 		case tagBatch:
-			e = event{kind: eventBatch}
+			e = event{kind: eventBatch, zstd: it.zstd}
 		case tagWatermark:
 			e = event{kind: eventWatermark, value: it.value}
 		case tagEnd:

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
 )
@@ -835,7 +834,7 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 		case eventBatch:
 			b := e.batch
 			if b == nil {
-				b, err = batchcodec.Decode(e.payload, ch.schema)
+				b, err = decodePayload(&e, ch.schema)
 				e.release()
 				if err != nil {
 					return fmt.Errorf("task %s: channel %v: %w", t.name, ch.key, err)

@@ -46,6 +46,10 @@ type Config struct {
 	// taskmanager's input buffers before credits are kept back
 	// (dataflow.ExchangeConfig.MemoryBytes). Default 64 MiB.
 	ExchangeMemoryBytes int64
+	// ExchangeCompression compresses the batches sent to other
+	// taskmanagers: "none" (default) or "zstd"
+	// (dataflow.ExchangeConfig.Compression).
+	ExchangeCompression string
 	// MetricsAddress is where Prometheus metrics are served at /metrics
 	// (host:port); empty disables them. Default empty.
 	MetricsAddress string
@@ -133,6 +137,7 @@ func DefaultConfig() Config {
 		Slots:               2,
 		CreditsPerChannel:   4,
 		ExchangeMemoryBytes: dataflow.DefaultMemoryBytes,
+		ExchangeCompression: dataflow.CompressionNone,
 		RegisterRetry:       time.Second,
 		AllowedPaths:        []string{os.TempDir()},
 		CheckpointAckDelay:  DefaultCheckpointAckDelay,
@@ -168,6 +173,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Slots < 1 {
 		return fmt.Errorf("taskmanager config: slots %d: must be at least 1", c.Slots)
+	}
+	switch c.ExchangeCompression {
+	case "", dataflow.CompressionNone, dataflow.CompressionZstd:
+	default:
+		return fmt.Errorf("taskmanager config: exchange compression %q: use %q or %q", c.ExchangeCompression, dataflow.CompressionNone, dataflow.CompressionZstd)
 	}
 	if c.ExchangeMemoryBytes < 1<<20 {
 		return fmt.Errorf("taskmanager config: exchange memory %d bytes: must be at least 1 MiB (default %d)", c.ExchangeMemoryBytes, dataflow.DefaultMemoryBytes)

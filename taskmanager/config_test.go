@@ -22,6 +22,8 @@ func TestConfigValidate(t *testing.T) {
 		{"zero slots", func(c *Config) { c.Slots = 0 }, "slots 0"},
 		{"negative slots", func(c *Config) { c.Slots = -2 }, "slots -2"},
 		{"zero credits", func(c *Config) { c.CreditsPerChannel = 0 }, "credits per channel 0"},
+		{"unknown compression", func(c *Config) { c.ExchangeCompression = "lzma" }, `exchange compression "lzma"`},
+		{"tiny exchange memory", func(c *Config) { c.ExchangeMemoryBytes = 1000 }, "exchange memory 1000 bytes"},
 		{"zero register retry", func(c *Config) { c.RegisterRetry = 0 }, "register retry"},
 		{"negative register retry", func(c *Config) { c.RegisterRetry = -time.Second }, "register retry -1s"},
 		{"negative checkpoint ack delay", func(c *Config) { c.CheckpointAckDelay = -time.Millisecond }, "checkpoint ack delay -1ms"},

@@ -314,6 +314,7 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		SelfAddress:       tm.exchangeAddr,
 		CreditsPerChannel: tm.cfg.CreditsPerChannel,
 		MemoryBytes:       tm.cfg.ExchangeMemoryBytes,
+		Compression:       tm.cfg.ExchangeCompression,
 		DialOptions:       []grpc.DialOption{security.DialOption(tm.tls, security.RoleTaskManager), dataflow.PeerConnectParams()},
 		Logger:            tm.log,
 	})

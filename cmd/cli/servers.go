@@ -189,6 +189,7 @@ func taskManagerSettings(cfg *taskmanager.Config) []setting {
 		{"exchangeAdvertiseAddress", "exchange-advertise-address", "address other taskmanagers send data to (default: the --advertise-address host with the exchange's port)", &cfg.ExchangeAdvertiseAddress},
 		{"slots", "slots", "number of task slots", &cfg.Slots},
 		{"creditsPerChannel", "credits-per-channel", "batches buffered per input channel (flow-control credits)", &cfg.CreditsPerChannel},
+		{"exchangeCompression", "exchange-compression", "compress batches sent to other taskmanagers: none or zstd (for networks slower than the CPU)", &cfg.ExchangeCompression},
 		{"exchangeMemoryBytes", "exchange-memory-bytes", "network memory: bytes of batches from other taskmanagers buffered here before credits are held back (each channel keeps one)", &cfg.ExchangeMemoryBytes},
 		{"metricsAddress", "metrics-address", "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)", &cfg.MetricsAddress},
 		{"stateDir", "state-dir", "directory for local keyed state (pebble backend), created private (0700); default: a new private directory under $TMPDIR, removed on exit", &cfg.StateDir},
