@@ -785,8 +785,12 @@ func (d *Datagen) Poll(ctx context.Context, out stream.Collector) (stream.PollSt
 		}
 		allowed := int64(now.Sub(d.rateStart).Seconds()*d.rate) + 1 - d.rateRows
 		if allowed <= 0 {
-			// The runtime waits IdleFor before it polls again.
-			d.idleFor = time.Duration(float64(-allowed+1) / d.rate * float64(time.Second))
+			// The runtime waits IdleFor before it polls again: until the
+			// rows of minEmitInterval (at least one, at most a batch) are
+			// due, so that a slow rate makes a few rows a batch rather
+			// than a batch a row.
+			want := min(n, max(1, int64(d.rate*minEmitInterval.Seconds())))
+			d.idleFor = time.Duration(float64(want-allowed) / d.rate * float64(time.Second))
 			return stream.PollIdle, nil
 		}
 		n = min(n, allowed)
@@ -799,6 +803,11 @@ func (d *Datagen) Poll(ctx context.Context, out stream.Collector) (stream.PollSt
 	}
 	return stream.PollEmitted, nil
 }
+
+// minEmitInterval is the shortest wait between two batches of a
+// rate-limited datagen subtask that emits fewer rows a second than fill a
+// batch in that time.
+const minEmitInterval = 5 * time.Millisecond
 
 // IdleFor says how long the rate limit holds the next row back, after
 // Poll returned PollIdle (stream.IdleHinter).
