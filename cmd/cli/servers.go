@@ -189,6 +189,7 @@ func taskManagerSettings(cfg *taskmanager.Config) []setting {
 		{"exchangeAdvertiseAddress", "exchange-advertise-address", "address other taskmanagers send data to (default: the --advertise-address host with the exchange's port)", &cfg.ExchangeAdvertiseAddress},
 		{"slots", "slots", "number of task slots", &cfg.Slots},
 		{"creditsPerChannel", "credits-per-channel", "batches buffered per input channel (flow-control credits)", &cfg.CreditsPerChannel},
+		{"checkpointAckDelay", "checkpoint-ack-delay", "longest wait to batch the acknowledgements of a checkpoint's subtasks into one call (0: each at once)", &cfg.CheckpointAckDelay},
 		{"exchangeCompression", "exchange-compression", "compress batches sent to other taskmanagers: none or zstd (for networks slower than the CPU)", &cfg.ExchangeCompression},
 		{"exchangeMemoryBytes", "exchange-memory-bytes", "network memory: bytes of batches from other taskmanagers buffered here before credits are held back (each channel keeps one)", &cfg.ExchangeMemoryBytes},
 		{"metricsAddress", "metrics-address", "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)", &cfg.MetricsAddress},
