@@ -1,6 +1,8 @@
 package dataflow
 
 import (
+	"sync/atomic"
+
 	"github.com/weirstream/weir/stream"
 )
 
@@ -49,6 +51,9 @@ type event struct {
 	// network memory.
 	buf *[]byte
 	mem *Exchange
+	// held, if not nil, is the consuming task's count of network memory,
+	// which buf's bytes leave too.
+	held *atomic.Int64
 	// zstd: payload is compressed (ExchangeConfig.Compression).
 	zstd  bool
 	value int64 // watermark timestamp or checkpoint id
@@ -70,6 +75,10 @@ func (e *event) release() {
 		if e.mem != nil {
 			e.mem.free(len(*e.buf))
 			e.mem = nil
+		}
+		if e.held != nil {
+			e.held.Add(-int64(len(*e.buf)))
+			e.held = nil
 		}
 		exchangePool.Put(e.buf)
 		e.buf = nil

@@ -3,6 +3,7 @@ package dataflow
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -52,6 +53,9 @@ type inputChannel struct {
 type inputGate struct {
 	channels []*inputChannel
 	notify   chan struct{} // capacity 1; signalled when a channel becomes available
+	// buffered, if not nil, counts the bytes of network batches waiting
+	// in the gate (the task's Metrics.NetworkBufferedBytes).
+	buffered *atomic.Int64
 
 	mu struct {
 		sync.Mutex

@@ -62,7 +62,7 @@ func TestNetworkMemoryBudget(t *testing.T) {
 				cancel()
 			}
 		}
-		_, errs := runTasks(ctx, t, specs, reg, func(s *TaskSpec) *Exchange {
+		tasks, errs := runTasks(ctx, t, specs, reg, func(s *TaskSpec) *Exchange {
 			if s.VertexID == 0 {
 				return send.x
 			}
@@ -75,6 +75,11 @@ func TestNetworkMemoryBudget(t *testing.T) {
 		}
 		if taken < takes {
 			t.Fatalf("the sink took %d batches, want %d", taken, takes)
+		}
+		// Every byte accounted to the network memory, of the exchange and
+		// of the consuming task, was given back.
+		if b, held := recv.x.Stats().BufferedBytes, tasks[len(tasks)-1].Metrics().NetworkBufferedBytes.Load(); b != 0 || held != 0 {
+			t.Errorf("after the run the exchange accounts %d bytes of network memory and the sink task %d, want 0", b, held)
 		}
 		st.mu.Lock()
 		rows := st.rows["sink"]

@@ -595,6 +595,10 @@ func (s *inboundStream) apply(f *inFrame) error {
 			ic.ended = true
 		}
 		if in := ic.e.in.Load(); in != nil {
+			if e.buf != nil && in.gate.buffered != nil {
+				e.held = in.gate.buffered
+				e.held.Add(int64(len(*e.buf)))
+			}
 			if limit := s.x.maxQueuedControl(); !in.gate.pushBounded(in, e, limit) {
 				return violation(errPeerProtocol, codes.ResourceExhausted,
 					"taskmanager %s sent a %v event on channel %v when %d events other than batches (watermarks, barriers), the most allowed, already waited there unread; it does not keep to the exchange protocol, so the stream is closed",

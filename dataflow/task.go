@@ -134,6 +134,10 @@ type Metrics struct {
 	// and to side outputs that something reads. Rows a source emits to
 	// side outputs count in RecordsIn too.
 	RecordsOut atomic.Int64
+	// NetworkBufferedBytes is the network memory the task holds: the
+	// bytes of batches from other taskmanagers waiting in its input
+	// buffers (part of ExchangeStats.BufferedBytes).
+	NetworkBufferedBytes atomic.Int64
 }
 
 // Task runs one subtask: the chain of operators, its input gates and its
@@ -890,6 +894,7 @@ func (t *Task) channelKey(upVertex, upSubtask, downVertex, downInput, downSubtas
 func (t *Task) openInputs() (*inputGate, error) {
 	s := t.spec
 	gate := newInputGate()
+	gate.buffered = &t.metrics.NetworkBufferedBytes
 	for _, g := range s.Inputs {
 		schema := s.Chain[0].InputSchemas[g.Input]
 		for u := 0; u < g.UpstreamParallelism; u++ {

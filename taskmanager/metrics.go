@@ -69,7 +69,10 @@ func newMetrics(tm *TaskManager) *metrics {
 	exchangeBudget := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "weir_exchange_memory_bytes", Help: "The network memory budget (exchangeMemoryBytes)."},
 		func() float64 { return float64(tm.cfg.ExchangeMemoryBytes) })
-	m.reg.MustRegister(exchangeSent, exchangeFrames, exchangeReceived, exchangeBuffered, exchangePeak, exchangeBudget)
+	m.reg.MustRegister(exchangeSent, exchangeFrames, exchangeReceived, exchangeBuffered, exchangePeak, exchangeBudget,
+		&taskNetworkMemory{tm: tm, desc: prometheus.NewDesc("weir_task_network_buffered_bytes",
+			"Bytes of batches from other taskmanagers waiting in the task's input buffers (its share of weir_exchange_buffered_bytes).",
+			[]string{"job", "task"}, nil)})
 	m.reg.MustRegister(m.fencedCalls, m.stateBytesWrite, m.stateBytesRead, m.snapshots, m.alignment, m.syncDuration, m.asyncDuration,
 		m.tasksRunning, newLateRecords(tm.lateRecordCounts),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -175,4 +178,32 @@ func (tm *TaskManager) exchangeStats() dataflow.ExchangeStats {
 		return x.Stats()
 	}
 	return dataflow.ExchangeStats{}
+}
+
+// taskNetworkMemory is the collector of
+// weir_task_network_buffered_bytes{job,task}, read from the running tasks
+// at every scrape.
+type taskNetworkMemory struct {
+	tm   *TaskManager
+	desc *prometheus.Desc
+}
+
+func (c *taskNetworkMemory) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *taskNetworkMemory) Collect(ch chan<- prometheus.Metric) {
+	type series struct {
+		job, task string
+		n         int64
+	}
+	var out []series
+	c.tm.mu.Lock()
+	for k, rt := range c.tm.mu.tasks {
+		if rt.task != nil && !terminal(rt.state) {
+			out = append(out, series{k.job, rt.name, rt.task.Metrics().NetworkBufferedBytes.Load()})
+		}
+	}
+	c.tm.mu.Unlock()
+	for _, s := range out {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.n), s.job, s.task)
+	}
 }
