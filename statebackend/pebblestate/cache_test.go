@@ -13,30 +13,21 @@ import (
 )
 
 // TestStateLargerThanCaches keeps state at least eight times the memory its
-// caches may use (256 KiB block cache + 128 KiB value cache) and checks
-// every key exactly against an independent map: after random updates and
+// caches may use (1 MiB block cache + 512 KiB value cache) and checks every
+// key exactly against an independent map: after random updates and
 // deletions, after a Pebble checkpoint and local recovery, and after a full
 // snapshot restored into a new backend. Updates right before each
 // checkpoint leave dirty entries in the value cache, which must reach the
-// checkpoint. The memtable is as small, so that the state is written
-// in over a dozen flushes and compacted. WEIR_LONG_TESTS=1 runs it four
-// times as large (1 MiB + 512 KiB of caches, 16,000 keys).
+// checkpoint.
 func TestStateLargerThanCaches(t *testing.T) {
-	t.Parallel()
-	const valSize = 1000
-	var (
-		n          = 4_000
-		blockCache = int64(256 << 10)
-		valueCache = int64(128 << 10)
+	const (
+		n          = 16_000
+		valSize    = 1000
+		blockCache = 1 << 20
+		valueCache = 512 << 10
 	)
-	if longTests() {
-		n, blockCache, valueCache = 4*n, 4*blockCache, 4*valueCache
-	}
-	// The churn before each checkpoint writes about as many values as the
-	// value cache holds.
-	churnOps := n / 16
 	opts := func(dir string) pebblestate.Options {
-		return pebblestate.Options{Dir: dir, CacheBytes: blockCache, ValueCacheBytes: valueCache, MemTableBytes: blockCache, DeleteOnClose: true}
+		return pebblestate.Options{Dir: dir, CacheBytes: blockCache, ValueCacheBytes: valueCache, MemTableBytes: 1 << 20, DeleteOnClose: true}
 	}
 	root := t.TempDir()
 	b, err := pebblestate.New(opts(filepath.Join(root, "db")), full)
@@ -117,15 +108,15 @@ func TestStateLargerThanCaches(t *testing.T) {
 		set(i, 1)
 	}
 	churn(n/2, 2)
-	caches := blockCache + valueCache
+	const caches = blockCache + valueCache
 	if got := b.SizeBytes(); got < 8*caches {
 		t.Fatalf("SizeBytes = %d, want ≥ %d (8× the caches)", got, 8*caches)
 	}
-	t.Logf("state %d bytes in %d keys; caches %d bytes (%.1f×)", b.SizeBytes(), len(model), caches, float64(b.SizeBytes())/float64(caches))
+	t.Logf("state %d bytes in %d keys; caches %d bytes (%.1f×)", b.SizeBytes(), len(model), caches, float64(b.SizeBytes())/caches)
 	verify("after updates")
 
 	// Checkpoint with dirty cache entries, local recovery, check.
-	churn(churnOps, 3)
+	churn(1000, 3)
 	chk := filepath.Join(root, "chk-1")
 	if _, err := b.Checkpoint(chk); err != nil {
 		t.Fatal(err)
@@ -144,7 +135,7 @@ func TestStateLargerThanCaches(t *testing.T) {
 	verify("after checkpoint and local recovery")
 
 	// Full snapshot with dirty cache entries, restore into a new backend.
-	churn(churnOps, 4)
+	churn(1000, 4)
 	c := &stream.SnapshotContext{CheckpointID: 2, KeyGroups: full}
 	if err := b.Snapshot(c); err != nil {
 		t.Fatal(err)
@@ -160,7 +151,7 @@ func TestStateLargerThanCaches(t *testing.T) {
 	}
 	bind()
 	verify("after snapshot and restore")
-	churn(churnOps, 5)
+	churn(1000, 5)
 	verify("after more updates")
 }
 

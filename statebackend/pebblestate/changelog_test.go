@@ -149,7 +149,6 @@ func restore(t *testing.T, dir string, kg stream.KeyGroupRange) *pebblestate.Bac
 }
 
 func TestChangelogChains(t *testing.T) {
-	t.Parallel()
 	const rounds = 8
 	half := stream.KeyGroupRange{Start: 40, End: 90}
 	for _, tc := range []struct {
@@ -162,7 +161,6 @@ func TestChangelogChains(t *testing.T) {
 		{factor: -1, minMat: rounds, maxMat: rounds, lastChainSegment: 0},
 	} {
 		t.Run(fmt.Sprint("factor=", tc.factor), func(t *testing.T) {
-			t.Parallel() // every factor has its own backends and directories
 			root := t.TempDir()
 			rng := rand.New(rand.NewPCG(7, uint64(tc.factor*10)))
 			b, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), ValueCacheBytes: 4 << 10, MaterializeFactor: tc.factor}, full)

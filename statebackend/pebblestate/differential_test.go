@@ -145,17 +145,10 @@ func (h *diffHarness) apply(step int, what string, op func(s *side) string) {
 }
 
 func TestDifferentialHeapPebble(t *testing.T) {
-	t.Parallel()
-	// Seeds 2, 4 and 6 between them run every value cache size, timer
-	// cache size and materialize factor (see below); WEIR_LONG_TESTS=1 runs
-	// all six seeds, each twice as long.
-	seeds := []uint64{2, 4, 6}
-	steps := 1500
-	switch {
-	case longTests():
-		seeds, steps = []uint64{1, 2, 3, 4, 5, 6}, 3000
-	case testing.Short():
-		steps = 1000
+	seeds := []uint64{1, 2, 3, 4, 5, 6}
+	steps := 3000
+	if testing.Short() {
+		seeds, steps = seeds[:3], 1000
 	}
 	for _, seed := range seeds {
 		// Each seed runs with one of the value cache sizes in turn,
@@ -164,7 +157,6 @@ func TestDifferentialHeapPebble(t *testing.T) {
 		// about four),
 		timers := []int64{0, 1, 16 * 4 * 60}[int(seed/2)%3]
 		t.Run(fmt.Sprintf("seed=%d/valuecache=%d/timercache=%d/factor=%v", seed, cache, timers, []float64{0.5, 100, -1}[int(seed)%3]), func(t *testing.T) {
-			t.Parallel() // every seed has its own backends and directories
 			// and one of the materialize factors: often, rarely, always.
 			factor := []float64{0.5, 100, -1}[int(seed)%3]
 			h := &diffHarness{t: t, rng: rand.New(rand.NewPCG(seed, 99)), cache: cache, timers: timers, root: t.TempDir(), factor: factor,

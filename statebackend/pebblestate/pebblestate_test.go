@@ -2,7 +2,6 @@ package pebblestate_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -17,33 +16,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// longTests reports whether the long variants of the randomised tests run
-// (WEIR_LONG_TESTS=1): more seeds and steps, as the suites were first
-// sized. By default they run short enough for the -race run of `make
-// test`, with every check and every configuration.
-func longTests() bool { return os.Getenv("WEIR_LONG_TESTS") == "1" }
-
-// conformanceSizes and ttlSizes are how much the long tests of the shared
-// suites do against Pebble. Under -race every restore opens Pebble
-// databases and every key scan opens iterators that record stacks, so the
-// suites' full sizes (kept for WEIR_LONG_TESTS=1) take minutes. The seeds
-// are chosen so that the conformance model starts with one, two and three
-// backends, and the TTL model runs each of its cleanup settings (none, one
-// and the default number of entries per access).
-func conformanceSizes() statebackendtest.Sizes {
-	if longTests() {
-		return statebackendtest.Sizes{}
-	}
-	return statebackendtest.Sizes{ModelSeeds: []uint64{1, 2, 7}, ModelSteps: 1000}
-}
-
-func ttlSizes() statebackendtest.Sizes {
-	if longTests() {
-		return statebackendtest.Sizes{}
-	}
-	return statebackendtest.Sizes{ModelSeeds: []uint64{1, 2, 4}, ModelSteps: 1000, CleanupTTLs: 8}
 }
 
 // Value cache sizes the tests run with: the default (0), one byte (every
@@ -79,29 +51,24 @@ func newFactoryOpts(t testing.TB, o pebblestate.Options) func(kg stream.KeyGroup
 func TestConformance(t *testing.T) {
 	// The differential test covers the third value cache size. The one-byte
 	// caches hold one timer per key group, one state entry in all.
-	// The two run in parallel: each has its own directories.
-	t.Parallel()
 	for _, o := range []pebblestate.Options{{}, {ValueCacheBytes: 1, TimerCacheBytes: 1}} {
 		t.Run(fmt.Sprintf("valuecache=%d/timercache=%d", o.ValueCacheBytes, o.TimerCacheBytes), func(t *testing.T) {
-			t.Parallel()
 			nb := newFactoryOpts(t, o)
-			statebackendtest.RunConformanceSized(t, func(kg stream.KeyGroupRange) statebackend.Backend {
+			statebackendtest.RunConformance(t, func(kg stream.KeyGroupRange) statebackend.Backend {
 				return nb(kg)
-			}, conformanceSizes())
+			})
 		})
 	}
 }
 
 func TestTTL(t *testing.T) {
 	// As in TestConformance: values served from the cache, and from Pebble.
-	t.Parallel()
 	for _, cache := range testCacheSizes[:2] {
 		t.Run(fmt.Sprint("valuecache=", cache), func(t *testing.T) {
-			t.Parallel()
 			nb := newFactory(t, cache)
-			statebackendtest.RunTTLSized(t, func(kg stream.KeyGroupRange) statebackend.Backend {
+			statebackendtest.RunTTL(t, func(kg stream.KeyGroupRange) statebackend.Backend {
 				return nb(kg)
-			}, ttlSizes())
+			})
 		})
 	}
 }
