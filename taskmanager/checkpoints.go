@@ -23,6 +23,9 @@ import (
 type storages struct {
 	mu sync.Mutex
 	m  map[string]*checkpoint.Storage
+	// inline is the snapshot size up to which snapshots travel in their
+	// handles (Config.StateInlineBytes).
+	inline int
 }
 
 func (s *storages) open(ctx context.Context, uri string) (*checkpoint.Storage, error) {
@@ -35,7 +38,7 @@ func (s *storages) open(ctx context.Context, uri string) (*checkpoint.Storage, e
 	if err != nil {
 		return nil, err
 	}
-	st = st.WithInlineThreshold(checkpoint.DefaultInlineThreshold)
+	st = st.WithInlineThreshold(s.inline)
 	if s.m == nil {
 		s.m = make(map[string]*checkpoint.Storage)
 	}

@@ -8,10 +8,15 @@ import (
 	"os"
 	"time"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/security"
 )
+
+// MaxStateInlineBytes bounds Config.StateInlineBytes: inline snapshots
+// make every acknowledgement and manifest larger.
+const MaxStateInlineBytes = 64 << 10
 
 // Config configures a TaskManager.
 type Config struct {
@@ -46,6 +51,12 @@ type Config struct {
 	// taskmanager's input buffers before credits are kept back
 	// (dataflow.ExchangeConfig.MemoryBytes). Default 64 MiB.
 	ExchangeMemoryBytes int64
+	// StateInlineBytes is the size up to which a task's snapshot travels
+	// inside its handle (in the acknowledgement and the manifest) instead
+	// of as an object of its own in checkpoint storage; 0 writes every
+	// snapshot as an object. Default checkpoint.DefaultInlineThreshold
+	// (4 KiB), at most MaxStateInlineBytes.
+	StateInlineBytes int
 	// ExchangeCompression compresses the batches sent to other
 	// taskmanagers: "none" (default) or "zstd"
 	// (dataflow.ExchangeConfig.Compression).
@@ -138,6 +149,7 @@ func DefaultConfig() Config {
 		CreditsPerChannel:   4,
 		ExchangeMemoryBytes: dataflow.DefaultMemoryBytes,
 		ExchangeCompression: dataflow.CompressionNone,
+		StateInlineBytes:    checkpoint.DefaultInlineThreshold,
 		RegisterRetry:       time.Second,
 		AllowedPaths:        []string{os.TempDir()},
 		CheckpointAckDelay:  DefaultCheckpointAckDelay,
@@ -173,6 +185,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Slots < 1 {
 		return fmt.Errorf("taskmanager config: slots %d: must be at least 1", c.Slots)
+	}
+	if c.StateInlineBytes < 0 || c.StateInlineBytes > MaxStateInlineBytes {
+		return fmt.Errorf("taskmanager config: state inline bytes %d: must be between 0 and %d (default %d)", c.StateInlineBytes, MaxStateInlineBytes, checkpoint.DefaultInlineThreshold)
 	}
 	switch c.ExchangeCompression {
 	case "", dataflow.CompressionNone, dataflow.CompressionZstd:

@@ -168,6 +168,7 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	tm.mu.jobsRun = make(map[string]bool)
 	tm.mu.subtasksSwept = make(map[string]int64)
 	tm.metrics = newMetrics(tm)
+	tm.storages.inline = cfg.StateInlineBytes
 	tm.acks = newAckBatcher(cfg.ID, cfg.CheckpointAckDelay, tm.checkpointingTasks,
 		func() reportSender { return clusterSender{tm.cluster()} }, tm.log)
 	tm.mu.hbInterval = time.Second

@@ -28,7 +28,8 @@ import (
 //
 //	corrupt_checkpoint=<n> fallback_checkpoint=<m> lost=0 duplicated=<d>
 func TestCorruptCheckpointFallsBack(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info", SlotWaitTimeout: 2 * time.Minute})
+	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info", SlotWaitTimeout: 2 * time.Minute,
+		TaskManagerArgs: stateObjectsOnly})
 	job := newSequenceJobOn(t, "fallback", 20, 1000, 16, "", "  retained: 3\n  onCorruption: fallback\n")
 	id := job.submit(t, c)
 	waitCheckpointsSince(t, c, id, time.Time{}, 3, "before the taskmanagers are killed")

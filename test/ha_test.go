@@ -62,9 +62,10 @@ func startHAOpts(t *testing.T, proxies bool) (*etcdtest.Server, *clustertest.Clu
 }
 
 // startHACluster starts the HA tests' cluster in ha: etcd mode as ha says.
-func startHACluster(t *testing.T, proxies bool, ha clustertest.HA) *clustertest.Cluster {
+func startHACluster(t *testing.T, proxies bool, ha clustertest.HA, tmArgs ...string) *clustertest.Cluster {
 	t.Helper()
 	return clustertest.Start(t, clustertest.Options{
+		TaskManagerArgs:   tmArgs,
 		TLS:               true,
 		FaultProxies:      proxies,
 		JobManagers:       2,

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirstream/weir/ha/etcdtest"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
 	"github.com/weirstream/weir/test/polltest"
@@ -58,7 +59,7 @@ func TestJobManagerRestartWithoutHA(t *testing.T) {
 // with an error naming the checkpoint, list them, and list them again
 // after one more restart.
 func TestCorruptCheckpointFailsJob(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 4, LogLevel: "info"})
+	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 4, LogLevel: "info", TaskManagerArgs: stateObjectsOnly})
 	state := newSequenceJob(t, "corrupt-state", 60, 1000, 16)
 	manifest := newSequenceJob(t, "corrupt-manifest", 60, 1000, 16)
 	stateID, manifestID := state.submit(t, c), manifest.submit(t, c)
@@ -164,6 +165,12 @@ func TestSubmitFromRetainedCheckpoint(t *testing.T) {
 // corruptCheckpoints flips a byte in the middle of every state object
 // (manifests: every manifest) of every checkpoint of job id under the
 // job's file:// checkpoint storage.
+// stateObjectsOnly makes taskmanagers write every snapshot as an object,
+// none inline in the manifest, for the tests that corrupt state objects
+// (an inline snapshot's damage is found the same way: checkpoint's
+// TestInlineSnapshots).
+var stateObjectsOnly = []string{"--state-inline-bytes", "0"}
+
 func corruptCheckpoints(t *testing.T, job *sequenceJob, id string, manifests bool) {
 	t.Helper()
 	root := filepath.Join(filepath.Dir(job.spec), "ckpt", id)
@@ -207,7 +214,8 @@ func checkFailedOnCorruption(t *testing.T, c *clustertest.Cluster, id, when stri
 // killed: the new leader lists both jobs FAILED, at once, naming the
 // checkpoint.
 func TestCorruptCheckpointFailsJobHA(t *testing.T) {
-	_, c := startHA(t)
+	etcd := etcdtest.Start(t)
+	c := startHACluster(t, false, clustertest.HA{Endpoints: etcd.Endpoints(), Prefix: "/weir-hatest", LeaseTTL: haLeaseTTL}, stateObjectsOnly...)
 	state := newSequenceJob(t, "corrupt-state-ha", 60, 1000, 16)
 	manifest := newSequenceJob(t, "corrupt-manifest-ha", 60, 1000, 16)
 	var ids []string

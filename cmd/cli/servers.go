@@ -190,6 +190,7 @@ func taskManagerSettings(cfg *taskmanager.Config) []setting {
 		{"slots", "slots", "number of task slots", &cfg.Slots},
 		{"creditsPerChannel", "credits-per-channel", "batches buffered per input channel (flow-control credits)", &cfg.CreditsPerChannel},
 		{"checkpointAckDelay", "checkpoint-ack-delay", "longest wait to batch the acknowledgements of a checkpoint's subtasks into one call (0: each at once)", &cfg.CheckpointAckDelay},
+		{"stateInlineBytes", "state-inline-bytes", "snapshots up to this size travel inside the checkpoint's metadata instead of as objects of their own (0: never)", &cfg.StateInlineBytes},
 		{"exchangeCompression", "exchange-compression", "compress batches sent to other taskmanagers: none or zstd (for networks slower than the CPU)", &cfg.ExchangeCompression},
 		{"exchangeMemoryBytes", "exchange-memory-bytes", "network memory: bytes of batches from other taskmanagers buffered here before credits are held back (each channel keeps one)", &cfg.ExchangeMemoryBytes},
 		{"metricsAddress", "metrics-address", "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)", &cfg.MetricsAddress},
