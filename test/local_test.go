@@ -39,6 +39,7 @@ func TestWeirLocalRestartsTaskManagers(t *testing.T) {
 	local := exec.Command(filepath.Join(bin, "weir"), "local", "--taskmanagers", "2", "--slots", "1",
 		"--rpc-address", rpc, "--rest-address", rest, "--log-level", "info")
 	local.Stdout, local.Stderr = &out, &out
+	local.Dir = t.TempDir() // weir local keeps its data in ./weir-data
 	if err := local.Start(); err != nil {
 		t.Fatal(err)
 	}
