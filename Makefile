@@ -12,7 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 # package; the process-level integration tests live in ./test.
 PKGS := ./...
 
-.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate fuzz
+.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate fuzz state-long
 
 all: build
 
@@ -61,6 +61,12 @@ bigstate: $(BIN)/versitygw
 	@WEIR_BIGSTATE_KEYS=$${WEIR_BIGSTATE_KEYS:-1000000} \
 		$(GO) test -count=1 -v -timeout 60m -run 'TestWindowBigState' ./test/ > .run/bigstate.log 2>&1; rc=$$?; \
 		grep -E '^(window_bigstate |--- |ok|FAIL)' .run/bigstate.log; echo "full log: .run/bigstate.log"; exit $$rc
+
+# The keyed-state backend tests at their full sizes (all seeds and steps of
+# the randomised model and differential tests, 16 MB beyond the caches,
+# every database syncing); `make test` runs them shorter, with every check.
+state-long:
+	WEIR_LONG_TESTS=1 $(GO) test -race -count=1 -timeout 60m ./statebackend/...
 
 # The soak: a random mix of every fault (taskmanager kills and pauses,
 # partitions, S3 outages, leader kills, leaders cut off from etcd, and the

@@ -13,6 +13,7 @@ import (
 // flush) keeps neither the evicted values nor an unbounded list of
 // evicted entries, and every value reads back.
 func TestEvictedEntriesReleaseTheirValues(t *testing.T) {
+	t.Parallel()
 	const n = 50_000
 	kgs := stream.KeyGroupRange{Start: 0, End: 127}
 	b, err := New(Options{Dir: filepath.Join(t.TempDir(), "db"), ValueCacheBytes: 64 << 10, DeleteOnClose: true}, kgs)

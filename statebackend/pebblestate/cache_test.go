@@ -13,21 +13,30 @@ import (
 )
 
 // TestStateLargerThanCaches keeps state at least eight times the memory its
-// caches may use (1 MiB block cache + 512 KiB value cache) and checks every
-// key exactly against an independent map: after random updates and
+// caches may use (128 KiB block cache + 64 KiB value cache) and checks
+// every key exactly against an independent map: after random updates and
 // deletions, after a Pebble checkpoint and local recovery, and after a full
 // snapshot restored into a new backend. Updates right before each
 // checkpoint leave dirty entries in the value cache, which must reach the
-// checkpoint.
+// checkpoint. The memtable is as small, so that the state is written
+// in over a dozen flushes and compacted. WEIR_LONG_TESTS=1 runs it eight
+// times as large (1 MiB + 512 KiB of caches, 16,000 keys).
 func TestStateLargerThanCaches(t *testing.T) {
-	const (
-		n          = 16_000
-		valSize    = 1000
-		blockCache = 1 << 20
-		valueCache = 512 << 10
+	t.Parallel()
+	const valSize = 1000
+	var (
+		n          = 2_000
+		blockCache = int64(128 << 10)
+		valueCache = int64(64 << 10)
 	)
+	if longTests() {
+		n, blockCache, valueCache = 8*n, 8*blockCache, 8*valueCache
+	}
+	// The churn before each checkpoint writes about as many values as the
+	// value cache holds.
+	churnOps := n / 16
 	opts := func(dir string) pebblestate.Options {
-		return pebblestate.Options{Dir: dir, CacheBytes: blockCache, ValueCacheBytes: valueCache, MemTableBytes: 1 << 20, DeleteOnClose: true}
+		return pebblestate.NoSync(pebblestate.Options{Dir: dir, CacheBytes: blockCache, ValueCacheBytes: valueCache, MemTableBytes: blockCache, DeleteOnClose: true})
 	}
 	root := t.TempDir()
 	b, err := pebblestate.New(opts(filepath.Join(root, "db")), full)
@@ -108,15 +117,15 @@ func TestStateLargerThanCaches(t *testing.T) {
 		set(i, 1)
 	}
 	churn(n/2, 2)
-	const caches = blockCache + valueCache
+	caches := blockCache + valueCache
 	if got := b.SizeBytes(); got < 8*caches {
 		t.Fatalf("SizeBytes = %d, want ≥ %d (8× the caches)", got, 8*caches)
 	}
-	t.Logf("state %d bytes in %d keys; caches %d bytes (%.1f×)", b.SizeBytes(), len(model), caches, float64(b.SizeBytes())/caches)
+	t.Logf("state %d bytes in %d keys; caches %d bytes (%.1f×)", b.SizeBytes(), len(model), caches, float64(b.SizeBytes())/float64(caches))
 	verify("after updates")
 
 	// Checkpoint with dirty cache entries, local recovery, check.
-	churn(1000, 3)
+	churn(churnOps, 3)
 	chk := filepath.Join(root, "chk-1")
 	if _, err := b.Checkpoint(chk); err != nil {
 		t.Fatal(err)
@@ -135,7 +144,7 @@ func TestStateLargerThanCaches(t *testing.T) {
 	verify("after checkpoint and local recovery")
 
 	// Full snapshot with dirty cache entries, restore into a new backend.
-	churn(1000, 4)
+	churn(churnOps, 4)
 	c := &stream.SnapshotContext{CheckpointID: 2, KeyGroups: full}
 	if err := b.Snapshot(c); err != nil {
 		t.Fatal(err)
@@ -151,7 +160,7 @@ func TestStateLargerThanCaches(t *testing.T) {
 	}
 	bind()
 	verify("after snapshot and restore")
-	churn(1000, 5)
+	churn(churnOps, 5)
 	verify("after more updates")
 }
 

@@ -140,7 +140,7 @@ func (md *clModel) check(t *testing.T, what string, b statebackend.Backend, kg s
 
 func restore(t *testing.T, dir string, kg stream.KeyGroupRange) *pebblestate.Backend {
 	t.Helper()
-	b, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: t.TempDir() + "/db", ValueCacheBytes: 1 << 10}, dir, kg)
+	b, err := pebblestate.OpenFromCheckpoint(pebblestate.NoSync(pebblestate.Options{Dir: t.TempDir() + "/db", ValueCacheBytes: 1 << 10}), dir, kg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,6 +149,7 @@ func restore(t *testing.T, dir string, kg stream.KeyGroupRange) *pebblestate.Bac
 }
 
 func TestChangelogChains(t *testing.T) {
+	t.Parallel()
 	const rounds = 8
 	half := stream.KeyGroupRange{Start: 40, End: 90}
 	for _, tc := range []struct {
@@ -161,9 +162,10 @@ func TestChangelogChains(t *testing.T) {
 		{factor: -1, minMat: rounds, maxMat: rounds, lastChainSegment: 0},
 	} {
 		t.Run(fmt.Sprint("factor=", tc.factor), func(t *testing.T) {
+			t.Parallel() // every factor has its own backends and directories
 			root := t.TempDir()
 			rng := rand.New(rand.NewPCG(7, uint64(tc.factor*10)))
-			b, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), ValueCacheBytes: 4 << 10, MaterializeFactor: tc.factor}, full)
+			b, err := pebblestate.New(pebblestate.NoSync(pebblestate.Options{Dir: filepath.Join(root, "db"), ValueCacheBytes: 4 << 10, MaterializeFactor: tc.factor}), full)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -161,6 +161,7 @@ func checkpoint(t *testing.T, b *pebblestate.Backend, dir string) []pebblestate.
 // that range, and proves the rest is gone by checkpointing the trimmed
 // backend and opening that for the full range.
 func TestOpenFromCheckpointKeepsOwnedKeyGroups(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	const n = 3000
 	src := open(t, filepath.Join(root, "src"), full, "")
@@ -191,6 +192,7 @@ func TestOpenFromCheckpointKeepsOwnedKeyGroups(t *testing.T) {
 // right one holds processing-time timers, so that merging moves them into
 // a database that had none, and a checkpoint of it must open with them.
 func TestMergeInto(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	const n = 2000
 	left := stream.KeyGroupRange{Start: 0, End: 63}
@@ -277,13 +279,14 @@ func TestVerifyCheckpointDetectsDamage(t *testing.T) {
 // TestBiggerThanMemory writes 16 MiB of incompressible values through a
 // 1 MiB block cache and 1 MiB memtables and reads every value back.
 func TestBiggerThanMemory(t *testing.T) {
+	t.Parallel()
 	const (
 		n       = 4 << 10
 		valSize = 4 << 10
 	)
-	b, err := pebblestate.New(pebblestate.Options{
+	b, err := pebblestate.New(pebblestate.NoSync(pebblestate.Options{
 		Dir: filepath.Join(t.TempDir(), "db"), CacheBytes: 1 << 20, MemTableBytes: 1 << 20, DeleteOnClose: true,
-	}, full)
+	}), full)
 	if err != nil {
 		t.Fatal(err)
 	}

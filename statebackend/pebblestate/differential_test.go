@@ -145,10 +145,17 @@ func (h *diffHarness) apply(step int, what string, op func(s *side) string) {
 }
 
 func TestDifferentialHeapPebble(t *testing.T) {
-	seeds := []uint64{1, 2, 3, 4, 5, 6}
-	steps := 3000
-	if testing.Short() {
-		seeds, steps = seeds[:3], 1000
+	t.Parallel()
+	// Seeds 2, 4 and 6 between them run every value cache size, timer
+	// cache size and materialize factor (see below); WEIR_LONG_TESTS=1 runs
+	// all six seeds, each twice as long.
+	seeds := []uint64{2, 4, 6}
+	steps := 1500
+	switch {
+	case longTests():
+		seeds, steps = []uint64{1, 2, 3, 4, 5, 6}, 3000
+	case testing.Short():
+		steps = 1000
 	}
 	for _, seed := range seeds {
 		// Each seed runs with one of the value cache sizes in turn,
@@ -157,6 +164,7 @@ func TestDifferentialHeapPebble(t *testing.T) {
 		// about four),
 		timers := []int64{0, 1, 16 * 4 * 60}[int(seed/2)%3]
 		t.Run(fmt.Sprintf("seed=%d/valuecache=%d/timercache=%d/factor=%v", seed, cache, timers, []float64{0.5, 100, -1}[int(seed)%3]), func(t *testing.T) {
+			t.Parallel() // every seed has its own backends and directories
 			// and one of the materialize factors: often, rarely, always.
 			factor := []float64{0.5, 100, -1}[int(seed)%3]
 			h := &diffHarness{t: t, rng: rand.New(rand.NewPCG(seed, 99)), cache: cache, timers: timers, root: t.TempDir(), factor: factor,
@@ -365,7 +373,7 @@ func (h *diffHarness) restore(step int) {
 		if _, err := h.sides[1].b.(*pebblestate.Backend).SnapshotFiles(dir); err != nil {
 			t.Fatalf("step %d: SnapshotFiles: %v", step, err)
 		}
-		p, err := pebblestate.OpenFromCheckpoint(pebblestate.Options{Dir: dir + "-work", ValueCacheBytes: h.cache, TimerCacheBytes: h.timers, DeleteOnClose: true, MaterializeFactor: h.factor}, dir, diffRange)
+		p, err := pebblestate.OpenFromCheckpoint(pebblestate.NoSync(pebblestate.Options{Dir: dir + "-work", ValueCacheBytes: h.cache, TimerCacheBytes: h.timers, DeleteOnClose: true, MaterializeFactor: h.factor}), dir, diffRange)
 		if err != nil {
 			t.Fatalf("step %d: OpenFromCheckpoint: %v", step, err)
 		}

@@ -304,6 +304,7 @@ func rawEntries(t *testing.T, b *Backend, name string) map[string]string {
 // byte for byte as before, state without TTL is untouched, and a backend
 // opened from the last snapshot holds the same.
 func TestSnapshotFilesCleanup(t *testing.T) {
+	t.Parallel()
 	const per = 16
 	for _, cache := range []int64{0, 1} {
 		t.Run(fmt.Sprint("valuecache=", cache), func(t *testing.T) {

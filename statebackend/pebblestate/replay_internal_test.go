@@ -87,6 +87,7 @@ func dumpDB(t *testing.T, db *pebble.DB) (string, int) {
 // the chain's state) and for replay memories that keep the chain in one
 // partition or a few in memory, or spill it in partitions of a few records.
 func TestReplayMatchesBatchReplay(t *testing.T) {
+	t.Parallel()
 	const (
 		maxPar   = 32
 		keys     = 60 // few keys, so that segments overwrite each other's

@@ -17,6 +17,12 @@ import (
 // RunConformance runs the whole suite against the backends newBackend makes.
 // Every backend returned must be empty; the suite closes them.
 func RunConformance(t *testing.T, newBackend NewBackend) {
+	RunConformanceSized(t, newBackend, Sizes{})
+}
+
+// RunConformanceSized is RunConformance with the randomised model test
+// sized by sz (zero fields: RunConformance's sizes).
+func RunConformanceSized(t *testing.T, newBackend NewBackend, sz Sizes) {
 	nb := func(t *testing.T, r stream.KeyGroupRange) statebackend.Backend {
 		b := newBackend(r)
 		t.Cleanup(func() { b.Close() })
@@ -61,7 +67,7 @@ func RunConformance(t *testing.T, newBackend NewBackend) {
 		{"RestoredDescriptorConflict", testRestoredDescriptorConflict},
 		{"SizeBytes", testSizeBytes},
 		{"Close", testClose},
-		{"Model", testModel},
+		{"Model", func(t *testing.T, _ nbFunc, newBackend NewBackend) { testModel(t, newBackend, sz) }},
 		{"Slots", testSlots},
 	}
 	for _, tc := range tests {

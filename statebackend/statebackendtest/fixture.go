@@ -26,6 +26,35 @@ import (
 // NewBackend creates an empty backend for a key-group range.
 type NewBackend func(kg stream.KeyGroupRange) statebackend.Backend
 
+// Sizes scales the long tests of RunConformanceSized and RunTTLSized, so
+// that a backend whose operations are slow can run them shorter by default
+// and at full size on demand. A zero field keeps the size RunConformance
+// and RunTTL use (shorter with -short). Every check runs at any size.
+type Sizes struct {
+	// ModelSeeds are the seeds of the randomised model tests (default 1–8
+	// for RunConformance, 1–4 per TTL update type for RunTTL).
+	ModelSeeds []uint64
+	// ModelSteps is the number of random operations per seed (default
+	// 2500 for RunConformance, 3000 for RunTTL).
+	ModelSteps int
+	// CleanupTTLs is how many TTLs' worth of new keys, one a millisecond,
+	// the incremental cleanup test writes (default 20): at least a few,
+	// so that the bound on live keys is well below the keys written.
+	CleanupTTLs int
+}
+
+// model returns the seeds and steps of a model test whose defaults are
+// seeds and steps.
+func (sz Sizes) model(seeds []uint64, steps int) ([]uint64, int) {
+	if len(sz.ModelSeeds) > 0 {
+		seeds = sz.ModelSeeds
+	}
+	if sz.ModelSteps > 0 {
+		steps = sz.ModelSteps
+	}
+	return seeds, steps
+}
+
 // maxPar is the number of key groups the suite uses.
 const maxPar = 8
 

@@ -147,12 +147,13 @@ func (h *harness) open(n int, snap *stream.OperatorSnapshot) {
 	}
 }
 
-func testModel(t *testing.T, _ nbFunc, newBackend NewBackend) {
+func testModel(t *testing.T, newBackend NewBackend, sz Sizes) {
 	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 	steps := 2500
 	if testing.Short() {
 		seeds, steps = seeds[:2], 1000
 	}
+	seeds, steps = sz.model(seeds, steps)
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			h := &harness{

@@ -40,6 +40,12 @@ func (c *ManualClock) Advance(ms int64) {
 // against a model with a manual clock. Every backend returned must be empty;
 // the tests close them. The tests do not rely on Descriptor.SnapshotFilter.
 func RunTTL(t *testing.T, newBackend NewBackend) {
+	RunTTLSized(t, newBackend, Sizes{})
+}
+
+// RunTTLSized is RunTTL with the incremental cleanup test and the
+// randomised model test sized by sz (zero fields: RunTTL's sizes).
+func RunTTLSized(t *testing.T, newBackend NewBackend, sz Sizes) {
 	nb := func(t *testing.T, r stream.KeyGroupRange) statebackend.Backend {
 		b := newBackend(r)
 		t.Cleanup(func() { b.Close() })
@@ -51,9 +57,9 @@ func RunTTL(t *testing.T, newBackend NewBackend) {
 	}{
 		{"Expiry", testTTLExpiry},
 		{"LazyCleanup", testTTLLazyCleanup},
-		{"IncrementalCleanupBounds", testTTLIncrementalCleanup},
+		{"IncrementalCleanupBounds", func(t *testing.T, nb nbFunc, _ NewBackend) { testTTLIncrementalCleanup(t, nb, sz) }},
 		{"Conflicts", testTTLConflicts},
-		{"Model", testTTLModel},
+		{"Model", func(t *testing.T, _ nbFunc, newBackend NewBackend) { testTTLModel(t, newBackend, sz) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, nb, newBackend) })
@@ -295,8 +301,11 @@ func testTTLLazyCleanup(t *testing.T, nb nbFunc, _ NewBackend) {
 // removed at most 2S accesses after it expired (the rest of the sweep it
 // expired in, and the next). So K ≤ TTL + 2(K+G)/N, that is
 // K ≤ (TTL + 2G/N)·N/(N−2). Without cleanup every key stays.
-func testTTLIncrementalCleanup(t *testing.T, nb nbFunc, _ NewBackend) {
-	const steps = 20 * ttlMillis
+func testTTLIncrementalCleanup(t *testing.T, nb nbFunc, sz Sizes) {
+	steps := 20 * ttlMillis
+	if sz.CleanupTTLs > 0 {
+		steps = sz.CleanupTTLs * ttlMillis
+	}
 	for _, per := range []int{0, 3, statebackend.DefaultCleanupPerAccess, 16} {
 		for _, k := range ttlKinds {
 			if strings.HasPrefix(k.name, "map-") {
@@ -576,12 +585,13 @@ type ttlHarness struct {
 	expired    int // reads the model says found nothing
 }
 
-func testTTLModel(t *testing.T, _ nbFunc, newBackend NewBackend) {
+func testTTLModel(t *testing.T, newBackend NewBackend, sz Sizes) {
 	seeds := []uint64{1, 2, 3, 4}
 	steps := 3000
 	if testing.Short() {
 		seeds, steps = seeds[:2], 1000
 	}
+	seeds, steps = sz.model(seeds, steps)
 	for _, upd := range ttlUpdates {
 		for _, seed := range seeds {
 			t.Run(fmt.Sprintf("%s/seed=%d", upd, seed), func(t *testing.T) {
