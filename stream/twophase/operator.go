@@ -148,58 +148,36 @@ func (o *Operator) SnapshotState(c *stream.SnapshotContext) error {
 		c.AddListState(PendingState, encodePending(p))
 	}
 	c.AddUnionState(WritersState, encodeWriter(o.octx.Subtask, max(1, o.octx.Parallelism), o.pending))
+	if ss, ok := o.sys.(SystemState); ok {
+		return ss.SnapshotSystem(c)
+	}
 	return nil
 }
 
 // RestoreState commits the transactions of the checkpoint given to this
 // subtask and has the System abort every other one its predecessors left.
 func (o *Operator) RestoreState(c *stream.RestoreContext) error {
+	o.lastCkp = max(o.lastCkp, c.CheckpointID)
 	if c.State == nil {
 		return nil
 	}
-	items, writers := c.State.List[PendingState], c.State.Union[WritersState]
-	if len(items) == 0 && len(writers) == 0 {
-		return nil // no state of this sink: Recover runs as on a fresh start
+	if ss, ok := o.sys.(SystemState); ok {
+		if err := ss.RestoreSystem(c); err != nil {
+			return err
+		}
+	}
+	mine, keep, oldPar, ok, err := o.restored(c)
+	if err != nil || !ok {
+		return err // !ok: no state of this sink, Recover runs as on a fresh start
 	}
 	restoreJob := c.JobID
 	if restoreJob == "" {
 		restoreJob = o.octx.JobID
 	}
-	oldPar := 0
-	keep := make(map[string]bool)
-	for _, w := range writers {
-		_, par, names, err := decodeWriter(w)
-		if err != nil {
-			return errorf(o.octx, "checkpoint %d: corrupt %s state: %v", c.CheckpointID, WritersState, err)
-		}
-		if oldPar != 0 && par != oldPar {
-			return errorf(o.octx, "checkpoint %d: corrupt %s state: parallelism %d and %d in one checkpoint", c.CheckpointID, WritersState, oldPar, par)
-		}
-		oldPar = par
-		for _, n := range names {
-			keep[n] = true
-		}
-	}
-	if oldPar == 0 {
-		return errorf(o.octx, "checkpoint %d holds pending transactions but no %s state; the checkpoint is damaged", c.CheckpointID, WritersState)
-	}
-	var mine []Pending
-	for _, item := range items {
-		p, err := decodePending(item)
-		if err != nil {
-			return errorf(o.octx, "checkpoint %d: corrupt %s state: %v", c.CheckpointID, PendingState, err)
-		}
-		mine = append(mine, p)
-	}
 	sortPending(mine)
 	for _, p := range mine {
 		if err := o.sys.Commit(o.ctx, p); err != nil {
 			return errorf(o.octx, "commit transaction %s of restored checkpoint %d: %w", p.ID.Name(), c.CheckpointID, err)
-		}
-	}
-	for _, p := range mine {
-		if !keep[p.ID.Name()] {
-			return errorf(o.octx, "checkpoint %d: corrupt state: transaction %s is pending but not listed in %s", c.CheckpointID, p.ID.Name(), WritersState)
 		}
 	}
 	par := max(1, o.octx.Parallelism)
@@ -210,8 +188,7 @@ func (o *Operator) RestoreState(c *stream.RestoreContext) error {
 		}
 	}
 	o.recovered = true
-	o.lastCkp = c.CheckpointID
-	err := o.sys.Recover(o.ctx, Recovery{
+	err = o.sys.Recover(o.ctx, Recovery{
 		Restored:       true,
 		CheckpointID:   c.CheckpointID,
 		RestoreJobID:   restoreJob,
@@ -227,6 +204,61 @@ func (o *Operator) RestoreState(c *stream.RestoreContext) error {
 		return errorf(o.octx, "abort transactions left after checkpoint %d: %w", c.CheckpointID, err)
 	}
 	return nil
+}
+
+// restored decodes the transactions of the checkpoint given to this
+// subtask, the names of all pending in it and the parallelism it was
+// taken with; ok false when it holds no state of this sink.
+func (o *Operator) restored(c *stream.RestoreContext) (mine []Pending, keep map[string]bool, oldPar int, ok bool, err error) {
+	items, writers := c.State.List[PendingState], c.State.Union[WritersState]
+	if len(items) == 0 && len(writers) == 0 {
+		ls, isLegacy := o.sys.(LegacyState)
+		if !isLegacy {
+			return nil, nil, 0, false, nil
+		}
+		l, ok, err := ls.RestoreLegacy(c)
+		if err != nil || !ok {
+			return nil, nil, 0, false, err
+		}
+		if l.OldParallelism <= 0 {
+			return nil, nil, 0, false, errorf(o.octx, "checkpoint %d: legacy state without a parallelism", c.CheckpointID)
+		}
+		if l.KeepNames == nil {
+			l.KeepNames = make(map[string]bool)
+		}
+		for _, p := range l.Pending {
+			l.KeepNames[p.ID.Name()] = true
+		}
+		return l.Pending, l.KeepNames, l.OldParallelism, true, nil
+	}
+	keep = make(map[string]bool)
+	for _, w := range writers {
+		_, par, names, err := decodeWriter(w)
+		if err != nil {
+			return nil, nil, 0, false, errorf(o.octx, "checkpoint %d: corrupt %s state: %v", c.CheckpointID, WritersState, err)
+		}
+		if oldPar != 0 && par != oldPar {
+			return nil, nil, 0, false, errorf(o.octx, "checkpoint %d: corrupt %s state: parallelism %d and %d in one checkpoint", c.CheckpointID, WritersState, oldPar, par)
+		}
+		oldPar = par
+		for _, n := range names {
+			keep[n] = true
+		}
+	}
+	if oldPar == 0 {
+		return nil, nil, 0, false, errorf(o.octx, "checkpoint %d holds pending transactions but no %s state; the checkpoint is damaged", c.CheckpointID, WritersState)
+	}
+	for _, item := range items {
+		p, err := decodePending(item)
+		if err != nil {
+			return nil, nil, 0, false, errorf(o.octx, "checkpoint %d: corrupt %s state: %v", c.CheckpointID, PendingState, err)
+		}
+		if !keep[p.ID.Name()] {
+			return nil, nil, 0, false, errorf(o.octx, "checkpoint %d: corrupt state: transaction %s is pending but not listed in %s", c.CheckpointID, p.ID.Name(), WritersState)
+		}
+		mine = append(mine, p)
+	}
+	return mine, keep, oldPar, true, nil
 }
 
 // NotifyCheckpointComplete commits every transaction pre-committed at or

@@ -538,3 +538,85 @@ func randomRun(t *testing.T, seed uint64) {
 		t.Fatalf("seed %d: %d transactions left open or prepared", seed, n)
 	}
 }
+
+// legacySystem keeps a counter as state of its own and restores pending
+// transactions from an older state format ("old-pending": handle names).
+type legacySystem struct {
+	system
+	counter  int64
+	restored []int64
+}
+
+func (s *legacySystem) SnapshotSystem(c *stream.SnapshotContext) error {
+	c.AddListState("counter", []byte(fmt.Sprint(s.counter)))
+	return nil
+}
+
+func (s *legacySystem) RestoreSystem(c *stream.RestoreContext) error {
+	for _, item := range c.State.List["counter"] {
+		var v int64
+		if _, err := fmt.Sscan(string(item), &v); err != nil {
+			return err
+		}
+		s.restored = append(s.restored, v)
+	}
+	return nil
+}
+
+func (s *legacySystem) RestoreLegacy(c *stream.RestoreContext) (twophase.Legacy, bool, error) {
+	items := c.State.List["old-pending"]
+	if len(items) == 0 {
+		return twophase.Legacy{}, false, nil
+	}
+	var l twophase.Legacy
+	for _, h := range items {
+		s.st.mu.Lock()
+		id := s.st.txns[string(h)].id
+		s.st.mu.Unlock()
+		l.Pending = append(l.Pending, twophase.Pending{ID: id, Checkpoint: c.CheckpointID, Handle: h})
+	}
+	l.OldParallelism = 1
+	return l, true, nil
+}
+
+func TestSystemStateAndLegacyState(t *testing.T) {
+	st := newStore()
+	sys := &legacySystem{system: system{st: st}, counter: 41}
+	op := twophase.NewOperator(sys)
+	octx := &stream.OperatorContext{JobID: "job1", OperatorUID: "sink", Parallelism: 1, Attempt: 1, Checkpointing: true}
+	if err := op.Open(t.Context(), octx); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.ProcessBatch(0, batchOf(1, 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	c := &stream.SnapshotContext{CheckpointID: 1}
+	if err := op.SnapshotState(c); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.State.List["counter"]; len(got) != 1 || string(got[0]) != "41" {
+		t.Fatalf("SnapshotSystem wrote %q", got)
+	}
+	// An old-format checkpoint: the pending handle in the System's own state.
+	var name []byte
+	for n := range st.txns {
+		name = []byte(n)
+	}
+	old := &stream.OperatorSnapshot{List: map[string][][]byte{"old-pending": {name}, "counter": {[]byte("41")}}}
+	sys2 := &legacySystem{system: system{st: st}}
+	op2 := twophase.NewOperator(sys2)
+	octx2 := *octx
+	octx2.Attempt = 2
+	if err := op2.Open(t.Context(), &octx2); err != nil {
+		t.Fatal(err)
+	}
+	if err := op2.RestoreState(&stream.RestoreContext{CheckpointID: 1, JobID: "job1", State: old}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sys2.restored, []int64{41}) || !slices.Equal(sorted(st.visible), []int64{1, 2}) {
+		t.Fatalf("restored counter %v, visible %v; want [41] and [1 2]", sys2.restored, st.visible)
+	}
+	if r := sys2.recovered; len(r) != 1 || !r[0].KeepNames[string(name)] || r[0].OldParallelism != 1 {
+		t.Fatalf("recovery after a legacy restore: %+v", r)
+	}
+}

@@ -188,6 +188,38 @@ type System interface {
 	Close() error
 }
 
+// SystemState is implemented by a System that keeps checkpoint state of
+// its own beside the transactions (a file sink's numbering of its files,
+// say). SnapshotSystem is called at every checkpoint after the operator
+// pre-committed and recorded its transactions; RestoreSystem on restore
+// before any restored transaction is committed. The System declares the
+// state it writes in its Plan function, beside DeclareState.
+type SystemState interface {
+	SnapshotSystem(c *stream.SnapshotContext) error
+	RestoreSystem(c *stream.RestoreContext) error
+}
+
+// Legacy is what a LegacyState System restored from a checkpoint written
+// before its sink was built on this package.
+type Legacy struct {
+	// Pending are the transactions given to this subtask, to commit.
+	Pending []Pending
+	// KeepNames are the names of every transaction pending in the
+	// checkpoint, by any subtask.
+	KeepNames map[string]bool
+	// OldParallelism is the parallelism the checkpoint was taken with.
+	OldParallelism int
+}
+
+// LegacyState is implemented by a System whose sink kept its pending
+// transactions in a state format of its own before it was built on this
+// package. When a restored checkpoint holds none of this package's state,
+// RestoreState asks RestoreLegacy (after RestoreSystem); ok false means
+// the checkpoint holds no legacy state either, which is a fresh start.
+type LegacyState interface {
+	RestoreLegacy(c *stream.RestoreContext) (l Legacy, ok bool, err error)
+}
+
 // Txn is one open transaction.
 type Txn interface {
 	// Write adds the rows of b to the transaction. b belongs to the
