@@ -12,7 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 # package; the process-level integration tests live in ./test.
 PKGS := ./...
 
-.PHONY: all build run test test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate fuzz state-long
+.PHONY: all build run test postgres test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate fuzz state-long
 
 all: build
 
@@ -24,7 +24,7 @@ build:
 run: build
 	./scripts/run.sh
 
-test: vet $(BIN)/versitygw
+test: vet $(BIN)/versitygw postgres
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 vet:
@@ -110,6 +110,13 @@ lint: vet $(BIN)/staticcheck
 
 clean:
 	rm -rf $(BIN) .run
+
+# --- PostgreSQL: the server binaries that the tests of connectors/postgres
+# and test/pipeline start by themselves (internal/pgtest) in temporary data
+# directories on free ports. Installed from Debian's packages when missing
+# (as root); WEIR_SKIP_POSTGRES=1 skips the step and those tests. ---
+postgres:
+	@if [ "$${WEIR_SKIP_POSTGRES:-}" = 1 ]; then echo "WEIR_SKIP_POSTGRES=1: PostgreSQL tests skipped"; else ./scripts/ensure-postgres.sh >/dev/null; fi
 
 # --- versitygw: the S3 server that the blobstore/s3store and checkpoint tests
 # start by themselves (blobstoretest.StartVersityGW looks for bin/versitygw). ---

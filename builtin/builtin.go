@@ -1,5 +1,6 @@
 // Package builtin assembles the registry of Weir's built-in operator types:
-// the connectors (datagen, file, print, discard), the row transforms (map,
+// the connectors (datagen, file, print, discard, and kafka, postgres and
+// nats), the row transforms (map,
 // filter, project), the event-time operators (watermarks, windows) and the
 // keyed operators (running_count, sequence_check, and fail for failure
 // tests), the Nexmark sources, joins and per-window top-n.
@@ -10,7 +11,10 @@ package builtin
 
 import (
 	"github.com/weirstream/weir/connectors"
+	"github.com/weirstream/weir/connectors/kafka"
+	"github.com/weirstream/weir/connectors/nats"
 	"github.com/weirstream/weir/connectors/nexmark"
+	"github.com/weirstream/weir/connectors/postgres"
 	"github.com/weirstream/weir/operators"
 	"github.com/weirstream/weir/operators/join"
 	"github.com/weirstream/weir/operators/keyed"
@@ -23,6 +27,9 @@ import (
 func Registry() *stream.Registry {
 	r := stream.NewRegistry()
 	connectors.Register(r)
+	kafka.Register(r)
+	postgres.Register(r)
+	nats.Register(r)
 	operators.Register(r)
 	window.Register(r)
 	keyed.Register(r)

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/stream/twophase"
 )
 
 // snapshot calls SnapshotState for checkpoint id and returns the state.
@@ -258,8 +259,8 @@ func ipName(subtask int, txn int64) string  { return InProgressName(testJob, tes
 func finName(subtask int, seq int64) string { return CommittedName(testJob, testSink, subtask, seq) }
 
 // txnSink opens a checkpointing csv file sink of testJob's testSink in dir;
-// a test that "crashes" it simply stops using it (Cleanup closes the file
-// descriptor only).
+// a test that "crashes" it simply stops using it (Cleanup closes it after
+// the test).
 func txnSink(t *testing.T, dir string, subtask, par int) *FileSink {
 	t.Helper()
 	return txnSinkAttempt(t, dir, subtask, par, 1)
@@ -348,13 +349,13 @@ func TestTxnFileSinkCrashBeforeNotify(t *testing.T) {
 	must(t, s1.Finish(nil)) // the rows after the checkpoint reach the disk
 	checkDir(t, dir, map[string]string{ipName(0, 0): lines(0, 4), ipName(0, 1): lines(4, 9)})
 
-	s2 := txnSink(t, dir, 0, 1)
+	s2 := txnSinkAttempt(t, dir, 0, 1, 2)
 	must(t, restore(s2, 1, st))
 	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4)})
 	must(t, s2.ProcessBatch(0, ids(4, 9), nil)) // the replay
-	if got, want := s2.w.path, filepath.Join(dir, ipName(0, 1)); got != want {
-		t.Fatalf("after restore the next transaction writes %s, want %s", got, want)
-	}
+	must(t, s2.Finish(nil))
+	// The next transaction writes a file of its own attempt.
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4), ipName(0, 1<<32): lines(4, 9)})
 	snapshot(t, s2, 2)
 	must(t, s2.NotifyCheckpointComplete(2))
 	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4), finName(0, 1): lines(4, 9)})
@@ -394,7 +395,7 @@ func TestTxnFileSinkAbortThenComplete(t *testing.T) {
 	checkDir(t, dir, map[string]string{ipName(0, 0): lines(0, 2)})
 	must(t, s.ProcessBatch(0, ids(2, 3), nil))
 	st := snapshot(t, s, 2)
-	if n := len(st.List[sinkPendingState]); n != 2 {
+	if n := len(st.List[twophase.PendingState]); n != 2 {
 		t.Fatalf("checkpoint 2 records %d pending transactions, want 2 (the aborted one too)", n)
 	}
 	must(t, s.ProcessBatch(0, ids(3, 4), nil))
@@ -437,10 +438,10 @@ func TestTxnFileSinkSubtasksShareDirectory(t *testing.T) {
 		ipName(10, 0): lines(100, 102),
 		ipName(10, 1): lines(102, 103),
 	})
-	// State without "writers" (written before the sink could be
+	// Legacy state without "writers" (written before the sink could be
 	// rescaled): restoring subtask 1's state into subtask 10, or at another
 	// parallelism, is refused.
-	old := &stream.OperatorSnapshot{List: st1.List}
+	old := legacyState(t, s1, 3, sinkIdentity(testJob, testSink))
 	r10 := txnSink(t, dir, 10, 11)
 	if err := restore(r10, 1, old); !errors.Is(err, errRescale) {
 		t.Fatalf("restore of another subtask's state = %v, want errRescale", err)
@@ -508,9 +509,8 @@ func TestTxnFileSinkStaleAttemptCannotTouchCurrentFiles(t *testing.T) {
 	must(t, s1.ProcessBatch(0, ids(100, 103), nil)) // the zombie resumes
 	snapshot(t, s1, 2)                              // its pre-commit is never acknowledged or notified
 	must(t, s1.Close())
-	if s2.w.path == filepath.Join(dir, ipName(0, 1)) {
-		t.Fatalf("attempt 2 writes %s, a name attempt 1 uses", s2.w.path)
-	}
+	must(t, s2.Finish(nil))
+	checkDir(t, dir, map[string]string{finName(0, 0): lines(0, 4), ipName(0, 1): lines(100, 103), ipName(0, 1<<32): lines(4, 6)})
 	snapshot(t, s2, 2)
 	must(t, s2.NotifyCheckpointComplete(2))
 	must(t, s2.Close())
@@ -553,10 +553,6 @@ func openTxnSinkFrom(t *testing.T, dir, job, uid, restoreJob string, subtask, pa
 	if err := s.Open(t.Context(), octx); err != nil {
 		return nil, err
 	}
-	t.Cleanup(func() {
-		if s.w != nil {
-			s.w.f.Close()
-		}
-	})
+	t.Cleanup(func() { s.Close() })
 	return s, nil
 }

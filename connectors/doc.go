@@ -1,6 +1,8 @@
 // Package connectors owns Weir's built-in sources and sinks: the datagen and
-// file sources and the print, file and discard sinks. Register adds them to a
-// stream.Registry.
+// file sources (bounded, or continuously watching a directory) and the print,
+// file and discard sinks. Register adds them to a stream.Registry. The
+// message and database connectors live in the subpackages kafka, postgres
+// and nats; package builtin registers them too.
 //
 // Every connector is configured by JSON decoded with stream.DecodeConfig into
 // a Config struct with camelCase tags (YAML job specs are converted to that
@@ -13,13 +15,14 @@
 //
 // Checkpoints: the datagen and file sources implement stream.Checkpointed
 // (their splits are operator list state and restore exactly, also with
-// another parallelism), and the file sink, when the job checkpoints, is a
-// two-phase-commit sink that also implements stream.CheckpointListener,
-// claims its directory for one job and operator (see FileSink and
-// ClaimFile) and may be rescaled on restore too.
+// another parallelism; a continuous file source also keeps the set of files it
+// has seen, as union state), and the file sink, when the job checkpoints, is
+// a two-phase-commit sink built on stream/twophase: it claims its directory
+// for one job and operator (see FileSink and ClaimFile) and may be rescaled
+// on restore too.
 //
-// connectors imports the standard library, package stream and
-// internal/errkind only; its tests also use package checkpoint, to hand
+// connectors imports the standard library, packages stream and
+// stream/twophase and internal/errkind only; its tests also use package checkpoint, to hand
 // state out on restore exactly as the runtime does.
 package connectors
 
@@ -40,7 +43,7 @@ func Register(r *stream.Registry) {
 		Kind:      stream.KindSource,
 		Plan:      planFileSource,
 		NewSource: newFileSource,
-		Doc:       "reads files (a file, a directory or a glob) as lines or JSON lines",
+		Doc:       "reads files (a file, a directory or a glob) as lines or JSON lines; with monitorInterval, keeps watching a directory for new files",
 	})
 	r.Register(stream.OperatorType{
 		Name:        "print",

@@ -2,14 +2,17 @@ package connectors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/stream/twophase"
 )
 
 // FileSinkConfig configures the "file" sink.
@@ -48,8 +51,13 @@ func planFileSink(p *stream.PlanContext) (*stream.Schema, error) {
 	if _, err := cfg.check(); err != nil {
 		return nil, err
 	}
+	twophase.DeclareState(p)
+	p.DeclareState(stream.StateDecl{Name: sinkNextSeqState, Kind: stream.StateUnion})
+	// The state of checkpoints written before the sink was built on
+	// package twophase, which it still restores (see filesink_txn.go).
 	p.DeclareState(stream.StateDecl{Name: sinkPendingState, Kind: stream.StateOperatorList})
 	p.DeclareState(stream.StateDecl{Name: sinkWritersState, Kind: stream.StateUnion})
+	p.DeclareState(stream.StateDecl{Name: sinkCountersState, Kind: stream.StateOperatorList})
 	return nil, p.Paths.Check("file sink path", cfg.Path)
 }
 
@@ -64,13 +72,16 @@ func PartFile(dir string, subtask int) string {
 //
 //   - Without checkpointing it writes <path>/part-<subtask> directly, buffered,
 //     and flushes at Finish and Close.
-//   - With checkpointing it is a two-phase-commit sink. Open claims the
-//     directory for the job and operator (ClaimFile), failing with
-//     ErrSinkDirClaimed if another job or operator holds it; a claim of the
-//     same operator of the job whose checkpoint this job restores
-//     (OperatorContext.RestoreJobID) passes to this job. Rows go to a hidden
-//     in-progress file <path>/.part-<job>-<operator>-<subtask>-<txn>.inprogress
-//     (see InProgressName), opened lazily on the first row after a
+//   - With checkpointing it is a two-phase-commit sink: a twophase.Operator
+//     driving the sink directory's transactions (see filesink_txn.go). Open
+//     claims the directory for the job and operator (ClaimFile), failing
+//     with ErrSinkDirClaimed if another job or operator holds it; a claim of
+//     the same operator of the job whose checkpoint this job restores
+//     (OperatorContext.RestoreJobID) passes to this job. Each transaction
+//     is a hidden in-progress file
+//     <path>/.part-<job>-<operator>-<subtask>-<number>.inprogress (see
+//     InProgressName; the number is made of the attempt and the
+//     transaction's count in it), begun on the first row after a
 //     checkpoint. SnapshotState(n) flushes and fsyncs it and records it in
 //     the checkpoint as pending for checkpoint n, with its size and
 //     checksum, under its final name part-<job>-<operator>-<subtask>-<seq>
@@ -81,51 +92,33 @@ func PartFile(dir string, subtask int) string {
 //     transactions pending in the checkpoint that it received, under the
 //     names of the job and subtask that wrote them (idempotently: one whose
 //     in-progress file is gone counts as committed only if its final file
-//     holds the recorded bytes), and deletes the other in-progress files of
-//     this subtask, its own job's and those of the job that took the
-//     checkpoint, whose rows will be replayed. The restore may have another
-//     parallelism: then each pending transaction is committed by the
-//     subtask that received it, and subtask k of q also deletes the stale
-//     in-progress files of old subtasks j ≥ q with j mod q = k; files
-//     pending in the checkpoint are never deleted, and subtask k numbers
-//     its files after everything old subtask k used (see the state format
-//     in filesink_txn.go). Files of other jobs and operators are never
-//     touched. A reader that ignores dot-files therefore sees each row
-//     exactly once and never a partial file, also when a job submitted from
-//     another job's checkpoint carries on that job's output (under its own
-//     names). Rows written after the last checkpoint become visible only
-//     when a checkpoint taken after Finish completes.
+//     holds the recorded bytes), and deletes every other in-progress file of
+//     the subtask indexes it owns, of its own job and of the job that took
+//     the checkpoint: their rows will be replayed. Subtask k of q owns the
+//     indexes j with j mod q = k: its own, and those that no subtask has
+//     now because the parallelism shrank. A fresh start deletes those of
+//     its own job. The restore may have another parallelism: then each
+//     pending transaction is committed by the
+//     subtask that received it; files pending in the checkpoint are never
+//     deleted, and subtask k numbers its files after everything old subtask
+//     k used (see the state format in filesink_txn.go). Files of other jobs
+//     and operators are never touched. A reader that ignores dot-files
+//     therefore sees each row exactly once and never a partial file, also
+//     when a job submitted from another job's checkpoint carries on that
+//     job's output (under its own names). Rows written after the last
+//     checkpoint become visible only when a checkpoint taken after Finish
+//     completes.
 //
 // Each file (either mode) starts with a header line in format csv.
 type FileSink struct {
 	stream.BaseOperator
-	cfg     FileSinkConfig
-	format  rowFormat
-	schema  *stream.Schema
-	subtask int
-	w       *partWriter // the file being written
+	cfg    FileSinkConfig
+	format rowFormat
+	w      *partWriter // without checkpointing: the part file
 
-	// The rest is used only with checkpointing.
-	txnl       bool
-	par        int
-	jobID, uid string // OperatorContext.JobID and OperatorUID
-	restoreJob string // OperatorContext.RestoreJobID
-	ident      string // the job and operator in file names (sinkIdentity)
-	// restoredIdent is the identity of the job whose checkpoint
-	// RestoreState restored, if that is another job: its stale in-progress
-	// files of this subtask are this sink's to delete too.
-	restoredIdent string
-	cur           int64 // transaction number of w
-	pending       []txn // pre-committed transactions, oldest first
-	nextTxn       int64 // the next in-progress file's number
-	attempt       int64 // the deployment attempt (OperatorContext.Attempt)
-	nextSeq       int64 // the next final file's number
-	cleaned       bool  // stale in-progress files of this subtask were deleted
-	// After a restore: the subtask indexes whose stale in-progress files
-	// this subtask deletes (nil: its own only) and the in-progress files
-	// pending in the checkpoint, which it must not delete.
-	cleanSubtasks []int
-	keep          map[inProgressFile]bool
+	// With checkpointing: the two-phase-commit operator and its system.
+	txn *twophase.Operator
+	sys *fileSystem
 }
 
 var (
@@ -153,7 +146,7 @@ func newFileSinkOperator(config []byte) (stream.Operator, error) {
 
 // Open creates the directory and, without checkpointing, this subtask's part
 // file; with checkpointing it claims the directory.
-func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
+func (s *FileSink) Open(ctx context.Context, octx *stream.OperatorContext) error {
 	if len(octx.InputSchemas) != 1 {
 		return fmt.Errorf("file sink: want 1 input schema, got %d", len(octx.InputSchemas))
 	}
@@ -163,12 +156,12 @@ func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 	if err := os.MkdirAll(s.cfg.Path, 0o755); err != nil {
 		return fmt.Errorf("file sink: create output directory: %w", err)
 	}
-	s.schema, s.subtask, s.par = octx.InputSchemas[0], octx.Subtask, max(1, octx.Parallelism)
-	s.attempt = max(0, octx.Attempt-1) // attempt 1 numbers from 0, as before
 	if octx.Checkpointing {
-		return s.openTransactional(octx.JobID, octx.OperatorUID, octx.RestoreJobID)
+		s.sys = &fileSystem{dir: s.cfg.Path, format: s.format}
+		s.txn = twophase.NewOperator(s.sys)
+		return s.txn.Open(ctx, octx)
 	}
-	w, err := createPartWriter(PartFile(s.cfg.Path, octx.Subtask), s.format, s.schema)
+	w, err := createPartWriter(PartFile(s.cfg.Path, octx.Subtask), false, s.format, octx.InputSchemas[0])
 	if err != nil {
 		return err
 	}
@@ -177,31 +170,76 @@ func (s *FileSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 }
 
 // ProcessBatch encodes b and releases it.
-func (s *FileSink) ProcessBatch(_ int, b *stream.Batch, _ stream.Collector) error {
-	defer b.Release()
-	if s.txnl {
-		if b.Len() == 0 {
-			return nil // an empty transaction makes no file
-		}
-		if err := s.beginTxn(); err != nil {
-			return err
-		}
+func (s *FileSink) ProcessBatch(input int, b *stream.Batch, out stream.Collector) error {
+	if s.txn != nil {
+		return s.txn.ProcessBatch(input, b, out)
 	}
+	defer b.Release()
 	return s.w.write(b)
 }
 
 // Finish writes everything buffered. With checkpointing the rows stay in
 // the in-progress file until a checkpoint commits them.
-func (s *FileSink) Finish(stream.Collector) error {
+func (s *FileSink) Finish(out stream.Collector) error {
+	if s.txn != nil {
+		if err := s.txn.Finish(out); err != nil {
+			return err
+		}
+		return s.sys.flush()
+	}
 	if s.w == nil {
 		return nil
 	}
 	return s.w.flush()
 }
 
-// Close writes everything buffered and closes the file; with checkpointing
-// it commits nothing.
+// SnapshotState pre-commits the open transaction for checkpoint
+// c.CheckpointID and records every pending one (with checkpointing).
+func (s *FileSink) SnapshotState(c *stream.SnapshotContext) error {
+	if s.txn == nil {
+		return nil
+	}
+	return s.txn.SnapshotState(c)
+}
+
+// RestoreState commits the transactions of the checkpoint given to this
+// subtask and deletes the in-progress files of transactions that will be
+// replayed (with checkpointing).
+func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
+	if s.txn == nil {
+		return nil
+	}
+	return s.txn.RestoreState(c)
+}
+
+// NotifyCheckpointComplete commits every transaction pre-committed for a
+// checkpoint up to id.
+func (s *FileSink) NotifyCheckpointComplete(id int64) error {
+	if s.txn == nil {
+		return nil
+	}
+	return s.txn.NotifyCheckpointComplete(id)
+}
+
+// NotifyCheckpointAborted keeps the checkpoint's transactions pending: a
+// later completed checkpoint commits them.
+func (s *FileSink) NotifyCheckpointAborted(id int64) error {
+	if s.txn == nil {
+		return nil
+	}
+	return s.txn.NotifyCheckpointAborted(id)
+}
+
+// Close, without checkpointing, writes everything buffered and closes the
+// part file. With checkpointing it commits nothing: it deletes the open
+// transaction's in-progress file, whose rows no checkpoint holds. Calling
+// it again does nothing.
 func (s *FileSink) Close() error {
+	if s.txn != nil {
+		txn := s.txn
+		s.txn = nil
+		return txn.Close()
+	}
 	if s.w == nil {
 		return nil
 	}
@@ -221,8 +259,14 @@ type partWriter struct {
 	out  lineBuffer // writes to sum
 }
 
-func createPartWriter(path string, format rowFormat, schema *stream.Schema) (*partWriter, error) {
-	f, err := os.Create(path)
+// createPartWriter creates the file at path, replacing any file of that
+// name unless exclusive (then the error wraps fs.ErrExist).
+func createPartWriter(path string, exclusive bool, format rowFormat, schema *stream.Schema) (*partWriter, error) {
+	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if exclusive {
+		flag |= os.O_EXCL
+	}
+	f, err := os.OpenFile(path, flag, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("file sink: %w", err)
 	}
@@ -267,6 +311,16 @@ func (w *partWriter) close() error {
 		err = fmt.Errorf("file sink: close %s: %w", w.path, cerr)
 	}
 	return err
+}
+
+// discard closes the file without writing what is buffered and deletes
+// it.
+func (w *partWriter) discard() error {
+	w.f.Close() // the error of a file about to be deleted tells nothing
+	if err := os.Remove(w.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("file sink: delete %s: %w", w.path, err)
+	}
+	return nil
 }
 
 // castagnoli is the CRC-32C table: the checksum of committed files.

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/stream/twophase"
 )
 
 // Tests of a transactional file sink of a job submitted from another job's
@@ -92,7 +93,7 @@ func TestTxnFileSinkTakesOverFromAnotherJob(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			want := writeForeignFiles(t, dir)
-			a := txnSink(t, dir, 0, 1)
+			a := txnSink(t, dir, 0, 2) // subtask 1 is another's (foreignFiles)
 			must(t, a.ProcessBatch(0, ids(0, 4), nil))
 			snapshot(t, a, 1)
 			must(t, a.NotifyCheckpointComplete(1))
@@ -101,7 +102,7 @@ func TestTxnFileSinkTakesOverFromAnotherJob(t *testing.T) {
 			must(t, a.NotifyCheckpointAborted(2))
 			must(t, a.ProcessBatch(0, ids(7, 9), nil))
 			st := snapshot(t, a, 3)
-			if n := len(st.List[sinkPendingState]); n != 2 {
+			if n := len(st.List[twophase.PendingState]); n != 2 {
 				t.Fatalf("checkpoint 3 records %d pending transactions, want 2", n)
 			}
 			if aCommitted {
@@ -110,7 +111,7 @@ func TestTxnFileSinkTakesOverFromAnotherJob(t *testing.T) {
 			must(t, a.ProcessBatch(0, ids(9, 12), nil)) // after checkpoint 3: B replays them
 			must(t, a.Finish(nil))
 
-			b := sinkFrom(t, dir, jobB, jobA, 0, 1, 1)
+			b := sinkFrom(t, dir, jobB, jobA, 0, 2, 1)
 			if c := claimOf(t, dir); c.JobID != jobB || c.OperatorUID != testSink {
 				t.Fatalf("after the takeover the claim names job %q, operator %q; want %q, %q", c.JobID, c.OperatorUID, jobB, testSink)
 			}
@@ -123,13 +124,12 @@ func TestTxnFileSinkTakesOverFromAnotherJob(t *testing.T) {
 			must(t, b.ProcessBatch(0, ids(9, 12), nil)) // the replay
 			snapshot(t, b, 4)
 			must(t, b.ProcessBatch(0, ids(12, 15), nil))
-			stB := snapshot(t, b, 5)
-			for _, item := range stB.List[sinkPendingState] {
-				if item[0] != 3 {
-					t.Fatalf("job B writes pending state of version %d, want 3", item[0])
-				}
-				if ident := pendingIdentity(t, item); ident != sinkIdentity(jobB, testSink) {
-					t.Fatalf("job B records its own transaction under identity %q, want %q", ident, sinkIdentity(jobB, testSink))
+			snapshot(t, b, 5)
+			for _, p := range b.txn.Pending() {
+				h, err := decodeFileHandle(p.Handle)
+				must(t, err)
+				if h.ident != sinkIdentity(jobB, testSink) || p.ID.JobID != jobB {
+					t.Fatalf("job B records its own transaction %s under identity %q, want %q", p.ID, h.ident, sinkIdentity(jobB, testSink))
 				}
 			}
 			must(t, b.NotifyCheckpointComplete(5))
@@ -151,38 +151,25 @@ func TestTxnFileSinkTakesOverFromAnotherJob(t *testing.T) {
 	}
 }
 
-// pendingIdentity returns the identity in a version 3 pending item.
-func pendingIdentity(t *testing.T, item []byte) string {
+// legacyState returns the transactions that s has pending as the state of
+// a checkpoint written before the sink was built on package twophase:
+// "pending" items of format version (2 or 3), with identity ident in
+// version 3, and no "writers" (as before the sink could be rescaled).
+func legacyState(t *testing.T, s *FileSink, version byte, ident string) *stream.OperatorSnapshot {
 	t.Helper()
-	r := newVersionedStateReader(item, sinkPendingVersion)
-	r.int()
-	r.int()
-	r.varint()
-	ident := r.string()
-	must(t, r.err)
-	return ident
-}
-
-// reencodePending returns st with its pending items rewritten in format
-// version (2 or 3), with identity ident in version 3.
-func reencodePending(t *testing.T, st *stream.OperatorSnapshot, version byte, ident string) *stream.OperatorSnapshot {
-	t.Helper()
-	out := &stream.OperatorSnapshot{List: map[string][][]byte{sinkCountersState: st.List[sinkCountersState]}}
-	for _, item := range st.List[sinkPendingState] {
-		r := newVersionedStateReader(item, sinkPendingVersion)
-		if r.version != 3 {
-			t.Fatalf("pending item of version %d, want 3", r.version)
-		}
-		subtask, par, checkpoint := r.varint(), r.varint(), r.varint()
-		r.string()
-		id, seq, size, crc := r.varint(), r.varint(), r.varint(), r.uvarint()
-		must(t, r.done())
-		b := appendInt(appendInt(appendInt([]byte{version}, subtask), par), checkpoint)
+	out := &stream.OperatorSnapshot{List: map[string][][]byte{}}
+	for _, p := range s.txn.Pending() {
+		h, err := decodeFileHandle(p.Handle)
+		must(t, err)
+		b := appendInt(appendInt(appendInt([]byte{version}, int64(h.subtask)), int64(s.sys.par)), p.Checkpoint)
 		if version == 3 {
 			b = appendString(b, ident)
 		}
-		b = appendUint(appendInt(appendInt(appendInt(b, id), seq), size), crc)
+		b = appendUint(appendInt(appendInt(appendInt(b, h.id), h.seq), h.size), uint64(h.crc))
 		out.List[sinkPendingState] = append(out.List[sinkPendingState], b)
+	}
+	if len(out.List[sinkPendingState]) == 0 {
+		t.Fatal("legacyState: no pending transactions")
 	}
 	return out
 }
@@ -204,7 +191,8 @@ func TestTxnFileSinkRestoresVersion2State(t *testing.T) {
 			must(t, a.ProcessBatch(0, ids(0, 4), nil))
 			snapshot(t, a, 1)
 			must(t, a.ProcessBatch(0, ids(4, 6), nil))
-			st := reencodePending(t, snapshot(t, a, 2), 2, "")
+			snapshot(t, a, 2)
+			st := legacyState(t, a, 2, "")
 			must(t, a.ProcessBatch(0, ids(6, 8), nil))
 			must(t, a.Finish(nil))
 
@@ -239,7 +227,7 @@ func TestTxnFileSinkRestoresRecordedIdentity(t *testing.T) {
 	// An identity that is not one the sink makes is corrupt state, and the
 	// error does not quote it.
 	for _, ident := range []string{"", "job1", "../../etc-x", "a/b-c", "job\x00-sink", strings.Repeat("j", 2*maxNameToken) + "-x"} {
-		bad := reencodePending(t, st, 3, ident)
+		bad := legacyState(t, a, 3, ident)
 		s := sinkFrom(t, dir, jobB, jobB, 0, 1, 3)
 		err := restoreFrom(s, 1, jobB, bad)
 		if err == nil || !strings.Contains(err.Error(), "corrupt") {

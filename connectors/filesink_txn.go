@@ -2,6 +2,7 @@ package connectors
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -15,69 +16,93 @@ import (
 
 	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/stream/twophase"
 )
 
-// This file is the two-phase-commit half of FileSink (checkpointing on).
+// This file is the two-phase-commit half of FileSink (checkpointing on):
+// fileSystem, the twophase.System of a sink directory. A transaction is an
+// in-progress file, pre-committed by fsync, committed by renaming it to its
+// final name.
 //
-// Checkpoint state, written by every subtask:
+// Checkpoint state:
 //
-//	"pending"  operator list state, one item per pre-committed, not yet
-//	           committed transaction:
-//	           version=3 | varint subtask | varint parallelism |
-//	           varint checkpoint id | string identity |
-//	           varint transaction number | varint seq | varint size |
-//	           uvarint CRC-32C
-//	"writers"  union state, one item per subtask:
-//	           version=1 | varint subtask | varint parallelism |
-//	           string identity | varint next transaction number |
-//	           varint next final seq | uvarint n |
-//	           n × (string identity | varint transaction number)
+//	"twophase-pending"  package twophase's operator list state, one item
+//	                    per pre-committed transaction; its handle is a
+//	                    file handle (below)
+//	"twophase-writers"  package twophase's union state, one item per
+//	                    subtask: the names (TxnID.Name) of its pending
+//	                    transactions
+//	"next-seq"          union state, one item per subtask:
+//	                    version=1 | varint subtask | varint parallelism |
+//	                    varint next final seq
 //
-// Strings are a uvarint length and the bytes. A pending transaction's file
-// names follow from its identity (sinkIdentity: the job id and operator uid
-// of the sink that wrote it), the subtask that wrote it, its transaction
-// number and seq. The identity is recorded because it need not be the
-// restoring job's: a job submitted from another job's checkpoint commits
-// that job's pending transactions under that job's names. Size and CRC-32C
-// describe the pre-committed file: they are the record that lets a commit
-// whose in-progress file is gone tell its own committed file (committed
-// before a failure) from anything else under that name.
+// A file handle is
 //
-// A "writers" item describes the subtask that wrote it: its identity, the
-// numbers its next transaction and committed file would have had, and the
-// in-progress files it had pending (n of them, by identity and
-// transaction number). Every subtask receives all of them, so every subtask
-// knows the parallelism the checkpoint was taken with, which in-progress
-// files anyone must commit, and which transaction and seq numbers the
-// subtask of its own index had used.
+//	version=1 | string identity | varint subtask |
+//	varint in-progress number | varint seq | varint size | uvarint CRC-32C
 //
-// Rescaling: the runtime gives each pending item to exactly one subtask of
-// the restoring job, with unchanged parallelism the subtask that wrote it.
-// That subtask commits it under the writer's names. Subtask k of q also
-// deletes the stale in-progress files (neither pending in the checkpoint
-// nor committed) of every subtask index j with j mod q = k below the old
-// parallelism, of this sink's identity and that of the job that took the
-// checkpoint: its own index and, when the parallelism shrank, those of old
-// subtasks that no longer exist. Pending files are never deleted, whoever
-// commits them and when, and new files of subtask k are numbered after
-// everything old subtask k used, so nothing committed is ever replaced.
+// Strings are a uvarint length and the bytes. The file names follow from
+// the identity (sinkIdentity: the job id and operator uid of the sink that
+// wrote the file), the subtask that wrote it, its in-progress number and
+// seq. The identity is recorded because it need not be the restoring
+// job's: a job submitted from another job's checkpoint commits that job's
+// pending transactions under that job's names. An empty identity means
+// the names from before names carried one (.part-<subtask>-<number>.inprogress
+// and part-<subtask>-<seq>), and a size of -1 that the size and checksum
+// are unknown: both come only from version 1 legacy state (below). Size
+// and CRC-32C describe the pre-committed file: they are the record that
+// lets a commit whose in-progress file is gone tell its own committed file
+// (committed before a failure) from anything else under that name.
 //
-// Checkpoints written before "writers" existed hold, instead, list state
-// "counters": one item per subtask, version=1 | varint subtask |
-// varint parallelism | varint next transaction number | varint next final
-// seq. Their subtasks do not know each other's pending files, so they
-// restore only with the parallelism they were taken with, each subtask its
-// own items.
+// The in-progress number of transaction TxnID{Attempt: a, Seq: s} is
+// (a-1)<<32 + s-1 (txnNumber), so that a file name and a transaction name
+// translate into each other: Recover finds the in-progress files that the
+// checkpoint keeps (Recovery.KeepNames) by name, and attempts never share
+// a file, also when a stale attempt still runs somewhere (a paused
+// taskmanager that resumed); it cannot commit either, since only current
+// attempts are notified.
 //
-// Version 2 pending items are version 3 ones without the identity, which is
-// then that of the job that took the checkpoint (RestoreContext.JobID) and
-// the restoring operator's uid:
+// A "next-seq" item gives the number the subtask's next committed file
+// would have had. Every subtask receives all of them, and subtask k
+// numbers its files after what old subtask k used and after every
+// committed file of its own in the directory, so that a rescaled restore
+// never reuses a name even while another subtask has yet to commit a
+// pending file of old subtask k. Recover deletes the stale in-progress
+// files (neither pending in the checkpoint nor committed) of every subtask
+// index it owns (Recovery.Owns: j mod the parallelism is its index), of
+// this sink's identity and of the job that took the checkpoint. Pending
+// files are never deleted, whoever commits them and when.
 //
-//	version=2 | varint subtask | varint parallelism | varint checkpoint id |
-//	varint transaction number | varint seq | varint size | uvarint CRC-32C
+// Legacy state, from checkpoints written before the sink was built on
+// package twophase, is still restored (RestoreLegacy). Its pending items
+// become framework transactions (the TxnID is made from the in-progress
+// number, with checkpoint 0) with the handle above:
 //
-// Version 1 pending items, written before file names carried the identity,
-// hold the names instead:
+//	"pending"   operator list state, one item per pre-committed
+//	            transaction:
+//	            version=3 | varint subtask | varint parallelism |
+//	            varint checkpoint id | string identity |
+//	            varint in-progress number | varint seq | varint size |
+//	            uvarint CRC-32C
+//	"writers"   union state, one item per subtask:
+//	            version=1 | varint subtask | varint parallelism |
+//	            string identity | varint next in-progress number |
+//	            varint next final seq | uvarint n |
+//	            n × (string identity | varint in-progress number)
+//	"counters"  list state of checkpoints written before "writers"
+//	            existed, one item per subtask: version=1 |
+//	            varint subtask | varint parallelism |
+//	            varint next in-progress number | varint next final seq
+//
+// A "writers" item's pending files are kept by Recover, and its next final
+// seq continues the numbering (its next in-progress number is not needed
+// any more). Without "writers" the subtasks do not know each other's
+// pending files, so such a checkpoint restores only with the parallelism
+// it was taken with, each subtask its own items. Version 2 pending items
+// are version 3 ones without the identity, which is then that of the job
+// that took the checkpoint (RestoreContext.JobID) and the restoring
+// operator's uid. Version 1 pending items, written before file names
+// carried the identity, hold the names instead:
 //
 //	version=1 | varint subtask | varint parallelism | varint checkpoint id |
 //	string in-progress name | string final name
@@ -85,34 +110,28 @@ import (
 // They are committed under those names; lacking a size and checksum, a
 // final file present under the recorded name counts as committed, as it did
 // when they were written.
-//
-// RestoreState commits every restored transaction, so the transactions that
-// later snapshots record as pending are the restoring sink's own; the
-// format does not depend on that.
 const (
+	sinkNextSeqState   = "next-seq"
+	sinkNextSeqVersion = 1
+	fileHandleVersion  = 1
+	// maxFileHandle bounds a handle: an identity of at most
+	// 2*maxNameToken+1 bytes and six numbers.
+	maxFileHandle    = 256
+	inProgressSuffix = ".inprogress"
+
+	// Legacy state.
 	sinkPendingState   = "pending"
 	sinkWritersState   = "writers"
 	sinkCountersState  = "counters"
 	sinkPendingVersion = 3
 	sinkWritersVersion = 1
-	inProgressSuffix   = ".inprogress"
 )
 
-// txn is a pre-committed transaction: in-progress file number id of the
-// sink identified by ident, to become committed file number seq when a
-// checkpoint at or after checkpoint completes.
-type txn struct {
-	checkpoint int64
-	ident      string // sinkIdentity of the job and operator that wrote it; "" in version 1 state
-	subtask    int    // the subtask that wrote it
-	id, seq    int64
-	from, to   string // the in-progress and committed names, relative to the sink's path
-	size       int64  // the bytes in the pre-committed file, -1 if unknown (version 1 state)
-	crc        uint32 // their CRC-32C
-}
-
 // InProgressName is the hidden file that subtask of operator uid of job
-// jobID writes transaction txn to.
+// jobID writes transaction number txn to:
+// .part-<job>-<uid>-<subtask>-<txn>.inprogress, where txn is
+// (attempt-1)<<32 plus the count of the transactions the attempt began
+// before it.
 func InProgressName(jobID, uid string, subtask int, txn int64) string {
 	return inProgressName(sinkIdentity(jobID, uid), subtask, txn)
 }
@@ -139,224 +158,261 @@ func committedPrefix(ident string, subtask int) string {
 	return "part-" + ident + "-" + strconv.Itoa(subtask) + "-"
 }
 
-// parseNumbered returns n if name is prefix+n+suffix for a decimal n ≥ 0.
+// parseNumbered returns n if name is prefix+n+suffix for a decimal n ≥ 0
+// written as strconv.FormatInt writes it.
 func parseNumbered(name, prefix, suffix string) (int64, bool) {
 	rest, ok := strings.CutPrefix(name, prefix)
 	if !ok {
 		return 0, false
 	}
-	if rest, ok = strings.CutSuffix(rest, suffix); !ok || rest == "" || rest[0] == '+' || rest[0] == '-' {
+	if rest, ok = strings.CutSuffix(rest, suffix); !ok {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(rest, 10, 64)
-	return n, err == nil
+	return n, err == nil && n >= 0 && rest == strconv.FormatInt(n, 10)
 }
 
-func (s *FileSink) path(name string) string { return filepath.Join(s.cfg.Path, name) }
+// parseInProgress returns the subtask and in-progress number of name if it
+// is an in-progress file of the sink identified by ident. Names of other
+// identities never match: an identity that starts with ident and a '-'
+// puts at least one more '-' between the prefix and the suffix.
+func parseInProgress(name, ident string) (subtask int, n int64, ok bool) {
+	rest, ok := strings.CutPrefix(name, ".part-"+ident+"-")
+	if !ok {
+		return 0, 0, false
+	}
+	sub, num, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	s, ok := parseNumbered(sub, "", "")
+	if !ok || s > 1<<30 {
+		return 0, 0, false
+	}
+	n, ok = parseNumbered(num, "", inProgressSuffix)
+	return int(s), n, ok
+}
+
+// txnSeqBits is how many low bits of an in-progress number count the
+// transactions of one attempt.
+const txnSeqBits = 32
+
+// txnNumber returns the in-progress number of the transaction with
+// TxnID.Attempt attempt and TxnID.Seq seq: (attempt-1)<<32 + seq-1, with
+// attempt 0 (a test's context) taken as 1. ok is false for numbers that do
+// not fit.
+func txnNumber(attempt, seq int64) (n int64, ok bool) {
+	attempt = max(attempt, 1)
+	if seq < 1 || seq > 1<<txnSeqBits || attempt > 1<<(63-txnSeqBits) {
+		return 0, false
+	}
+	return (attempt-1)<<txnSeqBits | (seq - 1), true
+}
+
+// txnOf is the inverse of txnNumber, for n ≥ 0.
+func txnOf(n int64) (attempt, seq int64) {
+	return n>>txnSeqBits + 1, n&(1<<txnSeqBits-1) + 1
+}
 
 // inProgressFile names an in-progress file: its sink identity, subtask and
-// transaction number.
+// in-progress number.
 type inProgressFile struct {
 	ident   string
 	subtask int
 	id      int64
 }
 
-// scan returns the in-progress transaction numbers of subtask of the sink
-// identified by ident (a job and operator: sinkIdentity) and the next final
-// seq that subtask has not used in the directory. Files of other jobs,
-// operators or subtasks never match: see sinkIdentity.
-func (s *FileSink) scan(ident string, subtask int) (inProgress []int64, nextSeq int64, err error) {
-	entries, err := os.ReadDir(s.cfg.Path)
+// fileHandle is what the commit of a pre-committed transaction needs: the
+// names of its files and what the in-progress one held.
+type fileHandle struct {
+	ident   string // sinkIdentity of the job and operator that wrote it; "" for the names of version 1 legacy state
+	subtask int    // the subtask that wrote it
+	id      int64  // the in-progress number
+	seq     int64  // the committed file's number
+	size    int64  // the bytes in the pre-committed file, -1 if unknown (version 1 legacy state)
+	crc     uint32 // their CRC-32C
+}
+
+// names returns the in-progress and committed names, relative to the
+// sink's directory.
+func (h fileHandle) names() (from, to string) {
+	if h.ident == "" {
+		sub := strconv.Itoa(h.subtask)
+		return ".part-" + sub + "-" + strconv.FormatInt(h.id, 10) + inProgressSuffix, "part-" + sub + "-" + strconv.FormatInt(h.seq, 10)
+	}
+	return inProgressName(h.ident, h.subtask, h.id), committedName(h.ident, h.subtask, h.seq)
+}
+
+func (h fileHandle) encode() []byte {
+	b := []byte{fileHandleVersion}
+	b = appendString(b, h.ident)
+	b = appendInt(b, int64(h.subtask))
+	b = appendInt(b, h.id)
+	b = appendInt(b, h.seq)
+	b = appendInt(b, h.size)
+	return appendUint(b, uint64(h.crc))
+}
+
+// decodeFileHandle decodes and checks a handle. Its errors never quote
+// the handle: it is not one this sink makes.
+func decodeFileHandle(b []byte) (fileHandle, error) {
+	if len(b) > maxFileHandle {
+		return fileHandle{}, fmt.Errorf("a handle of %d bytes (at most %d)", len(b), maxFileHandle)
+	}
+	r := newVersionedStateReader(b, fileHandleVersion)
+	var h fileHandle
+	h.ident = r.string()
+	h.subtask = r.int()
+	h.id, h.seq, h.size = r.varint(), r.varint(), r.varint()
+	h.crc = r.uint32()
+	if err := r.done(); err != nil {
+		return fileHandle{}, err
+	}
+	switch {
+	case h.subtask < 0 || h.subtask > 1<<30 || h.id < 0 || h.seq < 0 || h.size < -1:
+		return fileHandle{}, errors.New("a handle with a negative subtask, number, seq or size")
+	case h.ident != "" && !validIdentity(h.ident):
+		return fileHandle{}, errors.New("a handle whose job and operator identity is not one that file names can carry")
+	}
+	return h, nil
+}
+
+// fileSystem is the twophase.System of a transactional file sink: one
+// subtask's transactions in its directory. The twophase.Operator calls it
+// from the task goroutine only.
+type fileSystem struct {
+	dir    string
+	format rowFormat
+	schema *stream.Schema
+
+	jobID, uid string // OperatorContext.JobID and OperatorUID
+	subtask    int
+	par        int
+	ident      string // the job and operator in file names (sinkIdentity)
+	// octxRestoreJob is OperatorContext.RestoreJobID; restoreJob the job
+	// whose checkpoint RestoreSystem restored (if any): its stale
+	// in-progress files of the subtask indexes this subtask owns are this
+	// sink's to delete too.
+	octxRestoreJob, restoreJob string
+
+	nextSeq int64    // the next committed file's number
+	cur     *fileTxn // the open transaction, if any
+}
+
+var (
+	_ twophase.System      = (*fileSystem)(nil)
+	_ twophase.SystemState = (*fileSystem)(nil)
+	_ twophase.LegacyState = (*fileSystem)(nil)
+	_ twophase.Txn         = (*fileTxn)(nil)
+)
+
+// Open claims the directory for the job and operator (see claimDir).
+func (s *fileSystem) Open(_ context.Context, octx *stream.OperatorContext) error {
+	s.schema = octx.InputSchemas[0]
+	s.jobID, s.uid, s.octxRestoreJob = octx.JobID, octx.OperatorUID, octx.RestoreJobID
+	s.subtask, s.par = octx.Subtask, max(1, octx.Parallelism)
+	s.ident = sinkIdentity(s.jobID, s.uid)
+	return claimDir(s.dir, s.jobID, s.uid, s.octxRestoreJob)
+}
+
+// Begin creates the in-progress file of transaction id. It never replaces
+// a file: attempts never share a name, and one that exists was written by
+// something else.
+func (s *fileSystem) Begin(_ context.Context, id twophase.TxnID) (twophase.Txn, error) {
+	n, ok := txnNumber(id.Attempt, id.Seq)
+	if !ok {
+		return nil, fmt.Errorf("file sink: attempt %d or transaction count %d is too large for a file name", id.Attempt, id.Seq)
+	}
+	name := inProgressName(s.ident, s.subtask, n)
+	w, err := createPartWriter(s.path(name), true, s.format, s.schema)
+	if errors.Is(err, fs.ErrExist) {
+		return nil, errkind.Mark(fmt.Errorf("file sink: in-progress file %s exists already in %s, although attempt %d of subtask %d has not written it: something other than this sink wrote it; move it away and restart the job",
+			name, s.dir, id.Attempt, s.subtask), fs.ErrExist)
+	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("file sink: list %s: %w", s.cfg.Path, err)
+		return nil, err
 	}
-	ipPrefix, finPrefix := inProgressPrefix(ident, subtask), committedPrefix(ident, subtask)
-	for _, e := range entries {
-		if n, ok := parseNumbered(e.Name(), ipPrefix, inProgressSuffix); ok {
-			inProgress = append(inProgress, n)
-		} else if n, ok := parseNumbered(e.Name(), finPrefix, ""); ok {
-			nextSeq = max(nextSeq, n+1)
-		}
-	}
-	return inProgress, nextSeq, nil
+	s.cur = &fileTxn{sys: s, id: n, w: w}
+	return s.cur, nil
 }
 
-func (s *FileSink) openTransactional(jobID, uid, restoreJobID string) error {
-	s.txnl = true
-	if err := claimDir(s.cfg.Path, jobID, uid, restoreJobID); err != nil {
-		return err
+// flush writes what the open transaction buffered to its file.
+func (s *fileSystem) flush() error {
+	if s.cur == nil {
+		return nil
 	}
-	s.jobID, s.uid, s.restoreJob = jobID, uid, restoreJobID
-	s.ident = sinkIdentity(jobID, uid)
-	_, next, err := s.scan(s.ident, s.subtask)
+	return s.cur.w.flush()
+}
+
+func (s *fileSystem) path(name string) string { return filepath.Join(s.dir, name) }
+
+// fileTxn is an open transaction: an in-progress file.
+type fileTxn struct {
+	sys          *fileSystem
+	id           int64 // the in-progress number
+	w            *partWriter
+	preCommitted bool
+}
+
+// Write encodes the rows of b into the file.
+func (t *fileTxn) Write(_ context.Context, b *stream.Batch) error { return t.w.write(b) }
+
+// PreCommit flushes, fsyncs and closes the file, makes its name durable,
+// and returns its handle, which gives it the subtask's next committed
+// file number.
+func (t *fileTxn) PreCommit(context.Context) ([]byte, error) {
+	s := t.sys
+	s.cur = nil
+	err := t.w.sync()
+	if cerr := t.w.close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// A fresh start never overwrites files committed by an earlier run.
-	s.nextSeq = next
-	return nil
+	t.preCommitted = true
+	h := fileHandle{ident: s.ident, subtask: s.subtask, id: t.id, seq: s.nextSeq, size: t.w.sum.n, crc: t.w.sum.crc}
+	s.nextSeq++
+	return h.encode(), nil
 }
 
-// cleanStale deletes the in-progress files of the subtask indexes this
-// subtask cleans (its own, and after a restore s.cleanSubtasks, which adds
-// old subtasks beyond the new parallelism) other than those of pending
-// transactions (this sink's, or the checkpoint's in s.keep), of this sink's
-// identity and, after a restore from another job's checkpoint, of that
-// job's: they hold rows written after the restored (or, for a fresh start,
-// any) checkpoint, which will be replayed. It runs once, at restore or
-// before the first write of a job started without a checkpoint.
-func (s *FileSink) cleanStale() error {
-	if s.cleaned {
+// Abort deletes the file of a transaction that was not pre-committed.
+func (t *fileTxn) Abort(context.Context) error {
+	if t.sys.cur == t {
+		t.sys.cur = nil
+	}
+	if t.preCommitted {
 		return nil
 	}
-	idents := []string{s.ident}
-	if s.restoredIdent != "" && s.restoredIdent != s.ident {
-		idents = append(idents, s.restoredIdent)
-	}
-	subtasks := s.cleanSubtasks
-	if subtasks == nil {
-		subtasks = []int{s.subtask}
-	}
-	for _, ident := range idents {
-		for _, sub := range subtasks {
-			ids, _, err := s.scan(ident, sub)
-			if err != nil {
-				return err
-			}
-			for _, id := range ids {
-				if s.keep[inProgressFile{ident, sub, id}] ||
-					slices.ContainsFunc(s.pending, func(t txn) bool { return t.ident == ident && t.subtask == sub && t.id == id }) {
-					continue
-				}
-				if err := os.Remove(s.path(inProgressName(ident, sub, id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("file sink: delete stale in-progress file: %w", err)
-				}
-			}
-		}
-	}
-	s.cleaned, s.keep = true, nil
-	return nil
+	return t.w.discard()
 }
 
-// beginTxn opens the in-progress file of a new transaction unless one is
-// open.
-func (s *FileSink) beginTxn() error {
-	if s.w != nil {
-		return nil
-	}
-	if err := s.cleanStale(); err != nil {
-		return err
-	}
-	// Each deployment attempt numbers its transactions from attempt<<32, so
-	// that a stale attempt still running somewhere (a paused taskmanager
-	// that resumed) never writes into a file of the current attempt; it
-	// cannot commit either, since only current attempts are notified.
-	s.nextTxn = max(s.nextTxn, s.attempt<<32)
-	w, err := createPartWriter(s.path(inProgressName(s.ident, s.subtask, s.nextTxn)), s.format, s.schema)
+// Commit renames the transaction's in-progress file to its committed name
+// and makes the rename durable; see commitFile.
+func (s *fileSystem) Commit(_ context.Context, p twophase.Pending) error {
+	h, err := decodeFileHandle(p.Handle)
 	if err != nil {
+		return fmt.Errorf("file sink: commit checkpoint %d: corrupt state: %w", p.Checkpoint, err)
+	}
+	if err := s.commitFile(p.Checkpoint, h); err != nil {
 		return err
 	}
-	s.w, s.cur = w, s.nextTxn
-	s.nextTxn++
-	return nil
+	return syncDir(s.dir)
 }
 
-// SnapshotState pre-commits the open transaction (flush, fsync, close) for
-// checkpoint c.CheckpointID and records every pending transaction.
-func (s *FileSink) SnapshotState(c *stream.SnapshotContext) error {
-	if !s.txnl {
-		return nil
-	}
-	if err := s.cleanStale(); err != nil {
-		return err
-	}
-	if s.w != nil {
-		err := s.w.sync()
-		if cerr := s.w.close(); err == nil {
-			err = cerr
-		}
-		size, crc := s.w.sum.n, s.w.sum.crc
-		s.w = nil
-		if err == nil {
-			err = syncDir(s.cfg.Path)
-		}
-		if err != nil {
-			return fmt.Errorf("%w (pre-committing checkpoint %d)", err, c.CheckpointID)
-		}
-		s.pending = append(s.pending, txn{
-			checkpoint: c.CheckpointID, ident: s.ident, subtask: s.subtask, id: s.cur, seq: s.nextSeq,
-			from: inProgressName(s.ident, s.subtask, s.cur), to: committedName(s.ident, s.subtask, s.nextSeq),
-			size: size, crc: crc,
-		})
-		s.nextSeq++
-	}
-	for _, t := range s.pending {
-		item := s.itemHeader(sinkPendingVersion)
-		item = appendInt(item, t.checkpoint)
-		item = appendString(item, t.ident)
-		item = appendInt(item, t.id)
-		item = appendInt(item, t.seq)
-		item = appendInt(item, t.size)
-		item = appendUint(item, uint64(t.crc))
-		c.AddListState(sinkPendingState, item)
-	}
-	item := s.itemHeader(sinkWritersVersion)
-	item = appendString(item, s.ident)
-	item = appendInt(item, s.nextTxn)
-	item = appendInt(item, s.nextSeq)
-	item = appendUint(item, uint64(len(s.pending)))
-	for _, t := range s.pending {
-		item = appendString(item, t.ident)
-		item = appendInt(item, t.id)
-	}
-	c.AddUnionState(sinkWritersState, item)
-	return nil
-}
-
-func (s *FileSink) itemHeader(version byte) []byte {
-	item := []byte{version}
-	item = appendInt(item, int64(s.subtask))
-	return appendInt(item, int64(s.par))
-}
-
-// NotifyCheckpointComplete commits every transaction pre-committed for a
-// checkpoint up to id.
-func (s *FileSink) NotifyCheckpointComplete(id int64) error {
-	if !s.txnl {
-		return nil
-	}
-	n := 0
-	for _, t := range s.pending {
-		if t.checkpoint > id {
-			break
-		}
-		if err := s.commit(t); err != nil {
-			s.pending = s.pending[n:]
-			return err
-		}
-		n++
-	}
-	s.pending = slices.Delete(s.pending, 0, n)
-	if n == 0 {
-		return nil
-	}
-	return syncDir(s.cfg.Path)
-}
-
-// NotifyCheckpointAborted keeps the checkpoint's transactions pending: a
-// later completed checkpoint commits them.
-func (s *FileSink) NotifyCheckpointAborted(int64) error { return nil }
-
-// commit renames t's in-progress file to its committed name, never
-// replacing a file. When the in-progress file is gone, t was committed
+// commitFile renames h's in-progress file to its committed name, never
+// replacing a file. When the in-progress file is gone, h was committed
 // before (by this sink before a failure, or by a stale attempt that was
 // being notified at the same time) only if the committed file holds exactly
-// the bytes t pre-committed; a file that merely has the name is not enough.
-// The error wraps fs.ErrNotExist if neither file exists and fs.ErrExist if
-// the committed name holds something else.
-func (s *FileSink) commit(t txn) error {
-	from, to := s.path(t.from), s.path(t.to)
+// the bytes h pre-committed; a file that merely has the name is not enough.
+// The error wraps fs.ErrNotExist and twophase.ErrNotFound if neither file
+// exists, and fs.ErrExist if the committed name holds something else.
+func (s *fileSystem) commitFile(checkpoint int64, h fileHandle) error {
+	fromName, toName := h.names()
+	from, to := s.path(fromName), s.path(toName)
 	_, err := os.Lstat(to)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -365,55 +421,56 @@ func (s *FileSink) commit(t txn) error {
 			return nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
+			return fmt.Errorf("file sink: commit checkpoint %d: %w", checkpoint, err)
 		}
 	case err != nil:
-		return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
+		return fmt.Errorf("file sink: commit checkpoint %d: %w", checkpoint, err)
 	default:
 		_, err := os.Lstat(from)
 		if err == nil {
 			return errkind.Mark(fmt.Errorf("file sink: commit checkpoint %d: %s cannot become %s in %s, which exists already: something other than this sink wrote it; move it away and restart the job",
-				t.checkpoint, t.from, t.to, s.cfg.Path), fs.ErrExist)
+				checkpoint, fromName, toName, s.dir), fs.ErrExist)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
+			return fmt.Errorf("file sink: commit checkpoint %d: %w", checkpoint, err)
 		}
 	}
-	return s.checkCommitted(t)
+	return s.checkCommitted(checkpoint, h)
 }
 
-// checkCommitted returns nil if t's committed file holds what t
+// checkCommitted returns nil if h's committed file holds what h
 // pre-committed, for a transaction whose in-progress file is gone.
-func (s *FileSink) checkCommitted(t txn) error {
-	to := s.path(t.to)
+func (s *fileSystem) checkCommitted(checkpoint int64, h fileHandle) error {
+	fromName, toName := h.names()
+	to := s.path(toName)
 	fi, err := os.Stat(to)
 	if errors.Is(err, fs.ErrNotExist) {
-		return errkind.Mark(fmt.Errorf("file sink: commit checkpoint %d: neither %s nor %s exists in %s; the pre-committed file was deleted or moved by something else, and its rows are lost",
-			t.checkpoint, t.from, t.to, s.cfg.Path), err)
+		return errkind.Mark(fmt.Errorf("file sink: commit checkpoint %d: neither %s nor %s exists in %s; the pre-committed file was deleted or moved by something else, and its rows are lost: %w",
+			checkpoint, fromName, toName, s.dir, twophase.ErrNotFound), err)
 	}
 	if err != nil {
-		return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
+		return fmt.Errorf("file sink: commit checkpoint %d: %w", checkpoint, err)
 	}
-	if t.size < 0 {
-		return nil // version 1 state: the recorded name is all there is to go by
+	if h.size < 0 {
+		return nil // version 1 legacy state: the recorded name is all there is to go by
 	}
 	var differs string
-	if fi.Size() != t.size {
-		differs = fmt.Sprintf("%d bytes, want %d", fi.Size(), t.size)
+	if fi.Size() != h.size {
+		differs = fmt.Sprintf("%d bytes, want %d", fi.Size(), h.size)
 	} else {
 		size, crc, err := fileChecksum(to)
 		if err != nil {
-			return fmt.Errorf("file sink: commit checkpoint %d: %w", t.checkpoint, err)
+			return fmt.Errorf("file sink: commit checkpoint %d: %w", checkpoint, err)
 		}
-		if size != t.size || crc != t.crc {
-			differs = fmt.Sprintf("%d bytes with CRC-32C %08x, want %d with %08x", size, crc, t.size, t.crc)
+		if size != h.size || crc != h.crc {
+			differs = fmt.Sprintf("%d bytes with CRC-32C %08x, want %d with %08x", size, crc, h.size, h.crc)
 		}
 	}
 	if differs == "" {
 		return nil
 	}
 	return errkind.Mark(fmt.Errorf("file sink: commit checkpoint %d: %s is gone and %s in %s is not the file it pre-committed (%s): something other than this sink deleted the one and wrote the other, and the transaction's rows are lost",
-		t.checkpoint, t.from, t.to, s.cfg.Path, differs), fs.ErrExist)
+		checkpoint, fromName, toName, s.dir, differs), fs.ErrExist)
 }
 
 // fileChecksum returns the size and CRC-32C of the file at path.
@@ -431,171 +488,99 @@ func fileChecksum(path string) (int64, uint32, error) {
 	return n, h.Sum32(), nil
 }
 
-// RestoreState commits the transactions pending in the checkpoint that this
-// subtask received, whichever subtask wrote them, deletes the stale
-// in-progress files it is responsible for (its own subtask's and, after the
-// parallelism shrank, those of some old subtasks: see the state format
-// above), of its own job and of the job that took the checkpoint, and
-// continues numbering after everything its subtask index used.
-func (s *FileSink) RestoreState(c *stream.RestoreContext) error {
-	if !s.txnl || c.State == nil {
-		return nil
+// Recover deletes the stale in-progress files of every subtask index this
+// subtask owns (r.Owns), of this sink's identity and of the job that took
+// the restored checkpoint, except those of transactions pending in the
+// checkpoint (r.KeepNames): their rows were written after the restored
+// checkpoint (or, on a fresh start, any) and will be replayed. It also
+// numbers the subtask's next committed file after every one of its own in
+// the directory, so that a fresh start never replaces files committed by
+// an earlier run.
+func (s *fileSystem) Recover(_ context.Context, r twophase.Recovery) error {
+	jobs := []string{s.jobID}
+	for _, job := range []string{r.RestoreJobID, s.restoreJob} {
+		if job != "" && !slices.Contains(jobs, job) {
+			jobs = append(jobs, job)
+		}
 	}
-	job := cmp.Or(c.JobID, s.restoreJob, s.jobID)
-	where := fmt.Sprintf("file sink subtask %d: checkpoint %d", s.subtask, c.CheckpointID)
-	if job != s.jobID {
-		where += fmt.Sprintf(" of job %q", job)
+	keep := make(map[inProgressFile]bool)
+	for name := range r.KeepNames {
+		for _, job := range jobs {
+			if sub, attempt, _, seq, ok := twophase.ParseName(name, job, s.uid); ok {
+				if n, ok := txnNumber(attempt, seq); ok {
+					keep[inProgressFile{sinkIdentity(job, s.uid), sub, n}] = true
+				}
+			}
+		}
 	}
-	s.restoredIdent = sinkIdentity(job, s.uid)
-	oldPar, err := s.restoreWriters(where, c.State.Union[sinkWritersState])
+	entries, err := os.ReadDir(s.dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("file sink: list %s: %w", s.dir, err)
 	}
-	// checkWriter checks that an item of subtask of par may be restored
-	// here.
-	checkWriter := func(state string, subtask, par int) error {
-		if oldPar == 0 {
-			return s.checkOwner(where, subtask, par)
+	own := committedPrefix(s.ident, s.subtask)
+	for _, e := range entries {
+		name := e.Name()
+		if n, ok := parseNumbered(name, own, ""); ok {
+			s.nextSeq = max(s.nextSeq, n+1)
+			continue
 		}
-		if par != oldPar || subtask < 0 || subtask >= par {
-			return fmt.Errorf("%s: corrupt %s state: an item of subtask %d of %d in a checkpoint taken with parallelism %d", where, state, subtask, par, oldPar)
-		}
-		return nil
-	}
-	var restored []txn
-	for _, item := range c.State.List[sinkPendingState] {
-		r := newVersionedStateReader(item, sinkPendingVersion)
-		subtask, par := r.int(), r.int()
-		t := txn{checkpoint: r.varint(), subtask: subtask}
-		switch r.version {
-		case 1:
-			t.from, t.to, t.size = r.string(), r.string(), -1
-		case 2:
-			t.ident = s.restoredIdent
-			t.id, t.seq, t.size, t.crc = r.varint(), r.varint(), r.varint(), r.uint32()
-		default:
-			t.ident = r.string()
-			t.id, t.seq, t.size, t.crc = r.varint(), r.varint(), r.varint(), r.uint32()
-		}
-		if err := r.done(); err != nil {
-			return fmt.Errorf("%s: corrupt %s state: %w", where, sinkPendingState, err)
-		}
-		if err := checkWriter(sinkPendingState, subtask, par); err != nil {
-			return err
-		}
-		if r.version == 1 {
-			var ok1, ok2 bool
-			t.id, ok1 = parseNumbered(t.from, ".part-"+strconv.Itoa(t.subtask)+"-", inProgressSuffix)
-			t.seq, ok2 = parseNumbered(t.to, "part-"+strconv.Itoa(t.subtask)+"-", "")
-			if !ok1 || !ok2 {
-				return fmt.Errorf("%s: pending transaction names %q, %q are not file names of subtask %d, which wrote them", where, t.from, t.to, t.subtask)
+		for _, job := range jobs {
+			ident := sinkIdentity(job, s.uid)
+			sub, n, ok := parseInProgress(name, ident)
+			if !ok || !r.Owns(sub) || keep[inProgressFile{ident, sub, n}] {
+				continue
 			}
-		} else {
-			if t.id < 0 || t.seq < 0 || t.size < 0 {
-				return fmt.Errorf("%s: corrupt %s state: negative transaction number, seq or size", where, sinkPendingState)
+			if err := os.Remove(s.path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("file sink: delete stale in-progress file: %w", err)
 			}
-			if !validIdentity(t.ident) {
-				// Not quoted: it is not a name this sink makes.
-				return fmt.Errorf("%s: corrupt %s state: a transaction's job and operator identity is not one that file names can carry", where, sinkPendingState)
-			}
-			t.from, t.to = inProgressName(t.ident, t.subtask, t.id), committedName(t.ident, t.subtask, t.seq)
-		}
-		restored = append(restored, t)
-	}
-	for _, item := range c.State.List[sinkCountersState] {
-		r := newStateReader(item)
-		subtask, par := r.int(), r.int()
-		nextTxn, nextSeq := r.varint(), r.varint()
-		if err := r.done(); err != nil {
-			return fmt.Errorf("%s: corrupt %s state: %w", where, sinkCountersState, err)
-		}
-		if err := checkWriter(sinkCountersState, subtask, par); err != nil {
-			return err
-		}
-		if subtask == s.subtask {
-			s.nextTxn, s.nextSeq = max(s.nextTxn, nextTxn), max(s.nextSeq, nextSeq)
 		}
 	}
-	slices.SortFunc(restored, func(a, b txn) int { return cmp.Or(cmp.Compare(a.subtask, b.subtask), cmp.Compare(a.seq, b.seq)) })
-	for _, t := range restored {
-		if err := s.commit(t); err != nil {
-			return fmt.Errorf("%s: %w", where, err)
-		}
-		if t.subtask == s.subtask {
-			s.nextTxn, s.nextSeq = max(s.nextTxn, t.id+1), max(s.nextSeq, t.seq+1)
-		}
-	}
-	if err := syncDir(s.cfg.Path); err != nil {
-		return err
-	}
-	s.cleaned = false
-	if err := s.cleanStale(); err != nil {
-		return err
-	}
-	_, next, err := s.scan(s.ident, s.subtask)
-	s.nextSeq = max(s.nextSeq, next)
-	return err
+	return nil
 }
 
-// restoreWriters reads the "writers" items of a checkpoint: it continues
-// the numbering of the old subtask of this subtask's index, records the
-// checkpoint's pending files in s.keep and the subtask indexes whose stale
-// files this subtask deletes in s.cleanSubtasks, and returns the
-// parallelism the checkpoint was taken with, or 0 if it has no such items
-// (it was written before they existed).
-func (s *FileSink) restoreWriters(where string, items [][]byte) (int, error) {
-	s.keep, s.cleanSubtasks = nil, nil
-	corrupt := func(why string) error {
-		return fmt.Errorf("%s: corrupt %s state: %s", where, sinkWritersState, why)
-	}
+// Close releases nothing: the open transaction's file was aborted or
+// pre-committed before.
+func (s *fileSystem) Close() error { return nil }
+
+// SnapshotSystem records the number of the subtask's next committed file.
+func (s *fileSystem) SnapshotSystem(c *stream.SnapshotContext) error {
+	item := []byte{sinkNextSeqVersion}
+	item = appendInt(item, int64(s.subtask))
+	item = appendInt(item, int64(s.par))
+	item = appendInt(item, s.nextSeq)
+	c.AddUnionState(sinkNextSeqState, item)
+	return nil
+}
+
+// RestoreSystem continues the numbering of the old subtask of this
+// subtask's index and notes the job that took the checkpoint.
+func (s *fileSystem) RestoreSystem(c *stream.RestoreContext) error {
+	s.restoreJob = cmp.Or(c.JobID, s.octxRestoreJob, s.jobID)
 	oldPar := 0
-	for _, item := range items {
-		r := newVersionedStateReader(item, sinkWritersVersion)
-		subtask, par := r.int(), r.int()
-		ident := r.string()
-		nextTxn, nextSeq := r.varint(), r.varint()
-		n := r.uvarint()
-		if r.err == nil && n > uint64(len(r.b))/2 {
-			r.err = errTruncated // each pending file takes at least 2 bytes
-		}
-		pending := make([]inProgressFile, 0, n)
-		for range n {
-			f := inProgressFile{subtask: subtask}
-			f.ident = r.string()
-			f.id = r.varint()
-			pending = append(pending, f)
-		}
+	for _, item := range c.State.Union[sinkNextSeqState] {
+		r := newVersionedStateReader(item, sinkNextSeqVersion)
+		subtask, par, next := r.int(), r.int(), r.varint()
 		if err := r.done(); err != nil {
-			return 0, fmt.Errorf("%s: corrupt %s state: %w", where, sinkWritersState, err)
+			return fmt.Errorf("%s: corrupt %s state: %w", s.where(c), sinkNextSeqState, err)
 		}
-		if par <= 0 || subtask < 0 || subtask >= par || oldPar != 0 && par != oldPar {
-			return 0, corrupt(fmt.Sprintf("subtask %d of %d in a checkpoint of parallelism %d", subtask, par, cmp.Or(oldPar, par)))
-		}
-		// Not quoted: an identity that is not valid is not a name this
-		// sink makes.
-		if !validIdentity(ident) || slices.ContainsFunc(pending, func(f inProgressFile) bool { return !validIdentity(f.ident) }) {
-			return 0, corrupt("a job and operator identity is not one that file names can carry")
-		}
-		if nextTxn < 0 || nextSeq < 0 || slices.ContainsFunc(pending, func(f inProgressFile) bool { return f.id < 0 }) {
-			return 0, corrupt("negative transaction number or seq")
+		if par <= 0 || subtask < 0 || subtask >= par || oldPar != 0 && par != oldPar || next < 0 {
+			return fmt.Errorf("%s: corrupt %s state: seq %d of subtask %d of %d in a checkpoint of parallelism %d", s.where(c), sinkNextSeqState, next, subtask, par, cmp.Or(oldPar, par))
 		}
 		oldPar = par
-		for _, f := range pending {
-			if s.keep == nil {
-				s.keep = make(map[inProgressFile]bool)
-			}
-			s.keep[f] = true
-		}
 		if subtask == s.subtask {
-			s.nextTxn, s.nextSeq = max(s.nextTxn, nextTxn), max(s.nextSeq, nextSeq)
+			s.nextSeq = max(s.nextSeq, next)
 		}
 	}
-	if oldPar > 0 {
-		for j := s.subtask; j < max(oldPar, s.par); j += s.par {
-			s.cleanSubtasks = append(s.cleanSubtasks, j)
-		}
+	return nil
+}
+
+// where names the restore of checkpoint c in errors.
+func (s *fileSystem) where(c *stream.RestoreContext) string {
+	w := fmt.Sprintf("file sink subtask %d: checkpoint %d", s.subtask, c.CheckpointID)
+	if s.restoreJob != s.jobID {
+		w += fmt.Sprintf(" of job %q", s.restoreJob)
 	}
-	return oldPar, nil
+	return w
 }
 
 // validIdentity reports whether ident can be a sinkIdentity: the characters
@@ -612,16 +597,6 @@ func validIdentity(ident string) bool {
 		}
 	}
 	return true
-}
-
-// checkOwner fails unless state item of subtask at parallelism par, from a
-// checkpoint without "writers" state, is this subtask's own.
-func (s *FileSink) checkOwner(where string, subtask, par int) error {
-	if par == s.par && subtask == s.subtask {
-		return nil
-	}
-	return errkind.Mark(fmt.Errorf("%s: state of subtask %d of %d restored into subtask %d of %d: the checkpoint was written by a Weir whose transactional file sink cannot be rescaled; restore it with parallelism %d, then take a checkpoint or savepoint and rescale from that",
-		where, subtask, par, s.subtask, s.par, par), errRescale)
 }
 
 // syncDir makes renames and new files in dir durable.

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/stream/twophase"
 )
 
 // Tests of the transactional file sink in a directory that other jobs,
@@ -135,7 +136,8 @@ func TestTxnFileSinkUnreadableClaim(t *testing.T) {
 // foreignFiles are files of other jobs, operators and subtasks, and of the
 // name format before names carried the identity, with the same subtask and
 // numbers as testJob's testSink subtask 0 uses; some names begin with its
-// file name prefixes.
+// file name prefixes. The tests that write them run subtask 0 of 2, which
+// does not own subtask 1's files: a subtask of 1 would delete them.
 var foreignFiles = []string{
 	InProgressName("job2", testSink, 0, 0),
 	InProgressName(testJob, "sink2", 0, 0),
@@ -168,7 +170,7 @@ func TestTxnFileSinkCleansOnlyItsOwnFiles(t *testing.T) {
 			// Stale in-progress files of this sink, from two attempts.
 			writeFile(t, filepath.Join(dir, ipName(0, 0)), "id\n8\n")
 			writeFile(t, filepath.Join(dir, ipName(0, 1<<32)), "id\n9\n")
-			s := txnSink(t, dir, 0, 1)
+			s := txnSink(t, dir, 0, 2)
 			if restart == "restore" {
 				must(t, restore(s, 1, &stream.OperatorSnapshot{}))
 			}
@@ -209,24 +211,24 @@ func TestTxnFileSinkRestoreCommitsRecordedTransactionsOnce(t *testing.T) {
 	// committed exactly once.
 	dir := t.TempDir()
 	want := writeForeignFiles(t, dir)
-	s1 := txnSink(t, dir, 0, 1)
+	s1 := txnSink(t, dir, 0, 2)
 	must(t, s1.ProcessBatch(0, ids(0, 4), nil))
 	snapshot(t, s1, 1)
 	must(t, s1.NotifyCheckpointAborted(1))
 	must(t, s1.ProcessBatch(0, ids(4, 7), nil))
 	st := snapshot(t, s1, 2)
-	if n := len(st.List[sinkPendingState]); n != 2 {
+	if n := len(st.List[twophase.PendingState]); n != 2 {
 		t.Fatalf("checkpoint 2 records %d pending transactions, want 2", n)
 	}
 	must(t, s1.ProcessBatch(0, ids(7, 9), nil))
 	must(t, s1.Finish(nil))
 
-	s2 := txnSinkAttempt(t, dir, 0, 1, 2)
+	s2 := txnSinkAttempt(t, dir, 0, 2, 2)
 	must(t, restore(s2, 2, st))
 	want[finName(0, 0)], want[finName(0, 1)] = lines(0, 4), lines(4, 7)
 	checkDir(t, dir, want)
 
-	s3 := txnSinkAttempt(t, dir, 0, 1, 3)
+	s3 := txnSinkAttempt(t, dir, 0, 2, 3)
 	must(t, restore(s3, 2, st))
 	checkDir(t, dir, want)
 	must(t, s3.ProcessBatch(0, ids(7, 9), nil)) // the replay

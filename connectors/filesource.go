@@ -7,19 +7,70 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"time"
 	"unsafe"
 
 	"github.com/weirstream/weir/stream"
 )
 
 // FileSourceConfig configures the "file" source.
+//
+// By default the source is bounded: it lists Path once, when the job starts,
+// reads the files it found and ends. Every regular file is read, whatever
+// its name.
+//
+// With MonitorInterval set the source is continuous: it never ends, and
+// lists Path again every MonitorInterval to read the files that appeared
+// since. In continuous mode:
+//
+//   - Path is a directory, whose files are read, or a glob whose last
+//     element is matched against the names in the directories the rest
+//     names (/data/in/*.jsonl, /data/*/part-*). A directory named without
+//     glob characters must exist when the job is submitted and while it
+//     runs; the directories a glob matches may come and go (they are
+//     matched again at the start of every listing). A path naming an
+//     existing regular file watches that one name.
+//   - Every file is read once. The source keeps in its checkpoints the set
+//     of files it has taken up (read, or being read), so a restore neither
+//     reads a finished file again nor misses one that appeared while the
+//     job was down. A file is identified by its path: a file replaced
+//     under the name of one already taken up is not read, and a file that
+//     was removed (which drops it from the set) and later added again
+//     under the same path is read again.
+//   - A file is taken up by one subtask, the one its path hashes to (a hash
+//     of the path modulo the parallelism), so that subtasks need no
+//     agreement at run time. The files being read when a checkpoint is
+//     taken continue after a restore, at any parallelism, in exactly one
+//     subtask, from the checkpointed offset.
+//   - A file is taken up once it is complete: when two listings in a row
+//     found the same size and modification time, or, with MinFileAge,
+//     when its modification time is MinFileAge old. Neither rule sees a
+//     writer that pauses for longer; the safe pattern is to write each file
+//     elsewhere on the same file system, or in the directory under a name
+//     starting with '.' or '_', and rename it into place when complete. A
+//     file must not change once it has been taken up.
+//   - Names starting with '.' or '_' are skipped, and so are directories
+//     and symbolic links.
+//   - The set of files taken up is bounded: a listing that finds more than
+//     MaxMonitoredFiles matching files fails the task. Move processed files
+//     out of the directory (the source then forgets them), or start a new
+//     job on another directory.
+//   - The source emits no watermarks, not even the final one, as it never
+//     ends; event-time jobs put a watermarks operator after it.
+//   - Each subtask lists the whole path, reading at most about a thousand
+//     directory entries per Poll, and keeps the files it took up, in memory
+//     and in its checkpoints, in a sorted front-coded list: a few bytes per
+//     file more than the part of its path that differs from the one
+//     before.
 type FileSourceConfig struct {
-	// Path is a file, a directory (all regular files in it) or a glob. The
-	// matching files, sorted by name, are the splits; split k is read by
-	// subtask k % parallelism.
+	// Path is a file, a directory (all regular files in it) or a glob. In
+	// bounded mode the matching files, sorted by name, are the splits;
+	// split k is read by subtask k % parallelism.
 	Path string `json:"path"`
 	// Format is "lines" (default: one string field "line" per line) or
 	// "jsonl" (each line a JSON object decoded into Fields).
@@ -30,7 +81,28 @@ type FileSourceConfig struct {
 	Fields []FileField `json:"fields,omitempty"`
 	// BatchSize is the rows per batch; 0 means stream.DefaultBatchSize.
 	BatchSize int `json:"batchSize,omitempty"`
+	// MonitorInterval, a Go duration of at least 10ms such as "10s", makes
+	// the source continuous: Path is listed again this long after the end
+	// of each listing. Unset (the default): bounded.
+	MonitorInterval string `json:"monitorInterval,omitempty"`
+	// ProcessOnlyNew, in continuous mode, skips the files present at the
+	// job's first listing (the first run's, not a restart's) and reads only
+	// those that appear later. Default false: read them all.
+	ProcessOnlyNew bool `json:"processOnlyNew,omitempty"`
+	// MinFileAge, in continuous mode, is a Go duration such as "30s": a
+	// file is taken up at the first listing that finds its modification
+	// time at least this old. Unset (the default): once two listings in a
+	// row found the same size and modification time.
+	MinFileAge string `json:"minFileAge,omitempty"`
 }
+
+// MaxMonitoredFiles is the most files the continuous file source accepts in
+// one listing of its path (over all subtasks).
+const MaxMonitoredFiles = 1_000_000
+
+// minMonitorInterval is the least MonitorInterval: each listing reads the
+// whole directory.
+const minMonitorInterval = 10 * time.Millisecond
 
 // FileField is a declared JSON field of the file source.
 type FileField struct {
@@ -46,7 +118,11 @@ func planFileSource(p *stream.PlanContext) (*stream.Schema, error) {
 	if err := stream.DecodeOperatorConfig("file source", p.Config, &cfg); err != nil {
 		return nil, err
 	}
-	declareSplitState(p, fileSplitsState, fileListingMarker)
+	if cfg.MonitorInterval != "" {
+		declareSplitState(p, fileSplitsState, fileSeenState)
+	} else {
+		declareSplitState(p, fileSplitsState, fileListingMarker)
+	}
 	schema, err := cfg.check()
 	if err != nil {
 		return nil, err
@@ -55,6 +131,10 @@ func planFileSource(p *stream.PlanContext) (*stream.Schema, error) {
 	// for files outside the allowed roots.
 	if err := p.Paths.Check("file source path", cfg.Path); err != nil {
 		return nil, err
+	}
+	if cfg.MonitorInterval != "" {
+		_, err := watchFor(cfg.Path)
+		return schema, err
 	}
 	files, err := ListFiles(cfg.Path)
 	if err != nil {
@@ -82,6 +162,9 @@ func (cfg *FileSourceConfig) check() (*stream.Schema, error) {
 		return nil, stream.ConfigErrorf("file source: missing path; set path to a file, a directory or a glob such as /data/in/*.jsonl")
 	}
 	if _, err := checkBatchSize("file source", cfg.BatchSize); err != nil {
+		return nil, err
+	}
+	if _, err := cfg.monitorSettings(); err != nil {
 		return nil, err
 	}
 	switch cfg.Format {
@@ -162,8 +245,9 @@ func ListFiles(path string) ([]string, error) {
 }
 
 // FileSplit is the read position of one input file: File is the file's index
-// in the sorted list of all matching files, Offset the byte offset of the
-// next unread line, and Done says the file has been read to the end.
+// in the sorted list of all matching files (-1 in continuous mode, where
+// files are known by Path only), Offset the byte offset of the next unread
+// line, and Done says the file has been read to the end.
 type FileSplit struct {
 	File   int    `json:"file"`
 	Path   string `json:"path"`
@@ -172,7 +256,8 @@ type FileSplit struct {
 }
 
 // FileSource is one subtask of the "file" source. It reads its splits one
-// after another, in file order.
+// after another, in file order (in continuous mode, in the order it took
+// them up).
 type FileSource struct {
 	cfg    FileSourceConfig
 	schema *stream.Schema
@@ -190,9 +275,14 @@ type FileSource struct {
 
 	arena arena
 	json  *jsonDecoder
+
+	mon *monitor // continuous mode (MonitorInterval set), else nil
 }
 
-var _ stream.Source = (*FileSource)(nil)
+var (
+	_ stream.Source     = (*FileSource)(nil)
+	_ stream.IdleHinter = (*FileSource)(nil)
+)
 
 // NewFileSource returns a file source for cfg, or a config error.
 func NewFileSource(cfg FileSourceConfig) (*FileSource, error) {
@@ -204,6 +294,10 @@ func NewFileSource(cfg FileSourceConfig) (*FileSource, error) {
 	s := &FileSource{cfg: cfg, schema: schema, batch: bs}
 	if cfg.Format == "jsonl" {
 		s.json = newJSONDecoder(schema)
+	}
+	if cfg.MonitorInterval != "" {
+		ms, _ := cfg.monitorSettings()
+		s.mon = newMonitor(ms)
 	}
 	return s, nil
 }
@@ -217,8 +311,11 @@ func newFileSource(config []byte) (stream.Source, error) {
 }
 
 // Splits returns the position of each of this subtask's files, for a
-// checkpoint.
+// checkpoint; in continuous mode, of the files it is reading.
 func (s *FileSource) Splits() []FileSplit {
+	if s.mon != nil {
+		return slices.DeleteFunc(slices.Clone(s.splits[s.cur:]), func(sp FileSplit) bool { return sp.Done })
+	}
 	if s.splits == nil {
 		return append([]FileSplit(nil), s.restored...)
 	}
@@ -227,13 +324,15 @@ func (s *FileSource) Splits() []FileSplit {
 
 // SetSplits restores positions saved by Splits. Files are matched by index;
 // a file of this subtask without a saved position is read from the start.
-// It must be called before Open.
+// It must be called before Open, in bounded mode only (a continuous source
+// restores through RestoreState).
 func (s *FileSource) SetSplits(splits []FileSplit) {
 	s.restored = append([]FileSplit(nil), splits...)
 }
 
 // Position returns the file index and offset of the next unread line, or
-// (-1, 0) when every file of this subtask has been read.
+// (-1, 0) when every file of this subtask has been read. It is for bounded
+// mode: continuous files have no index.
 func (s *FileSource) Position() (file int, offset int64) {
 	for _, sp := range s.Splits() {
 		if !sp.Done {
@@ -245,7 +344,7 @@ func (s *FileSource) Position() (file int, offset int64) {
 
 // SetPosition seeks to offset in file number file: this subtask's files
 // before it count as read, and later ones are read from the start. It must be
-// called before Open.
+// called before Open, in bounded mode only.
 func (s *FileSource) SetPosition(file int, offset int64) {
 	s.restored = []FileSplit{{File: file, Offset: offset}}
 	for f := range file {
@@ -253,10 +352,19 @@ func (s *FileSource) SetPosition(file int, offset int64) {
 	}
 }
 
-// Open lists the files and picks this subtask's splits.
+// Open lists the files and picks this subtask's splits. In continuous mode
+// it checks the path, and the first Poll lists it.
 func (s *FileSource) Open(_ context.Context, octx *stream.OperatorContext) error {
 	if err := octx.Paths.Check("file source path", s.cfg.Path); err != nil {
 		return err
+	}
+	if s.mon != nil {
+		if s.restored != nil {
+			return errors.New("file source: SetSplits and SetPosition are for the bounded file source; a continuous one (monitorInterval set) restores through RestoreState")
+		}
+		s.subtask = octx.Subtask
+		s.splits = []FileSplit{}
+		return s.mon.open(s.cfg.Path, octx)
 	}
 	files, err := ListFiles(s.cfg.Path)
 	if err != nil {
@@ -340,8 +448,28 @@ func (s *FileSource) closeSplit() {
 }
 
 // Poll reads up to one batch of lines, continuing into the next file when
-// one ends, and returns PollEnd once every file has been read.
+// one ends. A bounded source returns PollEnd once every file has been read;
+// a continuous one lists its path when that is due (see FileSourceConfig)
+// and returns PollIdle, with IdleFor the time to the next listing, while it
+// has nothing to read.
 func (s *FileSource) Poll(_ context.Context, out stream.Collector) (stream.PollStatus, error) {
+	if s.mon != nil {
+		return s.pollContinuous(out)
+	}
+	rows, err := s.readBatch(out)
+	switch {
+	case err != nil:
+		return 0, err
+	case rows == 0:
+		return stream.PollEnd, nil
+	}
+	return stream.PollEmitted, nil
+}
+
+// readBatch reads up to one batch of lines from the splits from s.cur on,
+// emits it to out and returns its number of rows: 0 when every split has
+// been read.
+func (s *FileSource) readBatch(out stream.Collector) (int, error) {
 	var b *stream.Batch
 	rows := 0
 	for rows < s.batch {
@@ -353,10 +481,12 @@ func (s *FileSource) Poll(_ context.Context, out stream.Collector) (stream.PollS
 				break
 			}
 			if err := s.openSplit(); err != nil {
-				if b != nil {
-					b.Release()
+				if s.mon != nil && errors.Is(err, fs.ErrNotExist) {
+					s.mon.skipRemoved(s.splits[s.cur].Path)
+					s.splits[s.cur].Done = true
+					continue
 				}
-				return 0, err
+				return 0, releaseOnError(b, err)
 			}
 		}
 		sp := &s.splits[s.cur]
@@ -367,10 +497,7 @@ func (s *FileSource) Poll(_ context.Context, out stream.Collector) (stream.PollS
 			continue
 		}
 		if err != nil {
-			if b != nil {
-				b.Release()
-			}
-			return 0, fmt.Errorf("file source: %s: %w", sp.Path, err)
+			return 0, releaseOnError(b, fmt.Errorf("file source: %s: %w", sp.Path, err))
 		}
 		if s.json != nil && len(bytes.TrimSpace(line)) == 0 {
 			sp.Offset += n
@@ -382,26 +509,44 @@ func (s *FileSource) Poll(_ context.Context, out stream.Collector) (stream.PollS
 		if s.json == nil {
 			b.Cols[0].Strs = append(b.Cols[0].Strs, s.arena.str(line))
 		} else if err := s.json.decode(line, b, rows, &s.arena); err != nil {
-			b.Release()
-			return 0, fmt.Errorf("file source: %s:%d: %w", sp.Path, lineNumber(sp.Path, sp.Offset), err)
+			return 0, releaseOnError(b, fmt.Errorf("file source: %s:%d: %w", sp.Path, lineNumber(sp.Path, sp.Offset), err))
 		}
 		sp.Offset += n
 		rows++
 	}
 	if rows == 0 {
-		if b != nil {
-			b.Release()
-		}
-		return stream.PollEnd, nil
+		return 0, nil // b is nil: it is made for the first row
 	}
 	b.SetLen(rows)
 	out.Collect(b)
-	return stream.PollEmitted, nil
+	return rows, nil
 }
 
-// Close closes the open file.
+// releaseOnError releases b, a batch being filled (nil if none), and
+// returns err.
+func releaseOnError(b *stream.Batch, err error) error {
+	if b != nil {
+		b.Release()
+	}
+	return err
+}
+
+// IdleFor is the time to the next listing of a continuous source, after
+// Poll returned PollIdle (stream.IdleHinter); 0 while a listing is in
+// progress.
+func (s *FileSource) IdleFor() time.Duration {
+	if s.mon == nil {
+		return 0
+	}
+	return s.mon.idleFor
+}
+
+// Close closes the open file, and the directory a listing is reading.
 func (s *FileSource) Close() error {
 	s.closeSplit()
+	if s.mon != nil {
+		s.mon.close()
+	}
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/stream/twophase"
 )
 
 // Tests of restores with another parallelism. State goes from the old
@@ -568,7 +569,7 @@ func TestTxnFileSinkRescaled(t *testing.T) {
 				}
 				var pending int
 				for _, s := range snaps {
-					pending += len(s.List[sinkPendingState])
+					pending += len(s.List[twophase.PendingState])
 				}
 				if pending == 0 {
 					t.Fatalf("stage %d: no pending transactions in the checkpoint", i)

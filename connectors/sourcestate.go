@@ -1,9 +1,13 @@
 package connectors
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/stream"
@@ -45,13 +49,42 @@ import (
 // "listing" (version=1 | varint number of files). Checkpoints written before
 // every subtask wrote "listing" have it from subtask 0 only, so a subtask
 // that received splits restores them even without it.
+//
+// In continuous mode (FileSourceConfig.MonitorInterval) file writes one item
+// of list state "splits" per file the subtask is reading, in a format of
+// its own, version 2 (continuous files have no index):
+//
+//	version=2 | varint byte offset | string path
+//
+// and, instead of "listing", one item of union state "seen" holding the
+// files the subtask has taken up (see filesource_continuous.go):
+//
+//	version=1 | flags byte | uvarint count | count * (uvarint shared | string rest)
+//
+// The paths are in strictly increasing byte order, each written as the
+// length of the prefix it shares with the one before and the rest. Flag 1
+// says that the job had made its first listing (processOnlyNew skips the
+// files of that listing only). A bounded checkpoint does not restore into
+// a continuous source, nor the reverse: the bounded state lacks the files
+// of the subtasks that had finished.
 const (
 	datagenStateName    = "positions"
 	datagenSplitVersion = 2
 	datagenMarkerState  = "splitCount"
 	fileSplitsState     = "splits"
 	fileListingMarker   = "listing"
+	fileSeenState       = "seen"
+	// fileContinuousSplitVersion is the version of continuous mode's
+	// "splits" items; bounded mode writes version 1.
+	fileContinuousSplitVersion = 2
+	seenListed                 = 1 // flag of a "seen" item
+	// maxPathLen bounds a path read from a checkpoint.
+	maxPathLen = 4096
 )
+
+// errFileSourceMode marks a file source checkpoint restored into a file
+// source of the other mode (bounded or continuous).
+var errFileSourceMode = errors.New("connectors: file source checkpoint of the other mode")
 
 var (
 	_ stream.Checkpointed = (*Datagen)(nil)
@@ -141,8 +174,22 @@ func (d *Datagen) RestoreState(c *stream.RestoreContext) error {
 	return nil
 }
 
-// SnapshotState records the read position of every file of this subtask.
+// SnapshotState records the read position of every file of this subtask,
+// and in continuous mode the files it has taken up.
 func (s *FileSource) SnapshotState(c *stream.SnapshotContext) error {
+	if s.mon != nil {
+		for _, sp := range s.splits[s.cur:] {
+			if sp.Done {
+				continue
+			}
+			item := []byte{fileContinuousSplitVersion}
+			item = appendInt(item, sp.Offset)
+			item = appendString(item, sp.Path)
+			c.AddListState(fileSplitsState, item)
+		}
+		c.AddUnionState(fileSeenState, s.mon.seenItem())
+		return nil
+	}
 	for _, sp := range s.Splits() {
 		item := []byte{stateVersion}
 		item = appendInt(item, int64(sp.File))
@@ -162,13 +209,22 @@ func (s *FileSource) RestoreState(c *stream.RestoreContext) error {
 	if c.State == nil {
 		return nil
 	}
+	if s.mon != nil {
+		return s.restoreContinuous(c)
+	}
 	items := c.State.List[fileSplitsState]
+	if len(c.State.Union[fileSeenState]) > 0 {
+		return s.modeMismatch(c, true)
+	}
 	if len(c.State.Union[fileListingMarker]) == 0 && len(items) == 0 {
 		return nil // no state for this source in the checkpoint: start afresh
 	}
 	splits := make([]FileSplit, 0, len(items))
 	for _, item := range items {
-		r := newStateReader(item)
+		r := newVersionedStateReader(item, fileContinuousSplitVersion)
+		if r.version == fileContinuousSplitVersion {
+			return s.modeMismatch(c, true)
+		}
 		file, off := r.int(), r.varint()
 		done := r.byte() != 0
 		path := r.string()
@@ -190,6 +246,133 @@ func (s *FileSource) RestoreState(c *stream.RestoreContext) error {
 	s.closeSplit()
 	s.splits, s.cur = splits, 0
 	return nil
+}
+
+// restoreContinuous restores a continuous source: the files this subtask
+// is to read, and the files taken up that it now owns.
+func (s *FileSource) restoreContinuous(c *stream.RestoreContext) error {
+	m := s.mon
+	items, seenItems := c.State.List[fileSplitsState], c.State.Union[fileSeenState]
+	if len(c.State.Union[fileListingMarker]) > 0 {
+		return s.modeMismatch(c, false)
+	}
+	if len(items) == 0 && len(seenItems) == 0 {
+		return nil // no state for this source in the checkpoint: start afresh
+	}
+	where := fmt.Sprintf("file source subtask %d: checkpoint %d", s.subtask, c.CheckpointID)
+	splits := make([]FileSplit, 0, len(items))
+	for _, item := range items {
+		r := newVersionedStateReader(item, fileContinuousSplitVersion)
+		if r.err == nil && r.version != fileContinuousSplitVersion {
+			return s.modeMismatch(c, false)
+		}
+		off, path := r.varint(), r.string()
+		if err := r.done(); err != nil {
+			return fmt.Errorf("%s: corrupt split state: %w", where, err)
+		}
+		if off < 0 || path == "" || len(path) > maxPathLen {
+			return fmt.Errorf("%s: corrupt split state: offset %d of a path of %d bytes", where, off, len(path))
+		}
+		splits = append(splits, FileSplit{File: -1, Path: path, Offset: off})
+	}
+	if len(seenItems) == 0 {
+		return fmt.Errorf("%s: the checkpoint holds continuous file splits but no %s item; the checkpoint is damaged", where, fileSeenState)
+	}
+	slices.SortFunc(splits, func(a, b FileSplit) int { return cmp.Compare(a.Path, b.Path) })
+	for i := 1; i < len(splits); i++ {
+		if splits[i].Path == splits[i-1].Path {
+			return errkind.Mark(fmt.Errorf("%s: got the split of %s twice, so the runtime distributed the list state wrongly", where, splits[i].Path), errMisrouted)
+		}
+	}
+	var own []string
+	listed := false
+	for _, item := range seenItems {
+		flags, err := decodeSeen(item, m.maxFiles, func(p []byte) {
+			if fileOwner(string(p), m.parallelism) == m.subtask {
+				own = append(own, string(p))
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("%s: corrupt %s state: %w", where, fileSeenState, err)
+		}
+		listed = listed || flags&seenListed != 0
+	}
+	slices.Sort(own)
+	own = slices.Compact(own)
+	if len(own) > m.maxFiles {
+		return fmt.Errorf("%s: the checkpoint remembers %d files of this subtask, more than the limit of %d; move processed files out of the directory, or start a new job on another directory", where, len(own), m.maxFiles)
+	}
+	var b pathSetBuilder
+	for _, p := range own {
+		b.add([]byte(p))
+	}
+	s.closeSplit()
+	m.close()
+	s.splits, s.cur = splits, 0
+	m.seen, m.listed, m.item = b.finish(), listed, nil
+	m.pending, m.list, m.nextList = nil, nil, time.Time{}
+	return nil
+}
+
+// seenItem returns the "seen" item of m. Snapshots share it until seen
+// changes, as neither they nor m modify it.
+func (m *monitor) seenItem() []byte {
+	if m.item == nil {
+		var flags byte
+		if m.listed {
+			flags |= seenListed
+		}
+		item := make([]byte, 0, 2+binary.MaxVarintLen64+len(m.seen.data))
+		item = append(item, stateVersion, flags)
+		item = appendUint(item, uint64(m.seen.n))
+		m.item = append(item, m.seen.data...)
+	}
+	return m.item
+}
+
+// decodeSeen decodes a "seen" item of at most limit paths, calling fn with
+// each path (valid during the call), and returns its flags.
+func decodeSeen(item []byte, limit int, fn func(path []byte)) (byte, error) {
+	r := newStateReader(item)
+	flags := r.byte()
+	n := r.uvarint()
+	switch {
+	case r.err != nil:
+		return 0, r.err
+	case flags&^seenListed != 0:
+		return 0, fmt.Errorf("unknown flags %#x", flags)
+	case n > uint64(limit):
+		return 0, fmt.Errorf("%d paths, more than the limit of %d", n, limit)
+	}
+	var prev, cur []byte
+	for i := uint64(0); i < n; i++ {
+		shared, rest := r.uvarint(), r.string()
+		if r.err != nil {
+			break
+		}
+		if shared > uint64(len(prev)) || int(shared)+len(rest) > maxPathLen {
+			return 0, fmt.Errorf("path %d: %d bytes shared with a path of %d and %d more: corrupt or longer than %d bytes", i, shared, len(prev), len(rest), maxPathLen)
+		}
+		cur = append(append(cur[:0], prev[:shared]...), rest...)
+		if len(cur) == 0 || i > 0 && bytes.Compare(cur, prev) <= 0 {
+			return 0, fmt.Errorf("path %d is empty or not after the one before", i)
+		}
+		fn(cur)
+		prev, cur = cur, prev
+	}
+	return flags, r.done()
+}
+
+// modeMismatch is the error of a checkpoint of a file source of the other
+// mode; continuous says that the checkpoint's source was continuous.
+func (s *FileSource) modeMismatch(c *stream.RestoreContext, continuous bool) error {
+	where := fmt.Sprintf("file source subtask %d: checkpoint %d", s.subtask, c.CheckpointID)
+	if continuous {
+		return fmt.Errorf("%s was taken by a continuous file source (monitorInterval set) and this one is bounded: %w; restore it with monitorInterval set, or start the job without this checkpoint",
+			where, errFileSourceMode)
+	}
+	return fmt.Errorf("%s was taken by a bounded file source (no monitorInterval) and this one is continuous: %w; the bounded state does not say which files its finished subtasks read, so restore it without monitorInterval, or start the job without this checkpoint",
+		where, errFileSourceMode)
 }
 
 // declareSplitState declares the state of a source whose splits are list
