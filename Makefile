@@ -80,7 +80,7 @@ soak: $(BIN)/versitygw
 		$(GO) test -count=1 -v -timeout 0 -run 'TestSoak' ./test/ > .run/soak.log 2>&1; rc=$$?; \
 		grep -E '^(soak_window=|--- |ok|FAIL)' .run/soak.log; echo "full log: .run/soak.log"; exit $$rc
 
-bench: build $(BIN)/versitygw
+bench: build $(BIN)/versitygw postgres
 	./scripts/bench.sh
 
 # Nexmark q0-q5, q7, q8 on a local cluster (WEIR_NEXMARK_EVENTS, default 10

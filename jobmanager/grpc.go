@@ -304,6 +304,10 @@ func (jm *JobManager) submit(ctx context.Context, pg *weirpb.JobGraph, slotWait 
 	if err == nil && from != "" {
 		opts.Restore, err = jm.loadRestore(ctx, id, from, allowNonRestored, g, opts)
 		opts.RestoreForeign = true
+		// The job's checkpoint ids go on after the one it starts from, so
+		// that an id names one cut of the job's history: two-phase-commit
+		// sinks derive their transactions' names from it.
+		opts.FirstCheckpointID = checkpointIDOf(opts.Restore) + 1
 	}
 	if err != nil {
 		jm.storages.Lock()

@@ -301,6 +301,7 @@ func (jm *JobManager) recoverJobs(ctx context.Context, st jobstore.Store) error 
 				continue
 			}
 			opts.Restore, opts.RestoreForeign = completed{m: m, storage: s.RestoreSavepoint}, true
+			opts.FirstCheckpointID = max(opts.FirstCheckpointID, m.GetCheckpointId()+1)
 		}
 		if rec.Latest != nil {
 			m, err := readVerifiedManifest(ctx, jm.storage(rec.ID), rec.ID, *rec.Latest)

@@ -20,6 +20,14 @@ if [ -z "${WEIR_BENCH:-}" ]; then
   # CPU time per checkpoint of the jobmanager's core (scheduler,
   # coordinator, manifest) at 1,000 and 10,000 subtasks.
   go test -run '^$' -bench 'CoordinatorCheckpointCPU' -benchtime 1x ./jobmanager/ >> .run/bench.log 2>&1 || rc=$?
+  # Connectors: the Kafka sink exactly once against at least once (on
+  # franz-go's kfake), the PostgreSQL sink exactly once against upsert (a
+  # real server), the NATS source and sink, the continuous file source's
+  # listing.
+  go test -run '^$' -bench 'KafkaSink' -benchtime 1x ./connectors/kafka/ >> .run/bench.log 2>&1 || rc=$?
+  go test -run '^$' -bench 'PostgresSink' -benchtime 1x ./connectors/postgres/ >> .run/bench.log 2>&1 || rc=$?
+  go test -run '^$' -bench '.' -benchtime 1x ./connectors/nats/ >> .run/bench.log 2>&1 || rc=$?
+  go test -run '^$' -bench 'ContinuousFileSourceListing' -benchtime 1x ./connectors/ >> .run/bench.log 2>&1 || rc=$?
 fi
 grep -E '^[a-z0-9_]+=' .run/bench.log
 if [ $rc -ne 0 ]; then

@@ -156,6 +156,20 @@ func TestSubmitFromRetainedCheckpoint(t *testing.T) {
 	fields := strings.Fields(out)
 	job.id = fields[len(fields)-1]
 	lost, duplicated := finishAndVerify(t, c, job)
+	// The restored job's checkpoint ids go on after the one it started
+	// from (two-phase-commit sinks name transactions by them).
+	cks, err = c.Checkpoints(job.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cks.GetCheckpoints()) == 0 {
+		t.Fatal("the restored job lists no checkpoints")
+	}
+	for _, ck := range cks.GetCheckpoints() {
+		if ck.GetCheckpointId() <= latest {
+			t.Errorf("the job restored from checkpoint %d took checkpoint %d; its ids must go on after %d", latest, ck.GetCheckpointId(), latest)
+		}
+	}
 	fmt.Printf("restored_from_checkpoint=%d lost=%d duplicated=%d\n", latest, lost, duplicated)
 	if lost != 0 || duplicated != 0 {
 		t.Fatalf("restored_from_checkpoint=%d lost=%d duplicated=%d", latest, lost, duplicated)
