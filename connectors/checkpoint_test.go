@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/stream/twophase"
 )
@@ -89,18 +90,18 @@ func TestDatagenCheckpointResumes(t *testing.T) {
 // datagenV1 is a datagen position item of format version 1, as checkpoints
 // written before datagen could be rescaled hold.
 func datagenV1(subtask, par, pos int64) []byte {
-	return appendInt(appendInt(appendInt([]byte{1}, subtask), par), pos)
+	return statecodec.AppendVarint(statecodec.AppendVarint(statecodec.AppendVarint([]byte{1}, subtask), par), pos)
 }
 
 // datagenV2 is a datagen split item of format version 2.
 func datagenV2(start, stride, pos int64) []byte {
-	return appendInt(appendInt(appendInt([]byte{2}, start), stride), pos)
+	return statecodec.AppendVarint(statecodec.AppendVarint(statecodec.AppendVarint([]byte{2}, start), stride), pos)
 }
 
 func datagenState(marker int64, items ...[]byte) *stream.OperatorSnapshot {
 	st := &stream.OperatorSnapshot{List: map[string][][]byte{datagenStateName: items}}
 	if marker > 0 {
-		st.Union = map[string][][]byte{datagenMarkerState: {appendInt([]byte{1}, marker)}}
+		st.Union = map[string][][]byte{datagenMarkerState: {statecodec.AppendVarint([]byte{1}, marker)}}
 	}
 	return st
 }
@@ -118,8 +119,8 @@ func TestDatagenRestoreErrors(t *testing.T) {
 		{"old format other subtask", 0, 2, datagenState(0, datagenV1(1, 2, 0)), errMisrouted, "subtask 1"},
 		{"old format two items", 0, 2, datagenState(0, datagenV1(0, 2, 0), datagenV1(1, 2, 0)), errMisrouted, "2 positions"},
 		{"split twice", 0, 3, datagenState(2, datagenV2(1, 2, 0), datagenV2(1, 2, 3)), errMisrouted, "split 1 twice"},
-		{"corrupt", 0, 1, datagenState(0, []byte{1, 0}), errTruncated, "checkpoint 1"},
-		{"bad version", 0, 1, datagenState(0, []byte{9, 0, 2, 0}), errStateVersion, "version 9"},
+		{"corrupt", 0, 1, datagenState(0, []byte{1, 0}), statecodec.ErrTruncated, "checkpoint 1"},
+		{"bad version", 0, 1, datagenState(0, []byte{9, 0, 2, 0}), statecodec.ErrVersion, "version 9"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,8 +22,9 @@
 // on restore too.
 //
 // connectors imports the standard library, packages stream and
-// stream/twophase and internal/errkind only; its tests also use package checkpoint, to hand
-// state out on restore exactly as the runtime does.
+// stream/twophase, and internal/errkind and internal/statecodec (the
+// encoding of its state items) only; its tests also use package
+// checkpoint, to hand state out on restore exactly as the runtime does.
 package connectors
 
 import "github.com/weirstream/weir/stream"

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/weirstream/weir/internal/errkind"
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/stream/twophase"
 )
@@ -42,28 +43,29 @@ func (s *fileSystem) RestoreLegacy(c *stream.RestoreContext) (twophase.Legacy, b
 	}
 	restoredIdent := sinkIdentity(s.restoreJob, s.uid)
 	for _, item := range items {
-		r := newVersionedStateReader(item, sinkPendingVersion)
-		subtask, par := r.int(), r.int()
-		checkpoint := r.varint()
+		r := statecodec.NewReader(item)
+		version := r.Version(sinkPendingVersion)
+		subtask, par := r.Int(), r.Int()
+		checkpoint := r.Varint()
 		h := fileHandle{subtask: subtask}
 		var from, to string
-		switch r.version {
+		switch version {
 		case 1:
-			from, to, h.size = r.string(), r.string(), -1
+			from, to, h.size = r.String(statecodec.MaxString), r.String(statecodec.MaxString), -1
 		case 2:
 			h.ident = restoredIdent
-			h.id, h.seq, h.size, h.crc = r.varint(), r.varint(), r.varint(), r.uint32()
+			h.id, h.seq, h.size, h.crc = r.Varint(), r.Varint(), r.Varint(), r.Uint32()
 		default:
-			h.ident = r.string()
-			h.id, h.seq, h.size, h.crc = r.varint(), r.varint(), r.varint(), r.uint32()
+			h.ident = r.String(statecodec.MaxString)
+			h.id, h.seq, h.size, h.crc = r.Varint(), r.Varint(), r.Varint(), r.Uint32()
 		}
-		if err := r.done(); err != nil {
+		if err := r.Done(); err != nil {
 			return twophase.Legacy{}, false, fmt.Errorf("%s: corrupt %s state: %w", where, sinkPendingState, err)
 		}
 		if err := checkWriter(sinkPendingState, subtask, par); err != nil {
 			return twophase.Legacy{}, false, err
 		}
-		if r.version == 1 {
+		if version == 1 {
 			var ok1, ok2 bool
 			h.id, ok1 = parseNumbered(from, ".part-"+strconv.Itoa(subtask)+"-", inProgressSuffix)
 			h.seq, ok2 = parseNumbered(to, "part-"+strconv.Itoa(subtask)+"-", "")
@@ -85,11 +87,12 @@ func (s *fileSystem) RestoreLegacy(c *stream.RestoreContext) (twophase.Legacy, b
 		}
 	}
 	for _, item := range counters {
-		r := newStateReader(item)
-		subtask, par := r.int(), r.int()
-		r.varint() // the next in-progress number: attempts number them now
-		nextSeq := r.varint()
-		if err := r.done(); err != nil {
+		r := statecodec.NewReader(item)
+		r.Version(stateVersion)
+		subtask, par := r.Int(), r.Int()
+		r.Varint() // the next in-progress number: attempts number them now
+		nextSeq := r.Varint()
+		if err := r.Done(); err != nil {
 			return twophase.Legacy{}, false, fmt.Errorf("%s: corrupt %s state: %w", where, sinkCountersState, err)
 		}
 		if err := checkWriter(sinkCountersState, subtask, par); err != nil {
@@ -116,23 +119,21 @@ func (s *fileSystem) restoreLegacyWriters(where string, items [][]byte, keep map
 	}
 	oldPar := 0
 	for _, item := range items {
-		r := newVersionedStateReader(item, sinkWritersVersion)
-		subtask, par := r.int(), r.int()
-		ident := r.string()
-		r.varint() // the next in-progress number: attempts number them now
-		nextSeq := r.varint()
-		n := r.uvarint()
-		if r.err == nil && n > uint64(len(r.b))/2 {
-			r.err = errTruncated // each pending file takes at least 2 bytes
-		}
+		r := statecodec.NewReader(item)
+		r.Version(sinkWritersVersion)
+		subtask, par := r.Int(), r.Int()
+		ident := r.String(statecodec.MaxString)
+		r.Varint() // the next in-progress number: attempts number them now
+		nextSeq := r.Varint()
+		n := r.Count(2) // each pending file takes at least 2 bytes
 		pending := make([]inProgressFile, 0, n)
 		for range n {
 			f := inProgressFile{subtask: subtask}
-			f.ident = r.string()
-			f.id = r.varint()
+			f.ident = r.String(statecodec.MaxString)
+			f.id = r.Varint()
 			pending = append(pending, f)
 		}
-		if err := r.done(); err != nil {
+		if err := r.Done(); err != nil {
 			return 0, fmt.Errorf("%s: corrupt %s state: %w", where, sinkWritersState, err)
 		}
 		if par <= 0 || subtask < 0 || subtask >= par || oldPar != 0 && par != oldPar {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/stream/twophase"
 )
@@ -24,16 +25,16 @@ func legacyRescalableState(t *testing.T, sinks []*FileSink) []*stream.OperatorSn
 	out := make([]*stream.OperatorSnapshot, par)
 	for sub, s := range sinks {
 		st := legacyState(t, s, 3, s.sys.ident)
-		w := appendInt(appendInt([]byte{sinkWritersVersion}, int64(sub)), int64(par))
-		w = appendString(w, s.sys.ident)
-		w = appendInt(w, 0) // the next in-progress number, which the sink no longer reads
-		w = appendInt(w, s.sys.nextSeq)
+		w := statecodec.AppendVarint(statecodec.AppendVarint([]byte{sinkWritersVersion}, int64(sub)), int64(par))
+		w = statecodec.AppendString(w, s.sys.ident)
+		w = statecodec.AppendVarint(w, 0) // the next in-progress number, which the sink no longer reads
+		w = statecodec.AppendVarint(w, s.sys.nextSeq)
 		pending := s.txn.Pending()
-		w = appendUint(w, uint64(len(pending)))
+		w = statecodec.AppendUvarint(w, uint64(len(pending)))
 		for _, p := range pending {
 			h, err := decodeFileHandle(p.Handle)
 			must(t, err)
-			w = appendInt(appendString(w, h.ident), h.id)
+			w = statecodec.AppendVarint(statecodec.AppendString(w, h.ident), h.id)
 		}
 		st.Union = map[string][][]byte{sinkWritersState: {w}}
 		out[sub] = st

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/stream/twophase"
 )
@@ -161,11 +162,11 @@ func legacyState(t *testing.T, s *FileSink, version byte, ident string) *stream.
 	for _, p := range s.txn.Pending() {
 		h, err := decodeFileHandle(p.Handle)
 		must(t, err)
-		b := appendInt(appendInt(appendInt([]byte{version}, int64(h.subtask)), int64(s.sys.par)), p.Checkpoint)
+		b := statecodec.AppendVarint(statecodec.AppendVarint(statecodec.AppendVarint([]byte{version}, int64(h.subtask)), int64(s.sys.par)), p.Checkpoint)
 		if version == 3 {
-			b = appendString(b, ident)
+			b = statecodec.AppendString(b, ident)
 		}
-		b = appendUint(appendInt(appendInt(appendInt(b, h.id), h.seq), h.size), uint64(h.crc))
+		b = statecodec.AppendUvarint(statecodec.AppendVarint(statecodec.AppendVarint(statecodec.AppendVarint(b, h.id), h.seq), h.size), uint64(h.crc))
 		out.List[sinkPendingState] = append(out.List[sinkPendingState], b)
 	}
 	if len(out.List[sinkPendingState]) == 0 {

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/weirstream/weir/internal/errkind"
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/stream/twophase"
 )
@@ -245,12 +246,12 @@ func (h fileHandle) names() (from, to string) {
 
 func (h fileHandle) encode() []byte {
 	b := []byte{fileHandleVersion}
-	b = appendString(b, h.ident)
-	b = appendInt(b, int64(h.subtask))
-	b = appendInt(b, h.id)
-	b = appendInt(b, h.seq)
-	b = appendInt(b, h.size)
-	return appendUint(b, uint64(h.crc))
+	b = statecodec.AppendString(b, h.ident)
+	b = statecodec.AppendVarint(b, int64(h.subtask))
+	b = statecodec.AppendVarint(b, h.id)
+	b = statecodec.AppendVarint(b, h.seq)
+	b = statecodec.AppendVarint(b, h.size)
+	return statecodec.AppendUvarint(b, uint64(h.crc))
 }
 
 // decodeFileHandle decodes and checks a handle. Its errors never quote
@@ -259,13 +260,14 @@ func decodeFileHandle(b []byte) (fileHandle, error) {
 	if len(b) > maxFileHandle {
 		return fileHandle{}, fmt.Errorf("a handle of %d bytes (at most %d)", len(b), maxFileHandle)
 	}
-	r := newVersionedStateReader(b, fileHandleVersion)
+	r := statecodec.NewReader(b)
+	r.Version(fileHandleVersion)
 	var h fileHandle
-	h.ident = r.string()
-	h.subtask = r.int()
-	h.id, h.seq, h.size = r.varint(), r.varint(), r.varint()
-	h.crc = r.uint32()
-	if err := r.done(); err != nil {
+	h.ident = r.String(statecodec.MaxString)
+	h.subtask = r.Int()
+	h.id, h.seq, h.size = r.Varint(), r.Varint(), r.Varint()
+	h.crc = r.Uint32()
+	if err := r.Done(); err != nil {
 		return fileHandle{}, err
 	}
 	switch {
@@ -545,9 +547,9 @@ func (s *fileSystem) Close() error { return nil }
 // SnapshotSystem records the number of the subtask's next committed file.
 func (s *fileSystem) SnapshotSystem(c *stream.SnapshotContext) error {
 	item := []byte{sinkNextSeqVersion}
-	item = appendInt(item, int64(s.subtask))
-	item = appendInt(item, int64(s.par))
-	item = appendInt(item, s.nextSeq)
+	item = statecodec.AppendVarint(item, int64(s.subtask))
+	item = statecodec.AppendVarint(item, int64(s.par))
+	item = statecodec.AppendVarint(item, s.nextSeq)
 	c.AddUnionState(sinkNextSeqState, item)
 	return nil
 }
@@ -558,9 +560,10 @@ func (s *fileSystem) RestoreSystem(c *stream.RestoreContext) error {
 	s.restoreJob = cmp.Or(c.JobID, s.octxRestoreJob, s.jobID)
 	oldPar := 0
 	for _, item := range c.State.Union[sinkNextSeqState] {
-		r := newVersionedStateReader(item, sinkNextSeqVersion)
-		subtask, par, next := r.int(), r.int(), r.varint()
-		if err := r.done(); err != nil {
+		r := statecodec.NewReader(item)
+		r.Version(sinkNextSeqVersion)
+		subtask, par, next := r.Int(), r.Int(), r.Varint()
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("%s: corrupt %s state: %w", s.where(c), sinkNextSeqState, err)
 		}
 		if par <= 0 || subtask < 0 || subtask >= par || oldPar != 0 && par != oldPar || next < 0 {

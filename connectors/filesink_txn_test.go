@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/stream/twophase"
 )
@@ -301,9 +302,9 @@ func TestTxnFileSinkRestoresVersion1State(t *testing.T) {
 		for _, f := range fields {
 			switch f := f.(type) {
 			case int:
-				b = appendInt(b, int64(f))
+				b = statecodec.AppendVarint(b, int64(f))
 			case string:
-				b = appendString(b, f)
+				b = statecodec.AppendString(b, f)
 			}
 		}
 		return b
@@ -324,8 +325,8 @@ func TestTxnFileSinkRestoresVersion1State(t *testing.T) {
 
 	// A format version from the future is refused.
 	st.List[sinkPendingState][0][0] = sinkPendingVersion + 1
-	if err := restore(txnSinkAttempt(t, dir, 0, 1, 3), 2, st); !errors.Is(err, errStateVersion) {
-		t.Fatalf("restore of version %d state = %v, want errStateVersion", sinkPendingVersion+1, err)
+	if err := restore(txnSinkAttempt(t, dir, 0, 1, 3), 2, st); !errors.Is(err, statecodec.ErrVersion) {
+		t.Fatalf("restore of version %d state = %v, want statecodec.ErrVersion", sinkPendingVersion+1, err)
 	}
 }
 

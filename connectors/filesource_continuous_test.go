@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -509,7 +510,7 @@ func TestFileSourceModeMismatch(t *testing.T) {
 		{"bounded into continuous", contConfig(dir), boundedState, "taken by a bounded file source"},
 		{"bounded split only into continuous", contConfig(dir), &stream.OperatorSnapshot{List: boundedState.List}, "taken by a bounded file source"},
 		{"continuous into bounded", FileSourceConfig{Path: dir}, contState, "taken by a continuous file source"},
-		{"continuous split into bounded", FileSourceConfig{Path: dir}, &stream.OperatorSnapshot{List: map[string][][]byte{fileSplitsState: {appendString([]byte{2, 0}, "/x")}}}, "taken by a continuous file source"},
+		{"continuous split into bounded", FileSourceConfig{Path: dir}, &stream.OperatorSnapshot{List: map[string][][]byte{fileSplitsState: {statecodec.AppendString([]byte{2, 0}, "/x")}}}, "taken by a continuous file source"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -533,7 +534,7 @@ func TestContinuousFileSourceCorruptState(t *testing.T) {
 		item = binary.AppendUvarint(item, uint64(len(paths)))
 		for _, p := range paths {
 			item = binary.AppendUvarint(item, uint64(p[0].(int)))
-			item = appendString(item, p[1].(string))
+			item = statecodec.AppendString(item, p[1].(string))
 		}
 		return item
 	}
@@ -549,9 +550,9 @@ func TestContinuousFileSourceCorruptState(t *testing.T) {
 		{"flags", &stream.OperatorSnapshot{Union: map[string][][]byte{fileSeenState: {seen(6)}}}, "unknown flags"},
 		{"truncated", &stream.OperatorSnapshot{Union: map[string][][]byte{fileSeenState: {good[:len(good)-1]}}}, "truncated"},
 		{"over the limit", &stream.OperatorSnapshot{Union: map[string][][]byte{fileSeenState: {seen(0, [2]any{0, "/a"}, [2]any{1, "b"}, [2]any{1, "c"}, [2]any{1, "d"})}}}, "more than the limit of 3"},
-		{"splits without seen", &stream.OperatorSnapshot{List: map[string][][]byte{fileSplitsState: {appendString([]byte{2, 0}, "/x")}}}, "no seen item"},
-		{"negative offset", &stream.OperatorSnapshot{List: map[string][][]byte{fileSplitsState: {appendString([]byte{2, 1}, "/x")}}, Union: map[string][][]byte{fileSeenState: {good}}}, "offset -1"},
-		{"split twice", &stream.OperatorSnapshot{List: map[string][][]byte{fileSplitsState: {appendString([]byte{2, 0}, "/x"), appendString([]byte{2, 2}, "/x")}}, Union: map[string][][]byte{fileSeenState: {good}}}, "twice"},
+		{"splits without seen", &stream.OperatorSnapshot{List: map[string][][]byte{fileSplitsState: {statecodec.AppendString([]byte{2, 0}, "/x")}}}, "no seen item"},
+		{"negative offset", &stream.OperatorSnapshot{List: map[string][][]byte{fileSplitsState: {statecodec.AppendString([]byte{2, 1}, "/x")}}, Union: map[string][][]byte{fileSeenState: {good}}}, "offset -1"},
+		{"split twice", &stream.OperatorSnapshot{List: map[string][][]byte{fileSplitsState: {statecodec.AppendString([]byte{2, 0}, "/x"), statecodec.AppendString([]byte{2, 2}, "/x")}}, Union: map[string][][]byte{fileSeenState: {good}}}, "twice"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/internal/errkind"
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -82,9 +83,29 @@ const (
 	maxPathLen = 4096
 )
 
-// errFileSourceMode marks a file source checkpoint restored into a file
-// source of the other mode (bounded or continuous).
-var errFileSourceMode = errors.New("connectors: file source checkpoint of the other mode")
+// stateVersion is the format version of the sources' state items and of
+// the file sink's counters. Every item starts with its format version
+// byte, then fields written with the Append functions of
+// internal/statecodec. An item whose format changed gets its own newer
+// version (the file sink's pending transactions: sinkPendingVersion), and
+// its decoder keeps reading the older ones so that old checkpoints
+// restore.
+const stateVersion = 1
+
+// Restore failures, for errors.Is in this package. Corrupt state is
+// statecodec.ErrTruncated or statecodec.ErrVersion.
+var (
+	// errRescale marks state that another subtask, or the job at another
+	// parallelism, wrote, restored into a connector that cannot be
+	// rescaled.
+	errRescale = errors.New("connectors: state cannot be rescaled")
+	// errMisrouted marks a subtask that did not get back exactly its own
+	// state although the parallelism is unchanged.
+	errMisrouted = errors.New("connectors: state restored into the wrong subtask")
+	// errFileSourceMode marks a file source checkpoint restored into a
+	// file source of the other mode (bounded or continuous).
+	errFileSourceMode = errors.New("connectors: file source checkpoint of the other mode")
+)
 
 var (
 	_ stream.Checkpointed = (*Datagen)(nil)
@@ -95,12 +116,12 @@ var (
 func (d *Datagen) SnapshotState(c *stream.SnapshotContext) error {
 	for _, sp := range d.splits {
 		item := []byte{datagenSplitVersion}
-		item = appendInt(item, sp.start)
-		item = appendInt(item, sp.stride)
-		item = appendInt(item, sp.next)
+		item = statecodec.AppendVarint(item, sp.start)
+		item = statecodec.AppendVarint(item, sp.stride)
+		item = statecodec.AppendVarint(item, sp.next)
 		c.AddListState(datagenStateName, item)
 	}
-	c.AddUnionState(datagenMarkerState, appendInt([]byte{stateVersion}, d.nsplits))
+	c.AddUnionState(datagenMarkerState, statecodec.AppendVarint([]byte{stateVersion}, d.nsplits))
 	return nil
 }
 
@@ -118,9 +139,10 @@ func (d *Datagen) RestoreState(c *stream.RestoreContext) error {
 	where := fmt.Sprintf("datagen subtask %d: checkpoint %d", d.subtask, c.CheckpointID)
 	nsplits := int64(-1)
 	for _, m := range markers {
-		r := newStateReader(m)
-		n := r.varint()
-		if err := r.done(); err != nil {
+		r := statecodec.NewReader(m)
+		r.Version(stateVersion)
+		n := r.Varint()
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("%s: corrupt %s state: %w", where, datagenMarkerState, err)
 		}
 		if n <= 0 || nsplits >= 0 && n != nsplits {
@@ -130,13 +152,14 @@ func (d *Datagen) RestoreState(c *stream.RestoreContext) error {
 	}
 	splits := make([]datagenSplit, 0, len(items))
 	for _, item := range items {
-		r := newVersionedStateReader(item, datagenSplitVersion)
-		start, stride, next := r.varint(), r.varint(), r.varint()
-		if err := r.done(); err != nil {
+		r := statecodec.NewReader(item)
+		version := r.Version(datagenSplitVersion)
+		start, stride, next := r.Varint(), r.Varint(), r.Varint()
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("%s: corrupt position state: %w", where, err)
 		}
 		if nsplits < 0 {
-			if r.version != 1 {
+			if version != 1 {
 				return fmt.Errorf("%s: the checkpoint holds datagen splits but not their %s item; the checkpoint is damaged", where, datagenMarkerState)
 			}
 			// Version 1: start and stride are the writer's subtask and
@@ -183,8 +206,8 @@ func (s *FileSource) SnapshotState(c *stream.SnapshotContext) error {
 				continue
 			}
 			item := []byte{fileContinuousSplitVersion}
-			item = appendInt(item, sp.Offset)
-			item = appendString(item, sp.Path)
+			item = statecodec.AppendVarint(item, sp.Offset)
+			item = statecodec.AppendString(item, sp.Path)
 			c.AddListState(fileSplitsState, item)
 		}
 		c.AddUnionState(fileSeenState, s.mon.seenItem())
@@ -192,13 +215,13 @@ func (s *FileSource) SnapshotState(c *stream.SnapshotContext) error {
 	}
 	for _, sp := range s.Splits() {
 		item := []byte{stateVersion}
-		item = appendInt(item, int64(sp.File))
-		item = appendInt(item, sp.Offset)
-		item = appendBool(item, sp.Done)
-		item = appendString(item, sp.Path)
+		item = statecodec.AppendVarint(item, int64(sp.File))
+		item = statecodec.AppendVarint(item, sp.Offset)
+		item = statecodec.AppendBool(item, sp.Done)
+		item = statecodec.AppendString(item, sp.Path)
 		c.AddListState(fileSplitsState, item)
 	}
-	c.AddUnionState(fileListingMarker, appendInt([]byte{stateVersion}, int64(s.files)))
+	c.AddUnionState(fileListingMarker, statecodec.AppendVarint([]byte{stateVersion}, int64(s.files)))
 	return nil
 }
 
@@ -221,14 +244,14 @@ func (s *FileSource) RestoreState(c *stream.RestoreContext) error {
 	}
 	splits := make([]FileSplit, 0, len(items))
 	for _, item := range items {
-		r := newVersionedStateReader(item, fileContinuousSplitVersion)
-		if r.version == fileContinuousSplitVersion {
+		r := statecodec.NewReader(item)
+		if r.Version(fileContinuousSplitVersion) == fileContinuousSplitVersion {
 			return s.modeMismatch(c, true)
 		}
-		file, off := r.int(), r.varint()
-		done := r.byte() != 0
-		path := r.string()
-		if err := r.done(); err != nil {
+		file, off := r.Int(), r.Varint()
+		done := r.Bool()
+		path := r.String(statecodec.MaxString)
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("file source subtask %d: checkpoint %d: corrupt split state: %w", s.subtask, c.CheckpointID, err)
 		}
 		if off < 0 {
@@ -262,12 +285,12 @@ func (s *FileSource) restoreContinuous(c *stream.RestoreContext) error {
 	where := fmt.Sprintf("file source subtask %d: checkpoint %d", s.subtask, c.CheckpointID)
 	splits := make([]FileSplit, 0, len(items))
 	for _, item := range items {
-		r := newVersionedStateReader(item, fileContinuousSplitVersion)
-		if r.err == nil && r.version != fileContinuousSplitVersion {
+		r := statecodec.NewReader(item)
+		if v := r.Version(fileContinuousSplitVersion); r.Err() == nil && v != fileContinuousSplitVersion {
 			return s.modeMismatch(c, false)
 		}
-		off, path := r.varint(), r.string()
-		if err := r.done(); err != nil {
+		off, path := r.Varint(), r.String(statecodec.MaxString)
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("%s: corrupt split state: %w", where, err)
 		}
 		if off < 0 || path == "" || len(path) > maxPathLen {
@@ -324,7 +347,7 @@ func (m *monitor) seenItem() []byte {
 		}
 		item := make([]byte, 0, 2+binary.MaxVarintLen64+len(m.seen.data))
 		item = append(item, stateVersion, flags)
-		item = appendUint(item, uint64(m.seen.n))
+		item = statecodec.AppendUvarint(item, uint64(m.seen.n))
 		m.item = append(item, m.seen.data...)
 	}
 	return m.item
@@ -333,12 +356,13 @@ func (m *monitor) seenItem() []byte {
 // decodeSeen decodes a "seen" item of at most limit paths, calling fn with
 // each path (valid during the call), and returns its flags.
 func decodeSeen(item []byte, limit int, fn func(path []byte)) (byte, error) {
-	r := newStateReader(item)
-	flags := r.byte()
-	n := r.uvarint()
+	r := statecodec.NewReader(item)
+	r.Version(stateVersion)
+	flags := r.Byte()
+	n := r.Uvarint()
 	switch {
-	case r.err != nil:
-		return 0, r.err
+	case r.Err() != nil:
+		return 0, r.Err()
 	case flags&^seenListed != 0:
 		return 0, fmt.Errorf("unknown flags %#x", flags)
 	case n > uint64(limit):
@@ -346,8 +370,8 @@ func decodeSeen(item []byte, limit int, fn func(path []byte)) (byte, error) {
 	}
 	var prev, cur []byte
 	for i := uint64(0); i < n; i++ {
-		shared, rest := r.uvarint(), r.string()
-		if r.err != nil {
+		shared, rest := r.Uvarint(), r.String(statecodec.MaxString)
+		if r.Err() != nil {
 			break
 		}
 		if shared > uint64(len(prev)) || int(shared)+len(rest) > maxPathLen {
@@ -360,7 +384,7 @@ func decodeSeen(item []byte, limit int, fn func(path []byte)) (byte, error) {
 		fn(cur)
 		prev, cur = cur, prev
 	}
-	return flags, r.done()
+	return flags, r.Done()
 }
 
 // modeMismatch is the error of a checkpoint of a file source of the other

@@ -24,5 +24,5 @@
 // on loopback addresses (RequireLoopback): a development cluster on one
 // machine, and `weir local`.
 //
-// security imports the standard library and gRPC.
+// security imports the standard library, gRPC and internal/limitedfile.
 package security

@@ -6,16 +6,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
-	"os"
 	"slices"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/weirstream/weir/internal/limitedfile"
 )
 
 // Role is what a certificate's holder may do; it is the certificate
@@ -113,19 +113,11 @@ var ErrFileTooLarge = errors.New("security: file too large for PEM material")
 // ReadPEMFile reads a CA, certificate or key file of at most MaxPEMBytes;
 // a larger one is ErrFileTooLarge. Errors name the file, not its content.
 func ReadPEMFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxPEMBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxPEMBytes {
+	b, err := limitedfile.Read(path, MaxPEMBytes)
+	if errors.Is(err, limitedfile.ErrTooLarge) {
 		return nil, ErrFileTooLarge
 	}
-	return b, nil
+	return b, err
 }
 
 // Material is a process's loaded TLS material.

@@ -2,14 +2,10 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/weirstream/weir/internal/clienttls"
+	"github.com/weirstream/weir/internal/limitedfile"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -42,9 +40,6 @@ const connectTimeout = 20 * time.Second
 // maxPasswordFile bounds the password file read.
 const maxPasswordFile = 64 << 10
 
-// maxPEMFile bounds a TLS file read.
-const maxPEMFile = 1 << 20
-
 // commonOpts returns the client options shared by every client of the
 // connector: the seed brokers, TLS, SASL, a logger and hook, which keeps
 // the last connection error. It reads the TLS and password files, which
@@ -63,31 +58,16 @@ func commonOpts(op string, servers []string, sec *SecurityConfig, paths *stream.
 		return nil, err
 	}
 	if t := sec.TLS; t != nil {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
-		if t.CAFile != "" {
-			pem, err := readLimited(t.CAFile, maxPEMFile)
-			if err != nil {
-				return nil, fmt.Errorf("%s: tls caFile: %w", op, err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("%s: tls caFile %s holds no PEM certificate", op, t.CAFile)
-			}
-			cfg.RootCAs = pool
-		}
-		if t.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("%s: tls certFile %s and keyFile %s: %w", op, t.CertFile, t.KeyFile, err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
+		cfg, err := clienttls.FromFiles(t.CAFile, t.CertFile, t.KeyFile, t.ServerName)
+		if err != nil {
+			return nil, fmt.Errorf("%s: tls %w", op, err) // "tls caFile ...": the error names the config key
 		}
 		opts = append(opts, kgo.DialTLSConfig(cfg))
 	}
 	if s := sec.SASL; s != nil {
 		pass := s.Password
 		if s.PasswordFile != "" {
-			b, err := readLimited(s.PasswordFile, maxPasswordFile)
+			b, err := limitedfile.Read(s.PasswordFile, maxPasswordFile)
 			if err != nil {
 				return nil, fmt.Errorf("%s: sasl passwordFile: %w", op, err)
 			}
@@ -106,23 +86,6 @@ func commonOpts(op string, servers []string, sec *SecurityConfig, paths *stream.
 		}
 	}
 	return opts, nil
-}
-
-// readLimited reads a small file, failing if it is larger than limit.
-func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, nil
 }
 
 // unreachable is the error of a task whose cluster does not answer: err

@@ -54,10 +54,12 @@
 // # Imports
 //
 // kafka imports the standard library, package stream, stream/twophase,
-// connectors (for the JSON row decoder and encoder) and the franz-go client
-// packages (kgo, kadm, kmsg, kerr, sasl). Its tests also use package
-// checkpoint, to hand out state on restore exactly as the runtime does, and
-// franz-go's in-process fake cluster kfake through connectors/kafka/kafkatest.
+// connectors (for the JSON row decoder and encoder), internal/statecodec
+// (the encoding of its state), internal/clienttls and internal/limitedfile
+// (TLS and password files) and the franz-go client packages (kgo, kadm,
+// kmsg, kerr, sasl). Its tests also use package checkpoint, to hand out
+// state on restore exactly as the runtime does, and franz-go's in-process
+// fake cluster kfake through connectors/kafka/kafkatest.
 package kafka
 
 import "github.com/weirstream/weir/stream"

@@ -1,14 +1,13 @@
 package kafka
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -39,6 +38,9 @@ const (
 	splitsState     = "kafka-splits"
 	partitionsState = "kafka-partitions"
 	stateVersion    = 1
+	// maxStateString bounds a string in the state and in a transaction
+	// handle (topic names and transactional ids are far shorter).
+	maxStateString = 4 << 10
 )
 
 func declareSourceState(p *stream.PlanContext) {
@@ -50,18 +52,18 @@ func declareSourceState(p *stream.PlanContext) {
 // the offsets to commit to the consumer group when the checkpoint
 // completes.
 func (s *Source) SnapshotState(c *stream.SnapshotContext) error {
-	marker := binary.AppendUvarint([]byte{stateVersion}, uint64(len(s.splits)))
+	marker := statecodec.AppendUvarint([]byte{stateVersion}, uint64(len(s.splits)))
 	var offs kadm.Offsets
 	for _, sp := range s.splits {
 		item := []byte{stateVersion}
-		item = appendString(item, sp.topic)
-		item = binary.AppendVarint(item, int64(sp.partition))
-		item = binary.AppendVarint(item, sp.next)
-		item = binary.AppendVarint(item, sp.end)
-		item = binary.AppendVarint(item, sp.maxTs)
+		item = statecodec.AppendString(item, sp.topic)
+		item = statecodec.AppendVarint(item, int64(sp.partition))
+		item = statecodec.AppendVarint(item, sp.next)
+		item = statecodec.AppendVarint(item, sp.end)
+		item = statecodec.AppendVarint(item, sp.maxTs)
 		c.AddListState(splitsState, item)
-		marker = appendString(marker, sp.topic)
-		marker = binary.AppendVarint(marker, int64(sp.partition))
+		marker = statecodec.AppendString(marker, sp.topic)
+		marker = statecodec.AppendVarint(marker, int64(sp.partition))
 		if s.spec.cfg.Group != "" && sp.next >= 0 {
 			offs.AddOffset(sp.topic, sp.partition, sp.next, -1)
 		}
@@ -94,34 +96,30 @@ func (s *Source) RestoreState(c *stream.RestoreContext) error {
 	}
 	known := make(map[tp]bool)
 	for _, m := range markers {
-		r := reader{b: m}
-		if v := r.byte(); r.err == nil && v != stateVersion {
+		r := statecodec.NewReader(m)
+		if v := r.Byte(); r.Err() == nil && v != stateVersion {
 			return fmt.Errorf("%s: %s state of unknown version %d (this Weir reads version %d)", where, partitionsState, v, stateVersion)
 		}
-		n := r.uvarint()
-		if n > uint64(len(m)) {
-			return fmt.Errorf("%s: corrupt %s state: %w", where, partitionsState, errTruncated)
-		}
-		for range n {
-			p := tp{r.string(), int32(r.varint())}
+		for range r.Count(2) { // a topic and a partition
+			p := tp{r.String(maxStateString), int32(r.Varint())}
 			known[p] = true
 		}
-		if err := r.done(); err != nil {
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("%s: corrupt %s state: %w", where, partitionsState, err)
 		}
 	}
 	s.splits, s.byTP = nil, make(map[tp]*split)
 	now := s.now()
 	for _, item := range items {
-		r := reader{b: item}
-		if v := r.byte(); r.err == nil && v != stateVersion {
+		r := statecodec.NewReader(item)
+		if v := r.Byte(); r.Err() == nil && v != stateVersion {
 			return fmt.Errorf("%s: %s state of unknown version %d (this Weir reads version %d)", where, splitsState, v, stateVersion)
 		}
 		sp := &split{maxTs: math.MinInt64, active: now}
-		sp.topic = r.string()
-		part := r.varint()
-		sp.next, sp.end, sp.maxTs = r.varint(), r.varint(), r.varint()
-		if err := r.done(); err != nil {
+		sp.topic = r.String(maxStateString)
+		part := r.Varint()
+		sp.next, sp.end, sp.maxTs = r.Varint(), r.Varint(), r.Varint()
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("%s: corrupt %s state: %w", where, splitsState, err)
 		}
 		if part < 0 || part > math.MaxInt32 || sp.next < offsetEarliest || sp.end < noEnd || sp.topic == "" {
@@ -185,80 +183,3 @@ func (s *Source) NotifyCheckpointComplete(id int64) error {
 
 // NotifyCheckpointAborted does nothing: the next completion commits.
 func (s *Source) NotifyCheckpointAborted(int64) error { return nil }
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-var errTruncated = errors.New("truncated item")
-
-// reader decodes a state item or handle, keeping the first error.
-type reader struct {
-	b   []byte
-	err error
-}
-
-// maxStateString bounds a string in the state (topic names and
-// transactional ids are far shorter).
-const maxStateString = 4 << 10
-
-func (r *reader) byte() byte {
-	if r.err != nil {
-		return 0
-	}
-	if len(r.b) == 0 {
-		r.err = errTruncated
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errTruncated
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errTruncated
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) string() string {
-	n := r.uvarint()
-	if r.err != nil {
-		return ""
-	}
-	if n > maxStateString || n > uint64(len(r.b)) {
-		r.err = errTruncated
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-func (r *reader) done() error {
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%d unexpected trailing bytes", len(r.b))
-	}
-	return r.err
-}

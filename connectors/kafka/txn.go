@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/stream/twophase"
 )
@@ -129,19 +129,19 @@ type handle struct {
 const handleVersion = 1
 
 func (h handle) encode() []byte {
-	b := appendString([]byte{handleVersion}, h.txnID)
-	b = binary.AppendVarint(b, h.pid)
-	return binary.AppendVarint(b, int64(h.epoch))
+	b := statecodec.AppendString([]byte{handleVersion}, h.txnID)
+	b = statecodec.AppendVarint(b, h.pid)
+	return statecodec.AppendVarint(b, int64(h.epoch))
 }
 
 func decodeHandle(b []byte) (handle, error) {
-	r := reader{b: b}
-	if v := r.byte(); r.err == nil && v != handleVersion {
+	r := statecodec.NewReader(b)
+	if v := r.Byte(); r.Err() == nil && v != handleVersion {
 		return handle{}, fmt.Errorf("kafka transaction handle of unknown version %d (this Weir reads version %d)", v, handleVersion)
 	}
-	h := handle{txnID: r.string(), pid: r.varint()}
-	epoch := r.varint()
-	if err := r.done(); err != nil {
+	h := handle{txnID: r.String(maxStateString), pid: r.Varint()}
+	epoch := r.Varint()
+	if err := r.Done(); err != nil {
 		return handle{}, fmt.Errorf("corrupt kafka transaction handle: %w", err)
 	}
 	if h.txnID == "" || h.pid < 0 || epoch < 0 || epoch > 1<<15-1 {

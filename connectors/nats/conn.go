@@ -2,11 +2,8 @@ package nats
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -16,6 +13,8 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weirstream/weir/internal/clienttls"
+	"github.com/weirstream/weir/internal/limitedfile"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -249,7 +248,7 @@ func dial(op string, cfg *ConnConfig, spec *connSpec, octx *stream.OperatorConte
 		opts = append(opts, natsgo.UserInfo(cfg.User, pw))
 	}
 	if cfg.TLS != nil {
-		tc, err := cfg.TLS.load()
+		tc, err := clienttls.FromFiles(cfg.TLS.CAFile, cfg.TLS.CertFile, cfg.TLS.KeyFile, "")
 		if err != nil {
 			return nil, fmt.Errorf("%s: tls: %w", op, err)
 		}
@@ -306,63 +305,18 @@ func (c *connection) explain(op, what string, err error) error {
 // readSecret reads a token or password file, dropping one trailing
 // newline.
 func readSecret(path string) (string, error) {
-	f, err := os.Open(path)
+	b, err := limitedfile.Read(path, maxSecretFileBytes)
+	if errors.Is(err, limitedfile.ErrTooLarge) {
+		return "", fmt.Errorf("%w; it should hold one secret", err)
+	}
 	if err != nil {
 		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretFileBytes+1))
-	if err != nil {
-		return "", err
-	}
-	if len(b) > maxSecretFileBytes {
-		return "", fmt.Errorf("%s is larger than %d bytes; it should hold one secret", path, maxSecretFileBytes)
 	}
 	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	if s == "" {
 		return "", fmt.Errorf("%s is empty", path)
 	}
 	return s, nil
-}
-
-// load builds the TLS client configuration.
-func (t *TLSConfig) load() (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := readLimited(t.CAFile, 1<<20)
-		if err != nil {
-			return nil, fmt.Errorf("caFile: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("caFile %s holds no PEM certificate", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("certFile and keyFile: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
-}
-
-func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, nil
 }
 
 // checkName validates a stream name: what the server allows in one.

@@ -21,8 +21,10 @@
 // Subpackage natstest runs a real NATS server for tests.
 //
 // nats imports the standard library, packages stream, stream/twophase
-// (for the shape of names) and connectors (the JSON row codecs), and the
-// NATS client (github.com/nats-io/nats.go and its jetstream package). Its
+// (for the shape of names) and connectors (the JSON row codecs),
+// internal/statecodec (the encoding of its state), internal/clienttls and
+// internal/limitedfile (TLS and secret files), and the NATS client
+// (github.com/nats-io/nats.go and its jetstream package). Its
 // tests also use natstest, goleak, and packages checkpoint, blobstore and
 // proto/weirpb, to hand state out on restore as the runtime does.
 package nats

@@ -2,7 +2,6 @@ package nats
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirstream/weir/connectors"
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/stream/twophase"
 )
@@ -488,11 +488,11 @@ func (s *Sink) SnapshotState(c *stream.SnapshotContext) error {
 		return err
 	}
 	item := []byte{stateVersion}
-	item = appendString(item, s.segJob)
-	item = binary.AppendVarint(item, s.segChk)
-	item = binary.AppendVarint(item, int64(max(1, s.octx.Parallelism)))
-	item = binary.AppendVarint(item, int64(s.octx.Subtask))
-	item = binary.AppendVarint(item, s.row)
+	item = statecodec.AppendString(item, s.segJob)
+	item = statecodec.AppendVarint(item, s.segChk)
+	item = statecodec.AppendVarint(item, int64(max(1, s.octx.Parallelism)))
+	item = statecodec.AppendVarint(item, int64(s.octx.Subtask))
+	item = statecodec.AppendVarint(item, s.row)
 	c.AddListState(sinkIDsState, item)
 	return nil
 }
@@ -511,9 +511,10 @@ func (s *Sink) RestoreState(c *stream.RestoreContext) error {
 	par := int64(max(1, s.octx.Parallelism))
 	found := false
 	for _, item := range c.State.List[sinkIDsState] {
-		r := newStateReader(item)
-		segJob, segChk, p, sub, row := r.string(), r.varint(), r.varint(), r.varint(), r.varint()
-		if err := r.done(); err != nil {
+		r := statecodec.NewReader(item)
+		r.Version(stateVersion)
+		segJob, segChk, p, sub, row := r.String(statecodec.MaxString), r.Varint(), r.Varint(), r.Varint(), r.Varint()
+		if err := r.Done(); err != nil {
 			return fmt.Errorf("%s subtask %d: checkpoint %d: corrupt %s state: %w", sinkOp, s.octx.Subtask, c.CheckpointID, sinkIDsState, err)
 		}
 		if segJob == "" || segChk < 0 || row < 0 {

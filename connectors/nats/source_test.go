@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weirstream/weir/connectors/nats/natstest"
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -452,7 +453,7 @@ func TestSourceRestoreErrors(t *testing.T) {
 	js := client(t, url)
 	createStream(t, js, "events", "ev.>")
 	pos := func(stream string, next uint64) []byte {
-		b := appendString([]byte{stateVersion}, stream)
+		b := statecodec.AppendString([]byte{stateVersion}, stream)
 		return append(append(b, byte(next)), 0)
 	}
 	for _, tc := range []struct {

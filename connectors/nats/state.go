@@ -1,10 +1,10 @@
 package nats
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
+	"github.com/weirstream/weir/internal/statecodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -39,24 +39,21 @@ const (
 	stateVersion        = 1
 )
 
-var (
-	errTruncated = errors.New("truncated")
-	// errMisrouted marks a restore that handed the stream's one split to
-	// more than one item of one subtask.
-	errMisrouted = errors.New("nats: state restored into the wrong subtask")
-)
+// errMisrouted marks a restore that handed the stream's one split to more
+// than one item of one subtask.
+var errMisrouted = errors.New("nats: state restored into the wrong subtask")
 
 // SnapshotState records the read position of the stream if this subtask
 // owns it, and the split marker.
 func (s *Source) SnapshotState(c *stream.SnapshotContext) error {
 	if s.owns {
 		item := []byte{stateVersion}
-		item = appendString(item, s.cfg.Stream)
-		item = binary.AppendUvarint(item, s.pos)
-		item = binary.AppendUvarint(item, s.limit)
+		item = statecodec.AppendString(item, s.cfg.Stream)
+		item = statecodec.AppendUvarint(item, s.pos)
+		item = statecodec.AppendUvarint(item, s.limit)
 		c.AddListState(sourcePositionState, item)
 	}
-	c.AddUnionState(sourceSplitsMarker, binary.AppendUvarint([]byte{stateVersion}, 1))
+	c.AddUnionState(sourceSplitsMarker, statecodec.AppendUvarint([]byte{stateVersion}, 1))
 	return nil
 }
 
@@ -73,8 +70,9 @@ func (s *Source) RestoreState(c *stream.RestoreContext) error {
 	}
 	where := fmt.Sprintf("%s subtask %d: checkpoint %d", sourceOp, s.octx.Subtask, c.CheckpointID)
 	for _, m := range markers {
-		r := newStateReader(m)
-		if n := r.uvarint(); r.done() != nil || n != 1 {
+		r := statecodec.NewReader(m)
+		r.Version(stateVersion)
+		if n := r.Uvarint(); r.Done() != nil || n != 1 {
 			return fmt.Errorf("%s: corrupt %s state", where, sourceSplitsMarker)
 		}
 	}
@@ -85,9 +83,10 @@ func (s *Source) RestoreState(c *stream.RestoreContext) error {
 	if len(items) == 0 {
 		return nil
 	}
-	r := newStateReader(items[0])
-	name, next, limit := r.string(), r.uvarint(), r.uvarint()
-	if err := r.done(); err != nil {
+	r := statecodec.NewReader(items[0])
+	r.Version(stateVersion)
+	name, next, limit := r.String(statecodec.MaxString), r.Uvarint(), r.Uvarint()
+	if err := r.Done(); err != nil {
 		return fmt.Errorf("%s: corrupt %s state: %w", where, sourcePositionState, err)
 	}
 	if name != s.cfg.Stream {
@@ -102,83 +101,4 @@ func (s *Source) RestoreState(c *stream.RestoreContext) error {
 		s.limit = limit // 0 (an unbounded run's checkpoint): found at the first Poll
 	}
 	return nil
-}
-
-type stateReader struct {
-	b   []byte
-	err error
-}
-
-func newStateReader(item []byte) *stateReader {
-	r := &stateReader{b: item}
-	if v := r.byte(); r.err == nil && v != stateVersion {
-		r.err = fmt.Errorf("unknown format version %d (this build reads version %d)", v, stateVersion)
-	}
-	return r
-}
-
-func (r *stateReader) byte() byte {
-	if r.err != nil {
-		return 0
-	}
-	if len(r.b) == 0 {
-		r.err = errTruncated
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *stateReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errTruncated
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *stateReader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errTruncated
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *stateReader) string() string {
-	n := r.uvarint()
-	if r.err != nil {
-		return ""
-	}
-	if uint64(len(r.b)) < n {
-		r.err = errTruncated
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-// done returns the first decoding error, or an error if bytes are left.
-func (r *stateReader) done() error {
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%d unexpected trailing bytes", len(r.b))
-	}
-	return r.err
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/weirstream/weir/internal/limitedfile"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/stream/twophase"
 )
@@ -66,7 +66,10 @@ func connConfig(s *settings, paths *stream.PathPolicy) (*pgx.ConnConfig, error) 
 		if err := paths.Check("postgres sink dsnFile", s.cfg.DSNFile); err != nil {
 			return nil, err
 		}
-		b, err := readLimited(s.cfg.DSNFile, maxDSNFile)
+		b, err := limitedfile.Read(s.cfg.DSNFile, maxDSNFile)
+		if errors.Is(err, limitedfile.ErrTooLarge) {
+			err = fmt.Errorf("%w; it should hold one connection string", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("postgres sink: dsnFile: %w", err)
 		}
@@ -91,23 +94,6 @@ func connConfig(s *settings, paths *stream.PathPolicy) (*pgx.ConnConfig, error) 
 	}
 	cc.RuntimeParams["timezone"] = "UTC"
 	return cc, nil
-}
-
-// readLimited reads the file at path, failing if it is larger than limit.
-func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes; it should hold one connection string", path, limit)
-	}
-	return b, nil
 }
 
 // sessionName is the application_name of the sink's connections: it

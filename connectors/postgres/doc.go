@@ -59,8 +59,8 @@
 // SQLSTATE's meaning). A server that goes away fails the task; the
 // restart strategy retries.
 //
-// postgres imports the standard library, package stream, stream/twophase
-// and pgx (github.com/jackc/pgx/v5). Its tests run against a real
+// postgres imports the standard library, package stream, stream/twophase,
+// internal/limitedfile (dsnFile) and pgx (github.com/jackc/pgx/v5). Its tests run against a real
 // PostgreSQL server started by internal/pgtest, and also use connectors,
 // jobspec and dataflow/dataflowtest (a job on the real task runtime),
 // checkpoint, blobstore and proto/weirpb (state handed out on a rescaled

@@ -43,5 +43,6 @@
 // subtasks' leftovers it must clean up (Recovery.Subtasks). The format is
 // in state.go.
 //
-// twophase imports the standard library and package stream only.
+// twophase imports the standard library, package stream and
+// internal/statecodec (the encoding of its state) only.
 package twophase
