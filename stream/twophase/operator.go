@@ -140,6 +140,11 @@ func (o *Operator) SnapshotState(c *stream.SnapshotContext) error {
 	if err := o.recoverFresh(); err != nil {
 		return err
 	}
+	if c.CheckpointID <= o.lastCkp {
+		// Transaction names derive from checkpoint ids: ids that do not
+		// grow would name two transactions alike.
+		return errorf(o.octx, "checkpoint %d is not after checkpoint %d, which this sink restored or took; checkpoint ids must grow", c.CheckpointID, o.lastCkp)
+	}
 	if err := o.preCommit(c.CheckpointID); err != nil {
 		return err
 	}

@@ -620,3 +620,26 @@ func TestSystemStateAndLegacyState(t *testing.T) {
 		t.Fatalf("recovery after a legacy restore: %+v", r)
 	}
 }
+
+// TestCheckpointIDsMustGrow: a job restored from checkpoint 7 of another
+// job whose own ids started again at 1 would name two transactions alike
+// (the sink's next checkpoint stays 8); the operator refuses such a
+// snapshot instead.
+func TestCheckpointIDsMustGrow(t *testing.T) {
+	st := newStore()
+	old := openInstance(t, st, "job1", 0, 1, 1, true)
+	old.write(t, 1)
+	snap := old.snapshot(t, 7)
+	in := openInstance(t, st, "job2", 0, 1, 1, true)
+	if err := in.op.RestoreState(&stream.RestoreContext{CheckpointID: 7, JobID: "job1", State: snap}); err != nil {
+		t.Fatal(err)
+	}
+	in.write(t, 2)
+	err := in.op.SnapshotState(&stream.SnapshotContext{CheckpointID: 1})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint ids must grow") {
+		t.Fatalf("snapshot 1 after restoring 7: %v, want an error saying ids must grow", err)
+	}
+	if err := in.op.SnapshotState(&stream.SnapshotContext{CheckpointID: 8}); err != nil {
+		t.Fatalf("snapshot 8 after restoring 7: %v", err)
+	}
+}
