@@ -12,7 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 # package; the process-level integration tests live in ./test.
 PKGS := ./...
 
-.PHONY: all build run test postgres test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate fuzz state-long
+.PHONY: all build run test postgres chromium check-static test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate fuzz state-long
 
 all: build
 
@@ -24,7 +24,7 @@ build:
 run: build
 	./scripts/run.sh
 
-test: vet $(BIN)/versitygw postgres
+test: vet $(BIN)/versitygw postgres chromium
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 vet:
@@ -117,6 +117,17 @@ clean:
 # (as root); WEIR_SKIP_POSTGRES=1 skips the step and those tests. ---
 postgres:
 	@if [ "$${WEIR_SKIP_POSTGRES:-}" = 1 ]; then echo "WEIR_SKIP_POSTGRES=1: PostgreSQL tests skipped"; else ./scripts/ensure-postgres.sh >/dev/null; fi
+
+# --- Chromium: the headless browser that the web UI's end-to-end test
+# (test/ui) drives. Installed from Debian's packages when missing (as root);
+# WEIR_SKIP_UI=1 skips the step and that test. ---
+chromium:
+	@if [ "$${WEIR_SKIP_UI:-}" = 1 ]; then echo "WEIR_SKIP_UI=1: web UI browser test skipped"; else ./scripts/ensure-chromium.sh >/dev/null; fi
+
+# Builds the three binaries static (CGO_ENABLED=0) and checks that they are;
+# deploy/kubernetes/Dockerfile builds them the same way.
+check-static:
+	WEIR_TEST_STATIC_BUILD=1 $(GO) test -count=1 -timeout 20m -run TestStaticBuild ./deploy/kubernetes/
 
 # --- versitygw: the S3 server that the blobstore/s3store and checkpoint tests
 # start by themselves (blobstoretest.StartVersityGW looks for bin/versitygw). ---

@@ -37,6 +37,7 @@ func Register(r *stream.Registry) {
 		Kind:      stream.KindSource,
 		Plan:      planDatagen,
 		NewSource: newDatagenSource,
+		Config:    DatagenConfig{},
 		Doc:       "deterministic generated rows (fields or the Nexmark-like \"bid\" preset), optionally rate-limited",
 	})
 	r.Register(stream.OperatorType{
@@ -44,6 +45,7 @@ func Register(r *stream.Registry) {
 		Kind:      stream.KindSource,
 		Plan:      planFileSource,
 		NewSource: newFileSource,
+		Config:    FileSourceConfig{},
 		Doc:       "reads files (a file, a directory or a glob) as lines or JSON lines; with monitorInterval, keeps watching a directory for new files",
 	})
 	r.Register(stream.OperatorType{
@@ -51,6 +53,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindSink,
 		Plan:        planPrint,
 		NewOperator: newPrintOperator,
+		Config:      PrintConfig{},
 		Doc:         "writes rows to stdout as text or JSON",
 	})
 	r.Register(stream.OperatorType{
@@ -58,6 +61,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindSink,
 		Plan:        planFileSink,
 		NewOperator: newFileSinkOperator,
+		Config:      FileSinkConfig{},
 		Doc:         "writes rows to <path>/part-<subtask> as CSV or JSON lines; with checkpointing, exactly once by two-phase commit (part-<job>-<operator>-<subtask>-<seq>, one job and operator per directory)",
 	})
 	r.Register(stream.OperatorType{
@@ -65,6 +69,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindSink,
 		Plan:        planDiscard,
 		NewOperator: newDiscardOperator,
+		Config:      struct{}{},
 		Doc:         "drops rows, counting them (for benchmarks)",
 	})
 }

@@ -19,6 +19,9 @@ type outputChannel struct {
 	// payloadHint is the size of the last batch encoded for the network
 	// (task goroutine only), to size the next one's buffer.
 	payloadHint int
+	// backpressure, if not nil, accumulates the time send waits for
+	// credit (the producing task's Metrics; set before the first send).
+	backpressure *Metrics
 
 	mu struct {
 		sync.Mutex
@@ -58,6 +61,12 @@ func (o *outputChannel) send(ctx context.Context, e event) error {
 	if o.conn != nil {
 		broken = o.conn.done
 	}
+	waiting := false // for credit, counted in o.backpressure
+	defer func() {
+		if waiting {
+			o.backpressure.endBackpressure()
+		}
+	}()
 	for {
 		o.mu.Lock()
 		if o.mu.connected && (!needCredit || o.mu.credits > 0) {
@@ -75,7 +84,12 @@ func (o *outputChannel) send(ctx context.Context, e event) error {
 			}
 			return o.conn.enqueue(o, e)
 		}
+		noCredit := o.mu.connected && needCredit
 		o.mu.Unlock()
+		if noCredit && !waiting && o.backpressure != nil {
+			waiting = true
+			o.backpressure.startBackpressure()
+		}
 		select {
 		case <-o.wake:
 		case <-ctx.Done():

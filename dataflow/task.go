@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -138,6 +139,44 @@ type Metrics struct {
 	// bytes of batches from other taskmanagers waiting in its input
 	// buffers (part of ExchangeStats.BufferedBytes).
 	NetworkBufferedBytes atomic.Int64
+
+	// backpressure is the time the task waited for credit to send a batch
+	// (BackpressuredTime): the waits that ended, and the start of the one
+	// in progress (zero when none).
+	backpressure struct {
+		sync.Mutex
+		total time.Duration
+		since time.Time
+	}
+}
+
+// BackpressuredTime returns how long the task has waited so far for its
+// consumers to grant credit for a batch: the time its output was blocked
+// because a downstream input buffer was full, the wait in progress
+// included. It never decreases. Safe for concurrent use.
+func (m *Metrics) BackpressuredTime() time.Duration {
+	m.backpressure.Lock()
+	defer m.backpressure.Unlock()
+	d := m.backpressure.total
+	if !m.backpressure.since.IsZero() {
+		d += time.Since(m.backpressure.since)
+	}
+	return d
+}
+
+// startBackpressure and endBackpressure bracket one wait for credit (task
+// goroutine only; waits do not nest).
+func (m *Metrics) startBackpressure() {
+	m.backpressure.Lock()
+	m.backpressure.since = time.Now()
+	m.backpressure.Unlock()
+}
+
+func (m *Metrics) endBackpressure() {
+	m.backpressure.Lock()
+	m.backpressure.total += time.Since(m.backpressure.since)
+	m.backpressure.since = time.Time{}
+	m.backpressure.Unlock()
 }
 
 // Task runs one subtask: the chain of operators, its input gates and its
@@ -949,6 +988,7 @@ func (t *Task) openOutputs(w *outputWriter) error {
 			if err != nil {
 				return fmt.Errorf("task %s: output to vertex %d subtask %d at %s: %w", t.name, o.DownstreamVertex, d, target, err)
 			}
+			ch.backpressure = &t.metrics
 			p.chans[d] = ch
 		}
 	}

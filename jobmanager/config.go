@@ -27,8 +27,8 @@ type Config struct {
 	// JobService) listens on. Default "127.0.0.1:6123"; port 0 picks a free
 	// port (see JobManager.RPCAddr).
 	RPCAddress string
-	// RESTAddress is the host:port of the read-only JSON REST API. Default
-	// "127.0.0.1:8081"; "" disables it.
+	// RESTAddress is the host:port of the JSON REST API and the web UI
+	// (docs/rest.md). Default "127.0.0.1:8081"; "" disables both.
 	RESTAddress string
 	// HeartbeatInterval is how often taskmanagers are told to heartbeat
 	// (sent to them at registration). Default 1s.

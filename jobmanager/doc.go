@@ -42,8 +42,11 @@
 // failover regions, taskmanager loss, fencing, checkpoints, metrics and the
 // REST API — is described in docs/jobmanager.md.
 //
-// jobmanager imports jobmanager/scheduler, stream, coordinator, failover,
-// checkpoint (and blobstore for its ErrNotFound), ha, proto/weirpb,
-// internal/errkind, gRPC, the Prometheus client and the standard library.
+// jobmanager imports jobmanager/scheduler, jobmanager/jobstore,
+// jobmanager/webui (the web UI's pages, fed from the same read model as
+// REST), jobspec (REST submissions are YAML specs), stream, coordinator,
+// failover, checkpoint (and blobstore, storeuri), ha, security,
+// proto/weirpb, internal/errkind, gRPC, the Prometheus client and the
+// standard library.
 // It never imports taskmanager.
 package jobmanager

@@ -1,8 +1,12 @@
 package jobmanager
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 )
 
@@ -45,17 +49,126 @@ var (
 		"The fencing epoch of this jobmanager's leadership (ha: etcd; 0 in ha: none or while standing by).", nil, nil)
 	descFencedWrites = prometheus.NewDesc("weir_jobmanager_fenced_writes_total",
 		"etcd writes of this jobmanager refused because its leadership had ended (zombie writes).", nil, nil)
+	descJobInfo = prometheus.NewDesc("weir_job_info",
+		"Always 1: names the job (job_name) for joins on the job id (label job).", []string{"job", "job_name"}, nil)
+	descInterval = prometheus.NewDesc("weir_checkpoint_interval_seconds",
+		"The job's configured checkpoint interval; only for jobs that take checkpoints and have not ended.", []string{"job"}, nil)
+	descLastCompleted = prometheus.NewDesc("weir_checkpoint_last_completed_timestamp_seconds",
+		"When the job's latest completed checkpoint completed (seconds since the epoch), as this jobmanager saw it.", []string{"job"}, nil)
+	descLastAge = prometheus.NewDesc("weir_checkpoint_last_completed_age_seconds",
+		"Seconds since the job's latest completed checkpoint completed, at scrape time; before this jobmanager saw one complete, "+
+			"since the job was submitted. Only for jobs that take checkpoints and have not ended.", []string{"job"}, nil)
+	descDuration = prometheus.NewDesc("weir_checkpoint_duration_seconds",
+		"Trigger-to-completion time of the job's completed checkpoints.", []string{"job"}, nil)
+	descSize = prometheus.NewDesc("weir_checkpoint_size_bytes",
+		"State size of the job's completed checkpoints, summed over their tasks.", []string{"job"}, nil)
+	descRestoredFrom = prometheus.NewDesc("weir_checkpoint_restored_id",
+		"The checkpoint the job's latest (re)deployment restored (0: none, it started empty).", []string{"job"}, nil)
+	descRestoring = prometheus.NewDesc("weir_job_restoring_tasks",
+		"Executions of the job that do not process yet: waiting for slots, deploying, or loading their state.", []string{"job"}, nil)
+)
+
+// Bucket bounds of the checkpoint histograms: durations from 50 ms to 10
+// min, sizes from 1 KiB to 64 GiB in steps of 4.
+var (
+	durationBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	sizeBuckets     = prometheus.ExponentialBuckets(1024, 4, 14)
 )
 
 // collector exports the core's state as Prometheus metrics.
-type collector struct{ jm *JobManager }
+//
+// The checkpoint histograms are folded in at scrape time from the
+// coordinator's history (the latest coordinator.HistorySize checkpoints of
+// each job): a checkpoint is counted once, by id, at the first scrape that
+// sees it completed. Checkpoints that complete and leave the history
+// between two scrapes (more than HistorySize of them) are missed.
+type collector struct {
+	jm *JobManager
+
+	hist struct {
+		sync.Mutex
+		jobs map[string]*jobCheckpoints // by job id
+	}
+}
+
+// jobCheckpoints is what the collector learnt of one job's completed
+// checkpoints.
+type jobCheckpoints struct {
+	seen     int64     // highest checkpoint id counted
+	lastEnd  time.Time // completion of the latest completed checkpoint; zero: none seen
+	duration histogram
+	size     histogram
+}
+
+// histogram is a cumulative Prometheus histogram kept by hand, so that it
+// can be filled at scrape time.
+type histogram struct {
+	bounds []float64
+	counts []uint64 // per bound, not cumulative
+	count  uint64
+	sum    float64
+}
+
+func newHistogram(bounds []float64) histogram {
+	return histogram{bounds: bounds, counts: make([]uint64, len(bounds))}
+}
+
+func (h *histogram) observe(v float64) {
+	h.count++
+	h.sum += v
+	for i, b := range h.bounds {
+		if v <= b {
+			h.counts[i]++
+			return
+		}
+	}
+}
+
+func (h *histogram) metric(d *prometheus.Desc, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.bounds))
+	var cum uint64
+	for i, b := range h.bounds {
+		cum += h.counts[i]
+		buckets[b] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, h.count, h.sum, buckets, labels...)
+}
+
+// observeCheckpoints folds the completed checkpoints of history (newest
+// first) that it has not counted yet into the histograms of job id, and
+// returns when the latest of them completed (zero: none seen yet).
+func (c *collector) observeCheckpoints(id string, history []coordinator.Stats) (lastEnd time.Time, dur, size histogram) {
+	if c.hist.jobs == nil {
+		c.hist.jobs = make(map[string]*jobCheckpoints)
+	}
+	jc := c.hist.jobs[id]
+	if jc == nil {
+		jc = &jobCheckpoints{duration: newHistogram(durationBuckets), size: newHistogram(sizeBuckets)}
+		c.hist.jobs[id] = jc
+	}
+	seen := jc.seen
+	for i := len(history) - 1; i >= 0; i-- { // oldest first
+		s := history[i]
+		if s.Status != coordinator.Completed || s.ID <= seen {
+			continue
+		}
+		jc.duration.observe(s.Duration().Seconds())
+		jc.size.observe(float64(s.Bytes))
+		jc.seen = max(jc.seen, s.ID)
+		if s.EndTime.After(jc.lastEnd) {
+			jc.lastEnd = s.EndTime
+		}
+	}
+	return jc.lastEnd, jc.duration, jc.size
+}
 
 var _ prometheus.Collector = (*collector)(nil)
 
 func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCheckpointsInProgress, descCheckpointsCompleted, descCheckpointsFailed,
 		descCheckpointsAborted, descLastDuration, descLastSize, descAlignment, descRestarts, descTaskManagersLive, descJobs,
-		descRestartingRegions, descStale, descLeader, descEpoch, descFencedWrites} {
+		descRestartingRegions, descStale, descLeader, descEpoch, descFencedWrites, descJobInfo, descInterval, descLastCompleted,
+		descLastAge, descDuration, descSize, descRestoredFrom, descRestoring} {
 		ch <- d
 	}
 }
@@ -64,7 +177,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.jm.mu.Lock()
 	jobs, live := c.jm.mu.core.Metrics()
 	staleReports, staleAcks := c.jm.mu.core.StaleCounts()
+	views := c.jm.mu.core.Jobs()
+	history := make(map[string][]coordinator.Stats)
+	for _, j := range jobs {
+		if j.Checkpointing {
+			if v, err := c.jm.mu.core.Checkpoints(j.ID); err == nil {
+				history[j.ID] = v.History
+			}
+		}
+	}
 	c.jm.mu.Unlock()
+	now := c.jm.now()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -107,6 +230,46 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for s, n := range byState {
 		gauge(descJobs, float64(n), s)
+	}
+	c.collectJobs(ch, views, history, now)
+}
+
+// collectJobs exports the per-job metrics that the views and the
+// checkpoint histories (of jobs that take checkpoints) give.
+func (c *collector) collectJobs(ch chan<- prometheus.Metric, views []scheduler.JobView, history map[string][]coordinator.Stats, now time.Time) {
+	c.hist.Lock()
+	defer c.hist.Unlock()
+	known := make(map[string]bool, len(views))
+	for _, v := range views {
+		known[v.ID] = true
+		ch <- prometheus.MustNewConstMetric(descJobInfo, prometheus.GaugeValue, 1, v.ID, v.Name)
+		ch <- prometheus.MustNewConstMetric(descRestoring, prometheus.GaugeValue, float64(v.Restore.TasksRestoring), v.ID)
+		if !v.Checkpointing {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descRestoredFrom, prometheus.GaugeValue, float64(v.RestoredFrom), v.ID)
+		lastEnd, dur, size := c.observeCheckpoints(v.ID, history[v.ID])
+		ch <- dur.metric(descDuration, v.ID)
+		ch <- size.metric(descSize, v.ID)
+		if !lastEnd.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descLastCompleted, prometheus.GaugeValue, float64(lastEnd.UnixNano())/1e9, v.ID)
+		}
+		if v.State.Terminal() {
+			continue
+		}
+		since := lastEnd
+		if since.IsZero() {
+			since = v.Start
+		}
+		ch <- prometheus.MustNewConstMetric(descLastAge, prometheus.GaugeValue, max(0, now.Sub(since).Seconds()), v.ID)
+		if v.Graph != nil {
+			ch <- prometheus.MustNewConstMetric(descInterval, prometheus.GaugeValue, v.Graph.Checkpoint.Interval.Seconds(), v.ID)
+		}
+	}
+	for id := range c.hist.jobs {
+		if !known[id] { // forgotten by the scheduler
+			delete(c.hist.jobs, id)
+		}
 	}
 }
 

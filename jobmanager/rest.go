@@ -1,9 +1,11 @@
 package jobmanager
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,140 +14,30 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/weirstream/weir/jobmanager/scheduler"
+	"github.com/weirstream/weir/jobmanager/webui"
+	"github.com/weirstream/weir/jobmanager/webui/view"
+	"github.com/weirstream/weir/jobspec"
+	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
 )
 
-// The REST API is JSON with lowerCamel field names. Times are Unix
-// milliseconds (0: not yet), durations milliseconds. States are the
-// upper-case names of the gRPC enums without prefix ("RUNNING"), plus
-// RESTARTING (which gRPC shows as FAILING). It is read-only except for one
-// endpoint, POST /v1/jobs/{id}/checkpoints, which triggers a checkpoint.
+// The REST API is JSON with lowerCamel field names; its documents are
+// package view's (see there for units and state names), each built by one
+// method of restModel that the web UI (package webui, under /ui/) calls
+// too. It reads the cluster's state, submits, cancels and stops jobs,
+// triggers checkpoints and savepoints, and disposes of savepoints;
+// docs/rest.md lists the endpoints. With TLS every request needs a client
+// certificate: reads the read role, everything else operate
+// (security.HTTPHandler). Requests that change something are refused when
+// a browser sends them from another origin (http.CrossOriginProtection).
 
-type restJob struct {
-	ID           string `json:"id"`
-	Name         string `json:"name"`
-	State        string `json:"state"`
-	StartTimeMs  int64  `json:"startTimeMs"`
-	EndTimeMs    int64  `json:"endTimeMs"`
-	TasksTotal   int    `json:"tasksTotal"`
-	TasksRunning int    `json:"tasksRunning"`
-	Error        string `json:"error,omitempty"`
-	Attempt      int64  `json:"attempt"`
-	Restarts     int64  `json:"restarts"`
-	LastFailure  string `json:"lastFailure,omitempty"`
-	// Checkpointing says whether the job takes checkpoints.
-	Checkpointing bool `json:"checkpointing"`
-	// Regions is the number of pipelined failover regions (1: a failure
-	// restarts the whole job).
-	Regions int `json:"regions"`
-	// RestartingRegions are the regions that restart while the rest of
-	// the job runs on (empty while the job restarts as a whole).
-	RestartingRegions []restRegion `json:"restartingRegions"`
-}
-
-type restRegion struct {
-	ID int `json:"id"` // 1-based
-	// Phase: CANCELING, WAITING (the restart delay), WAITING_FOR_SLOTS or
-	// DEPLOYING.
-	Phase string `json:"phase"`
-	// Attempt is the attempt its executions are (to be) deployed with.
-	Attempt        int64    `json:"attempt"`
-	Cause          string   `json:"cause"`
-	RestartDueMs   int64    `json:"restartDueMs"`
-	SlotDeadlineMs int64    `json:"slotDeadlineMs,omitempty"`
-	Tasks          []string `json:"tasks"`
-}
-
-type restTask struct {
-	VertexID      int    `json:"vertexId"`
-	Subtask       int    `json:"subtask"`
-	Attempt       int64  `json:"attempt"`
-	Name          string `json:"name"`
-	State         string `json:"state"`
-	TaskManagerID string `json:"taskmanagerId,omitempty"`
-	Error         string `json:"error,omitempty"`
-	RecordsIn     int64  `json:"recordsIn"`
-	RecordsOut    int64  `json:"recordsOut"`
-}
-
-type restInput struct {
-	From         int      `json:"from"`
-	Input        int      `json:"input"`
-	Partitioning string   `json:"partitioning"`
-	KeyFields    []string `json:"keyFields,omitempty"`
-	// SideOutput is the upstream operator's side output the input reads;
-	// absent for its main output.
-	SideOutput string `json:"sideOutput,omitempty"`
-}
-
-type restVertex struct {
-	ID          int         `json:"id"`
-	UID         string      `json:"uid"`
-	Name        string      `json:"name"`
-	Type        string      `json:"type"`
-	Parallelism int         `json:"parallelism"`
-	TaskID      int         `json:"taskId"` // vertex id of its chain's head
-	Inputs      []restInput `json:"inputs"`
-}
-
-type restJobDetail struct {
-	Job      restJob      `json:"job"`
-	Tasks    []restTask   `json:"tasks"`
-	Vertices []restVertex `json:"vertices"`
-}
-
-type restTaskManager struct {
-	ID              string   `json:"id"`
-	Address         string   `json:"address"`
-	Live            bool     `json:"live"`
-	Suspected       bool     `json:"suspected"`
-	Reason          string   `json:"reason,omitempty"`
-	SlotsTotal      int      `json:"slotsTotal"`
-	SlotsFree       int      `json:"slotsFree"`
-	LastHeartbeatMs int64    `json:"lastHeartbeatMs"`
-	OperatorTypes   []string `json:"operatorTypes"`
-}
-
-type restOverview struct {
-	TaskManagers     int            `json:"taskmanagers"`
-	TaskManagersLive int            `json:"taskmanagersLive"`
-	SlotsTotal       int            `json:"slotsTotal"`
-	SlotsFree        int            `json:"slotsFree"`
-	Jobs             map[string]int `json:"jobs"` // by state
-	StaleReports     int64          `json:"staleReports"`
-	StaleAcks        int64          `json:"staleCheckpointAcks"`
-}
-
-type restCheckpoint struct {
-	ID            int64  `json:"id"`
-	Status        string `json:"status"` // IN_PROGRESS, COMPLETED, FAILED
-	TriggerTimeMs int64  `json:"triggerTimeMs"`
-	DurationMs    int64  `json:"durationMs"`
-	SizeBytes     int64  `json:"sizeBytes"`
-	SlowestTask   string `json:"slowestTask,omitempty"`
-	SlowestTaskMs int64  `json:"slowestTaskMs"`
-	Acknowledged  int32  `json:"acknowledged"`
-	TotalTasks    int32  `json:"totalTasks"`
-	Failure       string `json:"failure,omitempty"`
-}
-
-type restCheckpoints struct {
-	Checkpoints  []restCheckpoint `json:"checkpoints"`
-	Completed    int64            `json:"completed"`
-	Failed       int64            `json:"failed"`
-	InProgress   int64            `json:"inProgress"`
-	RestoredFrom int64            `json:"restoredFrom"`
-}
-
-func toRESTJob(v *scheduler.JobView, now time.Time) restJob {
-	j := restJob{ID: v.ID, Name: v.Name, State: v.State.String(), StartTimeMs: unixMillis(v.Start), EndTimeMs: unixMillis(v.End),
-		TasksTotal: v.TasksTotal, TasksRunning: v.TasksRunning, Error: jobMessage(v, now), Attempt: v.Attempt, Restarts: v.Restarts,
-		LastFailure: v.LastFailure, Checkpointing: v.Checkpointing, Regions: v.Regions, RestartingRegions: []restRegion{}}
-	for _, r := range v.RestartingRegions {
-		j.RestartingRegions = append(j.RestartingRegions, restRegion{ID: r.ID, Phase: r.Phase.String(), Attempt: r.Attempt,
-			Cause: r.Cause, RestartDueMs: unixMillis(r.Due), SlotDeadlineMs: unixMillis(r.SlotDeadline), Tasks: r.Tasks})
-	}
-	return j
-}
+// Aliases of the documents, for this package's tests.
+type (
+	restJob         = view.Job
+	restTask        = view.Task
+	restCheckpoint  = view.Checkpoint
+	restCheckpoints = view.Checkpoints
+)
 
 // httpStatus picks the HTTP status of an error of this package, like
 // toGRPCError does for gRPC.
@@ -155,6 +47,8 @@ func httpStatus(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, scheduler.ErrInvalidArgument):
 		return http.StatusBadRequest
+	case errors.Is(err, errTooManySubmissions):
+		return http.StatusTooManyRequests
 	case errors.Is(err, scheduler.ErrJobNotCancelable), errors.Is(err, scheduler.ErrCheckpointingOff), errors.Is(err, scheduler.ErrJobNotRunning), errors.Is(err, scheduler.ErrCheckpointNotTriggered),
 		errors.Is(err, ErrStorage), errors.Is(err, ErrSavepointFailed):
 		return http.StatusConflict
@@ -162,97 +56,325 @@ func httpStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
+// errTooManySubmissions: every submission slot is taken (maxSubmissions).
+var errTooManySubmissions = errors.New("jobmanager: too many submissions at once")
+
+// restModel builds the documents of the REST API and the web UI from the
+// scheduler's state, and performs their actions. It is the one read model
+// of both: neither reads the scheduler on its own.
+type restModel struct{ jm *JobManager }
+
+var _ webui.Backend = restModel{}
+
+// Now is the jobmanager's clock.
+func (m restModel) Now() time.Time { return m.jm.now() }
+
+// HTTPStatus is the status code of an error of the model's methods.
+func (m restModel) HTTPStatus(err error) int { return httpStatus(err) }
+
+// Jobs lists every job the scheduler holds.
+func (m restModel) Jobs() []view.Job {
+	jm := m.jm
+	jm.mu.Lock()
+	views, now := jm.mu.core.Jobs(), jm.now()
+	jm.mu.Unlock()
+	jobs := make([]view.Job, 0, len(views))
+	for i := range views {
+		jobs = append(jobs, toViewJob(&views[i], now))
+	}
+	return jobs
+}
+
+func toViewJob(v *scheduler.JobView, now time.Time) view.Job {
+	j := view.Job{ID: v.ID, Name: v.Name, State: v.State.String(), StartTimeMs: unixMillis(v.Start), EndTimeMs: unixMillis(v.End),
+		TasksTotal: v.TasksTotal, TasksRunning: v.TasksRunning, Error: jobMessage(v, now), Attempt: v.Attempt, Restarts: v.Restarts,
+		LastFailure: v.LastFailure, StopFailed: v.StopFailed, Checkpointing: v.Checkpointing, Regions: v.Regions, RestartingRegions: []view.Region{}}
+	for _, r := range v.RestartingRegions {
+		j.RestartingRegions = append(j.RestartingRegions, view.Region{ID: r.ID, Phase: r.Phase.String(), Attempt: r.Attempt,
+			Cause: r.Cause, RestartDueMs: unixMillis(r.Due), SlotDeadlineMs: unixMillis(r.SlotDeadline), Tasks: r.Tasks})
+	}
+	return j
+}
+
+// Job is a job with its tasks and graph.
+func (m restModel) Job(id string) (view.JobDetail, error) {
+	jm := m.jm
+	jm.mu.Lock()
+	v, err := jm.mu.core.Job(id)
+	now := jm.now()
+	jm.mu.Unlock()
+	if err != nil {
+		return view.JobDetail{}, err
+	}
+	d := view.JobDetail{Job: toViewJob(&v, now), Tasks: make([]view.Task, 0, len(v.Tasks)), Vertices: make([]view.Vertex, 0, len(v.Graph.Vertices))}
+	for _, t := range v.Tasks {
+		d.Tasks = append(d.Tasks, view.Task{VertexID: t.Vertex, Subtask: t.Subtask, Attempt: t.Attempt, Name: t.Name, State: t.State.String(),
+			TaskManagerID: t.TaskManager, Error: t.Err, RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut})
+	}
+	for _, gv := range v.Graph.Vertices {
+		rv := view.Vertex{ID: gv.ID, UID: gv.UID, Name: gv.Name, Type: gv.Type, Parallelism: gv.Parallelism, TaskID: v.TaskOf[gv.ID],
+			Inputs: []view.Input{}}
+		for _, e := range v.Graph.Inputs(gv.ID) {
+			rv.Inputs = append(rv.Inputs, view.Input{From: e.From, Input: e.Input, Partitioning: e.Partitioning.String(), KeyFields: e.KeyFields, SideOutput: e.SideOutput})
+		}
+		d.Vertices = append(d.Vertices, rv)
+	}
+	return d, nil
+}
+
+// TaskManagers lists every taskmanager registration, lost ones too.
+func (m restModel) TaskManagers() []view.TaskManager {
+	jm := m.jm
+	jm.mu.Lock()
+	views := jm.mu.core.TaskManagers()
+	jm.mu.Unlock()
+	tms := make([]view.TaskManager, 0, len(views))
+	for _, v := range views {
+		tms = append(tms, view.TaskManager{ID: v.ID, Address: v.Addr, Live: v.Live, Suspected: v.Suspected, Reason: v.Reason,
+			SlotsTotal: v.Slots, SlotsFree: v.Free,
+			LastHeartbeatMs: unixMillis(v.LastHeartbeat), OperatorTypes: append([]string{}, v.OperatorTypes...)})
+	}
+	return tms
+}
+
+// Overview sums up the cluster.
+func (m restModel) Overview() view.Overview {
+	jm := m.jm
+	jm.mu.Lock()
+	tms, jobs := jm.mu.core.TaskManagers(), jm.mu.core.Jobs()
+	stale, staleAcks := jm.mu.core.StaleCounts()
+	jm.mu.Unlock()
+	o := view.Overview{TaskManagers: len(tms), Jobs: make(map[string]int), StaleReports: stale, StaleAcks: staleAcks}
+	for _, s := range scheduler.JobStates() {
+		o.Jobs[s.String()] = 0
+	}
+	for _, v := range tms {
+		if v.Live {
+			o.TaskManagersLive++
+			o.SlotsTotal += v.Slots
+			o.SlotsFree += v.Free
+		}
+	}
+	for _, v := range jobs {
+		o.Jobs[v.State.String()]++
+	}
+	return o
+}
+
+// Checkpoints is a job's checkpoint history, counts and settings; a job
+// that takes no checkpoints is refused (scheduler.ErrCheckpointingOff).
+func (m restModel) Checkpoints(jobID string) (view.Checkpoints, error) {
+	jm := m.jm
+	resp, err := jm.listCheckpoints(jobID)
+	if err != nil {
+		return view.Checkpoints{}, err
+	}
+	jm.mu.Lock()
+	cv, err := jm.mu.core.Checkpoints(jobID)
+	var jv scheduler.JobView
+	if err == nil {
+		jv, err = jm.mu.core.Job(jobID)
+	}
+	jm.mu.Unlock()
+	if err != nil { // the job went away in between
+		return view.Checkpoints{}, err
+	}
+	ck := jv.Graph.Checkpoint.WithDefaults()
+	retention := "delete"
+	if ck.Retention == stream.RetainOnCancel {
+		retention = "retain"
+	}
+	out := view.Checkpoints{Checkpoints: make([]view.Checkpoint, 0, len(resp.Checkpoints)), Completed: resp.Completed,
+		Failed: resp.Failed, InProgress: resp.InProgress, RestoredFrom: resp.RestoredFrom, Latest: cv.Latest,
+		Retained: append([]int64{}, cv.Retained...),
+		Config: view.CheckpointConfig{IntervalMs: ck.Interval.Milliseconds(), TimeoutMs: ck.Timeout.Milliseconds(),
+			MinPauseMs: ck.MinPause.Milliseconds(), MaxConcurrent: ck.MaxConcurrent, Mode: ck.Mode.String(),
+			TolerableFailures: ck.TolerableFailures, Retained: ck.Retained, Retention: retention, Storage: cv.Storage,
+			OnCorruption: ck.OnCorruption.String()}}
+	// The coordinator's own statistics, by id, for what the gRPC message
+	// lacks.
+	stats := make(map[int64]int, len(cv.History))
+	for i, s := range cv.History {
+		stats[s.ID] = i
+	}
+	for _, c := range resp.Checkpoints {
+		rc := view.Checkpoint{ID: c.CheckpointId,
+			Status: strings.TrimPrefix(c.Status.String(), "CHECKPOINT_STATUS_"), TriggerTimeMs: c.TriggerTimeMs,
+			DurationMs: c.DurationMs, SizeBytes: c.SizeBytes, SlowestTask: c.SlowestTask, SlowestTaskMs: c.SlowestTaskMs,
+			Acknowledged: c.Acknowledged, TotalTasks: c.TotalTasks, Failure: c.Failure}
+		if i, ok := stats[c.CheckpointId]; ok {
+			s := cv.History[i]
+			rc.Manual, rc.MaxSyncMs, rc.MaxAsyncMs, rc.MaxAlignmentMs = s.Manual, s.MaxSync.Milliseconds(), s.MaxAsync.Milliseconds(), s.MaxAlignment.Milliseconds()
+		}
+		out.Checkpoints = append(out.Checkpoints, rc)
+	}
+	return out, nil
+}
+
+// Checkpoint reads a completed checkpoint's manifest from storage.
+func (m restModel) Checkpoint(ctx context.Context, jobID string, id int64) (*weirpb.InspectCheckpointResponse, error) {
+	return m.jm.inspectCheckpoint(ctx, jobID, id)
+}
+
+// SavepointRequest is the progress of a savepoint requested over HTTP;
+// false when it is unknown (the last maxSavepointRequests are kept).
+func (m restModel) SavepointRequest(rid string) (view.SavepointRequest, bool) {
+	r, ok := m.jm.savepointRequest(rid)
+	if !ok {
+		return view.SavepointRequest{}, false
+	}
+	return view.SavepointRequest{ID: r.ID, JobID: r.JobID, Stop: r.Stop, Drain: r.Drain, Status: r.Status, Location: r.Location,
+		CheckpointID: r.CheckpointID, SizeBytes: r.SizeBytes, Error: r.Error, Copying: r.Copying, BytesCopied: r.BytesCopied,
+		BytesTotal: r.BytesTotal}, true
+}
+
+// TriggerCheckpoint triggers a checkpoint of the job now and returns its
+// id.
+func (m restModel) TriggerCheckpoint(jobID string) (int64, error) {
+	return m.jm.triggerCheckpoint(jobID)
+}
+
+// Savepoint starts a savepoint of the job into dir ("": the jobmanager's
+// savepoint directory) and returns the id of the request that tracks it.
+func (m restModel) Savepoint(jobID, dir string) (string, error) {
+	return m.startSavepoint(jobID, dir, false, false)
+}
+
+// Stop starts stopping the job with a savepoint into dir ("": the
+// jobmanager's savepoint directory), after its sources emitted the
+// maximum watermark when drain is set, and returns the request's id.
+func (m restModel) Stop(jobID, dir string, drain bool) (string, error) {
+	return m.startSavepoint(jobID, dir, true, drain)
+}
+
+// startSavepoint checks the request and runs it in the background, where
+// SavepointRequest follows it.
+func (m restModel) startSavepoint(jobID, dir string, stop, drain bool) (string, error) {
+	jm := m.jm
+	if _, err := jm.savepointDir(dir); err != nil {
+		return "", err
+	}
+	req, err := jm.newSavepointRequest(randomID(), jobID, stop, drain)
+	if err != nil {
+		return "", err
+	}
+	jm.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(jm.bgCtx, savepointTimeout)
+		defer cancel()
+		_, _ = jm.runSavepointRequest(ctx, dir, req) // the outcome is in req
+	})
+	return req.ID, nil
+}
+
+// Cancel cancels the job; it returns once the cancellation started.
+func (m restModel) Cancel(jobID string) error {
+	var err error
+	m.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
+		var acts []scheduler.Action
+		acts, err = c.Cancel(jobID, now)
+		return acts
+	})
+	return err
+}
+
+// Submit parses the YAML job spec in spec as weir submit does (package
+// jobspec, against the jobmanager's operator registry) and submits it
+// like SubmitJob; from and allowNonRestored are weir submit's --from and
+// --allow-non-restored-state.
+func (m restModel) Submit(ctx context.Context, spec []byte, from string, allowNonRestored bool) (string, error) {
+	jm := m.jm
+	g, err := jobspec.Parse("job spec", spec, jm.reg)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", scheduler.ErrInvalidArgument, err)
+	}
+	select {
+	case jm.submitting <- struct{}{}:
+		defer func() { <-jm.submitting }()
+	default:
+		return "", fmt.Errorf("%w: %d submissions are being planned already; retry in a moment", errTooManySubmissions, cap(jm.submitting))
+	}
+	return jm.submit(ctx, weirpb.FromGraph(g), 0, from, allowNonRestored)
+}
+
 func (jm *JobManager) restHandler() http.Handler {
+	m := restModel{jm: jm}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "jobmanagerId": jm.id})
 	})
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, _ *http.Request) {
-		jm.mu.Lock()
-		views, now := jm.mu.core.Jobs(), jm.now()
-		jm.mu.Unlock()
-		jobs := make([]restJob, 0, len(views))
-		for i := range views {
-			jobs = append(jobs, toRESTJob(&views[i], now))
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs})
+		writeJSON(w, http.StatusOK, map[string]any{"jobs": m.Jobs()})
 	})
-	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		jm.mu.Lock()
-		v, err := jm.mu.core.Job(r.PathValue("id"))
-		now := jm.now()
-		jm.mu.Unlock()
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		allow := false
+		if s := q.Get("allowNonRestoredState"); s != "" {
+			var err error
+			if allow, err = strconv.ParseBool(s); err != nil {
+				writeError(w, http.StatusBadRequest, "allowNonRestoredState must be true or false")
+				return
+			}
+		}
+		from := q.Get("fromCheckpoint")
+		if len(from) > 1024 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("fromCheckpoint is %d bytes long; the limit is 1024", len(from)))
+			return
+		}
+		if from == "" && allow {
+			writeError(w, http.StatusBadRequest, "allowNonRestoredState needs fromCheckpoint")
+			return
+		}
+		spec, err := io.ReadAll(io.LimitReader(r.Body, jobspec.MaxSpecBytes+1))
 		if err != nil {
+			writeError(w, http.StatusBadRequest, "reading the job spec: "+err.Error())
+			return
+		}
+		if len(spec) > jobspec.MaxSpecBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the job spec is larger than %d bytes", jobspec.MaxSpecBytes))
+			return
+		}
+		id, err := m.Submit(r.Context(), spec, from, allow)
+		if err != nil {
+			if errors.Is(err, errTooManySubmissions) {
+				w.Header().Set("Retry-After", "1")
+			}
 			writeError(w, httpStatus(err), err.Error())
 			return
 		}
-		d := restJobDetail{Job: toRESTJob(&v, now), Tasks: make([]restTask, 0, len(v.Tasks)), Vertices: make([]restVertex, 0, len(v.Graph.Vertices))}
-		for _, t := range v.Tasks {
-			d.Tasks = append(d.Tasks, restTask{VertexID: t.Vertex, Subtask: t.Subtask, Attempt: t.Attempt, Name: t.Name, State: t.State.String(),
-				TaskManagerID: t.TaskManager, Error: t.Err, RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut})
-		}
-		for _, gv := range v.Graph.Vertices {
-			rv := restVertex{ID: gv.ID, UID: gv.UID, Name: gv.Name, Type: gv.Type, Parallelism: gv.Parallelism, TaskID: v.TaskOf[gv.ID],
-				Inputs: []restInput{}}
-			for _, e := range v.Graph.Inputs(gv.ID) {
-				rv.Inputs = append(rv.Inputs, restInput{From: e.From, Input: e.Input, Partitioning: e.Partitioning.String(), KeyFields: e.KeyFields, SideOutput: e.SideOutput})
-			}
-			d.Vertices = append(d.Vertices, rv)
+		w.Header().Set("Location", "/v1/jobs/"+id)
+		writeJSON(w, http.StatusCreated, map[string]string{"jobId": id})
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		d, err := m.Job(r.PathValue("id"))
+		if err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
 		}
 		writeJSON(w, http.StatusOK, d)
 	})
-	mux.HandleFunc("GET /v1/taskmanagers", func(w http.ResponseWriter, _ *http.Request) {
-		jm.mu.Lock()
-		views := jm.mu.core.TaskManagers()
-		jm.mu.Unlock()
-		tms := make([]restTaskManager, 0, len(views))
-		for _, v := range views {
-			tms = append(tms, restTaskManager{ID: v.ID, Address: v.Addr, Live: v.Live, Suspected: v.Suspected, Reason: v.Reason,
-				SlotsTotal: v.Slots, SlotsFree: v.Free,
-				LastHeartbeatMs: unixMillis(v.LastHeartbeat), OperatorTypes: append([]string{}, v.OperatorTypes...)})
+	mux.HandleFunc("POST /v1/jobs/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		if err := m.Cancel(r.PathValue("id")); err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"taskmanagers": tms})
+		writeJSON(w, http.StatusAccepted, map[string]string{"jobId": r.PathValue("id")})
+	})
+	mux.HandleFunc("GET /v1/taskmanagers", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"taskmanagers": m.TaskManagers()})
 	})
 	mux.HandleFunc("GET /v1/overview", func(w http.ResponseWriter, _ *http.Request) {
-		jm.mu.Lock()
-		tms, jobs := jm.mu.core.TaskManagers(), jm.mu.core.Jobs()
-		stale, staleAcks := jm.mu.core.StaleCounts()
-		jm.mu.Unlock()
-		o := restOverview{TaskManagers: len(tms), Jobs: make(map[string]int), StaleReports: stale, StaleAcks: staleAcks}
-		for _, s := range scheduler.JobStates() {
-			o.Jobs[s.String()] = 0
-		}
-		for _, v := range tms {
-			if v.Live {
-				o.TaskManagersLive++
-				o.SlotsTotal += v.Slots
-				o.SlotsFree += v.Free
-			}
-		}
-		for _, v := range jobs {
-			o.Jobs[v.State.String()]++
-		}
-		writeJSON(w, http.StatusOK, o)
+		writeJSON(w, http.StatusOK, m.Overview())
 	})
 	mux.HandleFunc("GET /v1/jobs/{id}/checkpoints", func(w http.ResponseWriter, r *http.Request) {
-		resp, err := jm.listCheckpoints(r.PathValue("id"))
+		out, err := m.Checkpoints(r.PathValue("id"))
 		if err != nil {
 			writeError(w, httpStatus(err), err.Error())
 			return
 		}
-		out := restCheckpoints{Checkpoints: make([]restCheckpoint, 0, len(resp.Checkpoints)), Completed: resp.Completed,
-			Failed: resp.Failed, InProgress: resp.InProgress, RestoredFrom: resp.RestoredFrom}
-		for _, c := range resp.Checkpoints {
-			out.Checkpoints = append(out.Checkpoints, restCheckpoint{ID: c.CheckpointId,
-				Status: strings.TrimPrefix(c.Status.String(), "CHECKPOINT_STATUS_"), TriggerTimeMs: c.TriggerTimeMs,
-				DurationMs: c.DurationMs, SizeBytes: c.SizeBytes, SlowestTask: c.SlowestTask, SlowestTaskMs: c.SlowestTaskMs,
-				Acknowledged: c.Acknowledged, TotalTasks: c.TotalTasks, Failure: c.Failure})
-		}
 		writeJSON(w, http.StatusOK, out)
 	})
-	// The one endpoint that changes something: trigger a checkpoint now.
 	mux.HandleFunc("POST /v1/jobs/{id}/checkpoints", func(w http.ResponseWriter, r *http.Request) {
-		id, err := jm.triggerCheckpoint(r.PathValue("id"))
+		id, err := m.TriggerCheckpoint(r.PathValue("id"))
 		if err != nil {
 			writeError(w, httpStatus(err), err.Error())
 			return
@@ -268,7 +390,7 @@ func (jm *JobManager) restHandler() http.Handler {
 		if !readJSONBody(w, r, &body) {
 			return
 		}
-		jm.startSavepointRequest(w, r.PathValue("id"), body.Dir, false, false)
+		writeRequestID(w)(m.Savepoint(r.PathValue("id"), body.Dir))
 	})
 	mux.HandleFunc("POST /v1/jobs/{id}/stop", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -278,10 +400,10 @@ func (jm *JobManager) restHandler() http.Handler {
 		if !readJSONBody(w, r, &body) {
 			return
 		}
-		jm.startSavepointRequest(w, r.PathValue("id"), body.SavepointDir, true, body.Drain)
+		writeRequestID(w)(m.Stop(r.PathValue("id"), body.SavepointDir, body.Drain))
 	})
 	mux.HandleFunc("GET /v1/savepoint-requests/{rid}", func(w http.ResponseWriter, r *http.Request) {
-		req, ok := jm.savepointRequest(r.PathValue("rid"))
+		req, ok := m.SavepointRequest(r.PathValue("rid"))
 		if !ok {
 			writeError(w, http.StatusNotFound, "no such savepoint request (they are kept for the last 100 requests)")
 			return
@@ -305,10 +427,10 @@ func (jm *JobManager) restHandler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}/checkpoints/{cid}", func(w http.ResponseWriter, r *http.Request) {
 		cid, err := strconv.ParseInt(r.PathValue("cid"), 10, 64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("checkpoint id %q is not a number", r.PathValue("cid")))
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("checkpoint id %.40q is not a number", r.PathValue("cid")))
 			return
 		}
-		resp, err := jm.inspectCheckpoint(r.Context(), r.PathValue("id"), cid)
+		resp, err := m.Checkpoint(r.Context(), r.PathValue("id"), cid)
 		if err != nil {
 			writeError(w, httpStatus(err), err.Error())
 			return
@@ -331,15 +453,40 @@ func (jm *JobManager) restHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, restHA{Mode: mode, Leader: leader, Epoch: epoch, LeaderAddress: jm.leaderAddress(r.Context())})
 	})
+	mux.Handle("/ui/", webui.New(m))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET")
-			writeError(w, http.StatusMethodNotAllowed, "the REST API is read-only except POST /v1/jobs/{id}/checkpoints, /v1/jobs/{id}/savepoints, /v1/jobs/{id}/stop and /v1/savepoints/dispose; use GET (submit and cancel jobs over gRPC with the weir CLI)")
+		// A browser that opens the bare address gets the UI.
+		if r.URL.Path == "/" && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+			http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 			return
 		}
-		writeError(w, http.StatusNotFound, "no such resource "+r.URL.Path+"; try /v1/jobs, /v1/jobs/{id}/checkpoints, /v1/taskmanagers, /v1/overview, /metrics or /healthz")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET")
+			writeError(w, http.StatusMethodNotAllowed, "no such action "+r.Method+" "+r.URL.Path+"; the REST API changes things only with POST to /v1/jobs, /v1/jobs/{id}/cancel, /v1/jobs/{id}/checkpoints, /v1/jobs/{id}/savepoints, /v1/jobs/{id}/stop and /v1/savepoints/dispose (see docs/rest.md)")
+			return
+		}
+		writeError(w, http.StatusNotFound, "no such resource "+r.URL.Path+"; try /v1/jobs, /v1/jobs/{id}/checkpoints, /v1/taskmanagers, /v1/overview, /metrics, /healthz or, in a browser, /ui/")
 	})
-	return jm.standbyREST(mux)
+	// Browsers send cookies and client certificates along with requests
+	// that other sites' pages make; such a request must not change
+	// anything.
+	csrf := http.NewCrossOriginProtection()
+	csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusForbidden, "a cross-origin request from a browser may not change anything; use the page the jobmanager serves or a non-browser client")
+	}))
+	return jm.standbyREST(csrf.Handler(mux))
+}
+
+// writeRequestID answers a started savepoint request with its id, or the
+// error that refused it.
+func writeRequestID(w http.ResponseWriter) func(string, error) {
+	return func(rid string, err error) {
+		if err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]string{"requestId": rid})
+	}
 }
 
 // restHA is GET /v1/ha: this jobmanager's view of the election.

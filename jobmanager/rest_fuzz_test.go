@@ -118,8 +118,9 @@ func (rt *restFuzzTarget) serve(ctx context.Context, method, target string, body
 // checkJSONResponse checks the shape every answer of the REST API has:
 // a JSON body, and for an error an object whose "error" says what went
 // wrong. Redirects (the router's answer to paths with "..", "//" or a
-// missing trailing slash), the Prometheus text of GET /metrics and the
-// router's bare 400 for "OPTIONS *" are not JSON.
+// missing trailing slash), the Prometheus text of GET /metrics, the
+// router's bare 400 for "OPTIONS *" and the web UI under /ui/ are not
+// JSON.
 func checkJSONResponse(t *testing.T, r *http.Request, w *httptest.ResponseRecorder) {
 	t.Helper()
 	code, body := w.Code, w.Body.Bytes()
@@ -133,6 +134,11 @@ func checkJSONResponse(t *testing.T, r *http.Request, w *httptest.ResponseRecord
 		return
 	case r.RequestURI == "*":
 		return
+	case strings.HasPrefix(r.URL.Path, "/ui/") && w.Header().Get("Content-Type") == "text/html; charset=utf-8":
+		// The web UI's pages, errors included, are HTML.
+		return
+	case strings.HasPrefix(r.URL.Path, "/ui/static/") && code == http.StatusOK:
+		return // its style sheet and script
 	}
 	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("%s %q: %d with Content-Type %q, want application/json; body %q", r.Method, r.RequestURI, code, ct, body)

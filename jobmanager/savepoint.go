@@ -352,26 +352,6 @@ func (jm *JobManager) runSavepointRequest(ctx context.Context, dir string, req *
 	return resp, err
 }
 
-// startSavepointRequest starts a savepoint (stop: a stop with one, drain:
-// with --drain) and answers 202 with the request's id.
-func (jm *JobManager) startSavepointRequest(w http.ResponseWriter, jobID, dir string, stop, drain bool) {
-	if _, err := jm.savepointDir(dir); err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
-	req, err := jm.newSavepointRequest(randomID(), jobID, stop, drain)
-	if err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
-	jm.bg.Go(func() {
-		ctx, cancel := context.WithTimeout(jm.bgCtx, savepointTimeout)
-		defer cancel()
-		_, _ = jm.runSavepointRequest(ctx, dir, req) // the outcome is in req
-	})
-	writeJSON(w, http.StatusAccepted, map[string]string{"requestId": req.ID})
-}
-
 // savepointRequest returns a copy of the request rid.
 func (jm *JobManager) savepointRequest(rid string) (restSavepointRequest, bool) {
 	jm.spReqs.Lock()

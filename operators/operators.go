@@ -22,6 +22,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindTransform,
 		Plan:        planMap,
 		NewOperator: func(config []byte) (stream.Operator, error) { return NewMap(config) },
+		Config:      MapConfig{},
 		Doc:         "adds or replaces fields computed by expressions ({\"set\": [{\"name\", \"expr\"}]})",
 	})
 	r.Register(stream.OperatorType{
@@ -29,6 +30,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindTransform,
 		Plan:        planFilter,
 		NewOperator: func(config []byte) (stream.Operator, error) { return NewFilter(config) },
+		Config:      FilterConfig{},
 		Doc:         "keeps the rows for which a bool expression is true ({\"where\": expr})",
 	})
 	r.Register(stream.OperatorType{
@@ -36,6 +38,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindTransform,
 		Plan:        planProject,
 		NewOperator: func(config []byte) (stream.Operator, error) { return NewProject(config) },
+		Config:      ProjectConfig{},
 		Doc:         "outputs exactly the listed fields, copied or computed ({\"fields\": [{\"name\", \"expr\"}]})",
 	})
 }

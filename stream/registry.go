@@ -153,6 +153,11 @@ type OperatorType struct {
 	AutoWatermarkInterval bool
 	// Doc is one line for `weir operators`.
 	Doc string
+	// Config, when set, is a zero value of the struct the type's Plan
+	// decodes its config into (with DecodeConfig or DecodeOperatorConfig):
+	// `weir operators` lists the config keys from its json tags. It is
+	// documentation only; nothing decodes into it.
+	Config any
 }
 
 // Registry maps operator type names to types. A source and a non-source type

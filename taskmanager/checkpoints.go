@@ -179,7 +179,7 @@ func (h *taskHooks) SnapshotTaken(id, timestamp int64, snaps map[string]*stream.
 	go func() {
 		defer h.wg.Done()
 		start := time.Now()
-		handles, bytes, err := h.upload(id, snaps)
+		handles, bytes, stateBytes, err := h.upload(id, snaps)
 		if err != nil {
 			if h.ctx.Err() == nil {
 				h.tm.log.Warn("checkpoint upload failed; declining", "task", h.name, "checkpoint", id, "err", err)
@@ -188,18 +188,22 @@ func (h *taskHooks) SnapshotTaken(id, timestamp int64, snaps map[string]*stream.
 			return
 		}
 		async := time.Since(start)
-		h.tm.metrics.observeSnapshot(h.id.GetJobId(), h.name, bytes, stats, async)
+		h.tm.metrics.observeSnapshot(h.id.GetJobId(), h.name, h.spec.Subtask, bytes, stateBytes, stats, async)
 		h.tm.acks.ack(h.ctx, h.name, &weirpb.CheckpointAck{Id: h.id, CheckpointId: id, Handles: handles,
 			SyncDurationMs: stats.Sync.Milliseconds(), AsyncDurationMs: async.Milliseconds(),
 			AlignmentDurationMs: stats.Alignment.Milliseconds(), Bytes: bytes})
 	}()
 }
 
-func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) ([]*weirpb.StateHandle, int64, error) {
+// upload writes the snapshots of checkpoint id and returns their handles,
+// the bytes written, and the state size of each operator (by uid: its
+// encoded state plus all its snapshot files, reused ones included).
+func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) ([]*weirpb.StateHandle, int64, map[string]int64, error) {
 	st, err := h.tm.storages.open(h.ctx, h.storage)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
+	stateBytes := make(map[string]int64, len(snaps))
 	uids := make([]string, 0, len(snaps))
 	for uid := range snaps {
 		uids = append(uids, uid)
@@ -226,7 +230,7 @@ func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) 
 		for _, part := range parts {
 			data, err := checkpoint.EncodeSnapshot(part.snap)
 			if err != nil {
-				return nil, 0, fmt.Errorf("operator %q: encode snapshot: %w", uid, err)
+				return nil, 0, nil, fmt.Errorf("operator %q: encode snapshot: %w", uid, err)
 			}
 			upload := st.UploadSnapshot
 			if part.union {
@@ -234,21 +238,25 @@ func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) 
 			}
 			hd, err := upload(h.ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.spec.Parallelism, h.id.GetAttempt(), kg, data)
 			if err != nil {
-				return nil, 0, fmt.Errorf("operator %q: %w", uid, err)
+				return nil, 0, nil, fmt.Errorf("operator %q: %w", uid, err)
 			}
 			total += int64(len(data))
+			stateBytes[uid] += int64(len(data))
 			if !part.union && len(snap.Files) > 0 {
 				files, n, err := st.UploadFiles(h.ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.id.GetAttempt(), snap.Files)
 				if err != nil {
-					return nil, 0, fmt.Errorf("operator %q: %w", uid, err)
+					return nil, 0, nil, fmt.Errorf("operator %q: %w", uid, err)
 				}
 				hd.Files = files
 				total += n
+				for _, f := range snap.Files {
+					stateBytes[uid] += f.Size
+				}
 			}
 			handles = append(handles, hd)
 		}
 	}
-	return handles, total, nil
+	return handles, total, stateBytes, nil
 }
 
 // SnapshotFailed declines checkpoint id; it runs on the task goroutine, so

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/weirstream/weir/statebackend/backends"
 )
@@ -104,14 +105,13 @@ const removingPrefix = ".removing-"
 // recovery, should it be restarted here; once the job has ended they are of
 // no use.
 //
-// It also ends the late-record series kept for such jobs
-// (forgetLateLocked).
+// It also ends the metric series kept for such jobs (forgetEndedLocked).
 //
 // The decision and the removal happen under the lock that submit takes to
 // register a task, so a task deployed meanwhile never loses its directory.
 func (tm *TaskManager) sweepLocalState(active []string) {
 	tm.mu.Lock()
-	tm.forgetLateLocked(active)
+	tm.forgetEndedLocked(active, time.Now())
 	tm.mu.Unlock()
 	entries, err := os.ReadDir(tm.cfg.StateDir)
 	if err != nil {

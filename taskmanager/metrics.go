@@ -1,7 +1,11 @@
 package taskmanager
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +27,26 @@ type metrics struct {
 	asyncDuration   *prometheus.GaugeVec
 	tasksRunning    prometheus.GaugeFunc
 	fencedCalls     prometheus.Counter
+	// stateBytes, restoreDuration and restoreTime are per operator or
+	// task subtask; their series end when the subtask leaves the
+	// taskmanager (forgetSubtask), those of the other vectors with the job
+	// (forgetEndedLocked).
+	stateBytes      *prometheus.GaugeVec
+	restoreDuration *prometheus.GaugeVec
+	restoreTime     *prometheus.GaugeVec
+
+	mu struct {
+		sync.Mutex
+		// jobs have series in the vectors above.
+		jobs map[string]bool
+	}
 }
+
+// endedSeriesGrace is how long the series of an ended task (its final
+// record counts, its job's late records and snapshot gauges) stay after
+// the task was reported ended, at least, once its job is no longer
+// active: long enough for a few scrapes to see the final values.
+const endedSeriesGrace = 2 * time.Minute
 
 func newMetrics(tm *TaskManager) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
@@ -49,6 +72,17 @@ func newMetrics(tm *TaskManager) *metrics {
 			defer tm.mu.Unlock()
 			return float64(len(tm.mu.tasks))
 		})
+	m.stateBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "weir_operator_state_bytes",
+		Help: "State size of the operator subtask's last snapshot: encoded keyed and operator state plus the files of an incremental snapshot, " +
+			"whether uploaded by this checkpoint or reused."},
+		[]string{"job", "operator", "subtask"})
+	m.restoreDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "weir_task_restore_duration_seconds", Help: "Time the subtask's latest restore took to load its state from checkpoint storage."},
+		[]string{"job", "task", "subtask"})
+	m.restoreTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "weir_task_restore_timestamp_seconds", Help: "When the subtask's latest restore finished (seconds since the epoch)."},
+		[]string{"job", "task", "subtask"})
 	m.fencedCalls = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "weir_taskmanager_fenced_calls_total", Help: "Calls from a jobmanager with a lower fencing epoch than one already seen (a deposed leader), rejected."})
 	exchangeSent := prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -74,17 +108,150 @@ func newMetrics(tm *TaskManager) *metrics {
 			"Bytes of batches from other taskmanagers waiting in the task's input buffers (its share of weir_exchange_buffered_bytes).",
 			[]string{"job", "task"}, nil)})
 	m.reg.MustRegister(m.fencedCalls, m.stateBytesWrite, m.stateBytesRead, m.snapshots, m.alignment, m.syncDuration, m.asyncDuration,
-		m.tasksRunning, newLateRecords(tm.lateRecordCounts),
+		m.tasksRunning, newLateRecords(tm.lateRecordCounts), m.stateBytes, m.restoreDuration, m.restoreTime, newTaskSeries(tm),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-func (m *metrics) observeSnapshot(job, task string, bytes int64, stats dataflow.SnapshotStats, async time.Duration) {
+// observeSnapshot records an uploaded snapshot of subtask (named task) of
+// job: its bytes uploaded, its durations, and the state size of each
+// operator (by uid).
+func (m *metrics) observeSnapshot(job, task string, subtask int, bytes int64, stateBytes map[string]int64,
+	stats dataflow.SnapshotStats, async time.Duration) {
+	m.noteJob(job)
 	m.stateBytesWrite.Add(float64(bytes))
 	m.snapshots.Inc()
+	sub := strconv.Itoa(subtask)
+	for uid, n := range stateBytes {
+		m.stateBytes.WithLabelValues(job, uid, sub).Set(float64(n))
+	}
 	m.alignment.WithLabelValues(job, task).Set(stats.Alignment.Seconds())
 	m.syncDuration.WithLabelValues(job, task).Set(stats.Sync.Seconds())
 	m.asyncDuration.WithLabelValues(job, task).Set(async.Seconds())
+}
+
+// observeRestore records that a subtask (task name, as deployed, and
+// index) of job loaded its state in d, ending at end.
+func (m *metrics) observeRestore(job, name string, subtask, parallelism int, d time.Duration, end time.Time) {
+	m.noteJob(job)
+	task, sub := taskLabels(name, subtask, parallelism)
+	m.restoreDuration.WithLabelValues(job, task, sub).Set(d.Seconds())
+	m.restoreTime.WithLabelValues(job, task, sub).Set(float64(end.UnixNano()) / 1e9)
+}
+
+func (m *metrics) noteJob(job string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.jobs == nil {
+		m.mu.jobs = make(map[string]bool)
+	}
+	m.mu.jobs[job] = true
+}
+
+// forgetJobs ends the vector series of the jobs keep says no.
+func (m *metrics) forgetJobs(keep func(job string) bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for job := range m.mu.jobs {
+		if keep(job) {
+			continue
+		}
+		l := prometheus.Labels{"job": job}
+		for _, v := range []*prometheus.GaugeVec{m.alignment, m.syncDuration, m.asyncDuration, m.stateBytes, m.restoreDuration, m.restoreTime} {
+			v.DeletePartialMatch(l)
+		}
+		delete(m.mu.jobs, job)
+	}
+}
+
+// forgetSubtask ends the state-size and restore series of a subtask that
+// leaves the taskmanager: a later attempt may run elsewhere, and the
+// series would then be counted twice.
+func (m *metrics) forgetSubtask(job, name string, subtask, parallelism int, ops []dataflow.OperatorInstance) {
+	task, sub := taskLabels(name, subtask, parallelism)
+	for _, op := range ops {
+		m.stateBytes.DeleteLabelValues(job, op.UID, sub)
+	}
+	m.restoreDuration.DeleteLabelValues(job, task, sub)
+	m.restoreTime.DeleteLabelValues(job, task, sub)
+}
+
+// taskLabels splits a deployed task name ("window -> sink (2/4)") into the
+// labels task ("window -> sink") and subtask ("1", 0-based).
+func taskLabels(name string, subtask, parallelism int) (task, sub string) {
+	return strings.TrimSuffix(name, fmt.Sprintf(" (%d/%d)", subtask+1, parallelism)), strconv.Itoa(subtask)
+}
+
+// goneTask is what stays of a task that left tm.mu.tasks: the final
+// values of its counters, for the grace period (endedSeriesGrace).
+type goneTask struct {
+	name                  string // as deployed
+	parallelism           int
+	recordsIn, recordsOut int64
+	backpressured         time.Duration
+	at                    time.Time // when it left
+}
+
+// taskSeries is the prometheus.Collector of the per-subtask counters
+// weir_task_records_in_total, weir_task_records_out_total and
+// weir_task_backpressured_seconds_total, read from the tasks at every
+// scrape. A task that ended keeps its final values for a while
+// (goneTask); a new attempt of the subtask starts its counters at zero.
+type taskSeries struct {
+	tm                   *TaskManager
+	in, out, backpressed *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*taskSeries)(nil)
+
+func newTaskSeries(tm *TaskManager) *taskSeries {
+	labels := []string{"job", "task", "subtask"}
+	return &taskSeries{tm: tm,
+		in: prometheus.NewDesc("weir_task_records_in_total",
+			"Rows entering the subtask's chain (for a source task: rows the source emitted), in the current attempt.", labels, nil),
+		out: prometheus.NewDesc("weir_task_records_out_total",
+			"Rows the subtask's last operator emitted to its main output and to side outputs that something reads, in the current attempt.",
+			labels, nil),
+		backpressed: prometheus.NewDesc("weir_task_backpressured_seconds_total",
+			"Time the subtask waited to send a batch because a downstream input buffer was full (no credit), in the current attempt.",
+			labels, nil),
+	}
+}
+
+func (c *taskSeries) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.in
+	ch <- c.out
+	ch <- c.backpressed
+}
+
+func (c *taskSeries) Collect(ch chan<- prometheus.Metric) {
+	type series struct {
+		job string
+		sub int
+		g   goneTask
+	}
+	var out []series
+	c.tm.mu.Lock()
+	for k, rt := range c.tm.mu.tasks {
+		if rt.task == nil {
+			continue
+		}
+		m := rt.task.Metrics()
+		out = append(out, series{k.job, int(k.subtask), goneTask{name: rt.name, parallelism: rt.spec.Parallelism,
+			recordsIn: m.RecordsIn.Load(), recordsOut: m.RecordsOut.Load(), backpressured: m.BackpressuredTime()}})
+	}
+	for k, g := range c.tm.mu.goneTasks {
+		if _, shadowed := c.tm.mu.tasks[k]; !shadowed {
+			out = append(out, series{k.job, int(k.subtask), *g})
+		}
+	}
+	c.tm.mu.Unlock()
+	for _, s := range out {
+		task, sub := taskLabels(s.g.name, s.sub, s.g.parallelism)
+		ch <- prometheus.MustNewConstMetric(c.in, prometheus.CounterValue, float64(s.g.recordsIn), s.job, task, sub)
+		ch <- prometheus.MustNewConstMetric(c.out, prometheus.CounterValue, float64(s.g.recordsOut), s.job, task, sub)
+		ch <- prometheus.MustNewConstMetric(c.backpressed, prometheus.CounterValue, s.g.backpressured.Seconds(), s.job, task, sub)
+	}
 }
 
 // lateRecords is the prometheus.Collector of
@@ -145,12 +312,19 @@ func (tm *TaskManager) lateRecordCounts() map[lateKey]int64 {
 	return out
 }
 
-// retireLocked keeps the late-record counts of task rt (key k), which is
-// leaving tm.mu.tasks. tm.mu must be held.
+// retireLocked keeps the late-record counts and the final record counts
+// of task rt (key k), which is leaving tm.mu.tasks. tm.mu must be held.
 func (tm *TaskManager) retireLocked(k taskKey, rt *runningTask) {
 	if rt.task == nil {
 		return
 	}
+	m := rt.task.Metrics()
+	if tm.mu.goneTasks == nil {
+		tm.mu.goneTasks = make(map[taskKey]*goneTask)
+	}
+	tm.mu.goneTasks[k] = &goneTask{name: rt.name, parallelism: rt.spec.Parallelism, recordsIn: m.RecordsIn.Load(),
+		recordsOut: m.RecordsOut.Load(), backpressured: m.BackpressuredTime(), at: time.Now()}
+	tm.metrics.forgetSubtask(k.job, rt.name, int(k.subtask), rt.spec.Parallelism, rt.task.Operators())
 	for _, op := range rt.task.Operators() {
 		if lc, ok := op.Instance.(stream.LateRecordsCounter); ok {
 			if tm.mu.lateGone == nil {
@@ -161,14 +335,31 @@ func (tm *TaskManager) retireLocked(k taskKey, rt *runningTask) {
 	}
 }
 
-// forgetLateLocked drops the kept late-record counts of jobs that are not
-// in active and have no task here: their series end. tm.mu must be held.
-func (tm *TaskManager) forgetLateLocked(active []string) {
+// forgetEndedLocked ends the series of jobs that are not in active, have
+// no task here, and none of whose tasks ended less than
+// tm.endedSeriesGrace ago: the kept late-record and record counts, and
+// the per-job gauges. tm.mu must be held.
+func (tm *TaskManager) forgetEndedLocked(active []string, now time.Time) {
+	recent := make(map[string]bool)
+	for k, g := range tm.mu.goneTasks {
+		if now.Sub(g.at) < tm.endedSeriesGrace {
+			recent[k.job] = true
+		}
+	}
+	keep := func(job string) bool {
+		return recent[job] || slices.Contains(active, job) || tm.runsTaskOfLocked(job)
+	}
+	for k := range tm.mu.goneTasks {
+		if !keep(k.job) {
+			delete(tm.mu.goneTasks, k)
+		}
+	}
 	for k := range tm.mu.lateGone {
-		if !slices.Contains(active, k.job) && !tm.runsTaskOfLocked(k.job) {
+		if !keep(k.job) {
 			delete(tm.mu.lateGone, k)
 		}
 	}
+	tm.metrics.forgetJobs(keep)
 }
 
 // exchangeStats are the counters of the taskmanager's exchange, zero before

@@ -218,6 +218,9 @@ func TestLateRecordsMetric(t *testing.T) {
 	jm.Serve(t)
 	st := newTestState()
 	h := startTaskManager(t, jm.Addr(), addSideTypes(newTestRegistry(st), st, &sums{}), func(c *Config) { c.Slots = 4 })
+	h.tm.mu.Lock()
+	h.tm.endedSeriesGrace = 0 // series end as soon as their job does
+	h.tm.mu.Unlock()
 	if got := lateSeries(t, h); len(got) != 0 {
 		t.Fatalf("series before any task: %v", got)
 	}

@@ -64,9 +64,13 @@ type TaskManager struct {
 		// sweepSubtaskState has run with.
 		subtasksSwept map[string]int64
 		// lateGone holds the late-record counts of tasks no longer in
-		// tasks, until their job ends, so that the counter never goes
-		// down when one subtask ends before another (metrics.go).
+		// tasks, until their job ends (and endedSeriesGrace passed), so
+		// that the counter never goes down when one subtask ends before
+		// another (metrics.go).
 		lateGone map[lateKey]int64
+		// goneTasks holds the final record counts of tasks no longer in
+		// tasks, for a while after their job ended (metrics.go).
+		goneTasks map[taskKey]*goneTask
 		// stopping is set when Run shuts down; submit then refuses tasks,
 		// which would otherwise start after cancelAll and never end.
 		stopping bool
@@ -84,6 +88,9 @@ type TaskManager struct {
 	// testAcceptEpochs skips verifyEpoch, for tests of the fencing rules
 	// without an etcd.
 	testAcceptEpochs atomic.Bool
+	// endedSeriesGrace is how long the metric series of ended tasks stay
+	// (metrics.go); tests shorten it. Read under mu.
+	endedSeriesGrace time.Duration
 
 	wg sync.WaitGroup // running tasks
 
@@ -165,6 +172,7 @@ func New(cfg Config, reg *stream.Registry) (*TaskManager, error) {
 	tm := &TaskManager{cfg: cfg, tls: material, paths: paths, tempState: cfg.StateDir == "", reg: reg, log: cfg.Logger.With("taskmanager", cfg.ID),
 		ready: make(chan struct{}), instance: rand.Text()}
 	tm.mu.tasks = make(map[taskKey]*runningTask)
+	tm.endedSeriesGrace = endedSeriesGrace
 	tm.mu.jobsRun = make(map[string]bool)
 	tm.mu.subtasksSwept = make(map[string]int64)
 	tm.metrics = newMetrics(tm)
@@ -667,8 +675,11 @@ func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 		// Restore files are of use only while an attempt opens its state:
 		// none are left when it starts or once it ended, however it ended.
 		tm.clearRestoreFiles(rt.spec.LocalStateDir)
+		restoreStart := time.Now()
 		err = tm.restoreState(ctx, rt.deploy, rt.spec, &rt.restore)
 		if rt.restore.restoring.Swap(false) && err == nil {
+			now := time.Now()
+			tm.metrics.observeRestore(rt.id.GetJobId(), rt.name, rt.spec.Subtask, rt.spec.Parallelism, now.Sub(restoreStart), now)
 			// The jobmanager learns at once that the task processes
 			// (weir submit --from waits for it).
 			tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "", "", false)

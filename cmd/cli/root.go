@@ -35,17 +35,21 @@ func NewWeirCommand(reg *stream.Registry) *cobra.Command {
 	cc.bind(root)
 	root.AddCommand(newSubmitCommand(&cc, reg), newJobsCommand(&cc, reg), newSavepointCommand(&cc), newSavepointsCommand(&cc), newTaskManagersCommand(&cc), newCheckpointsCommand(&cc), newLocalCommand(), newCertsCommand(),
 		NewJobManagerCommand(reg), NewTaskManagerCommand(reg))
+	root.AddCommand(newOperatorsCommand(&cc, reg))
+	addVersion(root)
 	return root
 }
 
 // Main runs cmd with a context cancelled by SIGINT or SIGTERM and exits with
-// status 1 after printing the error, if any.
+// status 1 after printing the error, if any. It gives cmd a `version`
+// subcommand and a --version flag unless it has them.
 //
 // With WEIR_CPU_PROFILE set to a directory, the process writes a CPU
 // profile of its whole run there (NAME-PID.pprof, for `go tool pprof`): a
 // developer's aid for profiling processes that tests and benchmarks start.
 func Main(cmd *cobra.Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	addVersion(cmd)
 	stopProfile := startCPUProfile(cmd.Name())
 	err := cmd.ExecuteContext(ctx)
 	stopProfile()

@@ -74,6 +74,7 @@ func Register(r *stream.Registry) {
 		Kind:      stream.KindSource,
 		Plan:      planSource,
 		NewSource: func(config []byte) (stream.Source, error) { return NewSource(config) },
+		Config:    SourceConfig{},
 		Doc:       "reads Kafka topics exactly once (read_committed; offsets in checkpoints; raw or JSON values; per-partition watermarks)",
 	})
 	r.Register(stream.OperatorType{
@@ -81,6 +82,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindSink,
 		Plan:        planSink,
 		NewOperator: func(config []byte) (stream.Operator, error) { return NewSink(config) },
+		Config:      SinkConfig{},
 		Doc:         "writes rows to a Kafka topic as JSON or raw values; exactly once through Kafka transactions when the job checkpoints",
 	})
 }

@@ -38,6 +38,7 @@ func Register(r *stream.Registry) {
 		Kind:      stream.KindSource,
 		Plan:      planSource,
 		NewSource: newSource,
+		Config:    SourceConfig{},
 		Doc:       "reads a NATS JetStream stream (raw messages or JSON), exactly once by stream sequence; optionally bounded (stopAtEnd)",
 	})
 	r.Register(stream.OperatorType{
@@ -45,6 +46,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindSink,
 		Plan:        planSink,
 		NewOperator: newSink,
+		Config:      SinkConfig{},
 		Doc:         "publishes rows to NATS JetStream (JSON or raw) with deterministic Nats-Msg-Id headers: exactly once within the stream's duplicate window for inputs that replay identically",
 	})
 }

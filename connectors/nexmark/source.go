@@ -76,7 +76,8 @@ func Register(r *stream.Registry) {
 				}
 				return NewSource(k, cfg), nil
 			},
-			Doc: "the " + k.String() + " events of the Nexmark benchmark stream ({events, seed, eventsPerSecond, startMillis, batchSize})",
+			Config: Config{},
+			Doc:    "the " + k.String() + " events of the Nexmark benchmark stream ({events, seed, eventsPerSecond, startMillis, batchSize})",
 		})
 	}
 }

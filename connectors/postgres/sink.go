@@ -19,6 +19,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindSink,
 		Plan:        plan,
 		NewOperator: newOperator,
+		Config:      Config{},
 		Doc:         "writes rows into a PostgreSQL table: exactly once by prepared transactions (two-phase commit), or upserts or inserts committed at each checkpoint",
 	})
 }

@@ -67,7 +67,8 @@ func Register(r *stream.Registry) {
 		NewOperator: func(config []byte) (stream.Operator, error) {
 			return NewWindowJoin(config)
 		},
-		Doc: "keyed event-time tumbling window join of two inputs ({size, rightPrefix, windowBounds}), emitted when the watermark passes the window end",
+		Config: Config{},
+		Doc:    "keyed event-time tumbling window join of two inputs ({size, rightPrefix, windowBounds}), emitted when the watermark passes the window end",
 	})
 	r.Register(stream.OperatorType{
 		Name:   TypeStreamJoin,
@@ -77,7 +78,8 @@ func Register(r *stream.Registry) {
 		NewOperator: func(config []byte) (stream.Operator, error) {
 			return NewStreamJoin(config)
 		},
-		Doc: "keyed streaming inner join of two inputs, both kept in state, rows expiring ttl after they are stored when set ({rightPrefix, ttl})",
+		Config: Config{},
+		Doc:    "keyed streaming inner join of two inputs, both kept in state, rows expiring ttl after they are stored when set ({rightPrefix, ttl})",
 	})
 }
 

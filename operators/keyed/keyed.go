@@ -22,6 +22,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindTransform,
 		Plan:        planRunningCount,
 		NewOperator: func(config []byte) (stream.Operator, error) { return NewRunningCount(config) },
+		Config:      RunningCountConfig{},
 		Doc:         "keyed: emits the key fields and the key's running record count for every record ({\"emit\": \"every\", \"as\": \"count\"})",
 	})
 	r.Register(stream.OperatorType{
@@ -29,6 +30,7 @@ func Register(r *stream.Registry) {
 		Kind:        stream.KindTransform,
 		Plan:        planSequenceCheck,
 		NewOperator: func(config []byte) (stream.Operator, error) { return NewSequenceCheck(config) },
+		Config:      SequenceCheckConfig{},
 		Doc:         "keyed: fails the task unless an int64 field arrives as 1, 2, 3, ... per key ({\"field\": \"seq\"}); passes records through",
 	})
 }
@@ -42,6 +44,7 @@ func RegisterFailureInjection(r *stream.Registry) {
 		Kind:        stream.KindTransform,
 		Plan:        planFail,
 		NewOperator: func(config []byte) (stream.Operator, error) { return NewFail(config) },
+		Config:      FailConfig{},
 		Doc:         "test operator: passes records through and fails at configured points of configured attempts ({\"failures\": [{\"attempt\": 1, \"at\": \"records\", \"after\": 5000}]})",
 	})
 }

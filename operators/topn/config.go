@@ -71,6 +71,7 @@ func Register(r *stream.Registry) {
 				return r.out, nil
 			},
 			NewOperator: func(config []byte) (stream.Operator, error) { return New(op, config) },
+			Config:      Config{},
 			Doc:         docOf(op),
 		})
 	}

@@ -34,6 +34,7 @@ func Register(r *stream.Registry) {
 			return NewWatermarks(config)
 		},
 		AutoWatermarkInterval: true,
+		Config:                WatermarksConfig{},
 		Doc:                   "assigns event time from a timestamp field and emits bounded-out-of-orderness watermarks periodically",
 	})
 	r.Register(stream.OperatorType{
@@ -43,7 +44,8 @@ func Register(r *stream.Registry) {
 		NewOperator: func(config []byte) (stream.Operator, error) {
 			return NewTumblingWindow(config)
 		},
-		Doc: "keyed event-time tumbling windows with count/sum/min/max/avg aggregates",
+		Config: WindowConfig{},
+		Doc:    "keyed event-time tumbling windows with count/sum/min/max/avg aggregates",
 	})
 	r.Register(stream.OperatorType{
 		Name: TypeSlidingWindow,
@@ -52,7 +54,8 @@ func Register(r *stream.Registry) {
 		NewOperator: func(config []byte) (stream.Operator, error) {
 			return NewSlidingWindow(config)
 		},
-		Doc: "keyed event-time sliding windows with count/sum/min/max/avg aggregates",
+		Config: WindowConfig{},
+		Doc:    "keyed event-time sliding windows with count/sum/min/max/avg aggregates",
 	})
 	r.Register(stream.OperatorType{
 		Name: TypeSessionWindow,
@@ -61,7 +64,8 @@ func Register(r *stream.Registry) {
 		NewOperator: func(config []byte) (stream.Operator, error) {
 			return NewSessionWindow(config)
 		},
-		Doc: "keyed event-time session windows (merging on a gap of inactivity) with count/sum/min/max/avg aggregates",
+		Config: SessionWindowConfig{},
+		Doc:    "keyed event-time session windows (merging on a gap of inactivity) with count/sum/min/max/avg aggregates",
 	})
 }
 
