@@ -18,6 +18,7 @@ import (
 	"github.com/weirstream/weir/operators"
 	"github.com/weirstream/weir/operators/join"
 	"github.com/weirstream/weir/operators/keyed"
+	"github.com/weirstream/weir/operators/lifetime"
 	"github.com/weirstream/weir/operators/topn"
 	"github.com/weirstream/weir/operators/window"
 	"github.com/weirstream/weir/stream"
@@ -36,5 +37,6 @@ func Registry() *stream.Registry {
 	nexmark.Register(r)
 	join.Register(r)
 	topn.Register(r)
+	lifetime.Register(r)
 	return r
 }

@@ -254,6 +254,19 @@ func (s *Storage) ListCheckpointIDs(ctx context.Context, jobID string) ([]int64,
 	return slices.Compact(ids), nil
 }
 
+// ChannelStateBytes is the size of the records in flight that the
+// checkpoint of m keeps (an unaligned checkpoint's channel state, counted
+// on its handles); 0 for an aligned checkpoint.
+func ChannelStateBytes(m *weirpb.Manifest) int64 {
+	var n int64
+	for _, op := range m.GetOperators() {
+		for _, h := range op.GetHandles() {
+			n += h.GetChannelStateBytes()
+		}
+	}
+	return n
+}
+
 // FormatManifest renders m as text for people (weir checkpoints inspect).
 func FormatManifest(m *weirpb.Manifest) string {
 	var b strings.Builder
@@ -284,6 +297,9 @@ func FormatManifest(m *weirpb.Manifest) string {
 		}
 	}
 	fmt.Fprintf(&b, "state:           %s in %d snapshots (%d inline in this manifest)\n", FormatBytes(total), handles, inline)
+	if cs := ChannelStateBytes(m); cs > 0 {
+		fmt.Fprintf(&b, "channel state:   %s (unaligned: records in flight, restorable only at the same parallelism)\n", FormatBytes(cs))
+	}
 	for _, op := range m.GetOperators() {
 		var opSize int64
 		for _, h := range op.GetHandles() {

@@ -241,8 +241,10 @@ type Stats struct {
 	SlowestTask TaskID
 	SlowestAck  time.Duration
 	// The largest synchronous, asynchronous and alignment durations reported
-	// by any task.
-	MaxSync, MaxAsync, MaxAlignment time.Duration
+	// by any task, and the largest start delay (SubtaskStats.StartDelay).
+	MaxSync, MaxAsync, MaxAlignment, MaxStartDelay time.Duration
+	// ChannelStateBytes is the sum of the acknowledged in-flight data.
+	ChannelStateBytes int64
 	// Cause and Failure say why a failed checkpoint ended: Failure is
 	// Cause's text for people.
 	Cause   AbortCause

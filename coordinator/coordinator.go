@@ -40,7 +40,9 @@ type Config struct {
 // positive.
 const DefaultTimeout = 10 * time.Minute
 
-// HistorySize is how many checkpoints History reports at most.
+// HistorySize is how many checkpoints History reports at most. The
+// acknowledgements of those checkpoints are kept too (SubtaskStats), so a
+// coordinator holds at most HistorySize × tasks of them.
 const HistorySize = 50
 
 // ConfigFrom converts a job's checkpoint settings, applying their defaults.
@@ -96,6 +98,13 @@ type AckStats struct {
 	SyncDuration, AsyncDuration, AlignmentDuration time.Duration
 	// Bytes is the size of the state the task uploaded.
 	Bytes int64
+	// ChannelStateBytes is the size of the in-flight data persisted with
+	// the snapshot (unaligned checkpoints).
+	ChannelStateBytes int64
+	// BarrierReceived is when the task received the checkpoint's first
+	// barrier (a source: the trigger), on the task's clock; zero when
+	// unknown.
+	BarrierReceived time.Time
 }
 
 // Errors returned by TriggerNow; test with errors.Is.
@@ -151,8 +160,11 @@ type Coordinator struct {
 	consecutive int  // consecutive failures
 	stopped     bool
 
-	completed  []completedCheckpoint // retained, ascending id
-	history    []*Stats              // oldest first, at most HistorySize
+	completed []completedCheckpoint // retained, ascending id
+	history   []*Stats              // oldest first, at most HistorySize
+	// subtasks are the acknowledgements of the checkpoints in history, by
+	// id, in the order they came.
+	subtasks   map[int64][]SubtaskStats
 	nCompleted int
 	nFailed    int
 	aborts     [len(causeNames)]int // by cause
@@ -285,6 +297,9 @@ func (c *Coordinator) trigger(now time.Time, manual bool, maxPending int) (int64
 	c.pending = append(c.pending, p)
 	c.history = append(c.history, p.stats)
 	if n := len(c.history) - HistorySize; n > 0 {
+		for _, old := range c.history[:n] {
+			delete(c.subtasks, old.ID)
+		}
 		c.history = slices.Delete(c.history, 0, n)
 	}
 	c.lastTrigger = now
@@ -328,6 +343,13 @@ func (c *Coordinator) Ack(now time.Time, task TaskID, id int64, payload any, sta
 	s.MaxSync = max(s.MaxSync, stats.SyncDuration)
 	s.MaxAsync = max(s.MaxAsync, stats.AsyncDuration)
 	s.MaxAlignment = max(s.MaxAlignment, stats.AlignmentDuration)
+	s.ChannelStateBytes += stats.ChannelStateBytes
+	if c.subtasks == nil {
+		c.subtasks = make(map[int64][]SubtaskStats)
+	}
+	sub := SubtaskStats{Task: task, AckTime: now, AckStats: stats}
+	s.MaxStartDelay = max(s.MaxStartDelay, sub.StartDelay(p.trigger))
+	c.subtasks[id] = append(c.subtasks[id], sub)
 	c.maybeAcked(now, p)
 }
 

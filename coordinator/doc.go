@@ -8,8 +8,10 @@
 // ManifestWritten, Stop, Reset — each with the current time, then calls Ready
 // and carries out the returned actions in order. It imports the standard
 // library and package stream (for the configuration) only. Read-only
-// queries (Writing, Latest, Retained, Pending, Counts, AbortCounts, History)
-// answer what the shell would otherwise have to mirror.
+// queries (Writing, Latest, Retained, Pending, Counts, AbortCounts, History,
+// SubtaskStats) answer what the shell would otherwise have to mirror.
+// History keeps the last HistorySize checkpoints, SubtaskStats every
+// acknowledgement of those (at most HistorySize × tasks).
 //
 // # Contract
 //

@@ -78,6 +78,16 @@ func (a *aligner) aligning() []int64 {
 	return ids
 }
 
+// pendingOf returns the pending checkpoint id, or nil.
+func (a *aligner) pendingOf(id int64) *alignment {
+	for _, p := range a.pending {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
+}
+
 // barrier records barrier id (triggered at ts) on channel ch.
 func (a *aligner) barrier(ch int, id, ts int64, now time.Time) alignStep {
 	var s alignStep

@@ -1,12 +1,16 @@
 package dataflow
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
@@ -25,6 +29,10 @@ type SnapshotStats struct {
 	Alignment time.Duration
 	// Sync is the time the synchronous snapshot of the chain took.
 	Sync time.Duration
+	// ChannelStateBytes is the size of the batches an unaligned barrier
+	// overtook, saved with the snapshot (TaskSpec.Unaligned); 0 when the
+	// checkpoint is aligned.
+	ChannelStateBytes int64
 }
 
 // CheckpointHooks receive a task's checkpoint outcomes; the taskmanager
@@ -70,6 +78,10 @@ var (
 	ErrTaskEnded = fmt.Errorf("%w: it has ended", ErrTaskNotRunning)
 	// ErrCheckpointingOff: the task was deployed without checkpointing.
 	ErrCheckpointingOff = errors.New("dataflow: checkpointing is off")
+	// ErrUnalignedRescale: the task restores an unaligned checkpoint,
+	// which holds records in flight between subtasks, at a parallelism
+	// other than the one it was taken at.
+	ErrUnalignedRescale = errors.New("dataflow: an unaligned checkpoint cannot be restored at another parallelism")
 )
 
 // ctlKind is the kind of a message to the task goroutine.
@@ -82,10 +94,11 @@ const (
 )
 
 type ctlMsg struct {
-	kind   ctlKind
-	id, ts int64
-	full   bool // a trigger of a savepoint
-	drain  bool // a trigger of a stop with --drain (full too)
+	kind      ctlKind
+	id, ts    int64
+	full      bool // a trigger of a savepoint
+	drain     bool // a trigger of a stop with --drain (full too)
+	unaligned bool // TriggerUnalignedCheckpoint
 }
 
 type ctlState uint8
@@ -136,6 +149,35 @@ func (c *taskControl) take(buf []ctlMsg) []ctlMsg {
 // task ended.
 func (t *Task) TriggerCheckpoint(id, timestamp int64) error {
 	return t.trigger(ctlMsg{kind: ctlTrigger, id: id, ts: timestamp})
+}
+
+// TriggerUnalignedCheckpoint is TriggerCheckpoint for an unaligned
+// checkpoint. An ExactlyOnce source task never waits for credit while it
+// sends (what its output channels cannot take waits in the task, one Poll's
+// output at most, and goes as credit arrives), so it takes a trigger
+// between two Poll calls even while its output is backpressured. The
+// barrier of an aligned checkpoint then queues behind the batches waiting
+// in the task; that of an unaligned one overtakes them, and the snapshot
+// keeps them as channel state (list state of the chain's head, under names
+// starting "weir.channel-state/"; SnapshotStats.ChannelStateBytes), which a
+// restore at the same parallelism sends first, before any new output.
+//
+// Downstream the barrier is unaligned too: it overtakes the batches
+// buffered in the input channel it arrives on (the network queue's included
+// once they land), the task snapshots at its first barrier without
+// blocking any channel and forwards the barrier at once, and the batches
+// overtaken, and those the task takes from a channel before that channel's
+// barrier, are its channel state, reported with the snapshot once every
+// channel delivered the barrier; a restore puts them in front of their
+// channels. A task restoring channel state at another parallelism fails
+// with ErrUnalignedRescale. At-least-once tasks take an aligned
+// checkpoint, and so does a source whose input ended (the final checkpoint
+// must cover all the output); a task that receives aligned and unaligned
+// barriers of one checkpoint takes it unaligned. A source blocked inside its own Poll sees the trigger only
+// when Poll returns, and a task with inputs blocked sending a batch sees a
+// barrier once that send got its credit.
+func (t *Task) TriggerUnalignedCheckpoint(id, timestamp int64) error {
+	return t.trigger(ctlMsg{kind: ctlTrigger, id: id, ts: timestamp, unaligned: true})
 }
 
 // TriggerSavepoint is TriggerCheckpoint for the checkpoint of a savepoint:
@@ -241,6 +283,10 @@ type checkpointRun struct {
 	// full are the savepoints among the checkpoints being aligned (their
 	// barriers said so); an entry goes once its checkpoint is taken.
 	full map[int64]bool
+	// un is the unaligned checkpoint whose barriers are arriving at a task
+	// with inputs (nil: none); unLast the highest one reported or given up.
+	un     *unalignedRun
+	unLast int64
 }
 
 // control handles the queued triggers and notifications.
@@ -277,14 +323,29 @@ func (r *taskRun) triggered(m ctlMsg) error {
 			return err
 		}
 	}
-	ok := r.snapshot(id, ts, 0, full)
+	// An unaligned checkpoint (never a savepoint): the barrier overtakes
+	// the batches waiting for credit, which the snapshot keeps. Not once
+	// the input ended: the final checkpoint must cover all the output, so
+	// that two-phase-commit sinks downstream commit everything, and data
+	// an unaligned barrier overtook would reach them after it.
+	unaligned := m.unaligned && r.w.deferred && !full && !ck.inputEnded
+	var channels map[string][][]byte
+	var channelBytes int64
+	if unaligned {
+		channels, channelBytes = r.w.channelState(r.t.spec.Parallelism)
+	}
+	ok := r.snapshotWith(id, ts, 0, full, channels, channelBytes)
 	if r.err != nil { // an operator panicked in its snapshot
 		return r.err
 	}
 	// The barrier goes downstream even when the snapshot failed: the
 	// checkpoint is declined anyway, and downstream tasks must not wait for
 	// it in alignment.
-	r.w.broadcast(event{kind: eventBarrier, value: id, ts: ts, full: full})
+	if unaligned {
+		r.w.overtake(event{kind: eventBarrier, value: id, ts: ts, unaligned: true})
+	} else {
+		r.w.broadcast(event{kind: eventBarrier, value: id, ts: ts, full: full})
+	}
 	if r.err != nil {
 		return r.err
 	}
@@ -340,6 +401,9 @@ func (r *taskRun) notified(kind ctlKind, id int64) error {
 	if kind == ctlComplete {
 		ck.lastCompleted = id
 	}
+	if u := ck.un; u != nil && u.id <= id {
+		ck.un, ck.unLast = nil, max(ck.unLast, u.id)
+	}
 	if ck.align != nil {
 		// Neither an aborted checkpoint nor one older than a completed one
 		// can complete any more: stop aligning it.
@@ -375,6 +439,24 @@ func (r *taskRun) notified(kind ctlKind, id int64) error {
 // snapshot fails only the checkpoint; one that panics in it fails the task
 // too (r.err), since its state may be broken.
 func (r *taskRun) snapshot(id, ts int64, aligning time.Duration, full bool) bool {
+	return r.snapshotWith(id, ts, aligning, full, nil, 0)
+}
+
+// snapshotWith is snapshot for a checkpoint that keeps channel state too:
+// the batches of channels (list state by name, channelBytes in all), kept
+// with the snapshot of the chain's head.
+func (r *taskRun) snapshotWith(id, ts int64, aligning time.Duration, full bool, channels map[string][][]byte, channelBytes int64) bool {
+	snaps, sync, ok := r.syncSnapshot(id, ts, full)
+	if ok {
+		r.snapshotTaken(id, ts, snaps, SnapshotStats{Alignment: aligning, Sync: sync, ChannelStateBytes: channelBytes}, channels)
+	}
+	return ok
+}
+
+// syncSnapshot takes the synchronous snapshot of checkpoint id of the
+// chain, as snapshot does, without reporting it when it succeeds; it
+// returns the time it took.
+func (r *taskRun) syncSnapshot(id, ts int64, full bool) (map[string]*stream.OperatorSnapshot, time.Duration, bool) {
 	t := r.t
 	start := time.Now()
 	snaps := make(map[string]*stream.OperatorSnapshot, t.checkpointed)
@@ -391,21 +473,199 @@ func (r *taskRun) snapshot(id, ts int64, aligning time.Duration, full bool) bool
 				if errors.Is(err, ErrOperatorPanic) {
 					r.fail(err)
 				}
-				return false
+				return nil, 0, false
 			}
 		}
 		if l.state != nil {
 			sc.KeyGroups = l.state.KeyGroups()
 			if err := l.state.Snapshot(sc); err != nil {
 				r.ck.hooks.SnapshotFailed(id, t.opErr(l.uid, fmt.Errorf("snapshot of keyed state for checkpoint %d: %w", id, err)))
-				return false
+				return nil, 0, false
 			}
 		}
 		snaps[l.uid] = &sc.State
 	}
+	return snaps, time.Since(start), true
+}
+
+// snapshotTaken reports the snapshot snaps of checkpoint id to the hooks,
+// with the channel state channels (list state by name) kept with the
+// snapshot of the chain's head.
+func (r *taskRun) snapshotTaken(id, ts int64, snaps map[string]*stream.OperatorSnapshot, stats SnapshotStats, channels map[string][][]byte) {
+	t := r.t
+	if len(channels) > 0 {
+		head := t.chain[0].uid
+		snap := snaps[head]
+		if snap == nil {
+			snap = &stream.OperatorSnapshot{}
+			snaps[head] = snap
+		}
+		if snap.List == nil {
+			snap.List = make(map[string][][]byte, len(channels))
+		}
+		for name, items := range channels {
+			snap.List[name] = items
+		}
+	}
 	r.ck.lastSnapshot = id
-	r.ck.hooks.SnapshotTaken(id, ts, snaps, SnapshotStats{Alignment: aligning, Sync: time.Since(start)})
-	return true
+	r.ck.hooks.SnapshotTaken(id, ts, snaps, stats)
+}
+
+// unalignedRun is an unaligned checkpoint at a task with inputs, between
+// its first barrier (when the task snapshots and forwards the barrier) and
+// its last (when the task reports the snapshot with the channel state).
+type unalignedRun struct {
+	id, ts int64
+	began  time.Time
+	sync   time.Duration
+	snaps  map[string]*stream.OperatorSnapshot
+	// arrived: the channel delivered the barrier or ended; missing counts
+	// the others.
+	arrived []bool
+	missing int
+	// state is the channel state by list-state name, bytes its size.
+	state map[string][][]byte
+	bytes int64
+}
+
+// inputStateName is the list-state name of the channel state of input
+// channel ch at a task of parallelism p.
+func inputStateName(p int, ch *inputChannel) string {
+	return fmt.Sprintf("%sp%d/in%d/up%d", channelStatePrefix, p, ch.input, ch.key.UpstreamSubtask)
+}
+
+func (u *unalignedRun) record(name string, data []byte) {
+	u.state[name] = append(u.state[name], data)
+	u.bytes += int64(len(data))
+}
+
+// onUnalignedBarrier handles barrier id of an unaligned checkpoint arriving
+// on ch, ahead of the batches it overtook there. The first barrier of id
+// snapshots the chain and forwards the barrier at once; from then on the
+// batches the task takes from a channel whose barrier has not arrived are
+// channel state, and so are the batches each barrier overtook. Once every
+// channel delivered the barrier or ended, the snapshot is reported with
+// that channel state.
+func (r *taskRun) onUnalignedBarrier(ch *inputChannel, id, ts int64) error {
+	ck := &r.ck
+	if (ck.un == nil || ck.un.id != id) && (id <= ck.unLast || id <= ck.align.last) {
+		return nil // stale: taken, given up, or superseded
+	}
+	if u := ck.un; u != nil && u.id != id {
+		if id < u.id {
+			return nil
+		}
+		ck.hooks.SnapshotFailed(u.id, errkind.Mark(fmt.Errorf("task %s: checkpoint %d abandoned: the barrier of a later checkpoint arrived before every input channel delivered barrier %d (an upstream task skipped or aborted it)", r.t.name, u.id, u.id), errAbandoned))
+		ck.unLast, ck.un = u.id, nil
+	}
+	if ck.un == nil {
+		// Older checkpoints still aligning cannot complete any more. If
+		// id itself is aligning (a source whose input ended sends aligned
+		// barriers), it goes on unaligned: the channels that delivered
+		// its barrier have arrived.
+		var alignedArrived []bool
+		if p := ck.align.pendingOf(id); p != nil {
+			alignedArrived = slices.Clone(p.arrived)
+		}
+		step := ck.align.abortUpTo(id)
+		step.aborted = slices.DeleteFunc(step.aborted, func(a int64) bool { return a == id })
+		if err := r.applyStep(step, nil, true); err != nil {
+			return err
+		}
+		snaps, sync, ok := r.syncSnapshot(id, ts, false)
+		if r.err != nil {
+			return r.err
+		}
+		r.w.broadcast(event{kind: eventBarrier, value: id, ts: ts, unaligned: true})
+		if r.err != nil {
+			return r.err
+		}
+		if !ok {
+			ck.unLast = id
+			return nil
+		}
+		u := &unalignedRun{id: id, ts: ts, began: time.Now(), sync: sync, snaps: snaps,
+			arrived: make([]bool, len(ck.gate.channels)), state: make(map[string][][]byte)}
+		for i, c := range ck.gate.channels {
+			if c.ended || alignedArrived != nil && alignedArrived[i] {
+				u.arrived[i] = true
+			} else {
+				u.missing++
+			}
+		}
+		ck.un = u
+	}
+	u := ck.un
+	if !u.arrived[ch.idx] {
+		u.arrived[ch.idx] = true
+		u.missing--
+		name := inputStateName(r.t.spec.Parallelism, ch)
+		var err error
+		ck.gate.overtaken(ch, id, func(e *event) {
+			if err != nil {
+				return
+			}
+			var data []byte
+			if data, err = eventBytes(e); err == nil {
+				u.record(name, data)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("task %s: channel %v: %w", r.t.name, ch.key, err)
+		}
+	}
+	return r.settleUnaligned()
+}
+
+// recordInput keeps batch b, taken from ch, as channel state of the
+// unaligned checkpoint in progress if ch has not delivered its barrier.
+func (r *taskRun) recordInput(ch *inputChannel, b *stream.Batch) {
+	u := r.ck.un
+	if u == nil || u.arrived[ch.idx] {
+		return
+	}
+	u.record(inputStateName(r.t.spec.Parallelism, ch), batchcodec.Append(nil, b))
+}
+
+// unalignedEnd counts the end of ch as its barrier for the unaligned
+// checkpoint in progress.
+func (r *taskRun) unalignedEnd(ch *inputChannel) error {
+	if u := r.ck.un; u != nil && !u.arrived[ch.idx] {
+		u.arrived[ch.idx] = true
+		u.missing--
+	}
+	return r.settleUnaligned()
+}
+
+// settleUnaligned reports the unaligned checkpoint in progress once every
+// channel delivered its barrier or ended.
+func (r *taskRun) settleUnaligned() error {
+	ck := &r.ck
+	u := ck.un
+	if u == nil || u.missing > 0 {
+		return nil
+	}
+	ck.un, ck.unLast = nil, u.id
+	r.snapshotTaken(u.id, u.ts, u.snaps, SnapshotStats{Alignment: time.Since(u.began), Sync: u.sync, ChannelStateBytes: u.bytes}, u.state)
+	return nil
+}
+
+// eventBytes returns the batch of e in the exchange's batch encoding, a
+// copy that e does not share.
+func eventBytes(e *event) ([]byte, error) {
+	if e.batch != nil {
+		return batchcodec.Append(nil, e.batch), nil
+	}
+	if e.zstd {
+		buf, err := decompressPayload(e.payload)
+		if err != nil {
+			return nil, err
+		}
+		data := bytes.Clone(*buf)
+		exchangePool.Put(buf)
+		return data, nil
+	}
+	return bytes.Clone(e.payload), nil
 }
 
 // onBarrier handles barrier id arriving on ch (full: of a savepoint).
@@ -464,17 +724,92 @@ func (r *taskRun) applyStep(s alignStep, ch *inputChannel, report bool) error {
 func (r *taskRun) waitFinal(ctx context.Context, done func() bool) error {
 	r.t.awaitingFinal.Store(true)
 	defer r.t.awaitingFinal.Store(false)
+	if r.w.deferred {
+		return r.pumpOutput(ctx, done)
+	}
+	m := &r.t.metrics
 	for !done() {
+		m.startIdle()
 		select {
 		case <-r.t.ctl.wake:
+			m.endIdle()
 			if err := r.control(); err != nil {
 				return err
 			}
 		case <-ctx.Done():
+			m.endIdle()
 			return ctx.Err()
 		}
 	}
 	return nil
+}
+
+// pumpInterval is how often pumpOutput looks at its channels without a
+// signal, so that a network stream that broke under a waiting batch is
+// noticed.
+const pumpInterval = 50 * time.Millisecond
+
+// pumpOutput sends what waits in the deferred output channels as credit
+// arrives, handling triggers and notifications meanwhile, until nothing
+// waits and done (nil: at once) holds. Time with batches waiting counts as
+// backpressure.
+func (r *taskRun) pumpOutput(ctx context.Context, done func() bool) error {
+	m := &r.t.metrics
+	waiting := false
+	defer func() {
+		if waiting {
+			m.endBackpressure()
+		}
+	}()
+	var tick *time.Ticker
+	defer func() {
+		if tick != nil {
+			tick.Stop()
+		}
+	}()
+	for {
+		left, err := r.w.flush()
+		if err != nil {
+			return fmt.Errorf("task %s: %w", r.t.name, err)
+		}
+		if left != waiting {
+			if left {
+				m.startBackpressure()
+			} else {
+				m.endBackpressure()
+			}
+			waiting = left
+		}
+		if !left && (done == nil || done()) {
+			return nil
+		}
+		if !left {
+			m.startIdle() // for the outcome of the final checkpoint
+		}
+		var ticks <-chan time.Time
+		if left {
+			if tick == nil {
+				tick = time.NewTicker(pumpInterval)
+			}
+			ticks = tick.C
+		}
+		select {
+		case <-r.w.wake:
+		case <-ticks:
+		case <-r.t.ctl.wake:
+			m.endIdle()
+			if err := r.control(); err != nil {
+				return err
+			}
+			if r.err != nil {
+				return r.err
+			}
+		case <-ctx.Done():
+			m.endIdle()
+			return ctx.Err()
+		}
+		m.endIdle()
+	}
 }
 
 // endControl stops accepting triggers and notifications and reports the
@@ -502,6 +837,10 @@ func (r *taskRun) endControl() {
 			ending(id)
 		}
 	}
+	if u := r.ck.un; u != nil {
+		r.ck.un = nil
+		ending(u.id)
+	}
 }
 
 // restore loads the state of every operator that has some in the spec.
@@ -525,6 +864,9 @@ func (t *Task) restore() error {
 		if snap == nil {
 			continue
 		}
+		if i == 0 {
+			snap = t.takeChannelState(snap)
+		}
 		if l.keyed {
 			// The keyed part went to the backend (openKeyedState).
 			snap = &stream.OperatorSnapshot{List: snap.List, Union: snap.Union}
@@ -541,6 +883,36 @@ func (t *Task) restore() error {
 		}
 	}
 	return nil
+}
+
+// takeChannelState moves the channel state of an unaligned checkpoint out
+// of the source's snapshot into t.channelState, and returns the rest.
+func (t *Task) takeChannelState(snap *stream.OperatorSnapshot) *stream.OperatorSnapshot {
+	var rest map[string][][]byte
+	found := false
+	for name := range snap.List {
+		if strings.HasPrefix(name, channelStatePrefix) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return snap
+	}
+	t.channelState = make(map[string][][]byte)
+	for name, items := range snap.List {
+		if strings.HasPrefix(name, channelStatePrefix) {
+			t.channelState[name] = items
+			continue
+		}
+		if rest == nil {
+			rest = make(map[string][][]byte)
+		}
+		rest[name] = items
+	}
+	out := *snap
+	out.List = rest
+	return &out
 }
 
 func (t *Task) inChain(uid string) bool {

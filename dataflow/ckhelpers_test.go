@@ -18,6 +18,9 @@ type ckState struct {
 	// holdAt: sources emit ids below it, then stay idle (no limit when < 0).
 	holdAt  atomic.Int64
 	emitted atomic.Int64
+	// slow, if set before the tasks start, makes kcount take a value from
+	// it before each batch (closed: no wait).
+	slow chan struct{}
 
 	mu     sync.Mutex
 	counts map[string]map[int64]int64 // kcount state at Finish, by "uid/subtask"
@@ -171,6 +174,9 @@ func (c *kcount) Open(_ context.Context, octx *stream.OperatorContext) error {
 }
 
 func (c *kcount) ProcessBatch(_ int, b *stream.Batch, _ stream.Collector) error {
+	if s := c.st.slow; s != nil {
+		<-s
+	}
 	n := b.Len()
 	if cap(c.hashes) < n {
 		c.hashes = make([]uint64, n)

@@ -30,6 +30,14 @@
 //     a trigger that drains (Task.TriggerDrain, a stop with --drain) ends a
 //     source's input before its barrier the same way, maximum watermark
 //     included.
+//     An exactly-once source task never waits for credit while it sends:
+//     what its output channels cannot take waits in the task (one Poll's
+//     output at most; outchannel.go, deferred) and goes as credit arrives,
+//     triggers handled meanwhile. The barrier of an unaligned checkpoint
+//     (Task.TriggerUnalignedCheckpoint) overtakes those batches, and the
+//     batches buffered in the input channels downstream (gate.go); what it
+//     overtook is channel state, kept with the snapshot and put first by a
+//     restore.
 //     Uploading, acknowledging and the coordinator are not here: the
 //     taskmanager and jobmanager drive them through CheckpointHooks and
 //     Task.TriggerCheckpoint / NotifyCheckpointComplete / Aborted;

@@ -61,7 +61,17 @@ type event struct {
 	// full, on a barrier: the checkpoint is a savepoint, whose keyed state
 	// is snapshotted in the canonical format whatever the backend.
 	full bool
-	err  error
+	// unaligned, on a barrier: the checkpoint is unaligned; at a task that
+	// reads it the barrier overtakes the batches buffered ahead of it
+	// (inputGate.pushBounded), which it marks with before.
+	unaligned bool
+	// before, on a batch, is the id of the latest unaligned checkpoint
+	// whose barrier overtook it in its channel's buffer (0: none).
+	before int64
+	// replay: a batch of restored channel state, pushed without a credit
+	// (none goes back to the producer when it is taken).
+	replay bool
+	err    error
 }
 
 // release frees what an event holds when it is dropped.
@@ -94,6 +104,20 @@ type ring[T any] struct {
 func (q *ring[T]) len() int { return q.size }
 
 func (q *ring[T]) push(v T) {
+	q.grow()
+	q.buf[(q.head+q.size)%len(q.buf)] = v
+	q.size++
+}
+
+// pushFront adds v as the oldest element.
+func (q *ring[T]) pushFront(v T) {
+	q.grow()
+	q.head = (q.head + len(q.buf) - 1) % len(q.buf)
+	q.buf[q.head] = v
+	q.size++
+}
+
+func (q *ring[T]) grow() {
 	if q.size == len(q.buf) {
 		buf := make([]T, max(8, 2*len(q.buf)))
 		for i := 0; i < q.size; i++ {
@@ -101,8 +125,6 @@ func (q *ring[T]) push(v T) {
 		}
 		q.buf, q.head = buf, 0
 	}
-	q.buf[(q.head+q.size)%len(q.buf)] = v
-	q.size++
 }
 
 // last returns the newest element, or nil.
@@ -112,6 +134,12 @@ func (q *ring[T]) last() *T {
 	}
 	return &q.buf[(q.head+q.size-1)%len(q.buf)]
 }
+
+// peek returns the oldest element; the queue must not be empty.
+func (q *ring[T]) peek() *T { return &q.buf[q.head] }
+
+// at returns the i-th oldest element, i < len().
+func (q *ring[T]) at(i int) *T { return &q.buf[(q.head+i)%len(q.buf)] }
 
 // pop removes and returns the oldest element; the queue must not be empty.
 func (q *ring[T]) pop() T {

@@ -353,7 +353,13 @@ func (x *Exchange) detachSink(key channelKey, s creditSink) {
 // openOutput creates the producing end of channel key, whose consumer runs
 // on the taskmanager whose exchange address is target.
 func (x *Exchange) openOutput(key channelKey, target string) (*outputChannel, error) {
-	o := &outputChannel{key: key, wake: make(chan struct{}, 1)}
+	return x.openOutputWake(key, target, make(chan struct{}, 1))
+}
+
+// openOutputWake is openOutput for a channel signalling its credit grants on
+// wake (capacity 1), which several channels may share.
+func (x *Exchange) openOutputWake(key channelKey, target string, wake chan struct{}) (*outputChannel, error) {
+	o := &outputChannel{key: key, wake: wake}
 	if target == x.cfg.SelfAddress {
 		if _, err := x.attachSink(key, o); err != nil {
 			return nil, err

@@ -42,7 +42,8 @@ import (
 //	  zstd batch    uvarint payload length; the payload is compressed
 //	  watermark     varint timestamp
 //	  end           -
-//	  barrier       varint checkpoint id, varint trigger time, byte full
+//	  barrier       varint checkpoint id, varint trigger time, byte flags
+//	                (0 aligned checkpoint, 1 savepoint, 2 unaligned checkpoint)
 //
 // Items apply in order. A credit frame is a uvarint count of grants, each
 // a uvarint channel number and a uvarint number of credits.
@@ -145,7 +146,9 @@ type inItem struct {
 	value   int64
 	ts      int64
 	full    bool
-	zstd    bool // a batch whose payload is compressed
+	// unaligned: a barrier of an unaligned checkpoint.
+	unaligned bool
+	zstd      bool // a batch whose payload is compressed
 }
 
 // creditFrame is a credit frame: grants by channel number.
@@ -257,11 +260,14 @@ func (f *outFrame) marshal() (mem.BufferSlice, error) {
 				b = binary.AppendUvarint(b, uint64(it.id))
 				b = binary.AppendVarint(b, it.value)
 				b = binary.AppendVarint(b, it.ts)
-				full := byte(0)
-				if it.full {
-					full = 1
+				flags := byte(0)
+				switch {
+				case it.full:
+					flags = 1
+				case it.unaligned:
+					flags = 2
 				}
-				b = append(b, full)
+				b = append(b, flags)
 			default:
 				return nil, fmt.Errorf("dataflow: exchange codec: event of kind %v cannot be sent", it.kind)
 			}
@@ -392,8 +398,10 @@ func (f *inFrame) parseHeader(b []byte) error {
 			case 0:
 			case 1:
 				it.full = true
+			case 2:
+				it.unaligned = true
 			default:
-				return errors.New("barrier: bad full flag")
+				return errors.New("barrier: bad flags")
 			}
 		default:
 			if d.err == nil {

@@ -56,6 +56,9 @@ type inputGate struct {
 	// buffered, if not nil, counts the bytes of network batches waiting
 	// in the gate (the task's Metrics.NetworkBufferedBytes).
 	buffered *atomic.Int64
+	// idle, if not nil, counts the time next waits for an event (the
+	// task's Metrics.IdleTime).
+	idle *Metrics
 
 	mu struct {
 		sync.Mutex
@@ -108,7 +111,21 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 		}
 		ch.control++
 	}
-	ch.q.push(e)
+	if e.kind == eventBarrier && e.unaligned {
+		// The barrier of an unaligned checkpoint overtakes what the
+		// channel buffers; the batches it overtook are marked, so that
+		// the task keeps them as channel state. A batch an earlier
+		// barrier overtook is in flight for this checkpoint too (ids
+		// increase along a channel).
+		for i := 0; i < ch.q.len(); i++ {
+			if q := ch.q.at(i); q.kind == eventBatch {
+				q.before = e.value
+			}
+		}
+		ch.q.pushFront(e)
+	} else {
+		ch.q.push(e)
+	}
 	signal := false
 	if !ch.queued && !ch.blocked {
 		ch.queued = true
@@ -154,7 +171,7 @@ func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inp
 				ch.queued = false
 			}
 			var sink creditSink
-			if e.kind == eventBatch {
+			if e.kind == eventBatch && !e.replay {
 				sink = ch.sink
 			}
 			g.mu.Unlock()
@@ -164,12 +181,58 @@ func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inp
 			return e, ch, nil
 		}
 		g.mu.Unlock()
+		if g.idle != nil {
+			g.idle.startIdle()
+		}
+		var woken bool
 		select {
 		case <-g.notify:
 		case <-wake:
-			return event{}, nil, nil
+			woken = true
 		case <-ctx.Done():
-			return event{}, nil, ctx.Err()
+		}
+		if g.idle != nil {
+			g.idle.endIdle()
+		}
+		if woken {
+			return event{}, nil, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return event{}, nil, err
+		}
+	}
+}
+
+// overtaken calls f, under the gate's lock, with every batch buffered in ch
+// that the barrier of unaligned checkpoint id overtook (event.before).
+func (g *inputGate) overtaken(ch *inputChannel, id int64, f func(e *event)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := 0; i < ch.q.len(); i++ {
+		if e := ch.q.at(i); e.kind == eventBatch && e.before == id {
+			f(e)
+		}
+	}
+}
+
+// replay puts the batches of restored channel state in front of whatever
+// ch buffers, in order. They took no credit, so none goes back for them.
+func (g *inputGate) replay(ch *inputChannel, batches []*stream.Batch) {
+	g.mu.Lock()
+	for i := len(batches) - 1; i >= 0; i-- {
+		ch.q.pushFront(event{kind: eventBatch, batch: batches[i], replay: true})
+	}
+	signal := false
+	if ch.q.len() > 0 && !ch.queued && !ch.blocked {
+		ch.queued = true
+		g.mu.avail.push(ch.idx)
+		signal = true
+	}
+	g.mu.Unlock()
+	if signal {
+		select {
+		case g.notify <- struct{}{}:
+		default:
 		}
 	}
 }

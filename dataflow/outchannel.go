@@ -3,6 +3,8 @@ package dataflow
 import (
 	"context"
 	"sync"
+
+	"github.com/weirstream/weir/stream"
 )
 
 // outputChannel is the producing end of one channel, written by one task
@@ -22,6 +24,13 @@ type outputChannel struct {
 	// backpressure, if not nil, accumulates the time send waits for
 	// credit (the producing task's Metrics; set before the first send).
 	backpressure *Metrics
+	// deferred channels (those of an ExactlyOnce source task, see
+	// TriggerUnalignedCheckpoint) never wait in put: what cannot go at once
+	// waits in pending, in order, until the task goroutine flushes it as
+	// credit arrives, so that the task handles checkpoint triggers while
+	// its output is backpressured. Task goroutine only.
+	deferred bool
+	pending  ring[event]
 
 	mu struct {
 		sync.Mutex
@@ -51,6 +60,108 @@ func (o *outputChannel) grant(n int) {
 	}
 }
 
+// put is send for a channel that may be deferred: a deferred channel
+// queues what cannot go at once instead of waiting for it.
+func (o *outputChannel) put(ctx context.Context, e event) error {
+	if !o.deferred {
+		return o.send(ctx, e)
+	}
+	if o.pending.len() > 0 {
+		o.pending.push(e)
+		return nil
+	}
+	sent, err := o.trySend(e)
+	if err == nil && !sent {
+		o.pending.push(e)
+	}
+	return err
+}
+
+// trySend delivers e if it can go without waiting: it has a credit (a
+// batch) or the consumer exists (other events). It reports whether it
+// took e; on an error it released e.
+func (o *outputChannel) trySend(e event) (bool, error) {
+	o.mu.Lock()
+	needCredit := e.kind == eventBatch
+	if !o.mu.connected || needCredit && o.mu.credits == 0 {
+		o.mu.Unlock()
+		return false, nil
+	}
+	if needCredit {
+		o.mu.credits--
+	}
+	local := o.mu.local
+	o.mu.Unlock()
+	return true, o.deliver(local, e)
+}
+
+// deliver hands e, for which the channel holds what it needs, to the
+// consumer (local) or the network stream.
+func (o *outputChannel) deliver(local *inputChannel, e event) error {
+	if e.kind == eventEndOfPartition {
+		o.sentEnd = true
+	}
+	if o.conn == nil {
+		local.gate.push(local, e)
+		return nil
+	}
+	return o.conn.enqueue(o, e)
+}
+
+// flush sends what waits in pending while it can go, and reports whether
+// anything still waits.
+func (o *outputChannel) flush() (bool, error) {
+	for o.pending.len() > 0 {
+		e := *o.pending.peek()
+		sent, err := o.trySend(e)
+		if sent || err != nil {
+			o.pending.pop()
+		}
+		if err != nil {
+			return true, err
+		}
+		if !sent {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// overtake sends barrier e ahead of the batches waiting in pending (an
+// unaligned checkpoint at a source). They stay in pending, to be sent
+// after it; the caller recorded them as channel state first.
+func (o *outputChannel) overtake(e event) error {
+	sent, err := o.trySend(e)
+	if err != nil || sent {
+		return err
+	}
+	// No consumer yet: the barrier goes first once it exists.
+	var q ring[event]
+	q.push(e)
+	for o.pending.len() > 0 {
+		q.push(o.pending.pop())
+	}
+	o.pending = q
+	return nil
+}
+
+// pendingBatches calls f with every batch waiting in pending, oldest first.
+func (o *outputChannel) pendingBatches(f func(*stream.Batch)) {
+	for i := 0; i < o.pending.len(); i++ {
+		if e := o.pending.at(i); e.kind == eventBatch {
+			f(e.batch)
+		}
+	}
+}
+
+// dropPending releases what waits in pending (the task is ending).
+func (o *outputChannel) dropPending() {
+	for o.pending.len() > 0 {
+		e := o.pending.pop()
+		e.release()
+	}
+}
+
 // send delivers e, waiting for a credit (batches) or for the consumer to
 // exist (other events). The channel takes ownership of e's batch, and
 // releases it on error. It returns ctx.Err() when ctx is done first, and the
@@ -75,14 +186,7 @@ func (o *outputChannel) send(ctx context.Context, e event) error {
 			}
 			local := o.mu.local
 			o.mu.Unlock()
-			if e.kind == eventEndOfPartition {
-				o.sentEnd = true
-			}
-			if o.conn == nil {
-				local.gate.push(local, e)
-				return nil
-			}
-			return o.conn.enqueue(o, e)
+			return o.deliver(local, e)
 		}
 		noCredit := o.mu.connected && needCredit
 		o.mu.Unlock()

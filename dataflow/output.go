@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -33,14 +34,14 @@ type partitioner struct {
 func (p *partitioner) sendBatch(ctx context.Context, b *stream.Batch) error {
 	switch p.kind {
 	case stream.Forward:
-		return p.chans[p.own].send(ctx, event{kind: eventBatch, batch: b})
+		return p.chans[p.own].put(ctx, event{kind: eventBatch, batch: b})
 	case stream.Rebalance:
 		ch := p.chans[p.next]
 		p.next++
 		if p.next == len(p.chans) {
 			p.next = 0
 		}
-		return ch.send(ctx, event{kind: eventBatch, batch: b})
+		return ch.put(ctx, event{kind: eventBatch, batch: b})
 	case stream.Broadcast:
 		last := len(p.chans) - 1
 		for i, ch := range p.chans {
@@ -48,7 +49,7 @@ func (p *partitioner) sendBatch(ctx context.Context, b *stream.Batch) error {
 			if i < last {
 				bb = cloneBatch(b)
 			}
-			if err := ch.send(ctx, event{kind: eventBatch, batch: bb}); err != nil {
+			if err := ch.put(ctx, event{kind: eventBatch, batch: bb}); err != nil {
 				if i < last {
 					b.Release()
 				}
@@ -81,7 +82,7 @@ func (p *partitioner) sendHashed(ctx context.Context, b *stream.Batch) error {
 		p.counts[t]++
 	}
 	if p.counts[dest[0]] == int32(n) { // every row goes to one subtask
-		return p.chans[dest[0]].send(ctx, event{kind: eventBatch, batch: b})
+		return p.chans[dest[0]].put(ctx, event{kind: eventBatch, batch: b})
 	}
 	for t, c := range p.counts {
 		p.subs[t] = nil
@@ -103,7 +104,7 @@ func (p *partitioner) sendHashed(ctx context.Context, b *stream.Batch) error {
 			s.Release()
 			continue
 		}
-		err = p.chans[t].send(ctx, event{kind: eventBatch, batch: s})
+		err = p.chans[t].put(ctx, event{kind: eventBatch, batch: s})
 	}
 	return err
 }
@@ -114,7 +115,7 @@ func (p *partitioner) sendEvent(ctx context.Context, e event) error {
 		if ch == nil {
 			continue
 		}
-		if err := ch.send(ctx, e); err != nil {
+		if err := ch.put(ctx, e); err != nil {
 			return err
 		}
 	}
@@ -136,6 +137,10 @@ type outputWriter struct {
 	outs []*partitioner
 	main []*partitioner
 	side map[string][]*partitioner
+	// deferred: the channels are deferred (outputChannel.deferred) and
+	// signal their credit grants on wake.
+	deferred bool
+	wake     chan struct{}
 }
 
 var _ stream.SideOutputCollector = (*outputWriter)(nil)
@@ -247,4 +252,117 @@ func sideOutputNames(v *stream.Vertex) string {
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")
+}
+
+// channelStatePrefix starts the names of the operator list state in which
+// a source task's unaligned checkpoint keeps the batches its barrier
+// overtook (see outputWriter.channelState). The rest of the name is
+// "p<parallelism>/out<output>/sub<downstream subtask>".
+const channelStatePrefix = "weir.channel-state/"
+
+// flush sends what waits in the deferred channels while it can go, and
+// reports whether anything still waits.
+func (w *outputWriter) flush() (bool, error) {
+	left := false
+	for _, p := range w.outs {
+		for _, ch := range p.chans {
+			if ch == nil || ch.pending.len() == 0 {
+				continue
+			}
+			l, err := ch.flush()
+			if err != nil {
+				return true, err
+			}
+			left = left || l
+		}
+	}
+	return left, nil
+}
+
+// channelState encodes the batches waiting in the deferred channels, by
+// list-state name (channelStatePrefix), with their size in bytes. The
+// batches stay where they are.
+func (w *outputWriter) channelState(parallelism int) (map[string][][]byte, int64) {
+	var state map[string][][]byte
+	var size int64
+	for i, p := range w.outs {
+		for d, ch := range p.chans {
+			if ch == nil {
+				continue
+			}
+			ch.pendingBatches(func(b *stream.Batch) {
+				if state == nil {
+					state = make(map[string][][]byte)
+				}
+				name := fmt.Sprintf("%sp%d/out%d/sub%d", channelStatePrefix, parallelism, i, d)
+				data := batchcodec.Append(nil, b)
+				state[name] = append(state[name], data)
+				size += int64(len(data))
+			})
+		}
+	}
+	return state, size
+}
+
+// overtake sends barrier e on every channel ahead of what waits there.
+func (w *outputWriter) overtake(e event) {
+	for _, p := range w.outs {
+		for _, ch := range p.chans {
+			if ch == nil {
+				continue
+			}
+			if err := ch.overtake(e); err != nil {
+				w.r.fail(err)
+				return
+			}
+		}
+	}
+}
+
+// replay queues the batches of channel state (by list-state name, as
+// channelState wrote them) in the deferred channels they were taken from,
+// ahead of any new output. schemaOf gives the schema of output i.
+func (w *outputWriter) replay(state map[string][][]byte, parallelism int, schemaOf func(out int) *stream.Schema) error {
+	for _, name := range sortedStateNames(state) {
+		var p, out, sub int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(name, channelStatePrefix), "p%d/out%d/sub%d", &p, &out, &sub); err != nil {
+			return fmt.Errorf("channel state %q: malformed name; the checkpoint was not written by this version of Weir", name)
+		}
+		if p != parallelism {
+			return fmt.Errorf("%w: it holds records in flight of parallelism %d, and this task runs at parallelism %d; "+
+				"restore it at parallelism %d, or take a savepoint (savepoints are always aligned) and rescale from that", ErrUnalignedRescale, p, parallelism, p)
+		}
+		if out < 0 || out >= len(w.outs) || sub < 0 || sub >= len(w.outs[out].chans) || w.outs[out].chans[sub] == nil {
+			return fmt.Errorf("channel state %q: the task has no such output channel; was the job's graph changed? restore it from a savepoint", name)
+		}
+		ch := w.outs[out].chans[sub]
+		for _, data := range state[name] {
+			b, err := batchcodec.Decode(data, schemaOf(out))
+			if err != nil {
+				return fmt.Errorf("channel state %q: %w", name, err)
+			}
+			ch.pending.push(event{kind: eventBatch, batch: b})
+		}
+	}
+	return nil
+}
+
+// dropPending releases what waits in the deferred channels.
+func (w *outputWriter) dropPending() {
+	for _, p := range w.outs {
+		for _, ch := range p.chans {
+			if ch != nil {
+				ch.dropPending()
+			}
+		}
+	}
+}
+
+func sortedStateNames(m map[string][][]byte) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }

@@ -96,7 +96,9 @@ type outItem struct {
 	value   int64
 	ts      int64
 	full    bool // barrier: see event.full
-	zstd    bool // batch: payload is compressed
+	// unaligned: barrier of an unaligned checkpoint (event.unaligned).
+	unaligned bool
+	zstd      bool // batch: payload is compressed
 }
 
 func (x *Exchange) peer(addr string) (*peerConn, error) {
@@ -157,7 +159,7 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 		return c.err
 	default:
 	}
-	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts, full: e.full}
+	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts, full: e.full, unaligned: e.unaligned}
 	if e.kind == eventBatch {
 		buf := exchangePool.Get(max(o.payloadHint, 1024))
 		*buf = batchcodec.Append((*buf)[:0], e.batch)
@@ -569,7 +571,7 @@ func (s *inboundStream) apply(f *inFrame) error {
 		case tagEnd:
 			e = event{kind: eventEndOfPartition}
 		case tagBarrier:
-			e = event{kind: eventBarrier, value: it.value, ts: it.ts, full: it.full}
+			e = event{kind: eventBarrier, value: it.value, ts: it.ts, full: it.full, unaligned: it.unaligned}
 		}
 		if ic.ended {
 			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event of kind %v on channel %v after it ended the channel", s.peer, e.kind, ic.key)

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/statebackend/backends"
 	"github.com/weirstream/weir/stream"
 )
@@ -141,43 +143,86 @@ type Metrics struct {
 	NetworkBufferedBytes atomic.Int64
 
 	// backpressure is the time the task waited for credit to send a batch
-	// (BackpressuredTime): the waits that ended, and the start of the one
-	// in progress (zero when none).
-	backpressure struct {
+	// (BackpressuredTime); idle the time it waited for input (IdleTime).
+	backpressure, idle meter
+	// run is the time Run ran: from its start to its end (zero: not
+	// started, not ended).
+	run struct {
 		sync.Mutex
-		total time.Duration
-		since time.Time
+		start, end time.Time
 	}
+}
+
+// meter accumulates the time spent in one kind of wait: the waits that
+// ended, and the start of the one in progress (zero when none).
+type meter struct {
+	sync.Mutex
+	total time.Duration
+	since time.Time
+}
+
+func (m *meter) read() time.Duration {
+	m.Lock()
+	defer m.Unlock()
+	d := m.total
+	if !m.since.IsZero() {
+		d += time.Since(m.since)
+	}
+	return d
+}
+
+func (m *meter) start() {
+	m.Lock()
+	m.since = time.Now()
+	m.Unlock()
+}
+
+func (m *meter) end() {
+	m.Lock()
+	if !m.since.IsZero() {
+		m.total += time.Since(m.since)
+		m.since = time.Time{}
+	}
+	m.Unlock()
 }
 
 // BackpressuredTime returns how long the task has waited so far for its
 // consumers to grant credit for a batch: the time its output was blocked
 // because a downstream input buffer was full, the wait in progress
 // included. It never decreases. Safe for concurrent use.
-func (m *Metrics) BackpressuredTime() time.Duration {
-	m.backpressure.Lock()
-	defer m.backpressure.Unlock()
-	d := m.backpressure.total
-	if !m.backpressure.since.IsZero() {
-		d += time.Since(m.backpressure.since)
+func (m *Metrics) BackpressuredTime() time.Duration { return m.backpressure.read() }
+
+// IdleTime returns how long the task has waited so far for something to
+// do: for input to arrive in its buffers (a task with inputs), for its
+// idle source's next poll, or for the outcome of its final checkpoint; the
+// wait in progress included. It never decreases. Safe for concurrent use.
+func (m *Metrics) IdleTime() time.Duration { return m.idle.read() }
+
+// BusyTime returns how long the task has worked so far: the time Run has
+// run (until it returned), less IdleTime and BackpressuredTime. It grows
+// only while the task works. Safe for concurrent use.
+func (m *Metrics) BusyTime() time.Duration {
+	m.run.Lock()
+	start, end := m.run.start, m.run.end
+	m.run.Unlock()
+	if start.IsZero() {
+		return 0
 	}
-	return d
+	if end.IsZero() {
+		end = time.Now()
+	}
+	return max(end.Sub(start)-m.IdleTime()-m.BackpressuredTime(), 0)
 }
 
 // startBackpressure and endBackpressure bracket one wait for credit (task
 // goroutine only; waits do not nest).
-func (m *Metrics) startBackpressure() {
-	m.backpressure.Lock()
-	m.backpressure.since = time.Now()
-	m.backpressure.Unlock()
-}
+func (m *Metrics) startBackpressure() { m.backpressure.start() }
+func (m *Metrics) endBackpressure()   { m.backpressure.end() }
 
-func (m *Metrics) endBackpressure() {
-	m.backpressure.Lock()
-	m.backpressure.total += time.Since(m.backpressure.since)
-	m.backpressure.since = time.Time{}
-	m.backpressure.Unlock()
-}
+// startIdle and endIdle bracket one wait for work (task goroutine only;
+// waits do not nest, nor overlap a wait for credit).
+func (m *Metrics) startIdle() { m.idle.start() }
+func (m *Metrics) endIdle()   { m.idle.end() }
 
 // Task runs one subtask: the chain of operators, its input gates and its
 // outputs. Build it with NewTask and call Run once.
@@ -204,6 +249,14 @@ type Task struct {
 	// (wakeProcessingTime).
 	clock func() int64
 	ptDue atomic.Bool
+	// deferred: the task's output channels are deferred
+	// (outputChannel.deferred): at ExactlyOnce source tasks, so that they
+	// take triggers while their output is backpressured
+	// (TriggerUnalignedCheckpoint).
+	deferred bool
+	// channelState is the source's channel state restored from the
+	// checkpoint, by list-state name (outputWriter.replay).
+	channelState map[string][][]byte
 }
 
 // chainLink is one operator instance of the chain.
@@ -242,6 +295,7 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 		t.mode = stream.ExactlyOnce
 	}
 	t.ctl.wake = make(chan struct{}, 1)
+	t.deferred = spec.Checkpointing && t.mode == stream.ExactlyOnce && len(spec.Inputs) == 0
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
@@ -595,6 +649,14 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	// the main loop, before the cleanup below runs).
 	defer t.recoverRuntime(&err)
 	r := &taskRun{t: t}
+	t.metrics.run.Lock()
+	t.metrics.run.start = time.Now()
+	t.metrics.run.Unlock()
+	defer func() {
+		t.metrics.run.Lock()
+		t.metrics.run.end = time.Now()
+		t.metrics.run.Unlock()
+	}()
 	r.ck.on, r.ck.hooks = t.spec.Checkpointing, t.spec.Hooks
 	t.ctl.mu.Lock()
 	t.ctl.mu.state = ctlRunning
@@ -611,13 +673,17 @@ func (t *Task) Run(ctx context.Context) (err error) {
 		r.ck.align = newAligner(t.mode, len(gate.channels))
 	}
 
-	w := &outputWriter{ctx: ctx, r: r, tail: &t.chain[len(t.chain)-1]}
+	w := &outputWriter{ctx: ctx, r: r, tail: &t.chain[len(t.chain)-1], deferred: t.deferred}
+	if w.deferred {
+		w.wake = make(chan struct{}, 1)
+	}
 	r.w = w
 	finished := false
 	defer func() {
 		if ferr := t.closeOutputs(ctx, w, finished); ferr != nil && err == nil {
 			err = ferr
 		}
+		w.dropPending()
 	}()
 	if err := t.openOutputs(w); err != nil {
 		return err
@@ -677,6 +743,18 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	if err := t.restore(); err != nil {
 		return err
 	}
+	if len(t.channelState) > 0 {
+		replay := func() error {
+			if t.chain[0].src == nil {
+				return t.replayInputs(gate, t.channelState)
+			}
+			return w.replay(t.channelState, t.spec.Parallelism, t.outputSchema)
+		}
+		if err := replay(); err != nil {
+			return fmt.Errorf("task %s: restore from checkpoint %d: %w", t.name, t.spec.RestoreCheckpointID, err)
+		}
+		t.channelState = nil
+	}
 	r.initProcessingTime(outs)
 	defer r.pt.end()
 
@@ -718,6 +796,9 @@ func (t *Task) process(ctx context.Context, r *taskRun, gate *inputGate, outs []
 		}
 	}
 	r.w.broadcast(event{kind: eventEndOfPartition})
+	if r.err == nil && r.w.deferred {
+		return r.pumpOutput(ctx, nil)
+	}
 	return r.err
 }
 
@@ -758,6 +839,15 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		if err := r.processingTime(); err != nil {
 			return err
 		}
+		if r.w.deferred {
+			// The previous Poll's output goes before the next Poll.
+			if err := r.pumpOutput(ctx, nil); err != nil {
+				return err
+			}
+			if r.ck.drainedAt > 0 {
+				return r.waitDrained(ctx)
+			}
+		}
 		st := stream.PollEnd // a source that had finished before the restored checkpoint
 		if !t.spec.RestoreFinished {
 			var err error
@@ -781,10 +871,13 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 			} else {
 				timer.Reset(d)
 			}
+			t.metrics.startIdle()
 			select {
 			case <-timer.C:
+				t.metrics.endIdle()
 				wait = min(2*wait, maxIdleWait)
 			case <-t.ctl.wake:
+				t.metrics.endIdle()
 				if err := r.control(); err != nil {
 					return err
 				}
@@ -792,6 +885,7 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 					return r.waitDrained(ctx)
 				}
 			case <-ctx.Done():
+				t.metrics.endIdle()
 				return ctx.Err()
 			}
 		case stream.PollEnd:
@@ -884,6 +978,9 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 				}
 			}
 			t.metrics.RecordsIn.Add(int64(b.Len()))
+			if r.ck.un != nil {
+				r.recordInput(ch, b)
+			}
 			if err := t.processBatch(head, ch.input, b, outs[0]); err != nil {
 				return t.opErr(head.uid, err)
 			}
@@ -896,8 +993,20 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 			if err == nil && r.ck.align != nil {
 				err = r.onEnd(ch)
 			}
+			if err == nil && r.ck.un != nil {
+				err = r.unalignedEnd(ch)
+			}
 		case eventBarrier:
-			if r.ck.align != nil {
+			switch {
+			case r.ck.align == nil:
+			case e.unaligned && t.mode == stream.ExactlyOnce,
+				// An aligned barrier of an unaligned checkpoint in
+				// progress (from a source whose input ended) arrives
+				// like an unaligned one; the batches ahead of it were
+				// recorded as the task took them.
+				r.ck.un != nil && r.ck.un.id == e.value:
+				err = r.onUnalignedBarrier(ch, e.value, e.ts)
+			default:
 				err = r.onBarrier(ch, e.value, e.ts, e.full)
 			}
 		case eventError:
@@ -934,6 +1043,7 @@ func (t *Task) openInputs() (*inputGate, error) {
 	s := t.spec
 	gate := newInputGate()
 	gate.buffered = &t.metrics.NetworkBufferedBytes
+	gate.idle = &t.metrics
 	for _, g := range s.Inputs {
 		schema := s.Chain[0].InputSchemas[g.Input]
 		for u := 0; u < g.UpstreamParallelism; u++ {
@@ -984,15 +1094,71 @@ func (t *Task) openOutputs(w *outputWriter) error {
 			if o.Partitioning == stream.Forward && d != s.Subtask {
 				continue
 			}
-			ch, err := t.x.openOutput(t.channelKey(tail.ID, s.Subtask, o.DownstreamVertex, o.DownstreamInput, d), target)
+			key := t.channelKey(tail.ID, s.Subtask, o.DownstreamVertex, o.DownstreamInput, d)
+			var ch *outputChannel
+			var err error
+			if w.deferred {
+				ch, err = t.x.openOutputWake(key, target, w.wake)
+			} else {
+				ch, err = t.x.openOutput(key, target)
+			}
 			if err != nil {
 				return fmt.Errorf("task %s: output to vertex %d subtask %d at %s: %w", t.name, o.DownstreamVertex, d, target, err)
 			}
 			ch.backpressure = &t.metrics
+			ch.deferred = w.deferred
 			p.chans[d] = ch
 		}
 	}
 	return nil
+}
+
+// replayInputs puts the input channel state of an unaligned checkpoint
+// (list state by name, as onUnalignedBarrier wrote it) in front of the
+// channels it was taken from, ahead of any new input.
+func (t *Task) replayInputs(gate *inputGate, state map[string][][]byte) error {
+	for _, name := range sortedStateNames(state) {
+		var p, in, up int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(name, channelStatePrefix), "p%d/in%d/up%d", &p, &in, &up); err != nil {
+			return fmt.Errorf("channel state %q: malformed name; the checkpoint was not written by this version of Weir", name)
+		}
+		if p != t.spec.Parallelism {
+			return fmt.Errorf("%w: it holds records in flight of parallelism %d, and this task runs at parallelism %d; "+
+				"restore it at parallelism %d, or take a savepoint (savepoints are always aligned) and rescale from that", ErrUnalignedRescale, p, t.spec.Parallelism, p)
+		}
+		var ch *inputChannel
+		for _, c := range gate.channels {
+			if c.input == in && c.key.UpstreamSubtask == up {
+				ch = c
+			}
+		}
+		if ch == nil {
+			return fmt.Errorf("%w: it holds records in flight from subtask %d of input %d, which this task does not read; "+
+				"restore it at the parallelism it was taken at, or take a savepoint (savepoints are always aligned) and rescale from that", ErrUnalignedRescale, up, in)
+		}
+		batches := make([]*stream.Batch, 0, len(state[name]))
+		for _, data := range state[name] {
+			b, err := batchcodec.Decode(data, ch.schema)
+			if err != nil {
+				for _, done := range batches {
+					done.Release()
+				}
+				return fmt.Errorf("channel state %q: %w", name, err)
+			}
+			batches = append(batches, b)
+		}
+		gate.replay(ch, batches)
+	}
+	return nil
+}
+
+// outputSchema returns the schema of the batches of the task's output i.
+func (t *Task) outputSchema(i int) *stream.Schema {
+	tail := t.spec.Chain[len(t.spec.Chain)-1].Vertex
+	if side := t.spec.Outputs[i].SideOutput; side != "" {
+		return tail.SideOutSchemas[side]
+	}
+	return tail.OutSchema
 }
 
 // closeOutputs retires the output channels. After a successful run it waits

@@ -322,22 +322,10 @@ func TestCheckpointRESTAndMetrics(t *testing.T) {
 	})
 	c.waitCompleted(id, trig.CheckpointID-1)
 
-	var list restCheckpoints
-	getJSON(t, base+"/v1/jobs/"+id+"/checkpoints", 200, &list)
-	if list.Completed < 2 || len(list.Checkpoints) == 0 {
-		t.Fatalf("list %+v", list)
-	}
+	// Checkpoints keep completing and only the newest is retained: the
+	// latest completed one in the list may be gone by the time its
+	// manifest is read, so read both again until they agree.
 	var latest restCheckpoint
-	for _, ck := range list.Checkpoints {
-		if ck.Status == "COMPLETED" {
-			latest = ck
-			break
-		}
-	}
-	if latest.ID < trig.CheckpointID || latest.SizeBytes != 600 || latest.TotalTasks != 6 || latest.SlowestTask == "" || latest.TriggerTimeMs == 0 {
-		t.Errorf("latest completed %+v", latest)
-	}
-
 	var insp struct {
 		Manifest struct {
 			JobID        string `json:"jobId"`
@@ -348,7 +336,35 @@ func TestCheckpointRESTAndMetrics(t *testing.T) {
 		} `json:"manifest"`
 		StorageKey string `json:"storageKey"`
 	}
-	getJSON(t, fmt.Sprintf("%s/v1/jobs/%s/checkpoints/%d", base, id, latest.ID), 200, &insp)
+	eventually(t, waitTimeout, "the latest completed checkpoint's manifest to be readable", func() bool {
+		var list restCheckpoints
+		getJSON(t, base+"/v1/jobs/"+id+"/checkpoints", 200, &list)
+		if list.Completed < 2 || len(list.Checkpoints) == 0 {
+			t.Fatalf("list %+v", list)
+		}
+		latest = restCheckpoint{}
+		for _, ck := range list.Checkpoints {
+			if ck.Status == "COMPLETED" {
+				latest = ck
+				break
+			}
+		}
+		if latest.ID < trig.CheckpointID || latest.SizeBytes != 600 || latest.TotalTasks != 6 || latest.SlowestTask == "" || latest.TriggerTimeMs == 0 {
+			t.Fatalf("latest completed %+v", latest)
+		}
+		code, body := httpDo(t, http.MethodGet, fmt.Sprintf("%s/v1/jobs/%s/checkpoints/%d", base, id, latest.ID))
+		switch code {
+		case http.StatusNotFound: // subsumed meanwhile
+			return false
+		case http.StatusOK:
+		default:
+			t.Fatalf("GET checkpoint %d: %d %s", latest.ID, code, body)
+		}
+		if err := json.Unmarshal(body, &insp); err != nil {
+			t.Fatalf("GET checkpoint %d: %v in %s", latest.ID, err, body)
+		}
+		return true
+	})
 	if insp.Manifest.JobID != id || insp.Manifest.CheckpointID != fmt.Sprint(latest.ID) || len(insp.Manifest.Operators) != 4 ||
 		insp.StorageKey != fmt.Sprintf("%s/chk-%d/_manifest", id, latest.ID) {
 		t.Errorf("manifest JSON %+v", insp)

@@ -145,7 +145,8 @@ func fromTaskStatus(st *weirpb.TaskStatus) scheduler.TaskReport {
 	id := st.GetId()
 	return scheduler.TaskReport{JobID: id.GetJobId(), Vertex: int(id.GetVertexId()), Subtask: int(id.GetSubtask()), Attempt: id.GetAttempt(),
 		State: scheduler.TaskState(st.GetState()), Err: st.GetError(), RecordsIn: st.GetRecordsIn(), RecordsOut: st.GetRecordsOut(),
-		BrokenPeer: st.GetBrokenPeer(), Corrupt: st.GetCorruptCheckpoint(), Restoring: st.GetRestoring(), RestoredBytes: st.GetRestoredBytes()}
+		BrokenPeer: st.GetBrokenPeer(), Corrupt: st.GetCorruptCheckpoint(), Restoring: st.GetRestoring(), RestoredBytes: st.GetRestoredBytes(),
+		Backpressured: time.Duration(min(max(st.GetBackpressuredMs(), 0), 1<<40)) * time.Millisecond}
 }
 
 func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatRequest) (*weirpb.HeartbeatResponse, error) {
@@ -184,15 +185,26 @@ func (s *clusterServer) AcknowledgeCheckpoint(_ context.Context, req *weirpb.Ack
 	if id == nil {
 		return nil, toGRPCError(fmt.Errorf("%w: AcknowledgeCheckpoint without an execution id", scheduler.ErrInvalidArgument))
 	}
-	st := scheduler.AckStats{SyncDuration: time.Duration(req.GetSyncDurationMs()) * time.Millisecond,
-		AsyncDuration:     time.Duration(req.GetAsyncDurationMs()) * time.Millisecond,
-		AlignmentDuration: time.Duration(req.GetAlignmentDurationMs()) * time.Millisecond, Bytes: req.GetBytes()}
+	st := ackStats(req.GetSyncDurationMs(), req.GetAsyncDurationMs(), req.GetAlignmentDurationMs(), req.GetBytes(),
+		req.GetChannelStateBytes(), req.GetBarrierReceivedUnixMs())
 	handles := req.GetHandles()
 	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
 		return c.Ack(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
 			req.GetCheckpointId(), handles, st, now)
 	})
 	return &weirpb.AcknowledgeCheckpointResponse{}, nil
+}
+
+// ackStats converts an acknowledgement's measurements; negative values
+// (a confused or hostile sender) count as 0.
+func ackStats(syncMs, asyncMs, alignMs, bytes, channelBytes, barrierMs int64) scheduler.AckStats {
+	ms := func(v int64) time.Duration { return time.Duration(max(v, 0)) * time.Millisecond }
+	st := scheduler.AckStats{SyncDuration: ms(syncMs), AsyncDuration: ms(asyncMs), AlignmentDuration: ms(alignMs),
+		Bytes: max(bytes, 0), ChannelStateBytes: max(channelBytes, 0)}
+	if barrierMs > 0 {
+		st.BarrierReceived = time.UnixMilli(barrierMs)
+	}
+	return st
 }
 
 func (s *clusterServer) DeclineCheckpoint(_ context.Context, req *weirpb.DeclineCheckpointRequest) (*weirpb.DeclineCheckpointResponse, error) {
@@ -233,9 +245,8 @@ func (s *clusterServer) ReportCheckpoints(_ context.Context, req *weirpb.ReportC
 		var acts []scheduler.Action
 		for _, a := range req.GetAcks() {
 			id := a.GetId()
-			st := scheduler.AckStats{SyncDuration: time.Duration(a.GetSyncDurationMs()) * time.Millisecond,
-				AsyncDuration:     time.Duration(a.GetAsyncDurationMs()) * time.Millisecond,
-				AlignmentDuration: time.Duration(a.GetAlignmentDurationMs()) * time.Millisecond, Bytes: a.GetBytes()}
+			st := ackStats(a.GetSyncDurationMs(), a.GetAsyncDurationMs(), a.GetAlignmentDurationMs(), a.GetBytes(),
+				a.GetChannelStateBytes(), a.GetBarrierReceivedUnixMs())
 			acts = append(acts, c.Ack(tm, id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
 				a.GetCheckpointId(), a.GetHandles(), st, now)...)
 		}

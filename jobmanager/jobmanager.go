@@ -641,7 +641,7 @@ func (jm *JobManager) sendTriggers(parent context.Context, execs taskExecutors, 
 	var resp *weirpb.TriggerCheckpointsResponse
 	if err == nil {
 		req := &weirpb.TriggerCheckpointsRequest{Ids: make([]*weirpb.ExecutionID, len(ts)), CheckpointId: f.CheckpointID,
-			TimestampMs: f.Timestamp.UnixMilli(), Savepoint: f.Savepoint, Drain: f.Drain}
+			TimestampMs: f.Timestamp.UnixMilli(), Savepoint: f.Savepoint, Drain: f.Drain, Unaligned: f.Unaligned}
 		for i, a := range ts {
 			req.Ids[i] = executionID(a.JobID, a.Vertex, a.Subtask, a.Attempt)
 		}

@@ -28,6 +28,10 @@ var (
 		"Duration from trigger to completion of the latest completed checkpoint.", []string{"job"}, nil)
 	descLastSize = prometheus.NewDesc("weir_checkpoint_last_size_bytes",
 		"State size of the latest completed checkpoint, summed over its tasks.", []string{"job"}, nil)
+	descLastStartDelay = prometheus.NewDesc("weir_checkpoint_last_start_delay_seconds",
+		"Largest start delay (trigger to the subtask's first barrier) of any subtask in the latest completed checkpoint.", []string{"job"}, nil)
+	descLastChannelState = prometheus.NewDesc("weir_checkpoint_last_channel_state_bytes",
+		"In-flight data persisted by the latest completed checkpoint (unaligned checkpoints), summed over its subtasks.", []string{"job"}, nil)
 	descAlignment = prometheus.NewDesc("weir_checkpoint_alignment_seconds",
 		"Barrier alignment time of the task's latest checkpoint acknowledgement.", []string{"job", "task"}, nil)
 	descRestarts = prometheus.NewDesc("weir_job_restarts_total",
@@ -168,7 +172,7 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCheckpointsInProgress, descCheckpointsCompleted, descCheckpointsFailed,
 		descCheckpointsAborted, descLastDuration, descLastSize, descAlignment, descRestarts, descTaskManagersLive, descJobs,
 		descRestartingRegions, descStale, descLeader, descEpoch, descFencedWrites, descJobInfo, descInterval, descLastCompleted,
-		descLastAge, descDuration, descSize, descRestoredFrom, descRestoring} {
+		descLastAge, descDuration, descSize, descRestoredFrom, descRestoring, descLastStartDelay, descLastChannelState} {
 		ch <- d
 	}
 }
@@ -248,6 +252,13 @@ func (c *collector) collectJobs(ch chan<- prometheus.Metric, views []scheduler.J
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(descRestoredFrom, prometheus.GaugeValue, float64(v.RestoredFrom), v.ID)
+		for _, s := range history[v.ID] { // newest first
+			if s.Status == coordinator.Completed {
+				ch <- prometheus.MustNewConstMetric(descLastStartDelay, prometheus.GaugeValue, s.MaxStartDelay.Seconds(), v.ID)
+				ch <- prometheus.MustNewConstMetric(descLastChannelState, prometheus.GaugeValue, float64(s.ChannelStateBytes), v.ID)
+				break
+			}
+		}
 		lastEnd, dur, size := c.observeCheckpoints(v.ID, history[v.ID])
 		ch <- dur.metric(descDuration, v.ID)
 		ch <- size.metric(descSize, v.ID)

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 	"github.com/weirstream/weir/jobmanager/webui"
 	"github.com/weirstream/weir/jobmanager/webui/view"
@@ -88,10 +89,11 @@ func (m restModel) Jobs() []view.Job {
 func toViewJob(v *scheduler.JobView, now time.Time) view.Job {
 	j := view.Job{ID: v.ID, Name: v.Name, State: v.State.String(), StartTimeMs: unixMillis(v.Start), EndTimeMs: unixMillis(v.End),
 		TasksTotal: v.TasksTotal, TasksRunning: v.TasksRunning, Error: jobMessage(v, now), Attempt: v.Attempt, Restarts: v.Restarts,
+		Deployment: stream.DeploymentOf(v.Attempt), LeaderTerm: v.Attempt / stream.AttemptsPerTerm,
 		LastFailure: v.LastFailure, StopFailed: v.StopFailed, Checkpointing: v.Checkpointing, Regions: v.Regions, RestartingRegions: []view.Region{}}
 	for _, r := range v.RestartingRegions {
 		j.RestartingRegions = append(j.RestartingRegions, view.Region{ID: r.ID, Phase: r.Phase.String(), Attempt: r.Attempt,
-			Cause: r.Cause, RestartDueMs: unixMillis(r.Due), SlotDeadlineMs: unixMillis(r.SlotDeadline), Tasks: r.Tasks})
+			Cause: r.Cause, Deployment: stream.DeploymentOf(r.Attempt), RestartDueMs: unixMillis(r.Due), SlotDeadlineMs: unixMillis(r.SlotDeadline), Tasks: r.Tasks})
 	}
 	return j
 }
@@ -109,7 +111,9 @@ func (m restModel) Job(id string) (view.JobDetail, error) {
 	d := view.JobDetail{Job: toViewJob(&v, now), Tasks: make([]view.Task, 0, len(v.Tasks)), Vertices: make([]view.Vertex, 0, len(v.Graph.Vertices))}
 	for _, t := range v.Tasks {
 		d.Tasks = append(d.Tasks, view.Task{VertexID: t.Vertex, Subtask: t.Subtask, Attempt: t.Attempt, Name: t.Name, State: t.State.String(),
-			TaskManagerID: t.TaskManager, Error: t.Err, RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut})
+			TaskManagerID: t.TaskManager, Error: t.Err, RecordsIn: t.RecordsIn, RecordsOut: t.RecordsOut,
+			Deployment: stream.DeploymentOf(t.Attempt), RecordsInPerSec: t.RecordsInPerSec, RecordsOutPerSec: t.RecordsOutPerSec,
+			Backpressure: t.Backpressure})
 	}
 	for _, gv := range v.Graph.Vertices {
 		rv := view.Vertex{ID: gv.ID, UID: gv.UID, Name: gv.Name, Type: gv.Type, Parallelism: gv.Parallelism, TaskID: v.TaskOf[gv.ID],
@@ -186,7 +190,7 @@ func (m restModel) Checkpoints(jobID string) (view.Checkpoints, error) {
 	}
 	out := view.Checkpoints{Checkpoints: make([]view.Checkpoint, 0, len(resp.Checkpoints)), Completed: resp.Completed,
 		Failed: resp.Failed, InProgress: resp.InProgress, RestoredFrom: resp.RestoredFrom, Latest: cv.Latest,
-		Retained: append([]int64{}, cv.Retained...),
+		Retained: append([]int64{}, cv.Retained...), Summary: summarize(cv.History),
 		Config: view.CheckpointConfig{IntervalMs: ck.Interval.Milliseconds(), TimeoutMs: ck.Timeout.Milliseconds(),
 			MinPauseMs: ck.MinPause.Milliseconds(), MaxConcurrent: ck.MaxConcurrent, Mode: ck.Mode.String(),
 			TolerableFailures: ck.TolerableFailures, Retained: ck.Retained, Retention: retention, Storage: cv.Storage,
@@ -207,6 +211,73 @@ func (m restModel) Checkpoints(jobID string) (view.Checkpoints, error) {
 			rc.Manual, rc.MaxSyncMs, rc.MaxAsyncMs, rc.MaxAlignmentMs = s.Manual, s.MaxSync.Milliseconds(), s.MaxAsync.Milliseconds(), s.MaxAlignment.Milliseconds()
 		}
 		out.Checkpoints = append(out.Checkpoints, rc)
+	}
+	return out, nil
+}
+
+// CheckpointStats is checkpoint id of the job's recent history with
+// every task's and subtask's measurements.
+func (m restModel) CheckpointStats(jobID string, id int64) (view.CheckpointStats, error) {
+	cs, _, err := m.checkpointStats(jobID, id)
+	return cs, err
+}
+
+// ExplainCheckpoint is the critical path of checkpoint id of the job's
+// recent history, and its likely cause.
+func (m restModel) ExplainCheckpoint(jobID string, id int64) (view.CheckpointExplain, error) {
+	cs, jv, err := m.checkpointStats(jobID, id)
+	if err != nil {
+		return view.CheckpointExplain{}, err
+	}
+	return explainCheckpoint(&cs, upstreamOf(jobTasks(&jv)), backpressureByTask(jv.Tasks)), nil
+}
+
+func (m restModel) checkpointStats(jobID string, id int64) (view.CheckpointStats, scheduler.JobView, error) {
+	jm := m.jm
+	jm.mu.Lock()
+	jv, err := jm.mu.core.Job(jobID)
+	var st coordinator.Stats
+	var subs []coordinator.SubtaskStats
+	var cv scheduler.CheckpointsView
+	found := false
+	if err == nil {
+		st, subs, found, err = jm.mu.core.CheckpointSubtasks(jobID, id)
+	}
+	if err == nil && found {
+		cv, err = jm.mu.core.Checkpoints(jobID)
+	}
+	now := jm.now()
+	jm.mu.Unlock()
+	if err != nil {
+		return view.CheckpointStats{}, jv, err
+	}
+	if !found {
+		return view.CheckpointStats{}, jv, fmt.Errorf("%w: job %s has no checkpoint %d in its recent history (the jobmanager keeps the statistics of the last %d checkpoints of a job); list them with GET /v1/jobs/{id}/checkpoints",
+			ErrCheckpointNotFound, jobID, id, coordinator.HistorySize)
+	}
+	return checkpointStats(&st, subs, jobTasks(&jv), cv.TaskNames, now), jv, nil
+}
+
+// Exceptions is the job's exception history, newest first.
+func (m restModel) Exceptions(jobID string) ([]view.Exception, error) {
+	jm := m.jm
+	jm.mu.Lock()
+	es, err := jm.mu.core.Exceptions(jobID)
+	jm.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]view.Exception, 0, len(es))
+	for _, e := range es {
+		x := view.Exception{TimeMs: unixMillis(e.Time), Cause: e.Cause, Task: e.Task, VertexID: e.Vertex, Subtask: e.Subtask,
+			Attempt: e.Attempt, Deployment: stream.DeploymentOf(e.Attempt), LeaderTerm: e.Attempt / stream.AttemptsPerTerm,
+			TaskManagerID: e.TaskManager, Scope: e.Scope, Regions: append([]int{}, e.Regions...),
+			Concurrent: make([]view.ConcurrentFailure, 0, len(e.Concurrent)), ConcurrentDropped: e.ConcurrentDropped}
+		for _, f := range e.Concurrent {
+			x.Concurrent = append(x.Concurrent, view.ConcurrentFailure{TimeMs: unixMillis(f.Time), Task: f.Task, VertexID: f.Vertex,
+				Subtask: f.Subtask, Attempt: f.Attempt, Deployment: stream.DeploymentOf(f.Attempt), TaskManagerID: f.TaskManager, Cause: f.Cause})
+		}
+		out = append(out, x)
 	}
 	return out, nil
 }
@@ -424,6 +495,38 @@ func (jm *JobManager) restHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]int{"deletedObjects": n})
 	})
+	mux.HandleFunc("GET /v1/jobs/{id}/checkpoints/{cid}/stats", func(w http.ResponseWriter, r *http.Request) {
+		cid, ok := checkpointIDParam(w, r)
+		if !ok {
+			return
+		}
+		out, err := m.CheckpointStats(r.PathValue("id"), cid)
+		if err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}/checkpoints/{cid}/explain", func(w http.ResponseWriter, r *http.Request) {
+		cid, ok := checkpointIDParam(w, r)
+		if !ok {
+			return
+		}
+		out, err := m.ExplainCheckpoint(r.PathValue("id"), cid)
+		if err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}/exceptions", func(w http.ResponseWriter, r *http.Request) {
+		out, err := m.Exceptions(r.PathValue("id"))
+		if err != nil {
+			writeError(w, httpStatus(err), err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"exceptions": out})
+	})
 	mux.HandleFunc("GET /v1/jobs/{id}/checkpoints/{cid}", func(w http.ResponseWriter, r *http.Request) {
 		cid, err := strconv.ParseInt(r.PathValue("cid"), 10, 64)
 		if err != nil {
@@ -465,7 +568,7 @@ func (jm *JobManager) restHandler() http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "no such action "+r.Method+" "+r.URL.Path+"; the REST API changes things only with POST to /v1/jobs, /v1/jobs/{id}/cancel, /v1/jobs/{id}/checkpoints, /v1/jobs/{id}/savepoints, /v1/jobs/{id}/stop and /v1/savepoints/dispose (see docs/rest.md)")
 			return
 		}
-		writeError(w, http.StatusNotFound, "no such resource "+r.URL.Path+"; try /v1/jobs, /v1/jobs/{id}/checkpoints, /v1/taskmanagers, /v1/overview, /metrics, /healthz or, in a browser, /ui/")
+		writeError(w, http.StatusNotFound, "no such resource "+r.URL.Path+"; try /v1/jobs, /v1/jobs/{id}/checkpoints, /v1/jobs/{id}/exceptions, /v1/taskmanagers, /v1/overview, /metrics, /healthz or, in a browser, /ui/")
 	})
 	// Browsers send cookies and client certificates along with requests
 	// that other sites' pages make; such a request must not change
@@ -475,6 +578,16 @@ func (jm *JobManager) restHandler() http.Handler {
 		writeError(w, http.StatusForbidden, "a cross-origin request from a browser may not change anything; use the page the jobmanager serves or a non-browser client")
 	}))
 	return jm.standbyREST(csrf.Handler(mux))
+}
+
+// checkpointIDParam parses the request's {cid}, or answers 400.
+func checkpointIDParam(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	cid, err := strconv.ParseInt(r.PathValue("cid"), 10, 64)
+	if err != nil || cid < 1 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("checkpoint id %.40q is not a positive number", r.PathValue("cid")))
+		return 0, false
+	}
+	return cid, true
 }
 
 // writeRequestID answers a started savepoint request with its id, or the

@@ -113,6 +113,10 @@ func checkRestore(m *weirpb.Manifest, g *stream.JobGraph, allowNonRestored bool)
 			return fmt.Errorf("operator %q has incremental Pebble state in the checkpoint, which only the pebble backend restores; "+
 				"set state: {backend: pebble}, or start from a savepoint, whose state restores into any backend", v.UID)
 		}
+		if int(op.GetParallelism()) != v.Parallelism && slices.ContainsFunc(op.GetHandles(), func(h *weirpb.StateHandle) bool { return h.GetChannelStateBytes() > 0 }) {
+			return fmt.Errorf("the checkpoint is unaligned: operator %q holds records in flight at parallelism %d, which cannot be restored at parallelism %d; "+
+				"restore it at parallelism %d, or take a savepoint (savepoints are always aligned) and rescale from that", v.UID, op.GetParallelism(), v.Parallelism, op.GetParallelism())
+		}
 		c := compareStates(op, v)
 		if c.incompatible != "" {
 			incompatible = append(incompatible, c.incompatible)

@@ -13,7 +13,7 @@ import (
 
 var (
 	checkpointKeys = []string{"interval", "timeout", "minPause", "maxConcurrent", "mode", "tolerableFailures",
-		"retained", "retention", "storage", "onCorruption"}
+		"retained", "retention", "storage", "onCorruption", "unaligned"}
 	restartKeys = []string{"type", "attempts", "delay", "maxFailures", "interval", "initialBackoff", "maxBackoff",
 		"multiplier", "jitter", "resetBackoffAfter"}
 	stateKeys          = []string{"backend", "incremental"}
@@ -110,6 +110,10 @@ func (p *parser) parseCheckpointing(n *yaml.Node) error {
 			} else if c.OnCorruption, err = stream.ParseCorruptionPolicy(s); err != nil {
 				err = fmt.Errorf("want fail or fallback, got %q%s", s, suggest(s, corruptionPolicies))
 			}
+		case "unaligned":
+			// true: barriers overtake the data a backpressured source
+			// could not send yet (stream.CheckpointConfig.Unaligned).
+			c.Unaligned, err = asBool(kv.val)
 		default:
 			return p.errAt(kv.key, "checkpointing: unknown key %q%s; it has %s", k, suggest(k, checkpointKeys), strings.Join(checkpointKeys, ", "))
 		}
@@ -237,4 +241,14 @@ func (p *parser) parseState(n *yaml.Node) (err error) {
 		}
 	}
 	return nil
+}
+
+func asBool(n *yaml.Node) (bool, error) {
+	d := deref(n)
+	if d.Kind != yaml.ScalarNode || d.ShortTag() != "!!bool" {
+		return false, fmt.Errorf("must be true or false, got %s", describe(n))
+	}
+	var v bool
+	err := d.Decode(&v)
+	return v, err
 }

@@ -491,13 +491,21 @@ func (f *storedFilter) mayHave(name string) bool {
 	return true
 }
 
+// add adds name and counts it unless all its bits were set already (a key
+// written again, as every resident key is at every Flush, or a false
+// positive), so that rewrites do not bring the rebuild nearer.
 func (f *storedFilter) add(name string) {
 	h1, h2 := storedHashes(name)
+	changed := false
 	for i := range uint64(storedProbes) {
 		b := (h1 + i*h2) & f.mask
-		f.bits[b>>6] |= 1 << (b & 63)
+		w, m := &f.bits[b>>6], uint64(1)<<(b&63)
+		changed = changed || *w&m == 0
+		*w |= m
 	}
-	f.added++
+	if changed {
+		f.added++
+	}
 }
 
 // storedProbes is the number of bits a key sets; with storedBitsPerKey

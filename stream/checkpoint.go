@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -119,6 +120,16 @@ type CheckpointConfig struct {
 	// OnCorruption is what the job does when a checkpoint it restores does
 	// not verify. Default FailOnCorruption.
 	OnCorruption CorruptionPolicy
+	// Unaligned makes the checkpoints (not savepoints, which are always
+	// aligned) unaligned: a source task whose output is backpressured
+	// emits the barrier at once, ahead of the batches it could not send
+	// yet, and at every task the barrier overtakes the batches buffered in
+	// its input channels; what a barrier overtook is saved with the
+	// snapshot as channel state and processed first after a restore. Only
+	// with ExactlyOnce. A job restores an unaligned checkpoint only at the
+	// parallelism it was taken at; to rescale, take a savepoint. Default
+	// false.
+	Unaligned bool
 }
 
 // Enabled reports whether checkpoints are taken.
@@ -170,6 +181,9 @@ func (c CheckpointConfig) Validate() error {
 	}
 	if c.OnCorruption != 0 && c.OnCorruption != FailOnCorruption && c.OnCorruption != FallbackOnCorruption {
 		return fmt.Errorf("checkpointing onCorruption %d: invalid (want fail or fallback)", c.OnCorruption)
+	}
+	if c.Unaligned && c.Mode == AtLeastOnce {
+		return errors.New("checkpointing unaligned: needs mode exactly_once (at_least_once never aligns barriers); remove unaligned or set mode: exactly_once")
 	}
 	return nil
 }

@@ -175,6 +175,9 @@ type taskHooks struct {
 var _ dataflow.CheckpointHooks = (*taskHooks)(nil)
 
 func (h *taskHooks) SnapshotTaken(id, timestamp int64, snaps map[string]*stream.OperatorSnapshot, stats dataflow.SnapshotStats) {
+	// Called right after the synchronous snapshot: the first barrier came
+	// alignment and sync before now.
+	barrier := time.Now().Add(-stats.Sync - stats.Alignment).UnixMilli()
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -187,11 +190,13 @@ func (h *taskHooks) SnapshotTaken(id, timestamp int64, snaps map[string]*stream.
 			}
 			return
 		}
+		markChannelState(handles, h.spec.Chain[0].Vertex.UID, stats.ChannelStateBytes)
 		async := time.Since(start)
 		h.tm.metrics.observeSnapshot(h.id.GetJobId(), h.name, h.spec.Subtask, bytes, stateBytes, stats, async)
 		h.tm.acks.ack(h.ctx, h.name, &weirpb.CheckpointAck{Id: h.id, CheckpointId: id, Handles: handles,
 			SyncDurationMs: stats.Sync.Milliseconds(), AsyncDurationMs: async.Milliseconds(),
-			AlignmentDurationMs: stats.Alignment.Milliseconds(), Bytes: bytes})
+			AlignmentDurationMs: stats.Alignment.Milliseconds(), Bytes: bytes, BarrierReceivedUnixMs: barrier,
+			ChannelStateBytes: stats.ChannelStateBytes})
 	}()
 }
 

@@ -189,17 +189,20 @@ type goneTask struct {
 	parallelism           int
 	recordsIn, recordsOut int64
 	backpressured         time.Duration
+	busy, idle            time.Duration
 	at                    time.Time // when it left
 }
 
 // taskSeries is the prometheus.Collector of the per-subtask counters
-// weir_task_records_in_total, weir_task_records_out_total and
-// weir_task_backpressured_seconds_total, read from the tasks at every
+// weir_task_records_in_total, weir_task_records_out_total,
+// weir_task_backpressured_seconds_total, weir_task_busy_seconds_total and
+// weir_task_idle_seconds_total, read from the tasks at every
 // scrape. A task that ended keeps its final values for a while
 // (goneTask); a new attempt of the subtask starts its counters at zero.
 type taskSeries struct {
 	tm                   *TaskManager
 	in, out, backpressed *prometheus.Desc
+	busy, idle           *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*taskSeries)(nil)
@@ -215,6 +218,12 @@ func newTaskSeries(tm *TaskManager) *taskSeries {
 		backpressed: prometheus.NewDesc("weir_task_backpressured_seconds_total",
 			"Time the subtask waited to send a batch because a downstream input buffer was full (no credit), in the current attempt.",
 			labels, nil),
+		busy: prometheus.NewDesc("weir_task_busy_seconds_total",
+			"Time the subtask worked: the time it ran less the time it was idle or backpressured, in the current attempt.",
+			labels, nil),
+		idle: prometheus.NewDesc("weir_task_idle_seconds_total",
+			"Time the subtask waited for input (or an idle source for its next poll, or a finished task for its final checkpoint), in the current attempt.",
+			labels, nil),
 	}
 }
 
@@ -222,6 +231,8 @@ func (c *taskSeries) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.in
 	ch <- c.out
 	ch <- c.backpressed
+	ch <- c.busy
+	ch <- c.idle
 }
 
 func (c *taskSeries) Collect(ch chan<- prometheus.Metric) {
@@ -238,7 +249,8 @@ func (c *taskSeries) Collect(ch chan<- prometheus.Metric) {
 		}
 		m := rt.task.Metrics()
 		out = append(out, series{k.job, int(k.subtask), goneTask{name: rt.name, parallelism: rt.spec.Parallelism,
-			recordsIn: m.RecordsIn.Load(), recordsOut: m.RecordsOut.Load(), backpressured: m.BackpressuredTime()}})
+			recordsIn: m.RecordsIn.Load(), recordsOut: m.RecordsOut.Load(), backpressured: m.BackpressuredTime(),
+			busy: m.BusyTime(), idle: m.IdleTime()}})
 	}
 	for k, g := range c.tm.mu.goneTasks {
 		if _, shadowed := c.tm.mu.tasks[k]; !shadowed {
@@ -251,6 +263,8 @@ func (c *taskSeries) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.in, prometheus.CounterValue, float64(s.g.recordsIn), s.job, task, sub)
 		ch <- prometheus.MustNewConstMetric(c.out, prometheus.CounterValue, float64(s.g.recordsOut), s.job, task, sub)
 		ch <- prometheus.MustNewConstMetric(c.backpressed, prometheus.CounterValue, s.g.backpressured.Seconds(), s.job, task, sub)
+		ch <- prometheus.MustNewConstMetric(c.busy, prometheus.CounterValue, s.g.busy.Seconds(), s.job, task, sub)
+		ch <- prometheus.MustNewConstMetric(c.idle, prometheus.CounterValue, s.g.idle.Seconds(), s.job, task, sub)
 	}
 }
 
@@ -323,7 +337,7 @@ func (tm *TaskManager) retireLocked(k taskKey, rt *runningTask) {
 		tm.mu.goneTasks = make(map[taskKey]*goneTask)
 	}
 	tm.mu.goneTasks[k] = &goneTask{name: rt.name, parallelism: rt.spec.Parallelism, recordsIn: m.RecordsIn.Load(),
-		recordsOut: m.RecordsOut.Load(), backpressured: m.BackpressuredTime(), at: time.Now()}
+		recordsOut: m.RecordsOut.Load(), backpressured: m.BackpressuredTime(), busy: m.BusyTime(), idle: m.IdleTime(), at: time.Now()}
 	tm.metrics.forgetSubtask(k.job, rt.name, int(k.subtask), rt.spec.Parallelism, rt.task.Operators())
 	for _, op := range rt.task.Operators() {
 		if lc, ok := op.Instance.(stream.LateRecordsCounter); ok {

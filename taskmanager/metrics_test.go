@@ -21,7 +21,8 @@ func taskSeriesOf(t *testing.T, h *harness) []string {
 	var out []string
 	for _, mf := range mfs {
 		name := mf.GetName()
-		if name != "weir_task_records_in_total" && name != "weir_task_records_out_total" && name != "weir_task_backpressured_seconds_total" {
+		timing := name == "weir_task_backpressured_seconds_total" || name == "weir_task_busy_seconds_total" || name == "weir_task_idle_seconds_total"
+		if name != "weir_task_records_in_total" && name != "weir_task_records_out_total" && !timing {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -30,7 +31,7 @@ func taskSeriesOf(t *testing.T, h *harness) []string {
 				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 			}
 			v := m.GetCounter().GetValue()
-			if name == "weir_task_backpressured_seconds_total" {
+			if timing {
 				v = 0 // timing; only its presence is checked
 			}
 			out = append(out, fmt.Sprintf("%s{%s} %g", name, strings.Join(labels, ","), v))
@@ -71,6 +72,8 @@ func TestTaskSeriesMetrics(t *testing.T) {
 	labels := `{job="j1",subtask="1",task="src -> sink"}`
 	want := []string{
 		"weir_task_backpressured_seconds_total" + labels + " 0",
+		"weir_task_busy_seconds_total" + labels + " 0",
+		"weir_task_idle_seconds_total" + labels + " 0",
 		fmt.Sprintf("weir_task_records_in_total%s %d", labels, rows), // the source's rows
 		"weir_task_records_out_total" + labels + " 0",                // a sink emits nothing
 	}

@@ -529,6 +529,7 @@ func (tm *TaskManager) statuses(metrics bool) []*weirpb.TaskStatus {
 		if metrics && rt.task != nil {
 			m := rt.task.Metrics()
 			st.RecordsIn, st.RecordsOut = m.RecordsIn.Load(), m.RecordsOut.Load()
+			st.BackpressuredMs = m.BackpressuredTime().Milliseconds()
 		}
 		out = append(out, st)
 	}
@@ -721,7 +722,8 @@ func (tm *TaskManager) report(rt *runningTask, state weirpb.TaskState, msg, brok
 	_, err := tm.cluster().UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{
 		TaskmanagerId: tm.cfg.ID,
 		Status: &weirpb.TaskStatus{Id: rt.id, State: state, Error: msg, BrokenPeer: brokenPeer, CorruptCheckpoint: corrupt,
-			RecordsIn: m.RecordsIn.Load(), RecordsOut: m.RecordsOut.Load(), Restoring: restoring, RestoredBytes: restored},
+			RecordsIn: m.RecordsIn.Load(), RecordsOut: m.RecordsOut.Load(), Restoring: restoring, RestoredBytes: restored,
+			BackpressuredMs: m.BackpressuredTime().Milliseconds()},
 	})
 	if err != nil {
 		tm.log.Debug("task state report failed; the next heartbeat carries it", "err", err)
@@ -782,7 +784,7 @@ func (s *executorServer) TriggerCheckpoint(ctx context.Context, req *weirpb.Trig
 	if err := s.tm.fenceCall(ctx, "TriggerCheckpoint", req.GetEpoch()); err != nil {
 		return nil, err
 	}
-	if err := s.tm.triggerCheckpoint(req.GetId(), req.GetCheckpointId(), req.GetTimestampMs(), req.GetSavepoint(), req.GetDrain()); err != nil {
+	if err := s.tm.triggerCheckpoint(req.GetId(), req.GetCheckpointId(), req.GetTimestampMs(), req.GetSavepoint(), req.GetDrain(), req.GetUnaligned()); err != nil {
 		return nil, err
 	}
 	return &weirpb.TriggerCheckpointResponse{}, nil
@@ -797,7 +799,7 @@ func (s *executorServer) TriggerCheckpoints(ctx context.Context, req *weirpb.Tri
 	}
 	resp := &weirpb.TriggerCheckpointsResponse{}
 	for _, id := range req.GetIds() {
-		if err := s.tm.triggerCheckpoint(id, req.GetCheckpointId(), req.GetTimestampMs(), req.GetSavepoint(), req.GetDrain()); err != nil {
+		if err := s.tm.triggerCheckpoint(id, req.GetCheckpointId(), req.GetTimestampMs(), req.GetSavepoint(), req.GetDrain(), req.GetUnaligned()); err != nil {
 			resp.Failures = append(resp.Failures, callFailure(id, err))
 		}
 	}
@@ -812,7 +814,7 @@ func callFailure(id *weirpb.ExecutionID, err error) *weirpb.TaskCallFailure {
 
 // triggerCheckpoint triggers checkpoint on the task attempt id (the call
 // is admitted); the error is a status error.
-func (tm *TaskManager) triggerCheckpoint(id *weirpb.ExecutionID, checkpoint, timestampMs int64, savepoint, drain bool) error {
+func (tm *TaskManager) triggerCheckpoint(id *weirpb.ExecutionID, checkpoint, timestampMs int64, savepoint, drain, unaligned bool) error {
 	rt, ok := tm.task(id)
 	if !ok {
 		return status.Errorf(codes.NotFound, "trigger checkpoint %d: no such task attempt on taskmanager %s", checkpoint, tm.cfg.ID)
@@ -823,6 +825,8 @@ func (tm *TaskManager) triggerCheckpoint(id *weirpb.ExecutionID, checkpoint, tim
 		trigger = rt.task.TriggerDrain
 	case savepoint:
 		trigger = rt.task.TriggerSavepoint
+	case unaligned:
+		trigger = rt.task.TriggerUnalignedCheckpoint
 	}
 	if err := trigger(checkpoint, timestampMs); err != nil {
 		code := codes.FailedPrecondition

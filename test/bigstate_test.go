@@ -76,7 +76,7 @@ func TestWindowBigState(t *testing.T) {
 	// the work with a million keys.
 	interval := max(1, keys/100_000)
 	body := fmt.Sprintf(windowBigStateSpec, interval, "file://"+filepath.Join(dir, "ckpt"), rows, rows/6, keys, keys, keys/2, out)
-	jobID := submitSpec(t, c, spec, body)
+	jobID := clustertest.SubmitSpec(t, c, spec, body)
 
 	// Kill a taskmanager once a checkpoint holds state, while the job runs.
 	polltest.Eventually(t, 3*time.Minute, "a completed checkpoint with state while the job runs", func() bool {
@@ -123,12 +123,12 @@ func TestWindowBigState(t *testing.T) {
 			want[w] = a
 		}
 	}
-	_, got := committedRows(t, out)
+	_, got := clustertest.CommittedRows(t, out)
 	seen := make(map[win]bool, len(got))
 	lost, duplicated, wrong := 0, 0, 0
 	for _, r := range got {
 		key, _ := strconv.ParseInt(r[0], 10, 64)
-		w := win{key, parseTime(t, r[1])}
+		w := win{key, clustertest.ParseTime(t, r[1])}
 		n, _ := strconv.ParseInt(r[3], 10, 64)
 		total, _ := strconv.ParseInt(r[4], 10, 64)
 		if seen[w] {

@@ -1,10 +1,8 @@
 package test
 
 import (
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -74,106 +72,12 @@ operators:
     config: {path: %q, format: csv}
 `
 
-// committedRows reads every committed (visible) part file under dir: the
-// two-phase-commit sink keeps uncommitted data in dot-files.
-func committedRows(t *testing.T, dir string) (header []string, rows [][]string) {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatalf("read output %s: %v", dir, err)
-	}
-	for _, e := range entries {
-		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := csv.NewReader(f)
-		h, err := r.Read()
-		if err == io.EOF {
-			f.Close()
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", e.Name(), err)
-		}
-		header = h
-		for {
-			rec, err := r.Read()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", e.Name(), err)
-			}
-			rows = append(rows, rec)
-		}
-		f.Close()
-	}
-	return header, rows
-}
-
-// checkRunningCounts compares the committed running counts with the
-// generated rows: every key must show exactly 1..N once each.
-func checkRunningCounts(t *testing.T, dir string, datagen string) (lost, duplicated int) {
-	t.Helper()
-	var cfg connectors.DatagenConfig
-	if err := json.Unmarshal([]byte(datagen), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]int64{}
-	connectors.GenerateRows(cfg, 0, cfg.Rows, func(_ int64, row []any) { want[row[0].(string)]++ })
-	header, rows := committedRows(t, dir)
-	if len(rows) > 0 && strings.Join(header, ",") != "key,count" {
-		t.Fatalf("running count header %v", header)
-	}
-	seen := map[string]map[int64]int{}
-	for _, r := range rows {
-		n, err := strconv.ParseInt(r[1], 10, 64)
-		if err != nil {
-			t.Fatalf("bad count %v", r)
-		}
-		if seen[r[0]] == nil {
-			seen[r[0]] = map[int64]int{}
-		}
-		seen[r[0]][n]++
-	}
-	return lostAndDuplicated(want, seen)
-}
-
-// lostAndDuplicated compares the numbers seen per key (with how often each
-// was seen) with 1..want[key] for every key: a number never seen is lost;
-// every extra copy, and every number or key outside the expected ones (a
-// count beyond N means a record was counted twice), is a duplicate.
-func lostAndDuplicated[K comparable](want map[K]int64, seen map[K]map[int64]int) (lost, duplicated int) {
-	for key, n := range want {
-		for i := int64(1); i <= n; i++ {
-			switch c := seen[key][i]; {
-			case c == 0:
-				lost++
-			case c > 1:
-				duplicated += c - 1
-			}
-		}
-	}
-	for key, counts := range seen {
-		for i, c := range counts {
-			if i < 1 || i > want[key] {
-				duplicated += c
-			}
-		}
-	}
-	return lost, duplicated
-}
-
 func TestExactlyOnceUnderInjectedFailures(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2})
 	dir := t.TempDir()
 	ckpt, countsOut, windowsOut := filepath.Join(dir, "ckpt"), filepath.Join(dir, "counts"), filepath.Join(dir, "windows")
 	spec := filepath.Join(dir, "job.yaml")
-	jobID := submitSpec(t, c, spec, fmt.Sprintf(eoSpec, "file://"+ckpt, eoDatagen, countsOut, windowsOut))
+	jobID := clustertest.SubmitSpec(t, c, spec, fmt.Sprintf(eoSpec, "file://"+ckpt, eoDatagen, countsOut, windowsOut))
 
 	// While the job runs, a completed checkpoint can be listed and inspected.
 	var inspected bool
@@ -214,7 +118,7 @@ func TestExactlyOnceUnderInjectedFailures(t *testing.T) {
 	}
 	failures := c.JobRestarts(jobID)
 
-	lost, duplicated := checkRunningCounts(t, countsOut, eoDatagen)
+	lost, duplicated := clustertest.CheckRunningCounts(t, countsOut, eoDatagen)
 
 	wlost, wdup, wrong := checkWindows(t, windowsOut)
 	lost += wlost
@@ -269,7 +173,7 @@ func TestAtLeastOnceLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("weir submit --wait: %v\n%s", err, text)
 	}
-	_, rows := committedRows(t, out)
+	_, rows := clustertest.CommittedRows(t, out)
 	seen := make(map[int64]int)
 	for _, r := range rows {
 		id, err := strconv.ParseInt(r[0], 10, 64)
@@ -328,10 +232,10 @@ func checkWindows(t *testing.T, windowsOut string) (lost, duplicated, wrong int)
 		}
 		want[k] = a
 	}
-	_, wrows := committedRows(t, windowsOut)
+	_, wrows := clustertest.CommittedRows(t, windowsOut)
 	got := map[windowKey]windowAgg{}
 	for _, r := range wrows {
-		k := windowKey{r[0], parseTime(t, r[1])}
+		k := windowKey{r[0], clustertest.ParseTime(t, r[1])}
 		n, _ := strconv.ParseInt(r[3], 10, 64)
 		total, _ := strconv.ParseInt(r[4], 10, 64)
 		top, _ := strconv.ParseInt(r[5], 10, 64)

@@ -132,10 +132,10 @@ func sourcePosition(t *testing.T, loc string) int64 {
 // counting those committed more than once.
 func committedWindows(t *testing.T, dir string) (got map[windowKey]windowAgg, duplicated int) {
 	t.Helper()
-	_, rows := committedRows(t, dir)
+	_, rows := clustertest.CommittedRows(t, dir)
 	got = make(map[windowKey]windowAgg)
 	for _, r := range rows {
-		k := windowKey{r[0], parseTime(t, r[1])}
+		k := windowKey{r[0], clustertest.ParseTime(t, r[1])}
 		n, _ := strconv.ParseInt(r[3], 10, 64)
 		total, _ := strconv.ParseInt(r[4], 10, 64)
 		top, _ := strconv.ParseInt(r[5], 10, 64)

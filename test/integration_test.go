@@ -82,20 +82,9 @@ func expectedWindows(t *testing.T) map[windowKey]windowAgg {
 	return want
 }
 
-func parseTime(t *testing.T, s string) int64 {
-	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return ms
-	}
-	ts, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		t.Fatalf("bad timestamp %q in output: %v", s, err)
-	}
-	return ts.UnixMilli()
-}
-
 // readWindows reads every window the file sink wrote.
 func readWindows(t *testing.T, dir string) map[windowKey]windowAgg {
-	header, rows := committedRows(t, dir)
+	header, rows := clustertest.CommittedRows(t, dir)
 	if len(rows) == 0 {
 		t.Fatalf("no output rows in %s", dir)
 	}
@@ -104,7 +93,7 @@ func readWindows(t *testing.T, dir string) map[windowKey]windowAgg {
 	}
 	got := make(map[windowKey]windowAgg)
 	for _, rec := range rows {
-		start, end := parseTime(t, rec[1]), parseTime(t, rec[2])
+		start, end := clustertest.ParseTime(t, rec[1]), clustertest.ParseTime(t, rec[2])
 		if end-start != 1000 {
 			t.Fatalf("window %v is not 1s long", rec)
 		}

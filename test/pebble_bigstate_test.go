@@ -69,7 +69,7 @@ func TestPebbleStateLargerThanCache(t *testing.T) {
 	dir := t.TempDir()
 	ckpt, countsOut := filepath.Join(dir, "ckpt"), filepath.Join(dir, "counts")
 	spec := filepath.Join(dir, "job.yaml")
-	jobID := submitSpec(t, c, spec, fmt.Sprintf(bigStateSpec, "file://"+ckpt, bigStateDatagen, countsOut))
+	jobID := clustertest.SubmitSpec(t, c, spec, fmt.Sprintf(bigStateSpec, "file://"+ckpt, bigStateDatagen, countsOut))
 
 	var checkpointBytes int64
 	job := c.WaitJobWhile(jobID, 5*time.Minute, func() {
@@ -85,7 +85,7 @@ func TestPebbleStateLargerThanCache(t *testing.T) {
 	if n := c.JobRestarts(jobID); n < 1 {
 		t.Errorf("the job restarted %d times; the injected failure should have restored it once", n)
 	}
-	lost, duplicated := checkRunningCounts(t, countsOut, bigStateDatagen)
+	lost, duplicated := clustertest.CheckRunningCounts(t, countsOut, bigStateDatagen)
 	// The logical state: every distinct key and its 8-byte count.
 	var cfg connectors.DatagenConfig
 	if err := json.Unmarshal([]byte(bigStateDatagen), &cfg); err != nil {

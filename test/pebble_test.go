@@ -35,7 +35,7 @@ func TestExactlyOnceOnPebbleState(t *testing.T) {
 			// Keep the checkpoints once the job ends, to look at them.
 			body = strings.Replace(body, "  retained: 3\n", "  retained: 3\n  retention: retain\n", 1)
 			spec := filepath.Join(dir, "job.yaml")
-			jobID := submitSpec(t, c, spec, fmt.Sprintf(body, "file://"+ckpt, eoDatagen, countsOut, windowsOut))
+			jobID := clustertest.SubmitSpec(t, c, spec, fmt.Sprintf(body, "file://"+ckpt, eoDatagen, countsOut, windowsOut))
 			job := c.WaitJobWhile(jobID, 5*time.Minute, func() {})
 			if job.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
 				t.Fatalf("job ended %v: %s", job.GetJob().GetState(), job.GetJob().GetError())
@@ -44,7 +44,7 @@ func TestExactlyOnceOnPebbleState(t *testing.T) {
 				t.Errorf("the job restarted %d times; the injected failures should have caused 4", failures)
 			}
 			waitNoLocalState(t, c, 2)
-			lost, duplicated := checkRunningCounts(t, countsOut, eoDatagen)
+			lost, duplicated := clustertest.CheckRunningCounts(t, countsOut, eoDatagen)
 			// The tumbling windows' state is on Pebble too.
 			wlost, wdup, wrong := checkWindows(t, windowsOut)
 			if lost != 0 || duplicated != 0 || wlost != 0 || wdup != 0 || wrong != 0 {
@@ -101,7 +101,7 @@ operators:
   - uid: out
     type: discard
 `, "file://"+filepath.Join(dir, "ckpt"))
-	jobID := submitSpec(t, c, spec, body)
+	jobID := clustertest.SubmitSpec(t, c, spec, body)
 	polltest.Eventually(t, time.Minute, "two completed checkpoints", func() bool {
 		cks, err := c.Checkpoints(jobID)
 		return err == nil && cks.GetCompleted() >= 2
@@ -123,19 +123,4 @@ operators:
 		t.Fatalf("job state %v after cancel", s)
 	}
 	waitNoLocalState(t, c, 2)
-}
-
-// submitSpec writes a job spec to path, submits it with the weir CLI and
-// returns the job's id.
-func submitSpec(t *testing.T, c *clustertest.Cluster, path, body string) string {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := c.Weir("submit", path)
-	if err != nil {
-		t.Fatalf("weir submit: %v\n%s", err, out)
-	}
-	fields := strings.Fields(out)
-	return fields[len(fields)-1]
 }

@@ -100,7 +100,7 @@ func (j *sequenceJob) submit(t *testing.T, c *clustertest.Cluster) string {
 // rows that should not exist at all).
 func (j *sequenceJob) verify(t *testing.T) (lost, duplicated int) {
 	t.Helper()
-	_, got := committedRows(t, j.out)
+	_, got := clustertest.CommittedRows(t, j.out)
 	seen := make(map[int64]map[int64]int)
 	for _, r := range got {
 		k, err1 := strconv.ParseInt(r[0], 10, 64)
@@ -117,7 +117,7 @@ func (j *sequenceJob) verify(t *testing.T) (lost, duplicated int) {
 	for k := range j.keys {
 		want[k] = j.perKey
 	}
-	return lostAndDuplicated(want, seen)
+	return clustertest.LostAndDuplicated(want, seen)
 }
 
 // checkpointsOf summarises a job's checkpoint list as its jobmanager

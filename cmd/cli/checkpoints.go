@@ -12,7 +12,8 @@ import (
 )
 
 func newCheckpointsCommand(cc *clientConfig) *cobra.Command {
-	cmd := &cobra.Command{Use: "checkpoints", Short: "List, trigger and inspect a job's checkpoints"}
+	cmd := &cobra.Command{Use: "checkpoints", Short: "List, trigger, inspect and explain a job's checkpoints"}
+	cmd.AddCommand(newCheckpointStatsCommand(cc), newCheckpointExplainCommand(cc))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list JOB",
 		Short: "List recent checkpoints: id, status, trigger time, duration, size, slowest task",

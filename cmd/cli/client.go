@@ -41,6 +41,8 @@ type clientConfig struct {
 	etcdUser string
 	// client is the client dial made, to name the jobmanager it reached.
 	client *client.Client
+	// rest is the jobmanager's REST address (--rest, rest.go).
+	rest string
 }
 
 func (c *clientConfig) bind(cmd *cobra.Command) {
@@ -76,6 +78,7 @@ func (c *clientConfig) bind(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&c.tls.CertFile, "tls-cert", os.Getenv("WEIR_TLS_CERT"),
 		"client certificate (PEM, role operate or read; weir certs init makes operator.pem and reader.pem) (env WEIR_TLS_CERT)")
 	cmd.PersistentFlags().StringVar(&c.tls.KeyFile, "tls-key", os.Getenv("WEIR_TLS_KEY"), "the private key of --tls-cert (PEM) (env WEIR_TLS_KEY)")
+	c.bindREST(cmd)
 }
 
 func (c *clientConfig) validate() error {
@@ -313,12 +316,27 @@ func newJobsCommand(cc *clientConfig, reg *stream.Registry) *cobra.Command {
 			if j.GetError() != "" {
 				fmt.Fprintf(w, "error: %s\n", j.GetError())
 			}
+			// The rates come from the REST API; without it the table
+			// shows "?" and says why below.
+			rctx, rcancel := context.WithTimeout(ctx, ratesTimeout)
+			rates, ratesErr := cc.taskRates(rctx, args[0])
+			rcancel()
 			var rows [][]string
 			for _, t := range resp.GetTasks() {
+				in, out, bp := "?", "?", "?"
+				if r, ok := rates[taskKey{int(t.GetId().GetVertexId()), int(t.GetId().GetSubtask())}]; ok {
+					in, out, bp = fmtRate(r.RecordsInPerSec), fmtRate(r.RecordsOutPerSec), fmt.Sprintf("%.0f%%", 100*r.Backpressure)
+				}
 				rows = append(rows, []string{t.GetName(), taskState(t.GetState()), t.GetTaskmanagerId(),
-					fmt.Sprint(t.GetRecordsIn()), fmt.Sprint(t.GetRecordsOut()), t.GetError()})
+					fmt.Sprint(t.GetRecordsIn()), fmt.Sprint(t.GetRecordsOut()), in, out, bp, t.GetError()})
 			}
-			return table(w, "TASK\tSTATE\tTASKMANAGER\tRECORDS IN\tRECORDS OUT\tERROR", rows)
+			if err := table(w, "TASK\tSTATE\tTASKMANAGER\tRECORDS IN\tRECORDS OUT\tIN/S\tOUT/S\tBACKPRESSURE\tERROR", rows); err != nil {
+				return err
+			}
+			if ratesErr != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "rates unavailable: %v\n", ratesErr)
+			}
+			return nil
 		},
 	}
 	statusCmd.Flags().BoolVar(&wait, "wait", false, "wait until the job ends; exit non-zero unless it finished")

@@ -99,6 +99,7 @@ func TestNotATerminalWritesNothingExtra(t *testing.T) {
 // progressCluster is a jobmanager and a taskmanager in this process.
 type progressCluster struct {
 	addr, dir string
+	rest      string // the REST address
 	api       weirpb.JobServiceClient
 }
 
@@ -141,7 +142,7 @@ func startProgressCluster(t *testing.T) *progressCluster {
 		<-tmDone
 		<-jmDone
 	})
-	c := &progressCluster{addr: jm.RPCAddr(), dir: dir, api: weirpb.NewJobServiceClient(conn)}
+	c := &progressCluster{addr: jm.RPCAddr(), dir: dir, rest: jm.RESTAddr(), api: weirpb.NewJobServiceClient(conn)}
 	eventually(t, "the taskmanager to register", func() bool {
 		resp, err := c.api.ListTaskManagers(t.Context(), &weirpb.ListTaskManagersRequest{})
 		return err == nil && len(resp.GetTaskmanagers()) == 1

@@ -1,10 +1,28 @@
-// Package nexmark owns Weir's Nexmark benchmark source: a deterministic
-// generator of the Nexmark auction-site event stream (people, auctions and
-// bids) after the reference generator of the Nexmark suite, the three source
+// Package nexmark owns Weir's Nexmark benchmark: a deterministic generator
+// of the Nexmark auction-site event stream (people, auctions and bids)
+// after the reference generator of the Nexmark suite, the three source
 // types "nexmark_person", "nexmark_auction" and "nexmark_bid" that emit one
 // stream each from the same event sequence, plain Go access to the events
-// (EventAt, Generator) for tests and baselines, and the single-goroutine
-// baselines BaselineQ1 and BaselineQ5 that the engine is measured against.
+// (EventAt, Generator) for tests and baselines, the queries as job specs
+// (QuerySpec, the files in queries/), their oracles (Oracle) and the
+// "nexmark_digest" sink that reduces a query's output to a Digest (row
+// count and order-independent hash) to compare with them, and the
+// single-goroutine baselines BaselineQ1 and BaselineQ5 that the engine is
+// measured against.
+//
+// # Generator modes
+//
+// Config.Generator chooses how events are made. "canonical" (the default)
+// does the reference generator's work per event: names, e-mails, credit
+// cards, item names, descriptions and the "extra" padding are written
+// afresh for every event with the reference's lengths and alphabets
+// (extra pads each kind to AvgPersonBytes, AvgAuctionBytes, AvgBidBytes on
+// average), and a source builds every event of its split, of all kinds,
+// emitting those of its own kind, as a reference source that generates
+// the whole stream and filters it does. "fast" picks the strings from
+// fixed pools and builds only the source's kind: a much cheaper stream of
+// the same shape, whose figures must be labelled as such. Numbers, ids,
+// times and channels are the same in both modes.
 //
 // # The event sequence
 //
@@ -25,9 +43,10 @@
 // Event time: event n happens at StartMillis + n·1000/EventsPerSecond
 // (milliseconds, rounded down), so the stream's event time advances at the
 // configured rate whatever the real speed. Random draws hash (seed, field, n)
-// with splitmix64 instead of seeding java.util.Random per event, and strings
-// (names, e-mails, item names, extras) come from fixed pools, so the values
-// differ from the Java generator's while the shape and proportions match.
+// with splitmix64 instead of seeding java.util.Random per event (in the
+// canonical mode one splitmix64 stream per event draws its strings), so the
+// values differ from the Java generator's while the shape, proportions and
+// sizes match.
 //
 // # Parallel sources
 //

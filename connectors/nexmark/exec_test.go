@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/weirstream/weir/operators"
 	"github.com/weirstream/weir/operators/join"
 	"github.com/weirstream/weir/operators/keyed"
+	"github.com/weirstream/weir/operators/lifetime"
 	"github.com/weirstream/weir/operators/topn"
 	"github.com/weirstream/weir/operators/window"
 	"github.com/weirstream/weir/stream"
@@ -78,6 +78,7 @@ func registry(c *sinkRows) *stream.Registry {
 	nexmark.Register(r)
 	join.Register(r)
 	topn.Register(r)
+	lifetime.Register(r)
 	r.Register(stream.OperatorType{
 		Name: collectType,
 		Kind: stream.KindSink,
@@ -90,12 +91,16 @@ func registry(c *sinkRows) *stream.Registry {
 	return r
 }
 
-// loadQuery loads examples/nexmark/<q>.yaml with every Nexmark source set to
+// loadQuery loads query spec q (QuerySpec) with every Nexmark source set to
 // cfg, every vertex at parallelism 1 and its "discard" sink replaced by a
 // collect sink, and plans it against reg.
 func loadQuery(t *testing.T, q string, cfg nexmark.Config, reg *stream.Registry) *stream.JobGraph {
 	t.Helper()
-	g, err := jobspec.Load(filepath.Join("..", "..", "examples", "nexmark", q+".yaml"), reg)
+	spec, err := nexmark.QuerySpec(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := jobspec.Parse(q+".yaml", spec, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,19 @@ type Config struct {
 	// BatchSize is the rows per batch a source emits; default
 	// stream.DefaultBatchSize.
 	BatchSize int `json:"batchSize,omitempty"`
+	// Generator is how events are made: GeneratorCanonical (the default)
+	// writes every string of every event afresh with the reference
+	// generator's lengths and alphabets and builds every event of a
+	// source's split, of all kinds; GeneratorFast picks strings from fixed
+	// pools and builds only the source's kind. The two modes agree on
+	// every number, id, time and channel; they differ in the other strings.
+	Generator string `json:"generator,omitempty"`
+	// MaxEventsPerSecond, if positive, limits how fast a source subtask
+	// goes through event numbers in wall-clock time: to MaxEventsPerSecond
+	// divided by the parallelism, counting from Open. 0 (the default) is
+	// as fast as possible. Tests use it to keep a job running long enough
+	// for checkpoints; it does not change the events.
+	MaxEventsPerSecond int64 `json:"maxEventsPerSecond,omitempty"`
 }
 
 // Defaults and the fixed shape of the stream (the reference generator's
@@ -165,6 +178,7 @@ const (
 	fBidPrice
 	fBidChannel
 	fBidExtra
+	fCanonical // the stream of one event's canonical strings
 	numFields
 )
 
@@ -182,16 +196,17 @@ func below(h, n uint64) uint64 {
 // Generator computes events of one Config. It is immutable after
 // NewGenerator and safe for concurrent use.
 type Generator struct {
-	cfg  Config
-	rate int64
-	fs   [numFields]uint64
-	p    *pools
+	cfg       Config
+	rate      int64
+	fs        [numFields]uint64
+	p         *pools
+	canonical bool
 }
 
 // NewGenerator returns a generator for cfg (defaults filled in).
 func NewGenerator(cfg Config) *Generator {
 	cfg = cfg.withDefaults()
-	g := &Generator{cfg: cfg, rate: cfg.EventsPerSecond, p: getPools()}
+	g := &Generator{cfg: cfg, rate: cfg.EventsPerSecond, p: getPools(), canonical: cfg.Generator != GeneratorFast}
 	for f := range g.fs {
 		g.fs[f] = mix64(uint64(cfg.Seed) ^ mix64(uint64(f)+golden))
 	}
@@ -204,6 +219,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StartMillis == 0 {
 		c.StartMillis = DefaultStartMillis
+	}
+	if c.Generator == "" {
+		c.Generator = GeneratorCanonical
 	}
 	return c
 }
@@ -353,6 +371,29 @@ func (g *Generator) bidExtra(n int64) string {
 
 // PersonAt returns event n as a person; n must be a person event.
 func (g *Generator) PersonAt(n int64) Person {
+	if g.canonical {
+		return g.canonicalAt(n).Person
+	}
+	return g.fastPersonAt(n)
+}
+
+// AuctionAt returns event n as an auction; n must be an auction event.
+func (g *Generator) AuctionAt(n int64) Auction {
+	if g.canonical {
+		return g.canonicalAt(n).Auction
+	}
+	return g.fastAuctionAt(n)
+}
+
+// BidAt returns event n as a bid; n must be a bid event.
+func (g *Generator) BidAt(n int64) Bid {
+	if g.canonical {
+		return g.canonicalAt(n).Bid
+	}
+	return g.fastBidAt(n)
+}
+
+func (g *Generator) fastPersonAt(n int64) Person {
 	return Person{
 		ID: g.personID(n), Name: g.personName(n), EmailAddress: g.personEmail(n),
 		CreditCard: g.personCard(n), City: g.personCity(n), State: g.personState(n),
@@ -360,8 +401,7 @@ func (g *Generator) PersonAt(n int64) Person {
 	}
 }
 
-// AuctionAt returns event n as an auction; n must be an auction event.
-func (g *Generator) AuctionAt(n int64) Auction {
+func (g *Generator) fastAuctionAt(n int64) Auction {
 	ts := g.Timestamp(n)
 	initial := g.auctionInitial(n)
 	return Auction{
@@ -372,8 +412,7 @@ func (g *Generator) AuctionAt(n int64) Auction {
 	}
 }
 
-// BidAt returns event n as a bid; n must be a bid event.
-func (g *Generator) BidAt(n int64) Bid {
+func (g *Generator) fastBidAt(n int64) Bid {
 	ch := g.bidChannel(n)
 	return Bid{
 		Auction: g.bidAuction(n), Bidder: g.bidBidder(n), Price: g.bidPrice(n),
@@ -384,6 +423,9 @@ func (g *Generator) BidAt(n int64) Bid {
 
 // At returns event n.
 func (g *Generator) At(n int64) Event {
+	if g.canonical {
+		return g.canonicalAt(n)
+	}
 	switch k := KindOf(n); k {
 	case KindPerson:
 		return Event{Kind: k, Person: g.PersonAt(n)}

@@ -163,7 +163,14 @@ func eventRow(e nexmark.Event) []any {
 // TestSubtasksPartitionEvents: the sources of every kind at parallelism 3
 // emit exactly the events of 0..N-1, each once, equal to EventAt.
 func TestSubtasksPartitionEvents(t *testing.T) {
-	cfg := nexmark.Config{Events: 20_011, Seed: 11, BatchSize: 97}
+	for _, mode := range []string{nexmark.GeneratorCanonical, nexmark.GeneratorFast} {
+		t.Run(mode, func(t *testing.T) {
+			testSubtasksPartitionEvents(t, nexmark.Config{Events: 20_011, Seed: 11, BatchSize: 97, Generator: mode})
+		})
+	}
+}
+
+func testSubtasksPartitionEvents(t *testing.T, cfg nexmark.Config) {
 	g := nexmark.NewGenerator(cfg)
 	const par = 3
 	for _, k := range []nexmark.Kind{nexmark.KindPerson, nexmark.KindAuction, nexmark.KindBid} {
@@ -242,11 +249,11 @@ func TestSourceCheckpoint(t *testing.T) {
 }
 
 func TestBaselines(t *testing.T) {
-	kept, el := nexmark.BaselineQ1(100_000)
+	kept, el := nexmark.BaselineQ1(nexmark.Config{Seed: nexmark.BaselineSeed}, 100_000)
 	if kept != 92_000 || el <= 0 {
 		t.Fatalf("BaselineQ1(100000) = %d, %v; want 92000 bids", kept, el)
 	}
-	rows, _ := nexmark.BaselineQ5(100_000)
+	rows, _ := nexmark.BaselineQ5(nexmark.Config{Seed: nexmark.BaselineSeed}, 100_000)
 	if rows == 0 {
 		t.Fatal("BaselineQ5 produced no rows")
 	}
@@ -274,8 +281,8 @@ func (discard) EmitWatermark(int64)     {}
 
 func BenchmarkBaselines(b *testing.B) {
 	for range b.N {
-		_, e1 := nexmark.BaselineQ1(5_000_000)
-		_, e5 := nexmark.BaselineQ5(5_000_000)
+		_, e1 := nexmark.BaselineQ1(nexmark.Config{Seed: nexmark.BaselineSeed}, 5_000_000)
+		_, e5 := nexmark.BaselineQ5(nexmark.Config{Seed: nexmark.BaselineSeed}, 5_000_000)
 		b.ReportMetric(5e6/e1.Seconds(), "q1_events/s")
 		b.ReportMetric(5e6/e5.Seconds(), "q5_events/s")
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -55,8 +56,9 @@ var (
 )
 
 // Register adds the sources nexmark_person, nexmark_auction and nexmark_bid
-// to r.
+// and the benchmark's digest sink (TypeDigest) to r.
 func Register(r *stream.Registry) {
+	registerDigest(r)
 	for _, k := range []Kind{KindPerson, KindAuction, KindBid} {
 		r.Register(stream.OperatorType{
 			Name: typeName(k),
@@ -77,7 +79,7 @@ func Register(r *stream.Registry) {
 				return NewSource(k, cfg), nil
 			},
 			Config: Config{},
-			Doc:    "the " + k.String() + " events of the Nexmark benchmark stream ({events, seed, eventsPerSecond, startMillis, batchSize})",
+			Doc:    "the " + k.String() + " events of the Nexmark benchmark stream ({events, seed, eventsPerSecond, startMillis, batchSize, generator: canonical|fast})",
 		})
 	}
 }
@@ -125,14 +127,21 @@ func (c Config) Validate(op string) error {
 		return stream.ConfigErrorf("%s: batchSize %d: must be between 1 and %d (0 or unset means %d)", op, c.BatchSize, maxBatchSize, stream.DefaultBatchSize)
 	case c.StartMillis < 0:
 		return stream.ConfigErrorf("%s: startMillis %d: must not be negative (0 or unset means %d, 2026-01-01)", op, c.StartMillis, DefaultStartMillis)
+	case c.MaxEventsPerSecond < 0:
+		return stream.ConfigErrorf("%s: maxEventsPerSecond %d: must be positive, or 0 (unset) for no limit", op, c.MaxEventsPerSecond)
+	case c.Generator != "" && c.Generator != GeneratorCanonical && c.Generator != GeneratorFast:
+		return stream.ConfigErrorf("%s: generator: unknown mode; use %q (the default) or %q", op, GeneratorCanonical, GeneratorFast)
 	}
 	return nil
 }
 
 // Source is one subtask of a nexmark_person, nexmark_auction or nexmark_bid
 // source: it emits the events of its kind among the event numbers of the
-// splits it owns, below Config.Events, one batch per Poll, filling whole
-// columns at a time from fixed string pools (no allocation per row).
+// splits it owns, below Config.Events, one batch per Poll. In the
+// canonical mode (the default) it builds every event it scans, of every
+// kind, writing their strings afresh into chunks of memory the batches
+// share; in the fast mode it builds only its kind, filling whole columns at
+// a time from fixed string pools (no allocation per row).
 //
 // A split is the event numbers n ≡ start (mod stride): a job started with
 // parallelism p (not from a checkpoint) has the p splits start = 0..p-1 of
@@ -154,6 +163,19 @@ type Source struct {
 	nsplits int64
 	ns      []int64 // event numbers of the batch being built
 	ts      []int64 // their timestamps
+
+	// The canonical mode's string memory: arena for the emitted events'
+	// strings (chunks shared by the batches, never rewritten), scratch for
+	// the events of other kinds, built and dropped; dropped keeps their
+	// values alive.
+	arena, scratch arena
+	dropped        int64
+
+	// The rate limit (Config.MaxEventsPerSecond): perSec event numbers
+	// per second for this subtask since opened; scanned counts them.
+	perSec  float64
+	opened  time.Time
+	scanned int64
 }
 
 // split is the event numbers start, start+stride, ...; next is the next
@@ -163,6 +185,7 @@ type split struct{ start, stride, next int64 }
 var (
 	_ stream.Source       = (*Source)(nil)
 	_ stream.Checkpointed = (*Source)(nil)
+	_ stream.IdleHinter   = (*Source)(nil)
 )
 
 // NewSource returns a source of the events of kind k; cfg must be valid.
@@ -182,7 +205,29 @@ func (s *Source) Open(_ context.Context, octx *stream.OperatorContext) error {
 	s.splits = []split{{start: s.subtask, stride: s.parallelism, next: s.subtask}}
 	s.ns = make([]int64, 0, s.batch)
 	s.ts = make([]int64, 0, s.batch)
+	if s.cfg.MaxEventsPerSecond > 0 {
+		s.perSec = float64(s.cfg.MaxEventsPerSecond) / float64(s.parallelism)
+		s.opened = time.Now()
+	}
 	return nil
+}
+
+// budget returns how many event numbers the subtask may look at now.
+func (s *Source) budget() int {
+	if s.perSec == 0 {
+		return maxScan
+	}
+	allowed := int64(time.Since(s.opened).Seconds()*s.perSec) - s.scanned
+	return int(min(max(allowed, 0), maxScan))
+}
+
+// IdleFor says how long a rate-limited source waits for its next event
+// number.
+func (s *Source) IdleFor() time.Duration {
+	if s.perSec == 0 {
+		return time.Millisecond
+	}
+	return min(time.Duration(float64(s.batch)/s.perSec*float64(time.Second)), 50*time.Millisecond)
 }
 
 // Position returns the next event number the subtask will look at, or -1
@@ -214,38 +259,67 @@ const maxScan = 1 << 20
 func (s *Source) Poll(_ context.Context, out stream.Collector) (stream.PollStatus, error) {
 	end := s.cfg.Events
 	ns := s.ns[:0]
+	// all: the canonical mode builds every event it scans, so ns holds
+	// them all; rows counts those of the source's kind.
+	all := s.gen.canonical
+	rows := 0
+	limit := s.budget()
+	if limit == 0 && s.lowest() != nil {
+		return stream.PollIdle, nil // rate limited
+	}
 	if len(s.splits) == 1 {
 		// The usual case: one split, in a tight loop.
 		sp := &s.splits[0]
 		n, step := sp.next, sp.stride
-		for scanned := 0; len(ns) < s.batch && (end <= 0 || n < end) && scanned < maxScan; scanned++ {
+		scanned := 0
+		for ; rows < s.batch && (end <= 0 || n < end) && scanned < limit; scanned++ {
 			if KindOf(n) == s.kind {
+				ns = append(ns, n)
+				rows++
+			} else if all {
 				ns = append(ns, n)
 			}
 			n += step
 		}
 		sp.next = n
+		s.scanned += int64(scanned)
 	} else {
-		for scanned := 0; len(ns) < s.batch && scanned < maxScan; scanned++ {
+		for ; rows < s.batch && limit > 0; limit-- {
 			sp := s.lowest()
 			if sp == nil {
 				break
 			}
 			if KindOf(sp.next) == s.kind {
 				ns = append(ns, sp.next)
+				rows++
+			} else if all {
+				ns = append(ns, sp.next)
 			}
 			sp.next += sp.stride
+			s.scanned++
 		}
 	}
 	s.ns = ns
-	if len(ns) == 0 {
+	if all && rows == 0 {
+		// Events of other kinds only: build them (their cost is part of
+		// the stream's) and emit nothing.
+		for _, n := range ns {
+			s.dropOther(n, KindOf(n), &s.scratch)
+		}
+	}
+	if rows == 0 {
 		if s.lowest() == nil {
 			return stream.PollEnd, nil
 		}
 		return stream.PollIdle, nil // an unbounded stretch without events of this kind
 	}
-	b := stream.NewBatch(SchemaOf(s.kind), len(ns))
-	s.fill(b, ns)
+	b := stream.NewBatch(SchemaOf(s.kind), rows)
+	if all {
+		s.fillCanonical(b, ns)
+	} else {
+		s.fill(b, ns)
+	}
+	b.SetLen(rows)
 	out.Collect(b)
 	return stream.PollEmitted, nil
 }

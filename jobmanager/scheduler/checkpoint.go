@@ -146,7 +146,7 @@ func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
 					continue
 				}
 				acts = append(acts, TriggerAction{Target: targetOf(j, ex), CheckpointID: a.ID, Timestamp: a.Timestamp,
-					Savepoint: j.savepoints[a.ID], Drain: a.ID == j.drainAt})
+					Savepoint: j.savepoints[a.ID], Drain: a.ID == j.drainAt, Unaligned: j.opts.Checkpoint.Unaligned && !j.savepoints[a.ID]})
 			}
 		case coordinator.WriteManifestAction:
 			finished := append(slices.Clone(a.Finished), restoredFinished(j)...)
@@ -532,6 +532,29 @@ func (c *Scheduler) Checkpoints(jobID string) (CheckpointsView, error) {
 		v.InProgress, v.Completed, v.Failed = j.coord.Counts()
 	}
 	return v, nil
+}
+
+// CheckpointSubtasks returns checkpoint id of job jobID as History shows
+// it, with its tasks' acknowledgements so far (coordinator.SubtaskStats);
+// false when the checkpoint is not in the job's recent history.
+func (c *Scheduler) CheckpointSubtasks(jobID string, id int64) (coordinator.Stats, []coordinator.SubtaskStats, bool, error) {
+	j := c.jobs[jobID]
+	if j == nil {
+		return coordinator.Stats{}, nil, false, notFound(jobID)
+	}
+	if j.coord == nil {
+		return coordinator.Stats{}, nil, false, nil
+	}
+	subs, ok := j.coord.SubtaskStats(id)
+	if !ok {
+		return coordinator.Stats{}, nil, false, nil
+	}
+	for _, s := range j.coord.History() {
+		if s.ID == id {
+			return s, subs, true, nil
+		}
+	}
+	return coordinator.Stats{}, nil, false, nil
 }
 
 // StorageView is what tidying a job's checkpoint storage needs to know

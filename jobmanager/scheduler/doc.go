@@ -12,6 +12,10 @@
 // TriggerAction, NotifyAction, WriteManifestAction,
 // DeleteCheckpointsAction, ProbeAction), in order, feeding every outcome
 // back as another event. What is worth logging is kept until Logs.
+// What the APIs show is read with queries (Job, Jobs, Checkpoints,
+// CheckpointSubtasks, Exceptions, TaskManagers): among them each job's
+// last MaxExceptions failures and each execution's records rates and
+// backpressure, measured between its reports (rates.go).
 //
 // Its types are its own: a checkpoint is the Checkpoint interface (the
 // shell wraps its manifest), acknowledgement payloads are opaque, and the

@@ -156,6 +156,9 @@ type execution struct {
 	// alignment is the barrier alignment time of its latest checkpoint
 	// acknowledgement.
 	alignment time.Duration
+	// rates are its throughput and backpressure between two reports
+	// (rates.go).
+	rates rates
 	// restoreBytes are the bytes of checkpoint state this attempt
 	// restores (RestoreSizer), restoredBytes those its taskmanager
 	// reported in place, restoreDone whether it reported its state loaded
@@ -283,6 +286,9 @@ type job struct {
 	// by themselves (checkpoint.go).
 	drainAt   int64
 	drainWait bool
+
+	// exceptions are its latest failures, oldest first (exceptions.go).
+	exceptions []ExceptionView
 }
 
 // Action is something the shell must do for the scheduler.
@@ -349,6 +355,9 @@ type TriggerAction struct {
 	// source ends its input, maximum watermark included, before its
 	// barrier.
 	Drain bool
+	// Unaligned (never with Savepoint): the checkpoint is unaligned
+	// (stream.CheckpointConfig.Unaligned).
+	Unaligned bool
 }
 
 // NotifyAction tells an execution that a checkpoint completed or was
@@ -447,6 +456,9 @@ type TaskReport struct {
 	State                 TaskState
 	Err                   string
 	RecordsIn, RecordsOut int64
+	// Backpressured is the task's total time spent waiting for credit to
+	// send downstream (0 when not reported).
+	Backpressured time.Duration
 	// BrokenPeer, on a failed task, is the exchange address of the
 	// taskmanager whose data stream broke and failed it.
 	BrokenPeer string
@@ -581,6 +593,7 @@ func (c *Scheduler) applyReport(tmID string, tm *tmEntry, r TaskReport, now time
 		return nil
 	}
 	ex.recordsIn, ex.recordsOut = max(ex.recordsIn, r.RecordsIn), max(ex.recordsOut, r.RecordsOut)
+	ex.rates.observe(ex.attempt, r.RecordsIn, r.RecordsOut, r.Backpressured, now)
 	ex.applyRestoreReport(r)
 	if ex.state.Terminal() || r.State == ex.state {
 		return nil
@@ -599,6 +612,11 @@ func (c *Scheduler) applyReport(tmID string, tm *tmEntry, r TaskReport, now time
 		ex.err = r.Err
 		if ex.err == "" {
 			ex.err = "unknown error"
+		}
+		if j.state == JobRestarting || j.state == JobFailing || j.state.active() && ex.region.down() {
+			// A failure while the job or its region already fails over
+			// joins the failure being handled (exceptions.go).
+			c.recordConcurrent(j, ex, now)
 		}
 	default: // earlier states and CANCELING say nothing new
 		return nil
@@ -758,6 +776,7 @@ func (c *Scheduler) failOver(j *job, failed []*region, cause string, counted boo
 		j.restartCause = cause
 		j.restartDue = now.Add(delay)
 		c.log.Warn("job restarting", "job", j.id, "name", j.graph.Name, "attempt", maxAttempt(j.execs)+1, "delay", delay, "cause", cause)
+		c.recordException(j, cause, ScopeGlobal, nil, now)
 		acts = append(acts, c.cancelJobExecs(j, now)...)
 		return append(acts, c.maybeRestart(j, now)...)
 	}
@@ -771,6 +790,7 @@ func (c *Scheduler) failOver(j *job, failed []*region, cause string, counted boo
 			"executions", len(r.execs), "attempt", maxAttempt(r.execs)+1, "delay", delay, "cause", cause)
 		acts = append(acts, c.cancelExecs(j, r.execs)...)
 	}
+	c.recordException(j, cause, ScopeRegion, failed, now)
 	for _, r := range failed {
 		acts = append(acts, c.maybeRedeployRegion(j, r, now)...)
 	}
@@ -866,6 +886,7 @@ func (c *Scheduler) failJob(j *job, cause string, now time.Time) []Action {
 	acts := c.stopCheckpointing(j, coordinator.CauseJobEnded, "job failing: "+cause, now)
 	j.state = JobFailing
 	j.err = cause
+	c.recordException(j, cause, ScopeJobFailed, nil, now)
 	c.log.Warn("job failing", "job", j.id, "name", j.graph.Name, "error", cause)
 	acts = append(acts, c.cancelJobExecs(j, now)...)
 	return append(acts, c.maybeFinalize(j, now)...)
@@ -1511,7 +1532,12 @@ type TaskView struct {
 	TaskManager           string
 	Err                   string
 	RecordsIn, RecordsOut int64
-	Alignment             time.Duration
+	// RecordsInPerSec, RecordsOutPerSec and Backpressure (the fraction
+	// of time it waited for credit to send downstream, 0 to 1) are
+	// measured between its two latest reports at least RateWindow apart;
+	// 0 when it is not running.
+	RecordsInPerSec, RecordsOutPerSec, Backpressure float64
+	Alignment                                       time.Duration
 	// Restoring: the execution is deploying or loading the state it
 	// restores; RestoredBytes of its RestoreBytes are in place.
 	Restoring                   bool
@@ -1627,6 +1653,9 @@ func (c *Scheduler) view(j *job, withTasks bool) JobView {
 				Restoring: ex.state == TaskDeploying || ex.state == TaskRunning && !ex.restoreDone, RestoredBytes: ex.restoredSoFar(), RestoreBytes: ex.restoreBytes}
 			if ex.tm != nil {
 				tv.TaskManager = ex.tm.id
+			}
+			if ex.state == TaskRunning && ex.rates.attempt == ex.attempt {
+				tv.RecordsInPerSec, tv.RecordsOutPerSec, tv.Backpressure = ex.rates.inRate, ex.rates.outRate, ex.rates.backpressure
 			}
 			v.Tasks = append(v.Tasks, tv)
 		}

@@ -23,6 +23,42 @@ var funcs = template.FuncMap{
 	"bytes":      formatBytes,
 	"age":        age,
 	"stateClass": stateClass,
+	"rate":       formatRate,
+	"pct":        formatPercent,
+	"phase":      phaseName,
+}
+
+// formatRate shows a per-second rate with three significant digits.
+func formatRate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'f', 2, 64) + " M/s"
+	case v >= 1e4:
+		return strconv.FormatFloat(v/1e3, 'f', 1, 64) + " k/s"
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64) + "/s"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + "/s"
+}
+
+// formatPercent shows a fraction (0 to 1) as a whole percentage.
+func formatPercent(f float64) string {
+	return strconv.FormatFloat(100*f, 'f', 0, 64) + "%"
+}
+
+// phaseName is a checkpoint phase (view.Phase) for people.
+func phaseName(name string) string {
+	switch name {
+	case "start_delay":
+		return "start delay"
+	case "sync":
+		return "synchronous snapshot"
+	case "async":
+		return "asynchronous upload"
+	case "ack":
+		return "acknowledgement"
+	}
+	return name
 }
 
 // formatTime shows Unix milliseconds as UTC; 0 is "–".
@@ -141,6 +177,9 @@ type vertex struct {
 	In                    []edge
 	Running               int
 	RecordsIn, RecordsOut int64
+	// InRate and OutRate sum the task's subtasks; Backpressure is its
+	// most backpressured subtask's fraction.
+	InRate, OutRate, Backpressure float64
 }
 
 type jobPage struct {
@@ -162,8 +201,9 @@ func jobData(d view.JobDetail) jobPage {
 	// A chain's tasks report for the chain: records in at its head, out
 	// at its end, so the totals are per task (head vertex).
 	type sums struct {
-		running int
-		in, out int64
+		running             int
+		in, out             int64
+		inRate, outRate, bp float64
 	}
 	byTask := make(map[int]*sums)
 	for _, t := range d.Tasks {
@@ -177,6 +217,9 @@ func jobData(d view.JobDetail) jobPage {
 		}
 		s.in += t.RecordsIn
 		s.out += t.RecordsOut
+		s.inRate += t.RecordsInPerSec
+		s.outRate += t.RecordsOutPerSec
+		s.bp = max(s.bp, t.Backpressure)
 	}
 	p := jobPage{JobDetail: d}
 	switch d.Job.State {
@@ -194,6 +237,7 @@ func jobData(d view.JobDetail) jobPage {
 		}
 		if s := byTask[v.TaskID]; s != nil {
 			x.Running, x.RecordsIn, x.RecordsOut = s.running, s.in, s.out
+			x.InRate, x.OutRate, x.Backpressure = s.inRate, s.outRate, s.bp
 		}
 		p.Ops = append(p.Ops, x)
 		for len(p.Stages) <= depth[v.ID] {
@@ -228,6 +272,21 @@ type operatorState struct {
 	States      []*weirpb.StateInfo
 	Subtasks    []subtaskState
 	Finished    []int32
+}
+
+// checkpointStatsPage is a checkpoint's page: its statistics while the
+// jobmanager's history holds it, its manifest while storage retains it,
+// or both.
+type checkpointStatsPage struct {
+	Job view.Job
+	ID  int64
+	// Stats and Explain are nil when the checkpoint is no longer in the
+	// history; Manifest when it has none (not completed, or discarded),
+	// ManifestErr then says why.
+	Stats       *view.CheckpointStats
+	Explain     *view.CheckpointExplain
+	Manifest    *checkpointPage
+	ManifestErr string
 }
 
 type checkpointPage struct {
@@ -295,12 +354,14 @@ func manifestData(j view.Job, resp *weirpb.InspectCheckpointResponse) checkpoint
 
 type exceptionsPage struct {
 	Job view.Job
+	// History is the job's exception history, newest first.
+	History []view.Exception
 	// Failed are the tasks that report an error, newest attempt first.
 	Failed []view.Task
 }
 
-func exceptionsData(d view.JobDetail) exceptionsPage {
-	p := exceptionsPage{Job: d.Job}
+func exceptionsData(d view.JobDetail, history []view.Exception) exceptionsPage {
+	p := exceptionsPage{Job: d.Job, History: history}
 	for _, t := range d.Tasks {
 		if t.Error != "" {
 			p.Failed = append(p.Failed, t)

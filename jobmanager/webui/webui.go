@@ -46,6 +46,12 @@ type Backend interface {
 	Jobs() []view.Job
 	Job(id string) (view.JobDetail, error)
 	Checkpoints(jobID string) (view.Checkpoints, error)
+	// CheckpointStats and ExplainCheckpoint describe a checkpoint of the
+	// job's recent history (completed, failed or in progress).
+	CheckpointStats(jobID string, id int64) (view.CheckpointStats, error)
+	ExplainCheckpoint(jobID string, id int64) (view.CheckpointExplain, error)
+	// Exceptions is the job's failure history, newest first.
+	Exceptions(jobID string) ([]view.Exception, error)
 	// Checkpoint reads the manifest of a completed checkpoint.
 	Checkpoint(ctx context.Context, jobID string, id int64) (*weirpb.InspectCheckpointResponse, error)
 	// SavepointRequest is false for an unknown request id.
@@ -249,13 +255,31 @@ func (h *Handler) checkpoint(w http.ResponseWriter, r *http.Request) {
 		h.failErr(w, r, err)
 		return
 	}
-	resp, err := h.b.Checkpoint(r.Context(), id, cid)
-	if err != nil {
-		h.failErr(w, r, err)
-		return
+	data := checkpointStatsPage{Job: d.Job, ID: cid}
+	// The statistics live in the jobmanager's history, the manifest in
+	// storage: a page needs one of them.
+	stats, statsErr := h.b.CheckpointStats(id, cid)
+	if statsErr == nil {
+		data.Stats = &stats
+		if ex, err := h.b.ExplainCheckpoint(id, cid); err == nil {
+			data.Explain = &ex
+		}
+	}
+	if statsErr != nil || stats.Status == "COMPLETED" {
+		resp, err := h.b.Checkpoint(r.Context(), id, cid)
+		switch {
+		case err == nil:
+			m := manifestData(d.Job, resp)
+			data.Manifest = &m
+		case statsErr != nil:
+			h.failErr(w, r, err)
+			return
+		default:
+			data.ManifestErr = err.Error()
+		}
 	}
 	h.render(w, http.StatusOK, "checkpoint.html", page{Title: fmt.Sprintf("Checkpoint %d of %s", cid, d.Job.Name), Section: "jobs",
-		Tab: "checkpoints", JobID: id, Data: manifestData(d.Job, resp)})
+		Tab: "checkpoints", JobID: id, Data: data})
 }
 
 func (h *Handler) exceptions(w http.ResponseWriter, r *http.Request) {
@@ -264,8 +288,13 @@ func (h *Handler) exceptions(w http.ResponseWriter, r *http.Request) {
 		h.failErr(w, r, err)
 		return
 	}
+	history, err := h.b.Exceptions(d.Job.ID)
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
 	h.render(w, http.StatusOK, "exceptions.html", page{Title: "Exceptions of " + d.Job.Name, Section: "jobs", Tab: "exceptions",
-		JobID: d.Job.ID, Data: exceptionsData(d)})
+		JobID: d.Job.ID, Data: exceptionsData(d, history)})
 }
 
 func (h *Handler) savepoint(w http.ResponseWriter, r *http.Request) {

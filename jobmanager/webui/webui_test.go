@@ -87,6 +87,38 @@ func (f *fakeBackend) Checkpoint(_ context.Context, id string, cid int64) (*weir
 			{Subtask: 1, Size: 100, Key: "k1", KeyGroupStart: 43, KeyGroupEnd: 85},
 			{Subtask: 0, Size: 5, InlineData: []byte("secret-state-bytes"), KeyGroupStart: 0, KeyGroupEnd: 42}}}}}}, nil
 }
+func (f *fakeBackend) CheckpointStats(id string, cid int64) (view.CheckpointStats, error) {
+	if id != fakeJob || cid != 8 && cid != 9 {
+		return view.CheckpointStats{}, errNoJob
+	}
+	cs := view.CheckpointStats{Checkpoint: view.Checkpoint{ID: cid, Status: "COMPLETED", DurationMs: 1500, SizeBytes: 2048,
+		Acknowledged: 2, TotalTasks: 2}, ChannelStateBytes: 0,
+		Tasks: []view.TaskCheckpointStats{{TaskID: 1, Name: "sink " + hostile, Parallelism: 2, Acknowledged: 1,
+			EndToEndMs: view.Dist{Count: 1, Min: 1500, Avg: 1500, Max: 1500},
+			Subtasks: []view.SubtaskCheckpointStats{{Subtask: 0, Acknowledged: true, EndToEndMs: 1500, StartDelayMs: 1234,
+				AlignmentMs: 11, SyncMs: 22, AsyncMs: 33, StateBytes: 2048}, {Subtask: 1}}}}}
+	if cid == 9 {
+		cs.Status = "IN_PROGRESS"
+	}
+	return cs, nil
+}
+func (f *fakeBackend) ExplainCheckpoint(id string, cid int64) (view.CheckpointExplain, error) {
+	if _, err := f.CheckpointStats(id, cid); err != nil {
+		return view.CheckpointExplain{}, err
+	}
+	return view.CheckpointExplain{ID: cid, Cause: "backpressure", Dominant: "start_delay", SlowestTask: "sink",
+		Path:        []view.Phase{{Name: "start_delay", Ms: 1234}, {Name: "alignment", Ms: 11}, {Name: "sync", Ms: 22}, {Name: "async", Ms: 33}, {Name: "ack", Ms: 200}},
+		Explanation: []string{"Cause: backpressure " + hostile}}, nil
+}
+func (f *fakeBackend) Exceptions(id string) ([]view.Exception, error) {
+	if id != fakeJob {
+		return nil, errNoJob
+	}
+	return []view.Exception{{TimeMs: 1_700_000_005_000, Cause: "task sink failed: " + hostile, Task: "sink (1/1)", VertexID: 1,
+		Attempt: 65538, Deployment: 2, LeaderTerm: 1, TaskManagerID: "tm-0", Scope: "region", Regions: []int{1},
+		Concurrent: []view.ConcurrentFailure{{Task: "src (1/1)", Deployment: 2, Cause: "meanwhile: " + hostile}}, ConcurrentDropped: 3},
+		{TimeMs: 1_700_000_001_000, Cause: "checkpointing failed", Scope: "global"}}, nil
+}
 func (f *fakeBackend) SavepointRequest(rid string) (view.SavepointRequest, bool) {
 	if rid != "r1" {
 		return view.SavepointRequest{}, false
@@ -141,8 +173,13 @@ func TestPages(t *testing.T) {
 		{"/ui/jobs/" + fakeJob, 200, []string{`id="job-state">RUNNING<`, `class="num op-parallelism">3<`, "← src · hash (k)", `name="csrf_token"`}},
 		{"/ui/jobs/" + fakeJob + "/checkpoints?triggered=10", 200, []string{"Checkpoint 10 was triggered.", `id="cp-completed">7<`, "2.0 KiB", "declined: &lt;script&gt;", "file:///cp"}},
 		{"/ui/jobs/" + fakeJob + "/checkpoints?triggered=%3Cb%3E", 200, []string{`id="cp-completed">7<`}},
-		{"/ui/jobs/" + fakeJob + "/checkpoints/8", 200, []string{"job/chk-8/_metadata", "43–85", "0–42", "105 B"}},
-		{"/ui/jobs/" + fakeJob + "/exceptions", 200, []string{"task failed: &lt;script&gt;", "earlier: &lt;script&gt;"}},
+		{"/ui/jobs/" + fakeJob + "/checkpoints/8", 200, []string{"job/chk-8/_metadata", "43–85", "0–42", "105 B",
+			`class="num st-delay">1.2 s<`, `class="num st-async">33 ms<`, "not acknowledged", `data-cause="backpressure"`,
+			`step dominant" data-phase="start_delay"`, "sink &lt;script&gt;"}},
+		{"/ui/jobs/" + fakeJob + "/checkpoints/9", 200, []string{"IN_PROGRESS", `class="num st-sync">22 ms<`}},
+		{"/ui/jobs/" + fakeJob + "/exceptions", 200, []string{"task failed: &lt;script&gt;", "earlier: &lt;script&gt;",
+			"task sink failed: &lt;script&gt;", `title="execution attempt 65538">2 <span class="dim">term 1</span>`, "region 1 of 1", "whole job",
+			"1 (+3) more failures reported meanwhile", "meanwhile: &lt;script&gt;"}},
 		{"/ui/savepoints/r1", 200, []string{"file:///sp/savepoint-1", "COMPLETED"}},
 		{"/ui/jobs/nosuch", 404, []string{"fake: no such job"}},
 		{"/ui/jobs/" + fakeJob + "/checkpoints/0", 400, []string{"positive number"}},

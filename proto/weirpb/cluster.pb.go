@@ -345,8 +345,13 @@ type TaskStatus struct {
 	// equals what checkpoint.RestoreSize says the deployment's handles hold.
 	Restoring     bool  `protobuf:"varint,8,opt,name=restoring,proto3" json:"restoring,omitempty"`
 	RestoredBytes int64 `protobuf:"varint,9,opt,name=restored_bytes,json=restoredBytes,proto3" json:"restored_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// backpressured_ms is the task's total time, since it started, spent
+	// waiting for credit to send downstream (dataflow.Metrics); the
+	// jobmanager turns successive values into a backpressure fraction. Set
+	// with records_in and records_out.
+	BackpressuredMs int64 `protobuf:"varint,10,opt,name=backpressured_ms,json=backpressuredMs,proto3" json:"backpressured_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TaskStatus) Reset() {
@@ -438,6 +443,13 @@ func (x *TaskStatus) GetRestoring() bool {
 func (x *TaskStatus) GetRestoredBytes() int64 {
 	if x != nil {
 		return x.RestoredBytes
+	}
+	return 0
+}
+
+func (x *TaskStatus) GetBackpressuredMs() int64 {
+	if x != nil {
+		return x.BackpressuredMs
 	}
 	return 0
 }
@@ -1207,9 +1219,13 @@ type StateHandle struct {
 	// checkpoint.DefaultInlineThreshold bytes, for the taskmanagers): no
 	// object is written and key is empty; size and sha256 describe these
 	// bytes.
-	InlineData    []byte `protobuf:"bytes,11,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InlineData []byte `protobuf:"bytes,11,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
+	// channel_state_bytes, when not 0, says the snapshot holds that many
+	// bytes of in-flight records of an unaligned checkpoint (channel
+	// state), which restore only at the parallelism it was taken at.
+	ChannelStateBytes int64 `protobuf:"varint,12,opt,name=channel_state_bytes,json=channelStateBytes,proto3" json:"channel_state_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StateHandle) Reset() {
@@ -1319,6 +1335,13 @@ func (x *StateHandle) GetInlineData() []byte {
 	return nil
 }
 
+func (x *StateHandle) GetChannelStateBytes() int64 {
+	if x != nil {
+		return x.ChannelStateBytes
+	}
+	return 0
+}
+
 // StateFile is one uploaded file of an incremental snapshot.
 type StateFile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1416,7 +1439,11 @@ type TriggerCheckpointRequest struct {
 	// ahead of the barrier; it reads no more input. Once this checkpoint
 	// completes the task finishes; should it be aborted, or the task learn
 	// the outcome of a later checkpoint first, the task fails.
-	Drain         bool `protobuf:"varint,6,opt,name=drain,proto3" json:"drain,omitempty"`
+	Drain bool `protobuf:"varint,6,opt,name=drain,proto3" json:"drain,omitempty"`
+	// unaligned (never with savepoint): the checkpoint is unaligned; a
+	// backpressured source's barrier overtakes the data it could not send
+	// yet, which its snapshot keeps as channel state.
+	Unaligned     bool `protobuf:"varint,7,opt,name=unaligned,proto3" json:"unaligned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1493,6 +1520,13 @@ func (x *TriggerCheckpointRequest) GetDrain() bool {
 	return false
 }
 
+func (x *TriggerCheckpointRequest) GetUnaligned() bool {
+	if x != nil {
+		return x.Unaligned
+	}
+	return false
+}
+
 type TriggerCheckpointResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1540,6 +1574,7 @@ type TriggerCheckpointsRequest struct {
 	Epoch         int64                  `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Savepoint     bool                   `protobuf:"varint,5,opt,name=savepoint,proto3" json:"savepoint,omitempty"`
 	Drain         bool                   `protobuf:"varint,6,opt,name=drain,proto3" json:"drain,omitempty"`
+	Unaligned     bool                   `protobuf:"varint,7,opt,name=unaligned,proto3" json:"unaligned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1612,6 +1647,13 @@ func (x *TriggerCheckpointsRequest) GetSavepoint() bool {
 func (x *TriggerCheckpointsRequest) GetDrain() bool {
 	if x != nil {
 		return x.Drain
+	}
+	return false
+}
+
+func (x *TriggerCheckpointsRequest) GetUnaligned() bool {
+	if x != nil {
+		return x.Unaligned
 	}
 	return false
 }
@@ -1956,8 +1998,15 @@ type AcknowledgeCheckpointRequest struct {
 	AsyncDurationMs     int64                  `protobuf:"varint,6,opt,name=async_duration_ms,json=asyncDurationMs,proto3" json:"async_duration_ms,omitempty"`
 	AlignmentDurationMs int64                  `protobuf:"varint,7,opt,name=alignment_duration_ms,json=alignmentDurationMs,proto3" json:"alignment_duration_ms,omitempty"`
 	Bytes               int64                  `protobuf:"varint,8,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// barrier_received_unix_ms is when the task received the checkpoint's
+	// first barrier (or, at a source, the trigger), on the taskmanager's
+	// clock; 0 when unknown. The jobmanager derives the start delay from it.
+	BarrierReceivedUnixMs int64 `protobuf:"varint,9,opt,name=barrier_received_unix_ms,json=barrierReceivedUnixMs,proto3" json:"barrier_received_unix_ms,omitempty"`
+	// channel_state_bytes is the size of the in-flight data persisted with
+	// the snapshot (unaligned checkpoints); 0 for aligned ones.
+	ChannelStateBytes int64 `protobuf:"varint,10,opt,name=channel_state_bytes,json=channelStateBytes,proto3" json:"channel_state_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *AcknowledgeCheckpointRequest) Reset() {
@@ -2042,6 +2091,20 @@ func (x *AcknowledgeCheckpointRequest) GetAlignmentDurationMs() int64 {
 func (x *AcknowledgeCheckpointRequest) GetBytes() int64 {
 	if x != nil {
 		return x.Bytes
+	}
+	return 0
+}
+
+func (x *AcknowledgeCheckpointRequest) GetBarrierReceivedUnixMs() int64 {
+	if x != nil {
+		return x.BarrierReceivedUnixMs
+	}
+	return 0
+}
+
+func (x *AcknowledgeCheckpointRequest) GetChannelStateBytes() int64 {
+	if x != nil {
+		return x.ChannelStateBytes
 	}
 	return 0
 }
@@ -2189,16 +2252,18 @@ func (*DeclineCheckpointResponse) Descriptor() ([]byte, []int) {
 // CheckpointAck is one task's acknowledgement in a ReportCheckpointsRequest;
 // its fields are those of AcknowledgeCheckpointRequest.
 type CheckpointAck struct {
-	state               protoimpl.MessageState `protogen:"open.v1"`
-	Id                  *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	CheckpointId        int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
-	Handles             []*StateHandle         `protobuf:"bytes,3,rep,name=handles,proto3" json:"handles,omitempty"`
-	SyncDurationMs      int64                  `protobuf:"varint,4,opt,name=sync_duration_ms,json=syncDurationMs,proto3" json:"sync_duration_ms,omitempty"`
-	AsyncDurationMs     int64                  `protobuf:"varint,5,opt,name=async_duration_ms,json=asyncDurationMs,proto3" json:"async_duration_ms,omitempty"`
-	AlignmentDurationMs int64                  `protobuf:"varint,6,opt,name=alignment_duration_ms,json=alignmentDurationMs,proto3" json:"alignment_duration_ms,omitempty"`
-	Bytes               int64                  `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	Id                    *ExecutionID           `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	CheckpointId          int64                  `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Handles               []*StateHandle         `protobuf:"bytes,3,rep,name=handles,proto3" json:"handles,omitempty"`
+	SyncDurationMs        int64                  `protobuf:"varint,4,opt,name=sync_duration_ms,json=syncDurationMs,proto3" json:"sync_duration_ms,omitempty"`
+	AsyncDurationMs       int64                  `protobuf:"varint,5,opt,name=async_duration_ms,json=asyncDurationMs,proto3" json:"async_duration_ms,omitempty"`
+	AlignmentDurationMs   int64                  `protobuf:"varint,6,opt,name=alignment_duration_ms,json=alignmentDurationMs,proto3" json:"alignment_duration_ms,omitempty"`
+	Bytes                 int64                  `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	BarrierReceivedUnixMs int64                  `protobuf:"varint,8,opt,name=barrier_received_unix_ms,json=barrierReceivedUnixMs,proto3" json:"barrier_received_unix_ms,omitempty"`
+	ChannelStateBytes     int64                  `protobuf:"varint,9,opt,name=channel_state_bytes,json=channelStateBytes,proto3" json:"channel_state_bytes,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CheckpointAck) Reset() {
@@ -2276,6 +2341,20 @@ func (x *CheckpointAck) GetAlignmentDurationMs() int64 {
 func (x *CheckpointAck) GetBytes() int64 {
 	if x != nil {
 		return x.Bytes
+	}
+	return 0
+}
+
+func (x *CheckpointAck) GetBarrierReceivedUnixMs() int64 {
+	if x != nil {
+		return x.BarrierReceivedUnixMs
+	}
+	return 0
+}
+
+func (x *CheckpointAck) GetChannelStateBytes() int64 {
+	if x != nil {
+		return x.ChannelStateBytes
 	}
 	return 0
 }
@@ -2828,7 +2907,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\rjobmanager_id\x18\x01 \x01(\tR\fjobmanagerId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +
 	"\x14heartbeat_timeout_ms\x18\x03 \x01(\x03R\x12heartbeatTimeoutMs\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\xc7\x02\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\xf2\x02\n" +
 	"\n" +
 	"TaskStatus\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12(\n" +
@@ -2842,7 +2921,9 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"brokenPeer\x12-\n" +
 	"\x12corrupt_checkpoint\x18\a \x01(\bR\x11corruptCheckpoint\x12\x1c\n" +
 	"\trestoring\x18\b \x01(\bR\trestoring\x12%\n" +
-	"\x0erestored_bytes\x18\t \x01(\x03R\rrestoredBytes\"\x85\x01\n" +
+	"\x0erestored_bytes\x18\t \x01(\x03R\rrestoredBytes\x12)\n" +
+	"\x10backpressured_ms\x18\n" +
+	" \x01(\x03R\x0fbackpressuredMs\"\x85\x01\n" +
 	"\x10HeartbeatRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12)\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\x12\x1f\n" +
@@ -2903,7 +2984,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +
-	"\astorage\x18\x03 \x01(\tR\astorage\"\xe0\x02\n" +
+	"\astorage\x18\x03 \x01(\tR\astorage\"\x90\x03\n" +
 	"\vStateHandle\x12!\n" +
 	"\foperator_uid\x18\x01 \x01(\tR\voperatorUid\x12\x18\n" +
 	"\asubtask\x18\x02 \x01(\x05R\asubtask\x12 \n" +
@@ -2918,28 +2999,31 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x05files\x18\n" +
 	" \x03(\v2\x12.weir.v1.StateFileR\x05files\x12\x1f\n" +
 	"\vinline_data\x18\v \x01(\fR\n" +
-	"inlineData\"u\n" +
+	"inlineData\x12.\n" +
+	"\x13channel_state_bytes\x18\f \x01(\x03R\x11channelStateBytes\"u\n" +
 	"\tStateFile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x16\n" +
-	"\x06shared\x18\x05 \x01(\bR\x06shared\"\xd2\x01\n" +
+	"\x06shared\x18\x05 \x01(\bR\x06shared\"\xf0\x01\n" +
 	"\x18TriggerCheckpointRequest\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
 	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12\x1c\n" +
 	"\tsavepoint\x18\x05 \x01(\bR\tsavepoint\x12\x14\n" +
-	"\x05drain\x18\x06 \x01(\bR\x05drain\"\x1b\n" +
-	"\x19TriggerCheckpointResponse\"\xd5\x01\n" +
+	"\x05drain\x18\x06 \x01(\bR\x05drain\x12\x1c\n" +
+	"\tunaligned\x18\a \x01(\bR\tunaligned\"\x1b\n" +
+	"\x19TriggerCheckpointResponse\"\xf3\x01\n" +
 	"\x19TriggerCheckpointsRequest\x12&\n" +
 	"\x03ids\x18\x01 \x03(\v2\x14.weir.v1.ExecutionIDR\x03ids\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12!\n" +
 	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12\x1c\n" +
 	"\tsavepoint\x18\x05 \x01(\bR\tsavepoint\x12\x14\n" +
-	"\x05drain\x18\x06 \x01(\bR\x05drain\"e\n" +
+	"\x05drain\x18\x06 \x01(\bR\x05drain\x12\x1c\n" +
+	"\tunaligned\x18\a \x01(\bR\tunaligned\"e\n" +
 	"\x0fTaskCallFailure\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
@@ -2958,7 +3042,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x1a\n" +
 	"\bcomplete\x18\x03 \x01(\bR\bcomplete\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\x1a\n" +
-	"\x18NotifyCheckpointResponse\"\xe0\x02\n" +
+	"\x18NotifyCheckpointResponse\"\xc9\x03\n" +
 	"\x1cAcknowledgeCheckpointRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
 	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
@@ -2967,14 +3051,17 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x10sync_duration_ms\x18\x05 \x01(\x03R\x0esyncDurationMs\x12*\n" +
 	"\x11async_duration_ms\x18\x06 \x01(\x03R\x0fasyncDurationMs\x122\n" +
 	"\x15alignment_duration_ms\x18\a \x01(\x03R\x13alignmentDurationMs\x12\x14\n" +
-	"\x05bytes\x18\b \x01(\x03R\x05bytes\"\x1f\n" +
+	"\x05bytes\x18\b \x01(\x03R\x05bytes\x127\n" +
+	"\x18barrier_received_unix_ms\x18\t \x01(\x03R\x15barrierReceivedUnixMs\x12.\n" +
+	"\x13channel_state_bytes\x18\n" +
+	" \x01(\x03R\x11channelStateBytes\"\x1f\n" +
 	"\x1dAcknowledgeCheckpointResponse\"\xa4\x01\n" +
 	"\x18DeclineCheckpointRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
 	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\x03R\fcheckpointId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x1b\n" +
-	"\x19DeclineCheckpointResponse\"\xaa\x02\n" +
+	"\x19DeclineCheckpointResponse\"\x93\x03\n" +
 	"\rCheckpointAck\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12.\n" +
@@ -2982,7 +3069,9 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x10sync_duration_ms\x18\x04 \x01(\x03R\x0esyncDurationMs\x12*\n" +
 	"\x11async_duration_ms\x18\x05 \x01(\x03R\x0fasyncDurationMs\x122\n" +
 	"\x15alignment_duration_ms\x18\x06 \x01(\x03R\x13alignmentDurationMs\x12\x14\n" +
-	"\x05bytes\x18\a \x01(\x03R\x05bytes\"v\n" +
+	"\x05bytes\x18\a \x01(\x03R\x05bytes\x127\n" +
+	"\x18barrier_received_unix_ms\x18\b \x01(\x03R\x15barrierReceivedUnixMs\x12.\n" +
+	"\x13channel_state_bytes\x18\t \x01(\x03R\x11channelStateBytes\"v\n" +
 	"\x11CheckpointDecline\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x16\n" +

@@ -650,8 +650,10 @@ type CheckpointSettings struct {
 	RetainOnCancel bool             `protobuf:"varint,8,opt,name=retain_on_cancel,json=retainOnCancel,proto3" json:"retain_on_cancel,omitempty"`
 	Storage        string           `protobuf:"bytes,9,opt,name=storage,proto3" json:"storage,omitempty"`
 	OnCorruption   CorruptionPolicy `protobuf:"varint,10,opt,name=on_corruption,json=onCorruption,proto3,enum=weir.v1.CorruptionPolicy" json:"on_corruption,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// unaligned mirrors stream.CheckpointConfig.Unaligned.
+	Unaligned     bool `protobuf:"varint,11,opt,name=unaligned,proto3" json:"unaligned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckpointSettings) Reset() {
@@ -752,6 +754,13 @@ func (x *CheckpointSettings) GetOnCorruption() CorruptionPolicy {
 		return x.OnCorruption
 	}
 	return CorruptionPolicy_CORRUPTION_POLICY_UNSPECIFIED
+}
+
+func (x *CheckpointSettings) GetUnaligned() bool {
+	if x != nil {
+		return x.Unaligned
+	}
+	return false
 }
 
 // RestartStrategy mirrors stream.RestartConfig; durations in ms.
@@ -914,7 +923,7 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"checkpoint\x122\n" +
 	"\arestart\x18\a \x01(\v2\x18.weir.v1.RestartStrategyR\arestart\x12#\n" +
 	"\rstate_backend\x18\b \x01(\tR\fstateBackend\x120\n" +
-	"\x14state_full_snapshots\x18\t \x01(\bR\x12stateFullSnapshots\"\x99\x03\n" +
+	"\x14state_full_snapshots\x18\t \x01(\bR\x12stateFullSnapshots\"\xb7\x03\n" +
 	"\x12CheckpointSettings\x12\x1f\n" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
 	"intervalMs\x12\x1d\n" +
@@ -929,7 +938,8 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\x10retain_on_cancel\x18\b \x01(\bR\x0eretainOnCancel\x12\x18\n" +
 	"\astorage\x18\t \x01(\tR\astorage\x12>\n" +
 	"\ron_corruption\x18\n" +
-	" \x01(\x0e2\x19.weir.v1.CorruptionPolicyR\fonCorruption\"\xe1\x02\n" +
+	" \x01(\x0e2\x19.weir.v1.CorruptionPolicyR\fonCorruption\x12\x1c\n" +
+	"\tunaligned\x18\v \x01(\bR\tunaligned\"\xe1\x02\n" +
 	"\x0fRestartStrategy\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x05R\battempts\x12\x19\n" +

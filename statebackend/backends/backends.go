@@ -200,8 +200,10 @@ func openFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebacken
 // cache budget, octx.StateCacheBytes, goes half to the block cache (which
 // holds compressed blocks of every key read from disk), an eighth to the
 // timer index and the rest to the write-back value cache (decoded values
-// of hot keys, resident window state, and writes not yet in Pebble); 0
-// keeps the pebblestate defaults. With octx.StateCache (a *SharedCache)
+// of hot keys, resident window state, and writes not yet in Pebble); the
+// key filter of a new backend may take up to a quarter of the value
+// cache's share on top (pebblestate.Options.KeyFilterBytes); 0 keeps the
+// pebblestate defaults. With octx.StateCache (a *SharedCache)
 // the block cache is the shared one and the block-cache half of the budget
 // is the process's, not the backend's.
 func pebbleOptions(octx *stream.OperatorContext, dir string) pebblestate.Options {

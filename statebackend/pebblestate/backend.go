@@ -59,6 +59,18 @@ type Options struct {
 	// resident keys of the windows that use the backend, if any (see
 	// statebackend.Slots). State may be many times larger.
 	ValueCacheBytes int64
+	// KeyFilterBytes bounds the in-memory filter of the state keys the
+	// database may hold, in bytes (about 1.25 bytes per key): a read of a
+	// key the backend never wrote, such as the first record of every new
+	// key of a stream, is then answered without a Pebble lookup. The first
+	// part of the filter is sized for twice the entries the value cache
+	// holds, later parts for twice the keys of the one before; once the
+	// filter would take more than KeyFilterBytes it is dropped and every
+	// read of a key the value cache misses looks in Pebble. Only a backend
+	// made by New has a filter: one opened from a checkpoint does not
+	// know the keys of its database. Default ValueCacheBytes/4 (16 MiB by
+	// default, which holds about 7 million keys); negative: no filter.
+	KeyFilterBytes int64
 	// WriteBatchBytes is how many bytes of writes the backend buffers in a
 	// batch before it commits them to the database. Default 1 MiB.
 	WriteBatchBytes int
@@ -158,6 +170,9 @@ func (o Options) withDefaults() Options {
 	if o.ValueCacheBytes == 0 {
 		o.ValueCacheBytes = DefaultValueCacheBytes
 	}
+	if o.KeyFilterBytes == 0 {
+		o.KeyFilterBytes = o.ValueCacheBytes / 4
+	}
 	if o.MemTableBytes == 0 {
 		o.MemTableBytes = defaultMemTableBytes
 	}
@@ -246,6 +261,9 @@ type Backend struct {
 
 	// cache is the write-back value cache in front of batch (cache.go).
 	cache valueCache
+	// filter knows the state keys the database may hold (keyfilter.go);
+	// off unless the backend was made by New.
+	filter keyFilter
 
 	// cl records writes for changelog snapshots (changelog.go).
 	cl changelog
@@ -274,7 +292,12 @@ func New(opts Options, kg stream.KeyGroupRange) (*Backend, error) {
 		db.Close()
 		return nil, fmt.Errorf("pebble state backend: %s: %w", opts.Dir, err)
 	}
-	return newBackend(opts, db, kg, layoutV1), nil
+	b := newBackend(opts, db, kg, layoutV1)
+	// The database is empty: every key it will hold is written through
+	// b.write, so the key filter knows them all.
+	first := 2 * opts.ValueCacheBytes / cacheEntryOverhead
+	b.filter.init(int(min(first, opts.KeyFilterBytes*8/filterBitsPerKey/4)), opts.KeyFilterBytes)
+	return b, nil
 }
 
 func checkRange(kg stream.KeyGroupRange) error {
@@ -597,18 +620,23 @@ type pendingValue struct {
 	ok bool   // false: deleted
 }
 
-// get appends k's value to dst: from the uncommitted batch (pending) if it
-// holds k, else from the database. found is false if k has no value.
+// get appends k's value to dst: nothing if the key filter knows k was
+// never written, from the uncommitted batch (pending) if it holds k, else
+// from the database. found is false if k has no value.
 func (b *Backend) get(k, dst []byte) (v []byte, found bool, err error) {
+	if b.filter.on && isStateKey(k) && !b.filter.mayHave(k) {
+		return dst, false, nil // never written
+	}
 	if p, ok := b.pending[string(k)]; ok {
 		return append(dst, p.v...), p.ok, nil
 	}
 	if b.rd == nil {
 		// Pebble's iterators skip the bloom filters of L6 by default (L6
-		// mostly holds the keys sought); new keys, which every keyed
-		// stream has, are sought in vain, and their lookups are cheaper
-		// with the filters.
-		if b.rd, err = b.db.NewIter(&pebble.IterOptions{UseL6Filters: true}); err != nil {
+		// mostly holds the keys sought). Without a key filter, new keys,
+		// which every keyed stream has, are sought in vain, and their
+		// lookups are cheaper with the filters; with one, the keys sought
+		// were mostly written, and the filters cost more than they save.
+		if b.rd, err = b.db.NewIter(&pebble.IterOptions{UseL6Filters: !b.filter.on}); err != nil {
 			return dst, false, err
 		}
 	}

@@ -92,6 +92,9 @@ type changelog struct {
 func (b *Backend) write(kind byte, k, v []byte) error {
 	var err error
 	if kind == clSet {
+		if b.filter.on && isStateKey(k) {
+			b.filter.add(k)
+		}
 		err = b.batch.Set(k, v, nil)
 	} else {
 		err = b.batch.Delete(k, nil)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,20 +15,41 @@ import (
 	"github.com/weirstream/weir/builtin"
 	"github.com/weirstream/weir/connectors/nexmark"
 	"github.com/weirstream/weir/jobspec"
+	"github.com/weirstream/weir/operators/lifetime"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/test/clustertest"
+	"golang.org/x/sync/errgroup"
 )
 
-// nexmarkEventsPerSecond is the event-time rate of the generated streams:
-// 10 million events then span 100 s of event time, enough windows for q5
-// and q7 to do their real work.
+// The Nexmark benchmark (make bench-nexmark). Every query of
+// nexmark.Queries runs on a local cluster (one jobmanager, one
+// taskmanager with two slots, parallelism 2) with exactly-once checkpoints
+// every 10 s, its sink replaced by a digest sink whose row count and
+// order-independent hash are compared with the query's oracle over the
+// same events. Settings (environment):
+//
+//	WEIR_NEXMARK_SECONDS    target length of one run, default 30: a
+//	                        calibration run sizes each query's event count
+//	                        to about this long (at most 50 million events)
+//	WEIR_NEXMARK_EVENTS     a fixed event count for every query instead
+//	WEIR_NEXMARK_RUNS       runs per query, alternating between queries,
+//	                        default 3 (median and spread are reported)
+//	WEIR_NEXMARK_GENERATOR  canonical (default) or fast
+//	WEIR_NEXMARK_REPLAY     events per query of the replay mode, default
+//	                        5 million (0 skips it)
+//	WEIR_NEXMARK_DOC        1 (default) rewrites docs/benchmarks.md
+//
+// TestNexmarkBenchShort runs the same code with 60,000 events per query
+// and checkpoints every second, to keep it working.
+
+// nexmarkEventsPerSecond is the benchmark's event-time rate: 30 million
+// events span 300 s of event time, so every windowed query fires many
+// windows and every auction closes long before the end.
 const nexmarkEventsPerSecond = 100_000
 
-// Flink 1.13's published per-core throughput (nexmark/nexmark README,
-// 8-core workers), events/s/core.
-var flinkPerCore = map[string]float64{"q0": 155e3, "q1": 158e3, "q2": 175e3, "q3": 152e3, "q4": 34e3,
-	"q5": 22.1e3, "q7": 12.3e3, "q8": 146e3}
+// nexmarkMaxEvents caps a calibrated run.
+const nexmarkMaxEvents = 50_000_000
 
 // cpuSeconds is the user+system CPU time of process pid.
 func cpuSeconds(pid int) float64 {
@@ -53,122 +75,361 @@ func clusterCPU(c *clustertest.Cluster) float64 {
 	return total
 }
 
-// nexmarkGraph loads examples/nexmark/<q>.yaml with events events at
-// parallelism par and exactly-once checkpoints every 10 s.
-func nexmarkGraph(tb testing.TB, q string, events int64, par int, storage string) *stream.JobGraph {
-	reg := builtin.Registry()
-	g, err := jobspec.Load(filepath.Join("..", "..", "examples", "nexmark", q+".yaml"), reg)
+// nexmarkSettings are one benchmark's choices.
+type nexmarkSettings struct {
+	seconds      float64 // target run length; 0 with events set
+	events       int64   // fixed events per query, or 0 to calibrate
+	rate         int64   // event-time events per second
+	runs         int
+	generator    string
+	interval     time.Duration // checkpoint interval
+	replayEvents int64
+	writeDoc     bool
+}
+
+// nexmarkRun is one run of one query.
+type nexmarkRun struct {
+	wall, cpu   float64 // seconds
+	checkpoints int
+	verified    bool
+	stateBytes  int64 // largest completed checkpoint
+	inProcess   bool  // run in this process: its operators are not in the binaries
+}
+
+func (r nexmarkRun) perCore(events int64) float64 { return float64(events) / r.cpu }
+
+// nexmarkQuery is what the benchmark found for one query.
+type nexmarkQuery struct {
+	name         string
+	events       int64
+	sources      int // Nexmark sources in the spec (each generates every event)
+	oracle       nexmark.Digest
+	runs, pebble []nexmarkRun
+	inProcess    bool      // run in this process (its operators are not in the binaries)
+	baseline     []float64 // events/s of the single-goroutine baseline, per round
+	replay       float64   // events/s/core from pre-generated batches
+	replayOK     bool
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spread is (max - min) / median, the runs' relative range.
+func spread(xs []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	return (slices.Max(xs) - slices.Min(xs)) / median(xs)
+}
+
+// benchRegistry is the built-in registry plus the operator types of this
+// benchmark that the lead has not yet added to it (the lifetime
+// operators of canonical q4).
+func benchRegistry() *stream.Registry {
+	r := builtin.Registry()
+	if _, ok := r.Lookup(lifetime.TypeLifetimeMax, false); !ok {
+		lifetime.Register(r)
+	}
+	return r
+}
+
+// inBinaries reports whether the taskmanager binary knows every operator
+// type of g (the binaries use the built-in registry).
+func inBinaries(g *stream.JobGraph) bool {
+	r := builtin.Registry()
+	for _, v := range g.Vertices {
+		if _, ok := r.Lookup(v.Type, false); !ok {
+			if _, ok := r.Lookup(v.Type, true); !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// nexmarkGraph plans query q over events events with its sink replaced by
+// a digest sink writing to dir, at parallelism par, with exactly-once
+// checkpoints every interval to storage, on the given state backend.
+func nexmarkGraph(tb testing.TB, q string, s nexmarkSettings, events int64, par int, storage, dir, backend string) *stream.JobGraph {
+	tb.Helper()
+	reg := benchRegistry()
+	spec, err := nexmark.QuerySpec(q)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	g, err := jobspec.Parse(q+".yaml", spec, reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg, _ := json.Marshal(nexmark.Config{Events: events, EventsPerSecond: s.rate, Seed: nexmark.BaselineSeed, Generator: s.generator})
 	for _, v := range g.Vertices {
 		v.Parallelism = par
-		if strings.HasPrefix(v.Type, "nexmark_") {
-			var cfg map[string]any
-			if err := json.Unmarshal(v.Config, &cfg); err != nil {
-				tb.Fatal(err)
-			}
-			cfg["events"], cfg["eventsPerSecond"], cfg["seed"] = events, nexmarkEventsPerSecond, nexmark.BaselineSeed
-			v.Config, _ = json.Marshal(cfg)
+		switch {
+		case strings.HasPrefix(v.Type, "nexmark_"):
+			v.Config = cfg
+		case v.Type == "discard":
+			v.Type = nexmark.TypeDigest
+			v.Config, _ = json.Marshal(nexmark.DigestConfig{Dir: dir, Fields: nexmark.DigestFields(q)})
 		}
 	}
 	g.Parallelism = par
-	g.Checkpoint = stream.CheckpointConfig{Interval: 10 * time.Second, Mode: stream.ExactlyOnce, Storage: storage}
+	g.Checkpoint = stream.CheckpointConfig{Interval: s.interval, Mode: stream.ExactlyOnce, Storage: storage}
+	g.State = stream.StateConfig{Backend: backend}
 	if err := stream.Plan(g, reg); err != nil {
 		tb.Fatalf("%s: %v", q, err)
 	}
 	return g
 }
 
-type nexmarkResult struct {
-	query             string
-	eventsPerSec      float64
-	eventsPerCoreSec  float64
-	baselinePerSec    float64
-	perCoreVsBaseline float64
+// nexmarkSources counts the Nexmark sources of q's spec.
+func nexmarkSources(tb testing.TB, q string) int {
+	spec, _ := nexmark.QuerySpec(q)
+	return strings.Count(string(spec), "type: nexmark_")
 }
 
-// BenchmarkNexmark runs q0-q5, q7 and q8 for WEIR_NEXMARK_EVENTS events
-// (default 10 million) on a local cluster (one taskmanager with two slots,
-// parallelism 2, exactly-once checkpoints every 10 s), and compares q1 and
-// q5 with single-goroutine programs doing the same work. It writes
-// docs/benchmarks.md.
-func BenchmarkNexmark(b *testing.B) {
-	events := envInt("WEIR_NEXMARK_EVENTS", 10_000_000)
-	c := clustertest.Start(b, clustertest.Options{TaskManagers: 1, Slots: 2, LogLevel: "warn"})
-	storage := "file://" + filepath.Join(b.TempDir(), "ckpt")
-	var results []nexmarkResult
-	for _, q := range []string{"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"} {
-		g := nexmarkGraph(b, q, events, 2, storage)
+// runNexmark runs q once on the cluster (or in this process if the
+// binaries lack one of its operators) and checks its digest against want.
+func runNexmark(tb testing.TB, c *clustertest.Cluster, q string, s nexmarkSettings, events int64, backend string, want *nexmark.Digest) nexmarkRun {
+	tb.Helper()
+	root := tb.TempDir()
+	dir := filepath.Join(root, "digest")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	storage := "file://" + filepath.Join(root, "ckpt")
+	g := nexmarkGraph(tb, q, s, events, 2, storage, dir, backend)
+	var r nexmarkRun
+	if !inBinaries(g) {
+		r = runInProcess(tb, g)
+		r.inProcess = true
+	} else {
 		cpu0 := clusterCPU(c)
 		id := c.Submit(g)
 		job := c.WaitJob(id, 30*time.Minute)
 		if job.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
-			b.Fatalf("%s: %v %s", q, job.GetJob().GetState(), job.GetJob().GetError())
+			tb.Fatalf("%s: %v %s", q, job.GetJob().GetState(), job.GetJob().GetError())
 		}
-		cpu := clusterCPU(c) - cpu0
-		el := time.Duration(job.GetJob().GetEndTimeMs()-job.GetJob().GetStartTimeMs()) * time.Millisecond
-		r := nexmarkResult{query: q, eventsPerSec: float64(events) / el.Seconds(), eventsPerCoreSec: float64(events) / cpu}
-		switch q {
-		case "q1":
-			runtime.GC()
-			_, bel := nexmark.BaselineQ1(events)
-			r.baselinePerSec = float64(events) / bel.Seconds()
-		case "q5":
-			runtime.GC()
-			start := time.Now()
-			nexmark.RunQ5(nexmark.Config{Seed: nexmark.BaselineSeed, EventsPerSecond: nexmarkEventsPerSecond}, events, nil)
-			r.baselinePerSec = float64(events) / time.Since(start).Seconds()
-		}
-		if r.baselinePerSec > 0 {
-			r.perCoreVsBaseline = r.eventsPerCoreSec / r.baselinePerSec
-		}
-		fmt.Printf("nexmark_%s_events_per_sec=%.0f\n", q, r.eventsPerSec)
-		fmt.Printf("nexmark_%s_events_per_core_sec=%.0f\n", q, r.eventsPerCoreSec)
-		if r.baselinePerSec > 0 {
-			fmt.Printf("nexmark_%s_baseline_events_per_sec=%.0f\n", q, r.baselinePerSec)
-			fmt.Printf("nexmark_%s_per_core_vs_baseline=%.2f\n", q, r.perCoreVsBaseline)
-		}
-		results = append(results, r)
-	}
-	if err := writeBenchmarksDoc(events, results); err != nil {
-		b.Fatal(err)
-	}
-}
-
-func writeBenchmarksDoc(events int64, results []nexmarkResult) error {
-	host, _ := os.Hostname()
-	cpu := "unknown CPU"
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(line, "model name"); ok {
-				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
-				break
+		r.cpu = clusterCPU(c) - cpu0
+		r.wall = float64(job.GetJob().GetEndTimeMs()-job.GetJob().GetStartTimeMs()) / 1000
+		if cks, err := c.Checkpoints(id); err == nil {
+			for _, ck := range cks.GetCheckpoints() {
+				if ck.GetStatus() == weirpb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED {
+					r.checkpoints++
+					r.stateBytes = max(r.stateBytes, ck.GetSizeBytes())
+				}
 			}
 		}
 	}
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "# Benchmarks\n\nWritten by `make bench-nexmark` on %s.\n\n", time.Now().UTC().Format("2006-01-02"))
-	fmt.Fprintf(&sb, "Machine: %s, %d cores (%s), %s.\n\n", host, runtime.NumCPU(), cpu, runtime.Version())
-	fmt.Fprintf(&sb, "Nexmark, %d events per query, event-time rate %d events/s, on a local cluster: one jobmanager and one "+
-		"taskmanager process with two slots, parallelism 2, exactly-once checkpoints every 10 s to local files. "+
-		"events/s is events ÷ the job's wall time; events/s/core is events ÷ the CPU seconds of all Weir processes. "+
-		"The baselines are single-goroutine Go programs doing the same work (plain structs, a Go map, no channels, "+
-		"no serialization); their ratio is Weir's events/s/core ÷ the baseline's events/s.\n\n", events, nexmarkEventsPerSecond)
-	sb.WriteString("| query | Weir events/s | Weir events/s/core | baseline events/s (1 core) | Weir per core ÷ baseline | Flink 1.13 events/s/core |\n")
-	sb.WriteString("|---|---:|---:|---:|---:|---:|\n")
-	for _, r := range results {
-		base, ratio := "", ""
-		if r.baselinePerSec > 0 {
-			base, ratio = fmt.Sprintf("%.0f", r.baselinePerSec), fmt.Sprintf("%.2f", r.perCoreVsBaseline)
+	got, files, err := nexmark.ReadDigests(dir)
+	if err != nil || files == 0 {
+		tb.Fatalf("%s: no digest (%d files): %v", q, files, err)
+	}
+	if want != nil {
+		r.verified = got == *want
+		if !r.verified {
+			tb.Errorf("%s: output %v, oracle %v: the run lost, doubled or changed rows", q, got, *want)
 		}
-		fmt.Fprintf(&sb, "| %s | %.0f | %.0f | %s | %s | %.0f |\n", r.query, r.eventsPerSec, r.eventsPerCoreSec, base, ratio, flinkPerCore[r.query])
 	}
-	sb.WriteString("\nFlink's figures are from the nexmark/nexmark README (Flink 1.13, 8-core workers), quoted for scale: " +
-		"different machines, a different generator implementation and, for q4, a different formulation " +
-		"(see examples/nexmark/README.md), so compare orders of magnitude, not digits.\n")
-	if err := os.MkdirAll(filepath.Join("..", "..", "docs"), 0o755); err != nil {
-		return err
+	return r
+}
+
+// nexmarkBench runs the whole benchmark with s and prints its lines.
+func nexmarkBench(tb testing.TB, s nexmarkSettings) []*nexmarkQuery {
+	fmt.Printf("nexmark_generator=%s\n", s.generator)
+	c := clustertest.Start(tb, clustertest.Options{TaskManagers: 1, Slots: 2, LogLevel: "warn"})
+	var qs []*nexmarkQuery
+	for _, q := range nexmark.Queries {
+		nq := &nexmarkQuery{name: q, events: s.events, sources: nexmarkSources(tb, q)}
+		if nq.events == 0 {
+			// Calibrate: a run of 2 million events, then size the runs to
+			// about s.seconds, with a margin of a quarter because the
+			// probe's wall time includes the job's start and the
+			// machine's load changes.
+			const probe = 2_000_000
+			r := runNexmark(tb, c, q, s, probe, "", nil)
+			nq.events = min(nexmarkMaxEvents, max(probe, int64(1.25*float64(probe)/r.wall*s.seconds)/1_000_000*1_000_000))
+		}
+		qs = append(qs, nq)
 	}
-	return os.WriteFile(filepath.Join("..", "..", "docs", "benchmarks.md"), []byte(sb.String()), 0o644)
+	// The oracles, two at a time (the cluster is idle meanwhile).
+	var eg errgroup.Group
+	eg.SetLimit(runtime.NumCPU())
+	for _, nq := range qs {
+		eg.Go(func() error {
+			cfg := nexmark.Config{EventsPerSecond: s.rate, Seed: nexmark.BaselineSeed, Generator: s.generator}
+			d, err := nexmark.Oracle(nq.name, cfg, nq.events)
+			nq.oracle = d
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		tb.Fatal(err)
+	}
+	// Rounds: every query once per round, so that the machine's changing
+	// load touches all queries alike; q1 and q5 alternate with their
+	// baselines, q5 with its Pebble run.
+	for round := range s.runs {
+		for _, nq := range qs {
+			r := runNexmark(tb, c, nq.name, s, nq.events, stream.StateBackendHeap, &nq.oracle)
+			nq.inProcess = r.inProcess
+			nq.runs = append(nq.runs, r)
+			fmt.Printf("nexmark_%s_run%d_events_per_core_sec=%.0f wall_s=%.1f checkpoints=%d verified=%v\n",
+				nq.name, round+1, r.perCore(nq.events), r.wall, r.checkpoints, r.verified)
+			cfg := nexmark.Config{EventsPerSecond: s.rate, Seed: nexmark.BaselineSeed, Generator: s.generator}
+			switch nq.name {
+			case "q1":
+				runtime.GC()
+				cpu0 := processCPU()
+				nexmark.BaselineQ1(cfg, nq.events)
+				nq.baseline = append(nq.baseline, float64(nq.events)/(processCPU()-cpu0))
+			case "q5":
+				runtime.GC()
+				cpu0 := processCPU()
+				nexmark.BaselineQ5(cfg, nq.events)
+				nq.baseline = append(nq.baseline, float64(nq.events)/(processCPU()-cpu0))
+				p := runNexmark(tb, c, nq.name, s, nq.events, stream.StateBackendPebble, &nq.oracle)
+				nq.pebble = append(nq.pebble, p)
+				fmt.Printf("nexmark_q5_pebble_run%d_events_per_core_sec=%.0f checkpoints=%d verified=%v\n", round+1, p.perCore(nq.events), p.checkpoints, p.verified)
+			}
+		}
+	}
+	if s.replayEvents > 0 {
+		for _, nq := range qs {
+			nq.replay, nq.replayOK = replayQuery(tb, nq.name, s)
+		}
+	}
+	genRate := generatorRate(s)
+	fmt.Printf("nexmark_generator_events_per_core_sec=%.0f\n", genRate)
+	for _, nq := range qs {
+		var per []float64
+		verified, ckpts := true, nq.runs[0].checkpoints
+		for _, r := range nq.runs {
+			per = append(per, r.perCore(nq.events))
+			verified = verified && r.verified
+			ckpts = min(ckpts, r.checkpoints)
+		}
+		m := median(per)
+		fmt.Printf("nexmark_%s_events=%d\n", nq.name, nq.events)
+		fmt.Printf("nexmark_%s_events_per_core_sec=%.0f\n", nq.name, m)
+		fmt.Printf("nexmark_%s_spread=%.2f\n", nq.name, spread(per))
+		fmt.Printf("nexmark_%s_checkpoints=%d\n", nq.name, ckpts)
+		fmt.Printf("nexmark_%s_output_verified=%d\n", nq.name, b2i(verified))
+		fmt.Printf("nexmark_%s_generation_share=%.2f\n", nq.name, float64(nq.sources)*m/genRate)
+		if nq.inProcess {
+			fmt.Printf("nexmark_%s_in_process=1\n", nq.name)
+		}
+		if len(nq.baseline) > 0 {
+			fmt.Printf("nexmark_%s_baseline_events_per_core_sec=%.0f\n", nq.name, median(nq.baseline))
+			fmt.Printf("nexmark_%s_per_core_vs_baseline=%.2f\n", nq.name, m/median(nq.baseline))
+		}
+		if len(nq.pebble) > 0 {
+			var pp []float64
+			for _, r := range nq.pebble {
+				pp = append(pp, r.perCore(nq.events))
+			}
+			fmt.Printf("nexmark_%s_pebble_events_per_core_sec=%.0f\n", nq.name, median(pp))
+			fmt.Printf("nexmark_%s_pebble_vs_heap=%.2f\n", nq.name, median(pp)/m)
+		}
+		if nq.replay > 0 {
+			fmt.Printf("nexmark_%s_replay_events_per_core_sec=%.0f\n", nq.name, nq.replay)
+			fmt.Printf("nexmark_%s_replay_output_verified=%d\n", nq.name, b2i(nq.replayOK))
+		}
+	}
+	return qs
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// generatorRate is how many events one goroutine generates per CPU-second
+// of this process (every kind, strings included, as a source does), over
+// 2 million events (or the benchmark's event count if smaller). Like the
+// baselines it is measured in CPU time, not wall time: the machine is
+// shared, and wall time would count other processes' work against it.
+func generatorRate(s nexmarkSettings) float64 {
+	g := nexmark.NewGenerator(nexmark.Config{EventsPerSecond: s.rate, Seed: nexmark.BaselineSeed, Generator: s.generator})
+	var sc nexmark.Scratch
+	n := int64(2_000_000)
+	if s.events > 0 {
+		n = min(n, s.events)
+	}
+	cpu0 := processCPU()
+	var touch int
+	for i := int64(0); i < n; i++ {
+		e := g.AtInto(i, &sc)
+		touch += len(e.Bid.Extra) + len(e.Auction.Extra) + len(e.Person.Extra)
+	}
+	cpu := processCPU() - cpu0
+	if touch == 0 {
+		panic("no strings generated")
+	}
+	return float64(n) / cpu
+}
+
+func nexmarkSettingsFromEnv() nexmarkSettings {
+	s := nexmarkSettings{
+		seconds:      float64(envInt("WEIR_NEXMARK_SECONDS", 30)),
+		runs:         int(envInt("WEIR_NEXMARK_RUNS", 3)),
+		generator:    nexmark.GeneratorCanonical,
+		rate:         nexmarkEventsPerSecond,
+		interval:     10 * time.Second,
+		replayEvents: 5_000_000,
+		writeDoc:     os.Getenv("WEIR_NEXMARK_DOC") != "0",
+	}
+	if v := os.Getenv("WEIR_NEXMARK_EVENTS"); v != "" {
+		s.events = envInt("WEIR_NEXMARK_EVENTS", 0)
+	}
+	if v := os.Getenv("WEIR_NEXMARK_GENERATOR"); v != "" {
+		s.generator = v
+	}
+	if v, ok := os.LookupEnv("WEIR_NEXMARK_REPLAY"); ok {
+		s.replayEvents, _ = strconv.ParseInt(v, 10, 64)
+	}
+	return s
+}
+
+// BenchmarkNexmark runs the Nexmark benchmark (see the top of this file)
+// and writes docs/benchmarks.md.
+func BenchmarkNexmark(b *testing.B) {
+	s := nexmarkSettingsFromEnv()
+	start := time.Now()
+	qs := nexmarkBench(b, s)
+	fmt.Printf("nexmark_total_minutes=%.1f\n", time.Since(start).Minutes())
+	if s.writeDoc && !b.Failed() {
+		if err := writeBenchmarksDoc(s, qs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestNexmarkBenchShort runs the benchmark's code with 60,000 events per
+// query (12 s of event time), one run, checkpoints every second and a
+// 30,000-event replay: the outputs are verified as in the full benchmark.
+func TestNexmarkBenchShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	s := nexmarkSettings{events: 60_000, rate: 5_000, runs: 1, generator: nexmark.GeneratorCanonical, interval: time.Second, replayEvents: 30_000}
+	qs := nexmarkBench(t, s)
+	for _, nq := range qs {
+		if nq.oracle.Rows == 0 {
+			t.Errorf("%s: the oracle expects no rows; the check would prove nothing", nq.name)
+		}
+		if !nq.runs[0].verified || !nq.replayOK {
+			t.Errorf("%s: output not verified (cluster %v, replay %v)", nq.name, nq.runs[0].verified, nq.replayOK)
+		}
+	}
 }

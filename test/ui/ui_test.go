@@ -134,8 +134,12 @@ func screenshotDir(t *testing.T) string {
 // taskmanagers until it recovered from an injected failure, opens every page of the web UI in headless Chromium and
 // compares what the pages show with the REST API's JSON: the number of
 // live taskmanagers and slots, the job's state, its operators'
-// parallelism, checkpoint ids and statuses, a checkpoint's operators, the
-// restarts and the last failure. It
+// parallelism, the source's rate in the graph (the configured 2000
+// rows/s), checkpoint ids and statuses, the summary's count, a
+// checkpoint's per-subtask statistics and critical path (exactly REST's,
+// as a completed checkpoint's do not change) and its operators, the
+// restarts, the last failure and the exception history (the injected
+// failure among the first entry or its concurrent failures). It
 // clicks "Trigger checkpoint" and checks over REST that the checkpoint it
 // names was triggered by hand and completed, and checks that forged
 // actions (no token; a foreign origin) are refused and change nothing.
@@ -181,6 +185,24 @@ func TestWebUI(t *testing.T) {
 			t.Fatalf("job %s ended %s: %s", jobID, d.Job.State, d.Job.Error)
 		}
 		return d.Job.State == "RUNNING" && d.Job.Restarts >= 1 && d.Job.TasksRunning == d.Job.TasksTotal && api.checkpoints(jobID).Completed >= 2
+	})
+
+	// The source's rate, measured by the jobmanager from heartbeats,
+	// settles at the configured 2000 rows a second.
+	sourceRate := func(d view.JobDetail) float64 {
+		var sum float64
+		for _, task := range d.Tasks {
+			if task.VertexID == 0 {
+				sum += task.RecordsOutPerSec
+			}
+		}
+		return sum
+	}
+	polltest.Eventually(t, 60*time.Second, "the source's rate to be about 2000 rows/s", func() bool {
+		var d view.JobDetail
+		api.get("/v1/jobs/"+jobID, &d)
+		r := sourceRate(d)
+		return r >= 1000 && r <= 4000
 	})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -322,6 +344,32 @@ func TestWebUI(t *testing.T) {
 		if tasks != len(d.Tasks) {
 			t.Errorf("job page: %d tasks, REST says %d", tasks, len(d.Tasks))
 		}
+		// The graph box of the source shows its rate (the configured
+		// 2000 rows/s), and every task a backpressure percentage.
+		var boxes [][]string // uid, out rate, backpressure
+		eval(`[...document.querySelectorAll("#graph .op")].map(o => [o.dataset.uid, o.querySelector(".op-out-rate").textContent.trim(), o.querySelector(".op-bp").textContent.trim()])`, &boxes)
+		if len(boxes) != len(d.Vertices) {
+			t.Errorf("job page: %d graph boxes, REST says %d operators", len(boxes), len(d.Vertices))
+		}
+		for _, b := range boxes {
+			if !strings.HasPrefix(b[2], "backpressure ") || !strings.HasSuffix(b[2], "%") {
+				t.Errorf("job page: box %s shows %q", b[0], b[2])
+			}
+			if b[0] != "events" {
+				continue
+			}
+			v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(b[1], "out "), "/s"), 64)
+			if err != nil || v < 1000 || v > 4000 {
+				t.Errorf("job page: the source's box shows %q, want about 2000/s (REST now: %.0f/s)", b[1], sourceRate(d))
+			}
+		}
+		var bps []string
+		eval(`[...document.querySelectorAll("#tasks tbody tr .task-bp")].map(c => c.textContent.trim())`, &bps)
+		for _, bp := range bps {
+			if v, err := strconv.Atoi(strings.TrimSuffix(bp, "%")); err != nil || v < 0 || v > 100 {
+				t.Errorf("job page: a task's backpressure shows %q", bp)
+			}
+		}
 		attr, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`input[name="csrf_token"]`), "value"))
 		if err != nil {
 			t.Fatalf("browser: the token: %v", err)
@@ -363,6 +411,16 @@ func TestWebUI(t *testing.T) {
 		if got := text("#cp-interval"); got != "1.0 s" || after.Config.IntervalMs != 1000 {
 			t.Errorf("checkpoints page: interval %q, REST says %d ms", got, after.Config.IntervalMs)
 		}
+		// The summary counts the completed checkpoints of the history.
+		if got := number("#cp-summary-count"); got < int64(before.Summary.EndToEndMs.Count) || got > int64(after.Summary.EndToEndMs.Count) || got < 2 {
+			t.Errorf("checkpoints page: summary over %d checkpoints; REST said %d before and %d after", got,
+				before.Summary.EndToEndMs.Count, after.Summary.EndToEndMs.Count)
+		}
+		var summaryRows int
+		eval(`document.querySelectorAll("#cp-summary tbody tr").length`, &summaryRows)
+		if summaryRows != 7 {
+			t.Errorf("checkpoints page: %d summary rows, want 7", summaryRows)
+		}
 	})
 	visit("checkpoint", fmt.Sprintf("/ui/jobs/%s/checkpoints/%d", jobID, shown), func() {
 		var m struct {
@@ -385,6 +443,43 @@ func TestWebUI(t *testing.T) {
 		if !slices.Equal(uids, want) || len(uids) == 0 {
 			t.Errorf("checkpoint page: operators %v, REST says %v", uids, want)
 		}
+		// The statistics of a completed checkpoint do not change: the
+		// page's rows are REST's, exactly.
+		var st view.CheckpointStats
+		api.get(fmt.Sprintf("/v1/jobs/%s/checkpoints/%d/stats", jobID, shown), &st)
+		if got := text("#cps-status"); got != st.Status || got != "COMPLETED" {
+			t.Errorf("checkpoint page: status %q, REST says %q", got, st.Status)
+		}
+		var rows [][]string // task, subtask, end to end, start delay, bytes
+		eval(`[...document.querySelectorAll("section.cp-task tbody tr[data-e2e]")].map(r => [r.closest("section").dataset.task, r.dataset.subtask, r.dataset.e2e, r.dataset.delay, r.dataset.bytes])`, &rows)
+		var wantRows [][]string
+		for _, task := range st.Tasks {
+			for _, s := range task.Subtasks {
+				if s.Acknowledged {
+					wantRows = append(wantRows, []string{strconv.Itoa(task.TaskID), strconv.Itoa(s.Subtask), strconv.FormatInt(s.EndToEndMs, 10),
+						strconv.FormatInt(s.StartDelayMs, 10), strconv.FormatInt(s.StateBytes, 10)})
+				}
+			}
+		}
+		if !slices.EqualFunc(rows, wantRows, slices.Equal) || len(rows) == 0 {
+			t.Errorf("checkpoint page: subtask rows %v, REST says %v", rows, wantRows)
+		}
+		var ex view.CheckpointExplain
+		api.get(fmt.Sprintf("/v1/jobs/%s/checkpoints/%d/explain", jobID, shown), &ex)
+		var path [][]string // phase, ms
+		eval(`[...document.querySelectorAll("#cp-path .step[data-phase]")].map(s => [s.dataset.phase, s.dataset.ms])`, &path)
+		var wantPath [][]string
+		for _, p := range ex.Path {
+			wantPath = append(wantPath, []string{p.Name, strconv.FormatInt(p.Ms, 10)})
+		}
+		if !slices.EqualFunc(path, wantPath, slices.Equal) || len(path) != 5 {
+			t.Errorf("checkpoint page: critical path %v, REST says %v", path, wantPath)
+		}
+		var dominant string
+		eval(`document.querySelector("#cp-path .step.dominant").dataset.phase`, &dominant)
+		if dominant != ex.Dominant {
+			t.Errorf("checkpoint page: dominant phase %q, REST says %q", dominant, ex.Dominant)
+		}
 	})
 	visit("exceptions", "/ui/jobs/"+jobID+"/exceptions", func() {
 		var d view.JobDetail
@@ -397,6 +492,33 @@ func TestWebUI(t *testing.T) {
 		}
 		if got := text("#exc-state"); got != d.Job.State {
 			t.Errorf("exceptions page: state %q, REST says %q", got, d.Job.State)
+		}
+		var ex struct {
+			Exceptions []view.Exception `json:"exceptions"`
+		}
+		api.get("/v1/jobs/"+jobID+"/exceptions", &ex)
+		var rows [][]string // time, scope
+		eval(`[...document.querySelectorAll("#exc-history tbody tr")].map(r => [r.dataset.time, r.dataset.scope])`, &rows)
+		var want [][]string
+		for _, e := range ex.Exceptions {
+			want = append(want, []string{strconv.FormatInt(e.TimeMs, 10), e.Scope})
+		}
+		if !slices.EqualFunc(rows, want, slices.Equal) || len(rows) < 1 {
+			t.Errorf("exceptions page: history %v, REST says %v", rows, want)
+		}
+		// The injected failure: chaos subtask 0 of the first deployment.
+		// The injected failure (chaos, subtask 0, deployment 1) is the
+		// first failure or one reported while it was handled (the
+		// downstream task may report its broken input first).
+		if n := len(ex.Exceptions); n > 0 {
+			first := ex.Exceptions[n-1]
+			found := strings.Contains(first.Task, "chaos") && first.Deployment == 1 && strings.Contains(first.Cause, "injected failure")
+			for _, f := range first.Concurrent {
+				found = found || strings.Contains(f.Task, "chaos") && f.Deployment == 1 && strings.Contains(f.Cause, "injected failure")
+			}
+			if !found {
+				t.Errorf("exceptions: the first failure is %+v; chaos's injected failure in deployment 1 is not it or among its concurrent failures", first)
+			}
 		}
 	})
 
@@ -427,6 +549,8 @@ func TestWebUI(t *testing.T) {
 		triggered, _ = strconv.ParseInt(m[1], 10, 64)
 		return nil
 	})
+	// The page that names the checkpoint, fully laid out.
+	do("the page after the click", chromedp.WaitReady(chromedp.CSS("footer")), chromedp.WaitVisible(chromedp.CSS("#notice")))
 	shoot("checkpoint-triggered")
 	polltest.NoError(t, 60*time.Second, fmt.Sprintf("checkpoint %d to complete", triggered), func() error {
 		for _, ck := range api.checkpoints(jobID).Checkpoints {

@@ -22,8 +22,15 @@ type Job struct {
 	TasksTotal   int    `json:"tasksTotal"`
 	TasksRunning int    `json:"tasksRunning"`
 	// Error is the job's error, or why it or some of its regions restart.
-	Error       string `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Attempt is the highest execution attempt of the job: LeaderTerm ×
+	// 65536 + Deployment, where LeaderTerm counts the runs (or
+	// leaderships) of jobmanagers with a job store and Deployment the
+	// job's deployments within it (1 for the first, one more with every
+	// restart).
 	Attempt     int64  `json:"attempt"`
+	Deployment  int64  `json:"deployment"`
+	LeaderTerm  int64  `json:"leaderTerm"`
 	Restarts    int64  `json:"restarts"`
 	LastFailure string `json:"lastFailure,omitempty"`
 	// StopFailed says why the last stop with a savepoint did not happen.
@@ -46,6 +53,7 @@ type Region struct {
 	Phase string `json:"phase"`
 	// Attempt is the attempt its executions are (to be) deployed with.
 	Attempt        int64    `json:"attempt"`
+	Deployment     int64    `json:"deployment"` // Attempt within its leader term (see Job)
 	Cause          string   `json:"cause"`
 	RestartDueMs   int64    `json:"restartDueMs"`
 	SlotDeadlineMs int64    `json:"slotDeadlineMs,omitempty"`
@@ -54,15 +62,25 @@ type Region struct {
 
 // Task is one execution of a subtask of a job.
 type Task struct {
-	VertexID      int    `json:"vertexId"`
-	Subtask       int    `json:"subtask"`
-	Attempt       int64  `json:"attempt"`
+	VertexID int   `json:"vertexId"`
+	Subtask  int   `json:"subtask"`
+	Attempt  int64 `json:"attempt"`
+	// Deployment is Attempt within its leader term (see Job).
+	Deployment    int64  `json:"deployment"`
 	Name          string `json:"name"`
 	State         string `json:"state"`
 	TaskManagerID string `json:"taskmanagerId,omitempty"`
 	Error         string `json:"error,omitempty"`
 	RecordsIn     int64  `json:"recordsIn"`
 	RecordsOut    int64  `json:"recordsOut"`
+	// RecordsInPerSec, RecordsOutPerSec and Backpressure (the fraction
+	// of time the task waited for credit to send downstream, 0 to 1) are
+	// measured by the jobmanager between the task's two latest reports
+	// (heartbeats) at least 500 ms apart; 0 unless RUNNING. A chain
+	// counts records in at its head and out at its end.
+	RecordsInPerSec  float64 `json:"recordsInPerSec"`
+	RecordsOutPerSec float64 `json:"recordsOutPerSec"`
+	Backpressure     float64 `json:"backpressure"`
 }
 
 // Input is an edge into an operator.
@@ -170,6 +188,8 @@ type Checkpoints struct {
 	Latest   int64            `json:"latest"`
 	Retained []int64          `json:"retained"`
 	Config   CheckpointConfig `json:"config"`
+	// Summary sums up the completed checkpoints among Checkpoints.
+	Summary CheckpointSummary `json:"summary"`
 }
 
 // SavepointRequest is the progress or outcome of a savepoint, or of a stop
@@ -189,4 +209,155 @@ type SavepointRequest struct {
 	Copying     bool  `json:"copying,omitempty"`
 	BytesCopied int64 `json:"bytesCopied"`
 	BytesTotal  int64 `json:"bytesTotal"`
+}
+
+// Dist sums up a set of values (milliseconds or bytes, as its field
+// says): smallest, mean, largest, and the 50th and 99th percentiles
+// (nearest rank). All are 0 when Count is.
+type Dist struct {
+	Count int   `json:"count"`
+	Min   int64 `json:"min"`
+	Avg   int64 `json:"avg"`
+	Max   int64 `json:"max"`
+	P50   int64 `json:"p50"`
+	P99   int64 `json:"p99"`
+}
+
+// CheckpointSummary sums up the completed checkpoints of a job's recent
+// history (the jobmanager keeps the last 50 checkpoints of a job). The
+// phases of one checkpoint count with the slowest subtask's value.
+type CheckpointSummary struct {
+	EndToEndMs        Dist `json:"endToEndMs"`
+	SizeBytes         Dist `json:"sizeBytes"`
+	ChannelStateBytes Dist `json:"channelStateBytes"`
+	StartDelayMs      Dist `json:"startDelayMs"`
+	AlignmentMs       Dist `json:"alignmentMs"`
+	SyncMs            Dist `json:"syncMs"`
+	AsyncMs           Dist `json:"asyncMs"`
+}
+
+// SubtaskCheckpointStats is one subtask's part of a checkpoint. Times
+// are measured from the checkpoint's trigger; a subtask that has not
+// acknowledged has only Subtask.
+type SubtaskCheckpointStats struct {
+	Subtask      int   `json:"subtask"`
+	Acknowledged bool  `json:"acknowledged"`
+	AckTimeMs    int64 `json:"ackTimeMs"`
+	EndToEndMs   int64 `json:"endToEndMs"`
+	// StartDelayMs is from the trigger to the subtask's first barrier.
+	StartDelayMs      int64 `json:"startDelayMs"`
+	AlignmentMs       int64 `json:"alignmentMs"`
+	SyncMs            int64 `json:"syncMs"`
+	AsyncMs           int64 `json:"asyncMs"`
+	StateBytes        int64 `json:"stateBytes"`
+	ChannelStateBytes int64 `json:"channelStateBytes"`
+}
+
+// TaskCheckpointStats is one task's (an operator chain's) part of a
+// checkpoint: its subtasks, and the spread of their values.
+type TaskCheckpointStats struct {
+	// TaskID is the vertex id of the chain's head; Operators are the
+	// chain's operator uids, head first.
+	TaskID            int                      `json:"taskId"`
+	Name              string                   `json:"name"`
+	Operators         []string                 `json:"operators"`
+	Parallelism       int                      `json:"parallelism"`
+	Acknowledged      int                      `json:"acknowledged"`
+	EndToEndMs        Dist                     `json:"endToEndMs"`
+	StartDelayMs      Dist                     `json:"startDelayMs"`
+	AlignmentMs       Dist                     `json:"alignmentMs"`
+	SyncMs            Dist                     `json:"syncMs"`
+	AsyncMs           Dist                     `json:"asyncMs"`
+	StateBytes        Dist                     `json:"stateBytes"`
+	ChannelStateBytes Dist                     `json:"channelStateBytes"`
+	Subtasks          []SubtaskCheckpointStats `json:"subtasks"`
+}
+
+// CheckpointStats is one checkpoint of a job's recent history with every
+// task's and subtask's measurements.
+type CheckpointStats struct {
+	Checkpoint
+	ChannelStateBytes int64                 `json:"channelStateBytes"`
+	Tasks             []TaskCheckpointStats `json:"tasks"`
+}
+
+// Phase is one step of a checkpoint's critical path.
+type Phase struct {
+	// Name: start_delay, alignment, sync, async or ack (from the end of
+	// the upload until the jobmanager had the acknowledgement).
+	Name string `json:"name"`
+	Ms   int64  `json:"ms"`
+}
+
+// CheckpointExplain says what made a checkpoint take as long as it did:
+// the path of its slowest subtask, from the trigger to its
+// acknowledgement, and the likely cause.
+type CheckpointExplain struct {
+	ID         int64  `json:"id"`
+	Status     string `json:"status"`
+	EndToEndMs int64  `json:"endToEndMs"`
+	// SlowestTask acknowledged last (or has not yet); SlowestSubtask is
+	// its subtask.
+	SlowestTaskID  int    `json:"slowestTaskId"`
+	SlowestTask    string `json:"slowestTask"`
+	SlowestSubtask int    `json:"slowestSubtask"`
+	// Path is the slowest subtask's phases, in order; their sum is its
+	// end-to-end time.
+	Path []Phase `json:"path"`
+	// Dominant is the name of the longest phase.
+	Dominant string `json:"dominant"`
+	// DelayedTask is the task whose barrier came latest or waited longest
+	// to align (start delay plus alignment), and SlowestInput its input
+	// edge ("upstream → task"), when it has one.
+	DelayedTask          string  `json:"delayedTask,omitempty"`
+	DelayedSubtask       int     `json:"delayedSubtask"`
+	DelayedMs            int64   `json:"delayedMs"`
+	SlowestInput         string  `json:"slowestInput,omitempty"`
+	UpstreamBackpressure float64 `json:"upstreamBackpressure"`
+	ChannelStateBytes    int64   `json:"channelStateBytes"`
+	// Cause: backpressure, slow_upload, slow_snapshot, slow_ack or
+	// none (nothing stands out, or nothing acknowledged yet).
+	Cause string `json:"cause"`
+	// Explanation says the same in sentences.
+	Explanation []string `json:"explanation"`
+}
+
+// Exception is one failure of a job (the jobmanager keeps a job's last 32).
+type Exception struct {
+	TimeMs int64 `json:"timeMs"`
+	// Cause is the error as the task or the jobmanager reported it.
+	Cause string `json:"cause"`
+	// Task, VertexID, Subtask, Attempt (with Deployment and LeaderTerm,
+	// see Job) and TaskManagerID name the execution that failed; Task is
+	// absent for a failure of the job as a whole.
+	Task          string `json:"task,omitempty"`
+	VertexID      int    `json:"vertexId"`
+	Subtask       int    `json:"subtask"`
+	Attempt       int64  `json:"attempt"`
+	Deployment    int64  `json:"deployment"`
+	LeaderTerm    int64  `json:"leaderTerm"`
+	TaskManagerID string `json:"taskmanagerId,omitempty"`
+	// Scope is what the failure made the job do: region (the failed
+	// regions restarted), global (the whole job restarted) or job_failed.
+	Scope string `json:"scope"`
+	// Regions are the restarted regions (1-based) of a region failure.
+	Regions []int `json:"regions"`
+	// Concurrent are failures of other subtasks reported while this one
+	// was being handled (often its consequences; sometimes its cause,
+	// reported later than it happened): at most 8, concurrentDropped
+	// counts the rest.
+	Concurrent        []ConcurrentFailure `json:"concurrent"`
+	ConcurrentDropped int                 `json:"concurrentDropped,omitempty"`
+}
+
+// ConcurrentFailure is a failure that joined another's handling.
+type ConcurrentFailure struct {
+	TimeMs        int64  `json:"timeMs"`
+	Task          string `json:"task"`
+	VertexID      int    `json:"vertexId"`
+	Subtask       int    `json:"subtask"`
+	Attempt       int64  `json:"attempt"`
+	Deployment    int64  `json:"deployment"`
+	TaskManagerID string `json:"taskmanagerId,omitempty"`
+	Cause         string `json:"cause"`
 }
