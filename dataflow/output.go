@@ -214,6 +214,7 @@ func (w *outputWriter) EmitWatermark(wm int64) {
 	if w.r.err != nil {
 		return
 	}
+	w.r.t.metrics.Watermark.Store(wm)
 	w.broadcast(event{kind: eventWatermark, value: wm})
 }
 

@@ -141,6 +141,10 @@ type Metrics struct {
 	// bytes of batches from other taskmanagers waiting in its input
 	// buffers (part of ExchangeStats.BufferedBytes).
 	NetworkBufferedBytes atomic.Int64
+	// Watermark is the task's current event-time watermark (Unix ms): the
+	// latest one its inputs combined to, or its chain emitted;
+	// stream.MinWatermark until there is one.
+	Watermark atomic.Int64
 
 	// backpressure is the time the task waited for credit to send a batch
 	// (BackpressuredTime); idle the time it waited for input (IdleTime).
@@ -295,6 +299,7 @@ func NewTask(spec *TaskSpec, reg *stream.Registry, ex *Exchange, logger *slog.Lo
 		t.mode = stream.ExactlyOnce
 	}
 	t.ctl.wake = make(chan struct{}, 1)
+	t.metrics.Watermark.Store(stream.MinWatermark)
 	t.deferred = spec.Checkpointing && t.mode == stream.ExactlyOnce && len(spec.Inputs) == 0
 	if err := t.validate(); err != nil {
 		return nil, err
@@ -934,6 +939,7 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 	}
 	advance := func(ch *inputChannel, wm int64) error {
 		if v, ok := wms.update(ch.idx, wm); ok {
+			t.metrics.Watermark.Store(v)
 			if err := t.processWatermark(head, v, outs[0]); err != nil {
 				return t.opErr(head.uid, err)
 			}

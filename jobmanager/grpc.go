@@ -166,6 +166,14 @@ func (s *clusterServer) Heartbeat(_ context.Context, req *weirpb.HeartbeatReques
 		active = c.ActiveJobs()
 		return acts
 	})
+	if !rereg && req.GetMemory() != nil {
+		s.jm.tmMemory.Lock()
+		if s.jm.tmMemory.m == nil {
+			s.jm.tmMemory.m = make(map[string]*weirpb.MemoryUsage)
+		}
+		s.jm.tmMemory.m[req.GetTaskmanagerId()] = req.GetMemory()
+		s.jm.tmMemory.Unlock()
+	}
 	return &weirpb.HeartbeatResponse{Reregister: rereg, Epoch: s.jm.epoch(), Reason: reason, ActiveJobs: active}, nil
 }
 

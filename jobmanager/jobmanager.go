@@ -103,6 +103,12 @@ type JobManager struct {
 		sync.Mutex
 		m map[string]*tidyState
 	}
+	// tmMemory is the memory each taskmanager reported in its latest
+	// heartbeat, by id (only registered instances' heartbeats count).
+	tmMemory struct {
+		sync.Mutex
+		m map[string]*weirpb.MemoryUsage
+	}
 	// spReqs are the savepoint requests of the REST API (savepoint.go).
 	spReqs struct {
 		sync.Mutex

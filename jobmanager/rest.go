@@ -132,11 +132,19 @@ func (m restModel) TaskManagers() []view.TaskManager {
 	jm.mu.Lock()
 	views := jm.mu.core.TaskManagers()
 	jm.mu.Unlock()
+	jm.tmMemory.Lock()
+	defer jm.tmMemory.Unlock()
 	tms := make([]view.TaskManager, 0, len(views))
 	for _, v := range views {
-		tms = append(tms, view.TaskManager{ID: v.ID, Address: v.Addr, Live: v.Live, Suspected: v.Suspected, Reason: v.Reason,
+		tm := view.TaskManager{ID: v.ID, Address: v.Addr, Live: v.Live, Suspected: v.Suspected, Reason: v.Reason,
 			SlotsTotal: v.Slots, SlotsFree: v.Free,
-			LastHeartbeatMs: unixMillis(v.LastHeartbeat), OperatorTypes: append([]string{}, v.OperatorTypes...)})
+			LastHeartbeatMs: unixMillis(v.LastHeartbeat), OperatorTypes: append([]string{}, v.OperatorTypes...)}
+		if m := jm.tmMemory.m[v.ID]; m != nil {
+			tm.Memory = &view.Memory{RSSBytes: m.GetRssBytes(), HeapBytes: m.GetHeapBytes(),
+				NetworkBufferedBytes: m.GetNetworkBufferedBytes(), NetworkMemoryBytes: m.GetNetworkMemoryBytes(),
+				StateCacheBytes: m.GetStateCacheBytes()}
+		}
+		tms = append(tms, tm)
 	}
 	return tms
 }
@@ -194,7 +202,7 @@ func (m restModel) Checkpoints(jobID string) (view.Checkpoints, error) {
 		Config: view.CheckpointConfig{IntervalMs: ck.Interval.Milliseconds(), TimeoutMs: ck.Timeout.Milliseconds(),
 			MinPauseMs: ck.MinPause.Milliseconds(), MaxConcurrent: ck.MaxConcurrent, Mode: ck.Mode.String(),
 			TolerableFailures: ck.TolerableFailures, Retained: ck.Retained, Retention: retention, Storage: cv.Storage,
-			OnCorruption: ck.OnCorruption.String()}}
+			OnCorruption: ck.OnCorruption.String(), Unaligned: ck.Unaligned}}
 	// The coordinator's own statistics, by id, for what the gRPC message
 	// lacks.
 	stats := make(map[int64]int, len(cv.History))

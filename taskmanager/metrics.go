@@ -203,6 +203,8 @@ type taskSeries struct {
 	tm                   *TaskManager
 	in, out, backpressed *prometheus.Desc
 	busy, idle           *prometheus.Desc
+	// watermark and watermarkLag are gauges of running subtasks only.
+	watermark, watermarkLag *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*taskSeries)(nil)
@@ -224,6 +226,12 @@ func newTaskSeries(tm *TaskManager) *taskSeries {
 		idle: prometheus.NewDesc("weir_task_idle_seconds_total",
 			"Time the subtask waited for input (or an idle source for its next poll, or a finished task for its final checkpoint), in the current attempt.",
 			labels, nil),
+		watermark: prometheus.NewDesc("weir_task_watermark_seconds",
+			"The running subtask's current event-time watermark (seconds since the epoch); absent before its first watermark.",
+			labels, nil),
+		watermarkLag: prometheus.NewDesc("weir_task_watermark_lag_seconds",
+			"How far the running subtask's watermark is behind the taskmanager's clock: its event-time latency, for event times that follow the wall clock.",
+			labels, nil),
 	}
 }
 
@@ -233,6 +241,8 @@ func (c *taskSeries) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.backpressed
 	ch <- c.busy
 	ch <- c.idle
+	ch <- c.watermark
+	ch <- c.watermarkLag
 }
 
 func (c *taskSeries) Collect(ch chan<- prometheus.Metric) {
@@ -240,6 +250,7 @@ func (c *taskSeries) Collect(ch chan<- prometheus.Metric) {
 		job string
 		sub int
 		g   goneTask
+		wm  int64 // a running task's watermark, stream.MinWatermark for none
 	}
 	var out []series
 	c.tm.mu.Lock()
@@ -250,11 +261,11 @@ func (c *taskSeries) Collect(ch chan<- prometheus.Metric) {
 		m := rt.task.Metrics()
 		out = append(out, series{k.job, int(k.subtask), goneTask{name: rt.name, parallelism: rt.spec.Parallelism,
 			recordsIn: m.RecordsIn.Load(), recordsOut: m.RecordsOut.Load(), backpressured: m.BackpressuredTime(),
-			busy: m.BusyTime(), idle: m.IdleTime()}})
+			busy: m.BusyTime(), idle: m.IdleTime()}, m.Watermark.Load()})
 	}
 	for k, g := range c.tm.mu.goneTasks {
 		if _, shadowed := c.tm.mu.tasks[k]; !shadowed {
-			out = append(out, series{k.job, int(k.subtask), *g})
+			out = append(out, series{k.job, int(k.subtask), *g, stream.MinWatermark})
 		}
 	}
 	c.tm.mu.Unlock()
@@ -265,6 +276,11 @@ func (c *taskSeries) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.backpressed, prometheus.CounterValue, s.g.backpressured.Seconds(), s.job, task, sub)
 		ch <- prometheus.MustNewConstMetric(c.busy, prometheus.CounterValue, s.g.busy.Seconds(), s.job, task, sub)
 		ch <- prometheus.MustNewConstMetric(c.idle, prometheus.CounterValue, s.g.idle.Seconds(), s.job, task, sub)
+		if s.wm > stream.MinWatermark && s.wm < stream.MaxWatermark {
+			ch <- prometheus.MustNewConstMetric(c.watermark, prometheus.GaugeValue, float64(s.wm)/1000, s.job, task, sub)
+			lag := float64(time.Now().UnixMilli()-s.wm) / 1000
+			ch <- prometheus.MustNewConstMetric(c.watermarkLag, prometheus.GaugeValue, lag, s.job, task, sub)
+		}
 	}
 }
 

@@ -491,7 +491,7 @@ func (tm *TaskManager) heartbeat(ctx context.Context) {
 		if !sleepCtx(ctx, interval) {
 			return
 		}
-		req := &weirpb.HeartbeatRequest{TaskmanagerId: tm.cfg.ID, InstanceId: tm.instance, Tasks: tm.statuses(true)}
+		req := &weirpb.HeartbeatRequest{TaskmanagerId: tm.cfg.ID, InstanceId: tm.instance, Tasks: tm.statuses(true), Memory: tm.memoryUsage()}
 		hctx, cancel := context.WithTimeout(ctx, timeout)
 		resp, err := tm.cluster().Heartbeat(hctx, req)
 		cancel()

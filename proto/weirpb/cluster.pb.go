@@ -461,7 +461,9 @@ type HeartbeatRequest struct {
 	// instance_id is the sending process's (RegisterTaskManagerRequest); a
 	// heartbeat of another instance than the registered one is answered
 	// with reregister.
-	InstanceId    string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	InstanceId string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// memory is the process's memory at the heartbeat.
+	Memory        *MemoryUsage `protobuf:"bytes,4,opt,name=memory,proto3" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,6 +519,97 @@ func (x *HeartbeatRequest) GetInstanceId() string {
 	return ""
 }
 
+func (x *HeartbeatRequest) GetMemory() *MemoryUsage {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+// MemoryUsage is a taskmanager's memory: what it uses (resident set, Go
+// heap, network buffers) and its configured budgets.
+type MemoryUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rss_bytes is the process's resident set (0 where it cannot be read).
+	RssBytes int64 `protobuf:"varint,1,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`
+	// heap_bytes is the Go heap in live and not yet swept objects.
+	HeapBytes int64 `protobuf:"varint,2,opt,name=heap_bytes,json=heapBytes,proto3" json:"heap_bytes,omitempty"`
+	// network_buffered_bytes is the exchange's network memory in use;
+	// network_memory_bytes its budget.
+	NetworkBufferedBytes int64 `protobuf:"varint,3,opt,name=network_buffered_bytes,json=networkBufferedBytes,proto3" json:"network_buffered_bytes,omitempty"`
+	NetworkMemoryBytes   int64 `protobuf:"varint,4,opt,name=network_memory_bytes,json=networkMemoryBytes,proto3" json:"network_memory_bytes,omitempty"`
+	// state_cache_bytes is the configured memory of the keyed-state caches
+	// (0: the backends' defaults).
+	StateCacheBytes int64 `protobuf:"varint,5,opt,name=state_cache_bytes,json=stateCacheBytes,proto3" json:"state_cache_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MemoryUsage) Reset() {
+	*x = MemoryUsage{}
+	mi := &file_weirpb_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryUsage) ProtoMessage() {}
+
+func (x *MemoryUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryUsage.ProtoReflect.Descriptor instead.
+func (*MemoryUsage) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MemoryUsage) GetRssBytes() int64 {
+	if x != nil {
+		return x.RssBytes
+	}
+	return 0
+}
+
+func (x *MemoryUsage) GetHeapBytes() int64 {
+	if x != nil {
+		return x.HeapBytes
+	}
+	return 0
+}
+
+func (x *MemoryUsage) GetNetworkBufferedBytes() int64 {
+	if x != nil {
+		return x.NetworkBufferedBytes
+	}
+	return 0
+}
+
+func (x *MemoryUsage) GetNetworkMemoryBytes() int64 {
+	if x != nil {
+		return x.NetworkMemoryBytes
+	}
+	return 0
+}
+
+func (x *MemoryUsage) GetStateCacheBytes() int64 {
+	if x != nil {
+		return x.StateCacheBytes
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reregister is set when the jobmanager does not know the taskmanager
@@ -537,7 +630,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[5]
+	mi := &file_weirpb_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +642,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[5]
+	mi := &file_weirpb_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +655,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{5}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResponse) GetReregister() bool {
@@ -603,7 +696,7 @@ type UpdateTaskStateRequest struct {
 
 func (x *UpdateTaskStateRequest) Reset() {
 	*x = UpdateTaskStateRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[6]
+	mi := &file_weirpb_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +708,7 @@ func (x *UpdateTaskStateRequest) String() string {
 func (*UpdateTaskStateRequest) ProtoMessage() {}
 
 func (x *UpdateTaskStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[6]
+	mi := &file_weirpb_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +721,7 @@ func (x *UpdateTaskStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskStateRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTaskStateRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{6}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UpdateTaskStateRequest) GetTaskmanagerId() string {
@@ -653,7 +746,7 @@ type UpdateTaskStateResponse struct {
 
 func (x *UpdateTaskStateResponse) Reset() {
 	*x = UpdateTaskStateResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[7]
+	mi := &file_weirpb_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +758,7 @@ func (x *UpdateTaskStateResponse) String() string {
 func (*UpdateTaskStateResponse) ProtoMessage() {}
 
 func (x *UpdateTaskStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[7]
+	mi := &file_weirpb_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +771,7 @@ func (x *UpdateTaskStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskStateResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTaskStateResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{7}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 // ChainedOperator is one operator of a task's chain with what it needs to
@@ -694,7 +787,7 @@ type ChainedOperator struct {
 
 func (x *ChainedOperator) Reset() {
 	*x = ChainedOperator{}
-	mi := &file_weirpb_cluster_proto_msgTypes[8]
+	mi := &file_weirpb_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +799,7 @@ func (x *ChainedOperator) String() string {
 func (*ChainedOperator) ProtoMessage() {}
 
 func (x *ChainedOperator) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[8]
+	mi := &file_weirpb_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +812,7 @@ func (x *ChainedOperator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChainedOperator.ProtoReflect.Descriptor instead.
 func (*ChainedOperator) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{8}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ChainedOperator) GetVertex() *Vertex {
@@ -752,7 +845,7 @@ type KeyFields struct {
 
 func (x *KeyFields) Reset() {
 	*x = KeyFields{}
-	mi := &file_weirpb_cluster_proto_msgTypes[9]
+	mi := &file_weirpb_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +857,7 @@ func (x *KeyFields) String() string {
 func (*KeyFields) ProtoMessage() {}
 
 func (x *KeyFields) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[9]
+	mi := &file_weirpb_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +870,7 @@ func (x *KeyFields) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyFields.ProtoReflect.Descriptor instead.
 func (*KeyFields) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{9}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KeyFields) GetFields() []string {
@@ -802,7 +895,7 @@ type InputGate struct {
 
 func (x *InputGate) Reset() {
 	*x = InputGate{}
-	mi := &file_weirpb_cluster_proto_msgTypes[10]
+	mi := &file_weirpb_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +907,7 @@ func (x *InputGate) String() string {
 func (*InputGate) ProtoMessage() {}
 
 func (x *InputGate) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[10]
+	mi := &file_weirpb_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +920,7 @@ func (x *InputGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputGate.ProtoReflect.Descriptor instead.
 func (*InputGate) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{10}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InputGate) GetInput() int32 {
@@ -879,7 +972,7 @@ type OutputSpec struct {
 
 func (x *OutputSpec) Reset() {
 	*x = OutputSpec{}
-	mi := &file_weirpb_cluster_proto_msgTypes[11]
+	mi := &file_weirpb_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +984,7 @@ func (x *OutputSpec) String() string {
 func (*OutputSpec) ProtoMessage() {}
 
 func (x *OutputSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[11]
+	mi := &file_weirpb_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +997,7 @@ func (x *OutputSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputSpec.ProtoReflect.Descriptor instead.
 func (*OutputSpec) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{11}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OutputSpec) GetDownstreamVertex() int32 {
@@ -997,7 +1090,7 @@ type TaskDeployment struct {
 
 func (x *TaskDeployment) Reset() {
 	*x = TaskDeployment{}
-	mi := &file_weirpb_cluster_proto_msgTypes[12]
+	mi := &file_weirpb_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1102,7 @@ func (x *TaskDeployment) String() string {
 func (*TaskDeployment) ProtoMessage() {}
 
 func (x *TaskDeployment) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[12]
+	mi := &file_weirpb_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1115,7 @@ func (x *TaskDeployment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDeployment.ProtoReflect.Descriptor instead.
 func (*TaskDeployment) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{12}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TaskDeployment) GetId() *ExecutionID {
@@ -1143,7 +1236,7 @@ type TaskCheckpointing struct {
 
 func (x *TaskCheckpointing) Reset() {
 	*x = TaskCheckpointing{}
-	mi := &file_weirpb_cluster_proto_msgTypes[13]
+	mi := &file_weirpb_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1248,7 @@ func (x *TaskCheckpointing) String() string {
 func (*TaskCheckpointing) ProtoMessage() {}
 
 func (x *TaskCheckpointing) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[13]
+	mi := &file_weirpb_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1261,7 @@ func (x *TaskCheckpointing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCheckpointing.ProtoReflect.Descriptor instead.
 func (*TaskCheckpointing) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{13}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TaskCheckpointing) GetEnabled() bool {
@@ -1230,7 +1323,7 @@ type StateHandle struct {
 
 func (x *StateHandle) Reset() {
 	*x = StateHandle{}
-	mi := &file_weirpb_cluster_proto_msgTypes[14]
+	mi := &file_weirpb_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1335,7 @@ func (x *StateHandle) String() string {
 func (*StateHandle) ProtoMessage() {}
 
 func (x *StateHandle) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[14]
+	mi := &file_weirpb_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1348,7 @@ func (x *StateHandle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateHandle.ProtoReflect.Descriptor instead.
 func (*StateHandle) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{14}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateHandle) GetOperatorUid() string {
@@ -1359,7 +1452,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	mi := &file_weirpb_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1464,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[15]
+	mi := &file_weirpb_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1477,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{15}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StateFile) GetName() string {
@@ -1450,7 +1543,7 @@ type TriggerCheckpointRequest struct {
 
 func (x *TriggerCheckpointRequest) Reset() {
 	*x = TriggerCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[16]
+	mi := &file_weirpb_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1555,7 @@ func (x *TriggerCheckpointRequest) String() string {
 func (*TriggerCheckpointRequest) ProtoMessage() {}
 
 func (x *TriggerCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[16]
+	mi := &file_weirpb_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1568,7 @@ func (x *TriggerCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*TriggerCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{16}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TriggerCheckpointRequest) GetId() *ExecutionID {
@@ -1535,7 +1628,7 @@ type TriggerCheckpointResponse struct {
 
 func (x *TriggerCheckpointResponse) Reset() {
 	*x = TriggerCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[17]
+	mi := &file_weirpb_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1640,7 @@ func (x *TriggerCheckpointResponse) String() string {
 func (*TriggerCheckpointResponse) ProtoMessage() {}
 
 func (x *TriggerCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[17]
+	mi := &file_weirpb_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1653,7 @@ func (x *TriggerCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*TriggerCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{17}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 // TriggerCheckpointsRequest triggers checkpoint_id on the source tasks ids
@@ -1581,7 +1674,7 @@ type TriggerCheckpointsRequest struct {
 
 func (x *TriggerCheckpointsRequest) Reset() {
 	*x = TriggerCheckpointsRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	mi := &file_weirpb_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1686,7 @@ func (x *TriggerCheckpointsRequest) String() string {
 func (*TriggerCheckpointsRequest) ProtoMessage() {}
 
 func (x *TriggerCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[18]
+	mi := &file_weirpb_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1699,7 @@ func (x *TriggerCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*TriggerCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{18}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TriggerCheckpointsRequest) GetIds() []*ExecutionID {
@@ -1672,7 +1765,7 @@ type TaskCallFailure struct {
 
 func (x *TaskCallFailure) Reset() {
 	*x = TaskCallFailure{}
-	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	mi := &file_weirpb_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1777,7 @@ func (x *TaskCallFailure) String() string {
 func (*TaskCallFailure) ProtoMessage() {}
 
 func (x *TaskCallFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[19]
+	mi := &file_weirpb_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1790,7 @@ func (x *TaskCallFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCallFailure.ProtoReflect.Descriptor instead.
 func (*TaskCallFailure) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{19}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskCallFailure) GetId() *ExecutionID {
@@ -1730,7 +1823,7 @@ type TriggerCheckpointsResponse struct {
 
 func (x *TriggerCheckpointsResponse) Reset() {
 	*x = TriggerCheckpointsResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	mi := &file_weirpb_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1835,7 @@ func (x *TriggerCheckpointsResponse) String() string {
 func (*TriggerCheckpointsResponse) ProtoMessage() {}
 
 func (x *TriggerCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[20]
+	mi := &file_weirpb_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1848,7 @@ func (x *TriggerCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*TriggerCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{20}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TriggerCheckpointsResponse) GetFailures() []*TaskCallFailure {
@@ -1780,7 +1873,7 @@ type NotifyCheckpointsRequest struct {
 
 func (x *NotifyCheckpointsRequest) Reset() {
 	*x = NotifyCheckpointsRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	mi := &file_weirpb_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1885,7 @@ func (x *NotifyCheckpointsRequest) String() string {
 func (*NotifyCheckpointsRequest) ProtoMessage() {}
 
 func (x *NotifyCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[21]
+	mi := &file_weirpb_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1898,7 @@ func (x *NotifyCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*NotifyCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{21}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NotifyCheckpointsRequest) GetIds() []*ExecutionID {
@@ -1845,7 +1938,7 @@ type NotifyCheckpointsResponse struct {
 
 func (x *NotifyCheckpointsResponse) Reset() {
 	*x = NotifyCheckpointsResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	mi := &file_weirpb_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1950,7 @@ func (x *NotifyCheckpointsResponse) String() string {
 func (*NotifyCheckpointsResponse) ProtoMessage() {}
 
 func (x *NotifyCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[22]
+	mi := &file_weirpb_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1963,7 @@ func (x *NotifyCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*NotifyCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{22}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NotifyCheckpointsResponse) GetFailures() []*TaskCallFailure {
@@ -1896,7 +1989,7 @@ type NotifyCheckpointRequest struct {
 
 func (x *NotifyCheckpointRequest) Reset() {
 	*x = NotifyCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[23]
+	mi := &file_weirpb_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2001,7 @@ func (x *NotifyCheckpointRequest) String() string {
 func (*NotifyCheckpointRequest) ProtoMessage() {}
 
 func (x *NotifyCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[23]
+	mi := &file_weirpb_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2014,7 @@ func (x *NotifyCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*NotifyCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{23}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NotifyCheckpointRequest) GetId() *ExecutionID {
@@ -1960,7 +2053,7 @@ type NotifyCheckpointResponse struct {
 
 func (x *NotifyCheckpointResponse) Reset() {
 	*x = NotifyCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[24]
+	mi := &file_weirpb_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2065,7 @@ func (x *NotifyCheckpointResponse) String() string {
 func (*NotifyCheckpointResponse) ProtoMessage() {}
 
 func (x *NotifyCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[24]
+	mi := &file_weirpb_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2078,7 @@ func (x *NotifyCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*NotifyCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{24}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 type AcknowledgeCheckpointRequest struct {
@@ -2011,7 +2104,7 @@ type AcknowledgeCheckpointRequest struct {
 
 func (x *AcknowledgeCheckpointRequest) Reset() {
 	*x = AcknowledgeCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[25]
+	mi := &file_weirpb_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2116,7 @@ func (x *AcknowledgeCheckpointRequest) String() string {
 func (*AcknowledgeCheckpointRequest) ProtoMessage() {}
 
 func (x *AcknowledgeCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[25]
+	mi := &file_weirpb_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2129,7 @@ func (x *AcknowledgeCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{25}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AcknowledgeCheckpointRequest) GetTaskmanagerId() string {
@@ -2117,7 +2210,7 @@ type AcknowledgeCheckpointResponse struct {
 
 func (x *AcknowledgeCheckpointResponse) Reset() {
 	*x = AcknowledgeCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[26]
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2222,7 @@ func (x *AcknowledgeCheckpointResponse) String() string {
 func (*AcknowledgeCheckpointResponse) ProtoMessage() {}
 
 func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[26]
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2235,7 @@ func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{26}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 type DeclineCheckpointRequest struct {
@@ -2157,7 +2250,7 @@ type DeclineCheckpointRequest struct {
 
 func (x *DeclineCheckpointRequest) Reset() {
 	*x = DeclineCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2262,7 @@ func (x *DeclineCheckpointRequest) String() string {
 func (*DeclineCheckpointRequest) ProtoMessage() {}
 
 func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2275,7 @@ func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclineCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeclineCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{27}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeclineCheckpointRequest) GetTaskmanagerId() string {
@@ -2221,7 +2314,7 @@ type DeclineCheckpointResponse struct {
 
 func (x *DeclineCheckpointResponse) Reset() {
 	*x = DeclineCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	mi := &file_weirpb_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2326,7 @@ func (x *DeclineCheckpointResponse) String() string {
 func (*DeclineCheckpointResponse) ProtoMessage() {}
 
 func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	mi := &file_weirpb_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2339,7 @@ func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclineCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeclineCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{28}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 // CheckpointAck is one task's acknowledgement in a ReportCheckpointsRequest;
@@ -2268,7 +2361,7 @@ type CheckpointAck struct {
 
 func (x *CheckpointAck) Reset() {
 	*x = CheckpointAck{}
-	mi := &file_weirpb_cluster_proto_msgTypes[29]
+	mi := &file_weirpb_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2373,7 @@ func (x *CheckpointAck) String() string {
 func (*CheckpointAck) ProtoMessage() {}
 
 func (x *CheckpointAck) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[29]
+	mi := &file_weirpb_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2386,7 @@ func (x *CheckpointAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointAck.ProtoReflect.Descriptor instead.
 func (*CheckpointAck) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{29}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CheckpointAck) GetId() *ExecutionID {
@@ -2372,7 +2465,7 @@ type CheckpointDecline struct {
 
 func (x *CheckpointDecline) Reset() {
 	*x = CheckpointDecline{}
-	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	mi := &file_weirpb_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2477,7 @@ func (x *CheckpointDecline) String() string {
 func (*CheckpointDecline) ProtoMessage() {}
 
 func (x *CheckpointDecline) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	mi := &file_weirpb_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2490,7 @@ func (x *CheckpointDecline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointDecline.ProtoReflect.Descriptor instead.
 func (*CheckpointDecline) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{30}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CheckpointDecline) GetId() *ExecutionID {
@@ -2435,7 +2528,7 @@ type ReportCheckpointsRequest struct {
 
 func (x *ReportCheckpointsRequest) Reset() {
 	*x = ReportCheckpointsRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	mi := &file_weirpb_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2540,7 @@ func (x *ReportCheckpointsRequest) String() string {
 func (*ReportCheckpointsRequest) ProtoMessage() {}
 
 func (x *ReportCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	mi := &file_weirpb_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2553,7 @@ func (x *ReportCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ReportCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{31}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReportCheckpointsRequest) GetTaskmanagerId() string {
@@ -2492,7 +2585,7 @@ type ReportCheckpointsResponse struct {
 
 func (x *ReportCheckpointsResponse) Reset() {
 	*x = ReportCheckpointsResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[32]
+	mi := &file_weirpb_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2597,7 @@ func (x *ReportCheckpointsResponse) String() string {
 func (*ReportCheckpointsResponse) ProtoMessage() {}
 
 func (x *ReportCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[32]
+	mi := &file_weirpb_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2610,7 @@ func (x *ReportCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ReportCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{32}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 type SubmitTaskRequest struct {
@@ -2535,7 +2628,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[33]
+	mi := &file_weirpb_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2640,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[33]
+	mi := &file_weirpb_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2653,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{33}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SubmitTaskRequest) GetTask() *TaskDeployment {
@@ -2592,7 +2685,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[34]
+	mi := &file_weirpb_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2697,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[34]
+	mi := &file_weirpb_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2710,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{34}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 type CancelTaskRequest struct {
@@ -2631,7 +2724,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[35]
+	mi := &file_weirpb_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2736,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[35]
+	mi := &file_weirpb_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2749,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{35}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CancelTaskRequest) GetId() *ExecutionID {
@@ -2681,7 +2774,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[36]
+	mi := &file_weirpb_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +2786,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[36]
+	mi := &file_weirpb_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +2799,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{36}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 type SourceInputEndedRequest struct {
@@ -2719,7 +2812,7 @@ type SourceInputEndedRequest struct {
 
 func (x *SourceInputEndedRequest) Reset() {
 	*x = SourceInputEndedRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[37]
+	mi := &file_weirpb_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2824,7 @@ func (x *SourceInputEndedRequest) String() string {
 func (*SourceInputEndedRequest) ProtoMessage() {}
 
 func (x *SourceInputEndedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[37]
+	mi := &file_weirpb_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2837,7 @@ func (x *SourceInputEndedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInputEndedRequest.ProtoReflect.Descriptor instead.
 func (*SourceInputEndedRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{37}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SourceInputEndedRequest) GetTaskmanagerId() string {
@@ -2769,7 +2862,7 @@ type SourceInputEndedResponse struct {
 
 func (x *SourceInputEndedResponse) Reset() {
 	*x = SourceInputEndedResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[38]
+	mi := &file_weirpb_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2874,7 @@ func (x *SourceInputEndedResponse) String() string {
 func (*SourceInputEndedResponse) ProtoMessage() {}
 
 func (x *SourceInputEndedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[38]
+	mi := &file_weirpb_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2887,7 @@ func (x *SourceInputEndedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInputEndedResponse.ProtoReflect.Descriptor instead.
 func (*SourceInputEndedResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{38}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 type PingRequest struct {
@@ -2805,7 +2898,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[39]
+	mi := &file_weirpb_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2910,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[39]
+	mi := &file_weirpb_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2923,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{39}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 type PingResponse struct {
@@ -2843,7 +2936,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[40]
+	mi := &file_weirpb_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +2948,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[40]
+	mi := &file_weirpb_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +2961,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{40}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PingResponse) GetTaskmanagerId() string {
@@ -2923,12 +3016,20 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\trestoring\x18\b \x01(\bR\trestoring\x12%\n" +
 	"\x0erestored_bytes\x18\t \x01(\x03R\rrestoredBytes\x12)\n" +
 	"\x10backpressured_ms\x18\n" +
-	" \x01(\x03R\x0fbackpressuredMs\"\x85\x01\n" +
+	" \x01(\x03R\x0fbackpressuredMs\"\xb3\x01\n" +
 	"\x10HeartbeatRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12)\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x13.weir.v1.TaskStatusR\x05tasks\x12\x1f\n" +
 	"\vinstance_id\x18\x03 \x01(\tR\n" +
-	"instanceId\"\x82\x01\n" +
+	"instanceId\x12,\n" +
+	"\x06memory\x18\x04 \x01(\v2\x14.weir.v1.MemoryUsageR\x06memory\"\xdd\x01\n" +
+	"\vMemoryUsage\x12\x1b\n" +
+	"\trss_bytes\x18\x01 \x01(\x03R\brssBytes\x12\x1d\n" +
+	"\n" +
+	"heap_bytes\x18\x02 \x01(\x03R\theapBytes\x124\n" +
+	"\x16network_buffered_bytes\x18\x03 \x01(\x03R\x14networkBufferedBytes\x120\n" +
+	"\x14network_memory_bytes\x18\x04 \x01(\x03R\x12networkMemoryBytes\x12*\n" +
+	"\x11state_cache_bytes\x18\x05 \x01(\x03R\x0fstateCacheBytes\"\x82\x01\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +
@@ -3142,7 +3243,7 @@ func file_weirpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_weirpb_cluster_proto_goTypes = []any{
 	(TaskState)(0),                        // 0: weir.v1.TaskState
 	(*ExecutionID)(nil),                   // 1: weir.v1.ExecutionID
@@ -3150,116 +3251,118 @@ var file_weirpb_cluster_proto_goTypes = []any{
 	(*RegisterTaskManagerResponse)(nil),   // 3: weir.v1.RegisterTaskManagerResponse
 	(*TaskStatus)(nil),                    // 4: weir.v1.TaskStatus
 	(*HeartbeatRequest)(nil),              // 5: weir.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),             // 6: weir.v1.HeartbeatResponse
-	(*UpdateTaskStateRequest)(nil),        // 7: weir.v1.UpdateTaskStateRequest
-	(*UpdateTaskStateResponse)(nil),       // 8: weir.v1.UpdateTaskStateResponse
-	(*ChainedOperator)(nil),               // 9: weir.v1.ChainedOperator
-	(*KeyFields)(nil),                     // 10: weir.v1.KeyFields
-	(*InputGate)(nil),                     // 11: weir.v1.InputGate
-	(*OutputSpec)(nil),                    // 12: weir.v1.OutputSpec
-	(*TaskDeployment)(nil),                // 13: weir.v1.TaskDeployment
-	(*TaskCheckpointing)(nil),             // 14: weir.v1.TaskCheckpointing
-	(*StateHandle)(nil),                   // 15: weir.v1.StateHandle
-	(*StateFile)(nil),                     // 16: weir.v1.StateFile
-	(*TriggerCheckpointRequest)(nil),      // 17: weir.v1.TriggerCheckpointRequest
-	(*TriggerCheckpointResponse)(nil),     // 18: weir.v1.TriggerCheckpointResponse
-	(*TriggerCheckpointsRequest)(nil),     // 19: weir.v1.TriggerCheckpointsRequest
-	(*TaskCallFailure)(nil),               // 20: weir.v1.TaskCallFailure
-	(*TriggerCheckpointsResponse)(nil),    // 21: weir.v1.TriggerCheckpointsResponse
-	(*NotifyCheckpointsRequest)(nil),      // 22: weir.v1.NotifyCheckpointsRequest
-	(*NotifyCheckpointsResponse)(nil),     // 23: weir.v1.NotifyCheckpointsResponse
-	(*NotifyCheckpointRequest)(nil),       // 24: weir.v1.NotifyCheckpointRequest
-	(*NotifyCheckpointResponse)(nil),      // 25: weir.v1.NotifyCheckpointResponse
-	(*AcknowledgeCheckpointRequest)(nil),  // 26: weir.v1.AcknowledgeCheckpointRequest
-	(*AcknowledgeCheckpointResponse)(nil), // 27: weir.v1.AcknowledgeCheckpointResponse
-	(*DeclineCheckpointRequest)(nil),      // 28: weir.v1.DeclineCheckpointRequest
-	(*DeclineCheckpointResponse)(nil),     // 29: weir.v1.DeclineCheckpointResponse
-	(*CheckpointAck)(nil),                 // 30: weir.v1.CheckpointAck
-	(*CheckpointDecline)(nil),             // 31: weir.v1.CheckpointDecline
-	(*ReportCheckpointsRequest)(nil),      // 32: weir.v1.ReportCheckpointsRequest
-	(*ReportCheckpointsResponse)(nil),     // 33: weir.v1.ReportCheckpointsResponse
-	(*SubmitTaskRequest)(nil),             // 34: weir.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),            // 35: weir.v1.SubmitTaskResponse
-	(*CancelTaskRequest)(nil),             // 36: weir.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),            // 37: weir.v1.CancelTaskResponse
-	(*SourceInputEndedRequest)(nil),       // 38: weir.v1.SourceInputEndedRequest
-	(*SourceInputEndedResponse)(nil),      // 39: weir.v1.SourceInputEndedResponse
-	(*PingRequest)(nil),                   // 40: weir.v1.PingRequest
-	(*PingResponse)(nil),                  // 41: weir.v1.PingResponse
-	(*Vertex)(nil),                        // 42: weir.v1.Vertex
-	(*Schema)(nil),                        // 43: weir.v1.Schema
-	(Partitioning)(0),                     // 44: weir.v1.Partitioning
-	(CheckpointMode)(0),                   // 45: weir.v1.CheckpointMode
+	(*MemoryUsage)(nil),                   // 6: weir.v1.MemoryUsage
+	(*HeartbeatResponse)(nil),             // 7: weir.v1.HeartbeatResponse
+	(*UpdateTaskStateRequest)(nil),        // 8: weir.v1.UpdateTaskStateRequest
+	(*UpdateTaskStateResponse)(nil),       // 9: weir.v1.UpdateTaskStateResponse
+	(*ChainedOperator)(nil),               // 10: weir.v1.ChainedOperator
+	(*KeyFields)(nil),                     // 11: weir.v1.KeyFields
+	(*InputGate)(nil),                     // 12: weir.v1.InputGate
+	(*OutputSpec)(nil),                    // 13: weir.v1.OutputSpec
+	(*TaskDeployment)(nil),                // 14: weir.v1.TaskDeployment
+	(*TaskCheckpointing)(nil),             // 15: weir.v1.TaskCheckpointing
+	(*StateHandle)(nil),                   // 16: weir.v1.StateHandle
+	(*StateFile)(nil),                     // 17: weir.v1.StateFile
+	(*TriggerCheckpointRequest)(nil),      // 18: weir.v1.TriggerCheckpointRequest
+	(*TriggerCheckpointResponse)(nil),     // 19: weir.v1.TriggerCheckpointResponse
+	(*TriggerCheckpointsRequest)(nil),     // 20: weir.v1.TriggerCheckpointsRequest
+	(*TaskCallFailure)(nil),               // 21: weir.v1.TaskCallFailure
+	(*TriggerCheckpointsResponse)(nil),    // 22: weir.v1.TriggerCheckpointsResponse
+	(*NotifyCheckpointsRequest)(nil),      // 23: weir.v1.NotifyCheckpointsRequest
+	(*NotifyCheckpointsResponse)(nil),     // 24: weir.v1.NotifyCheckpointsResponse
+	(*NotifyCheckpointRequest)(nil),       // 25: weir.v1.NotifyCheckpointRequest
+	(*NotifyCheckpointResponse)(nil),      // 26: weir.v1.NotifyCheckpointResponse
+	(*AcknowledgeCheckpointRequest)(nil),  // 27: weir.v1.AcknowledgeCheckpointRequest
+	(*AcknowledgeCheckpointResponse)(nil), // 28: weir.v1.AcknowledgeCheckpointResponse
+	(*DeclineCheckpointRequest)(nil),      // 29: weir.v1.DeclineCheckpointRequest
+	(*DeclineCheckpointResponse)(nil),     // 30: weir.v1.DeclineCheckpointResponse
+	(*CheckpointAck)(nil),                 // 31: weir.v1.CheckpointAck
+	(*CheckpointDecline)(nil),             // 32: weir.v1.CheckpointDecline
+	(*ReportCheckpointsRequest)(nil),      // 33: weir.v1.ReportCheckpointsRequest
+	(*ReportCheckpointsResponse)(nil),     // 34: weir.v1.ReportCheckpointsResponse
+	(*SubmitTaskRequest)(nil),             // 35: weir.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),            // 36: weir.v1.SubmitTaskResponse
+	(*CancelTaskRequest)(nil),             // 37: weir.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),            // 38: weir.v1.CancelTaskResponse
+	(*SourceInputEndedRequest)(nil),       // 39: weir.v1.SourceInputEndedRequest
+	(*SourceInputEndedResponse)(nil),      // 40: weir.v1.SourceInputEndedResponse
+	(*PingRequest)(nil),                   // 41: weir.v1.PingRequest
+	(*PingResponse)(nil),                  // 42: weir.v1.PingResponse
+	(*Vertex)(nil),                        // 43: weir.v1.Vertex
+	(*Schema)(nil),                        // 44: weir.v1.Schema
+	(Partitioning)(0),                     // 45: weir.v1.Partitioning
+	(CheckpointMode)(0),                   // 46: weir.v1.CheckpointMode
 }
 var file_weirpb_cluster_proto_depIdxs = []int32{
 	1,  // 0: weir.v1.TaskStatus.id:type_name -> weir.v1.ExecutionID
 	0,  // 1: weir.v1.TaskStatus.state:type_name -> weir.v1.TaskState
 	4,  // 2: weir.v1.HeartbeatRequest.tasks:type_name -> weir.v1.TaskStatus
-	4,  // 3: weir.v1.UpdateTaskStateRequest.status:type_name -> weir.v1.TaskStatus
-	42, // 4: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
-	43, // 5: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
-	10, // 6: weir.v1.ChainedOperator.input_keys:type_name -> weir.v1.KeyFields
-	44, // 7: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
-	44, // 8: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
-	1,  // 9: weir.v1.TaskDeployment.id:type_name -> weir.v1.ExecutionID
-	9,  // 10: weir.v1.TaskDeployment.chain:type_name -> weir.v1.ChainedOperator
-	11, // 11: weir.v1.TaskDeployment.inputs:type_name -> weir.v1.InputGate
-	12, // 12: weir.v1.TaskDeployment.outputs:type_name -> weir.v1.OutputSpec
-	14, // 13: weir.v1.TaskDeployment.checkpointing:type_name -> weir.v1.TaskCheckpointing
-	15, // 14: weir.v1.TaskDeployment.restore:type_name -> weir.v1.StateHandle
-	45, // 15: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
-	16, // 16: weir.v1.StateHandle.files:type_name -> weir.v1.StateFile
-	1,  // 17: weir.v1.TriggerCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 18: weir.v1.TriggerCheckpointsRequest.ids:type_name -> weir.v1.ExecutionID
-	1,  // 19: weir.v1.TaskCallFailure.id:type_name -> weir.v1.ExecutionID
-	20, // 20: weir.v1.TriggerCheckpointsResponse.failures:type_name -> weir.v1.TaskCallFailure
-	1,  // 21: weir.v1.NotifyCheckpointsRequest.ids:type_name -> weir.v1.ExecutionID
-	20, // 22: weir.v1.NotifyCheckpointsResponse.failures:type_name -> weir.v1.TaskCallFailure
-	1,  // 23: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 24: weir.v1.AcknowledgeCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	15, // 25: weir.v1.AcknowledgeCheckpointRequest.handles:type_name -> weir.v1.StateHandle
-	1,  // 26: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 27: weir.v1.CheckpointAck.id:type_name -> weir.v1.ExecutionID
-	15, // 28: weir.v1.CheckpointAck.handles:type_name -> weir.v1.StateHandle
-	1,  // 29: weir.v1.CheckpointDecline.id:type_name -> weir.v1.ExecutionID
-	30, // 30: weir.v1.ReportCheckpointsRequest.acks:type_name -> weir.v1.CheckpointAck
-	31, // 31: weir.v1.ReportCheckpointsRequest.declines:type_name -> weir.v1.CheckpointDecline
-	13, // 32: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
-	1,  // 33: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 34: weir.v1.SourceInputEndedRequest.id:type_name -> weir.v1.ExecutionID
-	2,  // 35: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
-	5,  // 36: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
-	7,  // 37: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
-	26, // 38: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
-	28, // 39: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
-	32, // 40: weir.v1.ClusterService.ReportCheckpoints:input_type -> weir.v1.ReportCheckpointsRequest
-	38, // 41: weir.v1.ClusterService.SourceInputEnded:input_type -> weir.v1.SourceInputEndedRequest
-	34, // 42: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
-	36, // 43: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
-	17, // 44: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
-	24, // 45: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
-	19, // 46: weir.v1.TaskExecutorService.TriggerCheckpoints:input_type -> weir.v1.TriggerCheckpointsRequest
-	22, // 47: weir.v1.TaskExecutorService.NotifyCheckpoints:input_type -> weir.v1.NotifyCheckpointsRequest
-	40, // 48: weir.v1.TaskExecutorService.Ping:input_type -> weir.v1.PingRequest
-	3,  // 49: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
-	6,  // 50: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
-	8,  // 51: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
-	27, // 52: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
-	29, // 53: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
-	33, // 54: weir.v1.ClusterService.ReportCheckpoints:output_type -> weir.v1.ReportCheckpointsResponse
-	39, // 55: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
-	35, // 56: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
-	37, // 57: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
-	18, // 58: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
-	25, // 59: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
-	21, // 60: weir.v1.TaskExecutorService.TriggerCheckpoints:output_type -> weir.v1.TriggerCheckpointsResponse
-	23, // 61: weir.v1.TaskExecutorService.NotifyCheckpoints:output_type -> weir.v1.NotifyCheckpointsResponse
-	41, // 62: weir.v1.TaskExecutorService.Ping:output_type -> weir.v1.PingResponse
-	49, // [49:63] is the sub-list for method output_type
-	35, // [35:49] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	6,  // 3: weir.v1.HeartbeatRequest.memory:type_name -> weir.v1.MemoryUsage
+	4,  // 4: weir.v1.UpdateTaskStateRequest.status:type_name -> weir.v1.TaskStatus
+	43, // 5: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
+	44, // 6: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
+	11, // 7: weir.v1.ChainedOperator.input_keys:type_name -> weir.v1.KeyFields
+	45, // 8: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
+	45, // 9: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
+	1,  // 10: weir.v1.TaskDeployment.id:type_name -> weir.v1.ExecutionID
+	10, // 11: weir.v1.TaskDeployment.chain:type_name -> weir.v1.ChainedOperator
+	12, // 12: weir.v1.TaskDeployment.inputs:type_name -> weir.v1.InputGate
+	13, // 13: weir.v1.TaskDeployment.outputs:type_name -> weir.v1.OutputSpec
+	15, // 14: weir.v1.TaskDeployment.checkpointing:type_name -> weir.v1.TaskCheckpointing
+	16, // 15: weir.v1.TaskDeployment.restore:type_name -> weir.v1.StateHandle
+	46, // 16: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
+	17, // 17: weir.v1.StateHandle.files:type_name -> weir.v1.StateFile
+	1,  // 18: weir.v1.TriggerCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 19: weir.v1.TriggerCheckpointsRequest.ids:type_name -> weir.v1.ExecutionID
+	1,  // 20: weir.v1.TaskCallFailure.id:type_name -> weir.v1.ExecutionID
+	21, // 21: weir.v1.TriggerCheckpointsResponse.failures:type_name -> weir.v1.TaskCallFailure
+	1,  // 22: weir.v1.NotifyCheckpointsRequest.ids:type_name -> weir.v1.ExecutionID
+	21, // 23: weir.v1.NotifyCheckpointsResponse.failures:type_name -> weir.v1.TaskCallFailure
+	1,  // 24: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 25: weir.v1.AcknowledgeCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	16, // 26: weir.v1.AcknowledgeCheckpointRequest.handles:type_name -> weir.v1.StateHandle
+	1,  // 27: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 28: weir.v1.CheckpointAck.id:type_name -> weir.v1.ExecutionID
+	16, // 29: weir.v1.CheckpointAck.handles:type_name -> weir.v1.StateHandle
+	1,  // 30: weir.v1.CheckpointDecline.id:type_name -> weir.v1.ExecutionID
+	31, // 31: weir.v1.ReportCheckpointsRequest.acks:type_name -> weir.v1.CheckpointAck
+	32, // 32: weir.v1.ReportCheckpointsRequest.declines:type_name -> weir.v1.CheckpointDecline
+	14, // 33: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
+	1,  // 34: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 35: weir.v1.SourceInputEndedRequest.id:type_name -> weir.v1.ExecutionID
+	2,  // 36: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
+	5,  // 37: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
+	8,  // 38: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
+	27, // 39: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
+	29, // 40: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
+	33, // 41: weir.v1.ClusterService.ReportCheckpoints:input_type -> weir.v1.ReportCheckpointsRequest
+	39, // 42: weir.v1.ClusterService.SourceInputEnded:input_type -> weir.v1.SourceInputEndedRequest
+	35, // 43: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
+	37, // 44: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
+	18, // 45: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
+	25, // 46: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
+	20, // 47: weir.v1.TaskExecutorService.TriggerCheckpoints:input_type -> weir.v1.TriggerCheckpointsRequest
+	23, // 48: weir.v1.TaskExecutorService.NotifyCheckpoints:input_type -> weir.v1.NotifyCheckpointsRequest
+	41, // 49: weir.v1.TaskExecutorService.Ping:input_type -> weir.v1.PingRequest
+	3,  // 50: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
+	7,  // 51: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
+	9,  // 52: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
+	28, // 53: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
+	30, // 54: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
+	34, // 55: weir.v1.ClusterService.ReportCheckpoints:output_type -> weir.v1.ReportCheckpointsResponse
+	40, // 56: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
+	36, // 57: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
+	38, // 58: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
+	19, // 59: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
+	26, // 60: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
+	22, // 61: weir.v1.TaskExecutorService.TriggerCheckpoints:output_type -> weir.v1.TriggerCheckpointsResponse
+	24, // 62: weir.v1.TaskExecutorService.NotifyCheckpoints:output_type -> weir.v1.NotifyCheckpointsResponse
+	42, // 63: weir.v1.TaskExecutorService.Ping:output_type -> weir.v1.PingResponse
+	50, // [50:64] is the sub-list for method output_type
+	36, // [36:50] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_cluster_proto_init() }
@@ -3274,7 +3377,7 @@ func file_weirpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_cluster_proto_rawDesc), len(file_weirpb_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -310,6 +310,24 @@ func TestWebUI(t *testing.T) {
 		if !slices.EqualFunc(rows, want, slices.Equal) {
 			t.Errorf("taskmanagers page shows %v, REST says %v", rows, want)
 		}
+		// Memory: the resident set changes between two heartbeats, the
+		// network memory budget does not.
+		var mem [][]string // id, rss, budget
+		eval(`[...document.querySelectorAll("#taskmanagers tbody tr")].map(r => [r.dataset.tm, r.querySelector(".tm-memory").dataset.rss || "", r.querySelector(".tm-network").dataset.budget || ""])`, &mem)
+		for i, tm := range tms.TaskManagers {
+			if !tm.Live {
+				continue
+			}
+			if tm.Memory == nil || tm.Memory.RSSBytes <= 0 || tm.Memory.HeapBytes <= 0 || tm.Memory.NetworkMemoryBytes <= 0 {
+				t.Errorf("REST taskmanager %s memory %+v: want resident set, heap and network budget", tm.ID, tm.Memory)
+				continue
+			}
+			if i >= len(mem) || mem[i][0] != tm.ID || mem[i][2] != strconv.FormatInt(tm.Memory.NetworkMemoryBytes, 10) {
+				t.Errorf("taskmanagers page memory %v, REST says %s has a %d-byte network budget", mem, tm.ID, tm.Memory.NetworkMemoryBytes)
+			} else if rss, err := strconv.ParseInt(mem[i][1], 10, 64); err != nil || rss <= 0 {
+				t.Errorf("taskmanagers page shows resident set %q for %s", mem[i][1], tm.ID)
+			}
+		}
 	})
 	visit("jobs", "/ui/jobs", func() {
 		var jobs struct {

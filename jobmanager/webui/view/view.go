@@ -124,6 +124,23 @@ type TaskManager struct {
 	SlotsFree       int      `json:"slotsFree"`
 	LastHeartbeatMs int64    `json:"lastHeartbeatMs"`
 	OperatorTypes   []string `json:"operatorTypes"`
+	// Memory is what its latest heartbeat reported (nil: none yet).
+	Memory *Memory `json:"memory,omitempty"`
+}
+
+// Memory is a taskmanager's memory: what it uses and its budgets.
+type Memory struct {
+	// RSSBytes is the process's resident set (0: not known).
+	RSSBytes int64 `json:"rssBytes"`
+	// HeapBytes is the Go heap in objects.
+	HeapBytes int64 `json:"heapBytes"`
+	// NetworkBufferedBytes is the exchange's network memory in use,
+	// NetworkMemoryBytes its budget.
+	NetworkBufferedBytes int64 `json:"networkBufferedBytes"`
+	NetworkMemoryBytes   int64 `json:"networkMemoryBytes"`
+	// StateCacheBytes is the configured memory of the keyed-state caches
+	// (0: the backends' defaults).
+	StateCacheBytes int64 `json:"stateCacheBytes"`
 }
 
 // Overview is the cluster at a glance. Slots count live taskmanagers only.
@@ -173,6 +190,8 @@ type CheckpointConfig struct {
 	Retention         string `json:"retention"` // on cancel: delete or retain
 	Storage           string `json:"storage"`
 	OnCorruption      string `json:"onCorruption"` // fail or fallback
+	// Unaligned: checkpoints (not savepoints) are unaligned.
+	Unaligned bool `json:"unaligned"`
 }
 
 // Checkpoints is a job's checkpoint counts, recent history (newest
