@@ -34,6 +34,9 @@ type Config struct {
 	// Retained is how many completed checkpoints are kept; older ones are
 	// discarded. Default 1.
 	Retained int
+	// Adaptive, when non-nil, makes Interval the starting interval of an
+	// adaptive one (see AdaptiveConfig).
+	Adaptive *AdaptiveConfig
 }
 
 // DefaultTimeout is the checkpoint timeout used when Config.Timeout is not
@@ -48,7 +51,7 @@ const HistorySize = 50
 // ConfigFrom converts a job's checkpoint settings, applying their defaults.
 func ConfigFrom(c stream.CheckpointConfig) Config {
 	c = c.WithDefaults()
-	return Config{
+	cfg := Config{
 		Interval:          c.Interval,
 		Timeout:           c.Timeout,
 		MinPause:          c.MinPause,
@@ -56,6 +59,10 @@ func ConfigFrom(c stream.CheckpointConfig) Config {
 		TolerableFailures: c.TolerableFailures,
 		Retained:          c.Retained,
 	}
+	if c.Adaptive {
+		cfg.Adaptive = &AdaptiveConfig{MaxOverhead: c.MaxOverhead, MinInterval: c.MinInterval, MaxInterval: c.MaxInterval}
+	}
+	return cfg
 }
 
 func (c Config) normalized() Config {
@@ -76,6 +83,11 @@ func (c Config) normalized() Config {
 	}
 	if c.Retained < 1 {
 		c.Retained = 1
+	}
+	if c.Adaptive != nil {
+		a := c.Adaptive.normalized()
+		c.Adaptive = &a
+		c.Interval = min(max(c.Interval, a.MinInterval), a.MaxInterval)
 	}
 	return c
 }
@@ -123,8 +135,10 @@ const (
 )
 
 type pendingCheckpoint struct {
-	id       int64
-	trigger  time.Time
+	id      int64
+	trigger time.Time
+	// pause is the longest SyncDuration+AlignmentDuration acknowledged.
+	pause    time.Duration
 	required []TaskID // sorted; the tasks that were running at trigger time
 	// done are the tasks that had finished at trigger time (sorted).
 	done    []TaskID
@@ -169,6 +183,9 @@ type Coordinator struct {
 	nFailed    int
 	aborts     [len(causeNames)]int // by cause
 	ignored    int
+	// interval is the current periodic interval: cfg.Interval, adapted
+	// after each completed periodic checkpoint when cfg.Adaptive is set.
+	interval time.Duration
 
 	actions []Action
 }
@@ -183,6 +200,7 @@ func New(cfg Config, tasks []TaskID, sources []TaskID, firstID int64, now time.T
 		firstID = 1
 	}
 	c := &Coordinator{cfg: cfg.normalized(), firstID: firstID, nextID: firstID}
+	c.interval = c.cfg.Interval
 	c.setTasks(tasks, sources)
 	c.lastTrigger = now
 	return c
@@ -237,9 +255,9 @@ func (c *Coordinator) Tick(now time.Time) {
 
 func (c *Coordinator) periodicDue(now time.Time) bool {
 	switch {
-	case c.cfg.Interval <= 0,
+	case c.interval <= 0,
 		len(c.pending) >= c.cfg.MaxConcurrent,
-		now.Before(c.lastTrigger.Add(c.cfg.Interval)):
+		now.Before(c.lastTrigger.Add(c.interval)):
 		return false
 	case c.cfg.MinPause > 0 && (len(c.pending) > 0 || c.ended && now.Before(c.lastEnd.Add(c.cfg.MinPause))):
 		return false
@@ -343,6 +361,7 @@ func (c *Coordinator) Ack(now time.Time, task TaskID, id int64, payload any, sta
 	s.MaxSync = max(s.MaxSync, stats.SyncDuration)
 	s.MaxAsync = max(s.MaxAsync, stats.AsyncDuration)
 	s.MaxAlignment = max(s.MaxAlignment, stats.AlignmentDuration)
+	p.pause = max(p.pause, stats.SyncDuration+stats.AlignmentDuration)
 	s.ChannelStateBytes += stats.ChannelStateBytes
 	if c.subtasks == nil {
 		c.subtasks = make(map[int64][]SubtaskStats)
@@ -472,6 +491,9 @@ func (c *Coordinator) ManifestWritten(now time.Time, id int64, err error) {
 	c.consecutive = 0
 	c.lastEnd, c.ended = now, true
 	c.completed = append(c.completed, completedCheckpoint{id: id, acks: p.acks})
+	if c.cfg.Adaptive != nil && !p.stats.Manual && !p.orphaned {
+		c.interval = c.cfg.Adaptive.next(c.interval, p.pause)
+	}
 	notify := NotifyCompleteAction{ID: id, Tasks: []TaskID{}}
 	if !p.orphaned {
 		notify.Tasks = c.live(p.required)

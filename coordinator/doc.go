@@ -25,6 +25,10 @@
 //     checkpoint then waits for an acknowledgement from every task that was
 //     running at trigger time. Ids start at New's firstID and strictly
 //     increase, also across Reset.
+//   - Adaptive interval. With Config.Adaptive the interval Tick uses
+//     (Interval) changes after each completed periodic checkpoint, from the
+//     sync and alignment durations in its acknowledgements, deterministically
+//     (see AdaptiveConfig); manual and failed checkpoints leave it alone.
 //   - Completion. When every required task has acknowledged (or finished),
 //     the coordinator emits WriteManifestAction with the acks' opaque
 //     payloads. Manifests are written one at a time, in increasing id order,

@@ -283,10 +283,17 @@ type checkpointRun struct {
 	// full are the savepoints among the checkpoints being aligned (their
 	// barriers said so); an entry goes once its checkpoint is taken.
 	full map[int64]bool
+	// final are the checkpoints being aligned one of whose barriers was
+	// final (event.final): they never switch to unaligned.
+	final map[int64]bool
 	// un is the unaligned checkpoint whose barriers are arriving at a task
 	// with inputs (nil: none); unLast the highest one reported or given up.
 	un     *unalignedRun
 	unLast int64
+	// alarm is the checkpoint whose aligned-checkpoint timeout has the
+	// timer alarmTimer armed (0: none); the timer wakes the task goroutine.
+	alarm      int64
+	alarmTimer *time.Timer
 }
 
 // control handles the queued triggers and notifications.
@@ -344,7 +351,7 @@ func (r *taskRun) triggered(m ctlMsg) error {
 	if unaligned {
 		r.w.overtake(event{kind: eventBarrier, value: id, ts: ts, unaligned: true})
 	} else {
-		r.w.broadcast(event{kind: eventBarrier, value: id, ts: ts, full: full})
+		r.w.broadcast(event{kind: eventBarrier, value: id, ts: ts, full: full, final: ck.inputEnded})
 	}
 	if r.err != nil {
 		return r.err
@@ -539,8 +546,40 @@ func (u *unalignedRun) record(name string, data []byte) {
 	u.bytes += int64(len(data))
 }
 
+// alignTimeout switches the checkpoint aligning at the task to unaligned
+// once it has aligned for longer than TaskSpec.AlignedCheckpointTimeout
+// (from its first barrier); before that it arms a timer that wakes the task
+// goroutine when the timeout passes. Savepoints never switch.
+func (r *taskRun) alignTimeout() error {
+	ck := &r.ck
+	limit := r.t.spec.AlignedCheckpointTimeout
+	if limit <= 0 || ck.align == nil || r.t.mode != stream.ExactlyOnce || len(ck.align.pending) == 0 {
+		return nil
+	}
+	p := ck.align.pending[0]
+	if ck.full[p.id] || ck.final[p.id] {
+		return nil
+	}
+	if left := limit - time.Since(p.began); left > 0 {
+		if ck.alarm != p.id {
+			ck.alarm = p.id
+			if ck.alarmTimer == nil {
+				ck.alarmTimer = time.AfterFunc(left, r.t.ctl.signal)
+			} else {
+				ck.alarmTimer.Reset(left)
+			}
+		}
+		return nil
+	}
+	r.t.log.Debug("aligned checkpoint timeout: switching to unaligned", "task", r.t.name, "checkpoint", p.id, "aligning", time.Since(p.began))
+	return r.onUnalignedBarrier(nil, p.id, p.ts)
+}
+
 // onUnalignedBarrier handles barrier id of an unaligned checkpoint arriving
-// on ch, ahead of the batches it overtook there. The first barrier of id
+// on ch, ahead of the batches it overtook there. A nil ch is the switch of
+// the checkpoint aligning at the task to unaligned (alignTimeout): the
+// aligned barriers still buffered in the channels that have not delivered
+// theirs overtake the batches ahead of them, as unaligned ones do. The first barrier of id
 // snapshots the chain and forwards the barrier at once; from then on the
 // batches the task takes from a channel whose barrier has not arrived are
 // channel state, and so are the batches each barrier overtook. Once every
@@ -564,8 +603,10 @@ func (r *taskRun) onUnalignedBarrier(ch *inputChannel, id, ts int64) error {
 		// barriers), it goes on unaligned: the channels that delivered
 		// its barrier have arrived.
 		var alignedArrived []bool
+		began := time.Now()
 		if p := ck.align.pendingOf(id); p != nil {
 			alignedArrived = slices.Clone(p.arrived)
+			began = p.began
 		}
 		step := ck.align.abortUpTo(id)
 		step.aborted = slices.DeleteFunc(step.aborted, func(a int64) bool { return a == id })
@@ -584,7 +625,7 @@ func (r *taskRun) onUnalignedBarrier(ch *inputChannel, id, ts int64) error {
 			ck.unLast = id
 			return nil
 		}
-		u := &unalignedRun{id: id, ts: ts, began: time.Now(), sync: sync, snaps: snaps,
+		u := &unalignedRun{id: id, ts: ts, began: began, sync: sync, snaps: snaps,
 			arrived: make([]bool, len(ck.gate.channels)), state: make(map[string][][]byte)}
 		for i, c := range ck.gate.channels {
 			if c.ended || alignedArrived != nil && alignedArrived[i] {
@@ -594,9 +635,16 @@ func (r *taskRun) onUnalignedBarrier(ch *inputChannel, id, ts int64) error {
 			}
 		}
 		ck.un = u
+		if ch == nil {
+			for i, c := range ck.gate.channels {
+				if !u.arrived[i] {
+					ck.gate.promote(c, id)
+				}
+			}
+		}
 	}
 	u := ck.un
-	if !u.arrived[ch.idx] {
+	if ch != nil && !u.arrived[ch.idx] {
 		u.arrived[ch.idx] = true
 		u.missing--
 		name := inputStateName(r.t.spec.Parallelism, ch)
@@ -668,13 +716,20 @@ func eventBytes(e *event) ([]byte, error) {
 	return bytes.Clone(e.payload), nil
 }
 
-// onBarrier handles barrier id arriving on ch (full: of a savepoint).
-func (r *taskRun) onBarrier(ch *inputChannel, id, ts int64, full bool) error {
+// onBarrier handles barrier id arriving on ch (full: of a savepoint;
+// final: it must stay aligned, event.final).
+func (r *taskRun) onBarrier(ch *inputChannel, id, ts int64, full, final bool) error {
 	if full {
 		if r.ck.full == nil {
 			r.ck.full = make(map[int64]bool)
 		}
 		r.ck.full[id] = true
+	}
+	if final {
+		if r.ck.final == nil {
+			r.ck.final = make(map[int64]bool)
+		}
+		r.ck.final[id] = true
 	}
 	return r.applyStep(r.ck.align.barrier(ch.idx, id, ts, time.Now()), ch, true)
 }
@@ -698,17 +753,22 @@ func (r *taskRun) applyStep(s alignStep, ch *inputChannel, report bool) error {
 		gate.setBlocked(ch, true)
 	}
 	for _, d := range s.done {
-		full := r.ck.full[d.id]
+		full, final := r.ck.full[d.id], r.ck.final[d.id]
 		for id := range r.ck.full {
 			if id <= d.id {
 				delete(r.ck.full, id)
+			}
+		}
+		for id := range r.ck.final {
+			if id <= d.id {
+				delete(r.ck.final, id)
 			}
 		}
 		r.snapshot(d.id, d.ts, d.aligning, full)
 		if r.err != nil { // an operator panicked in its snapshot
 			return r.err
 		}
-		r.w.broadcast(event{kind: eventBarrier, value: d.id, ts: d.ts, full: full})
+		r.w.broadcast(event{kind: eventBarrier, value: d.id, ts: d.ts, full: full, final: final})
 		if r.err != nil {
 			return r.err
 		}
@@ -823,6 +883,9 @@ func (r *taskRun) endControl() {
 	c.mu.Unlock()
 	if !r.ck.on {
 		return
+	}
+	if r.ck.alarmTimer != nil {
+		r.ck.alarmTimer.Stop()
 	}
 	ending := func(id int64) {
 		r.ck.hooks.SnapshotFailed(id, errkind.Mark(fmt.Errorf("task %s: checkpoint %d: the task ended before it took the checkpoint", r.t.name, id), ErrTaskEnded))

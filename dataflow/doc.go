@@ -37,7 +37,11 @@
 //     (Task.TriggerUnalignedCheckpoint) overtakes those batches, and the
 //     batches buffered in the input channels downstream (gate.go); what it
 //     overtook is channel state, kept with the snapshot and put first by a
-//     restore.
+//     restore. With TaskSpec.AlignedCheckpointTimeout a task that has
+//     aligned a checkpoint for longer than that switches it to unaligned
+//     (alignTimeout): the missing barriers already buffered overtake the
+//     batches ahead of them (inputGate.promote) and an unaligned barrier
+//     goes downstream.
 //     Uploading, acknowledging and the coordinator are not here: the
 //     taskmanager and jobmanager drive them through CheckpointHooks and
 //     Task.TriggerCheckpoint / NotifyCheckpointComplete / Aborted;

@@ -65,6 +65,11 @@ type event struct {
 	// reads it the barrier overtakes the batches buffered ahead of it
 	// (inputGate.pushBounded), which it marks with before.
 	unaligned bool
+	// final, on an aligned barrier: a source whose input ended sent it, so
+	// the checkpoint may be the job's final one and must stay aligned (no
+	// switch on TaskSpec.AlignedCheckpointTimeout): two-phase-commit sinks
+	// downstream must see all the data before it.
+	final bool
 	// before, on a batch, is the id of the latest unaligned checkpoint
 	// whose barrier overtook it in its channel's buffer (0: none).
 	before int64

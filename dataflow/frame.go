@@ -43,7 +43,8 @@ import (
 //	  watermark     varint timestamp
 //	  end           -
 //	  barrier       varint checkpoint id, varint trigger time, byte flags
-//	                (0 aligned checkpoint, 1 savepoint, 2 unaligned checkpoint)
+//	                (0 aligned checkpoint, 1 savepoint, 2 unaligned checkpoint,
+//	                3 aligned checkpoint that must stay aligned: event.final)
 //
 // Items apply in order. A credit frame is a uvarint count of grants, each
 // a uvarint channel number and a uvarint number of credits.
@@ -148,7 +149,9 @@ type inItem struct {
 	full    bool
 	// unaligned: a barrier of an unaligned checkpoint.
 	unaligned bool
-	zstd      bool // a batch whose payload is compressed
+	// final: an aligned barrier that must stay aligned (event.final).
+	final bool
+	zstd  bool // a batch whose payload is compressed
 }
 
 // creditFrame is a credit frame: grants by channel number.
@@ -266,6 +269,8 @@ func (f *outFrame) marshal() (mem.BufferSlice, error) {
 					flags = 1
 				case it.unaligned:
 					flags = 2
+				case it.final:
+					flags = 3
 				}
 				b = append(b, flags)
 			default:
@@ -400,6 +405,8 @@ func (f *inFrame) parseHeader(b []byte) error {
 				it.full = true
 			case 2:
 				it.unaligned = true
+			case 3:
+				it.final = true
 			default:
 				return errors.New("barrier: bad flags")
 			}

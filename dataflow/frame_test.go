@@ -51,6 +51,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		outItem{id: 9, kind: eventWatermark, value: -5},
 		outItem{id: 9, kind: eventBarrier, value: 42, ts: 1234567, full: true},
 		outItem{id: 9, kind: eventBarrier, value: 43, ts: 7},
+		outItem{id: 9, kind: eventBarrier, value: 44, ts: 8, unaligned: true},
+		outItem{id: 9, kind: eventBarrier, value: 45, ts: 9, final: true},
 		outItem{id: 9, kind: eventEndOfPartition},
 		outItem{id: 9, close: make(chan struct{})})
 	f := &outFrame{sender: "10.0.0.1:6124", items: items}
@@ -75,6 +77,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		{tag: tagWatermark, id: 9, value: -5},
 		{tag: tagBarrier, id: 9, value: 42, ts: 1234567, full: true},
 		{tag: tagBarrier, id: 9, value: 43, ts: 7},
+		{tag: tagBarrier, id: 9, value: 44, ts: 8, unaligned: true},
+		{tag: tagBarrier, id: 9, value: 45, ts: 9, final: true},
 		{tag: tagEnd, id: 9},
 		{tag: tagClose, id: 9},
 	}

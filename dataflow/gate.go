@@ -215,6 +215,35 @@ func (g *inputGate) overtaken(ch *inputChannel, id int64, f func(e *event)) {
 	}
 }
 
+// promote makes the aligned barrier of checkpoint id buffered in ch, if
+// any, unaligned: it moves to the front of ch, and the batches it passes
+// are marked overtaken (event.before), as when an unaligned barrier
+// arrives (pushBounded). A barrier not buffered yet is left to arrive.
+func (g *inputGate) promote(ch *inputChannel, id int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	pos := -1
+	for i := 0; i < ch.q.len(); i++ {
+		if e := ch.q.at(i); e.kind == eventBarrier && e.value == id {
+			pos = i
+			break
+		}
+	}
+	if pos < 0 {
+		return
+	}
+	b := *ch.q.at(pos)
+	b.unaligned, b.full = true, false
+	for i := pos; i > 0; i-- {
+		prev := ch.q.at(i - 1)
+		if prev.kind == eventBatch {
+			prev.before = id
+		}
+		*ch.q.at(i) = *prev
+	}
+	*ch.q.at(0) = b
+}
+
 // replay puts the batches of restored channel state in front of whatever
 // ch buffers, in order. They took no credit, so none goes back for them.
 func (g *inputGate) replay(ch *inputChannel, batches []*stream.Batch) {

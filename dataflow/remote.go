@@ -98,7 +98,9 @@ type outItem struct {
 	full    bool // barrier: see event.full
 	// unaligned: barrier of an unaligned checkpoint (event.unaligned).
 	unaligned bool
-	zstd      bool // batch: payload is compressed
+	// final: an aligned barrier that must stay aligned (event.final).
+	final bool
+	zstd  bool // batch: payload is compressed
 }
 
 func (x *Exchange) peer(addr string) (*peerConn, error) {
@@ -159,7 +161,7 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 		return c.err
 	default:
 	}
-	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts, full: e.full, unaligned: e.unaligned}
+	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts, full: e.full, unaligned: e.unaligned, final: e.final}
 	if e.kind == eventBatch {
 		buf := exchangePool.Get(max(o.payloadHint, 1024))
 		*buf = batchcodec.Append((*buf)[:0], e.batch)
@@ -571,7 +573,7 @@ func (s *inboundStream) apply(f *inFrame) error {
 		case tagEnd:
 			e = event{kind: eventEndOfPartition}
 		case tagBarrier:
-			e = event{kind: eventBarrier, value: it.value, ts: it.ts, full: it.full, unaligned: it.unaligned}
+			e = event{kind: eventBarrier, value: it.value, ts: it.ts, full: it.full, unaligned: it.unaligned, final: it.final}
 		}
 		if ic.ended {
 			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event of kind %v on channel %v after it ended the channel", s.peer, e.kind, ic.key)

@@ -79,6 +79,13 @@ type TaskSpec struct {
 	Checkpointing bool
 	Mode          stream.CheckpointMode
 	Hooks         CheckpointHooks
+	// AlignedCheckpointTimeout, when positive, switches a checkpoint (not
+	// a savepoint) that has aligned at this task for longer than it, from
+	// its first barrier, to unaligned: the task snapshots, forwards an
+	// unaligned barrier, and keeps the batches still ahead of the missing
+	// barriers as channel state (stream.CheckpointConfig
+	// AlignedCheckpointTimeout). ExactlyOnce only; 0: never switch.
+	AlignedCheckpointTimeout time.Duration
 	// CommitGuard, when set, is asked before a checkpoint completion is
 	// delivered to the chain's operators (where two-phase-commit sinks
 	// commit); an error drops the notification, logged, and the task runs
@@ -433,6 +440,8 @@ func (t *Task) validate() error {
 		return bad("invalid checkpoint mode %d", s.Mode)
 	case s.RestoreCheckpointID < 0:
 		return bad("RestoreCheckpointID %d is negative", s.RestoreCheckpointID)
+	case s.AlignedCheckpointTimeout < 0:
+		return bad("AlignedCheckpointTimeout %v is negative; use 0 for no switch to unaligned", s.AlignedCheckpointTimeout)
 	case s.RestoreCheckpointID == 0 && len(s.Restore) > 0:
 		return bad("the spec has state to restore but no RestoreCheckpointID; set the id of the checkpoint it comes from")
 	}
@@ -959,6 +968,9 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 		if err := r.processingTime(); err != nil {
 			return err
 		}
+		if err := r.alignTimeout(); err != nil {
+			return err
+		}
 		e, ch, err := gate.next(ctx, t.ctl.wake)
 		if err != nil {
 			return err
@@ -1013,7 +1025,7 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 				r.ck.un != nil && r.ck.un.id == e.value:
 				err = r.onUnalignedBarrier(ch, e.value, e.ts)
 			default:
-				err = r.onBarrier(ch, e.value, e.ts, e.full)
+				err = r.onBarrier(ch, e.value, e.ts, e.full, e.final)
 			}
 		case eventError:
 			return fmt.Errorf("task %s: %w", t.name, e.err)

@@ -20,7 +20,8 @@ func buildDeployment(a *scheduler.DeployAction) *weirpb.TaskDeployment {
 		StateFullSnapshots: g.State.FullSnapshots,
 	}
 	if ck := a.Checkpointing; ck.Enabled {
-		d.Checkpointing = &weirpb.TaskCheckpointing{Enabled: true, Mode: weirpb.CheckpointMode(ck.Mode), Storage: ck.Storage}
+		d.Checkpointing = &weirpb.TaskCheckpointing{Enabled: true, Mode: weirpb.CheckpointMode(ck.Mode), Storage: ck.Storage,
+			AlignedCheckpointTimeoutMs: ck.AlignedTimeout.Milliseconds()}
 	}
 	if m := manifestOf(a.Restore); m != nil {
 		d.RestoreCheckpointId = m.CheckpointId

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/jobmanager/jobstore"
 	"github.com/weirstream/weir/jobmanager/scheduler"
@@ -66,7 +67,10 @@ type JobManager struct {
 	// Seams to the checkpoint storage and the restart strategies (wiring.go
 	// sets the real ones; tests may replace them before Run).
 	openStorage func(ctx context.Context, uri string) (checkpointStore, error)
-	newRestart  func(cfg stream.RestartConfig, checkpointing bool) (scheduler.RestartStrategy, error)
+	// storageCounts counts the object-store requests of the checkpoint
+	// storages openCheckpointStorage opens (weir_storage_requests_total).
+	storageCounts blobstore.Counters
+	newRestart    func(cfg stream.RestartConfig, checkpointing bool) (scheduler.RestartStrategy, error)
 	// storages holds the opened checkpoint storage of each job that takes
 	// checkpoints.
 	storages struct {
@@ -174,7 +178,10 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 		return nil, fmt.Errorf("jobmanager config: AllowedPaths: %w", err)
 	}
 	jm := &JobManager{cfg: cfg, tls: material, paths: paths, submitting: make(chan struct{}, maxSubmissions), reg: reg, log: log, id: randomID(), now: time.Now, ready: make(chan struct{}),
-		openStorage: openCheckpointStorage, newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry, bgCtx: context.Background()}
+		newRestart: newRestartStrategy, metrics: cfg.MetricsRegistry, bgCtx: context.Background()}
+	jm.openStorage = func(ctx context.Context, uri string) (checkpointStore, error) {
+		return openCheckpointStorage(ctx, uri, &jm.storageCounts)
+	}
 	jm.mu.core = scheduler.New(scheduler.Config{HeartbeatTimeout: cfg.HeartbeatTimeout, CancelTimeout: cfg.HeartbeatTimeout,
 		JobRetention: cfg.JobRetention, MaxEndedJobs: cfg.MaxEndedJobs})
 	jm.queue.signal = make(chan struct{}, 1)
@@ -184,8 +191,10 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 		jm.metrics = prometheus.NewRegistry()
 		jm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	if err := jm.metrics.Register(&collector{jm: jm}); err != nil {
-		return nil, fmt.Errorf("jobmanager: registering metrics: %w; give each jobmanager its own MetricsRegistry", err)
+	for _, c := range append([]prometheus.Collector{&collector{jm: jm}}, storageMetrics(&jm.storageCounts)...) {
+		if err := jm.metrics.Register(c); err != nil {
+			return nil, fmt.Errorf("jobmanager: registering metrics: %w; give each jobmanager its own MetricsRegistry", err)
+		}
 	}
 	return jm, nil
 }

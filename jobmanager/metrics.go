@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/jobmanager/scheduler"
 )
@@ -56,7 +57,7 @@ var (
 	descJobInfo = prometheus.NewDesc("weir_job_info",
 		"Always 1: names the job (job_name) for joins on the job id (label job).", []string{"job", "job_name"}, nil)
 	descInterval = prometheus.NewDesc("weir_checkpoint_interval_seconds",
-		"The job's configured checkpoint interval; only for jobs that take checkpoints and have not ended.", []string{"job"}, nil)
+		"The job's current checkpoint interval (with interval: adaptive, the one the coordinator chose last); only for jobs that take checkpoints and have not ended.", []string{"job"}, nil)
 	descLastCompleted = prometheus.NewDesc("weir_checkpoint_last_completed_timestamp_seconds",
 		"When the job's latest completed checkpoint completed (seconds since the epoch), as this jobmanager saw it.", []string{"job"}, nil)
 	descLastAge = prometheus.NewDesc("weir_checkpoint_last_completed_age_seconds",
@@ -183,10 +184,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	staleReports, staleAcks := c.jm.mu.core.StaleCounts()
 	views := c.jm.mu.core.Jobs()
 	history := make(map[string][]coordinator.Stats)
+	intervals := make(map[string]time.Duration)
 	for _, j := range jobs {
 		if j.Checkpointing {
 			if v, err := c.jm.mu.core.Checkpoints(j.ID); err == nil {
 				history[j.ID] = v.History
+				intervals[j.ID] = v.Interval
 			}
 		}
 	}
@@ -235,12 +238,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for s, n := range byState {
 		gauge(descJobs, float64(n), s)
 	}
-	c.collectJobs(ch, views, history, now)
+	c.collectJobs(ch, views, history, intervals, now)
 }
 
-// collectJobs exports the per-job metrics that the views and the
-// checkpoint histories (of jobs that take checkpoints) give.
-func (c *collector) collectJobs(ch chan<- prometheus.Metric, views []scheduler.JobView, history map[string][]coordinator.Stats, now time.Time) {
+// collectJobs exports the per-job metrics that the views, the checkpoint
+// histories and the current checkpoint intervals (of jobs that take
+// checkpoints) give.
+func (c *collector) collectJobs(ch chan<- prometheus.Metric, views []scheduler.JobView, history map[string][]coordinator.Stats,
+	intervals map[string]time.Duration, now time.Time) {
 	c.hist.Lock()
 	defer c.hist.Unlock()
 	known := make(map[string]bool, len(views))
@@ -273,8 +278,8 @@ func (c *collector) collectJobs(ch chan<- prometheus.Metric, views []scheduler.J
 			since = v.Start
 		}
 		ch <- prometheus.MustNewConstMetric(descLastAge, prometheus.GaugeValue, max(0, now.Sub(since).Seconds()), v.ID)
-		if v.Graph != nil {
-			ch <- prometheus.MustNewConstMetric(descInterval, prometheus.GaugeValue, v.Graph.Checkpoint.Interval.Seconds(), v.ID)
+		if iv, ok := intervals[v.ID]; ok {
+			ch <- prometheus.MustNewConstMetric(descInterval, prometheus.GaugeValue, iv.Seconds(), v.ID)
 		}
 	}
 	for id := range c.hist.jobs {
@@ -289,4 +294,24 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// storageMetrics exports c as weir_storage_requests_total{kind} and
+// weir_storage_bytes_total{direction} (the taskmanager exports its own
+// the same way).
+func storageMetrics(c *blobstore.Counters) []prometheus.Collector {
+	counter := func(name, help, label, value string, get func(blobstore.RequestCounts) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{label: value}},
+			func() float64 { return float64(get(c.Snapshot())) })
+	}
+	const reqs = "Object-store requests of the process's checkpoint storage, by kind as S3 bills them (list: one per page of 1000 keys)."
+	const bytes = "Bytes of objects the process's checkpoint storage wrote (out) and read (in)."
+	return []prometheus.Collector{
+		counter("weir_storage_requests_total", reqs, "kind", blobstore.RequestPut, func(r blobstore.RequestCounts) int64 { return r.Put }),
+		counter("weir_storage_requests_total", reqs, "kind", blobstore.RequestGet, func(r blobstore.RequestCounts) int64 { return r.Get }),
+		counter("weir_storage_requests_total", reqs, "kind", blobstore.RequestList, func(r blobstore.RequestCounts) int64 { return r.List }),
+		counter("weir_storage_requests_total", reqs, "kind", blobstore.RequestDelete, func(r blobstore.RequestCounts) int64 { return r.Delete }),
+		counter("weir_storage_bytes_total", bytes, "direction", "out", func(r blobstore.RequestCounts) int64 { return r.BytesWritten }),
+		counter("weir_storage_bytes_total", bytes, "direction", "in", func(r blobstore.RequestCounts) int64 { return r.BytesRead }),
+	}
 }

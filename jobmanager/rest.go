@@ -202,7 +202,7 @@ func (m restModel) Checkpoints(jobID string) (view.Checkpoints, error) {
 		Config: view.CheckpointConfig{IntervalMs: ck.Interval.Milliseconds(), TimeoutMs: ck.Timeout.Milliseconds(),
 			MinPauseMs: ck.MinPause.Milliseconds(), MaxConcurrent: ck.MaxConcurrent, Mode: ck.Mode.String(),
 			TolerableFailures: ck.TolerableFailures, Retained: ck.Retained, Retention: retention, Storage: cv.Storage,
-			OnCorruption: ck.OnCorruption.String(), Unaligned: ck.Unaligned}}
+			OnCorruption: ck.OnCorruption.String(), Unaligned: ck.Unaligned, CurrentIntervalMs: cv.Interval.Milliseconds()}}
 	// The coordinator's own statistics, by id, for what the gRPC message
 	// lacks.
 	stats := make(map[int64]int, len(cv.History))

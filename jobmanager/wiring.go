@@ -3,9 +3,11 @@ package jobmanager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 
 	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/blobstore/storeuri"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/failover"
 	"github.com/weirstream/weir/jobmanager/scheduler"
@@ -27,9 +29,14 @@ var (
 	_ scheduler.RestartStrategy = (failover.Strategy)(nil)
 )
 
-// openCheckpointStorage opens a job's checkpoint storage.
-func openCheckpointStorage(ctx context.Context, uri string) (checkpointStore, error) {
-	return checkpoint.OpenStorage(ctx, uri)
+// openCheckpointStorage opens a job's checkpoint storage, counting its
+// requests in counts.
+func openCheckpointStorage(ctx context.Context, uri string, counts *blobstore.Counters) (checkpointStore, error) {
+	store, err := storeuri.Open(ctx, uri)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint storage: %w", err)
+	}
+	return checkpoint.NewStorage(blobstore.Counting(store, counts)), nil
 }
 
 // newRestartStrategy validates a job's restart settings and returns its

@@ -13,7 +13,7 @@ import (
 
 var (
 	checkpointKeys = []string{"interval", "timeout", "minPause", "maxConcurrent", "mode", "tolerableFailures",
-		"retained", "retention", "storage", "onCorruption", "unaligned"}
+		"retained", "retention", "storage", "onCorruption", "unaligned", "alignedCheckpointTimeout", "maxOverhead", "minInterval", "maxInterval"}
 	restartKeys = []string{"type", "attempts", "delay", "maxFailures", "interval", "initialBackoff", "maxBackoff",
 		"multiplier", "jitter", "resetBackoffAfter"}
 	stateKeys          = []string{"backend", "incremental"}
@@ -46,6 +46,30 @@ func asFloat(n *yaml.Node) (float64, error) {
 	return 0, fmt.Errorf("must be a number, got %s", describe(n))
 }
 
+// asFraction reads a fraction in (0, 1), written as a number (0.03) or a
+// percentage (3%).
+func asFraction(n *yaml.Node) (float64, error) {
+	var f float64
+	d := deref(n)
+	if s, ok := strings.CutSuffix(d.Value, "%"); ok && d.Kind == yaml.ScalarNode && d.ShortTag() == "!!str" {
+		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return 0, fmt.Errorf("want a percentage such as 3%% or a fraction such as 0.03, got %q", d.Value)
+		}
+		f = v / 100
+	} else {
+		v, err := asFloat(n)
+		if err != nil {
+			return 0, fmt.Errorf("want a percentage such as 3%% or a fraction such as 0.03, got %s", describe(n))
+		}
+		f = v
+	}
+	if !(f > 0 && f < 1) {
+		return 0, fmt.Errorf("must be between 0 and 100%% (exclusive), got %s; use a value such as 3%% or 0.03", d.Value)
+	}
+	return f, nil
+}
+
 // parseCheckpointing reads the `checkpointing:` mapping into g.Checkpoint.
 func (p *parser) parseCheckpointing(n *yaml.Node) error {
 	ps, at, err := pairs(n)
@@ -60,7 +84,18 @@ func (p *parser) parseCheckpointing(n *yaml.Node) error {
 		}
 		switch k {
 		case "interval":
-			c.Interval, err = asDuration(kv.val)
+			// A duration, or adaptive (stream.CheckpointConfig.Adaptive).
+			if s, serr := asString(kv.val); serr == nil && s == "adaptive" {
+				c.Adaptive = true
+			} else if c.Interval, err = asDuration(kv.val); err != nil {
+				err = fmt.Errorf("want a duration such as 500ms, 10s or 1m, or adaptive, got %s", describe(kv.val))
+			}
+		case "maxOverhead":
+			c.MaxOverhead, err = asFraction(kv.val)
+		case "minInterval":
+			c.MinInterval, err = asDuration(kv.val)
+		case "maxInterval":
+			c.MaxInterval, err = asDuration(kv.val)
 		case "timeout":
 			c.Timeout, err = asDuration(kv.val)
 		case "minPause":
@@ -114,6 +149,12 @@ func (p *parser) parseCheckpointing(n *yaml.Node) error {
 			// true: barriers overtake the data a backpressured source
 			// could not send yet (stream.CheckpointConfig.Unaligned).
 			c.Unaligned, err = asBool(kv.val)
+		case "alignedCheckpointTimeout":
+			// With unaligned: how long a checkpoint aligns at a task before
+			// it switches to unaligned (0: unaligned from the start).
+			if c.AlignedCheckpointTimeout, err = asDuration(kv.val); err != nil {
+				err = fmt.Errorf("%v; use a duration such as 2s, or 0 for unaligned checkpoints from the start", err)
+			}
 		default:
 			return p.errAt(kv.key, "checkpointing: unknown key %q%s; it has %s", k, suggest(k, checkpointKeys), strings.Join(checkpointKeys, ", "))
 		}
@@ -123,6 +164,9 @@ func (p *parser) parseCheckpointing(n *yaml.Node) error {
 	}
 	if err := c.Validate(); err != nil {
 		return p.errAt(n, "%v", err)
+	}
+	if c.Adaptive && c.Interval == 0 {
+		c.Interval = c.WithDefaults().Interval // the starting interval
 	}
 	return nil
 }

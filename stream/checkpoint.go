@@ -94,7 +94,7 @@ func ParseCorruptionPolicy(s string) (CorruptionPolicy, error) {
 
 // CheckpointConfig holds a job's checkpoint settings; zero fields take the
 // defaults of DefaultCheckpointConfig. Checkpointing is off while Interval is
-// zero: it costs storage and pauses, so a job opts in.
+// zero and Adaptive is false: it costs storage and pauses, so a job opts in.
 type CheckpointConfig struct {
 	// Interval between checkpoint triggers; 0 turns checkpointing off.
 	Interval time.Duration
@@ -130,10 +130,39 @@ type CheckpointConfig struct {
 	// parallelism it was taken at; to rescale, take a savepoint. Default
 	// false.
 	Unaligned bool
+	// AlignedCheckpointTimeout, with Unaligned, starts every checkpoint
+	// aligned: a task switches it to unaligned once it has aligned it for
+	// longer than this, from the first barrier that reached it (the
+	// batches still ahead of the missing barriers become channel state,
+	// and an unaligned barrier goes downstream). So a checkpoint keeps no
+	// channel state unless backpressure delays it. 0 (the default): every
+	// checkpoint is unaligned from the start.
+	AlignedCheckpointTimeout time.Duration
+	// Adaptive lets the coordinator choose the interval: after each
+	// completed periodic checkpoint it lengthens or shortens the interval
+	// so that the time tasks spend in synchronous snapshots and alignment
+	// stays under MaxOverhead of it, within [MinInterval, MaxInterval].
+	// Interval is then the starting interval (default MinInterval).
+	// Default false.
+	Adaptive bool
+	// MaxOverhead is the adaptive interval's target: the fraction of the
+	// interval (0 < MaxOverhead < 1) a task may spend in synchronous
+	// snapshots and alignment. Default 0.03.
+	MaxOverhead float64
+	// MinInterval and MaxInterval bound the adaptive interval. Defaults
+	// 1s and 60s.
+	MinInterval, MaxInterval time.Duration
 }
 
+// Defaults of the adaptive interval (CheckpointConfig.Adaptive).
+const (
+	DefaultMaxOverhead = 0.03
+	DefaultMinInterval = time.Second
+	DefaultMaxInterval = time.Minute
+)
+
 // Enabled reports whether checkpoints are taken.
-func (c CheckpointConfig) Enabled() bool { return c.Interval > 0 }
+func (c CheckpointConfig) Enabled() bool { return c.Interval > 0 || c.Adaptive }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c CheckpointConfig) WithDefaults() CheckpointConfig {
@@ -154,6 +183,23 @@ func (c CheckpointConfig) WithDefaults() CheckpointConfig {
 	}
 	if c.OnCorruption == 0 {
 		c.OnCorruption = FailOnCorruption
+	}
+	if c.Adaptive {
+		if c.MaxOverhead == 0 {
+			c.MaxOverhead = DefaultMaxOverhead
+		}
+		if c.MinInterval == 0 {
+			c.MinInterval = DefaultMinInterval
+			if c.MaxInterval > 0 {
+				c.MinInterval = min(c.MinInterval, c.MaxInterval)
+			}
+		}
+		if c.MaxInterval == 0 {
+			c.MaxInterval = max(DefaultMaxInterval, c.MinInterval)
+		}
+		if c.Interval == 0 {
+			c.Interval = c.MinInterval
+		}
 	}
 	return c
 }
@@ -182,8 +228,38 @@ func (c CheckpointConfig) Validate() error {
 	if c.OnCorruption != 0 && c.OnCorruption != FailOnCorruption && c.OnCorruption != FallbackOnCorruption {
 		return fmt.Errorf("checkpointing onCorruption %d: invalid (want fail or fallback)", c.OnCorruption)
 	}
+	if err := c.validateAdaptive(); err != nil {
+		return err
+	}
+	if c.AlignedCheckpointTimeout < 0 {
+		return fmt.Errorf("checkpointing alignedCheckpointTimeout %v: must not be negative; use 0 for unaligned checkpoints from the start", c.AlignedCheckpointTimeout)
+	}
+	if c.AlignedCheckpointTimeout > 0 && !c.Unaligned {
+		return errors.New("checkpointing alignedCheckpointTimeout: only applies to unaligned checkpoints (it is when an aligned checkpoint switches to unaligned); set unaligned: true or remove it")
+	}
 	if c.Unaligned && c.Mode == AtLeastOnce {
 		return errors.New("checkpointing unaligned: needs mode exactly_once (at_least_once never aligns barriers); remove unaligned or set mode: exactly_once")
+	}
+	return nil
+}
+
+func (c CheckpointConfig) validateAdaptive() error {
+	if !c.Adaptive {
+		if c.MaxOverhead != 0 || c.MinInterval != 0 || c.MaxInterval != 0 {
+			return errors.New("checkpointing maxOverhead, minInterval, maxInterval: only apply to an adaptive interval; set interval: adaptive or remove them")
+		}
+		return nil
+	}
+	d := c.WithDefaults()
+	switch {
+	case d.MaxOverhead <= 0 || d.MaxOverhead >= 1:
+		return fmt.Errorf("checkpointing maxOverhead: must be between 0 and 100%% (exclusive), got %g; use a value such as 3%% or 0.03", d.MaxOverhead)
+	case d.MinInterval < 10*time.Millisecond:
+		return fmt.Errorf("checkpointing minInterval %v: must be at least 10ms", d.MinInterval)
+	case d.MaxInterval < d.MinInterval:
+		return fmt.Errorf("checkpointing maxInterval %v: must not be below minInterval %v; raise maxInterval or lower minInterval", d.MaxInterval, d.MinInterval)
+	case d.Interval < d.MinInterval || d.Interval > d.MaxInterval:
+		return fmt.Errorf("checkpointing interval %v: the adaptive starting interval must lie within [minInterval %v, maxInterval %v]", d.Interval, d.MinInterval, d.MaxInterval)
 	}
 	return nil
 }

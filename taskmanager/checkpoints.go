@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weirstream/weir/blobstore"
+	"github.com/weirstream/weir/blobstore/storeuri"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/proto/weirpb"
@@ -26,6 +28,19 @@ type storages struct {
 	// inline is the snapshot size up to which snapshots travel in their
 	// handles (Config.StateInlineBytes).
 	inline int
+	// counts counts the requests of every storage opened here
+	// (weir_storage_requests_total).
+	counts blobstore.Counters
+}
+
+// openCounted opens the checkpoint storage uri names, counting its
+// requests in s.counts.
+func (s *storages) openCounted(ctx context.Context, uri string) (*checkpoint.Storage, error) {
+	store, err := storeuri.Open(ctx, uri)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint storage: %w", err)
+	}
+	return checkpoint.NewStorage(blobstore.Counting(store, &s.counts)), nil
 }
 
 func (s *storages) open(ctx context.Context, uri string) (*checkpoint.Storage, error) {
@@ -34,7 +49,7 @@ func (s *storages) open(ctx context.Context, uri string) (*checkpoint.Storage, e
 	if st, ok := s.m[uri]; ok {
 		return st, nil
 	}
-	st, err := checkpoint.OpenStorage(ctx, uri)
+	st, err := s.openCounted(ctx, uri)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +75,7 @@ func (tm *TaskManager) restoreStorage(ctx context.Context, d *weirpb.TaskDeploym
 			return nil, err
 		}
 	}
-	return checkpoint.OpenStorage(ctx, uri)
+	return tm.storages.openCounted(ctx, uri)
 }
 
 // restoreProgress is how far a task's restore got, read by heartbeats

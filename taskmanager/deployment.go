@@ -3,6 +3,7 @@ package taskmanager
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/proto/weirpb"
@@ -16,19 +17,20 @@ func toTaskSpec(d *weirpb.TaskDeployment) (*dataflow.TaskSpec, error) {
 		return nil, errors.New("deployment has no operators")
 	}
 	spec := &dataflow.TaskSpec{
-		JobID:           id.GetJobId(),
-		Attempt:         id.GetAttempt(),
-		VertexID:        int(id.GetVertexId()),
-		Subtask:         int(id.GetSubtask()),
-		Parallelism:     int(d.GetParallelism()),
-		MaxParallelism:  int(d.GetMaxParallelism()),
-		TaskName:        d.GetTaskName(),
-		Checkpointing:   d.GetCheckpointing().GetEnabled(),
-		Mode:            stream.CheckpointMode(d.GetCheckpointing().GetMode()),
-		RestoreFinished: d.GetRestoreFinished(),
-		RestoreJobID:    restoreJobID(d),
-		StateBackend:    d.GetStateBackend(),
-		FullSnapshots:   d.GetStateFullSnapshots(),
+		JobID:                    id.GetJobId(),
+		Attempt:                  id.GetAttempt(),
+		VertexID:                 int(id.GetVertexId()),
+		Subtask:                  int(id.GetSubtask()),
+		Parallelism:              int(d.GetParallelism()),
+		MaxParallelism:           int(d.GetMaxParallelism()),
+		TaskName:                 d.GetTaskName(),
+		Checkpointing:            d.GetCheckpointing().GetEnabled(),
+		Mode:                     stream.CheckpointMode(d.GetCheckpointing().GetMode()),
+		AlignedCheckpointTimeout: time.Duration(min(max(d.GetCheckpointing().GetAlignedCheckpointTimeoutMs(), 0), 1<<40)) * time.Millisecond,
+		RestoreFinished:          d.GetRestoreFinished(),
+		RestoreJobID:             restoreJobID(d),
+		StateBackend:             d.GetStateBackend(),
+		FullSnapshots:            d.GetStateFullSnapshots(),
 	}
 	if spec.Checkpointing && d.GetCheckpointing().GetStorage() == "" {
 		return nil, errors.New("checkpointing is on but the deployment names no checkpoint storage")

@@ -146,7 +146,11 @@ func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
 					continue
 				}
 				acts = append(acts, TriggerAction{Target: targetOf(j, ex), CheckpointID: a.ID, Timestamp: a.Timestamp,
-					Savepoint: j.savepoints[a.ID], Drain: a.ID == j.drainAt, Unaligned: j.opts.Checkpoint.Unaligned && !j.savepoints[a.ID]})
+					Savepoint: j.savepoints[a.ID], Drain: a.ID == j.drainAt,
+					// With an aligned-checkpoint timeout, checkpoints start
+					// aligned and the tasks switch them (the deployment
+					// carries the timeout).
+					Unaligned: j.opts.Checkpoint.Unaligned && j.opts.Checkpoint.AlignedCheckpointTimeout == 0 && !j.savepoints[a.ID]})
 			}
 		case coordinator.WriteManifestAction:
 			finished := append(slices.Clone(a.Finished), restoredFinished(j)...)
@@ -512,6 +516,9 @@ type CheckpointsView struct {
 	RestoredFrom, Latest          int64
 	Retained                      []int64
 	TaskNames                     map[coordinator.TaskID]string
+	// Interval is the current periodic interval: the configured one, or
+	// with an adaptive interval the one the coordinator chose last.
+	Interval time.Duration
 }
 
 // Checkpoints returns a copy of job jobID's checkpoint state.
@@ -527,9 +534,11 @@ func (c *Scheduler) Checkpoints(jobID string) (CheckpointsView, error) {
 	for _, ex := range j.execs {
 		v.TaskNames[ex.taskID()] = ex.spec.SubtaskName(ex.subtask)
 	}
+	v.Interval = j.opts.Checkpoint.WithDefaults().Interval
 	if j.coord != nil {
 		v.History = j.coord.History()
 		v.InProgress, v.Completed, v.Failed = j.coord.Counts()
+		v.Interval = j.coord.Interval()
 	}
 	return v, nil
 }
@@ -645,11 +654,16 @@ func (c *Scheduler) Metrics() (jobs []JobMetrics, tmsLive int) {
 }
 
 // MinCheckpointInterval is the shortest checkpoint interval of the jobs
-// that have not ended, or 0.
+// that have not ended (of an adaptive interval, its lower bound), or 0.
 func (c *Scheduler) MinCheckpointInterval() time.Duration {
 	var d time.Duration
 	for _, j := range c.jobOrder {
-		if iv := j.opts.Checkpoint.Interval; iv > 0 && !j.state.Terminal() && (d == 0 || iv < d) {
+		ck := j.opts.Checkpoint.WithDefaults()
+		iv := ck.Interval
+		if ck.Adaptive {
+			iv = ck.MinInterval
+		}
+		if iv > 0 && !j.state.Terminal() && (d == 0 || iv < d) {
 			d = iv
 		}
 	}

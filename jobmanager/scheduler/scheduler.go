@@ -299,6 +299,10 @@ type TaskCheckpointing struct {
 	Enabled bool
 	Mode    stream.CheckpointMode
 	Storage string
+	// AlignedTimeout, for unaligned checkpoints, is how long a task aligns
+	// a checkpoint before it switches it to unaligned (0: unaligned from
+	// the start, or aligned checkpoints).
+	AlignedTimeout time.Duration
 }
 
 // DeployAction asks the shell to submit one execution to a taskmanager.
@@ -1168,7 +1172,11 @@ func (c *Scheduler) checkpointingOf(j *job) TaskCheckpointing {
 	if !j.opts.Checkpoint.Enabled() {
 		return TaskCheckpointing{}
 	}
-	return TaskCheckpointing{Enabled: true, Mode: j.opts.Checkpoint.Mode, Storage: j.opts.Storage}
+	tc := TaskCheckpointing{Enabled: true, Mode: j.opts.Checkpoint.Mode, Storage: j.opts.Storage}
+	if j.opts.Checkpoint.Unaligned {
+		tc.AlignedTimeout = j.opts.Checkpoint.AlignedCheckpointTimeout
+	}
+	return tc
 }
 
 // deployExec deploys ex (created, with its attempt set) into its shared

@@ -1229,9 +1229,13 @@ type TaskCheckpointing struct {
 	Enabled bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
 	Mode    CheckpointMode         `protobuf:"varint,2,opt,name=mode,proto3,enum=weir.v1.CheckpointMode" json:"mode,omitempty"`
 	// storage is the checkpoint storage URI (file:///path, s3://bucket/prefix).
-	Storage       string `protobuf:"bytes,3,opt,name=storage,proto3" json:"storage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Storage string `protobuf:"bytes,3,opt,name=storage,proto3" json:"storage,omitempty"`
+	// aligned_checkpoint_timeout_ms, for unaligned checkpoints, is how long
+	// the task aligns a checkpoint before it switches it to unaligned (0:
+	// checkpoints arrive unaligned from the start, or are aligned).
+	AlignedCheckpointTimeoutMs int64 `protobuf:"varint,4,opt,name=aligned_checkpoint_timeout_ms,json=alignedCheckpointTimeoutMs,proto3" json:"aligned_checkpoint_timeout_ms,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *TaskCheckpointing) Reset() {
@@ -1283,6 +1287,13 @@ func (x *TaskCheckpointing) GetStorage() string {
 		return x.Storage
 	}
 	return ""
+}
+
+func (x *TaskCheckpointing) GetAlignedCheckpointTimeoutMs() int64 {
+	if x != nil {
+		return x.AlignedCheckpointTimeoutMs
+	}
+	return 0
 }
 
 // StateHandle names one uploaded piece of an operator subtask's snapshot.
@@ -3081,11 +3092,12 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\rstate_backend\x18\f \x01(\tR\fstateBackend\x120\n" +
 	"\x14state_full_snapshots\x18\r \x01(\bR\x12stateFullSnapshots\x12$\n" +
 	"\x0erestore_job_id\x18\x0e \x01(\tR\frestoreJobId\x12'\n" +
-	"\x0frestore_storage\x18\x0f \x01(\tR\x0erestoreStorage\"t\n" +
+	"\x0frestore_storage\x18\x0f \x01(\tR\x0erestoreStorage\"\xb7\x01\n" +
 	"\x11TaskCheckpointing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12+\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x17.weir.v1.CheckpointModeR\x04mode\x12\x18\n" +
-	"\astorage\x18\x03 \x01(\tR\astorage\"\x90\x03\n" +
+	"\astorage\x18\x03 \x01(\tR\astorage\x12A\n" +
+	"\x1daligned_checkpoint_timeout_ms\x18\x04 \x01(\x03R\x1aalignedCheckpointTimeoutMs\"\x90\x03\n" +
 	"\vStateHandle\x12!\n" +
 	"\foperator_uid\x18\x01 \x01(\tR\voperatorUid\x12\x18\n" +
 	"\asubtask\x18\x02 \x01(\x05R\asubtask\x12 \n" +

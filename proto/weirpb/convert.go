@@ -66,7 +66,8 @@ func FromCheckpointConfig(c stream.CheckpointConfig) *CheckpointSettings {
 	return &CheckpointSettings{IntervalMs: ms(c.Interval), TimeoutMs: ms(c.Timeout), MinPauseMs: ms(c.MinPause),
 		MaxConcurrent: int32(c.MaxConcurrent), Mode: CheckpointMode(c.Mode), TolerableFailures: int32(c.TolerableFailures),
 		Retained: int32(c.Retained), RetainOnCancel: c.Retention == stream.RetainOnCancel, Storage: c.Storage,
-		OnCorruption: CorruptionPolicy(c.OnCorruption), Unaligned: c.Unaligned}
+		OnCorruption: CorruptionPolicy(c.OnCorruption), Unaligned: c.Unaligned, AlignedCheckpointTimeoutMs: ms(c.AlignedCheckpointTimeout),
+		Adaptive: c.Adaptive, MaxOverhead: c.MaxOverhead, MinIntervalMs: ms(c.MinInterval), MaxIntervalMs: ms(c.MaxInterval)}
 }
 
 // ToCheckpointConfig converts checkpoint settings (nil is the zero config).
@@ -74,7 +75,8 @@ func ToCheckpointConfig(c *CheckpointSettings) stream.CheckpointConfig {
 	out := stream.CheckpointConfig{Interval: dur(c.GetIntervalMs()), Timeout: dur(c.GetTimeoutMs()), MinPause: dur(c.GetMinPauseMs()),
 		MaxConcurrent: int(c.GetMaxConcurrent()), Mode: stream.CheckpointMode(c.GetMode()), TolerableFailures: int(c.GetTolerableFailures()),
 		Retained: int(c.GetRetained()), Storage: c.GetStorage(), OnCorruption: stream.CorruptionPolicy(c.GetOnCorruption()),
-		Unaligned: c.GetUnaligned()}
+		Unaligned: c.GetUnaligned(), AlignedCheckpointTimeout: dur(c.GetAlignedCheckpointTimeoutMs()), Adaptive: c.GetAdaptive(), MaxOverhead: c.GetMaxOverhead(),
+		MinInterval: dur(c.GetMinIntervalMs()), MaxInterval: dur(c.GetMaxIntervalMs())}
 	if c.GetRetainOnCancel() {
 		out.Retention = stream.RetainOnCancel
 	}

@@ -651,7 +651,17 @@ type CheckpointSettings struct {
 	Storage        string           `protobuf:"bytes,9,opt,name=storage,proto3" json:"storage,omitempty"`
 	OnCorruption   CorruptionPolicy `protobuf:"varint,10,opt,name=on_corruption,json=onCorruption,proto3,enum=weir.v1.CorruptionPolicy" json:"on_corruption,omitempty"`
 	// unaligned mirrors stream.CheckpointConfig.Unaligned.
-	Unaligned     bool `protobuf:"varint,11,opt,name=unaligned,proto3" json:"unaligned,omitempty"`
+	Unaligned bool `protobuf:"varint,11,opt,name=unaligned,proto3" json:"unaligned,omitempty"`
+	// aligned_checkpoint_timeout_ms mirrors
+	// stream.CheckpointConfig.AlignedCheckpointTimeout.
+	AlignedCheckpointTimeoutMs int64 `protobuf:"varint,12,opt,name=aligned_checkpoint_timeout_ms,json=alignedCheckpointTimeoutMs,proto3" json:"aligned_checkpoint_timeout_ms,omitempty"`
+	// adaptive, max_overhead, min_interval_ms and max_interval_ms mirror
+	// stream.CheckpointConfig's adaptive interval (interval_ms is then the
+	// starting interval). Numbered from 20 to leave room beside unaligned.
+	Adaptive      bool    `protobuf:"varint,20,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
+	MaxOverhead   float64 `protobuf:"fixed64,21,opt,name=max_overhead,json=maxOverhead,proto3" json:"max_overhead,omitempty"`
+	MinIntervalMs int64   `protobuf:"varint,22,opt,name=min_interval_ms,json=minIntervalMs,proto3" json:"min_interval_ms,omitempty"`
+	MaxIntervalMs int64   `protobuf:"varint,23,opt,name=max_interval_ms,json=maxIntervalMs,proto3" json:"max_interval_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -761,6 +771,41 @@ func (x *CheckpointSettings) GetUnaligned() bool {
 		return x.Unaligned
 	}
 	return false
+}
+
+func (x *CheckpointSettings) GetAlignedCheckpointTimeoutMs() int64 {
+	if x != nil {
+		return x.AlignedCheckpointTimeoutMs
+	}
+	return 0
+}
+
+func (x *CheckpointSettings) GetAdaptive() bool {
+	if x != nil {
+		return x.Adaptive
+	}
+	return false
+}
+
+func (x *CheckpointSettings) GetMaxOverhead() float64 {
+	if x != nil {
+		return x.MaxOverhead
+	}
+	return 0
+}
+
+func (x *CheckpointSettings) GetMinIntervalMs() int64 {
+	if x != nil {
+		return x.MinIntervalMs
+	}
+	return 0
+}
+
+func (x *CheckpointSettings) GetMaxIntervalMs() int64 {
+	if x != nil {
+		return x.MaxIntervalMs
+	}
+	return 0
 }
 
 // RestartStrategy mirrors stream.RestartConfig; durations in ms.
@@ -923,7 +968,7 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"checkpoint\x122\n" +
 	"\arestart\x18\a \x01(\v2\x18.weir.v1.RestartStrategyR\arestart\x12#\n" +
 	"\rstate_backend\x18\b \x01(\tR\fstateBackend\x120\n" +
-	"\x14state_full_snapshots\x18\t \x01(\bR\x12stateFullSnapshots\"\xb7\x03\n" +
+	"\x14state_full_snapshots\x18\t \x01(\bR\x12stateFullSnapshots\"\x89\x05\n" +
 	"\x12CheckpointSettings\x12\x1f\n" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
 	"intervalMs\x12\x1d\n" +
@@ -939,7 +984,12 @@ const file_weirpb_jobgraph_proto_rawDesc = "" +
 	"\astorage\x18\t \x01(\tR\astorage\x12>\n" +
 	"\ron_corruption\x18\n" +
 	" \x01(\x0e2\x19.weir.v1.CorruptionPolicyR\fonCorruption\x12\x1c\n" +
-	"\tunaligned\x18\v \x01(\bR\tunaligned\"\xe1\x02\n" +
+	"\tunaligned\x18\v \x01(\bR\tunaligned\x12A\n" +
+	"\x1daligned_checkpoint_timeout_ms\x18\f \x01(\x03R\x1aalignedCheckpointTimeoutMs\x12\x1a\n" +
+	"\badaptive\x18\x14 \x01(\bR\badaptive\x12!\n" +
+	"\fmax_overhead\x18\x15 \x01(\x01R\vmaxOverhead\x12&\n" +
+	"\x0fmin_interval_ms\x18\x16 \x01(\x03R\rminIntervalMs\x12&\n" +
+	"\x0fmax_interval_ms\x18\x17 \x01(\x03R\rmaxIntervalMs\"\xe1\x02\n" +
 	"\x0fRestartStrategy\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x05R\battempts\x12\x19\n" +

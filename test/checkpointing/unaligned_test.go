@@ -25,7 +25,7 @@ parallelism: 2
 checkpointing:
   interval: 300ms
   mode: exactly_once
-  unaligned: true
+  unaligned: true%s
   retained: 3
   storage: %q
 restartStrategy:
@@ -61,12 +61,25 @@ operators:
 // unaligned checkpoints: checkpoints keep completing, some of them keep
 // channel state (the manifest says so), and the job survives four injected
 // failures and a taskmanager SIGKILL with its output exactly once (every
-// key's running count 1..N exactly once).
+// key's running count 1..N exactly once). Mode "unaligned" takes unaligned
+// checkpoints from the start; mode "timeout" starts them aligned with a
+// 50 ms alignedCheckpointTimeout, so the throttled tasks switch them to
+// unaligned (the channel state in the manifests shows they did).
 func TestUnalignedCheckpointsUnderBackpressure(t *testing.T) {
+	for _, mode := range []string{"unaligned", "timeout"} {
+		t.Run(mode, func(t *testing.T) { testUnaligned(t, mode) })
+	}
+}
+
+func testUnaligned(t *testing.T, mode string) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2})
 	dir := t.TempDir()
 	ckpt, out := filepath.Join(dir, "ckpt"), filepath.Join(dir, "counts")
-	body := fmt.Sprintf(unalignedSpec, "file://"+ckpt, unalignedDatagen, out)
+	timeout := ""
+	if mode == "timeout" {
+		timeout = "\n  alignedCheckpointTimeout: 50ms"
+	}
+	body := fmt.Sprintf(unalignedSpec, timeout, "file://"+ckpt, unalignedDatagen, out)
 	jobID := clustertest.SubmitSpec(t, c, filepath.Join(dir, "job.yaml"), body)
 	// The same job at another parallelism, to be started from a checkpoint
 	// with channel state: refused.
@@ -131,7 +144,7 @@ func TestUnalignedCheckpointsUnderBackpressure(t *testing.T) {
 	}
 	failures := c.JobRestarts(jobID) // the injected ones and the SIGKILL's
 	lost, duplicated := clustertest.CheckRunningCounts(t, out, unalignedDatagen)
-	fmt.Printf("mode=unaligned failures=%d checkpoints=%d lost=%d duplicated=%d\n", failures, resp.GetCompleted(), lost, duplicated)
+	fmt.Printf("mode=%s failures=%d checkpoints=%d lost=%d duplicated=%d\n", mode, failures, resp.GetCompleted(), lost, duplicated)
 	if failures < 5 {
 		t.Errorf("the job restarted %d times; the injected failures and the kill should have caused 5", failures)
 	}
@@ -145,6 +158,30 @@ func TestUnalignedCheckpointsUnderBackpressure(t *testing.T) {
 		t.Errorf("only %d checkpoints completed under backpressure", resp.GetCompleted())
 	}
 	if lost != 0 || duplicated != 0 {
+		// Which counts are missing says where rows were lost (the tail
+		// of a key: the end of the input; a gap: a restore).
+		_, rows := clustertest.CommittedRows(t, out)
+		seen := map[string]map[int64]bool{}
+		for _, r := range rows {
+			n, _ := strconv.ParseInt(r[1], 10, 64)
+			if seen[r[0]] == nil {
+				seen[r[0]] = map[int64]bool{}
+			}
+			seen[r[0]][n] = true
+		}
+		for k, m := range seen {
+			var mx int64
+			var missing []int64
+			for n := range m {
+				mx = max(mx, n)
+			}
+			for i := int64(1); i <= mx+30; i++ {
+				if !m[i] {
+					missing = append(missing, i)
+				}
+			}
+			t.Logf("key %s: highest committed count %d; missing (first 40, up to 30 past it): %v", k, mx, missing[:min(len(missing), 40)])
+		}
 		t.Fatalf("not exactly-once: lost=%d duplicated=%d", lost, duplicated)
 	}
 }

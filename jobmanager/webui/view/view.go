@@ -192,6 +192,10 @@ type CheckpointConfig struct {
 	OnCorruption      string `json:"onCorruption"` // fail or fallback
 	// Unaligned: checkpoints (not savepoints) are unaligned.
 	Unaligned bool `json:"unaligned"`
+	// CurrentIntervalMs is the interval in force now: IntervalMs, or with
+	// interval: adaptive (where IntervalMs is the starting interval) the
+	// one the coordinator chose last.
+	CurrentIntervalMs int64 `json:"currentIntervalMs"`
 }
 
 // Checkpoints is a job's checkpoint counts, recent history (newest
