@@ -79,8 +79,18 @@ func (o *outputChannel) put(ctx context.Context, e event) error {
 
 // trySend delivers e if it can go without waiting: it has a credit (a
 // batch) or the consumer exists (other events). It reports whether it
-// took e; on an error it released e.
+// took e; on an error it released e. A broken network stream is an error,
+// as in send: a deferred channel must not wait for credit that will never
+// come.
 func (o *outputChannel) trySend(e event) (bool, error) {
+	if o.conn != nil {
+		select {
+		case <-o.conn.done:
+			e.release()
+			return false, o.conn.err
+		default:
+		}
+	}
 	o.mu.Lock()
 	needCredit := e.kind == eventBatch
 	if !o.mu.connected || needCredit && o.mu.credits == 0 {
