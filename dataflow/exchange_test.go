@@ -3,6 +3,7 @@ package dataflow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -217,8 +218,17 @@ func TestCancelBlockedNetworkTasks(t *testing.T) {
 
 // TestBrokenStreamFailsTasks stops the receiving taskmanager's gRPC server
 // mid-run: the sending task fails with an error naming the receiver's
-// address, and the receiving task one naming the sender's.
+// address, and the receiving task one naming the sender's. With exactly-once
+// checkpointing the source's output channels are deferred (they queue what
+// cannot go yet instead of blocking): they must fail the same way rather
+// than wait for credit that never comes.
 func TestBrokenStreamFailsTasks(t *testing.T) {
+	for _, deferred := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deferred=%v", deferred), func(t *testing.T) { testBrokenStream(t, deferred) })
+	}
+}
+
+func testBrokenStream(t *testing.T, deferred bool) {
 	nodes := []*testNode{startNode(t, 2), startNode(t, 2)}
 	st := newTestState()
 	reg := newTestRegistry(st)
@@ -226,6 +236,11 @@ func TestBrokenStreamFailsTasks(t *testing.T) {
 	b.Source("src", "gen", genConfig{Rows: -1, Batch: 10}).Rebalance().Then("sink", "collect", nil)
 	g := plan(t, b, reg)
 	specs := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string { return nodes[v].addr })
+	if deferred {
+		for _, s := range specs {
+			s.Checkpointing, s.Mode, s.Hooks = true, stream.ExactlyOnce, newFakeHooks()
+		}
+	}
 	go func() {
 		for st.consumed.Load() < 1000 {
 			time.Sleep(time.Millisecond)
