@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weirstream/weir/internal/storagemetrics"
 	"log/slog"
 	"net"
 	"net/http"
@@ -191,7 +192,7 @@ func New(cfg Config, reg *stream.Registry) (*JobManager, error) {
 		jm.metrics = prometheus.NewRegistry()
 		jm.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	for _, c := range append([]prometheus.Collector{&collector{jm: jm}}, storageMetrics(&jm.storageCounts)...) {
+	for _, c := range append([]prometheus.Collector{&collector{jm: jm}}, storagemetrics.Collectors(&jm.storageCounts)...) {
 		if err := jm.metrics.Register(c); err != nil {
 			return nil, fmt.Errorf("jobmanager: registering metrics: %w; give each jobmanager its own MetricsRegistry", err)
 		}

@@ -2,6 +2,7 @@ package taskmanager
 
 import (
 	"fmt"
+	"github.com/weirstream/weir/internal/storagemetrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/stream"
 )
@@ -111,27 +111,8 @@ func newMetrics(tm *TaskManager) *metrics {
 	m.reg.MustRegister(m.fencedCalls, m.stateBytesWrite, m.stateBytesRead, m.snapshots, m.alignment, m.syncDuration, m.asyncDuration,
 		m.tasksRunning, newLateRecords(tm.lateRecordCounts), m.stateBytes, m.restoreDuration, m.restoreTime, newTaskSeries(tm),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.reg.MustRegister(storageMetrics(&tm.storages.counts)...)
+	m.reg.MustRegister(storagemetrics.Collectors(&tm.storages.counts)...)
 	return m
-}
-
-// storageMetrics exports c as weir_storage_requests_total{kind} and
-// weir_storage_bytes_total{direction}, as the jobmanager does.
-func storageMetrics(c *blobstore.Counters) []prometheus.Collector {
-	counter := func(name, help, label, value string, get func(blobstore.RequestCounts) int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{label: value}},
-			func() float64 { return float64(get(c.Snapshot())) })
-	}
-	const reqs = "Object-store requests of the process's checkpoint storage, by kind as S3 bills them (list: one per page of 1000 keys)."
-	const bytes = "Bytes of objects the process's checkpoint storage wrote (out) and read (in)."
-	return []prometheus.Collector{
-		counter("weir_storage_requests_total", reqs, "kind", blobstore.RequestPut, func(r blobstore.RequestCounts) int64 { return r.Put }),
-		counter("weir_storage_requests_total", reqs, "kind", blobstore.RequestGet, func(r blobstore.RequestCounts) int64 { return r.Get }),
-		counter("weir_storage_requests_total", reqs, "kind", blobstore.RequestList, func(r blobstore.RequestCounts) int64 { return r.List }),
-		counter("weir_storage_requests_total", reqs, "kind", blobstore.RequestDelete, func(r blobstore.RequestCounts) int64 { return r.Delete }),
-		counter("weir_storage_bytes_total", bytes, "direction", "out", func(r blobstore.RequestCounts) int64 { return r.BytesWritten }),
-		counter("weir_storage_bytes_total", bytes, "direction", "in", func(r blobstore.RequestCounts) int64 { return r.BytesRead }),
-	}
 }
 
 // observeSnapshot records an uploaded snapshot of subtask (named task) of
