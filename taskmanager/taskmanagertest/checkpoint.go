@@ -130,7 +130,7 @@ func (f *Fake) ackLocked(req *weirpb.TriggerCheckpointRequest) {
 		batch.Acks = append(batch.Acks, &weirpb.CheckpointAck{Id: d.Id, CheckpointId: req.CheckpointId,
 			Handles: handles(d, req.CheckpointId), Bytes: 100, AlignmentDurationMs: int64(d.Id.Subtask + 1), SyncDurationMs: 1, AsyncDurationMs: 2})
 	}
-	if len(batch.Acks) == 0 {
+	if len(batch.Acks) == 0 || f.stopping {
 		return
 	}
 	f.acks.Add(1)
@@ -139,7 +139,7 @@ func (f *Fake) ackLocked(req *weirpb.TriggerCheckpointRequest) {
 		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 		defer cancel()
 		_, err := f.cluster.ReportCheckpoints(ctx, batch)
-		if err != nil && status.Code(err) != codes.Unavailable {
+		if err != nil && status.Code(err) != codes.Unavailable && !f.isStopping() {
 			f.t.Errorf("%s: ReportCheckpoints: %v", f.id, err)
 		}
 	})

@@ -89,7 +89,11 @@ type Fake struct {
 	ackCheckpoints atomic.Bool
 	acks           sync.WaitGroup // acknowledgements being sent
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// stopping is set when the test's cleanup begins: from then on no
+	// goroutine starts, so that wg.Wait never races a wg.Go, and a failed
+	// call to the jobmanager, which stops after the fakes, is not an error.
+	stopping bool
 	deploy   []*weirpb.TaskDeployment
 	live     map[string]*weirpb.ExecutionID // running, by ExecKey
 	cancel   []*weirpb.ExecutionID
@@ -134,6 +138,9 @@ func start(t testing.TB, jmAddr, id string, slots int, o options) *Fake {
 	}
 	f.cluster = weirpb.NewClusterServiceClient(f.cc)
 	t.Cleanup(func() {
+		f.mu.Lock()
+		f.stopping = true
+		f.mu.Unlock()
 		f.StopHeartbeats()
 		f.srv.Stop()
 		f.wg.Wait()
@@ -174,7 +181,9 @@ func (f *Fake) register() *weirpb.RegisterTaskManagerResponse {
 	resp, err := f.cluster.RegisterTaskManager(ctx, &weirpb.RegisterTaskManagerRequest{
 		TaskmanagerId: f.id, InstanceId: f.inst, Address: f.addr, Slots: int32(f.slots), OperatorTypes: f.opts.operatorTypes})
 	if err != nil {
-		f.t.Errorf("register %s: %v", f.id, err)
+		if !f.isStopping() {
+			f.t.Errorf("register %s: %v", f.id, err)
+		}
 		return &weirpb.RegisterTaskManagerResponse{HeartbeatIntervalMs: fallbackHeartbeatInterval.Milliseconds()}
 	}
 	return resp
@@ -230,9 +239,23 @@ func (f *Fake) report(id *weirpb.ExecutionID, s weirpb.TaskState, msg string) {
 	defer cancel()
 	_, err := f.cluster.UpdateTaskState(ctx, &weirpb.UpdateTaskStateRequest{TaskmanagerId: f.id,
 		Status: &weirpb.TaskStatus{Id: id, State: s, Error: msg}})
-	if err != nil && status.Code(err) != codes.Unavailable {
+	if err != nil && status.Code(err) != codes.Unavailable && !f.isStopping() {
 		f.t.Errorf("%s: UpdateTaskState: %v", f.id, err)
 	}
+}
+
+// goLocked runs fn in a goroutine the cleanup waits for, unless the
+// cleanup has begun. f.mu must be held.
+func (f *Fake) goLocked(fn func()) {
+	if !f.stopping {
+		f.wg.Go(fn)
+	}
+}
+
+func (f *Fake) isStopping() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stopping
 }
 
 // Ping answers with the taskmanager and instance ids.
@@ -245,10 +268,10 @@ func (f *Fake) Ping(context.Context, *weirpb.PingRequest) (*weirpb.PingResponse,
 func (f *Fake) SubmitTask(_ context.Context, req *weirpb.SubmitTaskRequest) (*weirpb.SubmitTaskResponse, error) {
 	d := req.GetTask()
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.deploy = append(f.deploy, d)
 	f.live[ExecKey(d.Id)] = d.Id
-	f.mu.Unlock()
-	f.wg.Go(func() {
+	f.goLocked(func() {
 		f.report(d.Id, weirpb.TaskState_TASK_STATE_RUNNING, "")
 		if f.opts.failWith != nil {
 			if msg := f.opts.failWith(d); msg != "" {
@@ -273,7 +296,7 @@ func (f *Fake) CancelTask(_ context.Context, req *weirpb.CancelTaskRequest) (*we
 		return nil, status.Errorf(codes.NotFound, "no task %s", key)
 	}
 	delete(f.live, key)
-	f.wg.Go(func() { f.report(req.Id, weirpb.TaskState_TASK_STATE_CANCELED, "") })
+	f.goLocked(func() { f.report(req.Id, weirpb.TaskState_TASK_STATE_CANCELED, "") })
 	return &weirpb.CancelTaskResponse{}, nil
 }
 
