@@ -38,6 +38,21 @@ type ExchangeConfig struct {
 	// granted before memory ran short are honoured, so at that moment they
 	// may hold up to CreditsPerChannel batches per channel. Default 64 MiB.
 	MemoryBytes int64
+	// ChannelBytes bounds the bytes of batches in flight on each channel
+	// this exchange's tasks send on (queued here, on the wire and buffered
+	// at the consumer), on top of the credits: a batch goes only while
+	// less than ChannelBytes are in flight, or nothing is, and a batch
+	// larger than half of it goes in pieces (of at least 8 KiB). Sizes are
+	// estimated from the values (8 bytes a number, a string's length plus
+	// 16). 0: no fixed bound (the default).
+	ChannelBytes int64
+	// DebloatTarget, when set, sizes each channel's byte budget to what its
+	// consumer takes in that time, measured every 200 ms from the credits
+	// it returns (buffer debloating): under backpressure the data an
+	// aligned checkpoint's barrier waits behind drains in about this time,
+	// at any record size and consumer speed. Bounded above by ChannelBytes
+	// when that is set, below by 1 KiB. 0: off (the default).
+	DebloatTarget time.Duration
 	// Compression of batches sent to peers: CompressionNone (default; on
 	// a loopback or fast local network it costs more CPU than it saves) or
 	// CompressionZstd (its fastest level), for slower networks. Received
@@ -92,6 +107,12 @@ func (c ExchangeConfig) Validate() error {
 	}
 	if c.MaxFrameBytes < 0 {
 		return fmt.Errorf("dataflow: exchange config: MaxFrameBytes %d is negative (default %d)", c.MaxFrameBytes, DefaultMaxFrameBytes)
+	}
+	if c.ChannelBytes < 0 {
+		return fmt.Errorf("dataflow: exchange config: ChannelBytes %d is negative; use 0 for no bound", c.ChannelBytes)
+	}
+	if c.DebloatTarget < 0 {
+		return fmt.Errorf("dataflow: exchange config: DebloatTarget %v is negative; use 0 for off", c.DebloatTarget)
 	}
 	return nil
 }
@@ -360,6 +381,10 @@ func (x *Exchange) openOutput(key channelKey, target string) (*outputChannel, er
 // wake (capacity 1), which several channels may share.
 func (x *Exchange) openOutputWake(key channelKey, target string, wake chan struct{}) (*outputChannel, error) {
 	o := &outputChannel{key: key, wake: wake}
+	if x.cfg.ChannelBytes > 0 || x.cfg.DebloatTarget > 0 {
+		o.budget = &flowBudget{fixed: x.cfg.ChannelBytes, target: x.cfg.DebloatTarget}
+		o.mu.flow.limit = x.cfg.ChannelBytes
+	}
 	if target == x.cfg.SelfAddress {
 		if _, err := x.attachSink(key, o); err != nil {
 			return nil, err

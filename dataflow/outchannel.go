@@ -3,6 +3,7 @@ package dataflow
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -31,12 +32,16 @@ type outputChannel struct {
 	// its output is backpressured. Task goroutine only.
 	deferred bool
 	pending  ring[event]
+	// budget bounds the bytes in flight on the channel (see
+	// ExchangeConfig.ChannelBytes and DebloatTarget); nil when unbounded.
+	budget *flowBudget
 
 	mu struct {
 		sync.Mutex
 		credits   int
 		connected bool
 		local     *inputChannel // the consumer, for in-memory channels
+		flow      flowState     // with budget only
 	}
 }
 
@@ -53,6 +58,9 @@ func (o *outputChannel) grant(n int) {
 	o.mu.Lock()
 	o.mu.connected = true
 	o.mu.credits += n
+	if o.budget != nil {
+		o.mu.flow.returned(n, o.budget, time.Now())
+	}
 	o.mu.Unlock()
 	select {
 	case o.wake <- struct{}{}:
@@ -61,8 +69,19 @@ func (o *outputChannel) grant(n int) {
 }
 
 // put is send for a channel that may be deferred: a deferred channel
-// queues what cannot go at once instead of waiting for it.
+// queues what cannot go at once instead of waiting for it. On a channel
+// with a byte budget a batch larger than half the budget goes in pieces.
 func (o *outputChannel) put(ctx context.Context, e event) error {
+	if o.budget != nil && e.kind == eventBatch {
+		if rows := o.pieceRows(e.batch); rows > 0 {
+			return o.putPieces(ctx, e.batch, rows)
+		}
+	}
+	return o.putOne(ctx, e)
+}
+
+// putOne is put without cutting batches.
+func (o *outputChannel) putOne(ctx context.Context, e event) error {
 	if !o.deferred {
 		return o.send(ctx, e)
 	}
@@ -91,14 +110,15 @@ func (o *outputChannel) trySend(e event) (bool, error) {
 		default:
 		}
 	}
-	o.mu.Lock()
 	needCredit := e.kind == eventBatch
-	if !o.mu.connected || needCredit && o.mu.credits == 0 {
+	size := o.sizeOf(e)
+	o.mu.Lock()
+	if !o.mu.connected || needCredit && !o.mayTakeLocked(size) {
 		o.mu.Unlock()
 		return false, nil
 	}
 	if needCredit {
-		o.mu.credits--
+		o.takeLocked(size)
 	}
 	local := o.mu.local
 	o.mu.Unlock()
@@ -178,6 +198,7 @@ func (o *outputChannel) dropPending() {
 // stream's error when the network stream breaks.
 func (o *outputChannel) send(ctx context.Context, e event) error {
 	needCredit := e.kind == eventBatch
+	size := o.sizeOf(e)
 	var broken <-chan struct{}
 	if o.conn != nil {
 		broken = o.conn.done
@@ -190,9 +211,9 @@ func (o *outputChannel) send(ctx context.Context, e event) error {
 	}()
 	for {
 		o.mu.Lock()
-		if o.mu.connected && (!needCredit || o.mu.credits > 0) {
+		if o.mu.connected && (!needCredit || o.mayTakeLocked(size)) {
 			if needCredit {
-				o.mu.credits--
+				o.takeLocked(size)
 			}
 			local := o.mu.local
 			o.mu.Unlock()
@@ -221,4 +242,188 @@ func (o *outputChannel) localConsumer() *inputChannel {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.mu.local
+}
+
+// sizeOf is the bytes a batch event counts against the channel's budget;
+// 0 without one.
+func (o *outputChannel) sizeOf(e event) int64 {
+	if o.budget == nil || e.kind != eventBatch || e.batch == nil {
+		return 0
+	}
+	return batchBytes(e.batch)
+}
+
+// mayTakeLocked reports whether a batch of size bytes may go now: the
+// channel holds a credit and, with a budget, the batch fits in what is
+// left of it, or nothing is in flight (a batch larger than the budget
+// goes alone). o.mu must be held.
+func (o *outputChannel) mayTakeLocked(size int64) bool {
+	if o.mu.credits == 0 {
+		return false
+	}
+	if o.budget == nil {
+		return true
+	}
+	f := &o.mu.flow
+	return f.sizes.len() == 0 || f.limit <= 0 || f.inflight+size <= f.limit
+}
+
+// takeLocked spends a credit on a batch of size bytes. o.mu must be held.
+func (o *outputChannel) takeLocked(size int64) {
+	o.mu.credits--
+	if o.budget != nil {
+		o.mu.flow.sizes.push(size)
+		o.mu.flow.inflight += size
+	}
+}
+
+// pieceRows returns the rows of each piece b is sent in, or 0 to send it
+// whole: a batch larger than half the channel's budget goes in pieces of
+// about half the budget (at least minPieceBytes each), so that the budget
+// holds more than one piece and the consumer works on one while the next
+// travels.
+func (o *outputChannel) pieceRows(b *stream.Batch) int {
+	o.mu.Lock()
+	limit := o.mu.flow.limit
+	o.mu.Unlock()
+	n := b.Len()
+	if limit <= 0 || n < 2 {
+		return 0
+	}
+	size := batchBytes(b)
+	piece := max(limit/2, minPieceBytes)
+	if size <= piece {
+		return 0
+	}
+	rows := int(int64(n) * piece / size)
+	if rows < 1 {
+		rows = 1
+	}
+	if rows >= n {
+		return 0
+	}
+	return rows
+}
+
+// putPieces sends b (which it owns) in pieces of rows rows, in order.
+func (o *outputChannel) putPieces(ctx context.Context, b *stream.Batch, rows int) error {
+	n := b.Len()
+	k := (n + rows - 1) / rows
+	dest, pos := make([]int32, n), make([]int32, n)
+	for i := range dest {
+		dest[i], pos[i] = int32(i/rows), int32(i%rows)
+	}
+	subs := make([]*stream.Batch, k)
+	for t := range subs {
+		m := min(rows, n-t*rows)
+		subs[t] = stream.NewBatch(b.Schema, m)
+		subs[t].SetLen(m)
+	}
+	scatter(b, dest, pos, subs, make([]*stream.Column, k))
+	b.Release()
+	var err error
+	for _, s := range subs {
+		if err != nil {
+			s.Release()
+			continue
+		}
+		err = o.putOne(ctx, event{kind: eventBatch, batch: s})
+	}
+	return err
+}
+
+// Buffer debloating bounds.
+const (
+	// debloatPeriod is how often a channel measures the rate its consumer
+	// takes its bytes at.
+	debloatPeriod = 200 * time.Millisecond
+	// minBudgetBytes is the least budget debloating sets.
+	minBudgetBytes = 1 << 10
+	// minPieceBytes is the least size a batch is cut down to: smaller
+	// batches would cost the consumer more per record than the budget
+	// saves.
+	minPieceBytes = 8 << 10
+)
+
+// flowBudget is a channel's byte budget settings (immutable).
+type flowBudget struct {
+	// fixed is the budget in bytes; 0: none but debloating's.
+	fixed int64
+	// target is the time the consumer should take to work off what is in
+	// flight; 0: no debloating.
+	target time.Duration
+}
+
+// flowState is what a bounded channel measures (under outputChannel.mu).
+type flowState struct {
+	sizes    ring[int64] // bytes of the batches in flight, oldest first
+	inflight int64       // their sum
+	// limit is the budget now: fixed, lowered to rate × target once a rate
+	// is measured; 0: none yet.
+	limit int64
+	// The consumer's rate: bytes returned since winStart, and the smoothed
+	// bytes per second.
+	winStart time.Time
+	winBytes int64
+	rate     float64
+}
+
+// returned accounts n credits coming back at now: the consumer took the n
+// oldest batches in flight. The first credits (the consumer's initial
+// grant) find nothing in flight and free nothing.
+func (f *flowState) returned(n int, b *flowBudget, now time.Time) {
+	for ; n > 0 && f.sizes.len() > 0; n-- {
+		s := f.sizes.pop()
+		f.inflight -= s
+		f.winBytes += s
+	}
+	if b.target <= 0 {
+		return
+	}
+	if f.winStart.IsZero() {
+		f.winStart = now
+		f.winBytes = 0
+		return
+	}
+	d := now.Sub(f.winStart)
+	if d < debloatPeriod {
+		return
+	}
+	r := float64(f.winBytes) / d.Seconds()
+	if f.rate == 0 {
+		f.rate = r
+	} else {
+		f.rate = 0.5*f.rate + 0.5*r
+	}
+	f.winStart, f.winBytes = now, 0
+	limit := max(int64(f.rate*b.target.Seconds()), minBudgetBytes)
+	if b.fixed > 0 {
+		limit = min(limit, b.fixed)
+	}
+	f.limit = limit
+}
+
+// batchBytes estimates the memory of b's values: 8 bytes per number or
+// timestamp, 1 per bool, a string's length plus its 16-byte header.
+func batchBytes(b *stream.Batch) int64 {
+	n := b.Len()
+	var size int64
+	for j := range b.Cols {
+		c := &b.Cols[j]
+		switch c.Type {
+		case stream.TypeInt64, stream.TypeTimestamp, stream.TypeFloat64:
+			size += 8 * int64(n)
+		case stream.TypeBool:
+			size += int64(n)
+		case stream.TypeString:
+			size += 16 * int64(n)
+			for _, v := range c.Strs[:n] {
+				size += int64(len(v))
+			}
+		}
+	}
+	if len(b.Times) != 0 {
+		size += 8 * int64(n)
+	}
+	return size
 }

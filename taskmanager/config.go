@@ -51,6 +51,16 @@ type Config struct {
 	// taskmanager's input buffers before credits are kept back
 	// (dataflow.ExchangeConfig.MemoryBytes). Default 64 MiB.
 	ExchangeMemoryBytes int64
+	// ChannelBytes bounds the bytes of batches in flight on each channel a
+	// task sends on (dataflow.ExchangeConfig.ChannelBytes); 0: no fixed
+	// bound (the default).
+	ChannelBytes int64
+	// DebloatTarget sizes each output channel's byte budget to what its
+	// consumer takes in that time (buffer debloating,
+	// dataflow.ExchangeConfig.DebloatTarget), so that under backpressure an
+	// aligned checkpoint's barrier waits behind about this much; 0: off.
+	// Default DefaultDebloatTarget.
+	DebloatTarget time.Duration
 	// StateInlineBytes is the size up to which a task's snapshot travels
 	// inside its handle (in the acknowledgement and the manifest) instead
 	// of as an object of its own in checkpoint storage; 0 writes every
@@ -148,6 +158,7 @@ func DefaultConfig() Config {
 		Slots:               2,
 		CreditsPerChannel:   4,
 		ExchangeMemoryBytes: dataflow.DefaultMemoryBytes,
+		DebloatTarget:       DefaultDebloatTarget,
 		ExchangeCompression: dataflow.CompressionNone,
 		StateInlineBytes:    checkpoint.DefaultInlineThreshold,
 		RegisterRetry:       time.Second,
@@ -156,6 +167,12 @@ func DefaultConfig() Config {
 		HA:                  HAConfig{Mode: "none", Prefix: "/weir"},
 	}
 }
+
+// DefaultDebloatTarget is the default Config.DebloatTarget: without
+// backpressure far more than a channel ever holds, so it costs nothing;
+// under backpressure it bounds what an aligned barrier waits behind to
+// about a second of the consumer's work.
+const DefaultDebloatTarget = time.Second
 
 // Validate reports the first invalid setting.
 func (c *Config) Validate() error {
@@ -196,6 +213,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ExchangeMemoryBytes < 1<<20 {
 		return fmt.Errorf("taskmanager config: exchange memory %d bytes: must be at least 1 MiB (default %d)", c.ExchangeMemoryBytes, dataflow.DefaultMemoryBytes)
+	}
+	if c.ChannelBytes < 0 {
+		return fmt.Errorf("taskmanager config: channel bytes %d: must not be negative (0: no fixed bound)", c.ChannelBytes)
+	}
+	if c.DebloatTarget < 0 {
+		return fmt.Errorf("taskmanager config: network debloat target %v: must not be negative (0: off; default %v)", c.DebloatTarget, DefaultDebloatTarget)
 	}
 	if c.CreditsPerChannel < 1 {
 		return fmt.Errorf("taskmanager config: credits per channel %d: must be at least 1", c.CreditsPerChannel)

@@ -323,6 +323,8 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		SelfAddress:       tm.exchangeAddr,
 		CreditsPerChannel: tm.cfg.CreditsPerChannel,
 		MemoryBytes:       tm.cfg.ExchangeMemoryBytes,
+		ChannelBytes:      tm.cfg.ChannelBytes,
+		DebloatTarget:     tm.cfg.DebloatTarget,
 		Compression:       tm.cfg.ExchangeCompression,
 		DialOptions:       []grpc.DialOption{security.DialOption(tm.tls, security.RoleTaskManager), dataflow.PeerConnectParams()},
 		Logger:            tm.log,

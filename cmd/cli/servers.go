@@ -193,6 +193,8 @@ func taskManagerSettings(cfg *taskmanager.Config) []setting {
 		{"stateInlineBytes", "state-inline-bytes", "snapshots up to this size travel inside the checkpoint's metadata instead of as objects of their own (0: never)", &cfg.StateInlineBytes},
 		{"exchangeCompression", "exchange-compression", "compress batches sent to other taskmanagers: none or zstd (for networks slower than the CPU)", &cfg.ExchangeCompression},
 		{"exchangeMemoryBytes", "exchange-memory-bytes", "network memory: bytes of batches from other taskmanagers buffered here before credits are held back (each channel keeps one)", &cfg.ExchangeMemoryBytes},
+		{"channelBytes", "channel-bytes", "bytes of batches in flight per output channel, on top of the credits (0: no fixed bound)", &cfg.ChannelBytes},
+		{"networkDebloatTarget", "network-debloat-target", "size each output channel's in-flight budget to what its consumer takes in this time, so that under backpressure aligned checkpoints wait behind about this much (0: off)", &cfg.DebloatTarget},
 		{"metricsAddress", "metrics-address", "serve Prometheus metrics at http://ADDRESS/metrics (empty: off)", &cfg.MetricsAddress},
 		{"stateDir", "state-dir", "directory for local keyed state (pebble backend), created private (0700); default: a new private directory under $TMPDIR, removed on exit", &cfg.StateDir},
 		{"tls.ca", "tls-ca", "cluster CA certificate (PEM); with --tls-cert and --tls-key every connection is mutual TLS and every call authorized by role (without them only loopback addresses are allowed)", &cfg.TLS.CAFile},

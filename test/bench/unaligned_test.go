@@ -56,44 +56,9 @@ type ckRun struct {
 //     checkpoints (best of two rounds each).
 func BenchmarkUnalignedCheckpoints(b *testing.B) {
 	c := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "warn"})
-	dir := b.TempDir()
-	storage := "file://" + dir
-	st, err := checkpoint.OpenStorage(b.Context(), storage)
-	if err != nil {
-		b.Fatal(err)
-	}
+	storage := "file://" + b.TempDir()
+	run := throttledRunner(b, c, storage)
 	const sourceRate = 20000.0
-	warmup, window := 3*time.Second, 12*time.Second
-	run := func(ckpt stream.CheckpointConfig, rate, pass float64) ckRun {
-		id := c.Submit(throttledGraph(b, ckpt, rate, pass))
-		polltest.Eventually(b, time.Minute, "job running", func() bool {
-			resp, err := c.Job(id)
-			return err == nil && resp.GetJob().GetState() == weirpb.JobState_JOB_STATE_RUNNING
-		})
-		var r ckRun
-		r.rate = countedRateOf(b, c, id, 1, warmup, window)
-		start := time.Now().Add(-window).UnixMilli()
-		if ckpt.Enabled() {
-			resp, err := c.Checkpoints(id)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, ck := range resp.GetCheckpoints() {
-				if ck.GetStatus() != weirpb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED || ck.GetTriggerTimeMs() < start {
-					continue
-				}
-				r.durations = append(r.durations, float64(ck.GetDurationMs()))
-				if m, err := st.ReadManifest(b.Context(), id, ck.GetCheckpointId()); err == nil {
-					r.channelState = append(r.channelState, float64(checkpoint.ChannelStateBytes(m)))
-				}
-			}
-		}
-		if out, err := c.Weir("jobs", "cancel", id); err != nil {
-			b.Fatalf("cancel: %v %s", err, out)
-		}
-		c.WaitJob(id, time.Minute)
-		return r
-	}
 	aligned := stream.CheckpointConfig{Interval: time.Second, Mode: stream.ExactlyOnce, Storage: storage, Retained: 20}
 	unaligned := aligned
 	unaligned.Unaligned = true
@@ -130,6 +95,88 @@ func BenchmarkUnalignedCheckpoints(b *testing.B) {
 		}
 		fmt.Printf("unthrottled_records_per_sec=%.0f unthrottled_unaligned_records_per_sec=%.0f\n", base, with)
 		fmt.Printf("unaligned_overhead_ratio=%.3f\n", with/base)
+	}
+}
+
+// throttledRunner returns a function that runs throttledGraph on c with
+// checkpoint config ckpt, source rate rate and throttle pass, measures it
+// for 12 s after a 3 s warm-up, and cancels it.
+func throttledRunner(b *testing.B, c *clustertest.Cluster, storage string) func(ckpt stream.CheckpointConfig, rate, pass float64) ckRun {
+	st, err := checkpoint.OpenStorage(b.Context(), storage)
+	if err != nil {
+		b.Fatal(err)
+	}
+	warmup, window := 3*time.Second, 12*time.Second
+	return func(ckpt stream.CheckpointConfig, rate, pass float64) ckRun {
+		id := c.Submit(throttledGraph(b, ckpt, rate, pass))
+		polltest.Eventually(b, time.Minute, "job running", func() bool {
+			resp, err := c.Job(id)
+			return err == nil && resp.GetJob().GetState() == weirpb.JobState_JOB_STATE_RUNNING
+		})
+		var r ckRun
+		r.rate = countedRateOf(b, c, id, 1, warmup, window)
+		start := time.Now().Add(-window).UnixMilli()
+		if ckpt.Enabled() {
+			resp, err := c.Checkpoints(id)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, ck := range resp.GetCheckpoints() {
+				if ck.GetStatus() != weirpb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED || ck.GetTriggerTimeMs() < start {
+					continue
+				}
+				r.durations = append(r.durations, float64(ck.GetDurationMs()))
+				if m, err := st.ReadManifest(b.Context(), id, ck.GetCheckpointId()); err == nil {
+					r.channelState = append(r.channelState, float64(checkpoint.ChannelStateBytes(m)))
+				}
+			}
+		}
+		if out, err := c.Weir("jobs", "cancel", id); err != nil {
+			b.Fatalf("cancel: %v %s", err, out)
+		}
+		c.WaitJob(id, time.Minute)
+		return r
+	}
+}
+
+// BenchmarkDebloat measures what the sender's byte budget does to aligned
+// checkpoints under backpressure: the throttled job of
+// BenchmarkUnalignedCheckpoints (aligned checkpoints every second, the
+// throttle passing a tenth of the source rate) on a cluster with
+// debloating off and on one with a 100 ms debloat target, each as p99
+// checkpoint duration throttled over unthrottled
+// (backpressure_ckpt_p99_ratio_aligned_{nodebloat,debloat100ms}), and the
+// throttled job's throughput with debloating over without
+// (debloat_throttled_rate_ratio, which should stay near 1: the budget
+// must not slow the bottleneck).
+func BenchmarkDebloat(b *testing.B) {
+	const sourceRate = 20000.0
+	for i := 0; i < b.N; i++ {
+		type result struct {
+			ratio, free, slow float64
+			rate              float64
+		}
+		measure := func(target string) result {
+			c := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "warn",
+				TaskManagerArgs: []string{"--network-debloat-target=" + target}})
+			storage := "file://" + b.TempDir()
+			run := throttledRunner(b, c, storage)
+			ck := stream.CheckpointConfig{Interval: time.Second, Mode: stream.ExactlyOnce, Storage: storage, Retained: 20}
+			free := run(ck, sourceRate, 1e9)
+			slow := run(ck, sourceRate, sourceRate/2/10)
+			if len(free.durations) < 3 || len(slow.durations) < 3 {
+				b.Fatalf("debloat target %s: too few checkpoints completed: %d unthrottled, %d throttled", target, len(free.durations), len(slow.durations))
+			}
+			f, s := quantile(free.durations, 0.99), quantile(slow.durations, 0.99)
+			return result{ratio: s / max(f, 1), free: f, slow: s, rate: slow.rate}
+		}
+		off := measure("0s")
+		on := measure("100ms")
+		fmt.Printf("aligned_ckpt_p99_ms_nodebloat=%.0f/%.0f aligned_ckpt_p99_ms_debloat100ms=%.0f/%.0f (unthrottled/throttled) throttled_records_per_sec=%.0f/%.0f\n",
+			off.free, off.slow, on.free, on.slow, off.rate, on.rate)
+		fmt.Printf("backpressure_ckpt_p99_ratio_aligned_nodebloat=%.2f\n", off.ratio)
+		fmt.Printf("backpressure_ckpt_p99_ratio_aligned_debloat100ms=%.2f\n", on.ratio)
+		fmt.Printf("debloat_throttled_rate_ratio=%.3f\n", on.rate/max(off.rate, 1))
 	}
 }
 
