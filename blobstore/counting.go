@@ -41,6 +41,16 @@ func (c *Counters) Snapshot() RequestCounts {
 		BytesWritten: c.written.Load(), BytesRead: c.read.Load()}
 }
 
+// Add adds counts that were made elsewhere (another process's report).
+func (c *Counters) Add(r RequestCounts) {
+	c.put.Add(r.Put)
+	c.get.Add(r.Get)
+	c.list.Add(r.List)
+	c.del.Add(r.Delete)
+	c.written.Add(r.BytesWritten)
+	c.read.Add(r.BytesRead)
+}
+
 // Counting returns a Store that forwards every call to s and counts it in
 // c. It counts the requests a call makes to an object store as the kind of
 // request S3 bills for: every call is counted, also one that fails (the
@@ -59,38 +69,67 @@ type counting struct {
 
 var _ Store = (*counting)(nil)
 
+// WithCounters returns a context under which the stores Counting wraps
+// also count each call in c: the requests one piece of work makes (a
+// checkpoint's upload, a job's manifest writes), on top of the process's
+// totals. Contexts nest: every Counters on the chain counts.
+func WithCounters(ctx context.Context, c *Counters) context.Context {
+	return context.WithValue(ctx, countersKey{}, &ctxCounters{c: c, parent: ctxCountersOf(ctx)})
+}
+
+type countersKey struct{}
+
+type ctxCounters struct {
+	c      *Counters
+	parent *ctxCounters
+}
+
+func ctxCountersOf(ctx context.Context) *ctxCounters {
+	cc, _ := ctx.Value(countersKey{}).(*ctxCounters)
+	return cc
+}
+
+// each calls f with the process's Counters and every Counters of ctx.
+func (w *counting) each(ctx context.Context, f func(*Counters)) {
+	f(w.c)
+	for cc := ctxCountersOf(ctx); cc != nil; cc = cc.parent {
+		f(cc.c)
+	}
+}
+
 func (w *counting) Put(ctx context.Context, key string, data []byte) error {
-	w.c.put.Add(1)
+	w.each(ctx, func(c *Counters) { c.put.Add(1) })
 	err := w.s.Put(ctx, key, data)
 	if err == nil {
-		w.c.written.Add(int64(len(data)))
+		w.each(ctx, func(c *Counters) { c.written.Add(int64(len(data))) })
 	}
 	return err
 }
 
 func (w *counting) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, error) {
-	w.c.put.Add(1)
+	w.each(ctx, func(c *Counters) { c.put.Add(1) })
 	created, err := w.s.PutIfAbsent(ctx, key, data)
 	if created {
-		w.c.written.Add(int64(len(data)))
+		w.each(ctx, func(c *Counters) { c.written.Add(int64(len(data))) })
 	}
 	return created, err
 }
 
 func (w *counting) Get(ctx context.Context, key string) ([]byte, error) {
-	w.c.get.Add(1)
+	w.each(ctx, func(c *Counters) { c.get.Add(1) })
 	data, err := w.s.Get(ctx, key)
-	w.c.read.Add(int64(len(data)))
+	w.each(ctx, func(c *Counters) { c.read.Add(int64(len(data))) })
 	return data, err
 }
 
 func (w *counting) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	objs, err := w.s.List(ctx, prefix)
-	w.c.list.Add(int64(max(1, (len(objs)+ListPageSize-1)/ListPageSize)))
+	pages := int64(max(1, (len(objs)+ListPageSize-1)/ListPageSize))
+	w.each(ctx, func(c *Counters) { c.list.Add(pages) })
 	return objs, err
 }
 
 func (w *counting) Delete(ctx context.Context, key string) error {
-	w.c.del.Add(1)
+	w.each(ctx, func(c *Counters) { c.del.Add(1) })
 	return w.s.Delete(ctx, key)
 }

@@ -120,3 +120,40 @@ func TestCountingFailures(t *testing.T) {
 		t.Errorf("after a failed Put and Get: %+v, want %+v (requests counted, no bytes)", got, want)
 	}
 }
+
+// TestCountingContextCounters: the Counters of a context (nested with
+// WithCounters) count what calls under it make, on top of the process's
+// Counters, and calls under another context are not theirs.
+func TestCountingContextCounters(t *testing.T) {
+	var total, job, ckpt blobstore.Counters
+	s := blobstore.Counting(blobstore.NewMem(), &total)
+	jobCtx := blobstore.WithCounters(t.Context(), &job)
+	ckCtx := blobstore.WithCounters(jobCtx, &ckpt)
+	for i := range 3 {
+		if err := s.Put(ckCtx, fmt.Sprintf("a/%d", i), []byte("xyz")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Get(jobCtx, "a/0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(t.Context(), "a/1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.List(ckCtx, "a/"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		got  blobstore.RequestCounts
+		want blobstore.RequestCounts
+	}{
+		{"process", total.Snapshot(), blobstore.RequestCounts{Put: 3, Get: 1, List: 1, Delete: 1, BytesWritten: 9, BytesRead: 3}},
+		{"job", job.Snapshot(), blobstore.RequestCounts{Put: 3, Get: 1, List: 1, BytesWritten: 9, BytesRead: 3}},
+		{"checkpoint", ckpt.Snapshot(), blobstore.RequestCounts{Put: 3, List: 1, BytesWritten: 9}},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s counters %+v, want %+v", tc.name, tc.got, tc.want)
+		}
+	}
+}

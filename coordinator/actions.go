@@ -245,6 +245,10 @@ type Stats struct {
 	MaxSync, MaxAsync, MaxAlignment, MaxStartDelay time.Duration
 	// ChannelStateBytes is the sum of the acknowledged in-flight data.
 	ChannelStateBytes int64
+	// Storage are the requests made to checkpoint storage for the
+	// checkpoint: the acknowledged tasks' uploads and the manifest's
+	// write.
+	Storage StorageRequests
 	// Cause and Failure say why a failed checkpoint ended: Failure is
 	// Cause's text for people.
 	Cause   AbortCause

@@ -117,7 +117,24 @@ type AckStats struct {
 	// barrier (a source: the trigger), on the task's clock; zero when
 	// unknown.
 	BarrierReceived time.Time
+	// Storage are the requests the task's upload made to checkpoint
+	// storage.
+	Storage StorageRequests
 }
+
+// StorageRequests counts requests to checkpoint storage by the kind an
+// object store bills for.
+type StorageRequests struct {
+	Put, Get, List, Delete int64
+}
+
+// Add returns the sum of r and o.
+func (r StorageRequests) Add(o StorageRequests) StorageRequests {
+	return StorageRequests{Put: r.Put + o.Put, Get: r.Get + o.Get, List: r.List + o.List, Delete: r.Delete + o.Delete}
+}
+
+// Total is the number of requests of every kind.
+func (r StorageRequests) Total() int64 { return r.Put + r.Get + r.List + r.Delete }
 
 // Errors returned by TriggerNow; test with errors.Is.
 var (
@@ -363,6 +380,7 @@ func (c *Coordinator) Ack(now time.Time, task TaskID, id int64, payload any, sta
 	s.MaxAlignment = max(s.MaxAlignment, stats.AlignmentDuration)
 	p.pause = max(p.pause, stats.SyncDuration+stats.AlignmentDuration)
 	s.ChannelStateBytes += stats.ChannelStateBytes
+	s.Storage = s.Storage.Add(stats.Storage)
 	if c.subtasks == nil {
 		c.subtasks = make(map[int64][]SubtaskStats)
 	}
@@ -471,11 +489,19 @@ func (c *Coordinator) advanceWrites() {
 // Stop or Reset came while it was being written. Reports for checkpoints
 // whose manifest is not being written are ignored.
 func (c *Coordinator) ManifestWritten(now time.Time, id int64, err error) {
+	c.ManifestWrittenWith(now, id, err, StorageRequests{})
+}
+
+// ManifestWrittenWith is ManifestWritten that also counts the storage
+// requests the write made (the manifest, the pointer) in the checkpoint's
+// Stats.Storage.
+func (c *Coordinator) ManifestWrittenWith(now time.Time, id int64, err error, storage StorageRequests) {
 	p := c.find(id)
 	if p == nil || p.phase != writing {
 		c.ignored++
 		return
 	}
+	p.stats.Storage = p.stats.Storage.Add(storage)
 	if err != nil {
 		why := fmt.Sprintf("writing the manifest failed: %v", err)
 		c.endFailed(now, p, CauseWriteFailed, why)

@@ -83,7 +83,8 @@ func jobTasks(jv *scheduler.JobView) []taskInfo {
 func checkpointOf(s *coordinator.Stats, taskNames map[coordinator.TaskID]string, now time.Time) view.Checkpoint {
 	c := view.Checkpoint{ID: s.ID, Status: strings.ToUpper(s.Status.String()), Manual: s.Manual, TriggerTimeMs: unixMillis(s.TriggerTime),
 		SizeBytes: s.Bytes, MaxSyncMs: s.MaxSync.Milliseconds(), MaxAsyncMs: s.MaxAsync.Milliseconds(),
-		MaxAlignmentMs: s.MaxAlignment.Milliseconds(), Acknowledged: int32(s.Acked), TotalTasks: int32(s.Total), Failure: s.Failure}
+		MaxAlignmentMs: s.MaxAlignment.Milliseconds(), Acknowledged: int32(s.Acked), TotalTasks: int32(s.Total), Failure: s.Failure,
+		StorageRequests: viewRequests(s.Storage)}
 	if s.Status == coordinator.InProgress {
 		c.DurationMs = max(now.Sub(s.TriggerTime), 0).Milliseconds()
 	} else {
@@ -132,7 +133,62 @@ func subtaskRow(i int, a *coordinator.SubtaskStats, trigger time.Time) view.Subt
 	return view.SubtaskCheckpointStats{Subtask: i, Acknowledged: true, AckTimeMs: unixMillis(a.AckTime),
 		EndToEndMs: a.EndToEnd(trigger).Milliseconds(), StartDelayMs: a.StartDelay(trigger).Milliseconds(),
 		AlignmentMs: a.AlignmentDuration.Milliseconds(), SyncMs: a.SyncDuration.Milliseconds(), AsyncMs: a.AsyncDuration.Milliseconds(),
-		StateBytes: a.Bytes, ChannelStateBytes: a.ChannelStateBytes}
+		StateBytes: a.Bytes, ChannelStateBytes: a.ChannelStateBytes, StorageRequests: viewRequests(a.Storage)}
+}
+
+func viewRequests(r coordinator.StorageRequests) view.StorageRequests {
+	return view.StorageRequests{Put: r.Put, Get: r.Get, List: r.List, Delete: r.Delete}
+}
+
+// month is the period the request cost is estimated for.
+const month = 30 * 24 * time.Hour
+
+// storageCost is what a job's checkpoints cost in storage requests: total
+// its requests so far, perCheckpoint the mean of the completed
+// checkpoints in history, at one checkpoint every interval.
+func storageCost(total view.StorageRequests, history []coordinator.Stats, interval time.Duration, prices StoragePrices) view.StorageCost {
+	out := view.StorageCost{Requests: total, Currency: prices.Currency,
+		Prices: view.StoragePrices{Put: prices.Put, Get: prices.Get, List: prices.List, Delete: prices.Delete}}
+	var sum coordinator.StorageRequests
+	n := 0
+	for i := range history {
+		if history[i].Status == coordinator.Completed {
+			sum = sum.Add(history[i].Storage)
+			n++
+		}
+	}
+	if n > 0 {
+		f := float64(n)
+		out.PerCheckpoint = view.StorageRequestRates{Put: float64(sum.Put) / f, Get: float64(sum.Get) / f,
+			List: float64(sum.List) / f, Delete: float64(sum.Delete) / f}
+	}
+	if interval > 0 {
+		out.CheckpointsPerMonth = float64(month) / float64(interval)
+	}
+	out.EstimatedMonthlyCost = requestCost(out.PerCheckpoint, prices) * out.CheckpointsPerMonth
+	return out
+}
+
+// requestCost is what r requests cost at prices (per 1,000).
+func requestCost(r view.StorageRequestRates, prices StoragePrices) float64 {
+	return (r.Put*prices.Put + r.Get*prices.Get + r.List*prices.List + r.Delete*prices.Delete) / 1000
+}
+
+// explainStorage adds to ex what checkpoint cs asked of storage and what
+// that costs a month at one checkpoint every interval.
+func explainStorage(ex *view.CheckpointExplain, cs *view.CheckpointStats, interval time.Duration, prices StoragePrices) {
+	r := cs.StorageRequests
+	ex.StorageRequests = r
+	if r == (view.StorageRequests{}) {
+		return
+	}
+	msg := fmt.Sprintf("Storage requests: %d PUT, %d GET, %d LIST, %d DELETE (the subtasks' uploads and the manifest).", r.Put, r.Get, r.List, r.Delete)
+	if interval > 0 {
+		rates := view.StorageRequestRates{Put: float64(r.Put), Get: float64(r.Get), List: float64(r.List), Delete: float64(r.Delete)}
+		ex.EstimatedMonthlyCost = requestCost(rates, prices) * float64(month) / float64(interval)
+		msg += fmt.Sprintf(" At one checkpoint every %v that is about %.2f %s a month in requests at the configured prices.", interval, ex.EstimatedMonthlyCost, prices.Currency)
+	}
+	ex.Explanation = append(ex.Explanation, msg)
 }
 
 // summarize sums up the completed checkpoints among history, each phase

@@ -3,6 +3,7 @@ package jobmanager
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -226,13 +227,23 @@ func TestRESTCheckpointStats(t *testing.T) {
 		}
 		return false
 	})
+	// The uploads' storage requests: subtask i of the source task made
+	// 3+i PUTs and a LIST, each sink subtask 5 PUTs and a GET.
+	uploadRequests := func(vertex, subtask int32) *weirpb.StorageRequests {
+		if vertex == 0 {
+			return &weirpb.StorageRequests{Put: 3 + int64(subtask), List: 1}
+		}
+		return &weirpb.StorageRequests{Put: 5, Get: 1}
+	}
+	ackRequests := view.StorageRequests{Put: 3 + 4 + 5 + 5, Get: 2, List: 2}
 	ack := func(vertex int32, barrier, align, sync, async int64) {
 		t.Helper()
 		batch := &weirpb.ReportCheckpointsRequest{TaskmanagerId: tm.ID()}
 		for _, e := range tm.Live() {
 			if e.VertexId == vertex {
 				batch.Acks = append(batch.Acks, &weirpb.CheckpointAck{Id: e, CheckpointId: cid, Bytes: 1000 + int64(e.Subtask),
-					BarrierReceivedUnixMs: trigger + barrier, AlignmentDurationMs: align, SyncDurationMs: sync, AsyncDurationMs: async})
+					BarrierReceivedUnixMs: trigger + barrier, AlignmentDurationMs: align, SyncDurationMs: sync, AsyncDurationMs: async,
+					StorageRequests: uploadRequests(vertex, e.Subtask)})
 			}
 		}
 		if len(batch.Acks) != 2 {
@@ -283,6 +294,33 @@ func TestRESTCheckpointStats(t *testing.T) {
 		t.Errorf("sink spread %+v %+v", sink.StartDelayMs, sink.StateBytes)
 	}
 
+	// Storage requests: each subtask's as it reported them; the
+	// checkpoint's are theirs plus the manifest's write (at least a PUT,
+	// the manifest itself); the job's are, so far, the checkpoint's.
+	for _, task := range st.Tasks {
+		for _, s := range task.Subtasks {
+			r := uploadRequests(int32(task.TaskID), int32(s.Subtask))
+			if want := (view.StorageRequests{Put: r.Put, Get: r.Get, List: r.List}); s.StorageRequests != want {
+				t.Errorf("%s subtask %d storage requests %+v, want %+v", task.Name, s.Subtask, s.StorageRequests, want)
+			}
+		}
+	}
+	ckReqs := st.StorageRequests
+	if ckReqs.Put < ackRequests.Put+1 || ckReqs.Get < ackRequests.Get || ckReqs.List < ackRequests.List || ckReqs.Delete != 0 {
+		t.Errorf("checkpoint storage requests %+v, want the uploads' %+v and the manifest's", ckReqs, ackRequests)
+	}
+	restGet(t, base+"/checkpoints", &cps)
+	sc := cps.Storage
+	if sc.Requests != ckReqs || cps.Checkpoints[0].StorageRequests != ckReqs {
+		t.Errorf("job storage requests %+v, listed checkpoint %+v; want the checkpoint's %+v", sc.Requests, cps.Checkpoints[0].StorageRequests, ckReqs)
+	}
+	wantRates := view.StorageRequestRates{Put: float64(ckReqs.Put), Get: float64(ckReqs.Get), List: float64(ckReqs.List)}
+	prices := DefaultStoragePrices
+	wantCost := 720 * (wantRates.Put*prices.Put + wantRates.Get*prices.Get + wantRates.List*prices.List) / 1000 // hourly checkpoints
+	if sc.PerCheckpoint != wantRates || sc.CheckpointsPerMonth != 720 || math.Abs(sc.EstimatedMonthlyCost-wantCost) > 1e-9 || sc.Currency != "USD" {
+		t.Errorf("storage cost %+v, want %+v per checkpoint, 720 a month, %.6f USD", sc, wantRates, wantCost)
+	}
+
 	// The latest completed checkpoint's largest start delay and in-flight
 	// data, as metrics.
 	mfs := scrapeJobManager(t, c)
@@ -291,6 +329,17 @@ func TestRESTCheckpointStats(t *testing.T) {
 	}
 	if m := seriesOf(mfs, "weir_checkpoint_last_channel_state_bytes", id); m == nil || m.GetGauge().GetValue() != 0 {
 		t.Errorf("weir_checkpoint_last_channel_state_bytes = %v, want 0", m)
+	}
+	for kind, want := range map[string]int64{"put": ckReqs.Put, "get": ckReqs.Get, "list": ckReqs.List, "delete": 0} {
+		if m := kindSeriesOf(mfs, "weir_checkpoint_last_storage_requests", id, kind); m.GetGauge().GetValue() != float64(want) {
+			t.Errorf("weir_checkpoint_last_storage_requests{kind=%q} = %v, want %d", kind, m, want)
+		}
+		if m := kindSeriesOf(mfs, "weir_job_storage_requests_total", id, kind); m.GetCounter().GetValue() != float64(want) {
+			t.Errorf("weir_job_storage_requests_total{kind=%q} = %v, want %d", kind, m, want)
+		}
+	}
+	if m := seriesOf(mfs, "weir_job_storage_estimated_monthly_cost", id); math.Abs(m.GetGauge().GetValue()-wantCost) > 1e-9 {
+		t.Errorf("weir_job_storage_estimated_monthly_cost = %v, want %.6f", m, wantCost)
 	}
 
 	var ex view.CheckpointExplain
@@ -302,6 +351,10 @@ func TestRESTCheckpointStats(t *testing.T) {
 	if ex.SlowestTask != "window -> sink" || ex.Dominant != "start_delay" || ex.Cause != causeBarrierDelay ||
 		ex.SlowestInput != "src -> map → window -> sink" || ex.DelayedTask != "window -> sink" {
 		t.Errorf("explain %+v", ex)
+	}
+	if ex.StorageRequests != ckReqs || math.Abs(ex.EstimatedMonthlyCost-wantCost) > 1e-9 ||
+		!slices.ContainsFunc(ex.Explanation, func(s string) bool { return strings.HasPrefix(s, fmt.Sprintf("Storage requests: %d PUT,", ckReqs.Put)) }) {
+		t.Errorf("explain's storage: %+v, %.6f, %q", ex.StorageRequests, ex.EstimatedMonthlyCost, ex.Explanation)
 	}
 
 	var e map[string]string

@@ -107,7 +107,23 @@ type Config struct {
 	// one jobmanager with no external dependency; "etcd" makes several
 	// jobmanagers campaign through etcd (see package ha).
 	HA HAConfig
+	// StoragePrices are the object store's request prices, from which the
+	// jobmanager estimates what a job's checkpoints cost a month in
+	// requests. Default DefaultStoragePrices.
+	StoragePrices StoragePrices
 }
+
+// StoragePrices are an object store's request prices, per 1,000 requests
+// of each kind, in Currency.
+type StoragePrices struct {
+	Currency               string
+	Put, Get, List, Delete float64
+}
+
+// DefaultStoragePrices are S3 Standard's request prices in us-east-1 (PUT,
+// COPY, POST and LIST $0.005, GET $0.0004 per 1,000; DELETE free). Set
+// your store's.
+var DefaultStoragePrices = StoragePrices{Currency: "USD", Put: 0.005, Get: 0.0004, List: 0.005, Delete: 0}
 
 // HAConfig configures high availability.
 type HAConfig struct {
@@ -147,6 +163,7 @@ func DefaultConfig() Config {
 		JobRetention:      scheduler.DefaultJobRetention,
 		MaxEndedJobs:      scheduler.DefaultMaxEndedJobs,
 		HA:                HAConfig{Mode: "none", Prefix: "/weir", LeaseTTL: 10 * time.Second},
+		StoragePrices:     DefaultStoragePrices,
 	}
 }
 
@@ -192,6 +209,9 @@ func (c *Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("jobmanager config: ha mode %q is unknown; use none or etcd", c.HA.Mode)
+	}
+	if p := c.StoragePrices; p.Put < 0 || p.Get < 0 || p.List < 0 || p.Delete < 0 {
+		return fmt.Errorf("jobmanager config: storage prices must not be negative (put %g, get %g, list %g, delete %g per 1,000 requests)", p.Put, p.Get, p.List, p.Delete)
 	}
 	if c.DefaultRestart.Type != "" {
 		if err := failover.Validate(c.DefaultRestart, true); err != nil {

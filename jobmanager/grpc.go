@@ -194,7 +194,8 @@ func (s *clusterServer) AcknowledgeCheckpoint(_ context.Context, req *weirpb.Ack
 		return nil, toGRPCError(fmt.Errorf("%w: AcknowledgeCheckpoint without an execution id", scheduler.ErrInvalidArgument))
 	}
 	st := ackStats(req.GetSyncDurationMs(), req.GetAsyncDurationMs(), req.GetAlignmentDurationMs(), req.GetBytes(),
-		req.GetChannelStateBytes(), req.GetBarrierReceivedUnixMs())
+		req.GetChannelStateBytes(), req.GetBarrierReceivedUnixMs(), req.GetStorageRequests())
+	s.jm.countAckStorage(id.GetJobId(), st.Storage)
 	handles := req.GetHandles()
 	s.jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
 		return c.Ack(req.GetTaskmanagerId(), id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
@@ -205,10 +206,12 @@ func (s *clusterServer) AcknowledgeCheckpoint(_ context.Context, req *weirpb.Ack
 
 // ackStats converts an acknowledgement's measurements; negative values
 // (a confused or hostile sender) count as 0.
-func ackStats(syncMs, asyncMs, alignMs, bytes, channelBytes, barrierMs int64) scheduler.AckStats {
+func ackStats(syncMs, asyncMs, alignMs, bytes, channelBytes, barrierMs int64, reqs *weirpb.StorageRequests) scheduler.AckStats {
 	ms := func(v int64) time.Duration { return time.Duration(max(v, 0)) * time.Millisecond }
 	st := scheduler.AckStats{SyncDuration: ms(syncMs), AsyncDuration: ms(asyncMs), AlignmentDuration: ms(alignMs),
-		Bytes: max(bytes, 0), ChannelStateBytes: max(channelBytes, 0)}
+		Bytes: max(bytes, 0), ChannelStateBytes: max(channelBytes, 0),
+		Storage: coordinator.StorageRequests{Put: max(reqs.GetPut(), 0), Get: max(reqs.GetGet(), 0),
+			List: max(reqs.GetList(), 0), Delete: max(reqs.GetDelete(), 0)}}
 	if barrierMs > 0 {
 		st.BarrierReceived = time.UnixMilli(barrierMs)
 	}
@@ -254,7 +257,8 @@ func (s *clusterServer) ReportCheckpoints(_ context.Context, req *weirpb.ReportC
 		for _, a := range req.GetAcks() {
 			id := a.GetId()
 			st := ackStats(a.GetSyncDurationMs(), a.GetAsyncDurationMs(), a.GetAlignmentDurationMs(), a.GetBytes(),
-				a.GetChannelStateBytes(), a.GetBarrierReceivedUnixMs())
+				a.GetChannelStateBytes(), a.GetBarrierReceivedUnixMs(), a.GetStorageRequests())
+			s.jm.countAckStorage(id.GetJobId(), st.Storage)
 			acts = append(acts, c.Ack(tm, id.GetJobId(), int(id.GetVertexId()), int(id.GetSubtask()), id.GetAttempt(),
 				a.GetCheckpointId(), a.GetHandles(), st, now)...)
 		}

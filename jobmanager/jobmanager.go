@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/internal/storagemetrics"
 	"log/slog"
 	"net"
@@ -71,7 +72,14 @@ type JobManager struct {
 	// storageCounts counts the object-store requests of the checkpoint
 	// storages openCheckpointStorage opens (weir_storage_requests_total).
 	storageCounts blobstore.Counters
-	newRestart    func(cfg stream.RestartConfig, checkpointing bool) (scheduler.RestartStrategy, error)
+	// jobStorage counts each job's requests to its checkpoint storage:
+	// its tasks' uploads (reported with their acknowledgements) and the
+	// jobmanager's own for it (manifests, deletions, savepoint copies).
+	jobStorage struct {
+		sync.Mutex
+		m map[string]*blobstore.Counters
+	}
+	newRestart func(cfg stream.RestartConfig, checkpointing bool) (scheduler.RestartStrategy, error)
 	// storages holds the opened checkpoint storage of each job that takes
 	// checkpoints.
 	storages struct {
@@ -796,12 +804,13 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 		})
 	case scheduler.WriteManifestAction:
 		m := buildManifest(a)
-		err := jm.writeManifest(ctx, a.JobID, m, a.Retained)
+		var reqs blobstore.Counters // the write's requests, counted in the checkpoint's
+		err := jm.writeManifest(blobstore.WithCounters(jm.jobStorageCtx(ctx, a.JobID), &reqs), a.JobID, m, a.Retained)
 		if err != nil {
 			jm.log.Warn("writing a checkpoint manifest failed", "job", a.JobID, "checkpoint", a.ID, "error", err)
 		}
 		jm.step(func(c *scheduler.Scheduler, now time.Time) []scheduler.Action {
-			return c.ManifestWritten(a.JobID, completed{m: m}, err, now)
+			return c.ManifestWrittenWith(a.JobID, completed{m: m}, err, coordinatorRequests(reqs.Snapshot()), now)
 		})
 	case scheduler.ProbeAction:
 		execs.Probe(a.TaskManager, a.Instance)
@@ -815,8 +824,9 @@ func (jm *JobManager) perform(parent context.Context, execs taskExecutors, a sch
 		if st == nil {
 			return
 		}
+		ctx = jm.jobStorageCtx(ctx, a.JobID)
 		if a.All {
-			jm.sweepJob(parent, a.JobID, a.IDs, st)
+			jm.sweepJob(jm.jobStorageCtx(parent, a.JobID), a.JobID, a.IDs, st)
 			return
 		}
 		for _, id := range a.IDs {
@@ -877,10 +887,50 @@ func (jm *JobManager) forgetJob(ctx context.Context, a scheduler.ForgetJobAction
 	jm.storages.Lock()
 	delete(jm.storages.m, a.JobID)
 	jm.storages.Unlock()
+	jm.jobStorage.Lock()
+	delete(jm.jobStorage.m, a.JobID)
+	jm.jobStorage.Unlock()
 	jm.reserved.Lock()
 	delete(jm.reserved.m, a.JobID)
 	jm.reserved.Unlock()
 	jm.tidy.Lock()
 	delete(jm.tidy.m, a.JobID)
 	jm.tidy.Unlock()
+}
+
+// jobStorageCounters returns the Counters of job jobID's storage requests.
+func (jm *JobManager) jobStorageCounters(jobID string) *blobstore.Counters {
+	jm.jobStorage.Lock()
+	defer jm.jobStorage.Unlock()
+	c := jm.jobStorage.m[jobID]
+	if c == nil {
+		if jm.jobStorage.m == nil {
+			jm.jobStorage.m = make(map[string]*blobstore.Counters)
+		}
+		c = new(blobstore.Counters)
+		jm.jobStorage.m[jobID] = c
+	}
+	return c
+}
+
+// jobStorageCtx returns ctx under which storage requests count as job
+// jobID's.
+func (jm *JobManager) jobStorageCtx(ctx context.Context, jobID string) context.Context {
+	return blobstore.WithCounters(ctx, jm.jobStorageCounters(jobID))
+}
+
+// coordinatorRequests converts request counts for the coordinator.
+func coordinatorRequests(r blobstore.RequestCounts) coordinator.StorageRequests {
+	return coordinator.StorageRequests{Put: r.Put, Get: r.Get, List: r.List, Delete: r.Delete}
+}
+
+// countAckStorage counts the storage requests a task's acknowledgement
+// reports in its job's. Requests of a stale attempt's upload were made all
+// the same, so every acknowledgement counts; one of a job without checkpoint
+// storage here (unknown, or forgotten) is dropped.
+func (jm *JobManager) countAckStorage(jobID string, r coordinator.StorageRequests) {
+	if r.Total() == 0 || jm.storage(jobID) == nil {
+		return
+	}
+	jm.jobStorageCounters(jobID).Add(blobstore.RequestCounts{Put: r.Put, Get: r.Get, List: r.List, Delete: r.Delete})
 }

@@ -6,8 +6,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/coordinator"
 	"github.com/weirstream/weir/jobmanager/scheduler"
+	"github.com/weirstream/weir/jobmanager/webui/view"
 )
 
 // The jobmanager's Prometheus metrics. They are read from the core at
@@ -32,6 +34,12 @@ var (
 		"Largest start delay (trigger to the subtask's first barrier) of any subtask in the latest completed checkpoint.", []string{"job"}, nil)
 	descLastChannelState = prometheus.NewDesc("weir_checkpoint_last_channel_state_bytes",
 		"In-flight data persisted by the latest completed checkpoint (unaligned checkpoints), summed over its subtasks.", []string{"job"}, nil)
+	descLastStorageRequests = prometheus.NewDesc("weir_checkpoint_last_storage_requests",
+		"Requests to checkpoint storage made for the latest completed checkpoint (its subtasks' uploads and its manifest), by kind.", []string{"job", "kind"}, nil)
+	descJobStorageRequests = prometheus.NewDesc("weir_job_storage_requests_total",
+		"Requests to the job's checkpoint storage: its tasks' uploads and the jobmanager's manifests, deletions and savepoint copies, by kind.", []string{"job", "kind"}, nil)
+	descJobStorageCost = prometheus.NewDesc("weir_job_storage_estimated_monthly_cost",
+		"Estimated monthly cost of the job's checkpoint storage requests: the mean requests of its recent completed checkpoints, at the current interval, at the configured prices.", []string{"job", "currency"}, nil)
 	descAlignment = prometheus.NewDesc("weir_checkpoint_alignment_seconds",
 		"Barrier alignment time of the task's latest checkpoint acknowledgement.", []string{"job", "task"}, nil)
 	descRestarts = prometheus.NewDesc("weir_job_restarts_total",
@@ -172,7 +180,8 @@ func (*collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCheckpointsInProgress, descCheckpointsCompleted, descCheckpointsFailed,
 		descCheckpointsAborted, descLastDuration, descLastSize, descAlignment, descRestarts, descTaskManagersLive, descJobs,
 		descRestartingRegions, descStale, descLeader, descEpoch, descFencedWrites, descJobInfo, descInterval, descLastCompleted,
-		descLastAge, descDuration, descSize, descRestoredFrom, descRestoring, descLastStartDelay, descLastChannelState} {
+		descLastAge, descDuration, descSize, descRestoredFrom, descRestoring, descLastStartDelay, descLastChannelState,
+		descLastStorageRequests, descJobStorageRequests, descJobStorageCost} {
 		ch <- d
 	}
 }
@@ -260,8 +269,19 @@ func (c *collector) collectJobs(ch chan<- prometheus.Metric, views []scheduler.J
 			if s.Status == coordinator.Completed {
 				ch <- prometheus.MustNewConstMetric(descLastStartDelay, prometheus.GaugeValue, s.MaxStartDelay.Seconds(), v.ID)
 				ch <- prometheus.MustNewConstMetric(descLastChannelState, prometheus.GaugeValue, float64(s.ChannelStateBytes), v.ID)
+				for kind, n := range requestKinds(s.Storage) {
+					ch <- prometheus.MustNewConstMetric(descLastStorageRequests, prometheus.GaugeValue, float64(n), v.ID, kind)
+				}
 				break
 			}
+		}
+		total := c.jm.jobStorageCounters(v.ID).Snapshot()
+		for kind, n := range requestKinds(coordinatorRequests(total)) {
+			ch <- prometheus.MustNewConstMetric(descJobStorageRequests, prometheus.CounterValue, float64(n), v.ID, kind)
+		}
+		if iv, ok := intervals[v.ID]; ok {
+			cost := storageCost(view.StorageRequests{}, history[v.ID], iv, c.jm.cfg.StoragePrices)
+			ch <- prometheus.MustNewConstMetric(descJobStorageCost, prometheus.GaugeValue, cost.EstimatedMonthlyCost, v.ID, cost.Currency)
 		}
 		lastEnd, dur, size := c.observeCheckpoints(v.ID, history[v.ID])
 		ch <- dur.metric(descDuration, v.ID)
@@ -293,4 +313,10 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// requestKinds are r's counts by the kind label of the storage metrics.
+func requestKinds(r coordinator.StorageRequests) map[string]int64 {
+	return map[string]int64{blobstore.RequestPut: r.Put, blobstore.RequestGet: r.Get,
+		blobstore.RequestList: r.List, blobstore.RequestDelete: r.Delete}
 }

@@ -40,6 +40,21 @@ func seriesOf(mfs map[string]*dto.MetricFamily, name, job string) *dto.Metric {
 	return nil
 }
 
+// kindSeriesOf is seriesOf for the series whose kind label is kind.
+func kindSeriesOf(mfs map[string]*dto.MetricFamily, name, job, kind string) *dto.Metric {
+	for _, m := range mfs[name].GetMetric() {
+		var j, k bool
+		for _, l := range m.GetLabel() {
+			j = j || l.GetName() == "job" && l.GetValue() == job
+			k = k || l.GetName() == "kind" && l.GetValue() == kind
+		}
+		if j && k {
+			return m
+		}
+	}
+	return nil
+}
+
 // TestCheckpointHistogramMetrics: the duration and size histograms count
 // every completed checkpoint exactly once, across scrapes, with the sizes
 // and durations the checkpoint list reports; the last-completed timestamp,

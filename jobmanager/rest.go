@@ -217,9 +217,13 @@ func (m restModel) Checkpoints(jobID string) (view.Checkpoints, error) {
 		if i, ok := stats[c.CheckpointId]; ok {
 			s := cv.History[i]
 			rc.Manual, rc.MaxSyncMs, rc.MaxAsyncMs, rc.MaxAlignmentMs = s.Manual, s.MaxSync.Milliseconds(), s.MaxAsync.Milliseconds(), s.MaxAlignment.Milliseconds()
+			rc.StorageRequests = viewRequests(s.Storage)
 		}
 		out.Checkpoints = append(out.Checkpoints, rc)
 	}
+	total := jm.jobStorageCounters(jobID).Snapshot()
+	out.Storage = storageCost(view.StorageRequests{Put: total.Put, Get: total.Get, List: total.List, Delete: total.Delete},
+		cv.History, cv.Interval, jm.cfg.StoragePrices)
 	return out, nil
 }
 
@@ -233,14 +237,23 @@ func (m restModel) CheckpointStats(jobID string, id int64) (view.CheckpointStats
 // ExplainCheckpoint is the critical path of checkpoint id of the job's
 // recent history, and its likely cause.
 func (m restModel) ExplainCheckpoint(jobID string, id int64) (view.CheckpointExplain, error) {
-	cs, jv, err := m.checkpointStats(jobID, id)
+	cs, jv, interval, err := m.checkpointStatsAt(jobID, id)
 	if err != nil {
 		return view.CheckpointExplain{}, err
 	}
-	return explainCheckpoint(&cs, upstreamOf(jobTasks(&jv)), backpressureByTask(jv.Tasks)), nil
+	ex := explainCheckpoint(&cs, upstreamOf(jobTasks(&jv)), backpressureByTask(jv.Tasks))
+	explainStorage(&ex, &cs, interval, m.jm.cfg.StoragePrices)
+	return ex, nil
 }
 
 func (m restModel) checkpointStats(jobID string, id int64) (view.CheckpointStats, scheduler.JobView, error) {
+	cs, jv, _, err := m.checkpointStatsAt(jobID, id)
+	return cs, jv, err
+}
+
+// checkpointStatsAt is checkpointStats with the job's current checkpoint
+// interval.
+func (m restModel) checkpointStatsAt(jobID string, id int64) (view.CheckpointStats, scheduler.JobView, time.Duration, error) {
 	jm := m.jm
 	jm.mu.Lock()
 	jv, err := jm.mu.core.Job(jobID)
@@ -257,13 +270,13 @@ func (m restModel) checkpointStats(jobID string, id int64) (view.CheckpointStats
 	now := jm.now()
 	jm.mu.Unlock()
 	if err != nil {
-		return view.CheckpointStats{}, jv, err
+		return view.CheckpointStats{}, jv, 0, err
 	}
 	if !found {
-		return view.CheckpointStats{}, jv, fmt.Errorf("%w: job %s has no checkpoint %d in its recent history (the jobmanager keeps the statistics of the last %d checkpoints of a job); list them with GET /v1/jobs/{id}/checkpoints",
+		return view.CheckpointStats{}, jv, 0, fmt.Errorf("%w: job %s has no checkpoint %d in its recent history (the jobmanager keeps the statistics of the last %d checkpoints of a job); list them with GET /v1/jobs/{id}/checkpoints",
 			ErrCheckpointNotFound, jobID, id, coordinator.HistorySize)
 	}
-	return checkpointStats(&st, subs, jobTasks(&jv), cv.TaskNames, now), jv, nil
+	return checkpointStats(&st, subs, jobTasks(&jv), cv.TaskNames, now), jv, cv.Interval, nil
 }
 
 // Exceptions is the job's exception history, newest first.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/blobstore/storeuri"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/jobmanager/scheduler"
@@ -98,6 +99,7 @@ func (jm *JobManager) savepoint(ctx context.Context, dir string, req *restSavepo
 	if id, err = jm.awaitSavepointCheckpoint(ctx, jobID, id, stop); err != nil {
 		return nil, err
 	}
+	ctx = jm.jobStorageCtx(ctx, jobID)
 	st, ok := jm.storage(jobID).(rawStore)
 	if !ok {
 		return nil, fmt.Errorf("%w: job %s: its checkpoint storage cannot be copied from", ErrStorage, jobID)
@@ -112,6 +114,7 @@ func (jm *JobManager) savepoint(ctx context.Context, dir string, req *restSavepo
 	if err != nil {
 		return nil, fmt.Errorf("%w: savepoint of job %s: opening %s: %v", ErrStorage, jobID, loc, err)
 	}
+	dst = blobstore.Counting(dst, &jm.storageCounts)
 	start := time.Now()
 	_, size, err := checkpoint.WriteSavepoint(ctx, src, m, dst, func(done, total int64) {
 		jm.updateSavepointRequest(req, func(r *restSavepointRequest) {

@@ -302,7 +302,8 @@ func (b *ackBatcher) sendSingly(ctx context.Context, s reportSender, req *weirpb
 		err := s.AcknowledgeCheckpoint(ctx, &weirpb.AcknowledgeCheckpointRequest{TaskmanagerId: b.tmID, Id: a.GetId(),
 			CheckpointId: a.GetCheckpointId(), Handles: a.GetHandles(), SyncDurationMs: a.GetSyncDurationMs(),
 			AsyncDurationMs: a.GetAsyncDurationMs(), AlignmentDurationMs: a.GetAlignmentDurationMs(), Bytes: a.GetBytes(),
-			BarrierReceivedUnixMs: a.GetBarrierReceivedUnixMs(), ChannelStateBytes: a.GetChannelStateBytes()})
+			BarrierReceivedUnixMs: a.GetBarrierReceivedUnixMs(), ChannelStateBytes: a.GetChannelStateBytes(),
+			StorageRequests: a.GetStorageRequests()})
 		if err != nil {
 			b.log.Warn("checkpoint acknowledgement failed", "checkpoint", a.GetCheckpointId(), "err", err)
 		}

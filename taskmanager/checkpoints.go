@@ -197,7 +197,8 @@ func (h *taskHooks) SnapshotTaken(id, timestamp int64, snaps map[string]*stream.
 	go func() {
 		defer h.wg.Done()
 		start := time.Now()
-		handles, bytes, stateBytes, err := h.upload(id, snaps)
+		var reqs blobstore.Counters // this upload's storage requests
+		handles, bytes, stateBytes, err := h.upload(blobstore.WithCounters(h.ctx, &reqs), id, snaps)
 		if err != nil {
 			if h.ctx.Err() == nil {
 				h.tm.log.Warn("checkpoint upload failed; declining", "task", h.name, "checkpoint", id, "err", err)
@@ -211,15 +212,15 @@ func (h *taskHooks) SnapshotTaken(id, timestamp int64, snaps map[string]*stream.
 		h.tm.acks.ack(h.ctx, h.name, &weirpb.CheckpointAck{Id: h.id, CheckpointId: id, Handles: handles,
 			SyncDurationMs: stats.Sync.Milliseconds(), AsyncDurationMs: async.Milliseconds(),
 			AlignmentDurationMs: stats.Alignment.Milliseconds(), Bytes: bytes, BarrierReceivedUnixMs: barrier,
-			ChannelStateBytes: stats.ChannelStateBytes})
+			ChannelStateBytes: stats.ChannelStateBytes, StorageRequests: storageRequests(reqs.Snapshot())})
 	}()
 }
 
 // upload writes the snapshots of checkpoint id and returns their handles,
 // the bytes written, and the state size of each operator (by uid: its
 // encoded state plus all its snapshot files, reused ones included).
-func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) ([]*weirpb.StateHandle, int64, map[string]int64, error) {
-	st, err := h.tm.storages.open(h.ctx, h.storage)
+func (h *taskHooks) upload(ctx context.Context, id int64, snaps map[string]*stream.OperatorSnapshot) ([]*weirpb.StateHandle, int64, map[string]int64, error) {
+	st, err := h.tm.storages.open(ctx, h.storage)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -256,14 +257,14 @@ func (h *taskHooks) upload(id int64, snaps map[string]*stream.OperatorSnapshot) 
 			if part.union {
 				upload = st.UploadUnionSnapshot
 			}
-			hd, err := upload(h.ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.spec.Parallelism, h.id.GetAttempt(), kg, data)
+			hd, err := upload(ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.spec.Parallelism, h.id.GetAttempt(), kg, data)
 			if err != nil {
 				return nil, 0, nil, fmt.Errorf("operator %q: %w", uid, err)
 			}
 			total += int64(len(data))
 			stateBytes[uid] += int64(len(data))
 			if !part.union && len(snap.Files) > 0 {
-				files, n, err := st.UploadFiles(h.ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.id.GetAttempt(), snap.Files)
+				files, n, err := st.UploadFiles(ctx, h.id.GetJobId(), id, uid, h.spec.Subtask, h.id.GetAttempt(), snap.Files)
 				if err != nil {
 					return nil, 0, nil, fmt.Errorf("operator %q: %w", uid, err)
 				}
@@ -321,4 +322,9 @@ func (tm *TaskManager) task(id *weirpb.ExecutionID) (*runningTask, bool) {
 		return nil, false
 	}
 	return rt, true
+}
+
+// storageRequests is counts as sent in an acknowledgement.
+func storageRequests(c blobstore.RequestCounts) *weirpb.StorageRequests {
+	return &weirpb.StorageRequests{Put: c.Put, Get: c.Get, List: c.List, Delete: c.Delete}
 }

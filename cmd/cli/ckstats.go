@@ -89,19 +89,23 @@ func printCheckpointStats(w io.Writer, st *view.CheckpointStats) error {
 	if st.Failure != "" {
 		fmt.Fprintf(w, "failure: %s\n", st.Failure)
 	}
+	if r := st.StorageRequests; r != (view.StorageRequests{}) {
+		fmt.Fprintf(w, "storage requests: %d put, %d get, %d list, %d delete\n", r.Put, r.Get, r.List, r.Delete)
+	}
 	for _, t := range st.Tasks {
 		fmt.Fprintf(w, "\n%s (task %d, %d of %d acknowledged)\n", t.Name, t.TaskID, t.Acknowledged, t.Parallelism)
 		var rows [][]string
 		for _, s := range t.Subtasks {
 			if !s.Acknowledged {
-				rows = append(rows, []string{strconv.Itoa(s.Subtask), "-", "-", "-", "-", "-", "-", "-", "not acknowledged"})
+				rows = append(rows, []string{strconv.Itoa(s.Subtask), "-", "-", "-", "-", "-", "-", "-", "-", "not acknowledged"})
 				continue
 			}
+			r := s.StorageRequests
 			rows = append(rows, []string{strconv.Itoa(s.Subtask), fmt.Sprintf("%dms", s.EndToEndMs), fmt.Sprintf("%dms", s.StartDelayMs),
 				fmt.Sprintf("%dms", s.AlignmentMs), fmt.Sprintf("%dms", s.SyncMs), fmt.Sprintf("%dms", s.AsyncMs),
-				checkpoint.FormatBytes(s.StateBytes), checkpoint.FormatBytes(s.ChannelStateBytes), ""})
+				checkpoint.FormatBytes(s.StateBytes), checkpoint.FormatBytes(s.ChannelStateBytes), strconv.FormatInt(r.Put+r.Get+r.List+r.Delete, 10), ""})
 		}
-		if err := table(w, "SUBTASK\tEND TO END\tSTART DELAY\tALIGNMENT\tSYNC\tASYNC\tSTATE\tIN FLIGHT\t", rows); err != nil {
+		if err := table(w, "SUBTASK\tEND TO END\tSTART DELAY\tALIGNMENT\tSYNC\tASYNC\tSTATE\tIN FLIGHT\tREQUESTS\t", rows); err != nil {
 			return err
 		}
 	}

@@ -61,6 +61,11 @@ func jobManagerSettings(cfg *jobmanager.Config, restart *map[string]string) []se
 		{"ha.etcdKey", "ha-etcd-key", "the private key of --ha-etcd-cert (PEM)", &cfg.HA.EtcdTLS.KeyFile},
 		{"ha.etcdUser", "ha-etcd-user", "etcd user to log in as (the password from WEIR_HA_ETCD_PASSWORD)", &cfg.HA.EtcdUser},
 		{"ha.leaseTTL", "ha-lease-ttl", "leader lease TTL: bounds how long a dead leader blocks a takeover (--ha etcd)", &cfg.HA.LeaseTTL},
+		{"storagePrices.currency", "storage-price-currency", "currency of the storage request prices", &cfg.StoragePrices.Currency},
+		{"storagePrices.put", "storage-price-put", "price of 1,000 PUT (and COPY, POST) requests to checkpoint storage, for the estimated monthly request cost", &cfg.StoragePrices.Put},
+		{"storagePrices.get", "storage-price-get", "price of 1,000 GET requests to checkpoint storage", &cfg.StoragePrices.Get},
+		{"storagePrices.list", "storage-price-list", "price of 1,000 LIST requests to checkpoint storage", &cfg.StoragePrices.List},
+		{"storagePrices.delete", "storage-price-delete", "price of 1,000 DELETE requests to checkpoint storage", &cfg.StoragePrices.Delete},
 		{"ha.advertisedAddress", "ha-advertised-address", "RPC address published to taskmanagers and clients while leading (default: the bound --rpc-address)", &cfg.HA.AdvertisedAddress},
 	}
 }

@@ -30,7 +30,7 @@ type setting struct {
 	// flag is the command-line flag's name.
 	flag  string
 	usage string
-	// ptr is the config field: *string, *int, *int64, *time.Duration,
+	// ptr is the config field: *string, *int, *int64, *float64, *time.Duration,
 	// *[]string or *map[string]string.
 	ptr any
 }
@@ -48,6 +48,8 @@ func bindSettings(fs *pflag.FlagSet, table []setting) {
 			fs.Int64Var(p, s.flag, *p, s.usage)
 		case *time.Duration:
 			fs.DurationVar(p, s.flag, *p, s.usage)
+		case *float64:
+			fs.Float64Var(p, s.flag, *p, s.usage)
 		case *[]string:
 			fs.StringSliceVar(p, s.flag, *p, s.usage)
 		case *map[string]string:

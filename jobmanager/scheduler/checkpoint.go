@@ -298,6 +298,12 @@ func (c *Scheduler) TriggerFailed(a TriggerAction, err error, now time.Time) []A
 // manifest and pointer are written, so it is the newest to restore), on
 // failure it is aborted and deleted.
 func (c *Scheduler) ManifestWritten(jobID string, cp Checkpoint, err error, now time.Time) []Action {
+	return c.ManifestWrittenWith(jobID, cp, err, coordinator.StorageRequests{}, now)
+}
+
+// ManifestWrittenWith is ManifestWritten that also counts the storage
+// requests the write made in the checkpoint's statistics.
+func (c *Scheduler) ManifestWrittenWith(jobID string, cp Checkpoint, err error, storage coordinator.StorageRequests, now time.Time) []Action {
 	j := c.jobs[jobID]
 	if j == nil || j.coord == nil {
 		return nil
@@ -306,7 +312,7 @@ func (c *Scheduler) ManifestWritten(jobID string, cp Checkpoint, err error, now 
 	if w, ok := j.coord.Writing(); !ok || w != id {
 		return nil
 	}
-	j.coord.ManifestWritten(now, id, err)
+	j.coord.ManifestWrittenWith(now, id, err, storage)
 	stop := false
 	if latest, ok := j.coord.LatestID(); ok && latest == id {
 		j.latest = cp

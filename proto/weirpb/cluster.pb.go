@@ -2109,8 +2109,11 @@ type AcknowledgeCheckpointRequest struct {
 	// channel_state_bytes is the size of the in-flight data persisted with
 	// the snapshot (unaligned checkpoints); 0 for aligned ones.
 	ChannelStateBytes int64 `protobuf:"varint,10,opt,name=channel_state_bytes,json=channelStateBytes,proto3" json:"channel_state_bytes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// storage_requests are the requests the task's upload of this snapshot
+	// made to checkpoint storage.
+	StorageRequests *StorageRequests `protobuf:"bytes,11,opt,name=storage_requests,json=storageRequests,proto3" json:"storage_requests,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AcknowledgeCheckpointRequest) Reset() {
@@ -2213,6 +2216,83 @@ func (x *AcknowledgeCheckpointRequest) GetChannelStateBytes() int64 {
 	return 0
 }
 
+func (x *AcknowledgeCheckpointRequest) GetStorageRequests() *StorageRequests {
+	if x != nil {
+		return x.StorageRequests
+	}
+	return nil
+}
+
+// StorageRequests counts requests to checkpoint storage by the kind an
+// object store bills for.
+type StorageRequests struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Put           int64                  `protobuf:"varint,1,opt,name=put,proto3" json:"put,omitempty"`
+	Get           int64                  `protobuf:"varint,2,opt,name=get,proto3" json:"get,omitempty"`
+	List          int64                  `protobuf:"varint,3,opt,name=list,proto3" json:"list,omitempty"`
+	Delete        int64                  `protobuf:"varint,4,opt,name=delete,proto3" json:"delete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StorageRequests) Reset() {
+	*x = StorageRequests{}
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageRequests) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageRequests) ProtoMessage() {}
+
+func (x *StorageRequests) ProtoReflect() protoreflect.Message {
+	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageRequests.ProtoReflect.Descriptor instead.
+func (*StorageRequests) Descriptor() ([]byte, []int) {
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *StorageRequests) GetPut() int64 {
+	if x != nil {
+		return x.Put
+	}
+	return 0
+}
+
+func (x *StorageRequests) GetGet() int64 {
+	if x != nil {
+		return x.Get
+	}
+	return 0
+}
+
+func (x *StorageRequests) GetList() int64 {
+	if x != nil {
+		return x.List
+	}
+	return 0
+}
+
+func (x *StorageRequests) GetDelete() int64 {
+	if x != nil {
+		return x.Delete
+	}
+	return 0
+}
+
 type AcknowledgeCheckpointResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2221,7 +2301,7 @@ type AcknowledgeCheckpointResponse struct {
 
 func (x *AcknowledgeCheckpointResponse) Reset() {
 	*x = AcknowledgeCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2313,7 @@ func (x *AcknowledgeCheckpointResponse) String() string {
 func (*AcknowledgeCheckpointResponse) ProtoMessage() {}
 
 func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[27]
+	mi := &file_weirpb_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2326,7 @@ func (x *AcknowledgeCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{27}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 type DeclineCheckpointRequest struct {
@@ -2261,7 +2341,7 @@ type DeclineCheckpointRequest struct {
 
 func (x *DeclineCheckpointRequest) Reset() {
 	*x = DeclineCheckpointRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	mi := &file_weirpb_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2353,7 @@ func (x *DeclineCheckpointRequest) String() string {
 func (*DeclineCheckpointRequest) ProtoMessage() {}
 
 func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[28]
+	mi := &file_weirpb_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2366,7 @@ func (x *DeclineCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclineCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeclineCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{28}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeclineCheckpointRequest) GetTaskmanagerId() string {
@@ -2325,7 +2405,7 @@ type DeclineCheckpointResponse struct {
 
 func (x *DeclineCheckpointResponse) Reset() {
 	*x = DeclineCheckpointResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[29]
+	mi := &file_weirpb_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2417,7 @@ func (x *DeclineCheckpointResponse) String() string {
 func (*DeclineCheckpointResponse) ProtoMessage() {}
 
 func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[29]
+	mi := &file_weirpb_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2430,7 @@ func (x *DeclineCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclineCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeclineCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{29}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 // CheckpointAck is one task's acknowledgement in a ReportCheckpointsRequest;
@@ -2366,13 +2446,14 @@ type CheckpointAck struct {
 	Bytes                 int64                  `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	BarrierReceivedUnixMs int64                  `protobuf:"varint,8,opt,name=barrier_received_unix_ms,json=barrierReceivedUnixMs,proto3" json:"barrier_received_unix_ms,omitempty"`
 	ChannelStateBytes     int64                  `protobuf:"varint,9,opt,name=channel_state_bytes,json=channelStateBytes,proto3" json:"channel_state_bytes,omitempty"`
+	StorageRequests       *StorageRequests       `protobuf:"bytes,10,opt,name=storage_requests,json=storageRequests,proto3" json:"storage_requests,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CheckpointAck) Reset() {
 	*x = CheckpointAck{}
-	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	mi := &file_weirpb_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2465,7 @@ func (x *CheckpointAck) String() string {
 func (*CheckpointAck) ProtoMessage() {}
 
 func (x *CheckpointAck) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[30]
+	mi := &file_weirpb_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2478,7 @@ func (x *CheckpointAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointAck.ProtoReflect.Descriptor instead.
 func (*CheckpointAck) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{30}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CheckpointAck) GetId() *ExecutionID {
@@ -2463,6 +2544,13 @@ func (x *CheckpointAck) GetChannelStateBytes() int64 {
 	return 0
 }
 
+func (x *CheckpointAck) GetStorageRequests() *StorageRequests {
+	if x != nil {
+		return x.StorageRequests
+	}
+	return nil
+}
+
 // CheckpointDecline is one task's decline in a ReportCheckpointsRequest;
 // its fields are those of DeclineCheckpointRequest.
 type CheckpointDecline struct {
@@ -2476,7 +2564,7 @@ type CheckpointDecline struct {
 
 func (x *CheckpointDecline) Reset() {
 	*x = CheckpointDecline{}
-	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	mi := &file_weirpb_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2576,7 @@ func (x *CheckpointDecline) String() string {
 func (*CheckpointDecline) ProtoMessage() {}
 
 func (x *CheckpointDecline) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[31]
+	mi := &file_weirpb_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2589,7 @@ func (x *CheckpointDecline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointDecline.ProtoReflect.Descriptor instead.
 func (*CheckpointDecline) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{31}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CheckpointDecline) GetId() *ExecutionID {
@@ -2539,7 +2627,7 @@ type ReportCheckpointsRequest struct {
 
 func (x *ReportCheckpointsRequest) Reset() {
 	*x = ReportCheckpointsRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[32]
+	mi := &file_weirpb_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2639,7 @@ func (x *ReportCheckpointsRequest) String() string {
 func (*ReportCheckpointsRequest) ProtoMessage() {}
 
 func (x *ReportCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[32]
+	mi := &file_weirpb_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2652,7 @@ func (x *ReportCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ReportCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{32}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportCheckpointsRequest) GetTaskmanagerId() string {
@@ -2596,7 +2684,7 @@ type ReportCheckpointsResponse struct {
 
 func (x *ReportCheckpointsResponse) Reset() {
 	*x = ReportCheckpointsResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[33]
+	mi := &file_weirpb_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2696,7 @@ func (x *ReportCheckpointsResponse) String() string {
 func (*ReportCheckpointsResponse) ProtoMessage() {}
 
 func (x *ReportCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[33]
+	mi := &file_weirpb_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2709,7 @@ func (x *ReportCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ReportCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{33}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 type SubmitTaskRequest struct {
@@ -2639,7 +2727,7 @@ type SubmitTaskRequest struct {
 
 func (x *SubmitTaskRequest) Reset() {
 	*x = SubmitTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[34]
+	mi := &file_weirpb_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2739,7 @@ func (x *SubmitTaskRequest) String() string {
 func (*SubmitTaskRequest) ProtoMessage() {}
 
 func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[34]
+	mi := &file_weirpb_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2752,7 @@ func (x *SubmitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskRequest.ProtoReflect.Descriptor instead.
 func (*SubmitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{34}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SubmitTaskRequest) GetTask() *TaskDeployment {
@@ -2696,7 +2784,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[35]
+	mi := &file_weirpb_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2796,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[35]
+	mi := &file_weirpb_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2809,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{35}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 type CancelTaskRequest struct {
@@ -2735,7 +2823,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[36]
+	mi := &file_weirpb_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2835,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[36]
+	mi := &file_weirpb_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2848,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{36}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CancelTaskRequest) GetId() *ExecutionID {
@@ -2785,7 +2873,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[37]
+	mi := &file_weirpb_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +2885,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[37]
+	mi := &file_weirpb_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +2898,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{37}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 type SourceInputEndedRequest struct {
@@ -2823,7 +2911,7 @@ type SourceInputEndedRequest struct {
 
 func (x *SourceInputEndedRequest) Reset() {
 	*x = SourceInputEndedRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[38]
+	mi := &file_weirpb_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2923,7 @@ func (x *SourceInputEndedRequest) String() string {
 func (*SourceInputEndedRequest) ProtoMessage() {}
 
 func (x *SourceInputEndedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[38]
+	mi := &file_weirpb_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2936,7 @@ func (x *SourceInputEndedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInputEndedRequest.ProtoReflect.Descriptor instead.
 func (*SourceInputEndedRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{38}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SourceInputEndedRequest) GetTaskmanagerId() string {
@@ -2873,7 +2961,7 @@ type SourceInputEndedResponse struct {
 
 func (x *SourceInputEndedResponse) Reset() {
 	*x = SourceInputEndedResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[39]
+	mi := &file_weirpb_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +2973,7 @@ func (x *SourceInputEndedResponse) String() string {
 func (*SourceInputEndedResponse) ProtoMessage() {}
 
 func (x *SourceInputEndedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[39]
+	mi := &file_weirpb_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +2986,7 @@ func (x *SourceInputEndedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInputEndedResponse.ProtoReflect.Descriptor instead.
 func (*SourceInputEndedResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{39}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 type PingRequest struct {
@@ -2909,7 +2997,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_weirpb_cluster_proto_msgTypes[40]
+	mi := &file_weirpb_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3009,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[40]
+	mi := &file_weirpb_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3022,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{40}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 type PingResponse struct {
@@ -2947,7 +3035,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_weirpb_cluster_proto_msgTypes[41]
+	mi := &file_weirpb_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3047,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_weirpb_cluster_proto_msgTypes[41]
+	mi := &file_weirpb_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3060,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_weirpb_cluster_proto_rawDescGZIP(), []int{41}
+	return file_weirpb_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PingResponse) GetTaskmanagerId() string {
@@ -3155,7 +3243,7 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x1a\n" +
 	"\bcomplete\x18\x03 \x01(\bR\bcomplete\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\x1a\n" +
-	"\x18NotifyCheckpointResponse\"\xc9\x03\n" +
+	"\x18NotifyCheckpointResponse\"\x8e\x04\n" +
 	"\x1cAcknowledgeCheckpointRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
 	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
@@ -3167,14 +3255,20 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x05bytes\x18\b \x01(\x03R\x05bytes\x127\n" +
 	"\x18barrier_received_unix_ms\x18\t \x01(\x03R\x15barrierReceivedUnixMs\x12.\n" +
 	"\x13channel_state_bytes\x18\n" +
-	" \x01(\x03R\x11channelStateBytes\"\x1f\n" +
+	" \x01(\x03R\x11channelStateBytes\x12C\n" +
+	"\x10storage_requests\x18\v \x01(\v2\x18.weir.v1.StorageRequestsR\x0fstorageRequests\"a\n" +
+	"\x0fStorageRequests\x12\x10\n" +
+	"\x03put\x18\x01 \x01(\x03R\x03put\x12\x10\n" +
+	"\x03get\x18\x02 \x01(\x03R\x03get\x12\x12\n" +
+	"\x04list\x18\x03 \x01(\x03R\x04list\x12\x16\n" +
+	"\x06delete\x18\x04 \x01(\x03R\x06delete\"\x1f\n" +
 	"\x1dAcknowledgeCheckpointResponse\"\xa4\x01\n" +
 	"\x18DeclineCheckpointRequest\x12%\n" +
 	"\x0etaskmanager_id\x18\x01 \x01(\tR\rtaskmanagerId\x12$\n" +
 	"\x02id\x18\x02 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\x03R\fcheckpointId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x1b\n" +
-	"\x19DeclineCheckpointResponse\"\x93\x03\n" +
+	"\x19DeclineCheckpointResponse\"\xd8\x03\n" +
 	"\rCheckpointAck\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12.\n" +
@@ -3184,7 +3278,9 @@ const file_weirpb_cluster_proto_rawDesc = "" +
 	"\x15alignment_duration_ms\x18\x06 \x01(\x03R\x13alignmentDurationMs\x12\x14\n" +
 	"\x05bytes\x18\a \x01(\x03R\x05bytes\x127\n" +
 	"\x18barrier_received_unix_ms\x18\b \x01(\x03R\x15barrierReceivedUnixMs\x12.\n" +
-	"\x13channel_state_bytes\x18\t \x01(\x03R\x11channelStateBytes\"v\n" +
+	"\x13channel_state_bytes\x18\t \x01(\x03R\x11channelStateBytes\x12C\n" +
+	"\x10storage_requests\x18\n" +
+	" \x01(\v2\x18.weir.v1.StorageRequestsR\x0fstorageRequests\"v\n" +
 	"\x11CheckpointDecline\x12$\n" +
 	"\x02id\x18\x01 \x01(\v2\x14.weir.v1.ExecutionIDR\x02id\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12\x16\n" +
@@ -3255,7 +3351,7 @@ func file_weirpb_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_weirpb_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_weirpb_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_weirpb_cluster_proto_goTypes = []any{
 	(TaskState)(0),                        // 0: weir.v1.TaskState
 	(*ExecutionID)(nil),                   // 1: weir.v1.ExecutionID
@@ -3285,25 +3381,26 @@ var file_weirpb_cluster_proto_goTypes = []any{
 	(*NotifyCheckpointRequest)(nil),       // 25: weir.v1.NotifyCheckpointRequest
 	(*NotifyCheckpointResponse)(nil),      // 26: weir.v1.NotifyCheckpointResponse
 	(*AcknowledgeCheckpointRequest)(nil),  // 27: weir.v1.AcknowledgeCheckpointRequest
-	(*AcknowledgeCheckpointResponse)(nil), // 28: weir.v1.AcknowledgeCheckpointResponse
-	(*DeclineCheckpointRequest)(nil),      // 29: weir.v1.DeclineCheckpointRequest
-	(*DeclineCheckpointResponse)(nil),     // 30: weir.v1.DeclineCheckpointResponse
-	(*CheckpointAck)(nil),                 // 31: weir.v1.CheckpointAck
-	(*CheckpointDecline)(nil),             // 32: weir.v1.CheckpointDecline
-	(*ReportCheckpointsRequest)(nil),      // 33: weir.v1.ReportCheckpointsRequest
-	(*ReportCheckpointsResponse)(nil),     // 34: weir.v1.ReportCheckpointsResponse
-	(*SubmitTaskRequest)(nil),             // 35: weir.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),            // 36: weir.v1.SubmitTaskResponse
-	(*CancelTaskRequest)(nil),             // 37: weir.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),            // 38: weir.v1.CancelTaskResponse
-	(*SourceInputEndedRequest)(nil),       // 39: weir.v1.SourceInputEndedRequest
-	(*SourceInputEndedResponse)(nil),      // 40: weir.v1.SourceInputEndedResponse
-	(*PingRequest)(nil),                   // 41: weir.v1.PingRequest
-	(*PingResponse)(nil),                  // 42: weir.v1.PingResponse
-	(*Vertex)(nil),                        // 43: weir.v1.Vertex
-	(*Schema)(nil),                        // 44: weir.v1.Schema
-	(Partitioning)(0),                     // 45: weir.v1.Partitioning
-	(CheckpointMode)(0),                   // 46: weir.v1.CheckpointMode
+	(*StorageRequests)(nil),               // 28: weir.v1.StorageRequests
+	(*AcknowledgeCheckpointResponse)(nil), // 29: weir.v1.AcknowledgeCheckpointResponse
+	(*DeclineCheckpointRequest)(nil),      // 30: weir.v1.DeclineCheckpointRequest
+	(*DeclineCheckpointResponse)(nil),     // 31: weir.v1.DeclineCheckpointResponse
+	(*CheckpointAck)(nil),                 // 32: weir.v1.CheckpointAck
+	(*CheckpointDecline)(nil),             // 33: weir.v1.CheckpointDecline
+	(*ReportCheckpointsRequest)(nil),      // 34: weir.v1.ReportCheckpointsRequest
+	(*ReportCheckpointsResponse)(nil),     // 35: weir.v1.ReportCheckpointsResponse
+	(*SubmitTaskRequest)(nil),             // 36: weir.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),            // 37: weir.v1.SubmitTaskResponse
+	(*CancelTaskRequest)(nil),             // 38: weir.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),            // 39: weir.v1.CancelTaskResponse
+	(*SourceInputEndedRequest)(nil),       // 40: weir.v1.SourceInputEndedRequest
+	(*SourceInputEndedResponse)(nil),      // 41: weir.v1.SourceInputEndedResponse
+	(*PingRequest)(nil),                   // 42: weir.v1.PingRequest
+	(*PingResponse)(nil),                  // 43: weir.v1.PingResponse
+	(*Vertex)(nil),                        // 44: weir.v1.Vertex
+	(*Schema)(nil),                        // 45: weir.v1.Schema
+	(Partitioning)(0),                     // 46: weir.v1.Partitioning
+	(CheckpointMode)(0),                   // 47: weir.v1.CheckpointMode
 }
 var file_weirpb_cluster_proto_depIdxs = []int32{
 	1,  // 0: weir.v1.TaskStatus.id:type_name -> weir.v1.ExecutionID
@@ -3311,18 +3408,18 @@ var file_weirpb_cluster_proto_depIdxs = []int32{
 	4,  // 2: weir.v1.HeartbeatRequest.tasks:type_name -> weir.v1.TaskStatus
 	6,  // 3: weir.v1.HeartbeatRequest.memory:type_name -> weir.v1.MemoryUsage
 	4,  // 4: weir.v1.UpdateTaskStateRequest.status:type_name -> weir.v1.TaskStatus
-	43, // 5: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
-	44, // 6: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
+	44, // 5: weir.v1.ChainedOperator.vertex:type_name -> weir.v1.Vertex
+	45, // 6: weir.v1.ChainedOperator.input_schemas:type_name -> weir.v1.Schema
 	11, // 7: weir.v1.ChainedOperator.input_keys:type_name -> weir.v1.KeyFields
-	45, // 8: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
-	45, // 9: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
+	46, // 8: weir.v1.InputGate.partitioning:type_name -> weir.v1.Partitioning
+	46, // 9: weir.v1.OutputSpec.partitioning:type_name -> weir.v1.Partitioning
 	1,  // 10: weir.v1.TaskDeployment.id:type_name -> weir.v1.ExecutionID
 	10, // 11: weir.v1.TaskDeployment.chain:type_name -> weir.v1.ChainedOperator
 	12, // 12: weir.v1.TaskDeployment.inputs:type_name -> weir.v1.InputGate
 	13, // 13: weir.v1.TaskDeployment.outputs:type_name -> weir.v1.OutputSpec
 	15, // 14: weir.v1.TaskDeployment.checkpointing:type_name -> weir.v1.TaskCheckpointing
 	16, // 15: weir.v1.TaskDeployment.restore:type_name -> weir.v1.StateHandle
-	46, // 16: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
+	47, // 16: weir.v1.TaskCheckpointing.mode:type_name -> weir.v1.CheckpointMode
 	17, // 17: weir.v1.StateHandle.files:type_name -> weir.v1.StateFile
 	1,  // 18: weir.v1.TriggerCheckpointRequest.id:type_name -> weir.v1.ExecutionID
 	1,  // 19: weir.v1.TriggerCheckpointsRequest.ids:type_name -> weir.v1.ExecutionID
@@ -3333,48 +3430,50 @@ var file_weirpb_cluster_proto_depIdxs = []int32{
 	1,  // 24: weir.v1.NotifyCheckpointRequest.id:type_name -> weir.v1.ExecutionID
 	1,  // 25: weir.v1.AcknowledgeCheckpointRequest.id:type_name -> weir.v1.ExecutionID
 	16, // 26: weir.v1.AcknowledgeCheckpointRequest.handles:type_name -> weir.v1.StateHandle
-	1,  // 27: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 28: weir.v1.CheckpointAck.id:type_name -> weir.v1.ExecutionID
-	16, // 29: weir.v1.CheckpointAck.handles:type_name -> weir.v1.StateHandle
-	1,  // 30: weir.v1.CheckpointDecline.id:type_name -> weir.v1.ExecutionID
-	31, // 31: weir.v1.ReportCheckpointsRequest.acks:type_name -> weir.v1.CheckpointAck
-	32, // 32: weir.v1.ReportCheckpointsRequest.declines:type_name -> weir.v1.CheckpointDecline
-	14, // 33: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
-	1,  // 34: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
-	1,  // 35: weir.v1.SourceInputEndedRequest.id:type_name -> weir.v1.ExecutionID
-	2,  // 36: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
-	5,  // 37: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
-	8,  // 38: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
-	27, // 39: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
-	29, // 40: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
-	33, // 41: weir.v1.ClusterService.ReportCheckpoints:input_type -> weir.v1.ReportCheckpointsRequest
-	39, // 42: weir.v1.ClusterService.SourceInputEnded:input_type -> weir.v1.SourceInputEndedRequest
-	35, // 43: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
-	37, // 44: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
-	18, // 45: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
-	25, // 46: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
-	20, // 47: weir.v1.TaskExecutorService.TriggerCheckpoints:input_type -> weir.v1.TriggerCheckpointsRequest
-	23, // 48: weir.v1.TaskExecutorService.NotifyCheckpoints:input_type -> weir.v1.NotifyCheckpointsRequest
-	41, // 49: weir.v1.TaskExecutorService.Ping:input_type -> weir.v1.PingRequest
-	3,  // 50: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
-	7,  // 51: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
-	9,  // 52: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
-	28, // 53: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
-	30, // 54: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
-	34, // 55: weir.v1.ClusterService.ReportCheckpoints:output_type -> weir.v1.ReportCheckpointsResponse
-	40, // 56: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
-	36, // 57: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
-	38, // 58: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
-	19, // 59: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
-	26, // 60: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
-	22, // 61: weir.v1.TaskExecutorService.TriggerCheckpoints:output_type -> weir.v1.TriggerCheckpointsResponse
-	24, // 62: weir.v1.TaskExecutorService.NotifyCheckpoints:output_type -> weir.v1.NotifyCheckpointsResponse
-	42, // 63: weir.v1.TaskExecutorService.Ping:output_type -> weir.v1.PingResponse
-	50, // [50:64] is the sub-list for method output_type
-	36, // [36:50] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	28, // 27: weir.v1.AcknowledgeCheckpointRequest.storage_requests:type_name -> weir.v1.StorageRequests
+	1,  // 28: weir.v1.DeclineCheckpointRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 29: weir.v1.CheckpointAck.id:type_name -> weir.v1.ExecutionID
+	16, // 30: weir.v1.CheckpointAck.handles:type_name -> weir.v1.StateHandle
+	28, // 31: weir.v1.CheckpointAck.storage_requests:type_name -> weir.v1.StorageRequests
+	1,  // 32: weir.v1.CheckpointDecline.id:type_name -> weir.v1.ExecutionID
+	32, // 33: weir.v1.ReportCheckpointsRequest.acks:type_name -> weir.v1.CheckpointAck
+	33, // 34: weir.v1.ReportCheckpointsRequest.declines:type_name -> weir.v1.CheckpointDecline
+	14, // 35: weir.v1.SubmitTaskRequest.task:type_name -> weir.v1.TaskDeployment
+	1,  // 36: weir.v1.CancelTaskRequest.id:type_name -> weir.v1.ExecutionID
+	1,  // 37: weir.v1.SourceInputEndedRequest.id:type_name -> weir.v1.ExecutionID
+	2,  // 38: weir.v1.ClusterService.RegisterTaskManager:input_type -> weir.v1.RegisterTaskManagerRequest
+	5,  // 39: weir.v1.ClusterService.Heartbeat:input_type -> weir.v1.HeartbeatRequest
+	8,  // 40: weir.v1.ClusterService.UpdateTaskState:input_type -> weir.v1.UpdateTaskStateRequest
+	27, // 41: weir.v1.ClusterService.AcknowledgeCheckpoint:input_type -> weir.v1.AcknowledgeCheckpointRequest
+	30, // 42: weir.v1.ClusterService.DeclineCheckpoint:input_type -> weir.v1.DeclineCheckpointRequest
+	34, // 43: weir.v1.ClusterService.ReportCheckpoints:input_type -> weir.v1.ReportCheckpointsRequest
+	40, // 44: weir.v1.ClusterService.SourceInputEnded:input_type -> weir.v1.SourceInputEndedRequest
+	36, // 45: weir.v1.TaskExecutorService.SubmitTask:input_type -> weir.v1.SubmitTaskRequest
+	38, // 46: weir.v1.TaskExecutorService.CancelTask:input_type -> weir.v1.CancelTaskRequest
+	18, // 47: weir.v1.TaskExecutorService.TriggerCheckpoint:input_type -> weir.v1.TriggerCheckpointRequest
+	25, // 48: weir.v1.TaskExecutorService.NotifyCheckpoint:input_type -> weir.v1.NotifyCheckpointRequest
+	20, // 49: weir.v1.TaskExecutorService.TriggerCheckpoints:input_type -> weir.v1.TriggerCheckpointsRequest
+	23, // 50: weir.v1.TaskExecutorService.NotifyCheckpoints:input_type -> weir.v1.NotifyCheckpointsRequest
+	42, // 51: weir.v1.TaskExecutorService.Ping:input_type -> weir.v1.PingRequest
+	3,  // 52: weir.v1.ClusterService.RegisterTaskManager:output_type -> weir.v1.RegisterTaskManagerResponse
+	7,  // 53: weir.v1.ClusterService.Heartbeat:output_type -> weir.v1.HeartbeatResponse
+	9,  // 54: weir.v1.ClusterService.UpdateTaskState:output_type -> weir.v1.UpdateTaskStateResponse
+	29, // 55: weir.v1.ClusterService.AcknowledgeCheckpoint:output_type -> weir.v1.AcknowledgeCheckpointResponse
+	31, // 56: weir.v1.ClusterService.DeclineCheckpoint:output_type -> weir.v1.DeclineCheckpointResponse
+	35, // 57: weir.v1.ClusterService.ReportCheckpoints:output_type -> weir.v1.ReportCheckpointsResponse
+	41, // 58: weir.v1.ClusterService.SourceInputEnded:output_type -> weir.v1.SourceInputEndedResponse
+	37, // 59: weir.v1.TaskExecutorService.SubmitTask:output_type -> weir.v1.SubmitTaskResponse
+	39, // 60: weir.v1.TaskExecutorService.CancelTask:output_type -> weir.v1.CancelTaskResponse
+	19, // 61: weir.v1.TaskExecutorService.TriggerCheckpoint:output_type -> weir.v1.TriggerCheckpointResponse
+	26, // 62: weir.v1.TaskExecutorService.NotifyCheckpoint:output_type -> weir.v1.NotifyCheckpointResponse
+	22, // 63: weir.v1.TaskExecutorService.TriggerCheckpoints:output_type -> weir.v1.TriggerCheckpointsResponse
+	24, // 64: weir.v1.TaskExecutorService.NotifyCheckpoints:output_type -> weir.v1.NotifyCheckpointsResponse
+	43, // 65: weir.v1.TaskExecutorService.Ping:output_type -> weir.v1.PingResponse
+	52, // [52:66] is the sub-list for method output_type
+	38, // [38:52] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_weirpb_cluster_proto_init() }
@@ -3389,7 +3488,7 @@ func file_weirpb_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_weirpb_cluster_proto_rawDesc), len(file_weirpb_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

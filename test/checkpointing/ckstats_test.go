@@ -149,6 +149,22 @@ func TestCheckpointStatsExplainSlowSink(t *testing.T) {
 	if bytes != st.SizeBytes {
 		t.Errorf("subtasks' state bytes sum to %d, the checkpoint's size is %d", bytes, st.SizeBytes)
 	}
+	// Storage requests: the checkpoint's are its subtasks' uploads plus
+	// the manifest's write (a PUT at least), and the job's total holds
+	// them all.
+	var uploads view.StorageRequests
+	for _, task := range st.Tasks {
+		for _, s := range task.Subtasks {
+			uploads.Put, uploads.Get, uploads.List = uploads.Put+s.StorageRequests.Put, uploads.Get+s.StorageRequests.Get, uploads.List+s.StorageRequests.List
+		}
+	}
+	var cps view.Checkpoints
+	get("/v1/jobs/"+job+"/checkpoints", &cps)
+	if r, total := st.StorageRequests, cps.Storage.Requests; r.Put < uploads.Put+1 || r.Get < uploads.Get || r.List < uploads.List ||
+		total.Put < r.Put || cps.Storage.EstimatedMonthlyCost <= 0 {
+		t.Errorf("storage requests: checkpoint %+v, its subtasks' %+v, the job's %+v (estimated %.2f %s a month)",
+			r, uploads, total, cps.Storage.EstimatedMonthlyCost, cps.Storage.Currency)
+	}
 	var sum int64
 	for _, p := range ex.Path {
 		sum += p.Ms

@@ -175,6 +175,52 @@ type Checkpoint struct {
 	Acknowledged   int32  `json:"acknowledged"`
 	TotalTasks     int32  `json:"totalTasks"`
 	Failure        string `json:"failure,omitempty"`
+	// StorageRequests are the requests made to checkpoint storage for
+	// it: the acknowledged subtasks' uploads and the manifest's write.
+	StorageRequests StorageRequests `json:"storageRequests"`
+}
+
+// StorageRequests counts requests to checkpoint storage by the kind an
+// object store bills for.
+type StorageRequests struct {
+	Put    int64 `json:"put"`
+	Get    int64 `json:"get"`
+	List   int64 `json:"list"`
+	Delete int64 `json:"delete"`
+}
+
+// StorageCost is a job's checkpoint storage requests and what they cost.
+type StorageCost struct {
+	// Requests are all the job's requests to its checkpoint storage that
+	// this jobmanager has seen: the tasks' uploads and the jobmanager's
+	// manifests, deletions and savepoint copies.
+	Requests StorageRequests `json:"requests"`
+	// PerCheckpoint is the mean of the completed checkpoints in the
+	// history, and CheckpointsPerMonth how many the current interval
+	// makes in 30 days.
+	PerCheckpoint       StorageRequestRates `json:"perCheckpoint"`
+	CheckpointsPerMonth float64             `json:"checkpointsPerMonth"`
+	// EstimatedMonthlyCost is PerCheckpoint × CheckpointsPerMonth at
+	// Prices (per 1,000 requests, in Currency).
+	EstimatedMonthlyCost float64       `json:"estimatedMonthlyCost"`
+	Currency             string        `json:"currency"`
+	Prices               StoragePrices `json:"pricesPer1000"`
+}
+
+// StorageRequestRates are mean request counts.
+type StorageRequestRates struct {
+	Put    float64 `json:"put"`
+	Get    float64 `json:"get"`
+	List   float64 `json:"list"`
+	Delete float64 `json:"delete"`
+}
+
+// StoragePrices are prices per 1,000 requests of each kind.
+type StoragePrices struct {
+	Put    float64 `json:"put"`
+	Get    float64 `json:"get"`
+	List   float64 `json:"list"`
+	Delete float64 `json:"delete"`
 }
 
 // CheckpointConfig is a job's checkpoint settings with the defaults
@@ -213,6 +259,8 @@ type Checkpoints struct {
 	Config   CheckpointConfig `json:"config"`
 	// Summary sums up the completed checkpoints among Checkpoints.
 	Summary CheckpointSummary `json:"summary"`
+	// Storage is what the job's checkpoints cost in storage requests.
+	Storage StorageCost `json:"storage"`
 }
 
 // SavepointRequest is the progress or outcome of a savepoint, or of a stop
@@ -274,6 +322,8 @@ type SubtaskCheckpointStats struct {
 	AsyncMs           int64 `json:"asyncMs"`
 	StateBytes        int64 `json:"stateBytes"`
 	ChannelStateBytes int64 `json:"channelStateBytes"`
+	// StorageRequests are the requests its upload made.
+	StorageRequests StorageRequests `json:"storageRequests"`
 }
 
 // TaskCheckpointStats is one task's (an operator chain's) part of a
@@ -338,6 +388,11 @@ type CheckpointExplain struct {
 	SlowestInput         string  `json:"slowestInput,omitempty"`
 	UpstreamBackpressure float64 `json:"upstreamBackpressure"`
 	ChannelStateBytes    int64   `json:"channelStateBytes"`
+	// StorageRequests are the requests made to checkpoint storage for the
+	// checkpoint, and EstimatedMonthlyCost what they cost a month at the
+	// current interval and the configured prices (0: unknown).
+	StorageRequests      StorageRequests `json:"storageRequests"`
+	EstimatedMonthlyCost float64         `json:"estimatedMonthlyCost"`
 	// Cause: backpressure, slow_upload, slow_snapshot, slow_ack or
 	// none (nothing stands out, or nothing acknowledged yet).
 	Cause string `json:"cause"`
