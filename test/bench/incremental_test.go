@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/weirstream/weir/blobstore"
 	"github.com/weirstream/weir/blobstore/blobstoretest"
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/proto/weirpb"
@@ -81,6 +82,10 @@ var incrementalTunings = map[string]func(*pebble.Options){
 //	                                     with -v: reason, levels, bytes)
 //	incremental_compacted_bytes          bytes those compactions wrote
 //	incremental_load_s                   seconds the load took
+//	s3_requests_per_checkpoint           S3 requests of one measured round's
+//	                                     upload, all kinds (mean); the PUTs
+//	                                     are checked against the objects
+//	                                     each upload added to the bucket
 //
 // Bytes uploaded are every byte PUT to storage: new sstables and the
 // per-checkpoint files (MANIFEST, OPTIONS, markers).
@@ -132,7 +137,8 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	// updates take seconds — time spent on reads, not checkpoints.
 	cache := envInt("WEIR_INCR_CACHE_MB", 2048) << 20
 	endpoint, access, secret := blobstoretest.StartVersityGW(b)
-	st := checkpoint.NewStorage(blobstoretest.NewS3Store(b, endpoint, access, secret))
+	raw := blobstoretest.NewS3Store(b, endpoint, access, secret)
+	st := checkpoint.NewStorage(blobstore.Counting(raw, new(blobstore.Counters)))
 	root := b.TempDir()
 	kg := stream.KeyGroupRange{Start: 0, End: maxPar - 1}
 	be, err := pebblestate.New(pebblestate.Options{Dir: filepath.Join(root, "db"), DeleteOnClose: true, Configure: configure, MemTableBytes: memtable, CacheBytes: cache, MaterializeFactor: factor}, kg)
@@ -183,21 +189,56 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	var prevDir string
 	var lastHandle, prevHandle []*weirpb.StateFile
 	var prevSize int64
+	// objects lists the bucket's keys, uncounted. A checkpoint's PUTs must
+	// be one per file of its handle whose key was not in the bucket
+	// before (per-checkpoint files have new keys; a shared file is put
+	// only when absent, and two files of one upload with the same content
+	// are put twice).
+	objects := func() map[string]bool {
+		objs, err := raw.List(ctx, "job/")
+		if err != nil {
+			b.Fatal(err)
+		}
+		keys := make(map[string]bool, len(objs))
+		for _, o := range objs {
+			keys[o.Key] = true
+		}
+		return keys
+	}
+	var lastReqs blobstore.RequestCounts
 	take := func() (int64, time.Duration) {
 		prevHandle, prevSize = lastHandle, be.SizeBytes()
 		ckpt++
+		before := objects()
 		start := time.Now()
 		dir := filepath.Join(root, fmt.Sprint("chk-", ckpt))
 		files, err := be.SnapshotFiles(dir)
 		if err != nil {
 			b.Fatal(err)
 		}
-		handle, up, err := st.UploadFiles(ctx, "job", ckpt, "op", 0, 1, files)
+		var reqs blobstore.Counters
+		handle, up, err := st.UploadFiles(blobstore.WithCounters(ctx, &reqs), "job", ckpt, "op", 0, 1, files)
 		if err != nil {
 			b.Fatal(err)
 		}
 		lastHandle = handle
 		d := time.Since(start)
+		lastReqs = reqs.Snapshot()
+		var want int64
+		for _, f := range handle {
+			if !before[f.GetKey()] {
+				want++
+			}
+		}
+		if lastReqs.Put != want {
+			b.Fatalf("checkpoint %d: %d PUT requests counted; its handle has %d files not in storage before", ckpt, lastReqs.Put, want)
+		}
+		after := objects()
+		for _, f := range handle {
+			if !after[f.GetKey()] {
+				b.Fatalf("checkpoint %d: file %s of its handle is not in storage", ckpt, f.GetKey())
+			}
+		}
 		// Keep the latest local checkpoint only (its hard links hold
 		// compacted-away files on disk).
 		if prevDir != "" {
@@ -225,6 +266,7 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	ev.reset()
 	mat0 := be.SnapshotStats().Materializations
 	var totalUp, totalChanged int64
+	var reqTotal blobstore.RequestCounts
 	var durs []time.Duration
 	var ratios []float64
 	// restoreHandle is the checkpoint whose restore is timed: the one just
@@ -238,6 +280,10 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 		// against a backend that never materializes).
 		for r := 0; rounds > 0 && r < rounds || rounds == 0 && r < 2000; r++ {
 			changed, up, d := round()
+			reqTotal.Put += lastReqs.Put
+			reqTotal.Get += lastReqs.Get
+			reqTotal.List += lastReqs.List
+			reqTotal.Delete += lastReqs.Delete
 			totalUp += up
 			totalChanged += changed
 			durs = append(durs, d)
@@ -287,6 +333,10 @@ func BenchmarkIncrementalCheckpoint1GB(b *testing.B) {
 	fmt.Printf("checkpoint_duration_max_ms=%.0f\n", ms(durs[len(durs)-1]))
 	fmt.Printf("full_checkpoint_bytes=%d\n", full)
 	fmt.Printf("incremental_rounds=%d\n", len(durs))
+	perCk := func(v int64) float64 { return float64(v) / float64(len(durs)) }
+	fmt.Printf("s3_puts_per_checkpoint=%.1f s3_lists_per_checkpoint=%.1f s3_gets_per_checkpoint=%.1f\n",
+		perCk(reqTotal.Put), perCk(reqTotal.List), perCk(reqTotal.Get))
+	fmt.Printf("s3_requests_per_checkpoint=%.1f\n", perCk(reqTotal.Put+reqTotal.Get+reqTotal.List+reqTotal.Delete))
 	fmt.Printf("incremental_materializations=%d\n", mats)
 	fmt.Printf("incremental_restore_seconds=%.1f\n", restoreDur.Seconds())
 	fmt.Printf("incremental_restore_download_seconds=%.1f\n", downloadDur.Seconds())
