@@ -132,6 +132,9 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 		g.mu.avail.push(ch.idx)
 		signal = g.mu.avail.len() == 1
 	}
+	// A task waiting for its output to take batches looks for unaligned
+	// barriers when signalled (takeUnaligned).
+	signal = signal || e.kind == eventBarrier && e.unaligned
 	g.mu.Unlock()
 	if signal {
 		select {
@@ -201,6 +204,29 @@ func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inp
 			return event{}, nil, err
 		}
 	}
+}
+
+// takeUnaligned takes the barrier of an unaligned checkpoint at the
+// front of a channel that is not blocked, if there is one, for a task
+// that takes no batches now (its output is full). It returns a nil
+// channel when there is none.
+func (g *inputGate) takeUnaligned() (event, *inputChannel) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, ch := range g.channels {
+		if ch.blocked || ch.q.len() == 0 {
+			continue
+		}
+		if e := ch.q.peek(); e.kind != eventBarrier || !e.unaligned {
+			continue
+		}
+		e := ch.q.pop()
+		ch.control--
+		// ch stays in avail if it is there: next skips a channel it finds
+		// empty.
+		return e, ch
+	}
+	return event{}, nil
 }
 
 // overtaken calls f, under the gate's lock, with every batch buffered in ch

@@ -3,6 +3,7 @@ package dataflow
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weirstream/weir/stream"
@@ -35,6 +36,10 @@ type outputChannel struct {
 	// budget bounds the bytes in flight on the channel (see
 	// ExchangeConfig.ChannelBytes and DebloatTarget); nil when unbounded.
 	budget *flowBudget
+	// full, if not nil, counts the channels of the task's output that
+	// cannot take a batch now (outputWriter.full): the channel adds itself
+	// while it is connected and has no credit (or budget) left.
+	full *atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -42,6 +47,7 @@ type outputChannel struct {
 		connected bool
 		local     *inputChannel // the consumer, for in-memory channels
 		flow      flowState     // with budget only
+		counted   bool          // counted in full
 	}
 }
 
@@ -61,6 +67,7 @@ func (o *outputChannel) grant(n int) {
 	if o.budget != nil {
 		o.mu.flow.returned(n, o.budget, time.Now())
 	}
+	o.countFullLocked()
 	o.mu.Unlock()
 	select {
 	case o.wake <- struct{}{}:
@@ -275,6 +282,39 @@ func (o *outputChannel) takeLocked(size int64) {
 		o.mu.flow.sizes.push(size)
 		o.mu.flow.inflight += size
 	}
+	o.countFullLocked()
+}
+
+// countFullLocked keeps o's place in the count of full channels: a
+// connected channel that could not take a batch now is full. o.mu must
+// be held.
+func (o *outputChannel) countFullLocked() {
+	if o.full == nil {
+		return
+	}
+	full := o.mu.connected && (o.mu.credits == 0 ||
+		o.budget != nil && o.mu.flow.sizes.len() > 0 && o.mu.flow.limit > 0 && o.mu.flow.inflight >= o.mu.flow.limit)
+	if full != o.mu.counted {
+		o.mu.counted = full
+		if full {
+			o.full.Add(1)
+		} else {
+			o.full.Add(-1)
+		}
+	}
+}
+
+// brokenErr returns the error of o's network stream if it broke.
+func (o *outputChannel) brokenErr() error {
+	if o.conn == nil {
+		return nil
+	}
+	select {
+	case <-o.conn.done:
+		return o.conn.err
+	default:
+		return nil
+	}
 }
 
 // pieceRows returns the rows of each piece b is sent in, or 0 to send it
@@ -426,4 +466,13 @@ func batchBytes(b *stream.Batch) int64 {
 		size += 8 * int64(n)
 	}
 	return size
+}
+
+// setFullCounter makes o count itself in full while it cannot take a
+// batch (outputWriter.gated).
+func (o *outputChannel) setFullCounter(full *atomic.Int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.full = full
+	o.countFullLocked()
 }

@@ -2,6 +2,7 @@ package dataflow
 
 import (
 	"context"
+	"sync/atomic"
 	"fmt"
 	"slices"
 	"strconv"
@@ -141,9 +142,35 @@ type outputWriter struct {
 	// signal their credit grants on wake.
 	deferred bool
 	wake     chan struct{}
+	// gated: the task takes no input while full > 0, that is while a
+	// channel of its output cannot take a batch (outputChannel.full), so
+	// that it waits for credit between batches, where it handles unaligned
+	// barriers, rather than inside a send. The channels signal their
+	// grants on wake.
+	gated bool
+	full  atomic.Int64
 }
 
 var _ stream.SideOutputCollector = (*outputWriter)(nil)
+
+// isFull reports whether a channel of the output cannot take a batch now.
+func (w *outputWriter) isFull() bool { return w.full.Load() > 0 }
+
+// brokenErr returns the error of a broken network stream under one of the
+// output's channels, if any.
+func (w *outputWriter) brokenErr() error {
+	for _, p := range w.outs {
+		for _, ch := range p.chans {
+			if ch == nil {
+				continue
+			}
+			if err := ch.brokenErr(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // add adds the partitioner of an edge reading output side ("" is main).
 func (w *outputWriter) add(side string, p *partitioner) {

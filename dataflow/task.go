@@ -687,8 +687,9 @@ func (t *Task) Run(ctx context.Context) (err error) {
 		r.ck.align = newAligner(t.mode, len(gate.channels))
 	}
 
-	w := &outputWriter{ctx: ctx, r: r, tail: &t.chain[len(t.chain)-1], deferred: t.deferred}
-	if w.deferred {
+	w := &outputWriter{ctx: ctx, r: r, tail: &t.chain[len(t.chain)-1], deferred: t.deferred,
+		gated: t.spec.Checkpointing && t.mode == stream.ExactlyOnce && len(t.spec.Inputs) > 0}
+	if w.deferred || w.gated {
 		w.wake = make(chan struct{}, 1)
 	}
 	r.w = w
@@ -956,35 +957,8 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 		return nil
 	}
 	open := len(gate.channels)
-	for open > 0 {
-		// Notifications, and processing-time timers, between two events.
-		select {
-		case <-t.ctl.wake:
-			if err := r.control(); err != nil {
-				return err
-			}
-		default:
-		}
-		if err := r.processingTime(); err != nil {
-			return err
-		}
-		if err := r.alignTimeout(); err != nil {
-			return err
-		}
-		e, ch, err := gate.next(ctx, t.ctl.wake)
-		if err != nil {
-			return err
-		}
-		if ch == nil { // woken for a notification
-			if err := r.control(); err != nil {
-				return err
-			}
-			continue
-		}
-		if ch.ended {
-			e.release()
-			continue
-		}
+	handle := func(e event, ch *inputChannel) error {
+		var err error
 		switch e.kind {
 		case eventBatch:
 			b := e.batch
@@ -1030,7 +1004,47 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 		case eventError:
 			return fmt.Errorf("task %s: %w", t.name, e.err)
 		}
+		return err
+	}
+	for open > 0 {
+		// Notifications, and processing-time timers, between two events.
+		select {
+		case <-t.ctl.wake:
+			if err := r.control(); err != nil {
+				return err
+			}
+		default:
+		}
+		if err := r.processingTime(); err != nil {
+			return err
+		}
+		if err := r.alignTimeout(); err != nil {
+			return err
+		}
+		if r.w.gated && r.w.isFull() {
+			if err := t.awaitOutput(ctx, r, gate, handle); err != nil {
+				return err
+			}
+			if r.err != nil {
+				return r.err
+			}
+			continue
+		}
+		e, ch, err := gate.next(ctx, t.ctl.wake)
 		if err != nil {
+			return err
+		}
+		if ch == nil { // woken for a notification
+			if err := r.control(); err != nil {
+				return err
+			}
+			continue
+		}
+		if ch.ended {
+			e.release()
+			continue
+		}
+		if err := handle(e, ch); err != nil {
 			return err
 		}
 		if r.err != nil {
@@ -1047,6 +1061,37 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 	// ended channels, so no later checkpoint could include this task.
 	ck := &r.ck
 	return r.waitFinal(ctx, func() bool { return ck.lastNotified >= ck.lastSnapshot })
+}
+
+// awaitOutput is one wait of a gated task whose output cannot take a batch
+// (outputWriter.gated): it handles an unaligned barrier at the front of an
+// input channel if there is one, else waits for credit, a barrier, a
+// notification (handled) or, every pumpInterval, to look for a broken
+// network stream under the output. The wait counts as backpressure.
+func (t *Task) awaitOutput(ctx context.Context, r *taskRun, gate *inputGate, handle func(event, *inputChannel) error) error {
+	if e, ch := gate.takeUnaligned(); ch != nil {
+		return handle(e, ch)
+	}
+	m := &t.metrics
+	m.startBackpressure()
+	defer m.endBackpressure()
+	timer := time.NewTimer(pumpInterval)
+	defer timer.Stop()
+	select {
+	case <-r.w.wake:
+	case <-gate.notify:
+		// Data or an unaligned barrier: the caller looks again. (next
+		// finds data without the signal.)
+	case <-t.ctl.wake:
+		return r.control()
+	case <-timer.C:
+		if err := r.w.brokenErr(); err != nil {
+			return fmt.Errorf("task %s: %w", t.name, err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 func (t *Task) channelKey(upVertex, upSubtask, downVertex, downInput, downSubtask int) channelKey {
@@ -1115,7 +1160,7 @@ func (t *Task) openOutputs(w *outputWriter) error {
 			key := t.channelKey(tail.ID, s.Subtask, o.DownstreamVertex, o.DownstreamInput, d)
 			var ch *outputChannel
 			var err error
-			if w.deferred {
+			if w.deferred || w.gated {
 				ch, err = t.x.openOutputWake(key, target, w.wake)
 			} else {
 				ch, err = t.x.openOutput(key, target)
@@ -1125,6 +1170,9 @@ func (t *Task) openOutputs(w *outputWriter) error {
 			}
 			ch.backpressure = &t.metrics
 			ch.deferred = w.deferred
+			if w.gated {
+				ch.setFullCounter(&w.full)
+			}
 			p.chans[d] = ch
 		}
 	}
