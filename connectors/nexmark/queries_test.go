@@ -2,6 +2,7 @@ package nexmark_test
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -228,4 +229,158 @@ func TestQ8(t *testing.T) {
 		}
 	}
 	checkQuery(t, "q8", want)
+}
+
+// q11Cfg is q11's test stream: at 200 events/s the 200,000 events span
+// 1,000 s of event time, so bidders have many sessions of various lengths
+// and some bidder places two bids exactly the 10 s gap apart, the case
+// that tells touching windows (which merge) from disjoint ones.
+var q11Cfg = nexmark.Config{Events: 200_000, Seed: 7, EventsPerSecond: 200, BatchSize: 500}
+
+// userSessions computes q11 as the test's reference, by another route
+// than the oracle: every bidder's bid times, then sessions split where two
+// consecutive bids are more than gap apart (or, with touching false, at
+// least gap apart), each rendered bidder|count|start|end with end = last
+// bid + gap. exact counts the consecutive bids exactly gap apart.
+func userSessions(evs []nexmark.Event, gap int64, touching bool) (rows []string, exact int) {
+	times := map[int64][]int64{}
+	for _, e := range evs {
+		if e.Kind == nexmark.KindBid {
+			times[e.Bid.Bidder] = append(times[e.Bid.Bidder], e.Bid.DateTime)
+		}
+	}
+	for bidder, ts := range times {
+		slices.Sort(ts)
+		first := 0
+		for i := 1; i <= len(ts); i++ {
+			if i < len(ts) && ts[i]-ts[i-1] == gap {
+				exact++
+			}
+			if i < len(ts) && (ts[i]-ts[i-1] < gap || touching && ts[i]-ts[i-1] == gap) {
+				continue
+			}
+			rows = append(rows, row(bidder, i-first, ts[first], ts[i-1]+gap))
+			first = i
+		}
+	}
+	slices.Sort(rows)
+	return rows, exact
+}
+
+// digestOf hashes rendered rows of int64 values as the digest sink would.
+func digestOf(t *testing.T, rows []string) nexmark.Digest {
+	t.Helper()
+	var d nexmark.Digest
+	for _, r := range rows {
+		h := nexmark.NewRowHasher()
+		for _, f := range strings.Split(r, "|") {
+			v, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				t.Fatalf("row %s: %v", r, err)
+			}
+			h.Int(v)
+		}
+		d.AddRow(&h)
+	}
+	return d
+}
+
+// TestQ11 checks q11 (user sessions, 10 s gap) three ways: the rows of
+// the spec at parallelism 1 against the test's reference, the digest of the
+// spec at parallelism 2 against the oracle's and the reference's; and it
+// makes sure these checks can fail: the reference with a gap one ms
+// shorter or longer, or with windows that merge only when they overlap
+// (not when they touch), differs from what the engine produced.
+func TestQ11(t *testing.T) {
+	const gap = nexmark.SessionGapMillis
+	evs := make([]nexmark.Event, q11Cfg.Events)
+	g := nexmark.NewGenerator(q11Cfg)
+	for n := range evs {
+		evs[n] = g.At(int64(n))
+	}
+	want, exact := userSessions(evs, gap, true)
+	if len(want) == 0 || exact == 0 {
+		t.Fatalf("q11: the reference has %d sessions and %d bids exactly the gap apart; the test needs both", len(want), exact)
+	}
+	got := runQuery(t, "q11", q11Cfg)
+	if !slices.Equal(got, want) {
+		t.Fatalf("q11: got %d rows, want %d; first difference: %s", len(got), len(want), firstDiff(got, want))
+	}
+	d := runDigest(t, "q11", q11Cfg, 2)
+	oracle, err := nexmark.Oracle("q11", q11Cfg, q11Cfg.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := digestOf(t, want); d != oracle || d != ref {
+		t.Fatalf("q11: engine digest %v, oracle %v, reference %v", d, oracle, ref)
+	}
+	for _, v := range []struct {
+		name     string
+		gap      int64
+		touching bool
+	}{{"gap-1ms", gap - 1, true}, {"gap+1ms", gap + 1, true}, {"touching windows apart", gap, false}} {
+		rows, _ := userSessions(evs, v.gap, v.touching)
+		if slices.Equal(rows, got) || digestOf(t, rows) == d {
+			t.Fatalf("q11: sessions with %s agree with the engine's; the check cannot tell them apart", v.name)
+		}
+	}
+	bids := 0
+	for _, r := range got {
+		c, _ := strconv.Atoi(strings.Split(r, "|")[1])
+		bids += c
+	}
+	t.Logf("q11: %d sessions (%d bids) agree, digest %v; %d consecutive bids exactly %d ms apart", len(got), bids, d, exact, gap)
+}
+
+// firstDiff describes the first row where two sorted row lists differ.
+func firstDiff(got, want []string) string {
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			return fmt.Sprintf("row %d: got %s, want %s", i, got[i], want[i])
+		}
+	}
+	return fmt.Sprintf("one list is a prefix of the other (%d, %d rows)", len(got), len(want))
+}
+
+// TestQ9 checks q9 (winning bids): every auction that got a bid within
+// its lifetime (dateTime ≤ bid time ≤ expires), with the bid that won it:
+// the highest price, then the earliest, then the smallest bidder. The
+// reference sorts each auction's bids by that order; it also counts the
+// auctions whose highest price was bid more than once, where the order
+// beyond the price decides.
+func TestQ9(t *testing.T) {
+	evs := events()
+	bids := map[int64][]nexmark.Bid{}
+	for _, e := range evs {
+		if e.Kind == nexmark.KindBid {
+			bids[e.Bid.Auction] = append(bids[e.Bid.Auction], e.Bid)
+		}
+	}
+	var want []string
+	ties := 0
+	for _, e := range evs {
+		a := e.Auction
+		if e.Kind != nexmark.KindAuction {
+			continue
+		}
+		var in []nexmark.Bid
+		for _, b := range bids[a.ID] {
+			if b.DateTime >= a.DateTime && b.DateTime <= a.Expires {
+				in = append(in, b)
+			}
+		}
+		if len(in) == 0 {
+			continue
+		}
+		slices.SortFunc(in, func(x, y nexmark.Bid) int {
+			return cmp.Or(cmp.Compare(y.Price, x.Price), cmp.Compare(x.DateTime, y.DateTime), cmp.Compare(x.Bidder, y.Bidder))
+		})
+		if len(in) > 1 && in[1].Price == in[0].Price {
+			ties++
+		}
+		w := in[0]
+		want = append(want, row(a.ID, a.InitialBid, a.Reserve, a.DateTime, a.Expires, a.Seller, a.Category, w.Bidder, w.Price, w.DateTime))
+	}
+	checkQuery(t, "q9", want)
+	t.Logf("q9: %d auctions won, %d of them at a price bid more than once", len(want), ties)
 }

@@ -7,8 +7,11 @@
 //     entity's end (an event-time timer at it) emits the entity's key, the
 //     fields it carries and the largest value among the events whose time
 //     lies within its lifetime. An entity without such events emits
-//     nothing, as an inner join would. It is the winning bid of each
-//     auction in Nexmark q4 and q9.
+//     nothing, as an inner join would. With "winner" fields it also
+//     emits those fields of the winning event, the winner being the
+//     largest value, then the earliest time, then the smallest winner
+//     fields, whatever the arrival order. It is the winning bid of each
+//     auction in Nexmark q4 (the price) and q9 (the bid).
 //   - "running_avg" keeps, per key, the count and sum of a numeric field
 //     and emits for every record the key, the count so far and the average
 //     so far: a result that changes as records arrive, as Nexmark q4's
@@ -20,7 +23,7 @@
 //
 // lifetime_max holds its fields as int64 (int64 or timestamp fields): the
 // key (one field on each input, of the same type), the start, end, event
-// time and value, and any carried fields. Events that arrive before their
+// time and value, and any carried and winner fields. Events that arrive before their
 // entity wait in its state until the watermark passes their own time; an
 // entity's state is dropped when it closes, so state is bounded by the
 // entities alive and the events not yet matched.

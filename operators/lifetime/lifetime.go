@@ -1,10 +1,12 @@
 package lifetime
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weirstream/weir/operators/internal/rowenc"
 	"github.com/weirstream/weir/statebackend"
@@ -26,8 +28,9 @@ func Register(r *stream.Registry) {
 		Plan:        planLifetimeMax,
 		NewOperator: func(config []byte) (stream.Operator, error) { return NewLifetimeMax(config) },
 		Config:      LifetimeMaxConfig{},
-		Doc: "keyed, two inputs (entities, events): when the watermark passes an entity's end, emits its key, carried fields and the largest event value within its lifetime " +
-			"({\"start\": \"dateTime\", \"end\": \"expires\", \"carry\": [\"category\"], \"time\": \"dateTime\", \"value\": \"price\", \"as\": \"final\"})",
+		Doc: "keyed, two inputs (entities, events): when the watermark passes an entity's end, emits its key, carried fields and the largest event value within its lifetime, " +
+			"and optionally fields of the winning event (largest value, then earliest time) " +
+			"({\"start\": \"dateTime\", \"end\": \"expires\", \"carry\": [\"category\"], \"time\": \"dateTime\", \"value\": \"price\", \"as\": \"final\", \"winner\": [\"bidder\"]})",
 	})
 	r.Register(stream.OperatorType{
 		Name:        TypeRunningAvg,
@@ -58,9 +61,19 @@ type LifetimeMaxConfig struct {
 	Value string `json:"value"`
 	// As names the result's value field. Default "max_" + Value.
 	As string `json:"as,omitempty"`
+	// Winner are event fields copied from the winning event into the
+	// result (in order, after the value), under their own names. The
+	// winner is the event with the largest value; of events with equal
+	// values, the earliest (smallest time); of those, the one whose
+	// Winner fields are smallest, compared in order. So the result does
+	// not depend on the order in which events arrive. An event with a
+	// null in one of these fields is ignored, as one with a null time or
+	// value is. Optional; without it, equal values are not told apart
+	// (the result is the same whichever won).
+	Winner []string `json:"winner,omitempty"`
 }
 
-// maxCarry bounds Carry (each carried field is kept per entity).
+// maxCarry bounds Carry and Winner (each field is kept per entity).
 const maxCarry = 16
 
 type lifetimeSpec struct {
@@ -68,6 +81,8 @@ type lifetimeSpec struct {
 	key                     [2]int // key column of each input
 	start, end, time, value int
 	carry                   []int
+	winner                  []int // event columns of Winner
+	event                   []int // time, value, then winner
 	out                     *stream.Schema
 }
 
@@ -133,9 +148,21 @@ func specFor(cfg LifetimeMaxConfig, schemas [2]*stream.Schema, keys [2][]string)
 		as = "max_" + cfg.Value
 	}
 	fields = append(fields, stream.Field{Name: as, Type: schemas[1].Fields[sp.value].Type})
-	if sp.out, err = stream.NewSchema(fields...); err != nil {
-		return nil, stream.ConfigErrorf("%s: output schema: %v (rename the result with \"as\")", op, err)
+	if len(cfg.Winner) > maxCarry {
+		return nil, stream.ConfigErrorf("%s: winner: %d fields, at most %d", op, len(cfg.Winner), maxCarry)
 	}
+	for _, w := range cfg.Winner {
+		i, err := intField(op, "winner", w, schemas[1])
+		if err != nil {
+			return nil, err
+		}
+		sp.winner = append(sp.winner, i)
+		fields = append(fields, schemas[1].Fields[i])
+	}
+	if sp.out, err = stream.NewSchema(fields...); err != nil {
+		return nil, stream.ConfigErrorf("%s: output schema: %v (rename the result with \"as\", or rename an event field upstream with a project)", op, err)
+	}
+	sp.event = append([]int{sp.time, sp.value}, sp.winner...)
 	return sp, nil
 }
 
@@ -161,13 +188,15 @@ func planLifetimeMax(p *stream.PlanContext) (*stream.Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.DeclareState(stream.StateDecl{Name: stateTable, Kind: stream.StateValue, Type: statebackend.Untyped[entry](entryCodec{}).ID()})
+	codec := entryCodec{winner: len(cfg.Winner)}
+	p.DeclareState(stream.StateDecl{Name: stateTable, Kind: stream.StateValue, Type: statebackend.Untyped[entry](codec).ID()})
 	return sp.out, nil
 }
 
 // entry is the state of one entity id: the entity once it arrived, the
-// largest value so far among the events within its lifetime, and the
-// events that arrived before it, as (time, value) pairs.
+// winning event so far among the events within its lifetime (its value,
+// and with Winner fields its time and those fields), and the events that
+// arrived before it, as (time, value, Winner fields...) tuples.
 type entry struct {
 	has        bool
 	key        int64
@@ -175,17 +204,33 @@ type entry struct {
 	carry      []int64
 	hasMax     bool
 	max        int64
+	maxTime    int64   // with Winner fields only
+	win        []int64 // the winner's Winner fields
 	pending    []int64
 }
 
-// entryCodec encodes an entry: version 1 | flags (1 has, 2 hasMax) |
-// varints key, start, end, len(carry), carry..., max, len(pending),
-// pending...
-type entryCodec struct{}
+// entryCodec encodes an entry of an operator with winner Winner fields.
+// Without them: version 1 | flags (1 has, 2 hasMax) | varints key, start,
+// end, len(carry), carry..., max, len(pending), pending... (pairs). With
+// them, version 2: the same with maxTime, len(win), win... after max, and
+// pending in tuples of 2+winner.
+type entryCodec struct{ winner int }
 
-func (entryCodec) ID() string { return "lifetime.entry.v1" }
+func (c entryCodec) ID() string {
+	if c.winner == 0 {
+		return "lifetime.entry.v1"
+	}
+	return "lifetime.entry.v2"
+}
 
-func (entryCodec) Append(dst []byte, e entry) []byte {
+func (c entryCodec) version() byte {
+	if c.winner == 0 {
+		return 1
+	}
+	return 2
+}
+
+func (c entryCodec) Append(dst []byte, e entry) []byte {
 	var flags byte
 	if e.has {
 		flags |= 1
@@ -193,7 +238,7 @@ func (entryCodec) Append(dst []byte, e entry) []byte {
 	if e.hasMax {
 		flags |= 2
 	}
-	dst = append(dst, 1, flags)
+	dst = append(dst, c.version(), flags)
 	dst = binary.AppendVarint(dst, e.key)
 	dst = binary.AppendVarint(dst, e.start)
 	dst = binary.AppendVarint(dst, e.end)
@@ -202,6 +247,13 @@ func (entryCodec) Append(dst []byte, e entry) []byte {
 		dst = binary.AppendVarint(dst, c)
 	}
 	dst = binary.AppendVarint(dst, e.max)
+	if c.winner > 0 {
+		dst = binary.AppendVarint(dst, e.maxTime)
+		dst = binary.AppendUvarint(dst, uint64(len(e.win)))
+		for _, w := range e.win {
+			dst = binary.AppendVarint(dst, w)
+		}
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(e.pending)))
 	for _, p := range e.pending {
 		dst = binary.AppendVarint(dst, p)
@@ -211,9 +263,9 @@ func (entryCodec) Append(dst []byte, e entry) []byte {
 
 var errCorrupt = errors.New("lifetime: corrupt state entry")
 
-func (entryCodec) Decode(src []byte) (entry, error) {
+func (c entryCodec) Decode(src []byte) (entry, error) {
 	var e entry
-	if len(src) < 2 || src[0] != 1 {
+	if len(src) < 2 || src[0] != c.version() {
 		return e, fmt.Errorf("%w: unknown version", errCorrupt)
 	}
 	flags := src[1]
@@ -246,13 +298,22 @@ func (entryCodec) Decode(src []byte) (entry, error) {
 		}
 	}
 	e.max = next()
+	if c.winner > 0 {
+		e.maxTime = next()
+		if n := count(); n > 0 {
+			e.win = make([]int64, n)
+			for i := range e.win {
+				e.win[i] = next()
+			}
+		}
+	}
 	if n := count(); n > 0 {
 		e.pending = make([]int64, n)
 		for i := range e.pending {
 			e.pending[i] = next()
 		}
 	}
-	if bad || len(src) != 0 || len(e.pending)%2 != 0 {
+	if bad || len(src) != 0 || len(e.pending)%(2+c.winner) != 0 || e.hasMax && len(e.win) != c.winner {
 		return entry{}, fmt.Errorf("%w: truncated or trailing bytes", errCorrupt)
 	}
 	return e, nil
@@ -271,7 +332,9 @@ type LifetimeMax struct {
 
 	// The results decided by the current watermark, emitted together.
 	outKey, outMax, outTime []int64
-	outCarry                [][]int64
+	outCarry, outWin        [][]int64
+
+	ev []int64 // scratch: the current event's (time, value, Winner fields...)
 }
 
 var (
@@ -321,10 +384,11 @@ func (o *LifetimeMax) Open(_ context.Context, octx *stream.OperatorContext) erro
 		return fmt.Errorf("%s: %w", o.name, err)
 	}
 	o.timers = o.backend.Timers()
-	if o.state, err = statebackend.GetValueState[entry](o.backend, stateTable, entryCodec{}); err != nil {
+	if o.state, err = statebackend.GetValueState[entry](o.backend, stateTable, entryCodec{winner: len(sp.winner)}); err != nil {
 		return fmt.Errorf("%s: %w", o.name, err)
 	}
 	o.outCarry = make([][]int64, len(sp.carry))
+	o.outWin = make([][]int64, len(sp.winner))
 	return nil
 }
 
@@ -361,20 +425,20 @@ func (o *LifetimeMax) ProcessBatch(input int, b *stream.Batch, _ stream.Collecto
 			for _, c := range sp.carry {
 				e.carry = append(e.carry, b.Cols[c].Ints[i])
 			}
-			for j := 0; j < len(e.pending); j += 2 {
-				e.fold(e.pending[j], e.pending[j+1])
+			stride := 2 + len(sp.winner)
+			for j := 0; j < len(e.pending); j += stride {
+				e.fold(e.pending[j : j+stride])
 			}
 			e.pending = nil
 			o.timers.RegisterEventTimeTimer(e.end)
 			o.state.Update(e)
 			continue
 		}
-		if rowenc.IsNull(&b.Cols[sp.time], i) || rowenc.IsNull(&b.Cols[sp.value], i) {
+		if !o.event(b, i) {
 			continue
 		}
-		t, v := b.Cols[sp.time].Ints[i], b.Cols[sp.value].Ints[i]
 		if e.has {
-			if e.fold(t, v) {
+			if e.fold(o.ev) {
 				o.state.Update(e)
 			}
 			continue
@@ -382,20 +446,47 @@ func (o *LifetimeMax) ProcessBatch(input int, b *stream.Batch, _ stream.Collecto
 		// The entity has not arrived (or has closed): keep the event until
 		// the watermark passes its time, when an entity that it could
 		// belong to must have arrived.
-		e.pending = append(e.pending, t, v)
-		o.timers.RegisterEventTimeTimer(t)
+		e.pending = append(e.pending, o.ev...)
+		o.timers.RegisterEventTimeTimer(o.ev[0])
 		o.state.Update(e)
 	}
 	return nil
 }
 
-// fold counts the event (t, v) if it lies within the entity's lifetime and
-// reports whether the entry changed.
-func (e *entry) fold(t, v int64) bool {
-	if t < e.start || t > e.end || e.hasMax && v <= e.max {
+// event reads event row i of b into o.ev as (time, value, Winner
+// fields...), or reports false if one of them is null.
+func (o *LifetimeMax) event(b *stream.Batch, i int) bool {
+	o.ev = o.ev[:0]
+	for _, c := range o.spec.event {
+		if rowenc.IsNull(&b.Cols[c], i) {
+			return false
+		}
+		o.ev = append(o.ev, b.Cols[c].Ints[i])
+	}
+	return true
+}
+
+// fold counts the event ev = (time, value, Winner fields...) if it lies
+// within the entity's lifetime and beats the winner so far, and reports
+// whether the entry changed. Without Winner fields only the value counts.
+func (e *entry) fold(ev []int64) bool {
+	t, v, w := ev[0], ev[1], ev[2:]
+	if t < e.start || t > e.end {
 		return false
 	}
+	if e.hasMax {
+		if len(w) == 0 && v <= e.max {
+			return false
+		}
+		// Larger value, then earlier time, then smaller Winner fields.
+		if c := cmp.Or(cmp.Compare(e.max, v), cmp.Compare(t, e.maxTime), slices.Compare(w, e.win)); c >= 0 {
+			return false
+		}
+	}
 	e.hasMax, e.max = true, v
+	if len(w) > 0 {
+		e.maxTime, e.win = t, append(e.win[:0], w...)
+	}
 	return true
 }
 
@@ -416,6 +507,9 @@ func (o *LifetimeMax) ProcessWatermark(wm int64, out stream.Collector) error {
 				for j, c := range e.carry {
 					o.outCarry[j] = append(o.outCarry[j], c)
 				}
+				for j, w := range e.win {
+					o.outWin[j] = append(o.outWin[j], w)
+				}
 				o.outMax = append(o.outMax, e.max)
 				o.outTime = append(o.outTime, e.end)
 			}
@@ -424,9 +518,10 @@ func (o *LifetimeMax) ProcessWatermark(wm int64, out stream.Collector) error {
 		}
 		// No entity: drop the waiting events at or before ts.
 		kept := e.pending[:0]
-		for j := 0; j < len(e.pending); j += 2 {
+		stride := 2 + len(o.spec.winner)
+		for j := 0; j < len(e.pending); j += stride {
 			if e.pending[j] > ts {
-				kept = append(kept, e.pending[j], e.pending[j+1])
+				kept = append(kept, e.pending[j:j+stride]...)
 			}
 		}
 		if len(kept) == 0 {
@@ -457,8 +552,12 @@ func (o *LifetimeMax) flush(out stream.Collector) {
 		b.Cols[1+j].Ints = append(b.Cols[1+j].Ints[:0], o.outCarry[j]...)
 		o.outCarry[j] = o.outCarry[j][:0]
 	}
-	last := len(b.Cols) - 1
-	b.Cols[last].Ints = append(b.Cols[last].Ints[:0], o.outMax...)
+	value := 1 + len(o.outCarry)
+	b.Cols[value].Ints = append(b.Cols[value].Ints[:0], o.outMax...)
+	for j := range o.outWin {
+		b.Cols[value+1+j].Ints = append(b.Cols[value+1+j].Ints[:0], o.outWin[j]...)
+		o.outWin[j] = o.outWin[j][:0]
+	}
 	b.Times = append(b.Times[:0], o.outTime...)
 	b.SetLen(m)
 	o.outKey, o.outMax, o.outTime = o.outKey[:0], o.outMax[:0], o.outTime[:0]

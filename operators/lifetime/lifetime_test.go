@@ -1,6 +1,7 @@
 package lifetime_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -56,14 +57,20 @@ type input struct {
 
 func openMax(t *testing.T, backend string, id int64, snap *stream.OperatorSnapshot) *dataflowtest.Harness {
 	t.Helper()
-	op, err := lifetime.NewLifetimeMax([]byte(q4Config))
+	return openWith(t, q4Config, eventSchema, backend, id, snap)
+}
+
+// openWith opens a lifetime_max with config over entitySchema and events.
+func openWith(t *testing.T, config string, events *stream.Schema, backend string, id int64, snap *stream.OperatorSnapshot) *dataflowtest.Harness {
+	t.Helper()
+	op, err := lifetime.NewLifetimeMax([]byte(config))
 	if err != nil {
 		t.Fatal(err)
 	}
 	octx := &stream.OperatorContext{
 		OperatorUID: "winning-bids", Parallelism: 1, MaxParallelism: 128,
 		KeyGroups:    stream.KeyGroupRange{Start: 0, End: 127},
-		InputSchemas: []*stream.Schema{entitySchema, eventSchema},
+		InputSchemas: []*stream.Schema{entitySchema, events},
 		InputKeys:    [][]string{{"id"}, {"auction"}},
 		StateBackend: backend, LocalStateDir: t.TempDir(),
 	}
@@ -76,6 +83,12 @@ func openMax(t *testing.T, backend string, id int64, snap *stream.OperatorSnapsh
 
 func run(t *testing.T, h *dataflowtest.Harness, steps []input, c *collector) {
 	t.Helper()
+	runWith(t, h, steps, c, eventSchema)
+}
+
+// runWith feeds steps to h, the events in schema events.
+func runWith(t *testing.T, h *dataflowtest.Harness, steps []input, c *collector, events *stream.Schema) {
+	t.Helper()
 	for _, s := range steps {
 		if s.input < 0 {
 			if err := h.Op.ProcessWatermark(s.wm, c); err != nil {
@@ -85,7 +98,7 @@ func run(t *testing.T, h *dataflowtest.Harness, steps []input, c *collector) {
 		}
 		schema := entitySchema
 		if s.input == 1 {
-			schema = eventSchema
+			schema = events
 		}
 		b := stream.NewBatch(schema, len(s.rows))
 		for _, r := range s.rows {
@@ -275,6 +288,8 @@ func TestLifetimeMaxPlanErrors(t *testing.T) {
 		{`{"end": "expires", "time": "dateTime", "value": "price"}`, "start: required"},
 		{`{"start": "nope", "end": "expires", "time": "dateTime", "value": "price"}`, `no field "nope"`},
 		{`{"start": "dateTime", "end": "expires", "time": "dateTime", "value": "price", "carry": ["id", "id"]}`, "output schema"},
+		{`{"start": "dateTime", "end": "expires", "time": "dateTime", "value": "price", "winner": ["bidder"]}`, `winner: no field "bidder"`},
+		{`{"start": "dateTime", "end": "expires", "time": "dateTime", "value": "price", "carry": ["dateTime"], "winner": ["dateTime"]}`, "rename an event field upstream"},
 	} {
 		p := &stream.PlanContext{Config: []byte(tc.config), Inputs: []stream.PlanInput{
 			{Schema: entitySchema, KeyFields: []string{"id"}}, {Schema: eventSchema, KeyFields: []string{"auction"}},
@@ -327,5 +342,205 @@ func TestRunningAvg(t *testing.T) {
 	want := []string{"10 1 4", "11 1 1", "10 2 6", "10 3 5", "11 2 1.5"}
 	if !slices.Equal(c.rows, want) {
 		t.Fatalf("rows %v, want %v", c.rows, want)
+	}
+}
+
+// Winner fields: the events carry a bidder, and the result the winning
+// event's bidder and time.
+var (
+	bidSchema = stream.MustSchema(
+		stream.Field{Name: "auction", Type: stream.TypeInt64},
+		stream.Field{Name: "bidder", Type: stream.TypeInt64},
+		stream.Field{Name: "price", Type: stream.TypeInt64},
+		stream.Field{Name: "bid_dateTime", Type: stream.TypeTimestamp},
+	)
+	q9Config = `{"start": "dateTime", "end": "expires", "carry": ["category"], "time": "bid_dateTime", "value": "price", "as": "price", "winner": ["bidder", "bid_dateTime"]}`
+)
+
+// TestLifetimeMaxWinnerScenario: the winner is the highest price, then
+// the earliest bid, then the smallest bidder, whatever the arrival order,
+// also for bids that wait for their auction; bids outside the lifetime do
+// not count however high.
+func TestLifetimeMaxWinnerScenario(t *testing.T) {
+	auctions := [][]any{{int64(1), int64(10), int64(100), int64(200)}, {int64(2), int64(11), int64(100), int64(300)}}
+	bids := [][]any{
+		{int64(1), int64(7), int64(50), int64(150)},
+		{int64(1), int64(5), int64(50), int64(160)}, // same price, later: loses to bidder 7
+		{int64(1), int64(8), int64(50), int64(150)}, // same price and time, larger bidder: loses
+		{int64(1), int64(4), int64(40), int64(120)},
+		{int64(1), int64(3), int64(99), int64(99)}, // before the auction started
+		{int64(2), int64(9), int64(30), int64(250)},
+		{int64(2), int64(6), int64(30), int64(250)}, // ties on price and time: bidder 6 wins
+		{int64(2), int64(2), int64(31), int64(301)}, // after it expired
+	}
+	want := []string{"1 10 50 7 150@200", "2 11 30 6 250@300"}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, backend := range []string{stream.StateBackendHeap, stream.StateBackendPebble} {
+		for round := range 6 {
+			t.Run(fmt.Sprintf("%s/order%d", backend, round), func(t *testing.T) {
+				bs := slices.Clone(bids)
+				r.Shuffle(len(bs), func(i, j int) { bs[i], bs[j] = bs[j], bs[i] })
+				// Half of the bids before their auction, half after.
+				steps := []input{{input: 1, rows: bs[:4]}, {input: 0, rows: auctions}, {input: 1, rows: bs[4:]}}
+				if round == 0 {
+					steps = []input{{input: 1, rows: bs}, {input: 0, rows: auctions}} // all waiting
+				}
+				h := openWith(t, q9Config, bidSchema, backend, 0, nil)
+				defer h.Close(true)
+				c := &collector{}
+				runWith(t, h, append(steps, input{input: -1, wm: stream.MaxWatermark}), c, bidSchema)
+				if !slices.Equal(c.rows, want) {
+					t.Fatalf("bids in order %v: rows %v, want %v", bs, c.rows, want)
+				}
+			})
+		}
+	}
+}
+
+// randomBidSteps is randomSteps with a bidder per bid and few distinct
+// prices and times (rounded down to 10, which keeps every bid within the
+// watermark's lag of 60: none arrives after its auction closed), so that
+// many auctions are won on a tie.
+func randomBidSteps(seed uint64, n int) []input {
+	r := rand.New(rand.NewPCG(seed, 2))
+	var steps []input
+	for _, s := range randomSteps(seed, n) {
+		if s.input == 1 {
+			for i, row := range s.rows {
+				ts := row[2].(int64)
+				s.rows[i] = []any{row[0], int64(r.IntN(6)), int64(r.IntN(2)), ts - ts%10}
+			}
+			// Arrival order must not matter.
+			r.Shuffle(len(s.rows), func(i, j int) { s.rows[i], s.rows[j] = s.rows[j], s.rows[i] })
+		}
+		steps = append(steps, s)
+	}
+	return steps
+}
+
+// winnerOracle picks each auction's winning bid by brute force: every bid
+// of its id within [start, end], sorted by price descending, then time,
+// then bidder.
+func winnerOracle(steps []input) (rows []string, ties, timeTies int) {
+	type auction struct{ id, cat, start, end int64 }
+	type bid struct{ auction, bidder, price, t int64 }
+	var auctions []auction
+	var bids []bid
+	for _, s := range steps {
+		for _, r := range s.rows {
+			if s.input == 0 {
+				auctions = append(auctions, auction{r[0].(int64), r[1].(int64), r[2].(int64), r[3].(int64)})
+			} else {
+				bids = append(bids, bid{r[0].(int64), r[1].(int64), r[2].(int64), r[3].(int64)})
+			}
+		}
+	}
+	for _, a := range auctions {
+		var in []bid
+		for _, b := range bids {
+			if b.auction == a.id && b.t >= a.start && b.t <= a.end {
+				in = append(in, b)
+			}
+		}
+		if len(in) == 0 {
+			continue
+		}
+		slices.SortFunc(in, func(x, y bid) int {
+			return cmp.Or(cmp.Compare(y.price, x.price), cmp.Compare(x.t, y.t), cmp.Compare(x.bidder, y.bidder))
+		})
+		if len(in) > 1 && in[1].price == in[0].price {
+			ties++
+			if in[1].t == in[0].t {
+				timeTies++
+			}
+		}
+		w := in[0]
+		rows = append(rows, fmt.Sprintf("%d %d %d %d %d@%d", a.id, a.cat, w.price, w.bidder, w.t, a.end))
+	}
+	slices.Sort(rows)
+	return rows, ties, timeTies
+}
+
+// TestLifetimeMaxWinnerRestore: with Winner fields, a run snapshotted
+// halfway and restored emits what an uninterrupted run does, and both
+// agree with the brute-force winners, a third or more decided on a tie; a
+// rule that kept the first arrival instead would not agree.
+func TestLifetimeMaxWinnerRestore(t *testing.T) {
+	steps := randomBidSteps(11, 8000)
+	want, ties, timeTies := winnerOracle(steps)
+	if len(want) < 100 || ties < len(want)/3 || timeTies < 20 {
+		t.Fatalf("the oracle produced %d rows, %d won on a tie of prices, %d of prices and times; the test would prove little", len(want), ties, timeTies)
+	}
+	for _, backend := range []string{stream.StateBackendHeap, stream.StateBackendPebble} {
+		t.Run(backend, func(t *testing.T) {
+			whole := &collector{}
+			h := openWith(t, q9Config, bidSchema, backend, 0, nil)
+			runWith(t, h, steps, whole, bidSchema)
+			h.Close(true)
+
+			half := len(steps) / 2
+			split := &collector{}
+			h = openWith(t, q9Config, bidSchema, backend, 0, nil)
+			runWith(t, h, steps[:half], split, bidSchema)
+			snap, err := h.Snapshot(5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runWith(t, h, steps[half:half+3], &collector{}, bidSchema)
+			h.Close(false)
+			h = openWith(t, q9Config, bidSchema, backend, 5, snap)
+			defer h.Close(true)
+			runWith(t, h, steps[half:], split, bidSchema)
+
+			for name, c := range map[string]*collector{"uninterrupted": whole, "restored": split} {
+				got := slices.Clone(c.rows)
+				slices.Sort(got)
+				if !slices.Equal(got, want) {
+					t.Fatalf("%s run: %d rows, want %d; first difference %s", name, len(got), len(want), firstDiff(got, want))
+				}
+			}
+			t.Logf("%s: %d winners (%d on a tie of prices, %d of prices and times) agree with the oracle, uninterrupted and restored", backend, len(want), ties, timeTies)
+		})
+	}
+}
+
+// TestLifetimeMaxWinnerStateVersions: an operator with Winner fields does
+// not take the state of one without: the entries' formats differ and are
+// told apart (at the restore or at the first read), not misread.
+func TestLifetimeMaxWinnerStateVersions(t *testing.T) {
+	for _, backend := range []string{stream.StateBackendHeap, stream.StateBackendPebble} {
+		t.Run(backend, func(t *testing.T) {
+			h := openMax(t, backend, 0, nil)
+			run(t, h, []input{{input: 0, rows: [][]any{{int64(1), int64(10), int64(100), int64(200)}}}}, &collector{})
+			snap, err := h.Snapshot(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Close(false)
+			op, err := lifetime.NewLifetimeMax([]byte(q9Config))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err = dataflowtest.Open(t.Context(), op, &stream.OperatorContext{
+				OperatorUID: "winning-bids", Parallelism: 1, MaxParallelism: 128,
+				KeyGroups:    stream.KeyGroupRange{Start: 0, End: 127},
+				InputSchemas: []*stream.Schema{entitySchema, bidSchema},
+				InputKeys:    [][]string{{"id"}, {"auction"}},
+				StateBackend: backend, LocalStateDir: t.TempDir(),
+			}, 1, snap)
+			if err == nil {
+				defer h.Close(true)
+				b := stream.NewBatch(bidSchema, 1)
+				b.AppendRow(int64(1), int64(5), int64(7), int64(150))
+				err = h.Op.ProcessBatch(1, b, &collector{})
+				if err == nil {
+					err = h.Op.ProcessWatermark(stream.MaxWatermark, &collector{})
+				}
+			}
+			if err == nil {
+				t.Fatal("an operator with winner fields read the state of one without; want an error")
+			}
+			t.Logf("restoring across formats: %v", err)
+		})
 	}
 }
