@@ -2,11 +2,11 @@ package dataflow
 
 import (
 	"context"
-	"sync/atomic"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/stream"
