@@ -1,13 +1,8 @@
 package dataflow
 
 import (
-	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/weirstream/weir/stream"
 )
 
 // TestChannelByteBudget runs an unbounded source of 1000-row batches into
@@ -27,51 +22,12 @@ func TestChannelByteBudget(t *testing.T) {
 		remote bool
 	}{{"network", true}, {"in-memory", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := ExchangeConfig{CreditsPerChannel: credits, ChannelBytes: budget}
-			nodes := []*testNode{startNodeWith(t, cfg), startNodeWith(t, cfg)}
-			nodeOf := func(v int) *testNode {
-				if tc.remote {
-					return nodes[v]
-				}
-				return nodes[0]
-			}
-			st := newTestState()
-			reg := newTestRegistry(st)
-			b := stream.NewBuilder("budget").Parallelism(1)
-			b.Source("src", "gen", genConfig{Rows: -1, Batch: batch}).Rebalance().Then("sink", "collect", nil)
-			g := plan(t, b, reg)
-			specs := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string { return nodeOf(v).addr })
-
 			// Ahead of the sink: the pieces in flight (two fit in the
 			// budget), the one the sink works on, and the rest of the
 			// source's current batch.
 			const bound = 3*pieceRows + batch
-			var worst atomic.Int64
-			sample := func() {
-				if d := st.emitted.Load() - st.consumed.Load(); d > worst.Load() {
-					worst.Store(d)
-				}
-			}
-			st.slowSink = func() {
-				sample()
-				time.Sleep(500 * time.Microsecond)
-			}
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
 			const want = 100 * batch
-			go func() {
-				for st.consumed.Load() < want && ctx.Err() == nil {
-					sample()
-					time.Sleep(100 * time.Microsecond)
-				}
-				cancel()
-			}()
-			_, errs := runTasks(ctx, t, specs, reg, func(s *TaskSpec) *Exchange { return nodeOf(s.VertexID).x })
-			for _, err := range errs {
-				if !errors.Is(err, context.Canceled) {
-					t.Fatalf("task ended with %v, want context.Canceled", err)
-				}
-			}
+			st, worst := slowSinkRun(t, ExchangeConfig{CreditsPerChannel: credits, ChannelBytes: budget}, tc.remote, batch, want)
 			st.mu.Lock()
 			rows := st.rows["sink"]
 			st.mu.Unlock()
@@ -83,11 +39,10 @@ func TestChannelByteBudget(t *testing.T) {
 					t.Fatalf("row %d has id %d: rows lost, repeated or out of order", i, r.id)
 				}
 			}
-			if w := worst.Load(); w > bound {
-				t.Fatalf("source ran %d rows ahead of the sink; a %d-byte budget allows at most %d (credits alone: %d)", w, budget, bound, (credits+2)*batch)
-			} else {
-				t.Logf("source ran at most %d rows ahead of the sink (bound %d, credits alone %d)", w, bound, (credits+2)*batch)
+			if worst > bound {
+				t.Fatalf("source ran %d rows ahead of the sink; a %d-byte budget allows at most %d (credits alone: %d)", worst, budget, bound, (credits+2)*batch)
 			}
+			t.Logf("source ran at most %d rows ahead of the sink (bound %d, credits alone %d)", worst, bound, (credits+2)*batch)
 		})
 	}
 }

@@ -120,63 +120,73 @@ func TestBackpressure(t *testing.T) {
 		remote bool
 	}{{"network", true}, {"in-memory", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes := []*testNode{startNode(t, credits), startNode(t, credits)}
-			nodeOf := func(v int) *testNode {
-				if tc.remote {
-					return nodes[v]
-				}
-				return nodes[0]
-			}
-			st := newTestState()
-			reg := newTestRegistry(st)
-			b := stream.NewBuilder("bp").Parallelism(1)
-			b.Source("src", "gen", genConfig{Rows: -1, Batch: batch}).Rebalance().Then("sink", "collect", nil)
-			g := plan(t, b, reg)
-			specs := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string { return nodeOf(v).addr })
-
 			// In flight: at most `credits` batches between the source's
 			// channel and the sink task's buffer, plus the batch the sink is
 			// processing and the one the source emitted and waits to send.
 			const bound = (credits + 2) * batch
-			var worst atomic.Int64
-			sample := func() {
-				if d := st.emitted.Load() - st.consumed.Load(); d > worst.Load() {
-					worst.Store(d)
-				}
-			}
-			st.slowSink = func() {
-				sample()
-				time.Sleep(500 * time.Microsecond)
-			}
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			go func() {
-				// Stop after the sink consumed 200 batches, sampling meanwhile.
-				for st.consumed.Load() < 200*batch && ctx.Err() == nil {
-					sample()
-					time.Sleep(100 * time.Microsecond)
-				}
-				cancel()
-			}()
-			_, errs := runTasks(ctx, t, specs, reg, func(s *TaskSpec) *Exchange { return nodeOf(s.VertexID).x })
-			for _, err := range errs {
-				if !errors.Is(err, context.Canceled) {
-					t.Fatalf("task ended with %v, want context.Canceled", err)
-				}
-			}
+			st, worst := slowSinkRun(t, ExchangeConfig{CreditsPerChannel: credits}, tc.remote, batch, 200*batch)
 			if c := st.consumed.Load(); c < 200*batch {
 				t.Fatalf("sink consumed only %d rows", c)
 			}
-			if w := worst.Load(); w > bound {
-				t.Fatalf("source ran %d rows ahead of the sink; credits allow at most %d", w, bound)
-			} else {
-				t.Logf("source ran at most %d rows ahead of the sink (bound %d); emitted %d, consumed %d", w, bound, st.emitted.Load(), st.consumed.Load())
+			if worst > bound {
+				t.Fatalf("source ran %d rows ahead of the sink; credits allow at most %d", worst, bound)
 			}
-			for _, n := range nodes {
-				waitFor(t, "channels to be unregistered", func() bool { return n.x.numEndpoints() == 0 })
-			}
+			t.Logf("source ran at most %d rows ahead of the sink (bound %d); emitted %d, consumed %d", worst, bound, st.emitted.Load(), st.consumed.Load())
 		})
 	}
+}
+
+// slowSinkRun runs an unbounded gen source (batches of batch rows) into a
+// collect sink that takes 500 µs a batch, on exchanges configured by cfg
+// (the two tasks on different ones when remote), until the sink consumed
+// want rows. It returns the run's state and the most rows the source was
+// ahead of the sink at any sample, and checks that every channel is
+// unregistered afterwards.
+func slowSinkRun(t *testing.T, cfg ExchangeConfig, remote bool, batch int, want int64) (*testState, int64) {
+	t.Helper()
+	nodes := []*testNode{startNodeWith(t, cfg), startNodeWith(t, cfg)}
+	nodeOf := func(v int) *testNode {
+		if remote {
+			return nodes[v]
+		}
+		return nodes[0]
+	}
+	st := newTestState()
+	reg := newTestRegistry(st)
+	b := stream.NewBuilder("bp").Parallelism(1)
+	b.Source("src", "gen", genConfig{Rows: -1, Batch: batch}).Rebalance().Then("sink", "collect", nil)
+	g := plan(t, b, reg)
+	specs := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string { return nodeOf(v).addr })
+	var worst atomic.Int64
+	sample := func() {
+		if d := st.emitted.Load() - st.consumed.Load(); d > worst.Load() {
+			worst.Store(d)
+		}
+	}
+	st.slowSink = func() {
+		sample()
+		time.Sleep(500 * time.Microsecond)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		// Stop once the sink consumed want rows, sampling meanwhile.
+		for st.consumed.Load() < want && ctx.Err() == nil {
+			sample()
+			time.Sleep(100 * time.Microsecond)
+		}
+		cancel()
+	}()
+	_, errs := runTasks(ctx, t, specs, reg, func(s *TaskSpec) *Exchange { return nodeOf(s.VertexID).x })
+	for _, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("task ended with %v, want context.Canceled", err)
+		}
+	}
+	for _, n := range nodes {
+		waitFor(t, "channels to be unregistered", func() bool { return n.x.numEndpoints() == 0 })
+	}
+	return st, worst.Load()
 }
 
 func TestCancelBlockedNetworkTasks(t *testing.T) {
