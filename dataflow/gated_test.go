@@ -59,9 +59,12 @@ func TestGatedTaskTakesUnalignedBarrier(t *testing.T) {
 				return c.x
 			})
 			defer r.stop()
-			waitFor(t, "the middle task's output to be full and the source backpressured", func() bool {
-				return len(p.queued()) >= credits && r.tasks[1].Metrics().BackpressuredTime() > 0 &&
-					r.tasks[0].Metrics().BackpressuredTime() > 0
+			// The middle task's input holds every batch its credits allow,
+			// and its output is full.
+			in := channelKey{JobID: specs[1].JobID, Attempt: 1, UpstreamVertex: 0, DownstreamVertex: 1}
+			waitFor(t, "the middle task's input and output to be full", func() bool {
+				return len(p.queued()) >= credits && bufferedBatches(c.x, in) >= credits &&
+					r.tasks[1].Metrics().BackpressuredTime() > 0
 			})
 			if err := r.tasks[0].TriggerUnalignedCheckpoint(1, 1001); err != nil {
 				t.Fatal(err)
@@ -79,4 +82,28 @@ func TestGatedTaskTakesUnalignedBarrier(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bufferedBatches counts the batches waiting in the consumer's buffer of
+// channel key on x.
+func bufferedBatches(x *Exchange, key channelKey) int {
+	x.mu.Lock()
+	e := x.mu.endpoints[key]
+	x.mu.Unlock()
+	if e == nil {
+		return 0
+	}
+	in := e.in.Load()
+	if in == nil {
+		return 0
+	}
+	in.gate.mu.Lock()
+	defer in.gate.mu.Unlock()
+	n := 0
+	for i := 0; i < in.q.len(); i++ {
+		if in.q.at(i).kind == eventBatch {
+			n++
+		}
+	}
+	return n
 }
