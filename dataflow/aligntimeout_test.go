@@ -82,14 +82,7 @@ func TestAlignedCheckpointTimeout(t *testing.T) {
 			}
 			st := newCkState()
 			st.slow = make(chan struct{})
-			reg := newCkRegistry(st)
-			x := localExchange(t, "local")
-			spec, outKey := timeoutSpecs(t, st, reg)
-			spec.AlignedCheckpointTimeout = timeout
-			p := openProbe(t, x, outKey)
-			r := startCk(t, []*TaskSpec{spec}, reg, stream.ExactlyOnce, 0, nil, func(*TaskSpec) *Exchange { return x })
-			fs := openFeeds(t, x, spec)
-			A, B := fs[0], fs[1]
+			r, p, A, B := startTimeoutTask(t, st, timeout)
 			A.rows(a1...)
 			waitFor(t, "a1 taken", func() bool { return r.tasks[0].Metrics().RecordsIn.Load() == int64(len(a1)) })
 			st.slow <- struct{}{}
@@ -186,6 +179,21 @@ func TestAlignedCheckpointTimeout(t *testing.T) {
 	}
 }
 
+// startTimeoutTask runs the count task of timeoutSpecs on st with the
+// aligned checkpoint timeout, and returns it with a probe on its output
+// and feeds A and B of its two input channels.
+func startTimeoutTask(t *testing.T, st *ckState, timeout time.Duration) (*ckRun, *probe, *feed, *feed) {
+	t.Helper()
+	reg := newCkRegistry(st)
+	x := localExchange(t, "local")
+	spec, outKey := timeoutSpecs(t, st, reg)
+	spec.AlignedCheckpointTimeout = timeout
+	p := openProbe(t, x, outKey)
+	r := startCk(t, []*TaskSpec{spec}, reg, stream.ExactlyOnce, 0, nil, func(*TaskSpec) *Exchange { return x })
+	fs := openFeeds(t, x, spec)
+	return r, p, fs[0], fs[1]
+}
+
 // TestGatePromote: promoting the aligned barrier of checkpoint 1 moves it
 // ahead of the batches before it, marked overtaken by 1, and leaves the
 // batches behind it unmarked, in order.
@@ -235,15 +243,7 @@ func TestGatePromote(t *testing.T) {
 func TestAlignedCheckpointTimeoutIdle(t *testing.T) {
 	a1, b1 := idRange(0, 10), idRange(100, 11)
 	const timeout = 200 * time.Millisecond
-	st := newCkState()
-	reg := newCkRegistry(st)
-	x := localExchange(t, "local")
-	spec, outKey := timeoutSpecs(t, st, reg)
-	spec.AlignedCheckpointTimeout = timeout
-	p := openProbe(t, x, outKey)
-	r := startCk(t, []*TaskSpec{spec}, reg, stream.ExactlyOnce, 0, nil, func(*TaskSpec) *Exchange { return x })
-	fs := openFeeds(t, x, spec)
-	A, B := fs[0], fs[1]
+	r, p, A, B := startTimeoutTask(t, newCkState(), timeout)
 	A.rows(a1...)
 	A.barrier(1)
 	kind, v, _ := p.read() // the task waits on B alone until it switches
@@ -287,15 +287,7 @@ func TestAlignedCheckpointTimeoutSavepoint(t *testing.T) {
 func testTimeoutStaysAligned(t *testing.T, barrier event) {
 	a1, b1 := idRange(0, 10), idRange(100, 11)
 	const timeout = 100 * time.Millisecond
-	st := newCkState()
-	reg := newCkRegistry(st)
-	x := localExchange(t, "local")
-	spec, outKey := timeoutSpecs(t, st, reg)
-	spec.AlignedCheckpointTimeout = timeout
-	p := openProbe(t, x, outKey)
-	r := startCk(t, []*TaskSpec{spec}, reg, stream.ExactlyOnce, 0, nil, func(*TaskSpec) *Exchange { return x })
-	fs := openFeeds(t, x, spec)
-	A, B := fs[0], fs[1]
+	r, p, A, B := startTimeoutTask(t, newCkState(), timeout)
 	A.rows(a1...)
 	A.send(barrier)
 	waitFor(t, "A blocked by barrier 1", func() bool { b, _ := A.blocked(); return b })
