@@ -249,13 +249,27 @@ func TestSourceCheckpoint(t *testing.T) {
 }
 
 func TestBaselines(t *testing.T) {
-	kept, el := nexmark.BaselineQ1(nexmark.Config{Seed: nexmark.BaselineSeed}, 100_000)
-	if kept != 92_000 || el <= 0 {
-		t.Fatalf("BaselineQ1(100000) = %d, %v; want 92000 bids", kept, el)
-	}
-	rows, _ := nexmark.BaselineQ5(nexmark.Config{Seed: nexmark.BaselineSeed}, 100_000)
-	if rows == 0 {
-		t.Fatal("BaselineQ5 produced no rows")
+	// The baselines produce the queries' results: their digests equal
+	// the oracles', in both generator modes.
+	for _, mode := range []string{nexmark.GeneratorCanonical, nexmark.GeneratorFast} {
+		cfg := nexmark.Config{Seed: nexmark.BaselineSeed, Generator: mode}
+		d1, el := nexmark.BaselineQ1(cfg, 100_000)
+		if d1.Rows != 92_000 || el <= 0 {
+			t.Fatalf("%s: BaselineQ1(100000) = %v, %v; want 92000 rows", mode, d1, el)
+		}
+		d5, _ := nexmark.BaselineQ5(cfg, 100_000)
+		if d5.Rows == 0 {
+			t.Fatalf("%s: BaselineQ5 produced no rows", mode)
+		}
+		for q, got := range map[string]nexmark.Digest{"q1": d1, "q5": d5} {
+			want, err := nexmark.Oracle(q, cfg, 100_000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("%s: baseline %s %v, oracle %v", mode, q, got, want)
+			}
+		}
 	}
 }
 

@@ -61,13 +61,7 @@ func Oracle(q string, cfg Config, events int64) (Digest, error) {
 					r.Str(b.Extra)
 				})
 			case "q1":
-				row(func(r *RowHasher) {
-					r.Int(b.Auction)
-					r.Int(b.Bidder)
-					r.Float(float64(b.Price) * 0.908)
-					r.Int(b.DateTime)
-					r.Str(b.Extra)
-				})
+				row(func(r *RowHasher) { hashQ1Row(r, b) })
 			case "q2":
 				if b.Auction%123 == 0 {
 					row(func(r *RowHasher) { r.Int(b.Auction); r.Int(b.Price) })
@@ -155,7 +149,7 @@ func Oracle(q string, cfg Config, events int64) (Digest, error) {
 		})
 	case "q5":
 		RunQ5(cfg, events, func(x Q5Row) {
-			row(func(r *RowHasher) { r.Int(x.Auction); r.Int(x.WindowStart); r.Int(x.WindowEnd); r.Int(x.Count) })
+			row(func(r *RowHasher) { hashQ5Row(r, x) })
 		})
 	case "q7":
 		var best []Bid // the bids at the current window's highest price

@@ -83,8 +83,10 @@ func writeBenchmarksDoc(s nexmarkSettings, qs []*nexmarkQuery) error {
 		"no checkpoints).\n\n", gen, s.replayEvents)
 	w("### Against single-goroutine baselines\n\n")
 	w("The baselines are plain Go programs doing the same work over the same events on one goroutine (plain structs, a " +
-		"Go map, no channels, batches or serialisation), generating every event as the sources do. The ratio is Weir's " +
-		"events/s per CPU-second ÷ the baseline's events/s.\n\n")
+		"Go map, no channels, batches or serialisation), generating every event as the sources do and hashing every " +
+		"result row into the same digest as the job's sink, so that both produce the same, verified output (the " +
+		"baseline's digest is checked against the oracle too). The ratio is Weir's events/s per CPU-second ÷ the " +
+		"baseline's events/s per CPU-second.\n\n")
 	w("| query | Weir events/s/core | baseline events/s/core | ratio | target |\n|---|---:|---:|---:|---:|\n")
 	for _, nq := range qs {
 		if len(nq.baseline) == 0 {
