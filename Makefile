@@ -83,7 +83,7 @@ soak: $(BIN)/versitygw
 bench: build $(BIN)/versitygw postgres
 	./scripts/bench.sh
 
-# Nexmark q0-q5, q7-q9, q11 on a local cluster (WEIR_NEXMARK_EVENTS, default 10
+# Nexmark q0-q5, q7-q9, q11, q12 on a local cluster (WEIR_NEXMARK_EVENTS, default 10
 # million per query); writes docs/benchmarks.md.
 bench-nexmark: build
 	WEIR_BENCH=Nexmark ./scripts/bench.sh

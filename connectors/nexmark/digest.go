@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -58,6 +59,13 @@ func (d *Digest) AddRow(r *RowHasher) {
 	d.Hash += r.Sum()
 }
 
+// AddWeighted adds the row hashed by r to d weight times (the digest of a
+// weighted row: see DigestConfig.Weight), in wrapping arithmetic.
+func (d *Digest) AddWeighted(r *RowHasher, weight int64) {
+	d.Rows += weight
+	d.Hash += uint64(weight) * r.Sum()
+}
+
 // strHash hashes s eight bytes at a time.
 func strHash(s string) uint64 {
 	h := uint64(len(s)) * golden
@@ -79,10 +87,7 @@ func strHash(s string) uint64 {
 func DigestBatch(d *Digest, b *stream.Batch, cols []int, scratch []uint64) []uint64 {
 	n := b.Len()
 	if cols == nil {
-		cols = make([]int, len(b.Cols))
-		for c := range cols {
-			cols[c] = c
-		}
+		cols = allColumns(b)
 	}
 	for _, c := range cols {
 		if b.Cols[c].Nulls != nil {
@@ -95,6 +100,47 @@ func DigestBatch(d *Digest, b *stream.Batch, cols []int, scratch []uint64) []uin
 			return scratch
 		}
 	}
+	scratch = partialHashes(b, cols, scratch)
+	for _, h := range scratch[:n] {
+		d.Hash += mix64(h + golden)
+	}
+	d.Rows += int64(n)
+	return scratch
+}
+
+// DigestBatchWeighted adds the rows of b to d as DigestBatch does (all
+// columns, or only cols when it is not nil), each weighted by its int64
+// value in column weight (AddWeighted): Rows grows by the weights' sum. A
+// null weight is an error that names the column; d is then unchanged.
+func DigestBatchWeighted(d *Digest, b *stream.Batch, cols []int, weight int) error {
+	n := b.Len()
+	if cols == nil {
+		cols = allColumns(b)
+	}
+	wc := &b.Cols[weight]
+	if wc.Type != stream.TypeInt64 {
+		return fmt.Errorf("%s: weight column %q is %v; it must be int64", TypeDigest, b.Schema.Fields[weight].Name, wc.Type)
+	}
+	for i := range n {
+		if wc.IsNull(i) {
+			return fmt.Errorf("%s: weight column %q has a null in a row; weights must be counts, never null", TypeDigest, b.Schema.Fields[weight].Name)
+		}
+	}
+	var part Digest
+	for i := range n {
+		r := NewRowHasher()
+		hashRowAt(&r, b, cols, i)
+		part.AddWeighted(&r, wc.Ints[i])
+	}
+	*d = d.Add(part)
+	return nil
+}
+
+// partialHashes sets scratch[i], grown to b's length if need be, to row
+// i's hash before RowHasher.Sum's final mix, over the columns cols, none
+// of which has nulls.
+func partialHashes(b *stream.Batch, cols []int, scratch []uint64) []uint64 {
+	n := b.Len()
 	if cap(scratch) < n {
 		scratch = make([]uint64, n)
 	}
@@ -127,10 +173,6 @@ func DigestBatch(d *Digest, b *stream.Batch, cols []int, scratch []uint64) []uin
 			}
 		}
 	}
-	for _, h := range hs {
-		d.Hash += mix64(h + golden)
-	}
-	d.Rows += int64(n)
 	return scratch
 }
 
@@ -174,6 +216,16 @@ type DigestConfig struct {
 	// Fields, if set, are the fields hashed (in this order); default all,
 	// in the schema's order.
 	Fields []string `json:"fields,omitempty"`
+	// Weight, if set, names an int64 field, not null, that weights each
+	// row: the row adds its weight to Rows and weight × its hash to Hash
+	// (mod 2^64), as that many copies of it would. A query whose rows are
+	// counts (q12: bids per bidder and window) is so checked against the
+	// records counted, however they were split among rows: with Fields
+	// [bidder] and Weight bid_count, the digest is, per bidder, its number
+	// of bids × its hash, whatever the windows. Default none: every row
+	// counts once. The option does not change the sink's checkpointed
+	// state (the digest so far).
+	Weight string `json:"weight,omitempty"`
 }
 
 const digestState = "digest"
@@ -214,8 +266,12 @@ func registerDigest(r *stream.Registry) {
 				}
 			}
 			if len(p.Inputs) == 1 && p.Inputs[0].Schema != nil {
-				if _, err := p.Inputs[0].Schema.Lookup(cfg.Fields...); err != nil {
+				in := p.Inputs[0].Schema
+				if _, err := in.Lookup(cfg.Fields...); err != nil {
 					return nil, stream.ConfigErrorf("%s: fields: %v", TypeDigest, err)
+				}
+				if _, err := weightColumn(in, cfg.Weight); err != nil {
+					return nil, err
 				}
 			}
 			p.DeclareState(stream.StateDecl{Name: digestState, Kind: stream.StateOperatorList})
@@ -229,7 +285,7 @@ func registerDigest(r *stream.Registry) {
 			return &DigestSink{cfg: cfg}, nil
 		},
 		Config: DigestConfig{},
-		Doc:    "benchmark sink: a row count and an order-independent hash of the rows, checkpointed, written to <dir>/digest-<subtask>.json at the end ({dir, fields})",
+		Doc:    "benchmark sink: a row count and an order-independent hash of the rows, checkpointed, written to <dir>/digest-<subtask>.json at the end ({dir, fields, weight})",
 	})
 }
 
@@ -244,12 +300,29 @@ func parseDigest(raw []byte) (DigestConfig, error) {
 	return c, nil
 }
 
+// weightColumn returns the index of the weight field in in, or -1 for
+// none.
+func weightColumn(in *stream.Schema, weight string) (int, error) {
+	if weight == "" {
+		return -1, nil
+	}
+	i := in.Index(weight)
+	if i < 0 {
+		return -1, stream.ConfigErrorf("%s: weight: field %q is not in the input (the input has %s); name an int64 field of counts", TypeDigest, weight, strings.Join(in.Names(), ", "))
+	}
+	if t := in.Fields[i].Type; t != stream.TypeInt64 {
+		return -1, stream.ConfigErrorf("%s: weight: field %q is %v; the weight must be an int64 field of counts", TypeDigest, weight, t)
+	}
+	return i, nil
+}
+
 // DigestSink is one subtask of the digest sink.
 type DigestSink struct {
 	stream.BaseOperator
 	cfg     DigestConfig
 	subtask int
 	cols    []int
+	weight  int // column of DigestConfig.Weight, or -1
 	d       Digest
 	scratch []uint64
 	paths   *stream.PathPolicy
@@ -263,21 +336,43 @@ var (
 // Open resolves the hashed fields.
 func (s *DigestSink) Open(_ context.Context, octx *stream.OperatorContext) error {
 	s.subtask, s.paths = octx.Subtask, octx.Paths
-	if len(s.cfg.Fields) > 0 && len(octx.InputSchemas) == 1 {
-		cols, err := octx.InputSchemas[0].Lookup(s.cfg.Fields...)
+	s.weight = -1
+	if len(octx.InputSchemas) != 1 {
+		return nil
+	}
+	in := octx.InputSchemas[0]
+	if len(s.cfg.Fields) > 0 {
+		cols, err := in.Lookup(s.cfg.Fields...)
 		if err != nil {
 			return fmt.Errorf("%s: fields: %w", TypeDigest, err)
 		}
 		s.cols = cols
 	}
+	w, err := weightColumn(in, s.cfg.Weight)
+	if err != nil {
+		return err
+	}
+	s.weight = w
 	return nil
 }
 
 // ProcessBatch adds b's rows to the digest.
 func (s *DigestSink) ProcessBatch(_ int, b *stream.Batch, _ stream.Collector) error {
+	defer b.Release()
+	if s.weight >= 0 {
+		return DigestBatchWeighted(&s.d, b, s.cols, s.weight)
+	}
 	s.scratch = DigestBatch(&s.d, b, s.cols, s.scratch)
-	b.Release()
 	return nil
+}
+
+// allColumns lists the columns of b.
+func allColumns(b *stream.Batch) []int {
+	cols := make([]int, len(b.Cols))
+	for c := range cols {
+		cols[c] = c
+	}
+	return cols
 }
 
 // Digest returns the digest so far.

@@ -18,16 +18,44 @@ const QueryWindowMillis = 10_000
 // this long without a bid.
 const SessionGapMillis = 10_000
 
+// ProcTimeWindowMillis is the processing-time tumbling window of q12.
+const ProcTimeWindowMillis = 10_000
+
 // DigestFields returns the fields a digest sink hashes for query q: nil
 // (all) except for q4, whose running averages at equal closing times may
 // come out in either order; its digest covers (category, count), which
-// still pins down how many auctions of each category closed with a bid.
-// The query tests check q4's averages row by row.
+// still pins down how many auctions of each category closed with a bid;
+// and q12 (see DigestWeight). The query tests check q4's averages row by
+// row.
 func DigestFields(q string) []string {
-	if q == "q4" {
+	switch q {
+	case "q4":
 		return []string{"category", "count"}
+	case "q12":
+		return []string{"bidder"}
 	}
 	return nil
+}
+
+// DigestWeight returns the field that weights each row of query q's
+// digest (DigestConfig.Weight), or "" for none. Only q12 has one: its
+// windows are of processing time, so how a bidder's bids split into rows
+// depends on when they arrived, but the digest of (bidder) weighted by
+// bid_count is, per bidder, its number of bids × its hash, whatever the
+// split: a lost or doubled bid, or one counted for another bidder,
+// changes it.
+func DigestWeight(q string) string {
+	if q == "q12" {
+		return "bid_count"
+	}
+	return ""
+}
+
+// DigestConfigFor returns the config of the digest sink that replaces
+// query q's sink, writing to dir: the fields and weight its oracle
+// expects.
+func DigestConfigFor(q, dir string) DigestConfig {
+	return DigestConfig{Dir: dir, Fields: DigestFields(q), Weight: DigestWeight(q)}
 }
 
 // Oracle returns the digest of query q's output over the first events
@@ -228,6 +256,16 @@ func Oracle(q string, cfg Config, events int64) (Digest, error) {
 			}
 		}
 		flush()
+	case "q12":
+		// Every bid once, hashed by its bidder: the weighted digest of
+		// any split of the bids into (bidder, window, count) rows.
+		for n := int64(0); n < events; n++ {
+			if KindOf(n) != KindBid {
+				continue
+			}
+			bidder := g.bidBidder(n)
+			row(func(r *RowHasher) { r.Int(bidder) })
+		}
 	case "q11":
 		if err := userSessions(g, events, SessionGapMillis, func(bidder, count, start, end int64) {
 			row(func(r *RowHasher) { r.Int(bidder); r.Int(count); r.Int(start); r.Int(end) })

@@ -384,3 +384,101 @@ func TestQ9(t *testing.T) {
 	checkQuery(t, "q9", want)
 	t.Logf("q9: %d auctions won, %d of them at a price bid more than once", len(want), ties)
 }
+
+// TestQ12 checks q12 (bids per bidder in 10 s windows of processing
+// time). Which window a bid lands in depends on when it arrives, so the
+// rows are checked for what does not: every row is a 10 s window aligned
+// to the clock's epoch, no (bidder, window) comes twice, and each bidder's
+// counts sum, over its windows, to its number of bids in the reference
+// (counted from the events). The digest of the spec at parallelism 2
+// (bidder weighted by bid_count) must equal the oracle's, and the same
+// weighted digest of the collected rows too. The check can fail: the
+// reference with one bid dropped, or with one bid moved to another bidder,
+// and the rows with one count changed, each give another digest.
+func TestQ12(t *testing.T) {
+	const size = nexmark.ProcTimeWindowMillis
+	bids := map[int64]int64{}
+	total := int64(0)
+	for _, e := range events() {
+		if e.Kind == nexmark.KindBid {
+			bids[e.Bid.Bidder]++
+			total++
+		}
+	}
+	got := runQuery(t, "q12", testCfg)
+	type bw struct{ bidder, start int64 }
+	seen := map[bw]bool{}
+	counted := map[int64]int64{}
+	var rows [][2]int64 // bidder, bid_count
+	for _, r := range got {
+		f := strings.Split(r, "|")
+		if len(f) != 4 {
+			t.Fatalf("q12: row %s has %d fields, want bidder|bid_count|starttime|endtime", r, len(f))
+		}
+		var v [4]int64
+		for i := range v {
+			var err error
+			if v[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+				t.Fatalf("q12: row %s: %v", r, err)
+			}
+		}
+		bidder, count, start, end := v[0], v[1], v[2], v[3]
+		if end-start != size || start%size != 0 || count <= 0 {
+			t.Fatalf("q12: row %s is not a positive count in an aligned %d ms window", r, size)
+		}
+		if k := (bw{bidder, start}); seen[k] {
+			t.Fatalf("q12: bidder %d has two rows for the window at %d", bidder, start)
+		} else {
+			seen[k] = true
+		}
+		counted[bidder] += count
+		rows = append(rows, [2]int64{bidder, count})
+	}
+	if len(counted) != len(bids) {
+		t.Fatalf("q12: %d bidders counted, want %d", len(counted), len(bids))
+	}
+	for b, n := range bids {
+		if counted[b] != n {
+			t.Fatalf("q12: bidder %d: %d bids counted over its windows, want %d", b, counted[b], n)
+		}
+	}
+	weighted := func(rows [][2]int64) nexmark.Digest {
+		var d nexmark.Digest
+		for _, r := range rows {
+			h := nexmark.NewRowHasher()
+			h.Int(r[0])
+			d.AddWeighted(&h, r[1])
+		}
+		return d
+	}
+	d := runDigest(t, "q12", testCfg, 2)
+	oracle, err := nexmark.Oracle("q12", testCfg, testCfg.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd := weighted(rows); d != oracle || rd != oracle || oracle.Rows != total {
+		t.Fatalf("q12: engine digest %v, digest of the collected rows %v, oracle %v (%d bids)", d, rd, oracle, total)
+	}
+	// The check can fail.
+	var ref [][2]int64
+	for b, n := range bids {
+		ref = append(ref, [2]int64{b, n})
+	}
+	slices.SortFunc(ref, func(x, y [2]int64) int { return cmp.Compare(x[0], y[0]) })
+	if weighted(ref) != oracle {
+		t.Fatalf("q12: the reference's digest %v differs from the oracle's %v", weighted(ref), oracle)
+	}
+	dropped := slices.Clone(ref)
+	dropped[0][1]--
+	moved := slices.Clone(ref)
+	moved[0][1]--
+	moved[1][1]++
+	changed := slices.Clone(rows)
+	changed[len(changed)/2][1]++
+	for name, r := range map[string][][2]int64{"one bid dropped": dropped, "one bid moved to another bidder": moved, "one row's count changed": changed} {
+		if weighted(r) == oracle {
+			t.Fatalf("q12: %s gives the oracle's digest %v; the check cannot tell", name, oracle)
+		}
+	}
+	t.Logf("q12: %d rows, %d bids of %d bidders counted once each, digest %v", len(got), total, len(bids), d)
+}

@@ -45,7 +45,7 @@ func Register(r *stream.Registry) {
 			return NewTumblingWindow(config)
 		},
 		Config: WindowConfig{},
-		Doc:    "keyed event-time tumbling windows with count/sum/min/max/avg aggregates",
+		Doc:    "keyed tumbling windows of event time (default) or processing time (time: processing) with count/sum/min/max/avg aggregates",
 	})
 	r.Register(stream.OperatorType{
 		Name: TypeSlidingWindow,
@@ -108,11 +108,41 @@ type WindowConfig struct {
 	Offset string `json:"offset,omitempty"`
 	// AllowedLateness keeps a fired window's state this long (in event time)
 	// so that late records re-fire it with an updated result. Default "0s".
+	// Event time only.
 	AllowedLateness string `json:"allowedLateness,omitempty"`
+	// Time is the time the windows are of: "event" (default) or
+	// "processing".
+	//
+	// Event-time windows take each record's time from Batch.Times (a
+	// watermarks operator upstream) and fire when the watermark passes
+	// their end.
+	//
+	// Processing-time windows (tumbling_window only) put each record in the
+	// window of the task's clock when the record arrives and fire a window
+	// when the clock reaches its end, on a processing-time timer kept,
+	// with the panes, in keyed state: pending windows and their timers are
+	// checkpointed and restored, and a restored window whose end has
+	// passed fires at once. Watermarks are forwarded but fire nothing,
+	// nothing is ever late (AllowedLateness must be "0s", and the side
+	// output "late" does not exist), and the results carry no event time
+	// (Batch.Times is empty): a watermarks operator on window_end gives
+	// them one. At the end of bounded input every window still pending
+	// fires, in Finish, so that every record is counted. Results depend on
+	// when records arrive, so a replay after recovery may split them into
+	// windows differently; each record is still counted once. If the
+	// clock steps back, a window that has fired may fire again with the
+	// records that arrived since.
+	Time string `json:"time,omitempty"`
 	// Aggregates are the output columns computed per key and window, in
 	// order. At least one is required.
 	Aggregates []AggregateConfig `json:"aggregates"`
 }
+
+// Values of WindowConfig.Time.
+const (
+	TimeEvent      = "event"
+	TimeProcessing = "processing"
+)
 
 // SessionWindowConfig is the JSON config of the session_window operator.
 // Durations are Go durations ("30s", "500ms") with millisecond precision.
@@ -127,6 +157,8 @@ type SessionWindowConfig struct {
 	// time) so that late records merge into it and re-fire it with an
 	// updated result. Default "0s".
 	AllowedLateness string `json:"allowedLateness,omitempty"`
+	// Time must be "event" (the default): sessions are of event time only.
+	Time string `json:"time,omitempty"`
 	// Aggregates are the output columns computed per key and session, in
 	// order, as for the other windows. At least one is required.
 	Aggregates []AggregateConfig `json:"aggregates"`
@@ -236,7 +268,9 @@ func planWindow(op string, p *stream.PlanContext) (*stream.Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.DeclareSideOutput(LateOutput, p.Inputs[0].Schema)
+	if !spec.processing {
+		p.DeclareSideOutput(LateOutput, p.Inputs[0].Schema)
+	}
 	p.DeclareState(stream.StateDecl{Name: panesTable, Kind: stream.StateValue, Type: statebackend.SlotListCodec(newLayout(r.aggs).width).ID()})
 	for _, name := range []string{signatureState, watermarkState, firingState} {
 		p.DeclareState(stream.StateDecl{Name: name, Kind: stream.StateUnion})
@@ -253,6 +287,9 @@ type windowSpec struct {
 	offset   int64
 	lateness int64
 	aggs     []AggregateConfig
+	// processing: windows of the task's processing time (Time
+	// "processing"), not of event time.
+	processing bool
 }
 
 func parseWindowConfig(op string, raw []byte) (*windowSpec, error) {
@@ -305,6 +342,19 @@ func parseWindowConfig(op string, raw []byte) (*windowSpec, error) {
 	}
 	if s.lateness < 0 {
 		return nil, stream.ConfigErrorf("%s: allowedLateness %q is negative; use \"0s\" to drop every record that arrives after its window fired", op, c.AllowedLateness)
+	}
+	switch c.Time {
+	case "", TimeEvent:
+	case TimeProcessing:
+		if sliding {
+			return nil, stream.ConfigErrorf("%s: time %q: processing-time windows are tumbling only; use %s with time %q, or event time (a %s operator upstream) for sliding windows", op, c.Time, TypeTumblingWindow, TimeProcessing, TypeWatermarks)
+		}
+		if s.lateness != 0 {
+			return nil, stream.ConfigErrorf("%s: allowedLateness %q with time %q: nothing is late in processing time, so lateness does not apply; remove allowedLateness, or use event time", op, c.AllowedLateness, TimeProcessing)
+		}
+		s.processing = true
+	default:
+		return nil, stream.ConfigErrorf("%s: time %q is not a time domain; write %q (the default: windows of event time, fired by watermarks) or %q (windows of the task's clock)", op, c.Time, TimeEvent, TimeProcessing)
 	}
 	if len(c.Aggregates) == 0 {
 		return nil, stream.ConfigErrorf("%s: aggregates is empty; list at least one, e.g. [{\"fn\": \"count\", \"as\": \"n\"}]", op)
@@ -361,6 +411,13 @@ func parseSessionConfig(raw []byte) (*sessionSpec, error) {
 	}
 	if s.lateness < 0 {
 		return nil, stream.ConfigErrorf("%s: allowedLateness %q is negative; use \"0s\" to drop every record that arrives after its session fired", op, c.AllowedLateness)
+	}
+	switch c.Time {
+	case "", TimeEvent:
+	case TimeProcessing:
+		return nil, stream.ConfigErrorf("%s: time %q: sessions are of event time only; remove time and assign event time with a %s operator upstream, or use %s with time %q", op, c.Time, TypeWatermarks, TypeTumblingWindow, TimeProcessing)
+	default:
+		return nil, stream.ConfigErrorf("%s: time %q is not supported; sessions are of event time only: remove time, or write %q", op, c.Time, TimeEvent)
 	}
 	if len(c.Aggregates) == 0 {
 		return nil, stream.ConfigErrorf("%s: aggregates is empty; list at least one, e.g. [{\"fn\": \"count\", \"as\": \"n\"}]", op)

@@ -1,10 +1,12 @@
-// Package window owns Weir's built-in event-time operators:
+// Package window owns Weir's built-in watermark and window operators:
 //
 //   - "watermarks" assigns each record's event time (Batch.Times) from a
 //     timestamp field and emits bounded-out-of-orderness watermarks;
 //   - "tumbling_window" and "sliding_window" aggregate keyed records into
 //     event-time windows (count, sum, min, max, avg) and emit one row per key
-//     and window when the watermark passes the window's end;
+//     and window when the watermark passes the window's end; a
+//     tumbling_window with time "processing" uses windows of the task's
+//     clock instead, fired by processing-time timers (proctime.go);
 //   - "session_window" aggregates keyed records into event-time sessions,
 //     windows [ts, ts+gap) that merge when they overlap or touch, and emits
 //     one row per key and session when the watermark passes its end.
@@ -14,7 +16,8 @@
 // the output schema; the operators themselves are built per subtask by the
 // task runtime.
 //
-// Windows are event-time windows fired by the watermark: window starts are
+// Apart from those processing-time windows (WindowConfig.Time), windows are
+// event-time windows fired by the watermark: window starts are
 // aligned to offset modulo slide, a window [start, end) fires when the
 // watermark reaches end-1, its state is kept until the watermark reaches
 // end-1+allowedLateness (a record arriving in that time re-fires the window

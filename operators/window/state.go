@@ -43,6 +43,13 @@ import (
 // timers it finds. Checkpoints written by per-key timers alone ("timers")
 // restore onto Pebble as they are.
 //
+// A processing-time window keeps the same slots (its panes are windows of
+// the task's clock) and, per key and pending window, a processing-time
+// timer at the window's end (proctime.go); it uses neither the pane index
+// nor event-time timers, writes no firingState, and its signature ends in
+// "; processing time", so that its state and an event-time window's never
+// restore into each other.
+//
 // Without keyBy the window is per subtask: its panes are kept under the
 // empty key in the first key group of the subtask's range.
 //
@@ -81,7 +88,13 @@ func (w *Window) signature() string {
 	for _, a := range w.r.aggs {
 		fmt.Fprintf(&sb, " %d", a.kind)
 	}
-	fmt.Fprintf(&sb, "; slide %d offset %d)", w.spec.slide, w.spec.offset)
+	fmt.Fprintf(&sb, "; slide %d offset %d", w.spec.slide, w.spec.offset)
+	if w.spec.processing {
+		// Panes of processing time, with processing-time timers; the
+		// event-time signature is unchanged from before the option.
+		sb.WriteString("; processing time")
+	}
+	sb.WriteString(")")
 	return sb.String()
 }
 
@@ -91,7 +104,9 @@ func (w *Window) SnapshotState(c *stream.SnapshotContext) error {
 	w.slots.Flush()
 	c.AddUnionState(signatureState, []byte(w.signature()))
 	c.AddUnionState(watermarkState, binary.AppendVarint([]byte{stateVersion}, w.wm))
-	c.AddUnionState(firingState, []byte(firingPanes))
+	if !w.spec.processing {
+		c.AddUnionState(firingState, []byte(firingPanes))
+	}
 	return nil
 }
 
@@ -104,7 +119,7 @@ func (w *Window) RestoreState(c *stream.RestoreContext) error {
 	want := w.signature()
 	for _, sig := range c.State.Union[signatureState] {
 		if string(sig) != want {
-			return fmt.Errorf("%s: the state was written for another key, aggregates or pane alignment (found %s, expected %s); restore it into the job that wrote it, or start without the checkpoint", where, sig, want)
+			return fmt.Errorf("%s: the state was written for another key, aggregates, pane alignment or time domain (found %s, expected %s); restore it into the job that wrote it, or start without the checkpoint", where, sig, want)
 		}
 	}
 	for i, item := range c.State.Union[watermarkState] {
@@ -117,7 +132,7 @@ func (w *Window) RestoreState(c *stream.RestoreContext) error {
 			w.wm = wm
 		}
 	}
-	if w.slots.Spills() {
+	if w.slots.Spills() && !w.spec.processing {
 		for _, f := range c.State.Union[firingState] {
 			if string(f) == firingPanes {
 				// Resident keys were written without timers.

@@ -29,6 +29,14 @@ import (
 // for each key not resident in memory, an event-time timer at the end of
 // its next window. A Window is not safe for concurrent use, except
 // LateRecordsDropped.
+//
+// A processing-time window (WindowConfig.Time "processing", tumbling only)
+// instead puts each batch in the window of the task's clock
+// (OperatorContext.ProcessingTime) when the batch arrives, registers a
+// processing-time timer per key at the end of each window the key has data
+// in, and emits a window's rows when the timer fires (OnProcessingTime), in
+// (end, key) order and without event time; Finish fires the windows still
+// pending.
 type Window struct {
 	spec *windowSpec
 	name string // for errors, e.g. `tumbling_window "counts"`
@@ -49,6 +57,8 @@ type Window struct {
 
 	// wm is the current watermark.
 	wm int64
+	// clock is the task's processing time (processing-time windows).
+	clock func() int64
 
 	// Per-batch scratch. memo remembers the slots of recent rows of the
 	// batch by key hash, so that a key's later rows skip the slot index.
@@ -83,8 +93,9 @@ type Window struct {
 }
 
 var (
-	_ stream.Operator      = (*Window)(nil)
-	_ stream.KeyedStateful = (*Window)(nil)
+	_ stream.Operator            = (*Window)(nil)
+	_ stream.KeyedStateful       = (*Window)(nil)
+	_ stream.ProcessingTimeAware = (*Window)(nil)
 )
 
 // memoSize is the number of entries of Window.memo (a power of two).
@@ -188,6 +199,12 @@ func (w *Window) Open(_ context.Context, octx *stream.OperatorContext) error {
 		types[j] = w.in.Fields[c].Type
 	}
 	w.idx = newPaneIndex(w.slots, types)
+	if w.spec.processing {
+		// Processing-time windows fire on their keys' timers, not from
+		// the pane index.
+		w.clock = octx.ProcessingTime
+		return nil
+	}
 	index := func(s int32) {
 		key, g, ns := w.slots.SlotKey(s)
 		w.idx.add(s, key, g, ns, nil, nil, 0)
@@ -220,6 +237,10 @@ func (w *Window) ProcessBatch(_ int, b *stream.Batch, out stream.Collector) erro
 	defer b.Release()
 	n := b.Len()
 	if n == 0 {
+		return nil
+	}
+	if w.spec.processing {
+		w.processBatch(b)
 		return nil
 	}
 	if len(b.Times) != n {
@@ -355,10 +376,16 @@ func (w *Window) cleaned(end int64) bool {
 }
 
 // ProcessWatermark fires every window whose end-1 the watermark reached, frees
-// the state of windows past their allowed lateness, and forwards wm.
+// the state of windows past their allowed lateness, and forwards wm. A
+// processing-time window only forwards it.
 func (w *Window) ProcessWatermark(wm int64, out stream.Collector) error {
 	if wm <= w.wm {
 		return nil // watermarks never go back; nothing to do
+	}
+	if w.spec.processing {
+		w.wm = wm
+		out.EmitWatermark(wm)
+		return nil
 	}
 	if err := w.advance(wm, out); err != nil {
 		return err
@@ -525,6 +552,11 @@ func (w *Window) fire(key []byte, g int, ts int64) error {
 // evict spills resident keys while they take more memory than their
 // budget (on Pebble), setting each spilled key's next timer.
 func (w *Window) evict() {
+	if w.spec.processing {
+		// Every key with panes has its processing-time timers already.
+		w.spilled += int64(w.slots.Evict(nil))
+		return
+	}
 	n := w.slots.Evict(func(key []byte, g int, slots []int32) {
 		w.panes = w.panes[:0]
 		for _, s := range slots {
@@ -609,7 +641,9 @@ func (w *Window) emitPending(out stream.Collector) {
 		for j := range w.r.aggs {
 			w.lay.appendResult(j, acc, &b.Cols[nk+2+j], row)
 		}
-		b.Times = append(b.Times, p.end-1)
+		if !w.spec.processing { // processing-time results have no event time
+			b.Times = append(b.Times, p.end-1)
+		}
 		w.curRows++
 		if w.curRows == stream.DefaultBatchSize {
 			w.flush(out)
@@ -633,9 +667,16 @@ func (w *Window) flush(out stream.Collector) {
 }
 
 // Finish fires any window still open. The runtime sends stream.MaxWatermark
-// before Finish, which has already fired everything; this is a safeguard for
-// runtimes that do not, and emits no watermark.
+// before Finish, which has already fired every event-time window; this is a
+// safeguard for runtimes that do not, and emits no watermark. Processing-time
+// windows still pending fire here, whatever the clock: the input has ended,
+// so no record can join them, and every record is counted.
 func (w *Window) Finish(out stream.Collector) error {
+	if w.spec.processing {
+		err := w.b.Timers().AdvanceProcessingTime(math.MaxInt64, w.fireProcessing)
+		w.emitPending(out)
+		return err
+	}
 	if w.wm < stream.MaxWatermark {
 		return w.advance(stream.MaxWatermark, out)
 	}

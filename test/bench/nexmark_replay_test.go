@@ -194,7 +194,7 @@ func replayQuery(tb testing.TB, q string, s nexmarkSettings) (float64, bool) {
 			v.Config, _ = json.Marshal(replayConfig{Token: token, Kind: int(k)})
 		case v.Type == "discard":
 			v.Type = nexmark.TypeDigest
-			v.Config, _ = json.Marshal(nexmark.DigestConfig{Dir: dir, Fields: nexmark.DigestFields(q)})
+			v.Config, _ = json.Marshal(nexmark.DigestConfigFor(q, dir))
 		}
 	}
 	g.Parallelism = 2
