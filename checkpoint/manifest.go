@@ -39,11 +39,20 @@ func (s *Storage) WriteManifest(ctx context.Context, m *weirpb.Manifest) (key, s
 	if m.GetCheckpointId() < 0 {
 		return "", "", fmt.Errorf("checkpoint %d: write manifest: negative checkpoint id", m.GetCheckpointId())
 	}
-	_, data, err := encodeManifest(m, fmt.Sprintf("checkpoint %d", m.GetCheckpointId()))
+	what := fmt.Sprintf("checkpoint %d", m.GetCheckpointId())
+	m, err = versioned(m, what)
 	if err != nil {
 		return "", "", err
 	}
+	e := getEncoder()
+	defer e.release()
+	data, err := e.marshalManifest(m)
+	if err != nil {
+		return "", "", fmt.Errorf("%s: encode manifest: %w", what, err)
+	}
 	key = ManifestKey(m.GetJobId(), m.GetCheckpointId())
+	// The store keeps no reference to data (blobstore.Store), so that the
+	// encoder's buffer serves the next manifest.
 	if err := s.store.Put(ctx, key, data); err != nil {
 		return "", "", fmt.Errorf("checkpoint %d: write manifest: %w", m.GetCheckpointId(), err)
 	}
@@ -86,19 +95,30 @@ func (s *Storage) readManifest(ctx context.Context, jobID string, id int64) (*we
 // and savepoint metadata share this encoding. what (such as "checkpoint 7")
 // starts its error messages.
 func encodeManifest(m *weirpb.Manifest, what string) (*weirpb.Manifest, []byte, error) {
+	m, err := versioned(m, what)
+	if err != nil {
+		return nil, nil, err
+	}
+	var e manifestEncoder // not pooled: the caller keeps the bytes
+	data, err := e.marshalManifest(m)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: encode manifest: %w", what, err)
+	}
+	return m, data, nil
+}
+
+// versioned returns m, or a copy of it with a zero version set to
+// ManifestVersion, and refuses other versions.
+func versioned(m *weirpb.Manifest, what string) (*weirpb.Manifest, error) {
 	switch m.GetVersion() {
 	case 0:
 		m = proto.CloneOf(m)
 		m.Version = ManifestVersion
 	case ManifestVersion:
 	default:
-		return nil, nil, fmt.Errorf("%s: write manifest: version %d; this Weir writes version %d", what, m.GetVersion(), ManifestVersion)
+		return nil, fmt.Errorf("%s: write manifest: version %d; this Weir writes version %d", what, m.GetVersion(), ManifestVersion)
 	}
-	data, err := marshal.Marshal(m)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: encode manifest: %w", what, err)
-	}
-	return m, data, nil
+	return m, nil
 }
 
 // decodeManifest decodes the bytes of the manifest stored at key and checks

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 )
@@ -29,10 +28,11 @@ type TriggerAction struct {
 type WriteManifestAction struct {
 	ID        int64
 	Timestamp time.Time // trigger time
-	// Acks are the acknowledgements' payloads by task. The map is the
-	// coordinator's own (not copied: a checkpoint's acknowledgements never
-	// change once it is being written) and must not be modified.
-	Acks map[TaskID]any
+	// Acks are the acknowledgements' payloads, one per task that
+	// acknowledged, ordered by task. The slice is the coordinator's own
+	// (it keeps it as the completed checkpoint's) and must not be
+	// modified.
+	Acks []Ack
 	// Finished lists the tasks that had finished at trigger time and
 	// those that finished afterwards without acknowledging, in order; the
 	// manifest must record them as finished so that a restore does not
@@ -42,6 +42,13 @@ type WriteManifestAction struct {
 	// completes, ascending, ending with ID: the shell records them with
 	// the pointer, so that a later leader retains (and deletes) the same.
 	Retained []int64
+}
+
+// Ack is one task's acknowledgement of a checkpoint: the payload it passed
+// to Coordinator.Ack.
+type Ack struct {
+	Task    TaskID
+	Payload any
 }
 
 // NotifyCompleteAction says checkpoint ID is complete: the shell tells the
@@ -171,14 +178,9 @@ func (a TriggerAction) String() string {
 }
 
 func (a WriteManifestAction) String() string {
-	keys := make([]TaskID, 0, len(a.Acks))
-	for t := range a.Acks {
-		keys = append(keys, t)
-	}
-	slices.SortFunc(keys, compareTasks)
-	parts := make([]string, len(keys))
-	for i, t := range keys {
-		parts[i] = fmt.Sprintf("%v=%v", t, a.Acks[t])
+	parts := make([]string, len(a.Acks))
+	for i, ack := range a.Acks {
+		parts[i] = fmt.Sprintf("%v=%v", ack.Task, ack.Payload)
 	}
 	s := fmt.Sprintf("write-manifest %d acks=[%s]", a.ID, strings.Join(parts, " "))
 	if len(a.Finished) > 0 {

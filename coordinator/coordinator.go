@@ -151,18 +151,102 @@ const (
 	writing                 // WriteManifestAction emitted; waiting for ManifestWritten
 )
 
+// taskTable numbers the tasks of one New or Reset: task i is tasks[i]
+// (sorted), and indexOf maps a task back to i. It never changes: Reset
+// makes a new one, and a checkpoint keeps the one it was triggered with.
+type taskTable struct {
+	tasks []TaskID
+	// rows[v][s] is the index of task {v, s}, or -1; nil when the tasks
+	// are too sparse for it (then index holds them).
+	rows  [][]int32
+	index map[TaskID]int32
+}
+
+func newTaskTable(tasks []TaskID) *taskTable {
+	t := &taskTable{tasks: sortedSet(tasks)}
+	// Vertices and subtasks are small dense numbers in a job: a table of
+	// rows costs a fraction of a map and looks up without hashing. Other
+	// numbers (none, in practice) go to a map.
+	cells, dense := 0, true
+	for i, task := range t.tasks {
+		if task.Vertex < 0 || task.Subtask < 0 || task.Vertex > 2*len(t.tasks)+64 {
+			dense = false
+			break
+		}
+		if i == len(t.tasks)-1 || t.tasks[i+1].Vertex != task.Vertex {
+			cells += task.Subtask + 1 // the row's last (largest) subtask
+		}
+	}
+	if dense && cells <= 2*len(t.tasks)+64 {
+		for i, task := range t.tasks {
+			if task.Vertex >= len(t.rows) {
+				t.rows = append(t.rows, make([][]int32, task.Vertex+1-len(t.rows))...)
+			}
+			row := t.rows[task.Vertex]
+			if task.Subtask >= len(row) {
+				row = append(row, make([]int32, task.Subtask+1-len(row))...)
+				for k := len(t.rows[task.Vertex]); k < task.Subtask; k++ {
+					row[k] = -1
+				}
+				t.rows[task.Vertex] = row
+			}
+			row[task.Subtask] = int32(i)
+		}
+		return t
+	}
+	t.index = make(map[TaskID]int32, len(t.tasks))
+	for i, task := range t.tasks {
+		t.index[task] = int32(i)
+	}
+	return t
+}
+
+// indexOf returns the index of task, and whether it is one of the table's.
+func (t *taskTable) indexOf(task TaskID) (int32, bool) {
+	if t.index != nil {
+		i, ok := t.index[task]
+		return i, ok
+	}
+	if task.Vertex < 0 || task.Vertex >= len(t.rows) || task.Subtask < 0 || task.Subtask >= len(t.rows[task.Vertex]) {
+		return 0, false
+	}
+	i := t.rows[task.Vertex][task.Subtask]
+	return i, i >= 0
+}
+
+// taskStatus is where a task stands in one pending checkpoint.
+type taskStatus uint8
+
+const (
+	notRequired   taskStatus = iota // had finished at trigger time
+	waiting                         // required, not acknowledged yet
+	ackedTask                       // required and acknowledged
+	finishedEarly                   // required, finished without acknowledging
+)
+
 type pendingCheckpoint struct {
 	id      int64
 	trigger time.Time
 	// pause is the longest SyncDuration+AlignmentDuration acknowledged.
-	pause    time.Duration
-	required []TaskID // sorted; the tasks that were running at trigger time
+	pause time.Duration
+	// table are the tasks at trigger time; status and acks are indexed
+	// like table.tasks. The required tasks are those whose status is not
+	// notRequired.
+	table  *taskTable
+	status []taskStatus
+	acks   []any
+	// nWaiting and nAcked count the tasks waiting and ackedTask.
+	nWaiting, nAcked int
 	// done are the tasks that had finished at trigger time (sorted).
-	done    []TaskID
-	waiting map[TaskID]struct{}
-	acks    map[TaskID]any
-	phase   phase
-	stats   *Stats
+	done  []TaskID
+	phase phase
+	stats *Stats
+	// written are the acknowledgements of a checkpoint being written, in
+	// task order (WriteManifestAction.Acks); acks is nil then.
+	written []Ack
+	// subs are the acknowledgements' SubtaskStats, as they came (shared
+	// with Coordinator.subtasks).
+	subs *ackLog
 	// orphaned: Reset came while the manifest was being written; the tasks
 	// that took the checkpoint are gone.
 	orphaned bool
@@ -170,17 +254,19 @@ type pendingCheckpoint struct {
 
 type completedCheckpoint struct {
 	id   int64
-	acks map[TaskID]any
+	acks []Ack // by task
 }
 
 // Coordinator is the checkpoint coordinator of one job. It is not safe for
 // concurrent use: the shell calls it from one goroutine (or under a lock).
 type Coordinator struct {
-	cfg      Config
-	tasks    []TaskID // sorted
-	isTask   map[TaskID]bool
-	sources  []TaskID // sorted
-	finished map[TaskID]bool
+	cfg     Config
+	table   *taskTable
+	sources []TaskID // sorted
+	// sourceIndex are the sources' indexes in table.tasks (-1: not a
+	// task); finished is indexed like table.tasks.
+	sourceIndex []int32
+	finished    []bool
 
 	firstID     int64
 	nextID      int64
@@ -195,7 +281,7 @@ type Coordinator struct {
 	history   []*Stats              // oldest first, at most HistorySize
 	// subtasks are the acknowledgements of the checkpoints in history, by
 	// id, in the order they came.
-	subtasks   map[int64][]SubtaskStats
+	subtasks   map[int64]*ackLog
 	nCompleted int
 	nFailed    int
 	aborts     [len(causeNames)]int // by cause
@@ -229,14 +315,19 @@ func sortedSet(ts []TaskID) []TaskID {
 	return slices.Compact(out)
 }
 
+// setTasks takes a new set of tasks, none finished.
 func (c *Coordinator) setTasks(tasks, sources []TaskID) {
-	c.tasks = sortedSet(tasks)
+	c.table = newTaskTable(tasks)
 	c.sources = sortedSet(sources)
-	c.isTask = make(map[TaskID]bool, len(c.tasks))
-	for _, t := range c.tasks {
-		c.isTask[t] = true
+	c.sourceIndex = make([]int32, len(c.sources))
+	for k, s := range c.sources {
+		i, ok := c.table.indexOf(s)
+		if !ok {
+			i = -1
+		}
+		c.sourceIndex[k] = i
 	}
-	c.finished = make(map[TaskID]bool)
+	c.finished = make([]bool, len(c.table.tasks))
 }
 
 // Ready returns the actions accumulated since the previous call, in the
@@ -312,23 +403,30 @@ func (c *Coordinator) trigger(now time.Time, manual bool, maxPending int) (int64
 	}
 	id := c.nextID
 	c.nextID++
-	// Sized for every task up front: acknowledgements then never grow
-	// (and rehash) the maps.
+	// Sized for every task up front: acknowledgements then allocate
+	// nothing.
+	n := len(c.table.tasks)
 	p := &pendingCheckpoint{
 		id:      id,
 		trigger: now,
-		waiting: make(map[TaskID]struct{}, len(c.tasks)),
-		acks:    make(map[TaskID]any, len(c.tasks)),
+		table:   c.table,
+		status:  make([]taskStatus, n),
+		acks:    make([]any, n),
 	}
-	for _, t := range c.tasks {
-		if c.finished[t] {
+	for i, t := range c.table.tasks {
+		if c.finished[i] {
 			p.done = append(p.done, t)
 		} else {
-			p.required = append(p.required, t)
-			p.waiting[t] = struct{}{}
+			p.status[i] = waiting
+			p.nWaiting++
 		}
 	}
-	p.stats = &Stats{ID: id, Status: InProgress, Manual: manual, TriggerTime: now, Total: len(p.required)}
+	p.stats = &Stats{ID: id, Status: InProgress, Manual: manual, TriggerTime: now, Total: p.nWaiting}
+	p.subs = &ackLog{trigger: now, recs: make([]ackRecord, 0, p.nWaiting)}
+	if c.subtasks == nil {
+		c.subtasks = make(map[int64]*ackLog)
+	}
+	c.subtasks[id] = p.subs
 	c.pending = append(c.pending, p)
 	c.history = append(c.history, p.stats)
 	if n := len(c.history) - HistorySize; n > 0 {
@@ -344,12 +442,25 @@ func (c *Coordinator) trigger(now time.Time, manual bool, maxPending int) (int64
 
 func (c *Coordinator) runningSources() []TaskID {
 	var out []TaskID
-	for _, t := range c.sources {
-		if !c.finished[t] {
-			out = append(out, t)
+	for k, i := range c.sourceIndex {
+		if i < 0 || !c.finished[i] {
+			if out == nil {
+				out = make([]TaskID, 0, len(c.sources))
+			}
+			out = append(out, c.sources[k])
 		}
 	}
 	return out
+}
+
+// waitingFor returns the index of task in p's table when p waits for its
+// acknowledgement.
+func (p *pendingCheckpoint) waitingFor(task TaskID) (int32, bool) {
+	i, ok := p.table.indexOf(task)
+	if !ok || p.status[i] != waiting {
+		return 0, false
+	}
+	return i, true
 }
 
 // Ack records task's acknowledgement of checkpoint id with payload, the
@@ -363,12 +474,15 @@ func (c *Coordinator) Ack(now time.Time, task TaskID, id int64, payload any, sta
 		c.ignored++
 		return
 	}
-	if _, ok := p.waiting[task]; !ok {
+	i, ok := p.waitingFor(task)
+	if !ok {
 		c.ignored++
 		return
 	}
-	delete(p.waiting, task)
-	p.acks[task] = payload
+	p.status[i] = ackedTask
+	p.nWaiting--
+	p.acks[i] = payload
+	p.nAcked++
 	s := p.stats
 	s.Acked++
 	s.Bytes += stats.Bytes
@@ -381,12 +495,9 @@ func (c *Coordinator) Ack(now time.Time, task TaskID, id int64, payload any, sta
 	p.pause = max(p.pause, stats.SyncDuration+stats.AlignmentDuration)
 	s.ChannelStateBytes += stats.ChannelStateBytes
 	s.Storage = s.Storage.Add(stats.Storage)
-	if c.subtasks == nil {
-		c.subtasks = make(map[int64][]SubtaskStats)
-	}
 	sub := SubtaskStats{Task: task, AckTime: now, AckStats: stats}
 	s.MaxStartDelay = max(s.MaxStartDelay, sub.StartDelay(p.trigger))
-	c.subtasks[id] = append(c.subtasks[id], sub)
+	p.subs.add(sub)
 	c.maybeAcked(now, p)
 }
 
@@ -399,7 +510,7 @@ func (c *Coordinator) Decline(now time.Time, task TaskID, id int64, reason strin
 		c.ignored++
 		return
 	}
-	if _, ok := p.waiting[task]; !ok {
+	if _, ok := p.waitingFor(task); !ok {
 		c.ignored++
 		return
 	}
@@ -415,16 +526,18 @@ func (c *Coordinator) Decline(now time.Time, task TaskID, id int64, reason strin
 // A checkpoint left with no acknowledgement at all is aborted (not counted as
 // a failure).
 func (c *Coordinator) TaskFinished(now time.Time, task TaskID) {
-	if !c.isTask[task] || c.finished[task] {
+	i, ok := c.table.indexOf(task)
+	if !ok || c.finished[i] {
 		return
 	}
-	c.finished[task] = true
+	c.finished[i] = true
 	for _, p := range slices.Clone(c.pending) {
 		if p.phase != collecting {
 			continue
 		}
-		if _, ok := p.waiting[task]; ok {
-			delete(p.waiting, task)
+		if j, ok := p.waitingFor(task); ok {
+			p.status[j] = finishedEarly
+			p.nWaiting--
 			p.stats.Total--
 			c.maybeAcked(now, p)
 		}
@@ -433,10 +546,10 @@ func (c *Coordinator) TaskFinished(now time.Time, task TaskID) {
 
 // maybeAcked moves p on when it waits for no more tasks.
 func (c *Coordinator) maybeAcked(now time.Time, p *pendingCheckpoint) {
-	if len(p.waiting) > 0 {
+	if p.nWaiting > 0 {
 		return
 	}
-	if len(p.acks) == 0 {
+	if p.nAcked == 0 {
 		c.endFailed(now, p, CauseTasksFinished, "every task finished before acknowledging")
 		return
 	}
@@ -464,20 +577,25 @@ func (c *Coordinator) advanceWrites() {
 		return
 	}
 	next.phase = writing
-	// The acks go uncopied: nothing adds to them once the checkpoint left
-	// collecting (the action's contract forbids changes).
-	a := WriteManifestAction{ID: next.id, Timestamp: next.trigger, Acks: next.acks}
+	a := WriteManifestAction{ID: next.id, Timestamp: next.trigger, Acks: make([]Ack, 0, next.nAcked)}
 	a.Finished = slices.Clone(next.done)
 	for _, cc := range c.completed[max(0, len(c.completed)-(c.cfg.Retained-1)):] {
 		a.Retained = append(a.Retained, cc.id)
 	}
 	a.Retained = append(a.Retained, next.id)
-	for _, t := range next.required {
-		if _, ok := next.acks[t]; !ok {
-			a.Finished = append(a.Finished, t)
+	for i, st := range next.status {
+		switch st {
+		case ackedTask:
+			a.Acks = append(a.Acks, Ack{Task: next.table.tasks[i], Payload: next.acks[i]})
+		case waiting, finishedEarly:
+			a.Finished = append(a.Finished, next.table.tasks[i])
 		}
 	}
+	// The payloads now live in a.Acks (which completion keeps), in task
+	// order.
+	next.acks = nil
 	slices.SortFunc(a.Finished, compareTasks)
+	next.written = a.Acks
 	c.emit(a)
 }
 
@@ -516,13 +634,13 @@ func (c *Coordinator) ManifestWrittenWith(now time.Time, id int64, err error, st
 	c.nCompleted++
 	c.consecutive = 0
 	c.lastEnd, c.ended = now, true
-	c.completed = append(c.completed, completedCheckpoint{id: id, acks: p.acks})
+	c.completed = append(c.completed, completedCheckpoint{id: id, acks: p.written})
 	if c.cfg.Adaptive != nil && !p.stats.Manual && !p.orphaned {
 		c.interval = c.cfg.Adaptive.next(c.interval, p.pause)
 	}
 	notify := NotifyCompleteAction{ID: id, Tasks: []TaskID{}}
 	if !p.orphaned {
-		notify.Tasks = c.live(p.required)
+		notify.Tasks = c.live(p)
 	}
 	c.emit(notify)
 	for _, q := range slices.Clone(c.pending) {
@@ -611,16 +729,28 @@ func (c *Coordinator) endFailed(now time.Time, p *pendingCheckpoint, cause Abort
 	c.lastEnd, c.ended = now, true
 	a := AbortAction{ID: p.id, Cause: cause, Reason: reason, Tasks: []TaskID{}}
 	if !p.orphaned {
-		a.Tasks = c.live(p.required)
+		a.Tasks = c.live(p)
 	}
 	c.emit(a)
 }
 
-// live returns the tasks of ts that have not finished.
-func (c *Coordinator) live(ts []TaskID) []TaskID {
-	out := make([]TaskID, 0, len(ts))
-	for _, t := range ts {
-		if c.isTask[t] && !c.finished[t] {
+// live returns the tasks p required that are current tasks and have not
+// finished, in order.
+func (c *Coordinator) live(p *pendingCheckpoint) []TaskID {
+	out := make([]TaskID, 0, len(p.status)-len(p.done))
+	for i, st := range p.status {
+		if st == notRequired {
+			continue
+		}
+		t := p.table.tasks[i]
+		j := int32(i)
+		if p.table != c.table { // only for a checkpoint triggered before Reset
+			var ok bool
+			if j, ok = c.table.indexOf(t); !ok {
+				continue
+			}
+		}
+		if !c.finished[j] {
 			out = append(out, t)
 		}
 	}
@@ -650,8 +780,8 @@ func (c *Coordinator) Latest() (id int64, payloads map[TaskID]any, ok bool) {
 	}
 	l := c.completed[len(c.completed)-1]
 	payloads = make(map[TaskID]any, len(l.acks))
-	for t, v := range l.acks {
-		payloads[t] = v
+	for _, a := range l.acks {
+		payloads[a.Task] = a.Payload
 	}
 	return l.id, payloads, true
 }
@@ -689,10 +819,11 @@ func (c *Coordinator) AdoptCompleted(id int64, payloads map[TaskID]any) {
 	if len(c.completed) > 0 || id < 1 || id >= c.firstID {
 		return
 	}
-	acks := make(map[TaskID]any, len(payloads))
+	acks := make([]Ack, 0, len(payloads))
 	for t, v := range payloads {
-		acks[t] = v
+		acks = append(acks, Ack{Task: t, Payload: v})
 	}
+	slices.SortFunc(acks, func(a, b Ack) int { return compareTasks(a.Task, b.Task) })
 	c.completed = append(c.completed, completedCheckpoint{id: id, acks: acks})
 }
 
@@ -738,8 +869,16 @@ func (c *Coordinator) PendingPayloads(fn func(any)) (oldest time.Time) {
 		if oldest.IsZero() || p.trigger.Before(oldest) {
 			oldest = p.trigger
 		}
-		for _, v := range p.acks {
-			fn(v)
+		if p.acks == nil { // being written: the payloads moved to written
+			for _, a := range p.written {
+				fn(a.Payload)
+			}
+			continue
+		}
+		for i, st := range p.status {
+			if st == ackedTask {
+				fn(p.acks[i])
+			}
 		}
 	}
 	return oldest

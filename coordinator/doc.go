@@ -87,7 +87,13 @@
 //
 // An event costs O(pending checkpoints) apart from what it must touch: an
 // acknowledgement or decline O(1) (no copying, sorting or rebuilding per
-// acknowledgement), a trigger and a completion O(tasks), with the
-// WriteManifestAction sharing the checkpoint's acknowledgements instead of
-// copying them. Nothing is logged here; the shell logs per checkpoint.
+// acknowledgement, nor allocation: a trigger sizes everything for its
+// tasks), a trigger and a completion O(tasks). Tasks are numbered once per
+// New or Reset (a table indexed by vertex and subtask, no hashing), and a
+// pending checkpoint keeps its acknowledgements in slices indexed by that
+// number; WriteManifestAction hands them over in task order, and the
+// completed checkpoint keeps that same slice. The acknowledgements of the
+// checkpoints in History are kept without pointers, so that the garbage
+// collector need not scan them. Nothing is logged here; the shell logs per
+// checkpoint.
 package coordinator

@@ -98,7 +98,14 @@ func (m *model) check(c *Coordinator, now time.Time, allowed ...AbortCause) {
 					m.fatalf("%v without an ack from %v", a, t)
 				}
 			}
-			if !maps.Equal(a.Acks, m.acked[a.ID]) {
+			got := make(map[TaskID]any, len(a.Acks))
+			for i, ack := range a.Acks {
+				if i > 0 && compareTasks(a.Acks[i-1].Task, ack.Task) >= 0 {
+					m.fatalf("%v: acks not in task order", a)
+				}
+				got[ack.Task] = ack.Payload
+			}
+			if !maps.Equal(got, m.acked[a.ID]) {
 				m.fatalf("%v: acks %v, want %v", a, a.Acks, m.acked[a.ID])
 			}
 			m.writing = a.ID

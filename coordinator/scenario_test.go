@@ -3,6 +3,8 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -232,7 +234,11 @@ func (s *scenario) run(d *scenariotest.Directive) string {
 		if !ok {
 			out = append(out, "none")
 		} else {
-			out = append(out, WriteManifestAction{ID: id, Acks: payloads}.String()[len("write-manifest "):])
+			var acks []Ack
+			for _, t := range slices.SortedFunc(maps.Keys(payloads), compareTasks) {
+				acks = append(acks, Ack{Task: t, Payload: payloads[t]})
+			}
+			out = append(out, WriteManifestAction{ID: id, Acks: acks}.String()[len("write-manifest "):])
 		}
 	case "state":
 		writing := "none"

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -65,5 +66,45 @@ func TestSubtaskStatsKeptForHistory(t *testing.T) {
 	}
 	if d := (SubtaskStats{AckTime: trigger.Add(time.Second)}).StartDelay(trigger); d != 0 {
 		t.Errorf("unknown barrier time: start delay %v, want 0", d)
+	}
+}
+
+// The coordinator keeps acknowledgements in a compact form; what
+// SubtaskStats gives back is what was acknowledged: the same instants
+// (AckTime relative to the trigger, to the nanosecond), durations and
+// counts.
+func TestAckLogKeepsEverything(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	trigger := time.Date(2026, 3, 4, 5, 6, 7, 891011121, time.UTC)
+	l := &ackLog{trigger: trigger}
+	var want []SubtaskStats
+	for i := range 500 {
+		s := SubtaskStats{Task: TaskID{Vertex: rng.IntN(5), Subtask: i}, AckTime: trigger.Add(time.Duration(rng.Int64N(int64(time.Hour)))),
+			AckStats: AckStats{SyncDuration: time.Duration(rng.Int64()), AsyncDuration: time.Duration(rng.Int64()),
+				AlignmentDuration: time.Duration(rng.Int64()), Bytes: rng.Int64(), ChannelStateBytes: rng.Int64(),
+				Storage: StorageRequests{Put: rng.Int64(), Get: rng.Int64(), List: rng.Int64(), Delete: rng.Int64()}}}
+		switch i % 3 {
+		case 0: // none reported
+		case 1:
+			s.BarrierReceived = time.UnixMilli(rng.Int64N(4e12))
+		case 2: // far from now, on any clock
+			s.BarrierReceived = time.Unix(rng.Int64()>>1-1<<61, rng.Int64N(1e9))
+		}
+		l.add(s)
+		want = append(want, s)
+	}
+	got := l.stats()
+	if len(got) != len(want) {
+		t.Fatalf("%d stats, want %d", len(got), len(want))
+	}
+	for i, g := range got {
+		w := want[i]
+		if g.Task != w.Task || !g.AckTime.Equal(w.AckTime) || g.EndToEnd(trigger) != w.EndToEnd(trigger) ||
+			!g.BarrierReceived.Equal(w.BarrierReceived) || g.BarrierReceived.IsZero() != w.BarrierReceived.IsZero() ||
+			g.AckStats.SyncDuration != w.SyncDuration || g.AsyncDuration != w.AsyncDuration || g.AlignmentDuration != w.AlignmentDuration ||
+			g.Bytes != w.Bytes || g.ChannelStateBytes != w.ChannelStateBytes || g.Storage != w.Storage ||
+			g.StartDelay(trigger) != w.StartDelay(trigger) {
+			t.Fatalf("ack %d: got %+v, want %+v", i, g, w)
+		}
 	}
 }

@@ -39,28 +39,43 @@ func buildManifest(a scheduler.WriteManifestAction) *weirpb.Manifest {
 		m.Operators = append(m.Operators, op)
 		byUID[v.UID] = op
 	}
-	for _, p := range a.Acks {
-		hs, _ := p.([]*weirpb.StateHandle)
+	// The acks come in task order, so an operator's handles come in
+	// subtask order, and mostly the same operator's one after another.
+	var last *weirpb.OperatorState
+	for _, ack := range a.Acks {
+		hs, _ := ack.Payload.([]*weirpb.StateHandle)
 		for _, h := range hs {
-			op := byUID[h.GetOperatorUid()]
-			if op == nil {
-				op = &weirpb.OperatorState{OperatorUid: h.GetOperatorUid(), Parallelism: h.GetParallelism()}
-				m.Operators = append(m.Operators, op)
-				byUID[op.OperatorUid] = op
+			op := last
+			if uid := h.GetOperatorUid(); op == nil || op.OperatorUid != uid {
+				if op = byUID[uid]; op == nil {
+					op = &weirpb.OperatorState{OperatorUid: uid, Parallelism: h.GetParallelism()}
+					m.Operators = append(m.Operators, op)
+					byUID[uid] = op
+				}
+				last = op
+			}
+			if op.Handles == nil {
+				op.Handles = make([]*weirpb.StateHandle, 0, max(op.Parallelism, 1))
 			}
 			op.Handles = append(op.Handles, h)
 		}
 	}
 	for _, op := range m.Operators {
-		slices.SortFunc(op.Handles, func(x, y *weirpb.StateHandle) int {
-			if c := cmp.Compare(x.Subtask, y.Subtask); c != 0 {
-				return c
-			}
-			return strings.Compare(x.Key, y.Key)
-		})
+		if !slices.IsSortedFunc(op.Handles, compareHandles) {
+			slices.SortFunc(op.Handles, compareHandles)
+		}
 	}
 	markFinished(m, g, a.Finished)
 	return m
+}
+
+// compareHandles orders the handles of an operator in a manifest: by
+// subtask, then key.
+func compareHandles(x, y *weirpb.StateHandle) int {
+	if c := cmp.Compare(x.Subtask, y.Subtask); c != 0 {
+		return c
+	}
+	return strings.Compare(x.Key, y.Key)
 }
 
 // stateInfos is how a manifest records the state an operator declared.

@@ -139,11 +139,13 @@ func TestBuildManifest(t *testing.T) {
 	}
 	a := scheduler.WriteManifestAction{JobID: "j", Graph: g, Mode: stream.ExactlyOnce, ID: 4,
 		Triggered: time.UnixMilli(1000), Completed: time.UnixMilli(1500),
-		Acks: map[coordinator.TaskID]any{
-			{Vertex: 2, Subtask: 1}: []*weirpb.StateHandle{handle("window", 1), handle("sink", 1)},
-			{Vertex: 2, Subtask: 0}: []*weirpb.StateHandle{handle("window", 0), handle("sink", 0)},
-			{Vertex: 0, Subtask: 1}: []*weirpb.StateHandle{handle("src", 1)},
-			{Vertex: 0, Subtask: 0}: []*weirpb.StateHandle{handle("src", 0)},
+		// Out of task order, as no coordinator gives them: the handles
+		// are sorted all the same.
+		Acks: []coordinator.Ack{
+			{Task: coordinator.TaskID{Vertex: 2, Subtask: 1}, Payload: []*weirpb.StateHandle{handle("window", 1), handle("sink", 1)}},
+			{Task: coordinator.TaskID{Vertex: 2, Subtask: 0}, Payload: []*weirpb.StateHandle{handle("window", 0), handle("sink", 0)}},
+			{Task: coordinator.TaskID{Vertex: 0, Subtask: 1}, Payload: []*weirpb.StateHandle{handle("src", 1)}},
+			{Task: coordinator.TaskID{Vertex: 0, Subtask: 0}, Payload: []*weirpb.StateHandle{handle("src", 0)}},
 		},
 		Finished: []coordinator.TaskID{{Vertex: 0, Subtask: 1}}}
 	m := buildManifest(a)

@@ -62,11 +62,11 @@ func stateJob(t *testing.T, typ string, states ...stream.StateDecl) *stream.JobG
 // stateCheckpoint is the manifest buildManifest writes for a checkpoint of
 // g in which src and agg acknowledged state.
 func stateCheckpoint(g *stream.JobGraph) *weirpb.Manifest {
-	acks := make(map[coordinator.TaskID]any)
+	var acks []coordinator.Ack
 	for _, v := range g.Vertices[:2] {
 		for s := range v.Parallelism {
-			acks[coordinator.TaskID{Vertex: v.ID, Subtask: s}] = []*weirpb.StateHandle{{OperatorUid: v.UID, Subtask: int32(s),
-				Parallelism: int32(v.Parallelism), Key: fmt.Sprintf("chk-3/%s-%d", v.UID, s), Size: 100}}
+			acks = append(acks, coordinator.Ack{Task: coordinator.TaskID{Vertex: v.ID, Subtask: s}, Payload: []*weirpb.StateHandle{{OperatorUid: v.UID, Subtask: int32(s),
+				Parallelism: int32(v.Parallelism), Key: fmt.Sprintf("chk-3/%s-%d", v.UID, s), Size: 100}}})
 		}
 	}
 	return buildManifest(scheduler.WriteManifestAction{JobID: "old", Graph: g, Mode: stream.ExactlyOnce, ID: 3,

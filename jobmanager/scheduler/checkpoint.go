@@ -141,7 +141,7 @@ func (c *Scheduler) drainCoordinator(j *job, now time.Time) []Action {
 			}
 			c.log.Debug("checkpoint triggered", "job", j.id, "checkpoint", a.ID, "sources", len(a.Sources))
 			for _, t := range a.Sources {
-				ex := j.byKey[execKey{t.Vertex, t.Subtask}]
+				ex := j.exec(t.Vertex, t.Subtask)
 				if ex == nil || ex.tm == nil {
 					continue
 				}
@@ -192,9 +192,9 @@ func (c *Scheduler) notifyActions(j *job, id int64, tasks []coordinator.TaskID, 
 	if j.state.Terminal() {
 		return nil
 	}
-	var acts []Action
+	acts := make([]Action, 0, len(tasks))
 	for _, t := range tasks {
-		ex := j.byKey[execKey{t.Vertex, t.Subtask}]
+		ex := j.exec(t.Vertex, t.Subtask)
 		if ex == nil || ex.tm == nil || !ex.deployed || ex.state.Terminal() {
 			continue
 		}
@@ -247,7 +247,7 @@ func (c *Scheduler) checkpointExec(tmID, jobID string, vertex, subtask int, atte
 	j := c.jobs[jobID]
 	var ex *execution
 	if j != nil {
-		ex = j.byKey[execKey{vertex, subtask}]
+		ex = j.exec(vertex, subtask)
 	}
 	if ex == nil || j.coord == nil || j.state != JobRunning || attempt != ex.attempt ||
 		ex.tm == nil || ex.tm.id != tmID || ex.tm.lost {

@@ -189,7 +189,7 @@ func TestCoreRegionFailover(t *testing.T) {
 	// An old-attempt deploy or cancel outcome changes nothing either.
 	h.c.DeployDone(deployOf(t, deploys, 0, 0), errString("late"), h.now)
 	h.c.CancelDone(cancels[0], nil, true, h.now)
-	if ex := j.byKey[execKey{0, 0}]; ex.state != TaskDeploying || ex.attempt != 2 {
+	if ex := j.exec(0, 0); ex.state != TaskDeploying || ex.attempt != 2 {
 		t.Fatalf("redeployed execution %s attempt %d", ex.state, ex.attempt)
 	}
 
@@ -215,8 +215,9 @@ func TestCoreRegionFailover(t *testing.T) {
 	if m3.id != 3 || len(m3.acks) != 6 {
 		t.Fatalf("checkpoint %d with %d acknowledgements after the restart, want 3 with 6", m3.id, len(m3.acks))
 	}
-	for task, p := range m3.acks {
-		for _, key := range p.([]string) {
+	for _, a := range m3.acks {
+		task := a.Task
+		for _, key := range a.Payload.([]string) {
 			if want := fmt.Sprintf("/%d-%d", task.Subtask, 2-task.Subtask); !strings.HasSuffix(key, want) {
 				t.Errorf("task %v acknowledged %s, want subtask-attempt %s", task, key, want)
 			}

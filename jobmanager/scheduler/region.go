@@ -137,7 +137,7 @@ func buildRegions(j *job) {
 		r := &region{id: i + 1}
 		seen := make(map[int]bool)
 		for _, k := range keys {
-			ex := j.byKey[k]
+			ex := j.exec(k.vertex, k.subtask)
 			ex.region = r
 			r.execs = append(r.execs, ex)
 			if !seen[ex.subtask] {

@@ -226,7 +226,7 @@ func handlesFor(g *stream.JobGraph, d DeployAction, id int64) []string {
 // as finished.
 type testCheckpoint struct {
 	id       int64
-	acks     map[coordinator.TaskID]any
+	acks     []coordinator.Ack
 	finished map[string][]int // operator uid → subtasks
 }
 
@@ -301,10 +301,10 @@ func TestCoreCheckpointAndRestore(t *testing.T) {
 	if m != Checkpoint(m1) || len(m1.acks) != 6 {
 		t.Fatalf("latest checkpoint %v, want checkpoint 1 with 6 acknowledgements", m)
 	}
-	for task, p := range m1.acks {
-		d := deployOf(t, deploys, task.Vertex, task.Subtask)
-		if !slices.Equal(p.([]string), handlesFor(d.Graph, d, 1)) {
-			t.Errorf("task %v acknowledged %v", task, p)
+	for _, a := range m1.acks {
+		d := deployOf(t, deploys, a.Task.Vertex, a.Task.Subtask)
+		if !slices.Equal(a.Payload.([]string), handlesFor(d.Graph, d, 1)) {
+			t.Errorf("task %v acknowledged %v", a.Task, a.Payload)
 		}
 	}
 

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -627,7 +626,11 @@ func formatAction(a Action) (line, exec string) {
 		}
 		return fmt.Sprintf("notify %s %d %s [%%EXECS%%]", a.JobID, a.CheckpointID, what), fmt.Sprintf("%d/%d", a.Vertex, a.Subtask)
 	case WriteManifestAction:
-		acks := slices.SortedFunc(maps.Values(a.Acks), func(x, y any) int { return strings.Compare(x.(string), y.(string)) })
+		var acks []string
+		for _, ack := range a.Acks {
+			acks = append(acks, ack.Payload.(string))
+		}
+		slices.Sort(acks)
 		line = fmt.Sprintf("write-manifest %s %d acks=%v", a.JobID, a.ID, acks)
 		if len(a.Finished) > 0 {
 			line += fmt.Sprintf(" finished=%v", a.Finished)

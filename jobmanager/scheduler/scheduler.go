@@ -219,7 +219,8 @@ type job struct {
 	opts  JobOptions
 	tasks []*Task
 	execs []*execution // by task, then subtask
-	byKey map[execKey]*execution
+	// byHead are the executions by head vertex, then subtask (exec).
+	byHead [][]*execution
 	// regions are the pipelined failover regions (pipelinedRegions);
 	// every execution is in exactly one.
 	regions        []*region
@@ -383,8 +384,10 @@ type WriteManifestAction struct {
 	// Triggered and Completed are when the checkpoint was triggered and
 	// when its last acknowledgement arrived.
 	Triggered, Completed time.Time
-	// Acks are the tasks' acknowledgement payloads (what Ack was given).
-	Acks map[coordinator.TaskID]any
+	// Acks are the tasks' acknowledgement payloads (what Ack was given),
+	// one per task that acknowledged, ordered by task. The slice is the
+	// checkpoint coordinator's and must not be modified.
+	Acks []coordinator.Ack
 	// Finished are the tasks the checkpoint records as finished: their
 	// head operator's subtask must not run again after a restore.
 	Finished []coordinator.TaskID
@@ -581,7 +584,7 @@ func (c *Scheduler) applyReport(tmID string, tm *tmEntry, r TaskReport, now time
 	j := c.jobs[r.JobID]
 	var ex *execution
 	if j != nil {
-		ex = j.byKey[execKey{r.Vertex, r.Subtask}]
+		ex = j.exec(r.Vertex, r.Subtask)
 	}
 	if tm == nil || tm.lost || ex == nil || r.Attempt != ex.attempt || ex.tm != tm {
 		c.staleReports++
@@ -1120,15 +1123,28 @@ func (c *Scheduler) AddEnded(id string, g *stream.JobGraph, opts JobOptions, s J
 	return nil
 }
 
+// exec is the execution of subtask of the task headed by vertex, or nil
+// when the job has none (the arguments may come from the network).
+func (j *job) exec(vertex, subtask int) *execution {
+	if vertex < 0 || vertex >= len(j.byHead) || subtask < 0 || subtask >= len(j.byHead[vertex]) {
+		return nil
+	}
+	return j.byHead[vertex][subtask]
+}
+
 // addJob creates job id in state CREATED and adds it.
 func (c *Scheduler) addJob(id string, g *stream.JobGraph, opts JobOptions, tasks []*Task, now time.Time) *job {
 	j := &job{id: id, graph: g, opts: opts, tasks: tasks, need: slotsNeeded(tasks), state: JobCreated,
-		submitted: now, slotDeadline: now.Add(opts.SlotWait), byKey: make(map[execKey]*execution)}
+		submitted: now, slotDeadline: now.Add(opts.SlotWait)}
 	for _, t := range tasks {
+		if t.Head >= len(j.byHead) {
+			j.byHead = append(j.byHead, make([][]*execution, t.Head+1-len(j.byHead))...)
+		}
+		j.byHead[t.Head] = make([]*execution, t.Parallelism)
 		for i := range t.Parallelism {
 			ex := &execution{spec: t, subtask: i, attempt: max(opts.FirstAttempt, 1), state: TaskCreated}
 			j.execs = append(j.execs, ex)
-			j.byKey[execKey{t.Head, i}] = ex
+			j.byHead[t.Head][i] = ex
 		}
 	}
 	if opts.Restore != nil {
@@ -1247,7 +1263,7 @@ func (c *Scheduler) DeployDone(a DeployAction, err error, now time.Time) []Actio
 	if j == nil {
 		return nil
 	}
-	ex := j.byKey[execKey{a.Task.Head, a.Subtask}]
+	ex := j.exec(a.Task.Head, a.Subtask)
 	if ex == nil || ex.attempt != a.Attempt || ex.tm == nil || ex.tm.id != a.TaskManager || ex.state.Terminal() {
 		return nil
 	}
@@ -1312,7 +1328,7 @@ func (c *Scheduler) CancelDone(a CancelAction, err error, gone bool, now time.Ti
 	if !gone || a.Stale || j == nil {
 		return nil
 	}
-	ex := j.byKey[execKey{a.Vertex, a.Subtask}]
+	ex := j.exec(a.Vertex, a.Subtask)
 	if ex == nil || ex.attempt != a.Attempt || ex.state.Terminal() {
 		return nil
 	}
