@@ -47,9 +47,15 @@ func scatter(src *stream.Batch, dest []int32, pos []int32, subs []*stream.Batch,
 	dest = dest[:n]
 	for j := range src.Cols {
 		c := &src.Cols[j]
-		for t, s := range subs {
-			if s != nil {
-				cols[t] = &s.Cols[j]
+		if n < len(subs) { // a small batch to many subtasks: only those it names
+			for _, t := range dest {
+				cols[t] = &subs[t].Cols[j]
+			}
+		} else {
+			for t, s := range subs {
+				if s != nil {
+					cols[t] = &s.Cols[j]
+				}
 			}
 		}
 		switch c.Type {

@@ -17,7 +17,11 @@
 //     the receiver enforces the credits it granted (and bounds the other
 //     events a channel may queue), closing the stream of a peer that sends
 //     more, so that a misbehaving peer fails tasks instead of exhausting
-//     memory;
+//     memory; on edges other than forward an upstream subtask's watermark
+//     goes once per taskmanager into a watermark cell that the consumers
+//     there read, and as a channel event only on channels that carried
+//     data since their last watermark, in the same place among each
+//     channel's events as an event on every channel (wmcell.go);
 //   - the task side of checkpoints (checkpoint.go, align.go): triggers
 //     injected between two Poll calls of a source task, barrier alignment at
 //     other tasks (exactly-once blocks a channel whose barrier arrived until

@@ -197,11 +197,25 @@ type Exchange struct {
 		sinks []*remoteSink
 	}
 
+	// noCells makes tasks send every watermark on every channel, not by
+	// cell (wmcell.go): the path cells replace, for tests that compare
+	// the two. Set before the exchange is used.
+	noCells bool
+
+	// cellWake gathers the watermark cells published since the last
+	// wake-up of their consumers (wmcell.go).
+	cellWake struct {
+		sync.Mutex
+		cells []*wmCell
+		armed bool
+	}
+
 	mu struct {
 		sync.Mutex
 		closed    bool
 		endpoints map[channelKey]*endpoint
 		peers     map[string]*peerConn
+		cells     map[cellKey]*wmCell
 	}
 }
 
@@ -271,6 +285,7 @@ func NewExchange(cfg ExchangeConfig) *Exchange {
 	x := &Exchange{cfg: cfg, log: cfg.Logger, closing: make(chan struct{})}
 	x.mu.endpoints = make(map[channelKey]*endpoint)
 	x.mu.peers = make(map[string]*peerConn)
+	x.mu.cells = make(map[cellKey]*wmCell)
 	return x
 }
 
@@ -318,6 +333,9 @@ func (x *Exchange) registerInput(in *inputChannel) error {
 	if e.in.Load() != nil {
 		return fmt.Errorf("dataflow: channel %v is already read by another task; a subtask was deployed twice with the same attempt", in.key)
 	}
+	// Subscribed before the channel is reachable, so that whoever pushes
+	// into it sees its cell.
+	x.subscribeLocked(x.acquireCellLocked(cellKeyOf(in.key)), in)
 	e.in.Store(in)
 	if e.sink != nil {
 		in.gate.setSink(in, e.sink)
@@ -332,6 +350,10 @@ func (x *Exchange) unregisterInput(in *inputChannel) {
 	e := x.mu.endpoints[in.key]
 	if e == nil || e.in.Load() != in {
 		return
+	}
+	if in.cell != nil {
+		x.unsubscribeLocked(in.cell, in)
+		x.releaseCellLocked(in.cell)
 	}
 	e.in.Store(nil)
 	if e.sink == nil {

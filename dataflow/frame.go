@@ -41,6 +41,8 @@ import (
 //	  batch         uvarint payload length
 //	  zstd batch    uvarint payload length; the payload is compressed
 //	  watermark     varint timestamp
+//	  cell watermark varint timestamp, for the receiver's watermark cell
+//	                of the channel's upstream subtask and edge (wmcell.go)
 //	  end           -
 //	  barrier       varint checkpoint id, varint trigger time, byte flags
 //	                (0 aligned checkpoint, 1 savepoint, 2 unaligned checkpoint,
@@ -63,6 +65,7 @@ const (
 	tagEnd
 	tagBarrier
 	tagBatchZstd
+	tagWatermarkCell
 )
 
 // Limits a receiver applies to a frame's header, beyond gRPC's bound on
@@ -252,7 +255,11 @@ func (f *outFrame) marshal() (mem.BufferSlice, error) {
 				b = binary.AppendUvarint(b, uint64(len(*it.payload)))
 				npay++
 			case eventWatermark:
-				b = append(b, tagWatermark)
+				tag := tagWatermark
+				if it.cell {
+					tag = tagWatermarkCell
+				}
+				b = append(b, tag)
 				b = binary.AppendUvarint(b, uint64(it.id))
 				b = binary.AppendVarint(b, it.value)
 			case eventEndOfPartition:
@@ -395,7 +402,7 @@ func (f *inFrame) parseHeader(b []byte) error {
 				return fmt.Errorf("batch of %d bytes", pl)
 			}
 			it.value = int64(pl)
-		case tagWatermark:
+		case tagWatermark, tagWatermarkCell:
 			it.value = d.varint()
 		case tagBarrier:
 			it.value, it.ts = d.varint(), d.varint()

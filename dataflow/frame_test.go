@@ -49,6 +49,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 	items = append(items,
 		outItem{id: 9, kind: eventWatermark, value: -5},
+		outItem{id: 9, kind: eventWatermark, value: 1 << 40, cell: true},
 		outItem{id: 9, kind: eventBarrier, value: 42, ts: 1234567, full: true},
 		outItem{id: 9, kind: eventBarrier, value: 43, ts: 7},
 		outItem{id: 9, kind: eventBarrier, value: 44, ts: 8, unaligned: true},
@@ -75,6 +76,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 	want := []inItem{
 		{tag: tagWatermark, id: 9, value: -5},
+		{tag: tagWatermarkCell, id: 9, value: 1 << 40},
 		{tag: tagBarrier, id: 9, value: 42, ts: 1234567, full: true},
 		{tag: tagBarrier, id: 9, value: 43, ts: 7},
 		{tag: tagBarrier, id: 9, value: 44, ts: 8, unaligned: true},

@@ -2,6 +2,7 @@ package dataflow
 
 import (
 	"context"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -39,9 +40,25 @@ type inputChannel struct {
 	// whose barrier has arrived until all channels have delivered it.
 	blocked bool
 	sink    creditSink
+	// detached: a batch arrived after the channel's last watermark event,
+	// so its cell's watermark does not apply to it until the next one
+	// (wmcell.go). applied is the latest cell watermark the channel took
+	// (in a watermark event or directly).
+	detached bool
+	applied  int64
+
+	// cell is the watermark cell of the channel's upstream subtask, set
+	// before the channel is registered (wmcell.go).
+	cell *wmCell
 
 	// Task goroutine only.
 	ended bool
+}
+
+// cellWatermark is a cell's watermark taken for a channel.
+type cellWatermark struct {
+	ch *inputChannel
+	wm int64
 }
 
 // inputGate is a task's view of all the channels it reads, of every input.
@@ -59,6 +76,11 @@ type inputGate struct {
 	// idle, if not nil, counts the time next waits for an event (the
 	// task's Metrics.IdleTime).
 	idle *Metrics
+	// cellsDirty: the cell of a channel marked in cellBits (bit i for
+	// channel i) may hold a watermark the channel has not taken
+	// (wmcell.go); the task looks with takeCells.
+	cellsDirty atomic.Bool
+	cellBits   []atomic.Uint64
 
 	mu struct {
 		sync.Mutex
@@ -73,8 +95,11 @@ func newInputGate() *inputGate {
 
 // add creates a channel of the gate; only before the gate is used.
 func (g *inputGate) add(key channelKey, input int, schema *stream.Schema) *inputChannel {
-	ch := &inputChannel{gate: g, idx: len(g.channels), input: input, key: key, schema: schema}
+	ch := &inputChannel{gate: g, idx: len(g.channels), input: input, key: key, schema: schema, applied: stream.MinWatermark}
 	g.channels = append(g.channels, ch)
+	if n := (len(g.channels) + 63) / 64; n > len(g.cellBits) {
+		g.cellBits = make([]atomic.Uint64, n)
+	}
 	return ch
 }
 
@@ -96,6 +121,20 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 		g.mu.Unlock()
 		e.release()
 		return true
+	}
+	if ch.cell != nil && e.kind != eventError {
+		// A cell watermark the channel has not taken goes ahead of e:
+		// it was published before e was sent.
+		if v := ch.cell.value.Load(); !ch.detached && v > ch.applied {
+			ch.applied = v
+			g.pushWatermarkLocked(ch, v)
+		}
+		switch e.kind {
+		case eventBatch:
+			ch.detached = true
+		case eventWatermark:
+			ch.detached = false
+		}
 	}
 	if e.kind == eventWatermark {
 		if last := ch.q.last(); last != nil && last.kind == eventWatermark {
@@ -145,11 +184,87 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 	return true
 }
 
+// pushWatermarkLocked queues watermark wm in ch, merged into a watermark
+// at the end of its buffer; the caller queues ch in avail. g.mu must be held.
+func (g *inputGate) pushWatermarkLocked(ch *inputChannel, wm int64) {
+	if last := ch.q.last(); last != nil && last.kind == eventWatermark {
+		last.value = max(last.value, wm)
+		return
+	}
+	ch.control++
+	ch.q.push(event{kind: eventWatermark, value: wm})
+}
+
+// drainedLocked notes that the task took the last event buffered in ch: a
+// watermark its cell holds for it is due now. g.mu must be held.
+func (g *inputGate) drainedLocked(ch *inputChannel) {
+	if ch.cell != nil && !ch.detached && ch.cell.value.Load() > ch.applied {
+		g.markCell(ch)
+	}
+}
+
+// markCell records that ch's cell may hold a watermark ch has not taken,
+// and reports whether the task had not been told of any since it last
+// looked.
+func (g *inputGate) markCell(ch *inputChannel) bool {
+	g.cellBits[ch.idx>>6].Or(1 << (ch.idx & 63))
+	return !g.cellsDirty.Swap(true)
+}
+
+// markAllCells makes the next takeCells look at every channel.
+func (g *inputGate) markAllCells() {
+	for _, ch := range g.channels {
+		g.markCell(ch)
+	}
+}
+
+// cellChanged tells the task that ch's cell has a new watermark, waking
+// the task if it waits.
+func (g *inputGate) cellChanged(ch *inputChannel) {
+	if !g.markCell(ch) {
+		return // already told
+	}
+	select {
+	case g.notify <- struct{}{}:
+	default:
+	}
+}
+
+// takeCells appends to buf, and returns, the cell watermarks that apply to
+// their channels now and that the channels have not taken: those of
+// channels that are not blocked, not detached and buffer nothing, as a
+// watermark event at the end of their buffers would be taken. Only the task
+// goroutine calls it.
+func (g *inputGate) takeCells(buf []cellWatermark) []cellWatermark {
+	buf = buf[:0]
+	if !g.cellsDirty.Swap(false) {
+		return buf
+	}
+	g.mu.Lock()
+	for w := range g.cellBits {
+		// A channel passed over now is marked again when what holds it
+		// back ends (drainedLocked, setBlocked).
+		for set := g.cellBits[w].Swap(0); set != 0; set &= set - 1 {
+			ch := g.channels[w<<6+bits.TrailingZeros64(set)]
+			if ch.cell == nil || ch.blocked || ch.detached || ch.q.len() > 0 {
+				continue
+			}
+			if v := ch.cell.value.Load(); v > ch.applied {
+				ch.applied = v
+				buf = append(buf, cellWatermark{ch, v})
+			}
+		}
+	}
+	g.mu.Unlock()
+	return buf
+}
+
 // next returns the next event of an unblocked channel, waiting for one until
 // ctx is done. It grants the producer a credit back when it takes a batch.
-// While it waits it also watches wake (may be nil): when wake fires it
-// returns a nil channel and no error, so that the task can handle what woke
-// it. Only the task goroutine calls it.
+// While it waits it also watches wake (may be nil): when wake fires, or a
+// cell of its channels has a new watermark (takeCells), it returns a nil
+// channel and no error, so that the task can handle what woke it. Only the
+// task goroutine calls it.
 func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inputChannel, error) {
 	// Checked even when data is waiting, so that a task whose inputs never
 	// run dry still notices cancellation.
@@ -172,6 +287,7 @@ func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inp
 				g.mu.avail.push(ch.idx) // round-robin between channels
 			} else {
 				ch.queued = false
+				g.drainedLocked(ch)
 			}
 			var sink creditSink
 			if e.kind == eventBatch && !e.replay {
@@ -184,6 +300,9 @@ func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inp
 			return e, ch, nil
 		}
 		g.mu.Unlock()
+		if g.cellsDirty.Load() {
+			return event{}, nil, nil // for takeCells
+		}
 		if g.idle != nil {
 			g.idle.startIdle()
 		}
@@ -222,6 +341,9 @@ func (g *inputGate) takeUnaligned() (event, *inputChannel) {
 		}
 		e := ch.q.pop()
 		ch.control--
+		if ch.q.len() == 0 {
+			g.drainedLocked(ch)
+		}
 		// ch stays in avail if it is there: next skips a channel it finds
 		// empty.
 		return e, ch
@@ -298,6 +420,9 @@ func (g *inputGate) replay(ch *inputChannel, batches []*stream.Batch) {
 func (g *inputGate) setBlocked(ch *inputChannel, blocked bool) {
 	g.mu.Lock()
 	ch.blocked = blocked
+	if !blocked && ch.cell != nil {
+		g.markCell(ch) // its cell's watermark may apply now
+	}
 	signal := false
 	if !blocked && !ch.queued && ch.q.len() > 0 {
 		ch.queued = true

@@ -33,6 +33,12 @@ type outputChannel struct {
 	// its output is backpressured. Task goroutine only.
 	deferred bool
 	pending  ring[event]
+	// pendingChans, if not nil, counts the channels of the partitioner
+	// that have events in pending (task goroutine only): outputWriter.flush
+	// looks only at partitioners with such channels, and while there are
+	// any the partitioner sends watermarks on every channel rather than by
+	// cell (wmcell.go).
+	pendingChans *int
 	// budget bounds the bytes in flight on the channel (see
 	// ExchangeConfig.ChannelBytes and DebloatTarget); nil when unbounded.
 	budget *flowBudget
@@ -93,14 +99,31 @@ func (o *outputChannel) putOne(ctx context.Context, e event) error {
 		return o.send(ctx, e)
 	}
 	if o.pending.len() > 0 {
-		o.pending.push(e)
+		o.queuePending(e)
 		return nil
 	}
 	sent, err := o.trySend(e)
 	if err == nil && !sent {
-		o.pending.push(e)
+		o.queuePending(e)
 	}
 	return err
+}
+
+// queuePending adds e at the end of pending.
+func (o *outputChannel) queuePending(e event) {
+	if o.pending.len() == 0 && o.pendingChans != nil {
+		*o.pendingChans++
+	}
+	o.pending.push(e)
+}
+
+// popPending removes the oldest event of pending, which must not be empty.
+func (o *outputChannel) popPending() event {
+	e := o.pending.pop()
+	if o.pending.len() == 0 && o.pendingChans != nil {
+		*o.pendingChans--
+	}
+	return e
 }
 
 // trySend delivers e if it can go without waiting: it has a credit (a
@@ -152,7 +175,7 @@ func (o *outputChannel) flush() (bool, error) {
 		e := *o.pending.peek()
 		sent, err := o.trySend(e)
 		if sent || err != nil {
-			o.pending.pop()
+			o.popPending()
 		}
 		if err != nil {
 			return true, err
@@ -173,6 +196,9 @@ func (o *outputChannel) overtake(e event) error {
 		return err
 	}
 	// No consumer yet: the barrier goes first once it exists.
+	if o.pending.len() == 0 && o.pendingChans != nil {
+		*o.pendingChans++
+	}
 	var q ring[event]
 	q.push(e)
 	for o.pending.len() > 0 {
@@ -194,7 +220,7 @@ func (o *outputChannel) pendingBatches(f func(*stream.Batch)) {
 // dropPending releases what waits in pending (the task is ending).
 func (o *outputChannel) dropPending() {
 	for o.pending.len() > 0 {
-		e := o.pending.pop()
+		e := o.popPending()
 		e.release()
 	}
 }

@@ -22,35 +22,47 @@ type partitioner struct {
 	keys   []int            // key columns (Hash)
 	maxPar int
 
-	// Scratch reused across batches (Hash).
-	hashes []uint64
-	dest   []int32
-	pos    []int32
-	counts []int32
-	subs   []*stream.Batch
-	cols   []*stream.Column
+	// pendingChans counts the channels that hold events back
+	// (outputChannel.pendingChans).
+	pendingChans int
+	// Watermarks by cell (wmcell.go), on edges other than Forward: dirty[d]
+	// says a batch went on chans[d] since its last watermark; cells has
+	// one cell per taskmanager the edge goes to.
+	dirty []bool
+	cells []cellTarget
+
+	// Scratch reused across batches (Hash); touched lists the subtasks a
+	// batch goes to, so that a batch of a few rows costs no pass over all
+	// of them.
+	touched []int32
+	hashes  []uint64
+	dest    []int32
+	pos     []int32
+	counts  []int32
+	subs    []*stream.Batch
+	cols    []*stream.Column
 }
 
 // sendBatch sends b (which it owns) to its target channels.
 func (p *partitioner) sendBatch(ctx context.Context, b *stream.Batch) error {
 	switch p.kind {
 	case stream.Forward:
-		return p.chans[p.own].put(ctx, event{kind: eventBatch, batch: b})
+		return p.put(ctx, p.own, b)
 	case stream.Rebalance:
-		ch := p.chans[p.next]
+		d := p.next
 		p.next++
 		if p.next == len(p.chans) {
 			p.next = 0
 		}
-		return ch.put(ctx, event{kind: eventBatch, batch: b})
+		return p.put(ctx, d, b)
 	case stream.Broadcast:
 		last := len(p.chans) - 1
-		for i, ch := range p.chans {
+		for i := range p.chans {
 			bb := b
 			if i < last {
 				bb = cloneBatch(b)
 			}
-			if err := ch.put(ctx, event{kind: eventBatch, batch: bb}); err != nil {
+			if err := p.put(ctx, i, bb); err != nil {
 				if i < last {
 					b.Release()
 				}
@@ -74,40 +86,85 @@ func (p *partitioner) sendHashed(ctx context.Context, b *stream.Batch) error {
 	}
 	hashes, dest, pos := p.hashes[:n], p.dest[:n], p.pos[:n]
 	stream.HashKeys(b, p.keys, hashes)
-	clear(p.counts)
 	par := len(p.chans)
+	touched := p.touched[:0]
 	for i, h := range hashes {
 		t := stream.SubtaskForKeyGroup(p.maxPar, par, stream.KeyGroupForHash(h, p.maxPar))
+		if p.counts[t] == 0 {
+			touched = append(touched, int32(t))
+		}
 		dest[i] = int32(t)
 		pos[i] = p.counts[t]
 		p.counts[t]++
 	}
-	if p.counts[dest[0]] == int32(n) { // every row goes to one subtask
-		return p.chans[dest[0]].put(ctx, event{kind: eventBatch, batch: b})
+	p.touched = touched
+	if len(touched) == 1 { // every row goes to one subtask
+		p.counts[touched[0]] = 0
+		return p.put(ctx, int(touched[0]), b)
 	}
-	for t, c := range p.counts {
-		p.subs[t] = nil
-		if c > 0 {
-			s := stream.NewBatch(b.Schema, int(c))
-			s.SetLen(int(c))
-			p.subs[t] = s
-		}
+	slices.Sort(touched) // subtask order, as a pass over all would send
+	for _, t := range touched {
+		c := int(p.counts[t])
+		s := stream.NewBatch(b.Schema, c)
+		s.SetLen(c)
+		p.subs[t] = s
 	}
 	scatter(b, dest, pos, p.subs, p.cols)
 	b.Release()
 	var err error
-	for t, s := range p.subs {
-		if s == nil {
-			continue
-		}
-		p.subs[t] = nil
+	for _, t := range touched {
+		s := p.subs[t]
+		p.subs[t], p.counts[t] = nil, 0
 		if err != nil {
 			s.Release()
 			continue
 		}
-		err = p.chans[t].put(ctx, event{kind: eventBatch, batch: s})
+		err = p.put(ctx, int(t), s)
 	}
 	return err
+}
+
+// put sends batch b (which it owns) on channel d.
+func (p *partitioner) put(ctx context.Context, d int, b *stream.Batch) error {
+	if p.dirty != nil {
+		p.dirty[d] = true
+	}
+	return p.chans[d].put(ctx, event{kind: eventBatch, batch: b})
+}
+
+// sendWatermark sends watermark event e: by cell (wmcell.go) where it can,
+// as an event on the channels that carried a batch since their last
+// watermark, and on every channel while one holds events back.
+func (p *partitioner) sendWatermark(ctx context.Context, e event) error {
+	if len(p.cells) == 0 || p.pendingChans > 0 {
+		clear(p.dirty)
+		return p.sendEvent(ctx, e)
+	}
+	for d, dirty := range p.dirty {
+		if !dirty {
+			continue
+		}
+		p.dirty[d] = false
+		if err := p.chans[d].put(ctx, e); err != nil {
+			return err
+		}
+	}
+	if p.pendingChans > 0 {
+		// The watermark waits in a channel whose consumer does not exist
+		// yet: a cell would pass it. Every channel gets the event (the
+		// channels that got it already merge or ignore the second).
+		return p.sendEvent(ctx, e)
+	}
+	for _, c := range p.cells {
+		if c.local != nil {
+			c.local.publish(e.value)
+			continue
+		}
+		if err := c.conn.enqueueCell(c.id, e.value); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sendEvent sends a non-batch event to every channel of the output.
@@ -247,7 +304,13 @@ func (w *outputWriter) EmitWatermark(wm int64) {
 
 func (w *outputWriter) broadcast(e event) {
 	for _, p := range w.outs {
-		if err := p.sendEvent(w.ctx, e); err != nil {
+		var err error
+		if e.kind == eventWatermark {
+			err = p.sendWatermark(w.ctx, e)
+		} else {
+			err = p.sendEvent(w.ctx, e)
+		}
+		if err != nil {
 			w.r.fail(err)
 			return
 		}
@@ -293,6 +356,9 @@ const channelStatePrefix = "weir.channel-state/"
 func (w *outputWriter) flush() (bool, error) {
 	left := false
 	for _, p := range w.outs {
+		if p.pendingChans == 0 {
+			continue
+		}
 		for _, ch := range p.chans {
 			if ch == nil || ch.pending.len() == 0 {
 				continue
@@ -369,7 +435,7 @@ func (w *outputWriter) replay(state map[string][][]byte, parallelism int, schema
 			if err != nil {
 				return fmt.Errorf("channel state %q: %w", name, err)
 			}
-			ch.pending.push(event{kind: eventBatch, batch: b})
+			ch.queuePending(event{kind: eventBatch, batch: b})
 		}
 	}
 	return nil

@@ -101,6 +101,9 @@ type outItem struct {
 	// final: an aligned barrier that must stay aligned (event.final).
 	final bool
 	zstd  bool // batch: payload is compressed
+	// cell: a watermark for the cell of channel id's upstream subtask
+	// and edge at the peer (wmcell.go), not an event of the channel.
+	cell bool
 }
 
 func (x *Exchange) peer(addr string) (*peerConn, error) {
@@ -177,6 +180,21 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 	}
 	c.mu.Lock()
 	c.mu.queue = append(c.mu.queue, it)
+	c.mu.Unlock()
+	c.signal()
+	return nil
+}
+
+// enqueueCell queues watermark wm for the peer's cell of channel id's
+// upstream subtask and edge (wmcell.go).
+func (c *peerConn) enqueueCell(id uint32, wm int64) error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+	}
+	c.mu.Lock()
+	c.mu.queue = append(c.mu.queue, outItem{id: id, kind: eventWatermark, value: wm, cell: true})
 	c.mu.Unlock()
 	c.signal()
 	return nil
@@ -374,6 +392,7 @@ type inboundChannel struct {
 	key   channelKey
 	e     *endpoint
 	sink  *remoteSink
+	cell  *wmCell // of the channel's upstream subtask and edge
 	ended bool
 }
 
@@ -548,12 +567,13 @@ func (s *inboundStream) apply(f *inFrame) error {
 			if err != nil {
 				return status.Errorf(codes.FailedPrecondition, "taskmanager %s opening channel %v: %v", s.peer, key, err)
 			}
-			s.ids[it.id] = &inboundChannel{key: key, e: e, sink: sink}
+			s.ids[it.id] = &inboundChannel{key: key, e: e, sink: sink, cell: s.x.acquireCell(cellKeyOf(key))}
 			continue
 		case tagClose:
 			if ic := s.ids[it.id]; ic != nil {
 				delete(s.ids, it.id)
 				s.x.detachSink(ic.key, ic.sink)
+				s.x.releaseCell(ic.cell)
 				if in := ic.e.in.Load(); in != nil && !ic.ended {
 					in.gate.push(in, event{kind: eventError, err: fmt.Errorf("taskmanager %s: %w", s.peer, errUpstreamGone(ic.key))})
 				}
@@ -563,6 +583,10 @@ func (s *inboundStream) apply(f *inFrame) error {
 		ic := s.ids[it.id]
 		if ic == nil {
 			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event on channel %d, which it did not open", s.peer, it.id)
+		}
+		if it.tag == tagWatermarkCell {
+			ic.cell.publish(it.value)
+			continue
 		}
 		var e event
 		switch it.tag {
@@ -652,6 +676,7 @@ func (s *inboundStream) teardown(cause error) {
 	for id, ic := range s.ids {
 		delete(s.ids, id)
 		s.x.detachSink(ic.key, ic.sink)
+		s.x.releaseCell(ic.cell)
 		if ic.ended {
 			continue
 		}

@@ -1006,6 +1006,9 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 		}
 		return err
 	}
+	// Cells may hold watermarks from before the task started.
+	gate.markAllCells()
+	var cells []cellWatermark
 	for open > 0 {
 		// Notifications, and processing-time timers, between two events.
 		select {
@@ -1029,6 +1032,20 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 				return r.err
 			}
 			continue
+		}
+		if gate.cellsDirty.Load() {
+			cells = gate.takeCells(cells)
+			for _, c := range cells {
+				if c.ch.ended {
+					continue
+				}
+				if err := advance(c.ch, c.wm); err != nil {
+					return err
+				}
+				if r.err != nil {
+					return r.err
+				}
+			}
 		}
 		e, ch, err := gate.next(ctx, t.ctl.wake)
 		if err != nil {
@@ -1170,13 +1187,38 @@ func (t *Task) openOutputs(w *outputWriter) error {
 			}
 			ch.backpressure = &t.metrics
 			ch.deferred = w.deferred
+			ch.pendingChans = &p.pendingChans
 			if w.gated {
 				ch.setFullCounter(&w.full)
 			}
 			p.chans[d] = ch
 		}
+		if o.Partitioning != stream.Forward {
+			t.openCells(p, o.Targets)
+		}
 	}
 	return nil
+}
+
+// openCells sets p up to send watermarks by cell (wmcell.go): one cell per
+// taskmanager its channels go to.
+func (t *Task) openCells(p *partitioner, targets []string) {
+	if t.x.noCells {
+		return
+	}
+	p.dirty = make([]bool, len(p.chans))
+	seen := make(map[string]bool)
+	for d, ch := range p.chans {
+		if seen[targets[d]] {
+			continue
+		}
+		seen[targets[d]] = true
+		if ch.conn == nil {
+			p.cells = append(p.cells, cellTarget{local: t.x.acquireCell(cellKeyOf(ch.key))})
+		} else {
+			p.cells = append(p.cells, cellTarget{conn: ch.conn, id: ch.id})
+		}
+	}
 }
 
 // replayInputs puts the input channel state of an unaligned checkpoint
@@ -1234,6 +1276,12 @@ func (t *Task) closeOutputs(ctx context.Context, w *outputWriter, wait bool) err
 	var flushes []<-chan struct{}
 	var conns []*peerConn
 	for _, p := range w.outs {
+		for _, c := range p.cells {
+			if c.local != nil {
+				t.x.releaseCell(c.local)
+			}
+		}
+		p.cells = nil
 		for _, ch := range p.chans {
 			if ch == nil {
 				continue

@@ -1,0 +1,208 @@
+package dataflow
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// This file is the broadcast path of watermarks. On an edge with many
+// channels (a keyBy at parallelism p has p × p) a watermark sent on every
+// channel costs a push into every consumer's buffer and a wake-up of every
+// consumer for each upstream subtask's watermark. Instead, an upstream
+// subtask publishes its watermark once per taskmanager into a watermark
+// cell, which the consuming tasks of that taskmanager read when they next
+// look, and only the channels that carried a batch since their last
+// watermark get the watermark as an event of their own.
+//
+// A cell's watermark applies to a channel where a watermark event sent on
+// the channel at the time of the publish would have been taken:
+//
+//   - the sender publishes only while none of the edge's channels holds
+//     events back (deferred output waiting for credit), so everything it
+//     put on any channel before the publish is in the consumer's buffer
+//     first (in-memory channels synchronously; network channels through
+//     the one stream to the peer, in order);
+//   - a channel that carried a batch since its last watermark gets the
+//     watermark as an event too (it is dirty at the sender); at the
+//     consumer a batch detaches the channel from its cell and a watermark
+//     event attaches it again, so a cell published before a batch never
+//     applies after it;
+//   - the task takes a cell's watermark for an attached channel only once
+//     the channel buffers nothing and is not blocked (barrier alignment),
+//     where a watermark event at the end of its buffer would be taken;
+//   - an event pushed into an attached channel whose cell moved on since
+//     the channel last took its value gets that value as a watermark
+//     event ahead of it, so the cell's watermark keeps its place before
+//     everything sent after it (barriers included).
+//
+// A task thus sees the same watermarks, in the same places among each
+// channel's batches and barriers, as with an event on every channel, save
+// that watermarks that follow each other on a channel may merge (as
+// buffered watermark events always did) and that one travelling by cell
+// arrives up to cellWakeDelay later.
+
+// The consumer learns of new cell values through a wake-up that the
+// exchange delays by cellWakeDelay and shares among all the cells that
+// changed meanwhile, so that the watermarks the upstream subtasks emit in
+// one round (they share their emission slots, see the watermarks
+// operator) cost each consuming task one or a few wake-ups rather than one
+// per upstream subtask.
+
+// cellWakeDelay is how long the exchange gathers cell publishes before it
+// wakes their consumers: the most a watermark travelling by cell is late
+// compared to one sent as a channel event.
+const cellWakeDelay = 5 * time.Millisecond
+
+// cellKey names a watermark cell: one upstream subtask's watermark on one
+// edge, as the consumers of one taskmanager see it (a channelKey without the
+// downstream subtask).
+type cellKey struct {
+	JobID            string
+	Attempt          int64
+	UpstreamVertex   int
+	UpstreamSubtask  int
+	DownstreamVertex int
+	DownstreamInput  int
+}
+
+func cellKeyOf(k channelKey) cellKey {
+	return cellKey{JobID: k.JobID, Attempt: k.Attempt, UpstreamVertex: k.UpstreamVertex, UpstreamSubtask: k.UpstreamSubtask,
+		DownstreamVertex: k.DownstreamVertex, DownstreamInput: k.DownstreamInput}
+}
+
+// wmCell is the latest watermark an upstream subtask published on an edge
+// to one taskmanager's consumers. One goroutine publishes into it (the
+// upstream task's, or the network stream's from the upstream task's
+// taskmanager), the same that pushes the events of the channels it covers,
+// so a push sees every publish before it.
+type wmCell struct {
+	x     *Exchange
+	key   cellKey
+	value atomic.Int64
+	// queued: the cell waits in the exchange's wake list.
+	queued atomic.Bool
+	// subs are the input channels the cell covers (copy on write, under
+	// Exchange.mu); refs counts subs and publishers, under Exchange.mu.
+	subs atomic.Pointer[[]*inputChannel]
+	refs int
+}
+
+// publish raises the cell's watermark to wm and schedules the wake-up of
+// its consumers. A watermark not above the cell's is ignored.
+func (c *wmCell) publish(wm int64) {
+	if wm <= c.value.Load() {
+		return
+	}
+	c.value.Store(wm)
+	if c.queued.CompareAndSwap(false, true) {
+		c.x.queueCell(c)
+	}
+}
+
+// acquireCell returns the cell key names, creating it, and counts a
+// reference to it; releaseCell drops one.
+func (x *Exchange) acquireCell(key cellKey) *wmCell {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.acquireCellLocked(key)
+}
+
+func (x *Exchange) acquireCellLocked(key cellKey) *wmCell {
+	c := x.mu.cells[key]
+	if c == nil {
+		c = &wmCell{x: x, key: key}
+		c.value.Store(stream.MinWatermark)
+		x.mu.cells[key] = c
+	}
+	c.refs++
+	return c
+}
+
+func (x *Exchange) releaseCell(c *wmCell) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.releaseCellLocked(c)
+}
+
+func (x *Exchange) releaseCellLocked(c *wmCell) {
+	c.refs--
+	if c.refs == 0 && x.mu.cells[c.key] == c {
+		delete(x.mu.cells, c.key)
+	}
+}
+
+// subscribeLocked makes in read cell c; x.mu must be held.
+func (x *Exchange) subscribeLocked(c *wmCell, in *inputChannel) {
+	var subs []*inputChannel
+	if p := c.subs.Load(); p != nil {
+		subs = append(subs, (*p)...)
+	}
+	subs = append(subs, in)
+	c.subs.Store(&subs)
+	in.cell = c
+}
+
+// unsubscribeLocked undoes subscribeLocked; x.mu must be held.
+func (x *Exchange) unsubscribeLocked(c *wmCell, in *inputChannel) {
+	var subs []*inputChannel
+	if p := c.subs.Load(); p != nil {
+		for _, s := range *p {
+			if s != in {
+				subs = append(subs, s)
+			}
+		}
+	}
+	c.subs.Store(&subs)
+}
+
+// numCells reports how many watermark cells exist, for leak tests.
+func (x *Exchange) numCells() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.mu.cells)
+}
+
+// queueCell adds c to the cells whose consumers the next wake-up wakes,
+// arming it if none is armed.
+func (x *Exchange) queueCell(c *wmCell) {
+	x.cellWake.Lock()
+	x.cellWake.cells = append(x.cellWake.cells, c)
+	arm := !x.cellWake.armed
+	x.cellWake.armed = true
+	x.cellWake.Unlock()
+	if arm {
+		time.AfterFunc(cellWakeDelay, x.wakeCells)
+	}
+}
+
+// wakeCells wakes the consumers of the cells published since the last
+// wake-up.
+func (x *Exchange) wakeCells() {
+	x.cellWake.Lock()
+	cells := x.cellWake.cells
+	x.cellWake.cells = nil
+	x.cellWake.armed = false
+	x.cellWake.Unlock()
+	for _, c := range cells {
+		// Cleared first: a publish from now on queues the cell again.
+		c.queued.Store(false)
+		p := c.subs.Load()
+		if p == nil {
+			continue
+		}
+		for _, in := range *p {
+			in.gate.cellChanged(in)
+		}
+	}
+}
+
+// cellTarget is where a partitioner publishes its watermarks by cell: a
+// cell of this exchange, or a peer's, through one of the partitioner's
+// channels on the stream to that peer.
+type cellTarget struct {
+	local *wmCell
+	conn  *peerConn
+	id    uint32
+}
