@@ -9,7 +9,8 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
 # Packages whose tests run in `make test`. The -race test run covers every
-# package; the process-level integration tests live in ./test.
+# package; the process-level integration tests live in the packages
+# under ./test (the kit: clustertest, proxytest, polltest, testbin).
 PKGS := ./...
 
 .PHONY: all build run test postgres chromium check-static test-unit test-integration bench proto proto-check lint vet clean chaos soak bigstate fuzz state-long
@@ -24,8 +25,11 @@ build:
 run: build
 	./scripts/run.sh
 
+# The process tests (test/...) start the race-built test binaries of
+# test/testbin, built here once for all of their packages.
 test: vet $(BIN)/versitygw postgres chromium
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) build -race -o $(BIN)/testbin-race/ ./test/testbin/jobmanager ./test/testbin/taskmanager ./test/testbin/weir
+	WEIR_TEST_BINARIES=$(BIN)/testbin-race $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 vet:
 	$(GO) vet ./...
@@ -50,7 +54,7 @@ fuzz:
 chaos: $(BIN)/versitygw
 	@mkdir -p .run
 	@WEIR_CHAOS_KILLS=$${WEIR_CHAOS_KILLS:-50} WEIR_HA_KILLS=$${WEIR_HA_KILLS:-20} \
-		$(GO) test -count=1 -v -timeout 60m -run 'TestChaos|TestSamePort|TestHA' ./test/ > .run/chaos.log 2>&1; rc=$$?; \
+		$(GO) test -count=1 -v -timeout 60m -p 1 -run 'TestChaos|TestSamePort|TestHA' ./test/chaos/ ./test/ha/ > .run/chaos.log 2>&1; rc=$$?; \
 		grep -E '^(kills=|same_port_|takeovers=|--- |ok|FAIL)' .run/chaos.log; echo "full log: .run/chaos.log"; exit $$rc
 
 # A sliding window on Pebble with 1,000,000 keys (WEIR_BIGSTATE_KEYS), its
@@ -59,7 +63,7 @@ chaos: $(BIN)/versitygw
 bigstate: $(BIN)/versitygw
 	@mkdir -p .run
 	@WEIR_BIGSTATE_KEYS=$${WEIR_BIGSTATE_KEYS:-1000000} \
-		$(GO) test -count=1 -v -timeout 60m -run 'TestWindowBigState' ./test/ > .run/bigstate.log 2>&1; rc=$$?; \
+		$(GO) test -count=1 -v -timeout 60m -run 'TestWindowBigState' ./test/state/ > .run/bigstate.log 2>&1; rc=$$?; \
 		grep -E '^(window_bigstate |--- |ok|FAIL)' .run/bigstate.log; echo "full log: .run/bigstate.log"; exit $$rc
 
 # The keyed-state backend tests at their full sizes (all seeds and steps of
@@ -77,7 +81,7 @@ state-long:
 soak: $(BIN)/versitygw
 	@mkdir -p .run
 	@WEIR_SOAK_DURATION=$${WEIR_SOAK_DURATION:-1h} \
-		$(GO) test -count=1 -v -timeout 0 -run 'TestSoak' ./test/ > .run/soak.log 2>&1; rc=$$?; \
+		$(GO) test -count=1 -v -timeout 0 -run 'TestSoak' ./test/storage/ > .run/soak.log 2>&1; rc=$$?; \
 		grep -E '^(soak_window=|--- |ok|FAIL)' .run/soak.log; echo "full log: .run/soak.log"; exit $$rc
 
 bench: build $(BIN)/versitygw postgres

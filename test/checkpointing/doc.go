@@ -5,6 +5,6 @@
 // `weir checkpoints explain` against a slow sink. Each runs a real cluster
 // (clustertest) and counts lost and duplicated records.
 //
-// The tests live in their own package, apart from package test, so that
-// `go test ./...` runs them beside it.
+// The tests live in their own package, like each group of process tests
+// under test/, so that `go test ./...` runs the groups side by side.
 package checkpointing

@@ -30,6 +30,13 @@
 // that the fault tests exercise it: with HA it follows the leader through
 // etcd, standbys' hints and every jobmanager's address.
 //
+// The process-test packages under test/ share the rest: the sequence
+// workload, an exactly-once job whose output is known in advance
+// (SequenceJob); waits that pace faults by a job's progress
+// (WaitCheckpointsSince, WaitProgress, RecoveryTimes, FinishAndVerify);
+// the HA fault tests' cluster (StartHA); and readers of what jobs
+// committed (CommittedRows, CommittedWindows, CheckRunningCounts).
+//
 // clustertest imports client, ha (to read the leader from etcd), proxytest
 // (Options.FaultProxies), polltest, the generated gRPC code and the
 // standard library.
@@ -72,13 +79,30 @@ var (
 	buildErr  error
 )
 
+// EnvBinaries names a directory of test/testbin's jobmanager, taskmanager
+// and weir built beforehand, with the race detector exactly when the tests
+// are: `make test` builds them once for every process-test package instead
+// of each package's test binary building its own.
+const EnvBinaries = "WEIR_TEST_BINARIES"
+
 // Binaries builds jobmanager, taskmanager and weir once per test binary (with
 // the race detector when the test binary has it) and returns their
-// directory. They are test/testbin's: the stock commands with the
-// failure-injection operator registered too.
+// directory, or returns the directory EnvBinaries names. They are
+// test/testbin's: the stock commands with the failure-injection operator
+// registered too.
 func Binaries(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if dir := os.Getenv(EnvBinaries); dir != "" {
+			for _, name := range []string{"jobmanager", "taskmanager", "weir"} {
+				if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+					buildErr = fmt.Errorf("%s=%s: %v; build them with `go build -race -o DIR/ ./test/testbin/...` or unset it", EnvBinaries, dir, err)
+					return
+				}
+			}
+			buildDir = dir
+			return
+		}
 		root, err := moduleRoot()
 		if err != nil {
 			buildErr = err

@@ -3,6 +3,6 @@
 // through a taskmanager SIGKILL, their committed output compared with the
 // oracle row by row (lost and duplicated rows counted).
 //
-// The tests live in their own package, apart from package test, so that
-// `go test ./...` runs them beside it.
+// The tests live in their own package, like each group of process tests
+// under test/, so that `go test ./...` runs the groups side by side.
 package nexmarkcluster

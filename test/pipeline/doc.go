@@ -7,6 +7,6 @@
 // an independent computation over the input, counting lost and duplicated
 // records.
 //
-// The tests live in their own package, apart from package test, so that
-// `go test ./...` runs them beside it.
+// The tests live in their own package, like each group of process tests
+// under test/, so that `go test ./...` runs the groups side by side.
 package pipeline

@@ -1,4 +1,4 @@
-package test
+package recovery
 
 import (
 	"encoding/binary"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,22 +60,22 @@ operators:
 // drainWindows computes the windows of the first rows rows of
 // drainDatagen, independently of the engine; last is the window of the
 // last of them.
-func drainWindows(t *testing.T, rows int64) (want map[windowKey]windowAgg, last windowKey) {
+func drainWindows(t *testing.T, rows int64) (want map[clustertest.WindowKey]clustertest.WindowAgg, last clustertest.WindowKey) {
 	t.Helper()
 	var cfg connectors.DatagenConfig
 	if err := json.Unmarshal([]byte(drainDatagen), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	want = make(map[windowKey]windowAgg)
+	want = make(map[clustertest.WindowKey]clustertest.WindowAgg)
 	for seq := range rows {
 		row := connectors.GenerateRow(cfg, seq)
 		key, value, ts := row[0].(string), row[1].(int64), row[2].(int64)
-		k := windowKey{key, ts - ((ts%1000)+1000)%1000}
+		k := clustertest.WindowKey{Key: key, Start: ts - ((ts%1000)+1000)%1000}
 		a, seen := want[k]
-		a.n++
-		a.total += value
-		if !seen || value > a.top {
-			a.top = value
+		a.N++
+		a.Total += value
+		if !seen || value > a.Top {
+			a.Top = value
 		}
 		want[k] = a
 		last = k
@@ -128,29 +127,9 @@ func sourcePosition(t *testing.T, loc string) int64 {
 	return 0
 }
 
-// committedWindows reads the windows the file sink committed in dir,
-// counting those committed more than once.
-func committedWindows(t *testing.T, dir string) (got map[windowKey]windowAgg, duplicated int) {
-	t.Helper()
-	_, rows := clustertest.CommittedRows(t, dir)
-	got = make(map[windowKey]windowAgg)
-	for _, r := range rows {
-		k := windowKey{r[0], clustertest.ParseTime(t, r[1])}
-		n, _ := strconv.ParseInt(r[3], 10, 64)
-		total, _ := strconv.ParseInt(r[4], 10, 64)
-		top, _ := strconv.ParseInt(r[5], 10, 64)
-		if _, dup := got[k]; dup {
-			duplicated++
-			continue
-		}
-		got[k] = windowAgg{n, total, top}
-	}
-	return got, duplicated
-}
-
 // compareWindows counts the windows of want missing from got, and those
 // in got that are not in want or differ.
-func compareWindows(t *testing.T, want, got map[windowKey]windowAgg) (lost, wrong int) {
+func compareWindows(t *testing.T, want, got map[clustertest.WindowKey]clustertest.WindowAgg) (lost, wrong int) {
 	t.Helper()
 	for k, w := range want {
 		g, ok := got[k]
@@ -223,12 +202,12 @@ func TestStopWithDrain(t *testing.T) {
 	// Stopped with --drain.
 	spec, out := writeSpec("drained")
 	id := submit(spec)
-	waitCheckpointsSince(t, c, id, time.Time{}, 2, "before the drained stop")
+	clustertest.WaitCheckpointsSince(t, c, id, time.Time{}, 2, "before the drained stop")
 	emitted := sourcePosition(t, stop(id, "--drain"))
 	if emitted == 0 || emitted >= 48000 {
 		t.Fatalf("the source had emitted %d rows at the drained savepoint; want some of the 48000, the stop coming while it ran", emitted)
 	}
-	got, duplicated := committedWindows(t, out)
+	got, duplicated := clustertest.CommittedWindows(t, out)
 	want, last := drainWindows(t, emitted)
 	lost, wrong := compareWindows(t, want, got)
 	if _, ok := got[last]; !ok {
@@ -243,13 +222,13 @@ func TestStopWithDrain(t *testing.T) {
 	// Stopped without --drain, then resumed to the end of the input.
 	spec, out = writeSpec("resumed")
 	id = submit(spec)
-	waitCheckpointsSince(t, c, id, time.Time{}, 2, "before the stop")
+	clustertest.WaitCheckpointsSince(t, c, id, time.Time{}, 2, "before the stop")
 	sp := stop(id)
 	id = submit(spec, "--from", sp)
 	if s := c.WaitJob(id, 5*time.Minute).GetJob(); s.GetState() != weirpb.JobState_JOB_STATE_FINISHED {
 		t.Fatalf("the resumed job ended %v: %s", s.GetState(), s.GetError())
 	}
-	got, duplicated = committedWindows(t, out)
+	got, duplicated = clustertest.CommittedWindows(t, out)
 	want, _ = drainWindows(t, 48000)
 	lost, wrong = compareWindows(t, want, got)
 	fmt.Printf(" resumed_windows=%d resumed_lost=%d resumed_duplicated=%d resumed_wrong=%d\n", len(got), lost, duplicated, wrong)

@@ -1,4 +1,4 @@
-package test
+package storage
 
 import (
 	"bufio"
@@ -129,27 +129,27 @@ func TestSoak(t *testing.T) {
 	start := time.Now()
 	for w := 0; w == 0 || time.Since(start) < total; w++ {
 		prefix := fmt.Sprintf("soak-%d-%d", start.UnixNano(), w)
-		job := newSequenceJobOn(t, fmt.Sprintf("soak-%d", w), window.Seconds(), 2000, 64,
+		job := clustertest.NewSequenceJobOn(t, fmt.Sprintf("soak-%d", w), window.Seconds(), 2000, 64,
 			s3.URI(prefix), "  timeout: 10s\n  tolerableFailures: 3\n")
-		jobID := job.submit(t, c)
+		jobID := job.Submit(t, c)
 		end := time.Now().Add(window)
-		var recoveries recoveryTimes
+		var recoveries clustertest.RecoveryTimes
 		counts := make(map[string]int)
 		last := time.Now()
-		for time.Now().Before(end) && waitProgress(t, c, jobID, last) {
+		for time.Now().Before(end) && clustertest.WaitProgress(t, c, jobID, last) {
 			time.Sleep(time.Duration(1000+rnd.IntN(3000)) * time.Millisecond) // fault pacing, not synchronisation
 			f := faults[rnd.IntN(len(faults))]
 			at := time.Now()
 			f.inject()
 			counts[f.name]++
-			recoveries.wait(t, c, jobID, at)
+			recoveries.Wait(t, c, jobID, at)
 			last = time.Now()
 		}
 		final := c.WaitJob(jobID, window+10*time.Minute)
 		if final.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
 			t.Fatalf("window %d: job ended %v: %s", w, final.GetJob().GetState(), final.GetJob().GetError())
 		}
-		lost, duplicated := job.verify(t)
+		lost, duplicated := job.Verify(t)
 		ckP50, ckP99 := checkpointDurations(t, c, jobID)
 		left := waitDeleted(t, checkpoint.NewStorage(s3.Store(t, prefix)), jobID, 2*time.Minute)
 		n := 0
@@ -160,7 +160,7 @@ func TestSoak(t *testing.T) {
 		}
 		slices.Sort(mix)
 		fmt.Printf("soak_window=%d minutes=%.1f faults=%d lost=%d duplicated=%d recovery_p50=%.2f recovery_p99=%.2f checkpoint_ms_p50=%d checkpoint_ms_p99=%d orphaned_objects=%d mix=%s\n",
-			w, time.Since(start).Minutes(), n, lost, duplicated, recoveries.quantile(0.5), recoveries.quantile(0.99), ckP50, ckP99, len(left), strings.Join(mix, ","))
+			w, time.Since(start).Minutes(), n, lost, duplicated, recoveries.Quantile(0.5), recoveries.Quantile(0.99), ckP50, ckP99, len(left), strings.Join(mix, ","))
 		for _, p := range soakProcesses(c) {
 			fmt.Printf("soak_window=%d process=%s pid=%d rss_mb=%d fds=%d goroutines=%d\n", w, p.name, p.pid, p.rssMB, p.fds, p.goroutines)
 		}

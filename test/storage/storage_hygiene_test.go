@@ -1,4 +1,4 @@
-package test
+package storage
 
 import (
 	"context"
@@ -33,19 +33,19 @@ func TestStorageHoldsWhatRetentionNames(t *testing.T) {
 		TLS: true, JobManagers: 2, TaskManagers: 2, Slots: 2, S3: true,
 		HeartbeatInterval: 500 * time.Millisecond, HeartbeatTimeout: 3 * time.Second, SlotWaitTimeout: 2 * time.Minute,
 		LogLevel: "info",
-		HA:       &clustertest.HA{Endpoints: etcd.Endpoints(), Prefix: "/weir-hygiene", LeaseTTL: haLeaseTTL},
+		HA:       &clustertest.HA{Endpoints: etcd.Endpoints(), Prefix: "/weir-hygiene", LeaseTTL: clustertest.HALeaseTTL},
 	})
 	s3 := c.S3()
 	store := s3.Store(t, "ckpt")
-	newJob := func(name, retention string) *sequenceJob {
-		j := newSequenceJobOn(t, name, 16, 2000, 16, s3.URI("ckpt"), "  retained: 2\n"+retention)
-		rewriteSpec(t, j.spec, "parallelism: 4\n", "parallelism: 2\nstate: {backend: pebble}\n")
+	newJob := func(name, retention string) *clustertest.SequenceJob {
+		j := clustertest.NewSequenceJobOn(t, name, 16, 2000, 16, s3.URI("ckpt"), "  retained: 2\n"+retention)
+		rewriteSpec(t, j.Spec, "parallelism: 4\n", "parallelism: 2\nstate: {backend: pebble}\n")
 		return j
 	}
 	kept, gone := newJob("hygiene-retain", "  retention: retain\n"), newJob("hygiene-delete", "")
-	keptID, goneID := kept.submit(t, c), gone.submit(t, c)
-	waitCheckpointsSince(t, c, keptID, time.Time{}, 3, "by the first leader")
-	waitCheckpointsSince(t, c, goneID, time.Time{}, 3, "by the first leader")
+	keptID, goneID := kept.Submit(t, c), gone.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, keptID, time.Time{}, 3, "by the first leader")
+	clustertest.WaitCheckpointsSince(t, c, goneID, time.Time{}, 3, "by the first leader")
 
 	leader, epoch, err := c.Leader()
 	if err != nil {
@@ -63,12 +63,12 @@ func TestStorageHoldsWhatRetentionNames(t *testing.T) {
 		}
 	}
 	since := time.Now()
-	waitCheckpointsSince(t, c, keptID, since, 2, "by the new leader")
+	clustertest.WaitCheckpointsSince(t, c, keptID, since, 2, "by the new leader")
 	c.KillTaskManager(1)
 	c.RestartTaskManager(1)
-	for _, j := range []*sequenceJob{kept, gone} {
-		if lost, duplicated := finishAndVerify(t, c, j); lost != 0 || duplicated != 0 {
-			t.Fatalf("job %s: lost=%d duplicated=%d", j.id, lost, duplicated)
+	for _, j := range []*clustertest.SequenceJob{kept, gone} {
+		if lost, duplicated := clustertest.FinishAndVerify(t, c, j); lost != 0 || duplicated != 0 {
+			t.Fatalf("job %s: lost=%d duplicated=%d", j.ID, lost, duplicated)
 		}
 	}
 

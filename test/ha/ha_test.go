@@ -1,4 +1,4 @@
-package test
+package ha
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/ha/etcdtest"
-	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/test/clustertest"
 
 	"github.com/weirstream/weir/test/polltest"
@@ -28,9 +27,8 @@ import (
 // and lost/duplicated are counted against the job's known output.
 
 const (
-	haLeaseTTL = 3 * time.Second
-	haRate     = 4000 // rows per second
-	haKeys     = 64
+	haRate = 4000 // rows per second
+	haKeys = 64
 	// zombieLine is what a process logs once per rejected zombie write.
 	zombieLine = "zombie_write_rejected=1"
 	// electedLine is what a jobmanager logs when it takes over.
@@ -58,54 +56,7 @@ func startHA(t *testing.T) (*etcdtest.Server, *clustertest.Cluster) {
 func startHAOpts(t *testing.T, proxies bool) (*etcdtest.Server, *clustertest.Cluster) {
 	t.Helper()
 	etcd := etcdtest.Start(t)
-	return etcd, startHACluster(t, proxies, clustertest.HA{Endpoints: etcd.Endpoints(), Prefix: "/weir-hatest", LeaseTTL: haLeaseTTL})
-}
-
-// startHACluster starts the HA tests' cluster in ha: etcd mode as ha says.
-func startHACluster(t *testing.T, proxies bool, ha clustertest.HA, tmArgs ...string) *clustertest.Cluster {
-	t.Helper()
-	return clustertest.Start(t, clustertest.Options{
-		TaskManagerArgs:   tmArgs,
-		TLS:               true,
-		FaultProxies:      proxies,
-		JobManagers:       2,
-		TaskManagers:      2,
-		Slots:             2,
-		HeartbeatInterval: 500 * time.Millisecond,
-		HeartbeatTimeout:  3 * time.Second,
-		SlotWaitTimeout:   2 * time.Minute,
-		LogLevel:          "info",
-		HA:                &ha,
-	})
-}
-
-// waitCheckpointsSince waits until at least n checkpoints triggered after
-// since have completed, and returns when the first of them completed. It
-// fails the test if the job ends first: the job was sized too small for
-// the faults.
-func waitCheckpointsSince(t *testing.T, c *clustertest.Cluster, jobID string, since time.Time, n int, what string) time.Time {
-	t.Helper()
-	var first time.Time
-	polltest.Eventually(t, 2*time.Minute, fmt.Sprintf("%d checkpoints %s", n, what), func() bool {
-		var got int
-		got, first = completedSince(c, jobID, since)
-		if got < n && jobEnded(c, jobID) {
-			t.Fatalf("job %s ended before %d checkpoints %s; give it more rows", jobID, n, what)
-		}
-		return got >= n
-	})
-	return first
-}
-
-// finishAndVerify waits for the job to finish and counts its committed
-// output against the expected one.
-func finishAndVerify(t *testing.T, c *clustertest.Cluster, job *sequenceJob) (lost, duplicated int) {
-	t.Helper()
-	final := c.WaitJob(job.id, 5*time.Minute)
-	if s := final.GetJob().GetState(); s != weirpb.JobState_JOB_STATE_FINISHED {
-		t.Fatalf("job ended %v: %s", s, final.GetJob().GetError())
-	}
-	return job.verify(t)
+	return etcd, clustertest.StartHA(t, proxies, clustertest.HA{Endpoints: etcd.Endpoints(), Prefix: "/weir-hatest", LeaseTTL: clustertest.HALeaseTTL})
 }
 
 // report prints the test's result line and fails on lost or duplicated
@@ -135,10 +86,10 @@ func TestHAKillLeader(t *testing.T) {
 	kills := haKillsFromEnv()
 	_, c := startHA(t)
 	// Rows for the progress made between kills plus a tail after the last.
-	job := newSequenceJob(t, "ha-kill", float64(10+4*kills), haRate, haKeys)
+	job := clustertest.NewSequenceJob(t, "ha-kill", float64(10+4*kills), haRate, haKeys)
 	submitted := time.Now()
-	jobID := job.submit(t, c)
-	waitCheckpointsSince(t, c, jobID, submitted, 2, "by the first leader")
+	jobID := job.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, jobID, submitted, 2, "by the first leader")
 
 	var took []time.Duration
 	for k := 0; k < kills; k++ {
@@ -147,12 +98,12 @@ func TestHAKillLeader(t *testing.T) {
 		c.KillJobManager(leader)
 		dead := time.Now() // checkpoints triggered from here on are the new leader's
 		next, nextEpoch := c.WaitLeader(epoch)
-		first := waitCheckpointsSince(t, c, jobID, dead, 2, fmt.Sprintf("by the new leader (jobmanager-%d, epoch %d) after kill %d", next, nextEpoch, k+1))
+		first := clustertest.WaitCheckpointsSince(t, c, jobID, dead, 2, fmt.Sprintf("by the new leader (jobmanager-%d, epoch %d) after kill %d", next, nextEpoch, k+1))
 		took = append(took, first.Sub(at))
 		t.Logf("kill %d: jobmanager-%d (epoch %d) killed; jobmanager-%d took over (epoch %d); first checkpoint %.2fs after the kill",
 			k+1, leader, epoch, next, nextEpoch, first.Sub(at).Seconds())
 	}
-	lost, duplicated := finishAndVerify(t, c, job)
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 	slices.Sort(took)
 	p50, worst := took[len(took)/2].Seconds(), took[len(took)-1].Seconds()
 	takeovers, _ := report(t, c, "kill-leader", lost, duplicated,
@@ -173,10 +124,10 @@ func TestHAKillLeader(t *testing.T) {
 // supervisor restarts it as a standby, and the new leader keeps leading.
 func TestHAPausedLeaderIsFenced(t *testing.T) {
 	_, c := startHA(t)
-	job := newSequenceJob(t, "ha-pause", 25, haRate, haKeys)
+	job := clustertest.NewSequenceJob(t, "ha-pause", 25, haRate, haKeys)
 	submitted := time.Now()
-	jobID := job.submit(t, c)
-	waitCheckpointsSince(t, c, jobID, submitted, 2, "by the first leader")
+	jobID := job.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, jobID, submitted, 2, "by the first leader")
 
 	leader, epoch := c.WaitLeader(0)
 	old := c.PauseJobManager(leader)
@@ -184,21 +135,21 @@ func TestHAPausedLeaderIsFenced(t *testing.T) {
 	// The standby can only lead once the paused leader's lease expired:
 	// the pause outlasts the TTL.
 	next, nextEpoch := c.WaitLeader(epoch)
-	waitCheckpointsSince(t, c, jobID, paused, 2, "by the new leader while the old one is paused")
-	if d := time.Since(paused); d < haLeaseTTL {
-		t.Fatalf("a standby led %v after the leader was paused, before the %v lease could expire", d, haLeaseTTL)
+	clustertest.WaitCheckpointsSince(t, c, jobID, paused, 2, "by the new leader while the old one is paused")
+	if d := time.Since(paused); d < clustertest.HALeaseTTL {
+		t.Fatalf("a standby led %v after the leader was paused, before the %v lease could expire", d, clustertest.HALeaseTTL)
 	}
 	resumed := time.Now()
 	c.ResumeJobManager(leader)
 	polltest.Eventually(t, time.Minute, "the woken old leader to exit", old.Exited)
 	if !strings.Contains(old.Log(), "leadership lost") {
-		t.Errorf("the old leader exited without logging that it lost its leadership; log tail:\n%s", tailLines(old.Log(), 20))
+		t.Errorf("the old leader exited without logging that it lost its leadership; log tail:\n%s", clustertest.TailLines(old.Log(), 20))
 	}
-	waitCheckpointsSince(t, c, jobID, resumed, 2, "by the new leader after the old one woke")
+	clustertest.WaitCheckpointsSince(t, c, jobID, resumed, 2, "by the new leader after the old one woke")
 	if i, e, err := c.Leader(); err != nil || i != next || e != nextEpoch {
 		t.Errorf("after the old leader woke, etcd names jobmanager-%d epoch %d (err %v); want jobmanager-%d epoch %d still leading", i, e, err, next, nextEpoch)
 	}
-	lost, duplicated := finishAndVerify(t, c, job)
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 	takeovers, zombies := report(t, c, "pause-leader", lost, duplicated, "")
 	t.Logf("jobmanager-%d paused at epoch %d, jobmanager-%d took over at epoch %d; %d takeovers, %d zombie writes rejected", leader, epoch, next, nextEpoch, takeovers, zombies)
 	if takeovers < 1 {
@@ -212,26 +163,26 @@ func TestHAPausedLeaderIsFenced(t *testing.T) {
 // recovers the job from its latest checkpoint and completes more.
 func TestHAEtcdRestart(t *testing.T) {
 	etcd, c := startHA(t)
-	job := newSequenceJob(t, "ha-etcd", 25, haRate, haKeys)
+	job := clustertest.NewSequenceJob(t, "ha-etcd", 25, haRate, haKeys)
 	submitted := time.Now()
-	jobID := job.submit(t, c)
-	waitCheckpointsSince(t, c, jobID, submitted, 2, "before etcd stops")
+	jobID := job.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, jobID, submitted, 2, "before etcd stops")
 
 	leader, epoch := c.WaitLeader(0)
 	old := c.JobManager(leader)
 	etcd.Stop()
 	stopped := time.Now()
 	polltest.Eventually(t, time.Minute, "the leader to step down and exit without etcd", old.Exited)
-	if rest := haLeaseTTL + time.Second - time.Since(stopped); rest > 0 {
+	if rest := clustertest.HALeaseTTL + time.Second - time.Since(stopped); rest > 0 {
 		time.Sleep(rest) // keep etcd away past the lease TTL: the fault itself, not synchronisation
 	}
 	etcd.Restart()
 	back := time.Now()
 	next, nextEpoch := c.WaitLeader(epoch)
-	first := waitCheckpointsSince(t, c, jobID, back, 2, fmt.Sprintf("by jobmanager-%d (epoch %d) after etcd came back", next, nextEpoch))
+	first := clustertest.WaitCheckpointsSince(t, c, jobID, back, 2, fmt.Sprintf("by jobmanager-%d (epoch %d) after etcd came back", next, nextEpoch))
 	t.Logf("etcd down %.2fs; jobmanager-%d led at epoch %d before, jobmanager-%d at epoch %d after; first checkpoint %.2fs after etcd came back",
 		back.Sub(stopped).Seconds(), leader, epoch, next, nextEpoch, first.Sub(back).Seconds())
-	lost, duplicated := finishAndVerify(t, c, job)
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 	takeovers, _ := report(t, c, "etcd-restart", lost, duplicated, "")
 	if takeovers < 1 {
 		t.Errorf("no new election logged after etcd came back")
@@ -245,10 +196,10 @@ func TestHAEtcdRestart(t *testing.T) {
 // leader's process (restarted by the supervisor) stands by.
 func TestHALeaderCutFromEtcd(t *testing.T) {
 	_, c := startHAOpts(t, true)
-	job := newSequenceJob(t, "ha-etcd-cut", 25, haRate, haKeys)
+	job := clustertest.NewSequenceJob(t, "ha-etcd-cut", 25, haRate, haKeys)
 	submitted := time.Now()
-	jobID := job.submit(t, c)
-	waitCheckpointsSince(t, c, jobID, submitted, 2, "by the first leader")
+	jobID := job.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, jobID, submitted, 2, "by the first leader")
 
 	leader, epoch := c.WaitLeader(0)
 	old := c.JobManager(leader)
@@ -261,14 +212,14 @@ func TestHALeaderCutFromEtcd(t *testing.T) {
 		t.Fatalf("jobmanager-%d, cut off from etcd, leads again at epoch %d", leader, nextEpoch)
 	}
 	polltest.Eventually(t, time.Minute, "the leader cut off from etcd to step down and exit", old.Exited)
-	waitCheckpointsSince(t, c, jobID, cut, 2, fmt.Sprintf("by the new leader (jobmanager-%d, epoch %d)", next, nextEpoch))
+	clustertest.WaitCheckpointsSince(t, c, jobID, cut, 2, fmt.Sprintf("by the new leader (jobmanager-%d, epoch %d)", next, nextEpoch))
 	px.Heal()
 	healed := time.Now()
-	waitCheckpointsSince(t, c, jobID, healed, 2, "after the cut healed")
+	clustertest.WaitCheckpointsSince(t, c, jobID, healed, 2, "after the cut healed")
 	if i, e, err := c.Leader(); err != nil || i != next || e != nextEpoch {
 		t.Errorf("after the heal etcd names jobmanager-%d epoch %d (err %v); want jobmanager-%d epoch %d still leading", i, e, err, next, nextEpoch)
 	}
-	lost, duplicated := finishAndVerify(t, c, job)
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 	takeovers, _ := report(t, c, "leader-cut-from-etcd", lost, duplicated,
 		fmt.Sprintf(" takeover_seconds=%.2f", tookOver.Seconds()))
 	if takeovers < 1 {
@@ -284,12 +235,12 @@ func TestHALeaderCutFromEtcd(t *testing.T) {
 // jobmanager leads again and recovers the job. After each fault the job
 // completes two more checkpoints, and its output is exact at the end.
 func TestHAEtcdMemberFaults(t *testing.T) {
-	c := startHACluster(t, false, clustertest.HA{EtcdMembers: 3, Prefix: "/weir-hatest", LeaseTTL: haLeaseTTL})
+	c := clustertest.StartHA(t, false, clustertest.HA{EtcdMembers: 3, Prefix: "/weir-hatest", LeaseTTL: clustertest.HALeaseTTL})
 	etcd := c.EtcdCluster()
-	job := newSequenceJob(t, "ha-etcd-members", 40, haRate, haKeys)
+	job := clustertest.NewSequenceJob(t, "ha-etcd-members", 40, haRate, haKeys)
 	submitted := time.Now()
-	jobID := job.submit(t, c)
-	waitCheckpointsSince(t, c, jobID, submitted, 2, "before the etcd faults")
+	jobID := job.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, jobID, submitted, 2, "before the etcd faults")
 	faults := 0
 
 	// The raft leader dies: the members elect another, and the
@@ -298,7 +249,7 @@ func TestHAEtcdMemberFaults(t *testing.T) {
 	dead.Kill()
 	faults++
 	killed := time.Now()
-	waitCheckpointsSince(t, c, jobID, killed, 2, fmt.Sprintf("with etcd leader %s killed", dead.Name()))
+	clustertest.WaitCheckpointsSince(t, c, jobID, killed, 2, fmt.Sprintf("with etcd leader %s killed", dead.Name()))
 	dead.Restart()
 	etcd.WaitHealthy(t)
 
@@ -307,7 +258,7 @@ func TestHAEtcdMemberFaults(t *testing.T) {
 	cut.Cut()
 	faults++
 	cutAt := time.Now()
-	waitCheckpointsSince(t, c, jobID, cutAt, 2, fmt.Sprintf("with etcd member %s cut off", cut.Name()))
+	clustertest.WaitCheckpointsSince(t, c, jobID, cutAt, 2, fmt.Sprintf("with etcd member %s cut off", cut.Name()))
 	cut.Heal()
 	etcd.WaitHealthy(t)
 
@@ -319,7 +270,7 @@ func TestHAEtcdMemberFaults(t *testing.T) {
 	b.Stop()
 	faults++
 	lostAt := time.Now()
-	if rest := haLeaseTTL + time.Second - time.Since(lostAt); rest > 0 {
+	if rest := clustertest.HALeaseTTL + time.Second - time.Since(lostAt); rest > 0 {
 		time.Sleep(rest) // keep quorum away past the lease TTL: the fault itself, not synchronisation
 	}
 	a.Restart()
@@ -327,9 +278,9 @@ func TestHAEtcdMemberFaults(t *testing.T) {
 	etcd.WaitHealthy(t)
 	back := time.Now()
 	next, nextEpoch := c.WaitLeader(epoch)
-	waitCheckpointsSince(t, c, jobID, back, 2, fmt.Sprintf("by jobmanager-%d (epoch %d) after quorum came back", next, nextEpoch))
+	clustertest.WaitCheckpointsSince(t, c, jobID, back, 2, fmt.Sprintf("by jobmanager-%d (epoch %d) after quorum came back", next, nextEpoch))
 	t.Logf("quorum lost for %.2fs; jobmanager-%d leads at epoch %d after", back.Sub(lostAt).Seconds(), next, nextEpoch)
 
-	lost, duplicated := finishAndVerify(t, c, job)
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 	report(t, c, "etcd-member-faults", lost, duplicated, fmt.Sprintf(" etcd_members=%d etcd_faults=%d", etcd.Size(), faults))
 }

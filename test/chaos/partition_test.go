@@ -1,4 +1,4 @@
-package test
+package chaos
 
 import (
 	"context"
@@ -56,14 +56,14 @@ func TestNetworkPartitions(t *testing.T) {
 		{"data-drop", 2 * time.Second, func(px *clustertest.TMProxies) { px.Data.Drop() }, heal},
 	}
 	n := rounds * len(faults)
-	job := newSequenceJob(t, "partitions", float64(n*8+10), 4000, 64)
-	jobID := job.submit(t, c)
+	job := clustertest.NewSequenceJob(t, "partitions", float64(n*8+10), 4000, 64)
+	jobID := job.Submit(t, c)
 
-	var recoveries recoveryTimes
+	var recoveries clustertest.RecoveryTimes
 	last := time.Now()
 	for i := range n {
 		f := faults[i%len(faults)]
-		if !waitProgress(t, c, jobID, last) {
+		if !clustertest.WaitProgress(t, c, jobID, last) {
 			t.Fatalf("the job ended after %d of %d partitions: its input is too small for this machine's pace", i, n)
 		}
 		victim := busyTaskManager(t, c, jobID, i)
@@ -73,7 +73,7 @@ func TestNetworkPartitions(t *testing.T) {
 		time.Sleep(f.hold) // the partition itself
 		f.healAll(px)
 		t.Logf("%s of tm-%d for %v, healed", f.name, victim, f.hold)
-		recoveries.wait(t, c, jobID, at)
+		recoveries.Wait(t, c, jobID, at)
 		// Every taskmanager takes part again before the next fault.
 		c.WaitLiveTaskManagers(len(c.TMs))
 		last = time.Now()
@@ -82,9 +82,9 @@ func TestNetworkPartitions(t *testing.T) {
 	if final.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
 		t.Fatalf("job ended %v: %s", final.GetJob().GetState(), final.GetJob().GetError())
 	}
-	lost, duplicated := job.verify(t)
+	lost, duplicated := job.Verify(t)
 	fmt.Printf("partitions=%d lost=%d duplicated=%d partition_recovery_p50=%.2f partition_recovery_max=%.2f\n",
-		n, lost, duplicated, recoveries.quantile(0.5), recoveries.quantile(1))
+		n, lost, duplicated, recoveries.Quantile(0.5), recoveries.Quantile(1))
 	if lost != 0 || duplicated != 0 {
 		t.Fatalf("not exactly-once across partitions: lost=%d duplicated=%d", lost, duplicated)
 	}

@@ -1,4 +1,4 @@
-package test
+package endtoend
 
 import (
 	"context"
@@ -37,8 +37,8 @@ func TestSecurityAttacks(t *testing.T) {
 	const maxEnded = 4
 	c := clustertest.Start(t, clustertest.Options{TLS: true, TaskManagers: 2, Slots: 2, HeartbeatInterval: 500 * time.Millisecond,
 		HeartbeatTimeout: 3 * time.Second, LogLevel: "info", JobManagerArgs: []string{"--max-ended-jobs", fmt.Sprint(maxEnded)}})
-	job := newSequenceJob(t, "secured", 15, 4000, 64)
-	jobID := job.submit(t, c)
+	job := clustertest.NewSequenceJob(t, "secured", 15, 4000, 64)
+	jobID := job.Submit(t, c)
 
 	// A REST client that connects and never sends a request: the
 	// jobmanager closes the connection (its header timeout is 10 s).
@@ -57,7 +57,7 @@ func TestSecurityAttacks(t *testing.T) {
 		_, err = io.Copy(io.Discard, conn) // returns when the server closes
 		slowloris <- err
 	}()
-	waitCheckpointsSince(t, c, jobID, time.Time{}, 1, "before the attacks")
+	clustertest.WaitCheckpointsSince(t, c, jobID, time.Time{}, 1, "before the attacks")
 
 	// Credentials an attacker might hold.
 	other := filepath.Join(t.TempDir(), "other-ca")
@@ -270,7 +270,7 @@ func TestSecurityAttacks(t *testing.T) {
 	intruder := filepath.Join(t.TempDir(), "intruder.yaml")
 	body := fmt.Sprintf("name: intruder\ncheckpointing: {interval: 1s}\nrestartStrategy: {type: none}\noperators:\n"+
 		"  - uid: in\n    type: datagen\n    config: {rows: 1000, fields: [{name: n, kind: sequence}]}\n"+
-		"  - uid: out\n    type: file\n    config: {path: %q, format: csv}\n", job.out)
+		"  - uid: out\n    type: file\n    config: {path: %q, format: csv}\n", job.Out)
 	if err := os.WriteFile(intruder, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +356,7 @@ func TestSecurityAttacks(t *testing.T) {
 		t.Errorf("an idle REST connection: %v, want it closed by the jobmanager", err)
 	}
 
-	lost, duplicated := finishAndVerify(t, c, job)
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 
 	// Many short jobs (after the workload ended, which they would evict):
 	// the jobmanager keeps only the last maxEnded ended ones

@@ -1,4 +1,4 @@
-package test
+package recovery
 
 import (
 	"encoding/json"
@@ -27,16 +27,16 @@ import (
 //	savepoints=2 moved=true from=pebble resumed_backend=heap lost=0 duplicated=0
 func TestStopWithSavepointAndResume(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info"})
-	job := newSequenceJob(t, "savepointed", 20, 1000, 16)
-	heapSpec, err := os.ReadFile(job.spec)
+	job := clustertest.NewSequenceJob(t, "savepointed", 20, 1000, 16)
+	heapSpec, err := os.ReadFile(job.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(job.spec, []byte(strings.Replace(string(heapSpec), "operators:\n", "state: {backend: pebble}\noperators:\n", 1)), 0o644); err != nil {
+	if err := os.WriteFile(job.Spec, []byte(strings.Replace(string(heapSpec), "operators:\n", "state: {backend: pebble}\noperators:\n", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	jobID := job.submit(t, c)
-	waitCheckpointsSince(t, c, jobID, time.Time{}, 2, "before the savepoint")
+	jobID := job.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, jobID, time.Time{}, 2, "before the savepoint")
 	spDir := "file://" + filepath.Join(t.TempDir(), "savepoints")
 
 	location := func(out string) string {
@@ -96,7 +96,7 @@ func TestStopWithSavepointAndResume(t *testing.T) {
 	if err := os.Rename(strings.TrimPrefix(stopped, "file://"), moved); err != nil {
 		t.Fatal(err)
 	}
-	ckpt := filepath.Join(filepath.Dir(job.spec), "ckpt", jobID)
+	ckpt := filepath.Join(filepath.Dir(job.Spec), "ckpt", jobID)
 	polltest.Eventually(t, time.Minute, "the finished job's checkpoints to be deleted", func() bool {
 		entries, _ := filepath.Glob(filepath.Join(ckpt, "chk-*"))
 		return len(entries) == 0
@@ -111,8 +111,8 @@ func TestStopWithSavepointAndResume(t *testing.T) {
 		t.Fatalf("submit --from the moved savepoint: %v\n%s", err, out)
 	}
 	fields := strings.Fields(out)
-	job.id = fields[len(fields)-1]
-	lost, duplicated := finishAndVerify(t, c, job)
+	job.ID = fields[len(fields)-1]
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 
 	out, err = c.Weir("savepoints", "dispose", first)
 	if err != nil {
@@ -141,8 +141,8 @@ func TestStopWithSavepointAndResume(t *testing.T) {
 //	rescale_path=2,4,1,3 restores=3 lost=0 duplicated=0
 func TestRescaleThroughSavepoints(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 4, LogLevel: "info"})
-	job := newSequenceJob(t, "rescaled", 24, 1000, 16)
-	base, err := os.ReadFile(job.spec)
+	job := clustertest.NewSequenceJob(t, "rescaled", 24, 1000, 16)
+	base, err := os.ReadFile(job.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,11 +163,11 @@ func TestRescaleThroughSavepoints(t *testing.T) {
 		t.Fatalf("submit: %v\n%s", err, out)
 	}
 	fields := strings.Fields(out)
-	job.id = fields[len(fields)-1]
+	job.ID = fields[len(fields)-1]
 	restores := 0
 	for i := 1; i < len(path); i++ {
-		waitCheckpointsSince(t, c, job.id, time.Time{}, 1, fmt.Sprintf("at parallelism %d", path[i-1]))
-		out, err := c.Weir("jobs", "stop", job.id, "--savepoint-dir", spDir)
+		clustertest.WaitCheckpointsSince(t, c, job.ID, time.Time{}, 1, fmt.Sprintf("at parallelism %d", path[i-1]))
+		out, err := c.Weir("jobs", "stop", job.ID, "--savepoint-dir", spDir)
 		if err != nil {
 			t.Fatalf("stop at parallelism %d: %v\n%s", path[i-1], err, out)
 		}
@@ -178,10 +178,10 @@ func TestRescaleThroughSavepoints(t *testing.T) {
 			t.Fatalf("resume at parallelism %d: %v\n%s", path[i], err, out)
 		}
 		fields = strings.Fields(out)
-		job.id = fields[len(fields)-1]
+		job.ID = fields[len(fields)-1]
 		restores++
 	}
-	lost, duplicated := finishAndVerify(t, c, job)
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 	fmt.Printf("rescale_path=2,4,1,3 restores=%d lost=%d duplicated=%d\n", restores, lost, duplicated)
 	if lost != 0 || duplicated != 0 {
 		t.Fatalf("lost=%d duplicated=%d", lost, duplicated)

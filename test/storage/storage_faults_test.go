@@ -1,4 +1,4 @@
-package test
+package storage
 
 import (
 	"context"
@@ -70,22 +70,22 @@ func TestStorageFaults(t *testing.T) {
 		}},
 	}
 	n := rounds * len(faults)
-	job := newSequenceJobOn(t, "storage-faults", float64(n*8+10), 2000, 32,
+	job := clustertest.NewSequenceJobOn(t, "storage-faults", float64(n*8+10), 2000, 32,
 		s3.URI(prefix), "  timeout: 3s\n  tolerableFailures: 2\n")
-	jobID := job.submit(t, c)
+	jobID := job.Submit(t, c)
 	st := checkpoint.NewStorage(s3.Store(t, prefix))
 
-	var recoveries recoveryTimes
+	var recoveries clustertest.RecoveryTimes
 	last := time.Now()
 	for i := range n {
 		f := faults[i%len(faults)]
-		if !waitProgress(t, c, jobID, last) {
+		if !clustertest.WaitProgress(t, c, jobID, last) {
 			t.Fatalf("the job ended after %d of %d storage faults: its input is too small for this machine's pace", i, n)
 		}
 		at := time.Now()
 		f.inject()
 		t.Logf("storage fault %s", f.name)
-		recoveries.wait(t, c, jobID, at)
+		recoveries.Wait(t, c, jobID, at)
 		st = checkpoint.NewStorage(s3.Store(t, prefix)) // the endpoint may have moved
 		if err := latestIntact(t.Context(), st, jobID); err != nil {
 			t.Fatalf("after %s: %v", f.name, err)
@@ -96,12 +96,12 @@ func TestStorageFaults(t *testing.T) {
 	if final.GetJob().GetState() != weirpb.JobState_JOB_STATE_FINISHED {
 		t.Fatalf("job ended %v: %s", final.GetJob().GetState(), final.GetJob().GetError())
 	}
-	lost, duplicated := job.verify(t)
+	lost, duplicated := job.Verify(t)
 
 	// Retention deletes a finished job's checkpoints in the background.
 	left := waitDeleted(t, st, jobID, time.Minute)
 	fmt.Printf("storage_faults=%d lost=%d duplicated=%d storage_recovery_p50=%.2f storage_recovery_max=%.2f orphaned_objects=%d\n",
-		n, lost, duplicated, recoveries.quantile(0.5), recoveries.quantile(1), len(left))
+		n, lost, duplicated, recoveries.Quantile(0.5), recoveries.Quantile(1), len(left))
 	if lost != 0 || duplicated != 0 {
 		t.Fatalf("not exactly-once across storage faults: lost=%d duplicated=%d", lost, duplicated)
 	}

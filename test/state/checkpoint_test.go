@@ -1,4 +1,4 @@
-package test
+package state
 
 import (
 	"encoding/json"
@@ -209,42 +209,28 @@ func TestAtLeastOnceLosesNothing(t *testing.T) {
 	}
 }
 
-func stringsFields(s string) []string { return strings.Fields(s) }
-
 // checkWindows checks the tumbling windows of eoSpec's windows-out against
 // windows computed from eoDatagen's rows: it returns how many windows are
 // missing, duplicated and wrong.
 func checkWindows(t *testing.T, windowsOut string) (lost, duplicated, wrong int) {
 	t.Helper()
 	// Every window exactly once with the right aggregates.
-	want := map[windowKey]windowAgg{}
+	want := map[clustertest.WindowKey]clustertest.WindowAgg{}
 	var cfg connectors.DatagenConfig
 	_ = json.Unmarshal([]byte(eoDatagen), &cfg)
 	for seq := int64(0); seq < cfg.Rows; seq++ {
 		row := connectors.GenerateRow(cfg, seq)
 		key, value, ts := row[0].(string), row[1].(int64), row[2].(int64)
-		k := windowKey{key, ts - ((ts%1000)+1000)%1000}
+		k := clustertest.WindowKey{Key: key, Start: ts - ((ts%1000)+1000)%1000}
 		a, seen := want[k]
-		a.n++
-		a.total += value
-		if !seen || value > a.top {
-			a.top = value
+		a.N++
+		a.Total += value
+		if !seen || value > a.Top {
+			a.Top = value
 		}
 		want[k] = a
 	}
-	_, wrows := clustertest.CommittedRows(t, windowsOut)
-	got := map[windowKey]windowAgg{}
-	for _, r := range wrows {
-		k := windowKey{r[0], clustertest.ParseTime(t, r[1])}
-		n, _ := strconv.ParseInt(r[3], 10, 64)
-		total, _ := strconv.ParseInt(r[4], 10, 64)
-		top, _ := strconv.ParseInt(r[5], 10, 64)
-		if _, dup := got[k]; dup {
-			duplicated++
-			continue
-		}
-		got[k] = windowAgg{n, total, top}
-	}
+	got, duplicated := clustertest.CommittedWindows(t, windowsOut)
 	for k, w := range want {
 		g, ok := got[k]
 		switch {

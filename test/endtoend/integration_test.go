@@ -1,7 +1,4 @@
-// Package test holds Weir's process-level tests: a real jobmanager and real
-// taskmanagers run as separate processes (see clustertest), driven through
-// the weir CLI and the gRPC API.
-package test
+package endtoend
 
 import (
 	"encoding/json"
@@ -52,30 +49,23 @@ operators:
     config: {path: %q, format: csv}
 `
 
-type windowKey struct {
-	key   string
-	start int64
-}
-
-type windowAgg struct{ n, total, top int64 }
-
 // expectedWindows computes every window's result straight from the
 // generator's rows, independently of the engine.
-func expectedWindows(t *testing.T) map[windowKey]windowAgg {
+func expectedWindows(t *testing.T) map[clustertest.WindowKey]clustertest.WindowAgg {
 	var cfg connectors.DatagenConfig
 	if err := json.Unmarshal([]byte(datagenConfig), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	want := make(map[windowKey]windowAgg)
+	want := make(map[clustertest.WindowKey]clustertest.WindowAgg)
 	for seq := int64(0); seq < cfg.Rows; seq++ {
 		row := connectors.GenerateRow(cfg, seq)
 		key, value, ts := row[0].(string), row[1].(int64), row[2].(int64)
-		k := windowKey{key, ts - ts%1000}
+		k := clustertest.WindowKey{Key: key, Start: ts - ts%1000}
 		a, seen := want[k]
-		a.n++
-		a.total += value
-		if !seen || value > a.top {
-			a.top = value
+		a.N++
+		a.Total += value
+		if !seen || value > a.Top {
+			a.Top = value
 		}
 		want[k] = a
 	}
@@ -83,7 +73,7 @@ func expectedWindows(t *testing.T) map[windowKey]windowAgg {
 }
 
 // readWindows reads every window the file sink wrote.
-func readWindows(t *testing.T, dir string) map[windowKey]windowAgg {
+func readWindows(t *testing.T, dir string) map[clustertest.WindowKey]clustertest.WindowAgg {
 	header, rows := clustertest.CommittedRows(t, dir)
 	if len(rows) == 0 {
 		t.Fatalf("no output rows in %s", dir)
@@ -91,7 +81,7 @@ func readWindows(t *testing.T, dir string) map[windowKey]windowAgg {
 	if strings.Join(header, ",") != "key,window_start,window_end,n,total,top" {
 		t.Fatalf("header %v", header)
 	}
-	got := make(map[windowKey]windowAgg)
+	got := make(map[clustertest.WindowKey]clustertest.WindowAgg)
 	for _, rec := range rows {
 		start, end := clustertest.ParseTime(t, rec[1]), clustertest.ParseTime(t, rec[2])
 		if end-start != 1000 {
@@ -100,11 +90,11 @@ func readWindows(t *testing.T, dir string) map[windowKey]windowAgg {
 		n, _ := strconv.ParseInt(rec[3], 10, 64)
 		total, _ := strconv.ParseInt(rec[4], 10, 64)
 		top, _ := strconv.ParseInt(rec[5], 10, 64)
-		k := windowKey{rec[0], start}
+		k := clustertest.WindowKey{Key: rec[0], Start: start}
 		if _, dup := got[k]; dup {
 			t.Fatalf("window %v emitted twice", k)
 		}
-		got[k] = windowAgg{n, total, top}
+		got[k] = clustertest.WindowAgg{N: n, Total: total, Top: top}
 	}
 	return got
 }

@@ -1,4 +1,4 @@
-package test
+package recovery
 
 import (
 	"fmt"
@@ -30,9 +30,9 @@ import (
 func TestCorruptCheckpointFallsBack(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info", SlotWaitTimeout: 2 * time.Minute,
 		TaskManagerArgs: stateObjectsOnly})
-	job := newSequenceJobOn(t, "fallback", 20, 1000, 16, "", "  retained: 3\n  onCorruption: fallback\n")
-	id := job.submit(t, c)
-	waitCheckpointsSince(t, c, id, time.Time{}, 3, "before the taskmanagers are killed")
+	job := clustertest.NewSequenceJobOn(t, "fallback", 20, 1000, 16, "", "  retained: 3\n  onCorruption: fallback\n")
+	id := job.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, id, time.Time{}, 3, "before the taskmanagers are killed")
 	c.KillTaskManager(0)
 	c.KillTaskManager(1)
 
@@ -83,7 +83,7 @@ func TestCorruptCheckpointFallsBack(t *testing.T) {
 	}) {
 		t.Errorf("the jobmanager logged no warning with %s", fallback)
 	}
-	lost, duplicated := finishAndVerify(t, c, job)
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 	fmt.Printf("corrupt_checkpoint=%d fallback_checkpoint=%d lost=%d duplicated=%d\n", latest, older, lost, duplicated)
 	if lost != 0 {
 		t.Fatalf("lost=%d duplicated=%d after falling back from checkpoint %d to %d", lost, duplicated, latest, older)
@@ -96,9 +96,9 @@ func TestCorruptCheckpointFallsBack(t *testing.T) {
 // corruptStateOf flips a byte in the middle of every state object (not
 // the manifest) of checkpoint n of job id under the job's file://
 // checkpoint storage.
-func corruptStateOf(t *testing.T, job *sequenceJob, id string, n int64) {
+func corruptStateOf(t *testing.T, job *clustertest.SequenceJob, id string, n int64) {
 	t.Helper()
-	root := filepath.Join(filepath.Dir(job.spec), "ckpt", id, fmt.Sprintf("chk-%d", n))
+	root := filepath.Join(filepath.Dir(job.Spec), "ckpt", id, fmt.Sprintf("chk-%d", n))
 	count := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || filepath.Base(path) == "_manifest" {

@@ -1,4 +1,4 @@
-package test
+package statecache
 
 import (
 	"bufio"
@@ -72,7 +72,7 @@ func TestPebbleStateLargerThanCache(t *testing.T) {
 	jobID := clustertest.SubmitSpec(t, c, spec, fmt.Sprintf(bigStateSpec, "file://"+ckpt, bigStateDatagen, countsOut))
 
 	var checkpointBytes int64
-	job := c.WaitJobWhile(jobID, 5*time.Minute, func() {
+	job := c.WaitJobWhile(jobID, 12*time.Minute, func() {
 		if cps, err := c.Checkpoints(jobID); err == nil {
 			for _, cp := range cps.GetCheckpoints() {
 				checkpointBytes = max(checkpointBytes, cp.GetSizeBytes())

@@ -1,4 +1,4 @@
-package test
+package recovery
 
 import (
 	"fmt"
@@ -25,9 +25,9 @@ import (
 //	jobmanager_restarts=<n> lost=0 duplicated=0
 func TestJobManagerRestartWithoutHA(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info"})
-	job := newSequenceJob(t, "survivor", 20, 2000, 32)
-	jobID := job.submit(t, c)
-	waitCheckpointsSince(t, c, jobID, time.Time{}, 2, "before the first restart")
+	job := clustertest.NewSequenceJob(t, "survivor", 20, 2000, 32)
+	jobID := job.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, jobID, time.Time{}, 2, "before the first restart")
 	restarts := 0
 	for range 2 {
 		c.KillJobManager(0)
@@ -42,9 +42,9 @@ func TestJobManagerRestartWithoutHA(t *testing.T) {
 		if s := resp.GetJob().GetState(); s == weirpb.JobState_JOB_STATE_FAILED || s == weirpb.JobState_JOB_STATE_CANCELED {
 			t.Fatalf("restart %d: job %v: %s", restarts, s, resp.GetJob().GetError())
 		}
-		waitCheckpointsSince(t, c, jobID, killed, 2, fmt.Sprintf("after restart %d", restarts))
+		clustertest.WaitCheckpointsSince(t, c, jobID, killed, 2, fmt.Sprintf("after restart %d", restarts))
 	}
-	lost, duplicated := finishAndVerify(t, c, job)
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 	fmt.Printf("jobmanager_restarts=%d lost=%d duplicated=%d\n", restarts, lost, duplicated)
 	if restarts < 2 || lost != 0 || duplicated != 0 {
 		t.Fatalf("jobmanager_restarts=%d lost=%d duplicated=%d", restarts, lost, duplicated)
@@ -60,11 +60,11 @@ func TestJobManagerRestartWithoutHA(t *testing.T) {
 // after one more restart.
 func TestCorruptCheckpointFailsJob(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 4, LogLevel: "info", TaskManagerArgs: stateObjectsOnly})
-	state := newSequenceJob(t, "corrupt-state", 60, 1000, 16)
-	manifest := newSequenceJob(t, "corrupt-manifest", 60, 1000, 16)
-	stateID, manifestID := state.submit(t, c), manifest.submit(t, c)
-	waitCheckpointsSince(t, c, stateID, time.Time{}, 2, "of the job whose state will be corrupted")
-	waitCheckpointsSince(t, c, manifestID, time.Time{}, 2, "of the job whose manifest will be corrupted")
+	state := clustertest.NewSequenceJob(t, "corrupt-state", 60, 1000, 16)
+	manifest := clustertest.NewSequenceJob(t, "corrupt-manifest", 60, 1000, 16)
+	stateID, manifestID := state.Submit(t, c), manifest.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, stateID, time.Time{}, 2, "of the job whose state will be corrupted")
+	clustertest.WaitCheckpointsSince(t, c, manifestID, time.Time{}, 2, "of the job whose manifest will be corrupted")
 	c.KillJobManager(0)
 	c.KillTaskManager(0)
 	c.KillTaskManager(1)
@@ -102,9 +102,9 @@ func TestCorruptCheckpointFailsJob(t *testing.T) {
 //	restored_from_checkpoint=<n> lost=0 duplicated=0
 func TestSubmitFromRetainedCheckpoint(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{TaskManagers: 2, Slots: 2, LogLevel: "info"})
-	job := newSequenceJobOn(t, "upgrade", 20, 1000, 16, "", "  retention: retain\n")
-	oldID := job.submit(t, c)
-	waitCheckpointsSince(t, c, oldID, time.Time{}, 2, "before the cancel")
+	job := clustertest.NewSequenceJobOn(t, "upgrade", 20, 1000, 16, "", "  retention: retain\n")
+	oldID := job.Submit(t, c)
+	clustertest.WaitCheckpointsSince(t, c, oldID, time.Time{}, 2, "before the cancel")
 	if out, err := c.Weir("jobs", "cancel", oldID); err != nil {
 		t.Fatalf("cancel: %v\n%s", err, out)
 	}
@@ -127,7 +127,7 @@ func TestSubmitFromRetainedCheckpoint(t *testing.T) {
 	from := oldID + "@" + strconv.FormatInt(latest, 10)
 
 	// The same job without its keyed operator: its state would be dropped.
-	spec, err := os.ReadFile(job.spec)
+	spec, err := os.ReadFile(job.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,20 +145,20 @@ func TestSubmitFromRetainedCheckpoint(t *testing.T) {
 	if out, err := c.Weir("submit", droppedSpec, "--from", from); err == nil || !strings.Contains(out, "allow-non-restored-state") {
 		t.Fatalf("a submission dropping state was not refused: %v\n%s", err, out)
 	}
-	if out, err := c.Weir("jobs", "plan", job.spec, "--from", from); err != nil || !strings.Contains(out, "restored") || !strings.Contains(out, "would accept") {
+	if out, err := c.Weir("jobs", "plan", job.Spec, "--from", from); err != nil || !strings.Contains(out, "restored") || !strings.Contains(out, "would accept") {
 		t.Fatalf("plan of the same job: %v\n%s", err, out)
 	}
 
-	out, err := c.Weir("submit", job.spec, "--from", from)
+	out, err := c.Weir("submit", job.Spec, "--from", from)
 	if err != nil {
 		t.Fatalf("submit --from %s: %v\n%s", from, err, out)
 	}
 	fields := strings.Fields(out)
-	job.id = fields[len(fields)-1]
-	lost, duplicated := finishAndVerify(t, c, job)
+	job.ID = fields[len(fields)-1]
+	lost, duplicated := clustertest.FinishAndVerify(t, c, job)
 	// The restored job's checkpoint ids go on after the one it started
 	// from (two-phase-commit sinks name transactions by them).
-	cks, err = c.Checkpoints(job.id)
+	cks, err = c.Checkpoints(job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,9 +185,9 @@ func TestSubmitFromRetainedCheckpoint(t *testing.T) {
 // TestInlineSnapshots).
 var stateObjectsOnly = []string{"--state-inline-bytes", "0"}
 
-func corruptCheckpoints(t *testing.T, job *sequenceJob, id string, manifests bool) {
+func corruptCheckpoints(t *testing.T, job *clustertest.SequenceJob, id string, manifests bool) {
 	t.Helper()
-	root := filepath.Join(filepath.Dir(job.spec), "ckpt", id)
+	root := filepath.Join(filepath.Dir(job.Spec), "ckpt", id)
 	n := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.Contains(path, "/chk-") {
@@ -229,27 +229,27 @@ func checkFailedOnCorruption(t *testing.T, c *clustertest.Cluster, id, when stri
 // checkpoint.
 func TestCorruptCheckpointFailsJobHA(t *testing.T) {
 	etcd := etcdtest.Start(t)
-	c := startHACluster(t, false, clustertest.HA{Endpoints: etcd.Endpoints(), Prefix: "/weir-hatest", LeaseTTL: haLeaseTTL}, stateObjectsOnly...)
-	state := newSequenceJob(t, "corrupt-state-ha", 60, 1000, 16)
-	manifest := newSequenceJob(t, "corrupt-manifest-ha", 60, 1000, 16)
+	c := clustertest.StartHA(t, false, clustertest.HA{Endpoints: etcd.Endpoints(), Prefix: "/weir-hatest", LeaseTTL: clustertest.HALeaseTTL}, stateObjectsOnly...)
+	state := clustertest.NewSequenceJob(t, "corrupt-state-ha", 60, 1000, 16)
+	manifest := clustertest.NewSequenceJob(t, "corrupt-manifest-ha", 60, 1000, 16)
 	var ids []string
-	for _, j := range []*sequenceJob{state, manifest} {
-		spec, err := os.ReadFile(j.spec)
+	for _, j := range []*clustertest.SequenceJob{state, manifest} {
+		spec, err := os.ReadFile(j.Spec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Parallelism 2 each, so that both fit the cluster's 4 slots.
 		body := strings.Replace(string(spec), "interval: 500ms", "interval: 1h", 1)
 		body = strings.Replace(body, "parallelism: 4\n", "parallelism: 2\n", 1)
-		if err := os.WriteFile(j.spec, []byte(body), 0o644); err != nil {
+		if err := os.WriteFile(j.Spec, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		id := j.submit(t, c)
+		id := j.Submit(t, c)
 		polltest.NoError(t, 2*time.Minute, "a checkpoint triggered by hand", func() error {
 			_, err := c.Weir("checkpoints", "trigger", id)
 			return err
 		})
-		waitCheckpointsSince(t, c, id, time.Time{}, 1, "triggered by hand")
+		clustertest.WaitCheckpointsSince(t, c, id, time.Time{}, 1, "triggered by hand")
 		ids = append(ids, id)
 	}
 	corruptCheckpoints(t, state, ids[0], false)
