@@ -34,6 +34,14 @@ type DatagenConfig struct {
 	// each before any rescaling, and the whole rate over all subtasks
 	// after one, whichever subtasks the splits went to.
 	RatePerSecond float64 `json:"ratePerSecond,omitempty"`
+	// BatchDelay bounds how long a rate-limited subtask holds due rows
+	// back to make a fuller batch (a duration such as "100ms", at most
+	// 10s; "0s" emits as soon as one row is due). Default 100ms, the
+	// buffer timeout stream processors commonly default to: a subtask
+	// whose share of the rate is 78 rows/s then emits about 8 rows ten
+	// times a second instead of one row 78 times a second, and a subtask
+	// that fills a batch sooner emits it as soon as it is full.
+	BatchDelay string `json:"batchDelay,omitempty"`
 	// Seed varies the generated values.
 	Seed int64 `json:"seed,omitempty"`
 	// BatchSize is the rows per batch; 0 means stream.DefaultBatchSize.
@@ -121,6 +129,9 @@ func (cfg *DatagenConfig) check() (*stream.Schema, error) {
 		return nil, stream.ConfigErrorf("datagen: ratePerSecond %v: must be 0 (unlimited) or a positive number", cfg.RatePerSecond)
 	}
 	if _, err := checkBatchSize("datagen", cfg.BatchSize); err != nil {
+		return nil, err
+	}
+	if _, err := cfg.batchDelay(); err != nil {
 		return nil, err
 	}
 	switch cfg.Preset {
@@ -644,10 +655,12 @@ type Datagen struct {
 	// pos is the position SetPosition gave before Open.
 	pos int64
 
-	rate      float64 // rows per second for this subtask; 0 = unlimited
-	now       func() time.Time
-	rateStart time.Time
-	rateRows  int64 // rows emitted since rateStart
+	rate float64 // rows per second for this subtask; 0 = unlimited
+	// batchDelay is DatagenConfig.BatchDelay.
+	batchDelay time.Duration
+	now        func() time.Time
+	rateStart  time.Time
+	rateRows   int64 // rows emitted since rateStart
 	// idleFor is how long the rate limit holds the next row back, set when
 	// Poll returns PollIdle.
 	idleFor time.Duration
@@ -733,6 +746,9 @@ func (d *Datagen) Open(_ context.Context, octx *stream.OperatorContext) error {
 		return err
 	}
 	d.plan = plan
+	if d.batchDelay, err = d.cfg.batchDelay(); err != nil {
+		return err
+	}
 	d.subtask, d.parallelism = int64(octx.Subtask), int64(max(1, octx.Parallelism))
 	d.nsplits = d.parallelism
 	d.splits = []datagenSplit{d.newSplit(d.subtask, d.parallelism, d.pos)}
@@ -786,10 +802,10 @@ func (d *Datagen) Poll(ctx context.Context, out stream.Collector) (stream.PollSt
 		allowed := int64(now.Sub(d.rateStart).Seconds()*d.rate) + 1 - d.rateRows
 		if allowed <= 0 {
 			// The runtime waits IdleFor before it polls again: until the
-			// rows of minEmitInterval (at least one, at most a batch) are
+			// rows of the batch delay (at least one, at most a batch) are
 			// due, so that a slow rate makes a few rows a batch rather
 			// than a batch a row.
-			want := min(n, max(1, int64(d.rate*minEmitInterval.Seconds())))
+			want := min(n, max(1, int64(d.rate*d.batchDelay.Seconds())))
 			d.idleFor = time.Duration(float64(want-allowed) / d.rate * float64(time.Second))
 			return stream.PollIdle, nil
 		}
@@ -804,10 +820,24 @@ func (d *Datagen) Poll(ctx context.Context, out stream.Collector) (stream.PollSt
 	return stream.PollEmitted, nil
 }
 
-// minEmitInterval is the shortest wait between two batches of a
-// rate-limited datagen subtask that emits fewer rows a second than fill a
-// batch in that time.
-const minEmitInterval = 5 * time.Millisecond
+// defaultBatchDelay is DatagenConfig.BatchDelay's default and
+// maxBatchDelay its largest value.
+const (
+	defaultBatchDelay = 100 * time.Millisecond
+	maxBatchDelay     = 10 * time.Second
+)
+
+// batchDelay returns cfg.BatchDelay as a duration, or its default.
+func (cfg *DatagenConfig) batchDelay() (time.Duration, error) {
+	if cfg.BatchDelay == "" {
+		return defaultBatchDelay, nil
+	}
+	d, err := time.ParseDuration(cfg.BatchDelay)
+	if err != nil || d < 0 || d > maxBatchDelay {
+		return 0, stream.ConfigErrorf("datagen: batchDelay %q: must be a duration from 0s to %v, such as \"100ms\"", cfg.BatchDelay, maxBatchDelay)
+	}
+	return d, nil
+}
 
 // IdleFor says how long the rate limit holds the next row back, after
 // Poll returned PollIdle (stream.IdleHinter).

@@ -390,3 +390,51 @@ func TestDatagenKeyedSequence(t *testing.T) {
 		t.Fatalf("modulo and divide together: %v, want a config error naming both", err)
 	}
 }
+
+// TestDatagenBatchDelay checks that a slow rate-limited subtask asks to be
+// polled again once the rows of its batch delay are due, so that it emits
+// a few rows a batch, and that batchDelay is validated.
+func TestDatagenBatchDelay(t *testing.T) {
+	for _, c := range []struct {
+		delay    string
+		wantIdle time.Duration // after the first row
+		wantRows int           // in the batch emitted then
+	}{
+		{"", 100 * time.Millisecond, 8}, // default: 8 rows at 80 rows/s
+		{"50ms", 50 * time.Millisecond, 4},
+		{"0s", 12500 * time.Microsecond, 1},
+	} {
+		d, err := NewDatagen(DatagenConfig{Preset: "bid", RatePerSecond: 80, BatchDelay: c.delay})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk := &fakeClock{t: time.Unix(1000, 0)}
+		d.now = clk.now
+		if err := d.Open(t.Context(), octxFor(0, 1)); err != nil {
+			t.Fatal(err)
+		}
+		var col collector
+		if st, err := d.Poll(t.Context(), &col); st != stream.PollEmitted || err != nil || len(col.rows()) != 1 {
+			t.Fatalf("batchDelay %q: first Poll = %v, %v, %d rows; want one row", c.delay, st, err, len(col.rows()))
+		}
+		if st, err := d.Poll(t.Context(), &col); st != stream.PollIdle || err != nil {
+			t.Fatalf("batchDelay %q: second Poll = %v, %v; want PollIdle", c.delay, st, err)
+		}
+		if got := d.IdleFor(); got < c.wantIdle-time.Millisecond || got > c.wantIdle+time.Millisecond {
+			t.Fatalf("batchDelay %q: IdleFor %v, want %v", c.delay, got, c.wantIdle)
+		}
+		clk.t = clk.t.Add(d.IdleFor())
+		if st, err := d.Poll(t.Context(), &col); st != stream.PollEmitted || err != nil {
+			t.Fatalf("batchDelay %q: Poll after the hint = %v, %v", c.delay, st, err)
+		}
+		if n := col.batches[len(col.batches)-1].Len(); n != c.wantRows {
+			t.Fatalf("batchDelay %q: batch of %d rows after the hint, want %d", c.delay, n, c.wantRows)
+		}
+	}
+	for _, bad := range []string{"-1s", "11s", "soon"} {
+		_, err := NewDatagen(DatagenConfig{Preset: "bid", RatePerSecond: 80, BatchDelay: bad})
+		if err == nil || !strings.Contains(err.Error(), "batchDelay") {
+			t.Errorf("batchDelay %q: error %v, want one naming batchDelay", bad, err)
+		}
+	}
+}
