@@ -251,13 +251,18 @@ func nexmarkBench(tb testing.TB, s nexmarkSettings) []*nexmarkQuery {
 	for _, q := range nexmark.Queries {
 		nq := &nexmarkQuery{name: q, events: s.events, sources: nexmarkSources(tb, q)}
 		if nq.events == 0 {
-			// Calibrate: a run of 2 million events, then size the runs to
-			// about s.seconds, with a margin of a quarter because the
-			// probe's wall time includes the job's start and the
-			// machine's load changes.
+			// Calibrate: a run of 2 million events, then size the runs
+			// so that they last at least s.seconds even on an idle
+			// machine: the probe's events per CPU-second times every
+			// core, with a margin of 5 %. Sizing by CPU time rather
+			// than wall time keeps a probe slowed by other work from
+			// making short runs; a run on a busy machine only lasts
+			// longer.
 			const probe = 2_000_000
 			r := runNexmark(tb, c, q, s, probe, "", nil)
-			nq.events = min(nexmarkMaxEvents, max(probe, int64(1.25*float64(probe)/r.wall*s.seconds)/1_000_000*1_000_000))
+			perCPU := float64(probe) / max(r.cpu, 0.01)
+			want := 1.05 * perCPU * float64(runtime.NumCPU()) * s.seconds
+			nq.events = min(nexmarkMaxEvents, max(probe, (int64(want)/1_000_000+1)*1_000_000))
 		}
 		qs = append(qs, nq)
 	}
@@ -330,6 +335,11 @@ func nexmarkBench(tb testing.TB, s nexmarkSettings) []*nexmarkQuery {
 		fmt.Printf("nexmark_%s_events_per_core_sec=%.0f\n", nq.name, m)
 		fmt.Printf("nexmark_%s_spread=%.2f\n", nq.name, spread(per))
 		fmt.Printf("nexmark_%s_checkpoints=%d\n", nq.name, ckpts)
+		minWall := nq.runs[0].wall
+		for _, r := range nq.runs {
+			minWall = min(minWall, r.wall)
+		}
+		fmt.Printf("nexmark_%s_run_seconds_min=%.1f\n", nq.name, minWall)
 		fmt.Printf("nexmark_%s_output_verified=%d\n", nq.name, b2i(verified))
 		fmt.Printf("nexmark_%s_generation_share=%.2f\n", nq.name, float64(nq.sources)*m/genRate)
 		if nq.inProcess {
