@@ -51,11 +51,11 @@ type Options struct {
 	// at every snapshot and keep no changelog.
 	MaterializeFactor float64
 	// ValueCacheBytes bounds the write-back value cache in front of Pebble,
-	// in bytes (keys, encoded values and a fixed per-entry overhead;
-	// decoded values are not counted). Reads of cached keys are served
-	// from memory; changed values reach Pebble when evicted and before
-	// anything reads Pebble directly (Keys, map Range, Snapshot,
-	// Checkpoint, Close). Default 64 MiB, three quarters of which go to the
+	// in bytes of Go heap: its entry slots and hash index, keys, encoded
+	// values, and decoded values counted as large as their encodings.
+	// Reads of cached keys are served from memory; changed values reach
+	// Pebble when evicted and before anything reads Pebble directly (Keys,
+	// map Range, Snapshot, Checkpoint, Close). Default 64 MiB, three quarters of which go to the
 	// resident keys of the windows that use the backend, if any (see
 	// statebackend.Slots). State may be many times larger.
 	ValueCacheBytes int64
@@ -255,6 +255,9 @@ type Backend struct {
 		ok  bool
 	}
 
+	// reads counts the point reads that looked in the batch or Pebble.
+	reads int
+
 	hashes map[string]string // "name/size" → SHA-256 of immutable files
 	err    error             // first I/O or encoding error; see Err
 	closed bool
@@ -268,7 +271,7 @@ type Backend struct {
 	// cl records writes for changelog snapshots (changelog.go).
 	cl changelog
 
-	kbuf, vbuf, tbuf, wbuf []byte
+	kbuf, vbuf, tbuf, rbuf []byte
 }
 
 var _ statebackend.Backend = (*Backend)(nil)
@@ -295,7 +298,7 @@ func New(opts Options, kg stream.KeyGroupRange) (*Backend, error) {
 	b := newBackend(opts, db, kg, layoutV1)
 	// The database is empty: every key it will hold is written through
 	// b.write, so the key filter knows them all.
-	first := 2 * opts.ValueCacheBytes / cacheEntryOverhead
+	first := 2 * opts.ValueCacheBytes / cacheTypicalEntryBytes
 	b.filter.init(int(min(first, opts.KeyFilterBytes*8/filterBitsPerKey/4)), opts.KeyFilterBytes)
 	return b, nil
 }
@@ -627,6 +630,7 @@ func (b *Backend) get(k, dst []byte) (v []byte, found bool, err error) {
 	if b.filter.on && isStateKey(k) && !b.filter.mayHave(k) {
 		return dst, false, nil // never written
 	}
+	b.reads++
 	if p, ok := b.pending[string(k)]; ok {
 		return append(dst, p.v...), p.ok, nil
 	}

@@ -3,6 +3,8 @@ package pebblestate
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
+	"unsafe"
 
 	"github.com/weirstream/weir/statebackend/internal/chunk"
 )
@@ -25,87 +27,310 @@ import (
 // Clear, Snapshot, Checkpoint, Restore, MergeInto, validate and Close.
 // Timers are not cached.
 //
-// Eviction is CLOCK (second chance): ring holds every entry, a touched entry
-// gets its ref bit set, and the hand clears ref bits until it finds an entry
-// without one.
+// Eviction is CLOCK (second chance): the hand walks the entry slots, clears
+// the ref bit of touched entries and evicts the first live entry without one.
+//
+// # Memory
+//
+// The cache counts the memory it holds, not an estimate per entry: entries
+// are structs in pages of cachePageEntries (no pointer, no allocation per
+// entry), found through an open-addressing table of 8-byte slots (hash tag
+// and entry index), and each entry's key and encoded value share one
+// allocation. used is the pages and table allocated, the list of dirty
+// entries, each live entry's key-and-value allocation and, for a decoded
+// value, as many bytes as its encoding (a boxed int64 takes 8, a byte
+// slice its bytes; decoded values larger than their encoding are counted
+// short). TestValueCacheAccountsItsMemory checks that used stays within
+// 15 % above the heap's growth for a running count's entries. Pages and
+// table are kept once allocated (until dropCache), as a Go map keeps its
+// buckets: a cache refills the slots eviction frees.
 type valueCache struct {
 	budget int64 // bytes; entries are evicted once used exceeds it
 	slack  int64 // until used is slack below budget
 	used   int64
-	m      map[string]*cacheEntry
-	ring   []*cacheEntry
-	hand   int
-	dirty  []*cacheEntry // entries made dirty since the last flush (some may be clean or gone again)
-	last   *cacheEntry   // the entry of the last call, tried before the map
+
+	pages [][]cacheEntry // cachePageEntries each; slot i is pages[i/cachePageEntries][i%cachePageEntries]
+	slots int32          // slots handed out, live or free
+	live  int            // live entries
+	free  int32          // first free slot (-1: none); free slots are chained through disk
+	table []uint64       // hash index: 0 empty, else tag<<32 | slot+1
+	hand  int32
+	dirty []int32 // slots made dirty since the last flush (some may be clean or free again)
+	// last is the entry of the last call (tried before the table), in
+	// slot lastSlot.
+	last     *cacheEntry
+	lastSlot int32
 }
 
-// cacheEntryOverhead approximates the bytes an entry costs beyond its key
-// and encoded value: the entry struct, its map slot and ring slot.
-const cacheEntryOverhead = 128
-
+// cacheEntry is one slot of the cache.
 type cacheEntry struct {
-	key string
-	// enc is the encoded value; cur its length, -1 if the key has no value.
-	enc []byte
-	cur int
-	// v is the decoded value, valid if decoded (and cur ≥ 0).
-	v       any
-	decoded bool
+	kv   []byte // the key, then the encoded value (kv[klen : klen+cur])
+	v    any    // the decoded value, valid if flags&entDecoded (and cur ≥ 0)
+	klen int32
+	// cur is the encoded value's length, -1 if the key has no value.
+	cur int32
 	// disk is the length of the key's value in the batch and database
-	// (-1: none), as of the last write-back.
-	disk  int
-	dirty bool
-	ref   bool
-	gone  bool // evicted or dropped: no longer in m and ring
-	idx   int  // position in ring
-	size  int64
+	// (-1: none), as of the last write-back; for a free slot, the next
+	// free slot.
+	disk  int32
+	flags uint8
+}
+
+const (
+	entLive    uint8 = 1 << iota // the slot holds an entry
+	entDirty                     // changed since the last write-back
+	entRef                       // touched since the hand last passed
+	entDecoded                   // v holds the decoded value
+	entListed                    // the slot's index is in valueCache.dirty (kept while the slot is free)
+	// entStub: the entry knows the length of the key's value in the
+	// database (cur = disk ≥ 0) but not the value, which Peek read without
+	// keeping: a Put or Delete need not read it again, a Get reads it.
+	entStub
+)
+
+const (
+	// A page is as many entries as fit in 8 KiB, a size class of Go's
+	// allocator; it counts with its header in pages.
+	cachePageEntries = 8192 / int32(unsafe.Sizeof(cacheEntry{}))
+	cachePageBytes   = 8192 + int64(unsafe.Sizeof([]cacheEntry{}))
+	cacheSlotBytes   = 8
+	cacheMinTable    = 64
+)
+
+// cacheSeed seeds the cache's hash; nothing hashed is persisted.
+var cacheSeed = maphash.MakeSeed()
+
+func (e *cacheEntry) key() []byte { return e.kv[:e.klen:e.klen] }
+func (e *cacheEntry) enc() []byte { return e.kv[e.klen : e.klen+max(e.cur, 0)] }
+
+// bytes is what the cache counts for e beyond its slot: its key-and-value
+// allocation and its decoded value.
+func (e *cacheEntry) bytes() int64 {
+	n := allocBytes(cap(e.kv))
+	if e.flags&entDecoded != 0 && e.cur >= 0 {
+		n += allocBytes(max(int(e.cur), 1))
+	}
+	return n
+}
+
+// allocBytes approximates, from above, the size class the Go allocator
+// gives n bytes (24 bytes, a class of its own, count as 32).
+func allocBytes(n int) int64 {
+	switch {
+	case n == 0:
+		return 0
+	case n <= 16:
+		return int64(n+7) &^ 7
+	case n <= 256:
+		return int64(n+15) &^ 15
+	default:
+		return int64(n+63) &^ 63
+	}
 }
 
 func (c *valueCache) init(budget int64) {
-	*c = valueCache{budget: budget, slack: min(budget/16, evictionBatchBytes), m: make(map[string]*cacheEntry)}
+	*c = valueCache{budget: budget, slack: min(budget/16, evictionBatchBytes), free: -1, lastSlot: -1}
 }
 
-// entry returns the cache entry of state key k, loading the key's encoded
-// value (or its absence) from the batch on a miss. The caller must call
-// b.settle once it has changed the entry.
-func (b *Backend) entry(k []byte) *cacheEntry {
-	c := &b.cache
-	if e := c.last; e != nil && e.key == string(k) {
-		e.ref = true
+func (c *valueCache) at(i int32) *cacheEntry {
+	return &c.pages[i/cachePageEntries][i%cachePageEntries]
+}
+
+func cacheHash(k []byte) uint32 { return uint32(maphash.Bytes(cacheSeed, k)) }
+
+// find returns the entry of state key k, its table position and its
+// slot, or nil.
+func (c *valueCache) find(k []byte) (*cacheEntry, int, int32) {
+	if len(c.table) == 0 {
+		return nil, 0, 0
+	}
+	h := cacheHash(k)
+	mask := len(c.table) - 1
+	for p := int(h) & mask; ; p = (p + 1) & mask {
+		s := c.table[p]
+		if s == 0 {
+			return nil, 0, 0
+		}
+		if uint32(s>>32) == h {
+			i := int32(uint32(s)) - 1
+			if e := c.at(i); bytes.Equal(e.key(), k) {
+				return e, p, i
+			}
+		}
+	}
+}
+
+// lookup returns the entry of state key k, or nil, and makes it the last.
+func (c *valueCache) lookup(k []byte) *cacheEntry {
+	if e := c.last; e != nil && bytes.Equal(e.key(), k) {
 		return e
 	}
-	if e := c.m[string(k)]; e != nil {
-		e.ref = true
-		c.last = e
-		return e
+	e, _, i := c.find(k)
+	if e != nil {
+		c.last, c.lastSlot = e, i
 	}
-	e := &cacheEntry{key: string(k), cur: -1, disk: -1, ref: true}
-	enc, found, err := b.get(k, nil)
-	switch {
-	case err != nil:
-		b.fail(fmt.Errorf("pebble state backend: key %s: read: %w", chunk.Printable(k), err))
-	case found:
-		e.enc = enc
-		e.cur, e.disk = len(enc), len(enc)
-	}
-	e.idx = len(c.ring)
-	c.ring = append(c.ring, e)
-	c.m[e.key] = e
-	e.size = entrySize(e)
-	c.used += e.size
-	c.last = e
 	return e
 }
 
-func entrySize(e *cacheEntry) int64 {
-	return int64(len(e.key)+cap(e.enc)) + cacheEntryOverhead
+// insert adds a new entry for k with encoded value enc (none if !found),
+// makes it the last and returns it.
+func (c *valueCache) insert(k, enc []byte, found bool) *cacheEntry {
+	if (c.live+1)*4 > len(c.table)*3 {
+		c.grow()
+	}
+	i := c.free
+	if i >= 0 {
+		c.free = c.at(i).disk
+	} else {
+		if int(c.slots) == len(c.pages)*int(cachePageEntries) {
+			c.pages = append(c.pages, make([]cacheEntry, cachePageEntries))
+			c.used += cachePageBytes
+		}
+		i = c.slots
+		c.slots++
+	}
+	e := c.at(i)
+	// Room for 8 bytes of value: a first-seen key's count, sum or flag
+	// fits without a second allocation.
+	kv := make([]byte, len(k), len(k)+max(len(enc), 8))
+	copy(kv, k)
+	*e = cacheEntry{kv: kv, klen: int32(len(k)), cur: -1, disk: -1, flags: e.flags&entListed | entLive | entRef}
+	if found {
+		e.kv = append(e.kv, enc...)
+		e.cur, e.disk = int32(len(enc)), int32(len(enc))
+	}
+	c.used += e.bytes()
+	c.last, c.lastSlot = e, i
+	c.live++
+	h := cacheHash(k)
+	mask := len(c.table) - 1
+	p := int(h) & mask
+	for c.table[p] != 0 {
+		p = (p + 1) & mask
+	}
+	c.table[p] = uint64(h)<<32 | uint64(i+1)
+	return e
 }
 
-// markDirty records that e changed since it was last written back.
+// grow doubles the hash index (or makes its first).
+func (c *valueCache) grow() {
+	old := c.table
+	c.table = make([]uint64, max(2*len(old), cacheMinTable))
+	c.used += int64(len(c.table)-len(old)) * cacheSlotBytes
+	mask := len(c.table) - 1
+	for _, s := range old {
+		if s == 0 {
+			continue
+		}
+		p := int(uint32(s>>32)) & mask
+		for c.table[p] != 0 {
+			p = (p + 1) & mask
+		}
+		c.table[p] = s
+	}
+}
+
+// unindex removes the table slot at position p, shifting back the slots
+// of its probe run that may move (linear probing without tombstones).
+func (c *valueCache) unindex(p int) {
+	mask := len(c.table) - 1
+	for q := (p + 1) & mask; c.table[q] != 0; q = (q + 1) & mask {
+		home := int(uint32(c.table[q]>>32)) & mask
+		// The slot at q may move to p if its home is not in (p, q].
+		if (q-home)&mask >= (q-p)&mask {
+			c.table[p] = c.table[q]
+			p = q
+		}
+	}
+	c.table[p] = 0
+}
+
+// entry returns the cache entry of state key k, loading the key's encoded
+// value (or its absence) from the batch on a miss; with value false, an
+// entry that knows only the value's length will do (Put, Delete). The
+// caller must call b.settle once it has changed the entry.
+func (b *Backend) entry(k []byte, value bool) *cacheEntry {
+	c := &b.cache
+	e := c.lookup(k)
+	if e != nil {
+		e.flags |= entRef
+		if !value || e.flags&entStub == 0 {
+			return e
+		}
+	}
+	enc, found, err := b.get(k, b.rbuf[:0])
+	b.rbuf = enc[:0]
+	if err != nil {
+		b.fail(fmt.Errorf("pebble state backend: key %s: read: %w", chunk.Printable(k), err))
+		found = false
+	}
+	if e != nil { // a stub
+		if found {
+			c.setEnc(e, enc)
+		} else {
+			c.setAbsent(e)
+		}
+		e.disk = e.cur
+		return e
+	}
+	return c.insert(k, enc, found)
+}
+
+// stub records that state key k's value, read by Peek and not kept, is n
+// bytes long in the database (-1: none), unless k is cached already.
+func (c *valueCache) stub(k []byte, n int) {
+	if c.lookup(k) != nil {
+		return
+	}
+	e := c.insert(k, nil, false)
+	if n >= 0 {
+		e.cur, e.disk = int32(n), int32(n)
+		e.flags |= entStub
+	}
+}
+
+// setEnc makes enc e's encoded value, dropping its decoded value.
+func (c *valueCache) setEnc(e *cacheEntry, enc []byte) {
+	c.used -= e.bytes()
+	if need := int(e.klen) + len(enc); need > cap(e.kv) {
+		kv := make([]byte, need)
+		copy(kv, e.key())
+		e.kv = kv
+	}
+	e.kv = append(e.kv[:e.klen], enc...)
+	e.cur = int32(len(enc))
+	e.v = nil
+	e.flags &^= entDecoded | entStub
+	c.used += e.bytes()
+}
+
+// setDecoded records v as e's decoded value.
+func (c *valueCache) setDecoded(e *cacheEntry, v any) {
+	c.used -= e.bytes()
+	e.v = v
+	e.flags |= entDecoded
+	c.used += e.bytes()
+}
+
+// setAbsent records that e's key has no value.
+func (c *valueCache) setAbsent(e *cacheEntry) {
+	c.used -= e.bytes()
+	e.kv = e.kv[:e.klen]
+	e.cur = -1
+	e.v = nil
+	e.flags &^= entDecoded | entStub
+	c.used += e.bytes()
+}
+
+// markDirty records that e, the last entry, changed since it was last
+// written back.
 func (c *valueCache) markDirty(e *cacheEntry) {
-	if !e.dirty {
-		e.dirty = true
-		c.dirty = append(c.dirty, e)
+	e.flags |= entDirty
+	if e.flags&entListed == 0 {
+		e.flags |= entListed
+		n := cap(c.dirty)
+		c.dirty = append(c.dirty, c.lastSlot)
+		c.used += int64(cap(c.dirty)-n) * 4
 	}
 }
 
@@ -113,94 +338,96 @@ func (c *valueCache) markDirty(e *cacheEntry) {
 // evicts below the budget (a sixteenth of the budget if less).
 const evictionBatchBytes = 1 << 20
 
-// settle recomputes e's size after a change and, if the cache is over its
-// budget, evicts entries until it is slack below it and commits their
-// write-backs: reads do not see the batch, so a sweep's writes are
-// committed before the next read, and a sweep writes many, so that a
-// commit is not paid per eviction.
-func (b *Backend) settle(e *cacheEntry) {
+// memtableNodeBytes is about what Pebble counts for a write in a
+// memtable beyond its key and value: a skiplist node of full height.
+const memtableNodeBytes = 200
+
+// settle evicts entries, if the cache is over its budget, until it is
+// slack below it, and commits their write-backs: reads do not see the
+// batch, so a sweep's writes are committed before the next read, and a
+// sweep writes many, so that a commit is not paid per eviction. A sweep
+// stops early, once back within the budget, when its writes would take a
+// quarter of a memtable: Pebble applies a batch of half a memtable or more
+// as a memtable of its own, which reads then search apart from the others
+// until it is flushed.
+func (b *Backend) settle() {
 	c := &b.cache
-	if !e.gone {
-		n := entrySize(e)
-		c.used += n - e.size
-		e.size = n
-	}
 	if c.used <= c.budget {
 		return
 	}
-	for c.used > c.budget-c.slack && len(c.ring) > 0 {
-		v := c.ring[c.hand]
-		if v.ref {
-			v.ref = false
-			c.hand++
-			if c.hand == len(c.ring) {
-				c.hand = 0
-			}
-			continue
+	var written, limit int64 = 0, b.opts.MemTableBytes / 4
+	for c.used > c.budget-c.slack && c.live > 0 {
+		if written >= limit && c.used <= c.budget {
+			break
 		}
-		b.writeBack(v)
-		c.remove(v)
+		i := c.hand
+		if c.hand++; c.hand == c.slots {
+			c.hand = 0
+		}
+		switch e := c.at(i); {
+		case e.flags&entLive == 0:
+		case e.flags&entRef != 0:
+			e.flags &^= entRef
+		default:
+			if e.flags&entDirty != 0 {
+				written += int64(len(e.kv)) + memtableNodeBytes
+			}
+			b.writeBack(e)
+			c.remove(e, i)
+		}
 	}
 	c.compactDirty()
 	b.commit()
 }
 
-// remove takes e out of the cache without writing it back.
-func (c *valueCache) remove(e *cacheEntry) {
-	delete(c.m, e.key)
-	last := len(c.ring) - 1
-	c.ring[e.idx] = c.ring[last]
-	c.ring[e.idx].idx = e.idx
-	c.ring[last] = nil
-	c.ring = c.ring[:last]
-	if c.hand >= len(c.ring) {
-		c.hand = 0
-	}
-	c.used -= e.size
-	e.gone = true
-	// c.dirty may still point at e until the next flush or compaction:
-	// it must not keep the value alive.
-	e.enc, e.v, e.decoded = nil, nil, false
+// remove takes e, in slot i, out of the cache without writing it back.
+func (c *valueCache) remove(e *cacheEntry, i int32) {
+	_, p, _ := c.find(e.key())
+	c.unindex(p)
+	c.used -= e.bytes()
+	*e = cacheEntry{disk: c.free, flags: e.flags & entListed}
+	c.free = i
+	c.live--
 	if c.last == e {
 		c.last = nil
 	}
 }
 
-// compactDirty drops from c.dirty the entries that are gone or clean again,
+// compactDirty drops from c.dirty the slots that are free or clean again,
 // once they outnumber the live ones: without checkpoints (so without
 // flushes), a load of many keys through a small cache would otherwise keep
-// an entry per key evicted.
+// a slot per key evicted.
 func (c *valueCache) compactDirty() {
-	if len(c.dirty) <= 2*len(c.ring)+64 {
+	if len(c.dirty) <= 2*c.live+64 {
 		return
 	}
 	live := c.dirty[:0]
-	for _, e := range c.dirty {
-		if !e.gone && e.dirty {
-			live = append(live, e)
+	for _, i := range c.dirty {
+		if e := c.at(i); e.flags&(entLive|entDirty) == entLive|entDirty {
+			live = append(live, i)
+		} else {
+			e.flags &^= entListed
 		}
 	}
-	clear(c.dirty[len(live):])
 	c.dirty = live
 }
 
 // writeBack writes a dirty entry's value (or its deletion) to the batch.
 // The caller commits before the next read.
 func (b *Backend) writeBack(e *cacheEntry) {
-	if !e.dirty {
+	if e.flags&entDirty == 0 {
 		return
 	}
-	e.dirty = false
-	b.wbuf = append(b.wbuf[:0], e.key...)
+	e.flags &^= entDirty
 	var err error
 	switch {
 	case e.cur >= 0:
-		err = b.write(clSet, b.wbuf, e.enc)
+		err = b.write(clSet, e.key(), e.enc())
 	case e.disk >= 0:
-		err = b.write(clDelete, b.wbuf, nil)
+		err = b.write(clDelete, e.key(), nil)
 	}
 	if err != nil {
-		b.fail(fmt.Errorf("pebble state backend: key %s: write: %w", chunk.Printable(b.wbuf), err))
+		b.fail(fmt.Errorf("pebble state backend: key %s: write: %w", chunk.Printable(e.key()), err))
 		return
 	}
 	e.disk = e.cur
@@ -211,11 +438,12 @@ func (b *Backend) writeBack(e *cacheEntry) {
 // stay cached, clean. Afterwards the database holds all state.
 func (b *Backend) flush() {
 	c := &b.cache
-	for i, e := range c.dirty {
-		if !e.gone {
+	for _, i := range c.dirty {
+		e := c.at(i)
+		e.flags &^= entListed
+		if e.flags&entLive != 0 {
 			b.writeBack(e)
 		}
-		c.dirty[i] = nil
 	}
 	c.dirty = c.dirty[:0]
 	b.commit()
@@ -226,25 +454,20 @@ func (b *Backend) flush() {
 func (b *Backend) dropCache() {
 	b.flush()
 	c := &b.cache
-	for _, e := range c.ring {
-		e.gone = true
-	}
-	clear(c.m)
-	clear(c.ring)
-	c.ring, c.hand, c.used, c.last = c.ring[:0], 0, 0, nil
+	c.init(c.budget)
 }
 
 // dropKey removes the entry of state key k, if cached, without writing it
 // back: the caller deletes k in the batch itself.
 func (b *Backend) dropKey(k []byte) {
-	if e := b.cache.m[string(k)]; e != nil {
-		b.cache.remove(e)
+	if e, _, i := b.cache.find(k); e != nil {
+		b.cache.remove(e, i)
 	}
 }
 
 // cachedValue reports whether e holds the same encoded value as enc.
 func cachedValue(e *cacheEntry, enc []byte) bool {
-	return e.cur == len(enc) && bytes.Equal(e.enc, enc)
+	return e.flags&entStub == 0 && int(e.cur) == len(enc) && bytes.Equal(e.enc(), enc)
 }
 
 // ReserveSlotMemory implements statebackend.SlotMemory: a Slots table
@@ -259,3 +482,8 @@ func (b *Backend) ReserveSlotMemory() int64 {
 	c.slack = min(c.budget/16, evictionBatchBytes)
 	return max(n, 1)
 }
+
+// cacheTypicalEntryBytes is about what an entry of a small key and value
+// takes (slot, table share, key-and-value allocation, boxed value): it
+// sizes the key filter's first part for the keys a full cache holds.
+const cacheTypicalEntryBytes = 100

@@ -3,6 +3,7 @@ package pebblestate
 import (
 	"encoding/binary"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/weirstream/weir/statebackend"
@@ -32,12 +33,12 @@ func TestEvictedEntriesReleaseTheirValues(t *testing.T) {
 		b.SetCurrentKey(key(i), i%128)
 		s.Update(val(i))
 		maxDirty = max(maxDirty, len(b.cache.dirty))
-		if limit := 2*len(b.cache.ring) + 64 + 1; len(b.cache.dirty) > limit {
-			t.Fatalf("after %d keys %d entries wait for the flush, %d cached: the list grows with the evicted ones", i+1, len(b.cache.dirty), len(b.cache.ring))
+		if limit := 2*b.cache.live + 64 + 1; len(b.cache.dirty) > limit {
+			t.Fatalf("after %d keys %d entries wait for the flush, %d cached: the list grows with the evicted ones", i+1, len(b.cache.dirty), b.cache.live)
 		}
 	}
-	for _, e := range b.cache.dirty {
-		if e.gone && (e.enc != nil || e.v != nil) {
+	for i := range b.cache.slots {
+		if e := b.cache.at(i); e.flags&entLive == 0 && (e.kv != nil || e.v != nil) {
 			t.Fatal("an evicted entry still holds its value")
 		}
 	}
@@ -49,4 +50,67 @@ func TestEvictedEntriesReleaseTheirValues(t *testing.T) {
 		}
 	}
 	t.Logf("at most %d entries waited for a flush (%d keys written)", maxDirty, n)
+}
+
+// The value cache's accounting covers what its entries really take on the
+// Go heap: filled with n entries of a running count's shape (16-byte state
+// keys, int64 values of 8 encoded bytes, each also held decoded), the
+// cache's used bytes grow by at least the heap's growth and by at most
+// 15 % more. The cache never evicts here (its budget is far above), so
+// nothing reaches Pebble and the heap's growth is the cache's.
+func TestValueCacheAccountsItsMemory(t *testing.T) {
+	// Not parallel: the heap's growth must be this test's alone.
+	for _, n := range []int{60_000, 150_000} {
+		measured, accounted := cacheBytesPerEntry(t, n)
+		t.Logf("%d entries: %.1f bytes per entry on the heap, %.1f accounted", n, measured, accounted)
+		if accounted < measured || accounted > 1.15*measured {
+			t.Errorf("%d entries: the cache accounts %.1f bytes per entry, the heap grew by %.1f: want between 1 and 1.15 times the growth",
+				n, accounted, measured)
+		}
+	}
+}
+
+// cacheBytesPerEntry fills a new backend's value cache with n int64
+// values and returns the heap's growth and the cache's accounted growth,
+// per entry.
+func cacheBytesPerEntry(t *testing.T, n int) (measured, accounted float64) {
+	kgs := stream.KeyGroupRange{Start: 0, End: 127}
+	b, err := New(Options{Dir: filepath.Join(t.TempDir(), "db"), ValueCacheBytes: 1 << 30, KeyFilterBytes: -1, DeleteOnClose: true}, kgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s, err := statebackend.GetValueState(b, "count", statebackend.Int64Codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 12-byte keys: with key group, table id and length, 16-byte state keys.
+	keys := make([]byte, 12*n)
+	for i := range n {
+		binary.BigEndian.PutUint64(keys[12*i:], uint64(i)*0x9e3779b97f4a7c15)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	used := b.cache.used
+	for i := range n {
+		b.SetCurrentKey(keys[12*i:12*i+12], i%128)
+		s.Update(1<<50 + int64(i)) // 8 bytes as a varint
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := b.tables["count"]; got == nil {
+		t.Fatal("no table")
+	}
+	for i := 0; i < n; i += 101 { // the values are all there
+		b.SetCurrentKey(keys[12*i:12*i+12], i%128)
+		if v, ok := s.Value(); !ok || v != 1<<50+int64(i) {
+			t.Fatalf("key %d reads %d, %v", i, v, ok)
+		}
+	}
+	measured = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+	if raceEnabled {
+		measured -= 8 // each boxed value takes 16 bytes instead of 8
+	}
+	return measured, float64(b.cache.used-used) / float64(n)
 }

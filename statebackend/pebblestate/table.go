@@ -52,36 +52,38 @@ func (t *table) Get(userKey []byte) (any, bool) {
 	if b.closed {
 		return nil, false
 	}
-	e := b.entry(t.key(userKey))
+	e := b.entry(t.key(userKey), true)
 	if e.cur < 0 {
-		b.settle(e)
+		b.settle()
 		return nil, false
 	}
-	if !e.decoded {
-		v, err := t.d.Codec.DecodeValue(e.enc)
+	if e.flags&entDecoded == 0 {
+		v, err := t.d.Codec.DecodeValue(e.enc())
 		if err != nil {
 			// Values are written by this codec, and restored ones checked
 			// when the table was asked for: the codec is broken.
 			panic(fmt.Sprintf("pebble state backend: %s state %q, key %s: stored value does not decode with codec %s: %v",
 				t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
 		}
-		e.v, e.decoded = v, true
+		b.cache.setDecoded(e, v)
 	}
 	v := e.v
-	b.settle(e)
+	b.settle()
 	return v, true
 }
 
 // Peek implements statebackend.Peeker: a key the value cache holds is
 // read as Get reads it; another is read from the batch or Pebble and
-// decoded without entering the cache.
+// decoded without its value entering the cache, which keeps only the
+// value's length (a stub entry), so that a Put or Delete that follows
+// does not read it again.
 func (t *table) Peek(userKey []byte) (any, bool) {
 	b := t.b
 	if b.closed {
 		return nil, false
 	}
 	k := t.key(userKey)
-	if b.cache.m[string(k)] != nil {
+	if e := b.cache.lookup(k); e != nil && e.flags&entStub == 0 {
 		return t.Get(userKey)
 	}
 	enc, found, err := b.get(k, nil)
@@ -89,6 +91,14 @@ func (t *table) Peek(userKey []byte) (any, bool) {
 		b.fail(fmt.Errorf("pebble state backend: key %s: read: %w", chunk.Printable(k), err))
 		return nil, false
 	}
+	// The cache remembers the value's length, so that writing the key
+	// back (Put, Delete) does not read it again.
+	n := -1
+	if found {
+		n = len(enc)
+	}
+	b.cache.stub(k, n)
+	b.settle()
 	if !found {
 		return nil, false
 	}
@@ -116,15 +126,14 @@ func (t *table) Put(userKey []byte, v any) {
 		return
 	}
 	k := t.key(userKey)
-	e := b.entry(k)
+	e := b.entry(k, false)
 	if !cachedValue(e, b.vbuf) {
-		b.account(k, e.cur, len(b.vbuf))
-		e.enc = append(e.enc[:0], b.vbuf...)
-		e.cur = len(b.vbuf)
+		b.account(k, int(e.cur), len(b.vbuf))
+		b.cache.setEnc(e, b.vbuf)
 		b.cache.markDirty(e)
 	}
-	e.v, e.decoded = v, true
-	b.settle(e)
+	b.cache.setDecoded(e, v)
+	b.settle()
 }
 
 func (t *table) Delete(userKey []byte) {
@@ -133,14 +142,13 @@ func (t *table) Delete(userKey []byte) {
 		return
 	}
 	k := t.key(userKey)
-	e := b.entry(k)
+	e := b.entry(k, false)
 	if e.cur >= 0 {
-		b.account(k, e.cur, -1)
-		e.enc, e.cur = e.enc[:0], -1
-		e.v, e.decoded = nil, false
+		b.account(k, int(e.cur), -1)
+		b.cache.setAbsent(e)
 		b.cache.markDirty(e)
 	}
-	b.settle(e)
+	b.settle()
 }
 
 // Range reads the current key's entries a page at a time, so that no
