@@ -59,7 +59,7 @@ func writeBenchmarksDoc(s nexmarkSettings, qs []*nexmarkQuery) error {
 		"counted for another bidder, changes it).\n\n", s.seconds, s.runs)
 	w("| query | events | events/s/core (median) | spread | checkpoints completed (min per run) | output verified | generation share | replay events/s/core |\n")
 	w("|---|---:|---:|---:|---:|:---:|---:|---:|\n")
-	gen := generatorRate(s)
+	gen := qs[0].genRate // the rate the printed generation shares used
 	for _, nq := range qs {
 		var per []float64
 		ok, ck := true, nq.runs[0].checkpoints
