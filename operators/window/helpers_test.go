@@ -169,6 +169,14 @@ const (
 func openOpFull(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*stream.Schema, error), config []byte, in *stream.Schema, keys []string,
 	backend string, fullSnapshots bool, id int64, snap *stream.OperatorSnapshot) (*stream.Schema, *dataflowtest.Harness) {
 	t.Helper()
+	return openOpClock(t, op, plan, config, in, keys, backend, fullSnapshots, nil, id, snap)
+}
+
+// openOpClock is openOpFull with the task's clock set to clock (nil: the
+// wall clock).
+func openOpClock(t testing.TB, op stream.Operator, plan func(*stream.PlanContext) (*stream.Schema, error), config []byte, in *stream.Schema, keys []string,
+	backend string, fullSnapshots bool, clock func() int64, id int64, snap *stream.OperatorSnapshot) (*stream.Schema, *dataflowtest.Harness) {
+	t.Helper()
 	out, err := plan(&stream.PlanContext{UID: "op", Config: config, Inputs: []stream.PlanInput{{Schema: in, KeyFields: keys}}, Parallelism: 1})
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
@@ -182,7 +190,7 @@ func openOpFull(t testing.TB, op stream.Operator, plan func(*stream.PlanContext)
 		JobID:           "job", TaskName: "op (1/1)", OperatorUID: "op", Parallelism: 1,
 		MaxParallelism: stream.DefaultMaxParallelism, KeyGroups: stream.KeyGroupRange{Start: 0, End: stream.DefaultMaxParallelism - 1},
 		InputSchemas: []*stream.Schema{in}, InputKeys: [][]string{keys}, OutputSchema: out, Config: config,
-		StateBackend: backend, LocalStateDir: t.TempDir(), FullSnapshots: fullSnapshots,
+		StateBackend: backend, LocalStateDir: t.TempDir(), FullSnapshots: fullSnapshots, Clock: clock,
 	}
 	h, err := dataflowtest.Open(context.Background(), op, octx, id, snap)
 	if err != nil {

@@ -26,30 +26,8 @@ func (c *manualClock) read() int64 { return c.now }
 // snapshots are full when full is set, so that they restore on the heap.
 func openProc(t testing.TB, w *Window, cfg []byte, in *stream.Schema, keys []string, c *manualClock, backend string, full bool, id int64, snap *stream.OperatorSnapshot) *dataflowtest.Harness {
 	t.Helper()
-	out, err := planWindow(TypeTumblingWindow, &stream.PlanContext{UID: "op", Config: cfg, Inputs: []stream.PlanInput{{Schema: in, KeyFields: keys}}, Parallelism: 1})
-	if err != nil {
-		t.Fatalf("Plan: %v", err)
-	}
-	var cacheBytes int64
-	if backend == pebbleSpill {
-		backend, cacheBytes = stream.StateBackendPebble, spillCacheBytes
-	}
-	octx := &stream.OperatorContext{
-		StateCacheBytes: cacheBytes,
-		JobID:           "job", TaskName: "op (1/1)", OperatorUID: "op", Parallelism: 1,
-		MaxParallelism: stream.DefaultMaxParallelism, KeyGroups: stream.KeyGroupRange{Start: 0, End: stream.DefaultMaxParallelism - 1},
-		InputSchemas: []*stream.Schema{in}, InputKeys: [][]string{keys}, OutputSchema: out, Config: cfg,
-		StateBackend: backend, LocalStateDir: t.TempDir(), FullSnapshots: full, Clock: c.read,
-	}
-	h, err := dataflowtest.Open(context.Background(), w, octx, id, snap)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := h.Close(true); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	plan := func(pc *stream.PlanContext) (*stream.Schema, error) { return planWindow(TypeTumblingWindow, pc) }
+	_, h := openOpClock(t, w, plan, cfg, in, keys, backend, full, c.read, id, snap)
 	return h
 }
 
