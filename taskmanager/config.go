@@ -119,8 +119,25 @@ type Config struct {
 	// whichever comes first; a decline goes at once. 0 sends each report
 	// at once; at most 10s. Default 50ms (DefaultCheckpointAckDelay).
 	CheckpointAckDelay time.Duration
-	Logger             *slog.Logger
+	// GCHeapFloorBytes lets the Go heap grow to this many bytes before a
+	// garbage collection runs, however little of it is live (package
+	// internal/gctune): a taskmanager streaming batches over small state
+	// otherwise collects dozens of times a second. Above the floor GOGC
+	// paces as usual. The floor is process-wide (the largest of the
+	// taskmanagers in one process applies), GOGC in the environment turns
+	// it off, and GOMEMLIMIT still bounds the heap. 0: the Go runtime's
+	// default. At most 1 TiB. Default 64 MiB (DefaultGCHeapFloorBytes).
+	GCHeapFloorBytes int64
+	Logger           *slog.Logger
 }
+
+// DefaultGCHeapFloorBytes is the default Config.GCHeapFloorBytes: a small
+// part of what a taskmanager's state caches and network buffers take, and
+// enough to cut collections several times over when little is live.
+const DefaultGCHeapFloorBytes = 64 << 20
+
+// maxGCHeapFloorBytes bounds Config.GCHeapFloorBytes.
+const maxGCHeapFloorBytes = 1 << 40
 
 // HAConfig is the taskmanager's side of high availability; the keys are
 // those of the jobmanager's ha: block.
@@ -164,6 +181,7 @@ func DefaultConfig() Config {
 		RegisterRetry:       time.Second,
 		AllowedPaths:        []string{os.TempDir()},
 		CheckpointAckDelay:  DefaultCheckpointAckDelay,
+		GCHeapFloorBytes:    DefaultGCHeapFloorBytes,
 		HA:                  HAConfig{Mode: "none", Prefix: "/weir"},
 	}
 }
@@ -238,6 +256,10 @@ func (c *Config) Validate() error {
 	if c.StateCacheBytes > 0 && c.StateCacheBytes/int64(c.Slots) < minStateCachePerSlot {
 		return fmt.Errorf("taskmanager config: state cache bytes %d: %d bytes per slot (%d slots) is below the minimum of %d; give at least %d bytes or use fewer slots",
 			c.StateCacheBytes, c.StateCacheBytes/int64(c.Slots), c.Slots, minStateCachePerSlot, minStateCachePerSlot*int64(c.Slots))
+	}
+	if c.GCHeapFloorBytes < 0 || c.GCHeapFloorBytes > maxGCHeapFloorBytes {
+		return fmt.Errorf("taskmanager config: gc heap floor bytes %d: must be between 0 (the Go runtime's default) and %d (default %d)",
+			c.GCHeapFloorBytes, int64(maxGCHeapFloorBytes), int64(DefaultGCHeapFloorBytes))
 	}
 	if c.CheckpointAckDelay < 0 || c.CheckpointAckDelay > maxCheckpointAckDelay {
 		return fmt.Errorf("taskmanager config: checkpoint ack delay %v: must be between 0 (no batching by time) and %v (default %v)",

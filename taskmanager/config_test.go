@@ -29,6 +29,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative checkpoint ack delay", func(c *Config) { c.CheckpointAckDelay = -time.Millisecond }, "checkpoint ack delay -1ms"},
 		{"checkpoint ack delay too long", func(c *Config) { c.CheckpointAckDelay = time.Minute }, "checkpoint ack delay 1m0s"},
 		{"negative state cache", func(c *Config) { c.StateCacheBytes = -1 }, "state cache bytes -1"},
+		{"negative gc heap floor", func(c *Config) { c.GCHeapFloorBytes = -1 }, "gc heap floor bytes -1: must be between 0"},
+		{"gc heap floor too large", func(c *Config) { c.GCHeapFloorBytes = 1<<40 + 1 }, "gc heap floor bytes 1099511627777"},
 		{"state cache too small per slot", func(c *Config) { c.StateCacheBytes, c.Slots = 300<<10, 2 }, "153600 bytes per slot (2 slots)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

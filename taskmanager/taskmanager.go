@@ -23,6 +23,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/dataflow"
 	"github.com/weirstream/weir/ha"
+	"github.com/weirstream/weir/internal/gctune"
 	"github.com/weirstream/weir/proto/weirpb"
 	"github.com/weirstream/weir/security"
 	"github.com/weirstream/weir/statebackend/backends"
@@ -261,6 +262,9 @@ func (tm *TaskManager) MetricsAddr() string { return tm.metricsAddr }
 // Run listens, registers with the jobmanager, heartbeats and runs tasks until
 // ctx is cancelled. It returns after every task and goroutine has stopped.
 func (tm *TaskManager) Run(ctx context.Context) error {
+	if gctune.SetFloor(tm.cfg.GCHeapFloorBytes) {
+		tm.log.Debug("garbage collection heap floor", "bytes", gctune.Floor())
+	}
 	if tm.tempState {
 		// Private and unpredictable: other local users can neither read
 		// the state nor plant files where it will be.
