@@ -77,6 +77,18 @@ type Backend interface {
 	Close() error
 }
 
+// KeyScanner is implemented by a backend that lists a table's keys in all
+// its key groups faster in one pass than Keys does key group by key group
+// (Pebble: one iterator instead of one per key group and page of keys).
+// ScanKeys calls fn with every key that has state in the named table and
+// the key's key group, key group by key group, until fn returns false. fn
+// must not call the backend or its tables (the scan may hold an iterator
+// open), and the key slice is valid only during the call. An unknown table
+// has no keys.
+type KeyScanner interface {
+	ScanKeys(table string, fn func(key []byte, keyGroup int) bool)
+}
+
 // Kind is the kind of a state table. The values are stable: they are written
 // into snapshots.
 type Kind uint8

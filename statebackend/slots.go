@@ -88,6 +88,9 @@ type loadedKey struct {
 	stored bool    // the table may hold a value of it
 	ref    bool    // used since Evict's hand last passed it
 	gone   bool    // spilled
+	// disk is the length of the key's value in the table (-1: none),
+	// for a table that is a SizedWriter.
+	disk int
 }
 
 // Peeker is implemented by a Table that can read the current key's value
@@ -96,6 +99,27 @@ type loadedKey struct {
 // not hold it twice. Peek returns what Get would.
 type Peeker interface {
 	Peek(userKey []byte) (any, bool)
+}
+
+// SizedWriter is implemented by a Table that, to write a key, needs the
+// length of the key's stored value (Pebble, to keep SizeBytes exact) and
+// reads it unless the caller gives it. A caller that is the only writer of
+// the keys it writes so, and remembers each one's stored length (a Slots,
+// for its resident keys), spares those reads:
+//
+//   - PeekLen is Peek that also returns the encoded length of the stored
+//     value, -1 if there is none.
+//   - PutLen and DeleteLen are Put and Delete of the current key, given
+//     old, the key's stored length as the last PeekLen or PutLen of the
+//     key returned (-1 after DeleteLen, or for a key never written). PutLen
+//     returns the new stored length.
+//
+// The length must be one the table returned: a wrong one makes SizeBytes
+// wrong, and a delete of a key said to have no value may be lost.
+type SizedWriter interface {
+	PeekLen(userKey []byte) (v any, ok bool, n int)
+	PutLen(userKey []byte, v any, old int) int
+	DeleteLen(userKey []byte, old int)
 }
 
 // Estimated bytes of memory a resident key and a resident slot take
@@ -317,7 +341,7 @@ func (s *Slots) loadKey(key []byte, group int) (lk *loadedKey, fresh bool) {
 	if lk := s.loaded[string(s.gk)]; lk != nil {
 		return lk, false
 	}
-	lk = &loadedKey{name: string(s.gk), key: append(make([]byte, 0, len(key)), key...), group: group, pos: len(s.ring), ref: true}
+	lk = &loadedKey{name: string(s.gk), key: append(make([]byte, 0, len(key)), key...), group: group, pos: len(s.ring), ref: true, disk: -1}
 	s.loaded[lk.name] = lk
 	s.ring = append(s.ring, lk)
 	s.bytes += residentKeyBytes + 2*int64(len(s.gk))
@@ -326,7 +350,13 @@ func (s *Slots) loadKey(key []byte, group int) (lk *loadedKey, fresh bool) {
 	}
 	s.b.SetCurrentKey(key, group)
 	get := s.t.Get
-	if p, ok := s.t.(Peeker); ok {
+	if w, ok := s.t.(SizedWriter); ok {
+		get = func(uk []byte) (any, bool) {
+			v, ok, n := w.PeekLen(uk)
+			lk.disk = n
+			return v, ok
+		}
+	} else if p, ok := s.t.(Peeker); ok {
 		get = p.Peek
 	}
 	if v, ok := get(nil); ok {
@@ -441,10 +471,15 @@ func (s *Slots) spill(lk *loadedKey, fn func(key []byte, group int, slots []int3
 func (s *Slots) writeBack(lk *loadedKey) {
 	lk.dirty = false
 	s.b.SetCurrentKey(lk.key, lk.group)
+	sw, sized := s.t.(SizedWriter)
 	if len(lk.ids) == 0 {
 		if lk.stored {
-			s.t.Delete(nil)
-			lk.stored = false
+			if sized {
+				sw.DeleteLen(nil, lk.disk)
+			} else {
+				s.t.Delete(nil)
+			}
+			lk.stored, lk.disk = false, -1
 		}
 		return
 	}
@@ -456,7 +491,11 @@ func (s *Slots) writeBack(lk *loadedKey) {
 		recs[i] = SlotRecord{s.ent[id].ns, w}
 	}
 	slices.SortFunc(recs, func(a, b SlotRecord) int { return cmp.Compare(a.NS, b.NS) })
-	s.t.Put(nil, recs) // the table keeps what it is given
+	if sized {
+		lk.disk = sw.PutLen(nil, recs, lk.disk) // the table keeps what it is given
+	} else {
+		s.t.Put(nil, recs)
+	}
 	lk.stored = true
 	s.addStored(lk.key, lk.group)
 }
@@ -481,7 +520,7 @@ func (f *storedFilter) mayHave(name string) bool {
 	if f.bits == nil {
 		return true
 	}
-	h1, h2 := storedHashes(name)
+	h1, h2 := storedHashes(maphash.String(slotSeed, name))
 	for i := range uint64(storedProbes) {
 		b := (h1 + i*h2) & f.mask
 		if f.bits[b>>6]&(1<<(b&63)) == 0 {
@@ -494,8 +533,11 @@ func (f *storedFilter) mayHave(name string) bool {
 // add adds name and counts it unless all its bits were set already (a key
 // written again, as every resident key is at every Flush, or a false
 // positive), so that rewrites do not bring the rebuild nearer.
-func (f *storedFilter) add(name string) {
-	h1, h2 := storedHashes(name)
+func (f *storedFilter) add(name string) { f.addHash(maphash.String(slotSeed, name)) }
+
+// addHash is add of the name whose hash (maphash with slotSeed) is h.
+func (f *storedFilter) addHash(h uint64) {
+	h1, h2 := storedHashes(h)
 	changed := false
 	for i := range uint64(storedProbes) {
 		b := (h1 + i*h2) & f.mask
@@ -515,8 +557,8 @@ const (
 	storedBitsPerKey = 8
 )
 
-func storedHashes(name string) (h1, h2 uint64) {
-	h := maphash.String(slotSeed, name)
+// storedHashes derives the probe sequence of a name from its hash.
+func storedHashes(h uint64) (h1, h2 uint64) {
 	return h, h>>32 | h<<32 | 1
 }
 
@@ -535,22 +577,29 @@ func (s *Slots) addStored(key []byte, group int) {
 }
 
 // rebuildStored builds the filter from a scan of the table's keys, sized
-// for twice as many keys as it holds now.
+// for twice as many keys as it holds now. The scan keeps only each key's
+// hash.
 func (s *Slots) rebuildStored() {
-	var names []string
-	kg := s.b.KeyGroups()
-	for g := kg.Start; g <= kg.End; g++ {
-		s.b.Keys(s.d.Name, g, func(key []byte) bool {
-			gk := binary.AppendUvarint(nil, uint64(g))
-			names = append(names, string(append(gk, key...)))
-			return true
-		})
+	var hashes []uint64
+	add := func(key []byte, g int) bool {
+		s.gk = binary.AppendUvarint(s.gk[:0], uint64(g))
+		s.gk = append(s.gk, key...)
+		hashes = append(hashes, maphash.Bytes(slotSeed, s.gk))
+		return true
 	}
-	limit := max(2*len(names), storedFilterMinKeys)
+	if ks, ok := s.b.(KeyScanner); ok {
+		ks.ScanKeys(s.d.Name, add)
+	} else {
+		kg := s.b.KeyGroups()
+		for g := kg.Start; g <= kg.End; g++ {
+			s.b.Keys(s.d.Name, g, func(key []byte) bool { return add(key, g) })
+		}
+	}
+	limit := max(2*len(hashes), storedFilterMinKeys)
 	size := uint64(1) << bits.Len64(uint64(limit*storedBitsPerKey-1))
 	s.stored = storedFilter{bits: make([]uint64, size/64), mask: size - 1, limit: limit}
-	for _, n := range names {
-		s.stored.add(n)
+	for _, h := range hashes {
+		s.stored.addHash(h)
 	}
 	s.stored.added = 0
 }

@@ -66,12 +66,18 @@ func Open(octx *stream.OperatorContext) (statebackend.Backend, error) {
 }
 
 // fullSnapshots hides the Pebble backend's IncrementalSnapshotter: only
-// the methods of statebackend.Backend are promoted, and SlotMemory.
+// the methods of statebackend.Backend are promoted, and SlotMemory and
+// KeyScanner.
 type fullSnapshots struct{ statebackend.Backend }
 
 // ReserveSlotMemory passes the Pebble backend's statebackend.SlotMemory on.
 func (f fullSnapshots) ReserveSlotMemory() int64 {
 	return f.Backend.(statebackend.SlotMemory).ReserveSlotMemory()
+}
+
+// ScanKeys passes the Pebble backend's statebackend.KeyScanner on.
+func (f fullSnapshots) ScanKeys(table string, fn func(key []byte, keyGroup int) bool) {
+	f.Backend.(statebackend.KeyScanner).ScanKeys(table, fn)
 }
 
 // safeName maps an operator uid to a file name: characters other than

@@ -276,6 +276,7 @@ type Backend struct {
 
 var _ statebackend.Backend = (*Backend)(nil)
 var _ statebackend.SlotMemory = (*Backend)(nil)
+var _ statebackend.KeyScanner = (*Backend)(nil)
 
 // New creates an empty backend for the key groups kg in a new database in
 // opts.Dir.
@@ -350,6 +351,15 @@ func pebbleOptions(opts Options, create bool) *pebble.Options {
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	// No tombstone-density compactions: state deletes keys all the time
+	// (fired windows and timers, expired entries), and Pebble's default
+	// compacts every sstable whose blocks are a tenth tombstones at once,
+	// rewriting the bottom level again and again for a few deletions
+	// (q5 spent more CPU in them than in all its reads). Tombstones are
+	// dropped by the ordinary compactions that L0's file count and the
+	// level sizes trigger, and the backend's scans (timers, Keys, map
+	// Range) start after the keys they already consumed.
+	po.Experimental.TombstoneDenseCompactionThreshold = -1
 	if opts.Configure != nil {
 		opts.Configure(po)
 	}
@@ -576,7 +586,7 @@ func (b *Backend) Keys(name string, keyGroup int, fn func(key []byte) bool) {
 		for ok := it.First(); ok && len(keys) < page; {
 			k, _, good := parseStateKey(it.Key()[len(prefix):])
 			if !good {
-				b.fail(fmt.Errorf("%w: pebble state backend: table %q: bad key %x", statebackend.ErrCorrupt, name, it.Key()))
+				b.fail(fmt.Errorf("%w: pebble state backend: table %q: a key of %d bytes does not parse as a state key", statebackend.ErrCorrupt, name, len(it.Key())))
 				break
 			}
 			keys = append(keys, bytes.Clone(k))
@@ -599,6 +609,49 @@ func (b *Backend) Keys(name string, keyGroup int, fn func(key []byte) bool) {
 			return
 		}
 		lower = prefixEnd(appendStateKey(nil, keyGroup, t.id, keys[len(keys)-1]))
+	}
+}
+
+// ScanKeys implements statebackend.KeyScanner: one iterator over the
+// table's keys in every key group of the backend, rather than one per key
+// group and page as Keys opens.
+func (b *Backend) ScanKeys(name string, fn func(key []byte, keyGroup int) bool) {
+	if b.closed {
+		return
+	}
+	t := b.tables[name]
+	if t == nil {
+		return
+	}
+	b.flush()
+	it, err := b.newIter(&pebble.IterOptions{LowerBound: kgPrefix(b.kg.Start), UpperBound: kgPrefix(b.kg.End + 1)})
+	if err != nil {
+		b.fail(err)
+		return
+	}
+	defer func() {
+		if err := it.Close(); err != nil {
+			b.fail(err)
+		}
+	}()
+	var prefix []byte
+	for kg := b.kg.Start; kg <= b.kg.End; kg++ {
+		prefix = appendTablePrefix(prefix[:0], kg, t.id)
+		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); {
+			k, _, good := parseStateKey(it.Key()[len(prefix):])
+			if !good {
+				b.fail(fmt.Errorf("%w: pebble state backend: table %q: a key of %d bytes does not parse as a state key", statebackend.ErrCorrupt, name, len(it.Key())))
+				return
+			}
+			if !fn(k, kg) {
+				return
+			}
+			if t.kind == statebackend.KindMap {
+				ok = it.SeekGE(prefixEnd(appendStateKey(b.kbuf[:0], kg, t.id, k)))
+			} else {
+				ok = it.Next()
+			}
+		}
 	}
 }
 

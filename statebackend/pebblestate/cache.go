@@ -2,8 +2,11 @@ package pebblestate
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"unsafe"
 
 	"github.com/weirstream/weir/statebackend/internal/chunk"
@@ -56,6 +59,9 @@ type valueCache struct {
 	table []uint64       // hash index: 0 empty, else tag<<32 | slot+1
 	hand  int32
 	dirty []int32 // slots made dirty since the last flush (some may be clean or free again)
+	// victims is settle's scratch: the dirty entries a sweep evicts,
+	// counted in used by its capacity.
+	victims []dirtyRef
 	// last is the entry of the last call (tried before the table), in
 	// slot lastSlot.
 	last     *cacheEntry
@@ -86,6 +92,9 @@ const (
 	// database (cur = disk ≥ 0) but not the value, which Peek read without
 	// keeping: a Put or Delete need not read it again, a Get reads it.
 	entStub
+	// entVictim: chosen by the current eviction sweep, to be written
+	// back and removed when it ends.
+	entVictim
 )
 
 const (
@@ -355,9 +364,13 @@ func (b *Backend) settle() {
 	if c.used <= c.budget {
 		return
 	}
+	// Clean victims go at once; dirty ones are written back after the
+	// sweep, in key order (see flush), and go then.
 	var written, limit int64 = 0, b.opts.MemTableBytes / 4
-	for c.used > c.budget-c.slack && c.live > 0 {
-		if written >= limit && c.used <= c.budget {
+	var deferred int64 // bytes of the dirty victims not yet removed
+	victims := c.victims[:0]
+	for c.used-deferred > c.budget-c.slack && c.live > len(victims) {
+		if written >= limit && c.used-deferred <= c.budget {
 			break
 		}
 		i := c.hand
@@ -365,17 +378,28 @@ func (b *Backend) settle() {
 			c.hand = 0
 		}
 		switch e := c.at(i); {
-		case e.flags&entLive == 0:
+		case e.flags&entLive == 0, e.flags&entVictim != 0:
 		case e.flags&entRef != 0:
 			e.flags &^= entRef
+		case e.flags&entDirty != 0:
+			written += int64(len(e.kv)) + memtableNodeBytes
+			deferred += e.bytes()
+			e.flags |= entVictim
+			victims = append(victims, c.ref(i))
 		default:
-			if e.flags&entDirty != 0 {
-				written += int64(len(e.kv)) + memtableNodeBytes
-			}
-			b.writeBack(e)
 			c.remove(e, i)
 		}
 	}
+	sortRefs(c, victims)
+	for _, r := range victims {
+		e := c.at(r.slot)
+		b.writeBack(e)
+		c.remove(e, r.slot)
+	}
+	if n := cap(victims) - cap(c.victims); n > 0 {
+		c.used += int64(n) * int64(unsafe.Sizeof(dirtyRef{}))
+	}
+	c.victims = victims[:0]
 	c.compactDirty()
 	b.commit()
 }
@@ -436,17 +460,81 @@ func (b *Backend) writeBack(e *cacheEntry) {
 
 // flush writes every dirty entry to the batch and commits it. The entries
 // stay cached, clean. Afterwards the database holds all state.
+//
+// Many entries are written in key order: Pebble sorts a batch of half a
+// memtable or more (a checkpoint's write-back of a window's resident keys)
+// before it applies it as a memtable of its own, and inserts a smaller one
+// into the memtable's skiplist, and both cost far less for sorted keys
+// than the sort below, which compares prefixes held in the array it
+// sorts rather than keys decoded from the batch.
 func (b *Backend) flush() {
 	c := &b.cache
-	for _, i := range c.dirty {
-		e := c.at(i)
-		e.flags &^= entListed
-		if e.flags&entLive != 0 {
-			b.writeBack(e)
+	if len(c.dirty) < flushSortMin {
+		for _, i := range c.dirty {
+			e := c.at(i)
+			e.flags &^= entListed
+			if e.flags&entLive != 0 {
+				b.writeBack(e)
+			}
+		}
+	} else {
+		// The batch's earlier writes (timers, metadata) go first, so
+		// that the one carrying the flush is in key order throughout.
+		b.commit()
+		for _, r := range c.sortedDirty() {
+			b.writeBack(c.at(r.slot))
 		}
 	}
 	c.dirty = c.dirty[:0]
 	b.commit()
+}
+
+// flushSortMin is the fewest dirty entries flush writes in key order.
+const flushSortMin = 256
+
+// dirtyRef is a dirty entry in flush's sort: the first 16 bytes of its
+// key (zero-padded, big endian) and its slot.
+type dirtyRef struct {
+	hi, lo uint64
+	slot   int32
+}
+
+// sortedDirty clears the listed flag of every slot in c.dirty and returns
+// the live dirty ones in key order. The slice is not kept: it exists
+// while flush runs, outside the cache's budget.
+func (c *valueCache) sortedDirty() []dirtyRef {
+	refs := make([]dirtyRef, 0, len(c.dirty))
+	for _, i := range c.dirty {
+		e := c.at(i)
+		e.flags &^= entListed
+		if e.flags&(entLive|entDirty) == entLive|entDirty {
+			refs = append(refs, c.ref(i))
+		}
+	}
+	sortRefs(c, refs)
+	return refs
+}
+
+// ref returns the sort reference of the entry in slot i.
+func (c *valueCache) ref(i int32) dirtyRef {
+	var p [16]byte
+	copy(p[:], c.at(i).key())
+	return dirtyRef{binary.BigEndian.Uint64(p[:8]), binary.BigEndian.Uint64(p[8:]), i}
+}
+
+// sortRefs sorts refs by their entries' keys.
+func sortRefs(c *valueCache, refs []dirtyRef) {
+	slices.SortFunc(refs, func(x, y dirtyRef) int {
+		if x.hi != y.hi {
+			return cmp.Compare(x.hi, y.hi)
+		}
+		if x.lo != y.lo {
+			return cmp.Compare(x.lo, y.lo)
+		}
+		// Equal prefixes (a zero-padded prefix sorts as the key does):
+		// the whole keys decide.
+		return bytes.Compare(c.at(x.slot).key(), c.at(y.slot).key())
+	})
 }
 
 // dropCache flushes and then empties the cache: before writes that bypass

@@ -106,7 +106,7 @@ func (b *Backend) encodeKeyGroup(kg int) ([]byte, error) {
 		}
 		key, uk, good := parseStateKey(k[2+w:])
 		if !good {
-			return nil, fmt.Errorf("%w: pebble state backend: key group %d: bad key %x", statebackend.ErrCorrupt, kg, k)
+			return nil, fmt.Errorf("%w: pebble state backend: key group %d: a key of %d bytes does not parse as a state key", statebackend.ErrCorrupt, kg, len(k))
 		}
 		tb := &bodies[len(bodies)-1]
 		v, keep, err := tb.t.snapshotValue(key, it.Value(), &fbuf)

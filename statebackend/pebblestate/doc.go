@@ -135,9 +135,12 @@
 // the budget. An entry holds the key's encoded value, its decoded value
 // once a Get or Put has seen it, or the fact that the key has no value
 // (so a first-seen key costs one Pebble lookup, not one per access), or,
-// after a Peek, only the value's length (a stub: Slots reads a key's
-// slots with Peek and writes them back with Put, which then need not read
-// the old value again to keep SizeBytes exact):
+// after a Peek, only the value's length (a stub, so that a Put or Delete
+// that follows need not read the old value again to keep SizeBytes exact;
+// a Slots, which reads a key's slots with PeekLen, also keeps that length
+// itself and writes them back with PutLen and DeleteLen, giving it:
+// statebackend.SizedWriter, so that a stub the cache evicted costs no
+// read either):
 //
 //   - Get of a cached key returns the decoded value: no Pebble lookup, no
 //     decoding. As in the heap backend, the value given to Put is what Get
@@ -151,14 +154,26 @@
 //     below it (an evicted entry frees its key, value and decoded value;
 //     its slot is reused by the next entry), or, once within the budget,
 //     until its writes would fill a quarter of a memtable (Pebble makes a
-//     larger batch a memtable of its own, which reads search apart), writes the evicted dirty entries to the batch and commits
-//     it, so that reads need not look for them in the batch.
+//     larger batch a memtable of its own, which reads search apart), then
+//     writes the sweep's dirty victims to the batch in key order and
+//     commits it, so that reads need not look for them in the batch.
 //   - Every operation that reads Pebble directly first writes all dirty
 //     entries to the batch and commits it (they stay cached, clean): Keys
-//     and map Range and Clear (before every page), Snapshot,
+//     and map Range and Clear (before every page), ScanKeys, Snapshot,
 //     Checkpoint/SnapshotFiles, Close and the codec check of a restored
 //     table. Restore and MergeInto write around the cache, so they flush
 //     and empty it first. Timers are not cached.
+//   - Write-backs of 256 entries or more go to the batch in key order
+//     (sorted by a 16-byte key prefix held beside each entry's slot, the
+//     whole keys breaking ties), in a batch of their own: Pebble inserts
+//     a sorted batch into the memtable's skiplist near the previous
+//     insertion, and sorts a batch of half a memtable or more (a
+//     checkpoint's write-back of a window's resident keys) in linear
+//     time. Measured on running_count over 1 M keys, the memtable
+//     insertions of eviction sweeps took half the CPU (0.44 s against
+//     0.88 s) for 0.07 s of sorting; on q5 Pebble's sorting of large
+//     batches fell from 0.97 s to 0.38 s of CPU over 10 checkpoints (what
+//     is left sorts batches of timer deletions).
 //
 // Pebble's block cache sits below and holds blocks of keys the value cache
 // missed: the backend's own (Options.CacheBytes, default 64 MiB), or one
@@ -251,6 +266,17 @@
 // uniformly spread updates), but made a read-modify-write with a deep L0
 // ~17× slower (~250 µs against ~15 µs): the changelog gets a lower ratio
 // without that cost. Options.Configure can still change the settings.
+//
+// Tombstone-density compactions (Pebble's default compacts an sstable
+// once a tenth of its blocks are mostly tombstones) are off. State
+// deletes all the time — fired windows and timers, expired TTL entries —
+// and q5 (Nexmark, sliding windows) ran 25 of its 28 compactions for
+// tombstones, rewriting its whole bottom level each time: 2.3 s of CPU in
+// compactions against 1.35 s without them, for the same 1.2 MB of final
+// state. The ordinary compactions (L0's read amplification, level sizes)
+// still drop tombstones, and the backend's scans skip those they can:
+// timer loads start after the last timer they read, Keys and map Range
+// after the last key of the page before.
 //
 // pebblestate imports the standard library, stream, statebackend,
 // statebackend/internal/chunk and Pebble.

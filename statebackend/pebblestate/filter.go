@@ -125,7 +125,7 @@ func (b *Backend) sweepTable(t *table, n int) error {
 			for _, e := range entries {
 				key, _, ok := parseStateKey(e.k[len(prefix):])
 				if !ok {
-					return fmt.Errorf("%w: pebble state backend: table %q: bad key %x", statebackend.ErrCorrupt, t.name, e.k)
+					return fmt.Errorf("%w: pebble state backend: table %q: a key of %d bytes does not parse as a state key", statebackend.ErrCorrupt, t.name, len(e.k))
 				}
 				out, keep, err := t.snapshotValue(key, e.v, &buf)
 				switch {

@@ -30,8 +30,9 @@ type table struct {
 }
 
 var (
-	_ statebackend.Table  = (*table)(nil)
-	_ statebackend.Peeker = (*table)(nil)
+	_ statebackend.Table       = (*table)(nil)
+	_ statebackend.Peeker      = (*table)(nil)
+	_ statebackend.SizedWriter = (*table)(nil)
 )
 
 func (t *table) Descriptor() statebackend.Descriptor { return t.d }
@@ -78,18 +79,26 @@ func (t *table) Get(userKey []byte) (any, bool) {
 // value's length (a stub entry), so that a Put or Delete that follows
 // does not read it again.
 func (t *table) Peek(userKey []byte) (any, bool) {
+	v, ok, _ := t.PeekLen(userKey)
+	return v, ok
+}
+
+// PeekLen implements statebackend.SizedWriter.
+func (t *table) PeekLen(userKey []byte) (any, bool, int) {
 	b := t.b
 	if b.closed {
-		return nil, false
+		return nil, false, -1
 	}
 	k := t.key(userKey)
 	if e := b.cache.lookup(k); e != nil && e.flags&entStub == 0 {
-		return t.Get(userKey)
+		n := int(e.cur)
+		v, ok := t.Get(userKey)
+		return v, ok, n
 	}
 	enc, found, err := b.get(k, nil)
 	if err != nil {
 		b.fail(fmt.Errorf("pebble state backend: key %s: read: %w", chunk.Printable(k), err))
-		return nil, false
+		return nil, false, -1
 	}
 	// The cache remembers the value's length, so that writing the key
 	// back (Put, Delete) does not read it again.
@@ -100,14 +109,40 @@ func (t *table) Peek(userKey []byte) (any, bool) {
 	b.cache.stub(k, n)
 	b.settle()
 	if !found {
-		return nil, false
+		return nil, false, -1
 	}
 	v, err := t.d.Codec.DecodeValue(enc)
 	if err != nil {
 		panic(fmt.Sprintf("pebble state backend: %s state %q, key %s: stored value does not decode with codec %s: %v",
 			t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
 	}
-	return v, true
+	return v, true, n
+}
+
+// PutLen implements statebackend.SizedWriter: if the value cache does not
+// hold the key, it records old as the key's stored length (a stub entry,
+// as Peek leaves), so that Put does not read the key.
+func (t *table) PutLen(userKey []byte, v any, old int) int {
+	b := t.b
+	if b.closed {
+		return old
+	}
+	b.cache.stub(t.key(userKey), old)
+	t.Put(userKey, v)
+	if b.err != nil {
+		return old
+	}
+	return len(b.vbuf) // Put's encoding
+}
+
+// DeleteLen implements statebackend.SizedWriter, as PutLen.
+func (t *table) DeleteLen(userKey []byte, old int) {
+	b := t.b
+	if b.closed {
+		return
+	}
+	b.cache.stub(t.key(userKey), old)
+	t.Delete(userKey)
 }
 
 // Put encodes v (so that an encoding error is reported here and SizeBytes
