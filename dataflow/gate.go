@@ -136,21 +136,16 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 			ch.detached = false
 		}
 	}
-	if e.kind == eventWatermark {
-		if last := ch.q.last(); last != nil && last.kind == eventWatermark {
-			last.value = max(last.value, e.value)
-			g.mu.Unlock()
-			return true
-		}
-	}
-	if e.kind != eventBatch {
-		if maxControl > 0 && ch.control >= maxControl {
-			g.mu.Unlock()
-			return false
-		}
+	if last := ch.q.last(); e.kind == eventWatermark && last != nil && last.kind == eventWatermark {
+		// Merged into the watermark at the end of the buffer, which may
+		// have just been put there (the cell's, above) into an empty
+		// channel: the channel is queued below like for any event.
+		last.value = max(last.value, e.value)
+	} else if e.kind != eventBatch && maxControl > 0 && ch.control >= maxControl {
+		g.mu.Unlock()
+		return false
+	} else if e.kind == eventBarrier && e.unaligned {
 		ch.control++
-	}
-	if e.kind == eventBarrier && e.unaligned {
 		// The barrier of an unaligned checkpoint overtakes what the
 		// channel buffers; the batches it overtook are marked, so that
 		// the task keeps them as channel state. A batch an earlier
@@ -163,6 +158,9 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 		}
 		ch.q.pushFront(e)
 	} else {
+		if e.kind != eventBatch {
+			ch.control++
+		}
 		ch.q.push(e)
 	}
 	signal := false

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -384,4 +385,32 @@ func runWatermarkOrderJob(t *testing.T, seed int64, par, rows, credits int, chec
 		t.Fatalf("%d of %d consumers took rows", len(o.rows), par)
 	}
 	return o
+}
+
+// TestCellWatermarkMergeQueuesChannel: a watermark event pushed into an
+// empty channel whose cell moved on merges into the cell's watermark that
+// the push puts ahead of it, and the channel is readable at once (it was
+// left out of the channels to read, so the watermark waited for the
+// channel's next event).
+func TestCellWatermarkMergeQueuesChannel(t *testing.T) {
+	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
+	defer x.Close()
+	g := newInputGate()
+	defer g.close()
+	key := channelKey{JobID: "j", DownstreamVertex: 1}
+	ch := g.add(key, 0, genSchema)
+	if err := x.registerInput(ch); err != nil {
+		t.Fatal(err)
+	}
+	defer x.unregisterInput(ch)
+	cell := x.acquireCell(cellKeyOf(key))
+	defer x.releaseCell(cell)
+	cell.publish(10)
+	g.push(ch, event{kind: eventWatermark, value: 7})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	e, c, err := g.next(ctx, nil)
+	if err != nil || c != ch || e.kind != eventWatermark || e.value != 10 {
+		t.Fatalf("next = %v %d on %v, %v; want watermark 10 on the channel", e.kind, e.value, c, err)
+	}
 }
