@@ -77,7 +77,27 @@ var (
 	buildOnce sync.Once
 	buildDir  string
 	buildErr  error
+	// builtHere records that buildDir is a temporary directory this
+	// process made, which Main removes.
+	builtHere bool
+	// inMain records that the test binary runs through Main.
+	inMain bool
 )
+
+// Main runs the tests of a package that starts clusters and then removes
+// the binaries Binaries built for them (about 250 MB a package, which
+// would otherwise stay in $TMPDIR after every run). Every such package
+// calls it from its TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }
+func Main(m *testing.M) int {
+	inMain = true
+	code := m.Run()
+	if builtHere {
+		os.RemoveAll(buildDir)
+	}
+	return code
+}
 
 // EnvBinaries names a directory of test/testbin's jobmanager, taskmanager
 // and weir built beforehand, with the race detector exactly when the tests
@@ -92,6 +112,9 @@ const EnvBinaries = "WEIR_TEST_BINARIES"
 // registered too.
 func Binaries(t testing.TB) string {
 	t.Helper()
+	if !inMain {
+		t.Fatalf("clustertest: the package's TestMain must run the tests through clustertest.Main, which removes the binaries built for them: func TestMain(m *testing.M) { os.Exit(clustertest.Main(m)) }")
+	}
 	buildOnce.Do(func() {
 		if dir := os.Getenv(EnvBinaries); dir != "" {
 			for _, name := range []string{"jobmanager", "taskmanager", "weir"} {
@@ -113,6 +136,7 @@ func Binaries(t testing.TB) string {
 			buildErr = err
 			return
 		}
+		builtHere = true
 		args := []string{"build", "-o", buildDir + "/"}
 		if raceEnabled {
 			args = append(args, "-race")
