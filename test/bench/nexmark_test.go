@@ -252,19 +252,27 @@ func nexmarkBench(tb testing.TB, s nexmarkSettings) []*nexmarkQuery {
 	for _, q := range nexmark.Queries {
 		nq := &nexmarkQuery{name: q, events: s.events, sources: nexmarkSources(tb, q)}
 		if nq.events == 0 {
-			// Calibrate: a run of 2 million events, then size the runs
-			// so that they last at least s.seconds even on an idle
-			// machine: the probe's events per CPU-second times every
-			// core, with a margin of a quarter for the probe's job
-			// start (a margin of 5 % left a 26 s run). Sizing by CPU time rather
-			// than wall time keeps a probe slowed by other work from
-			// making short runs; a run on a busy machine only lasts
-			// longer.
-			const probe = 2_000_000
-			r := runNexmark(tb, c, q, s, probe, "", nil)
-			perCPU := float64(probe) / max(r.cpu, 0.01)
-			want := 1.25 * perCPU * float64(runtime.NumCPU()) * s.seconds
-			nq.events = min(nexmarkMaxEvents, max(probe, (int64(want)/1_000_000+1)*1_000_000))
+			// Calibrate: runs of 1 and 3 million events; the 2 million
+			// events between them per CPU-second are the query's rate
+			// without the job's start and with state grown past its
+			// first second. The runs are sized so that they last at
+			// least s.seconds even on an idle machine: that rate times
+			// every core, with a margin of a tenth. (A single probe's
+			// rate, with a margin of a quarter for its job start, made
+			// the stateful queries' runs 46-63 s instead of about 37.)
+			// Sizing by CPU time rather than wall time keeps a probe
+			// slowed by other work from making short runs; a run on a
+			// busy machine only lasts longer.
+			const small, large = 1_000_000, 3_000_000
+			r1 := runNexmark(tb, c, q, s, small, "", nil)
+			r3 := runNexmark(tb, c, q, s, large, "", nil)
+			perCPU := float64(large-small) / max(r3.cpu-r1.cpu, 0.01)
+			if r3.cpu <= r1.cpu {
+				// Noise swamped the difference: the larger run alone.
+				perCPU = float64(large) / max(r3.cpu, 0.01)
+			}
+			want := 1.1 * perCPU * float64(runtime.NumCPU()) * s.seconds
+			nq.events = min(nexmarkMaxEvents, max(large, (int64(want)/1_000_000+1)*1_000_000))
 		}
 		qs = append(qs, nq)
 	}
