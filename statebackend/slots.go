@@ -349,17 +349,17 @@ func (s *Slots) loadKey(key []byte, group int) (lk *loadedKey, fresh bool) {
 		return lk, true // never written: nothing to read
 	}
 	s.b.SetCurrentKey(key, group)
-	get := s.t.Get
-	if w, ok := s.t.(SizedWriter); ok {
-		get = func(uk []byte) (any, bool) {
-			v, ok, n := w.PeekLen(uk)
-			lk.disk = n
-			return v, ok
-		}
-	} else if p, ok := s.t.(Peeker); ok {
-		get = p.Peek
+	var v any
+	var ok bool
+	switch t := s.t.(type) {
+	case SizedWriter:
+		v, ok, lk.disk = t.PeekLen(nil)
+	case Peeker:
+		v, ok = t.Peek(nil)
+	default:
+		v, ok = s.t.Get(nil)
 	}
-	if v, ok := get(nil); ok {
+	if ok {
 		lk.stored = true
 		for _, r := range v.([]SlotRecord) {
 			s.add(lk, slotHash(key, r.NS), r.NS, r.Words)
