@@ -54,6 +54,9 @@ type ckgenConfig struct {
 	Rows  int64 `json:"rows"`
 	Batch int   `json:"batch"`
 	Keys  int64 `json:"keys"`
+	// NoWatermarks: no watermark after each batch (which would send what
+	// a channel to a peer holds to coalesce it).
+	NoWatermarks bool `json:"noWatermarks"`
 }
 
 type ckgenSource struct {
@@ -127,7 +130,9 @@ func (g *ckgenSource) Poll(_ context.Context, out stream.Collector) (stream.Poll
 	g.st.emitted.Add(int64(len(ids)))
 	last := ids[len(ids)-1]
 	out.Collect(b)
-	out.EmitWatermark(last)
+	if !g.cfg.NoWatermarks {
+		out.EmitWatermark(last)
+	}
 	return stream.PollEmitted, nil
 }
 

@@ -58,6 +58,20 @@ type ExchangeConfig struct {
 	// CompressionZstd (its fastest level), for slower networks. Received
 	// batches are decompressed whatever this says.
 	Compression string
+	// CoalesceRows is the rows up to which a channel to a peer gathers the
+	// consecutive batches its task sends before it sends them as one,
+	// which also stays under MaxFrameBytes by the values' estimated size:
+	// every batch crossing the network costs the same hand-offs and a
+	// string dictionary of its own, whatever its size. A channel sends
+	// what it holds before its task waits for input, before any other
+	// event on it (watermark, barrier, end of partition) and CoalesceTimeout
+	// after it began holding, so gathering delays nothing while the task
+	// is idle. 0: the default, 4096; 1 or a negative number: off.
+	CoalesceRows int
+	// CoalesceTimeout bounds the time a channel holds batches while its
+	// task stays busy (Flink's buffer timeout, which Weir needs only under
+	// load). Default 10 ms.
+	CoalesceTimeout time.Duration
 	// MaxFrameBytes bounds the batch bytes coalesced into one network frame.
 	// A single batch larger than this travels alone in its frame, so the
 	// receiving gRPC server must accept messages of the largest batch
@@ -71,11 +85,16 @@ type ExchangeConfig struct {
 	Logger *slog.Logger
 }
 
+// maxCoalesceRows bounds ExchangeConfig.CoalesceRows.
+const maxCoalesceRows = 1 << 20
+
 // Default values of ExchangeConfig.
 const (
 	DefaultCreditsPerChannel = 4
 	DefaultMaxFrameBytes     = 1 << 20
 	DefaultMemoryBytes       = 64 << 20
+	DefaultCoalesceRows      = 4096
+	DefaultCoalesceTimeout   = 10 * time.Millisecond
 )
 
 // DefaultExchangeConfig returns the defaults for an exchange reachable at
@@ -86,6 +105,8 @@ func DefaultExchangeConfig(selfAddress string) ExchangeConfig {
 		CreditsPerChannel: DefaultCreditsPerChannel,
 		MaxFrameBytes:     DefaultMaxFrameBytes,
 		MemoryBytes:       DefaultMemoryBytes,
+		CoalesceRows:      DefaultCoalesceRows,
+		CoalesceTimeout:   DefaultCoalesceTimeout,
 	}
 }
 
@@ -114,6 +135,12 @@ func (c ExchangeConfig) Validate() error {
 	if c.DebloatTarget < 0 {
 		return fmt.Errorf("dataflow: exchange config: DebloatTarget %v is negative; use 0 for off", c.DebloatTarget)
 	}
+	if c.CoalesceRows > maxCoalesceRows {
+		return fmt.Errorf("dataflow: exchange config: CoalesceRows %d is above the most allowed, %d (default %d; 1: off)", c.CoalesceRows, maxCoalesceRows, DefaultCoalesceRows)
+	}
+	if c.CoalesceTimeout < 0 {
+		return fmt.Errorf("dataflow: exchange config: CoalesceTimeout %v is negative (default %v)", c.CoalesceTimeout, DefaultCoalesceTimeout)
+	}
 	return nil
 }
 
@@ -126,6 +153,12 @@ func (c ExchangeConfig) withDefaults() ExchangeConfig {
 	}
 	if c.MemoryBytes <= 0 {
 		c.MemoryBytes = DefaultMemoryBytes
+	}
+	if c.CoalesceRows == 0 {
+		c.CoalesceRows = DefaultCoalesceRows
+	}
+	if c.CoalesceTimeout <= 0 {
+		c.CoalesceTimeout = DefaultCoalesceTimeout
 	}
 	if c.DialOptions == nil {
 		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), PeerConnectParams()}

@@ -263,6 +263,19 @@ func (g *inputGate) takeCells(buf []cellWatermark) []cellWatermark {
 // cell of its channels has a new watermark (takeCells), it returns a nil
 // channel and no error, so that the task can handle what woke it. Only the
 // task goroutine calls it.
+// hasData reports whether a channel that is not blocked has an event
+// waiting.
+func (g *inputGate) hasData() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := 0; i < g.mu.avail.len(); i++ {
+		if ch := g.channels[*g.mu.avail.at(i)]; !ch.blocked && ch.q.len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inputChannel, error) {
 	// Checked even when data is waiting, so that a task whose inputs never
 	// run dry still notices cancellation.

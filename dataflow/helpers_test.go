@@ -63,12 +63,14 @@ func newTestState() *testState {
 // genConfig configures the "gen" source: subtask s of p emits ids s, s+p,
 // s+2p, … below Rows (forever when Rows < 0) with key id%Keys and name
 // "n<key>", in batches of Batch rows, and after each batch the watermark
-// (its largest id). IdleEvery > 0 makes every IdleEvery-th poll idle.
+// (its largest id) unless NoWatermarks. IdleEvery > 0 makes every
+// IdleEvery-th poll idle.
 type genConfig struct {
-	Rows      int64 `json:"rows"`
-	Batch     int   `json:"batch"`
-	Keys      int64 `json:"keys"`
-	IdleEvery int   `json:"idleEvery"`
+	Rows         int64 `json:"rows"`
+	Batch        int   `json:"batch"`
+	Keys         int64 `json:"keys"`
+	IdleEvery    int   `json:"idleEvery"`
+	NoWatermarks bool  `json:"noWatermarks"`
 }
 
 type genSource struct {
@@ -114,7 +116,9 @@ func (g *genSource) Poll(_ context.Context, out stream.Collector) (stream.PollSt
 	last := ids[len(ids)-1]
 	g.st.emitted.Add(int64(len(ids)))
 	out.Collect(b)
-	out.EmitWatermark(last)
+	if !g.cfg.NoWatermarks {
+		out.EmitWatermark(last)
+	}
 	return stream.PollEmitted, nil
 }
 

@@ -42,6 +42,21 @@ type outputChannel struct {
 	// budget bounds the bytes in flight on the channel (see
 	// ExchangeConfig.ChannelBytes and DebloatTarget); nil when unbounded.
 	budget *flowBudget
+	// coalesce, when above 0, is the rows up to which the channel gathers
+	// consecutive batches before it sends them (coalesce.go): linger
+	// holds them, lingerRows counts their rows, and the channel is listed
+	// in lingerSet while it may hold any. It holds less than
+	// coalesceBytes (ExchangeConfig.MaxFrameBytes). lingerNeedsCredit (a gated
+	// task's channel): hold only what could be sent at once. Task
+	// goroutine only.
+	coalesce          int
+	coalesceBytes     int64
+	lingerNeedsCredit bool
+	linger            []*stream.Batch
+	lingerRows        int
+	lingerBytes       int64 // their estimated size (batchBytes)
+	lingerSet         *lingerSet
+	inLingerSet       bool
 	// full, if not nil, counts the channels of the task's output that
 	// cannot take a batch now (outputWriter.full): the channel adds itself
 	// while it is connected and has no credit (or budget) left.
@@ -82,9 +97,25 @@ func (o *outputChannel) grant(n int) {
 }
 
 // put is send for a channel that may be deferred: a deferred channel
-// queues what cannot go at once instead of waiting for it. On a channel
-// with a byte budget a batch larger than half the budget goes in pieces.
+// queues what cannot go at once instead of waiting for it. A channel to a
+// peer may hold a batch to send it with the next ones (coalesce.go). On a
+// channel with a byte budget a batch larger than half the budget goes in
+// pieces.
 func (o *outputChannel) put(ctx context.Context, e event) error {
+	if o.coalesce > 0 {
+		if e.kind == eventBatch {
+			return o.lingerBatch(ctx, e.batch)
+		}
+		if err := o.flushLinger(ctx); err != nil {
+			e.release()
+			return err
+		}
+	}
+	return o.putNow(ctx, e)
+}
+
+// putNow is put without coalescing.
+func (o *outputChannel) putNow(ctx context.Context, e event) error {
 	if o.budget != nil && e.kind == eventBatch {
 		if rows := o.pieceRows(e.batch); rows > 0 {
 			return o.putPieces(ctx, e.batch, rows)
@@ -189,7 +220,8 @@ func (o *outputChannel) flush() (bool, error) {
 
 // overtake sends barrier e ahead of the batches waiting in pending (an
 // unaligned checkpoint at a source). They stay in pending, to be sent
-// after it; the caller recorded them as channel state first.
+// after it, and so do the batches the channel holds to coalesce them; the
+// caller recorded them all as channel state first.
 func (o *outputChannel) overtake(e event) error {
 	sent, err := o.trySend(e)
 	if err != nil || sent {
@@ -208,17 +240,23 @@ func (o *outputChannel) overtake(e event) error {
 	return nil
 }
 
-// pendingBatches calls f with every batch waiting in pending, oldest first.
+// pendingBatches calls f with every batch waiting in pending, oldest first,
+// then with those the channel holds to coalesce them.
 func (o *outputChannel) pendingBatches(f func(*stream.Batch)) {
 	for i := 0; i < o.pending.len(); i++ {
 		if e := o.pending.at(i); e.kind == eventBatch {
 			f(e.batch)
 		}
 	}
+	for _, b := range o.linger {
+		f(b)
+	}
 }
 
-// dropPending releases what waits in pending (the task is ending).
+// dropPending releases what waits in pending and what the channel holds
+// to coalesce (the task is ending).
 func (o *outputChannel) dropPending() {
+	o.dropLinger()
 	for o.pending.len() > 0 {
 		e := o.popPending()
 		e.release()

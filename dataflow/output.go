@@ -206,6 +206,9 @@ type outputWriter struct {
 	// grants on wake.
 	gated bool
 	full  atomic.Int64
+	// linger lists the channels holding batches to coalesce them
+	// (coalesce.go).
+	linger lingerSet
 }
 
 var _ stream.SideOutputCollector = (*outputWriter)(nil)

@@ -692,6 +692,7 @@ func (t *Task) Run(ctx context.Context) (err error) {
 	if w.deferred || w.gated {
 		w.wake = make(chan struct{}, 1)
 	}
+	w.linger.timeout = t.x.cfg.CoalesceTimeout
 	r.w = w
 	finished := false
 	defer func() {
@@ -854,6 +855,11 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		if err := r.processingTime(); err != nil {
 			return err
 		}
+		if r.w.lingerDue() {
+			if err := r.w.flushLinger(); err != nil {
+				return fmt.Errorf("task %s: %w", t.name, err)
+			}
+		}
 		if r.w.deferred {
 			// The previous Poll's output goes before the next Poll.
 			if err := r.pumpOutput(ctx, nil); err != nil {
@@ -877,6 +883,14 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		case stream.PollEmitted:
 			wait = minIdleWait
 		case stream.PollIdle:
+			if r.w.lingering() {
+				// What the output holds to coalesce it goes before the
+				// task waits (a deferred output's in the next pump).
+				if err := r.w.flushLinger(); err != nil {
+					return fmt.Errorf("task %s: %w", t.name, err)
+				}
+				continue
+			}
 			d := wait
 			if h, ok := head.src.(stream.IdleHinter); ok {
 				d = min(max(h.IdleFor(), minIdleWait), maxHintedWait)
@@ -1047,6 +1061,12 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 				}
 			}
 		}
+		// What the output holds to coalesce it goes before the task waits.
+		if r.w.lingering() && (r.w.lingerDue() || !gate.hasData()) {
+			if err := r.w.flushLinger(); err != nil {
+				return fmt.Errorf("task %s: %w", t.name, err)
+			}
+		}
 		e, ch, err := gate.next(ctx, t.ctl.wake)
 		if err != nil {
 			return err
@@ -1088,6 +1108,12 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 func (t *Task) awaitOutput(ctx context.Context, r *taskRun, gate *inputGate, handle func(event, *inputChannel) error) error {
 	if e, ch := gate.takeUnaligned(); ch != nil {
 		return handle(e, ch)
+	}
+	// The channels that can take a batch send what they hold to coalesce
+	// it (never waiting: a gated task's channel holds only what it can
+	// send at once).
+	if err := r.w.flushLinger(); err != nil {
+		return fmt.Errorf("task %s: %w", t.name, err)
 	}
 	m := &t.metrics
 	m.startBackpressure()
@@ -1187,6 +1213,12 @@ func (t *Task) openOutputs(w *outputWriter) error {
 			}
 			ch.backpressure = &t.metrics
 			ch.deferred = w.deferred
+			if ch.conn != nil && t.x.cfg.CoalesceRows > 1 {
+				ch.coalesce = t.x.cfg.CoalesceRows
+				ch.coalesceBytes = int64(t.x.cfg.MaxFrameBytes)
+				ch.lingerNeedsCredit = w.gated
+				ch.lingerSet = &w.linger
+			}
 			ch.pendingChans = &p.pendingChans
 			if w.gated {
 				ch.setFullCounter(&w.full)

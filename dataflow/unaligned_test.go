@@ -1,6 +1,7 @@
 package dataflow
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/stream"
@@ -78,7 +80,12 @@ func (p *probe) read() (eventKind, int64, []int64) {
 
 // tryRead is read for any goroutine.
 func (p *probe) tryRead() (eventKind, int64, []int64, error) {
-	e, _, err := p.gate.next(p.t.Context(), nil)
+	return p.tryReadCtx(p.t.Context())
+}
+
+// tryReadCtx is tryRead that gives up when ctx is done.
+func (p *probe) tryReadCtx(ctx context.Context) (eventKind, int64, []int64, error) {
+	e, _, err := p.gate.next(ctx, nil)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -103,8 +110,12 @@ func (p *probe) tryRead() (eventKind, int64, []int64, error) {
 }
 
 func unalignedGraph(t *testing.T, reg *stream.Registry, par int) *stream.JobGraph {
+	return unalignedGraphOf(t, reg, par, ckgenConfig{Rows: 3000, Batch: 10, Keys: 7})
+}
+
+func unalignedGraphOf(t *testing.T, reg *stream.Registry, par int, src ckgenConfig) *stream.JobGraph {
 	b := stream.NewBuilder("unaligned").MaxParallelism(8)
-	b.Source("src", "ckgen", ckgenConfig{Rows: 3000, Batch: 10, Keys: 7}).SetParallelism(par).Rebalance().Then("count", "kcount", nil).SetParallelism(1)
+	b.Source("src", "ckgen", src).SetParallelism(par).Rebalance().Then("count", "kcount", nil).SetParallelism(1)
 	return plan(t, b, reg)
 }
 
@@ -119,16 +130,22 @@ func unalignedGraph(t *testing.T, reg *stream.Registry, par int) *stream.JobGrap
 // snapshotted source position says it emitted, in order. Restored from that checkpoint, the
 // source sends the channel state first, then the rest: every row reaches
 // the consumer exactly once, checked row by row, over the network exchange
-// and in memory.
+// and in memory. Without a watermark after each batch, the channel to the
+// peer gathers the source's 10-row batches by 50 (coalescing): what it
+// holds when the barrier comes is channel state too.
 func TestSourceTriggerUnderBackpressure(t *testing.T) {
 	const rows, credits = 3000, 2
-	for _, tc := range []struct{ remote, unaligned bool }{{true, true}, {false, true}, {true, false}, {false, false}} {
+	for _, tc := range []struct{ remote, unaligned, noWatermarks bool }{
+		{true, true, false}, {false, true, false}, {true, false, false}, {false, false, false},
+		{true, true, true}, {true, false, true},
+	} {
 		remote := tc.remote
-		t.Run(fmt.Sprintf("remote=%v/unaligned=%v", remote, tc.unaligned), func(t *testing.T) {
+		t.Run(fmt.Sprintf("remote=%v/unaligned=%v/watermarks=%v", remote, tc.unaligned, !tc.noWatermarks), func(t *testing.T) {
 			st := newCkState()
 			reg := newCkRegistry(st)
-			g := unalignedGraph(t, reg, 1)
-			src, dst := startNode(t, credits), startNode(t, credits)
+			g := unalignedGraphOf(t, reg, 1, ckgenConfig{Rows: rows, Batch: 10, Keys: 7, NoWatermarks: tc.noWatermarks})
+			cfg := ExchangeConfig{CreditsPerChannel: credits, CoalesceRows: 50, CoalesceTimeout: time.Hour}
+			src, dst := startNodeWith(t, cfg), startNodeWith(t, cfg)
 			if !remote {
 				dst = src
 			}

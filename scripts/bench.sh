@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .run
 echo "machine: $(nproc) cores, $(go version | cut -d' ' -f3-)"
-go test -run '^$' -bench "${WEIR_BENCH:-Q1|CheckpointOverhead|Recovery|IncrementalCheckpoint1GB|Savepoint1GB|StorageOverhead|ScaleCurve|WideJob|UnalignedCheckpoints|Debloat}" -benchtime 1x -timeout 90m ./test/bench/ > .run/bench.log 2>&1
+go test -run '^$' -bench "${WEIR_BENCH:-Q1|CheckpointOverhead|Recovery|IncrementalCheckpoint1GB|Savepoint1GB|StorageOverhead|ScaleCurve|ExchangeRemoteVsLocal|WideJob|UnalignedCheckpoints|Debloat}" -benchtime 1x -timeout 90m ./test/bench/ > .run/bench.log 2>&1
 rc=$?
 if [ -z "${WEIR_BENCH:-}" ]; then
   # Keyed state on Pebble against the heap (running_count, in-process).

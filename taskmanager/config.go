@@ -71,6 +71,15 @@ type Config struct {
 	// taskmanagers: "none" (default) or "zstd"
 	// (dataflow.ExchangeConfig.Compression).
 	ExchangeCompression string
+	// ExchangeCoalesceRows is the rows up to which a channel to another
+	// taskmanager gathers the batches its task sends before it sends
+	// them as one (dataflow.ExchangeConfig.CoalesceRows); 0: off. Default
+	// dataflow.DefaultCoalesceRows.
+	ExchangeCoalesceRows int
+	// ExchangeCoalesceTimeout bounds the time such a channel holds
+	// batches while its task stays busy (it sends them anyway before the
+	// task waits for input). Default dataflow.DefaultCoalesceTimeout.
+	ExchangeCoalesceTimeout time.Duration
 	// MetricsAddress is where Prometheus metrics are served at /metrics
 	// (host:port); empty disables them. Default empty.
 	MetricsAddress string
@@ -169,22 +178,27 @@ func DefaultConfig() Config {
 		host = "taskmanager"
 	}
 	return Config{
-		ID:                  fmt.Sprintf("%s-%d", host, os.Getpid()),
-		JobManagerAddress:   "127.0.0.1:6123",
-		RPCAddress:          "127.0.0.1:0",
-		Slots:               2,
-		CreditsPerChannel:   4,
-		ExchangeMemoryBytes: dataflow.DefaultMemoryBytes,
-		DebloatTarget:       DefaultDebloatTarget,
-		ExchangeCompression: dataflow.CompressionNone,
-		StateInlineBytes:    checkpoint.DefaultInlineThreshold,
-		RegisterRetry:       time.Second,
-		AllowedPaths:        []string{os.TempDir()},
-		CheckpointAckDelay:  DefaultCheckpointAckDelay,
-		GCHeapFloorBytes:    DefaultGCHeapFloorBytes,
-		HA:                  HAConfig{Mode: "none", Prefix: "/weir"},
+		ID:                      fmt.Sprintf("%s-%d", host, os.Getpid()),
+		JobManagerAddress:       "127.0.0.1:6123",
+		RPCAddress:              "127.0.0.1:0",
+		Slots:                   2,
+		CreditsPerChannel:       4,
+		ExchangeMemoryBytes:     dataflow.DefaultMemoryBytes,
+		DebloatTarget:           DefaultDebloatTarget,
+		ExchangeCompression:     dataflow.CompressionNone,
+		ExchangeCoalesceRows:    dataflow.DefaultCoalesceRows,
+		ExchangeCoalesceTimeout: dataflow.DefaultCoalesceTimeout,
+		StateInlineBytes:        checkpoint.DefaultInlineThreshold,
+		RegisterRetry:           time.Second,
+		AllowedPaths:            []string{os.TempDir()},
+		CheckpointAckDelay:      DefaultCheckpointAckDelay,
+		GCHeapFloorBytes:        DefaultGCHeapFloorBytes,
+		HA:                      HAConfig{Mode: "none", Prefix: "/weir"},
 	}
 }
+
+// MaxExchangeCoalesceRows bounds Config.ExchangeCoalesceRows.
+const MaxExchangeCoalesceRows = 1 << 20
 
 // DefaultDebloatTarget is the default Config.DebloatTarget: without
 // backpressure far more than a channel ever holds, so it costs nothing;
@@ -228,6 +242,12 @@ func (c *Config) Validate() error {
 	case "", dataflow.CompressionNone, dataflow.CompressionZstd:
 	default:
 		return fmt.Errorf("taskmanager config: exchange compression %q: use %q or %q", c.ExchangeCompression, dataflow.CompressionNone, dataflow.CompressionZstd)
+	}
+	if c.ExchangeCoalesceRows < 0 || c.ExchangeCoalesceRows > MaxExchangeCoalesceRows {
+		return fmt.Errorf("taskmanager config: exchange coalesce rows %d: must be between 0 (off) and %d (default %d)", c.ExchangeCoalesceRows, MaxExchangeCoalesceRows, dataflow.DefaultCoalesceRows)
+	}
+	if c.ExchangeCoalesceTimeout <= 0 || c.ExchangeCoalesceTimeout > time.Minute {
+		return fmt.Errorf("taskmanager config: exchange coalesce timeout %v: must be above 0 and at most 1m (default %v)", c.ExchangeCoalesceTimeout, dataflow.DefaultCoalesceTimeout)
 	}
 	if c.ExchangeMemoryBytes < 1<<20 {
 		return fmt.Errorf("taskmanager config: exchange memory %d bytes: must be at least 1 MiB (default %d)", c.ExchangeMemoryBytes, dataflow.DefaultMemoryBytes)

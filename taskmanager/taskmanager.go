@@ -330,6 +330,8 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		ChannelBytes:      tm.cfg.ChannelBytes,
 		DebloatTarget:     tm.cfg.DebloatTarget,
 		Compression:       tm.cfg.ExchangeCompression,
+		CoalesceRows:      coalesceRows(tm.cfg.ExchangeCoalesceRows),
+		CoalesceTimeout:   tm.cfg.ExchangeCoalesceTimeout,
 		DialOptions:       []grpc.DialOption{security.DialOption(tm.tls, security.RoleTaskManager), dataflow.PeerConnectParams()},
 		Logger:            tm.log,
 	})
@@ -912,4 +914,13 @@ func (s *executorServer) CancelTask(ctx context.Context, req *weirpb.CancelTaskR
 	}
 	s.tm.cancel(req.GetId())
 	return &weirpb.CancelTaskResponse{}, nil
+}
+
+// coalesceRows is Config.ExchangeCoalesceRows as the exchange takes it (where
+// 0 means its default).
+func coalesceRows(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
