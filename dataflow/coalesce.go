@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -110,25 +111,25 @@ func joinable(b *stream.Batch) bool {
 
 func hasTimes(b *stream.Batch) bool { return len(b.Times) != 0 }
 
-// takeLinger removes what o holds as one batch, or returns nil.
-func (o *outputChannel) takeLinger() *stream.Batch {
-	if len(o.linger) == 0 {
-		return nil
-	}
-	b := concatBatches(o.linger)
-	clear(o.linger)
-	o.linger = o.linger[:0]
-	o.lingerRows, o.lingerBytes = 0, 0
-	return b
-}
-
-// flushLinger sends what o holds, as one batch.
+// flushLinger sends what o holds, as one batch: encoded here, without
+// building it, when o holds more than one.
 func (o *outputChannel) flushLinger(ctx context.Context) error {
-	b := o.takeLinger()
-	if b == nil {
+	switch len(o.linger) {
+	case 0:
 		return nil
+	case 1:
+		b := o.linger[0]
+		o.linger[0] = nil
+		o.linger = o.linger[:0]
+		o.lingerRows, o.lingerBytes = 0, 0
+		return o.putOne(ctx, event{kind: eventBatch, batch: b})
 	}
-	return o.putOne(ctx, event{kind: eventBatch, batch: b})
+	buf := exchangePool.Get(max(o.payloadHint, 1024))
+	*buf = batchcodec.AppendBatches((*buf)[:0], o.linger)
+	o.payloadHint = len(*buf)
+	e := event{kind: eventBatch, buf: buf, payload: *buf, value: o.lingerBytes}
+	o.dropLinger()
+	return o.putOne(ctx, e)
 }
 
 // dropLinger releases what o holds (the task is ending).
@@ -163,53 +164,4 @@ func (w *outputWriter) flushLinger() error {
 	}
 	s.chans = s.chans[:0]
 	return err
-}
-
-// concatBatches returns the rows of bs, in order, as one batch, and
-// releases bs. The batches must share their schema and all carry event
-// times or none (outputChannel.mayJoin).
-func concatBatches(bs []*stream.Batch) *stream.Batch {
-	if len(bs) == 1 {
-		return bs[0]
-	}
-	n := 0
-	for _, b := range bs {
-		n += b.Len()
-	}
-	out := stream.NewBatch(bs[0].Schema, n)
-	for j := range out.Cols {
-		dst := &out.Cols[j]
-		off := 0
-		for _, b := range bs {
-			src, m := &b.Cols[j], b.Len()
-			switch src.Type {
-			case stream.TypeInt64, stream.TypeTimestamp:
-				dst.Ints = append(dst.Ints, src.Ints[:m]...)
-			case stream.TypeFloat64:
-				dst.Floats = append(dst.Floats, src.Floats[:m]...)
-			case stream.TypeString:
-				dst.Strs = append(dst.Strs, src.Strs[:m]...)
-			case stream.TypeBool:
-				dst.Bools = append(dst.Bools, src.Bools[:m]...)
-			}
-			if src.Nulls != nil {
-				for i := 0; i < m; i++ {
-					if isNull(src, i) {
-						dst.SetNull(off+i, n)
-					}
-				}
-			}
-			off += m
-		}
-	}
-	if hasTimes(bs[0]) {
-		for _, b := range bs {
-			out.Times = append(out.Times, b.Times[:b.Len()]...)
-		}
-	}
-	out.SetLen(n)
-	for _, b := range bs {
-		b.Release()
-	}
-	return out
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math/rand/v2"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,62 +13,6 @@ import (
 	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/stream"
 )
-
-func TestConcatBatches(t *testing.T) {
-	schema := stream.MustSchema(
-		stream.Field{Name: "i", Type: stream.TypeInt64},
-		stream.Field{Name: "f", Type: stream.TypeFloat64},
-		stream.Field{Name: "s", Type: stream.TypeString},
-		stream.Field{Name: "b", Type: stream.TypeBool},
-		stream.Field{Name: "t", Type: stream.TypeTimestamp},
-	)
-	rng := rand.New(rand.NewPCG(7, 11))
-	for _, withTimes := range []bool{false, true} {
-		var parts []*stream.Batch
-		var want [][]any
-		var wantTimes []int64
-		for _, n := range []int{3, 64, 1, 100, 65} {
-			b := stream.NewBatch(schema, n)
-			for r := 0; r < n; r++ {
-				var iv, sv any = rng.Int64N(1000), fmt.Sprintf("s%d", rng.IntN(50))
-				if rng.IntN(5) == 0 {
-					iv = nil
-				}
-				if rng.IntN(7) == 0 {
-					sv = nil
-				}
-				b.AppendRow(iv, rng.Float64(), sv, rng.IntN(2) == 0, rng.Int64N(1e12))
-				if withTimes {
-					b.Times = append(b.Times, rng.Int64())
-				}
-			}
-			for r := 0; r < n; r++ {
-				want = append(want, b.Row(r))
-			}
-			wantTimes = append(wantTimes, b.Times...)
-			parts = append(parts, b)
-		}
-		out := concatBatches(parts)
-		if out.Len() != len(want) {
-			t.Fatalf("times %v: %d rows, want %d", withTimes, out.Len(), len(want))
-		}
-		if err := out.Validate(); err != nil {
-			t.Fatalf("times %v: %v", withTimes, err)
-		}
-		for r := range want {
-			if got := out.Row(r); !reflect.DeepEqual(got, want[r]) {
-				t.Fatalf("times %v: row %d = %v, want %v", withTimes, r, got, want[r])
-			}
-		}
-		if withTimes && !reflect.DeepEqual(out.Times, wantTimes) {
-			t.Fatalf("event times differ")
-		}
-		if !withTimes && len(out.Times) != 0 {
-			t.Fatalf("%d event times, want none", len(out.Times))
-		}
-		out.Release()
-	}
-}
 
 // TestCoalesceRemoteChannel sends 200 batches of 100 rows from a source to
 // a sink on another exchange: coalescing gathers them into batches of up to

@@ -1,11 +1,13 @@
 package dataflow
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -240,16 +242,21 @@ func (o *outputChannel) overtake(e event) error {
 	return nil
 }
 
-// pendingBatches calls f with every batch waiting in pending, oldest first,
-// then with those the channel holds to coalesce them.
-func (o *outputChannel) pendingBatches(f func(*stream.Batch)) {
+// pendingData calls f with the encoding of every batch waiting in pending,
+// oldest first, then of those the channel holds to coalesce them.
+func (o *outputChannel) pendingData(f func(data []byte)) {
 	for i := 0; i < o.pending.len(); i++ {
-		if e := o.pending.at(i); e.kind == eventBatch {
-			f(e.batch)
+		e := o.pending.at(i)
+		switch {
+		case e.kind != eventBatch:
+		case e.batch != nil:
+			f(batchcodec.Append(nil, e.batch))
+		default: // encoded by flushLinger
+			f(bytes.Clone(e.payload))
 		}
 	}
 	for _, b := range o.linger {
-		f(b)
+		f(batchcodec.Append(nil, b))
 	}
 }
 
@@ -318,8 +325,11 @@ func (o *outputChannel) localConsumer() *inputChannel {
 // sizeOf is the bytes a batch event counts against the channel's budget;
 // 0 without one.
 func (o *outputChannel) sizeOf(e event) int64 {
-	if o.budget == nil || e.kind != eventBatch || e.batch == nil {
+	if o.budget == nil || e.kind != eventBatch {
 		return 0
+	}
+	if e.batch == nil { // encoded by flushLinger, which gave its size
+		return e.value
 	}
 	return batchBytes(e.batch)
 }

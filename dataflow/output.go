@@ -387,12 +387,11 @@ func (w *outputWriter) channelState(parallelism int) (map[string][][]byte, int64
 			if ch == nil {
 				continue
 			}
-			ch.pendingBatches(func(b *stream.Batch) {
+			ch.pendingData(func(data []byte) {
 				if state == nil {
 					state = make(map[string][][]byte)
 				}
 				name := fmt.Sprintf("%sp%d/out%d/sub%d", channelStatePrefix, parallelism, i, d)
-				data := batchcodec.Append(nil, b)
 				state[name] = append(state[name], data)
 				size += int64(len(data))
 			})

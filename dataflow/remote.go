@@ -156,7 +156,8 @@ func (c *peerConn) closeChannel(o *outputChannel) <-chan struct{} {
 }
 
 // enqueue queues e for sending; the caller holds the credit a batch needs.
-// A batch is encoded here, on the sending task's goroutine, and released.
+// A batch is encoded here, on the sending task's goroutine, and released,
+// unless it comes encoded (outputChannel.flushLinger).
 func (c *peerConn) enqueue(o *outputChannel, e event) error {
 	select {
 	case <-c.done:
@@ -166,10 +167,13 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 	}
 	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts, full: e.full, unaligned: e.unaligned, final: e.final}
 	if e.kind == eventBatch {
-		buf := exchangePool.Get(max(o.payloadHint, 1024))
-		*buf = batchcodec.Append((*buf)[:0], e.batch)
-		e.batch.Release()
-		o.payloadHint = len(*buf)
+		buf := e.buf // encoded by flushLinger
+		if buf == nil {
+			buf = exchangePool.Get(max(o.payloadHint, 1024))
+			*buf = batchcodec.Append((*buf)[:0], e.batch)
+			e.batch.Release()
+			o.payloadHint = len(*buf)
+		}
 		if c.x.cfg.Compression == CompressionZstd {
 			if z := compressPayload(*buf); z != nil {
 				exchangePool.Put(buf)

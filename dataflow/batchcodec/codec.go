@@ -82,55 +82,103 @@ var littleEndian = func() bool {
 // Append appends the encoding of b to dst and returns the extended slice.
 // b is only read. Append is safe for concurrent use.
 func Append(dst []byte, b *stream.Batch) []byte {
-	n := b.Len()
+	one := [1]*stream.Batch{b}
+	return AppendBatches(dst, one[:])
+}
+
+// AppendBatches appends the encoding of one batch holding the rows of bs, in
+// order, without building it: the batches must share one schema, and carry
+// event times all or none. They are only read. AppendBatches is safe for
+// concurrent use.
+func AppendBatches(dst []byte, bs []*stream.Batch) []byte {
+	n := 0
+	for _, b := range bs {
+		n += b.Len()
+	}
+	first := bs[0]
 	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(n))
-	dst = binary.AppendUvarint(dst, uint64(len(b.Cols)))
-	hasTimes := len(b.Times) == n && n > 0
+	dst = binary.AppendUvarint(dst, uint64(len(first.Cols)))
+	hasTimes := n > 0 && len(first.Times) == first.Len()
 	if hasTimes {
 		dst = append(dst, flagTimes)
 	} else {
 		dst = append(dst, 0)
 	}
-	words := (n + 63) >> 6
-	var enc *encoder
-	for i := range b.Cols {
-		c := &b.Cols[i]
-		dst = append(dst, byte(c.Type))
-		if c.Nulls != nil && anySet(c.Nulls, words) {
-			dst = append(dst, 1)
-			for w := 0; w < words; w++ {
-				var v uint64
-				if w < len(c.Nulls) {
-					v = c.Nulls[w]
-				}
-				if w == words-1 && n&63 != 0 {
-					v &= (1 << (uint(n) & 63)) - 1
-				}
-				dst = binary.LittleEndian.AppendUint64(dst, v)
-			}
-		} else {
-			dst = append(dst, 0)
-		}
-		switch c.Type {
+	enc := encoderPool.Get().(*encoder)
+	defer encoderPool.Put(enc)
+	for j := range first.Cols {
+		typ := first.Cols[j].Type
+		dst = append(dst, byte(typ))
+		dst = appendNulls(dst, bs, j, n)
+		switch typ {
 		case stream.TypeInt64, stream.TypeTimestamp:
-			dst = appendPacked(dst, c.Ints[:n])
-		case stream.TypeFloat64:
-			dst = appendFloat64s(dst, c.Floats[:n])
-		case stream.TypeBool:
-			dst = appendBools(dst, c.Bools[:n])
-		case stream.TypeString:
-			if enc == nil {
-				enc = encoderPool.Get().(*encoder)
+			ints := enc.ints[:0]
+			for _, b := range bs {
+				ints = append(ints, b.Cols[j].Ints[:b.Len()])
 			}
-			dst = enc.appendStringColumn(dst, c.Strs[:n])
+			dst = appendPacked(dst, ints, n)
+			clear(ints)
+			enc.ints = ints[:0]
+		case stream.TypeFloat64:
+			for _, b := range bs {
+				dst = appendFloat64s(dst, b.Cols[j].Floats[:b.Len()])
+			}
+		case stream.TypeBool:
+			dst = appendBools(dst, bs, j, n)
+		case stream.TypeString:
+			strs := enc.strs[:0]
+			for _, b := range bs {
+				strs = append(strs, b.Cols[j].Strs[:b.Len()])
+			}
+			dst = enc.appendStringColumn(dst, strs, n)
+			clear(strs)
+			enc.strs = strs[:0]
 		}
-	}
-	if enc != nil {
-		encoderPool.Put(enc)
 	}
 	if hasTimes {
-		dst = appendPacked(dst, b.Times[:n])
+		ints := enc.ints[:0]
+		for _, b := range bs {
+			ints = append(ints, b.Times[:b.Len()])
+		}
+		dst = appendPacked(dst, ints, n)
+		clear(ints)
+		enc.ints = ints[:0]
+	}
+	return dst
+}
+
+// appendNulls appends column j's null flag and, if a row of it is null in
+// any of bs, the bitmap of its n rows.
+func appendNulls(dst []byte, bs []*stream.Batch, j, n int) []byte {
+	any := false
+	for _, b := range bs {
+		c := &b.Cols[j]
+		if c.Nulls != nil && anySet(c.Nulls, (b.Len()+63)>>6) {
+			any = true
+			break
+		}
+	}
+	if !any {
+		return append(dst, 0)
+	}
+	dst = append(dst, 1)
+	words := (n + 63) >> 6
+	start := len(dst)
+	dst = append(dst, make([]byte, 8*words)...)
+	out := dst[start:]
+	off := 0
+	for _, b := range bs {
+		c, m := &b.Cols[j], b.Len()
+		if c.Nulls != nil {
+			for i := 0; i < m; i++ {
+				if w := i >> 6; w < len(c.Nulls) && c.Nulls[w]&(1<<(uint(i)&63)) != 0 {
+					r := off + i
+					out[8*(r>>6)+(r&63)>>3] |= 1 << (uint(r) & 7)
+				}
+			}
+		}
+		off += m
 	}
 	return dst
 }
@@ -144,22 +192,35 @@ func anySet(words []uint64, n int) bool {
 	return false
 }
 
-// appendPacked appends v as packed integers: each value less the column's
-// minimum, in the fewest whole bytes that hold the largest difference.
-func appendPacked(dst []byte, v []int64) []byte {
-	if len(v) == 0 {
+// appendPacked appends the n values of parts as packed integers: each
+// value less their minimum, in the fewest whole bytes that hold the largest
+// difference.
+func appendPacked(dst []byte, parts [][]int64, n int) []byte {
+	if n == 0 {
 		return append(dst, 8)
 	}
-	lo, hi := v[0], v[0]
-	for _, x := range v[1:] {
-		lo = min(lo, x)
-		hi = max(hi, x)
+	var lo, hi int64
+	set := false
+	for _, v := range parts {
+		if len(v) == 0 {
+			continue
+		}
+		if !set {
+			lo, hi, set = v[0], v[0], true
+		}
+		for _, x := range v {
+			lo = min(lo, x)
+			hi = max(hi, x)
+		}
 	}
 	base := uint64(lo)
 	w := (bits.Len64(uint64(hi)-base) + 7) >> 3
 	if w == 8 {
 		dst = append(dst, 8)
-		return appendInt64s(dst, v)
+		for _, v := range parts {
+			dst = appendInt64s(dst, v)
+		}
+		return dst
 	}
 	dst = append(dst, byte(w))
 	dst = binary.LittleEndian.AppendUint64(dst, base)
@@ -170,11 +231,14 @@ func appendPacked(dst []byte, v []int64) []byte {
 	// the slot are zero and the next value overwrites them. The slice is
 	// cut back to the slots at the end.
 	start := len(dst)
-	end := start + len(v)*w
+	end := start + n*w
 	dst = grow(dst, end+8)
 	out := dst[start : end+8]
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(out[i*w:], uint64(x)-base)
+	for _, v := range parts {
+		for i, x := range v {
+			binary.LittleEndian.PutUint64(out[i*w:], uint64(x)-base)
+		}
+		out = out[len(v)*w:]
 	}
 	return dst[:end]
 }
@@ -234,30 +298,42 @@ func appendFloat64s(dst []byte, v []float64) []byte {
 	return dst
 }
 
-func appendBools(dst []byte, v []bool) []byte {
+// appendBools appends the n values of bool column j of bs.
+func appendBools(dst []byte, bs []*stream.Batch, j, n int) []byte {
 	start := len(dst)
-	dst = append(dst, make([]byte, (len(v)+7)>>3)...)
+	dst = append(dst, make([]byte, (n+7)>>3)...)
 	out := dst[start:]
-	for i, x := range v {
-		if x {
-			out[i>>3] |= 1 << (uint(i) & 7)
+	off := 0
+	for _, b := range bs {
+		for i, x := range b.Cols[j].Bools[:b.Len()] {
+			if x {
+				r := off + i
+				out[r>>3] |= 1 << (uint(r) & 7)
+			}
 		}
+		off += b.Len()
 	}
 	return dst
 }
 
-// appendStringBlock appends v as a string block.
-func appendStringBlock(dst []byte, v []string) []byte {
+// appendStringBlock appends the strings of parts as one string block.
+func appendStringBlock(dst []byte, parts [][]string) []byte {
 	total := 0
-	for _, s := range v {
-		total += len(s)
+	for _, v := range parts {
+		for _, s := range v {
+			total += len(s)
+		}
 	}
 	dst = binary.AppendUvarint(dst, uint64(total))
-	for _, s := range v {
-		dst = append(dst, s...)
+	for _, v := range parts {
+		for _, s := range v {
+			dst = append(dst, s...)
+		}
 	}
-	for _, s := range v {
-		dst = binary.AppendUvarint(dst, uint64(len(s)))
+	for _, v := range parts {
+		for _, s := range v {
+			dst = binary.AppendUvarint(dst, uint64(len(s)))
+		}
 	}
 	return dst
 }
@@ -275,6 +351,9 @@ type encoder struct {
 	gen     uint32
 	entries []string
 	idx     []uint32
+	// ints and strs hold the parts of a column (AppendBatches).
+	ints [][]int64
+	strs [][]string
 }
 
 type slot struct {
@@ -288,30 +367,32 @@ type slot struct {
 
 var encoderPool = sync.Pool{New: func() any { return new(encoder) }}
 
-// appendStringColumn appends the values of a string column: as a
-// dictionary when that is smaller than the plain form by a margin worth
-// the lookups on decoding, else plain.
-func (e *encoder) appendStringColumn(dst []byte, v []string) []byte {
-	if len(v) >= 4 && e.dictionary(v) {
+// appendStringColumn appends the n values of a string column, given in
+// parts: as a dictionary when that is smaller than the plain form by a
+// margin worth the lookups on decoding, else plain.
+func (e *encoder) appendStringColumn(dst []byte, parts [][]string, n int) []byte {
+	if n >= 4 && e.dictionary(parts, n) {
 		dst = append(dst, formDict)
 		dst = binary.AppendUvarint(dst, uint64(len(e.entries)))
-		dst = appendStringBlock(dst, e.entries)
+		one := [1][]string{e.entries}
+		dst = appendStringBlock(dst, one[:])
 		dst = appendPackedIndexes(dst, e.idx, len(e.entries))
 		clear(e.entries) // the strings are the caller's
 		return dst
 	}
 	clear(e.entries)
 	dst = append(dst, formPlain)
-	return appendStringBlock(dst, v)
+	return appendStringBlock(dst, parts)
 }
 
-// dictionary fills e.entries and e.idx with v's dictionary and reports
-// whether its encoding saves at least an eighth of the plain one. It gives
-// up early once more than three quarters of the values are distinct.
-func (e *encoder) dictionary(v []string) bool {
+// dictionary fills e.entries and e.idx with the dictionary of the n values
+// of parts and reports whether its encoding saves at least an eighth of the
+// plain one. It gives up early once more than three quarters of the values
+// are distinct.
+func (e *encoder) dictionary(parts [][]string, n int) bool {
 	// A table of at least twice as many slots as values, of which a prefix
 	// of a power-of-two size is used.
-	bitsN := bits.Len(uint(2*len(v) - 1))
+	bitsN := bits.Len(uint(2*n - 1))
 	size := 1 << bitsN
 	if len(e.slots) < size {
 		e.slots = make([]slot, size)
@@ -325,44 +406,47 @@ func (e *encoder) dictionary(v []string) bool {
 	slots := e.slots[:size]
 	gen, mask, shift := e.gen, size-1, 64-bitsN
 	e.entries = e.entries[:0]
-	if cap(e.idx) < len(v) {
-		e.idx = make([]uint32, len(v))
+	if cap(e.idx) < n {
+		e.idx = make([]uint32, n)
 	}
-	idx := e.idx[:len(v)]
-	limit := len(v) * 3 / 4
+	e.idx = e.idx[:n]
+	idx := e.idx
+	limit := n * 3 / 4
 	plain, dict := 0, 0
-	for i, s := range v {
-		p, n := uintptr(unsafe.Pointer(unsafe.StringData(s))), len(s)
-		if n == 0 {
-			p = 0
-		}
-		plain += n
-		h := int((uint64(p) ^ uint64(n)<<56) * 0x9e3779b97f4a7c15 >> shift)
-		for {
-			sl := &slots[h]
-			if sl.gen != gen {
-				if len(e.entries) == limit {
-					return false
+	for _, v := range parts {
+		for i, s := range v {
+			p, n := uintptr(unsafe.Pointer(unsafe.StringData(s))), len(s)
+			if n == 0 {
+				p = 0
+			}
+			plain += n
+			h := int((uint64(p) ^ uint64(n)<<56) * 0x9e3779b97f4a7c15 >> shift)
+			for {
+				sl := &slots[h]
+				if sl.gen != gen {
+					if len(e.entries) == limit {
+						return false
+					}
+					*sl = slot{ptr: p, n: n, entry: uint32(len(e.entries)), gen: gen}
+					idx[i] = sl.entry
+					e.entries = append(e.entries, s)
+					dict += n
+					break
 				}
-				*sl = slot{ptr: p, n: n, entry: uint32(len(e.entries)), gen: gen}
-				idx[i] = sl.entry
-				e.entries = append(e.entries, s)
-				dict += n
-				break
+				if sl.ptr == p && sl.n == n {
+					idx[i] = sl.entry
+					break
+				}
+				h = (h + 1) & mask
 			}
-			if sl.ptr == p && sl.n == n {
-				idx[i] = sl.entry
-				break
-			}
-			h = (h + 1) & mask
 		}
+		idx = idx[len(v):]
 	}
-	e.idx = idx
 	// The lengths cost about a byte a string either way; the entry numbers
 	// cost their width per row.
 	w := (bits.Len64(uint64(len(e.entries)-1)) + 7) >> 3
-	plainSize := plain + len(v)
-	dictSize := dict + len(e.entries) + len(v)*w + 10
+	plainSize := plain + n
+	dictSize := dict + len(e.entries) + n*w + 10
 	return dictSize <= plainSize-plainSize/8
 }
 

@@ -1,6 +1,7 @@
 package batchcodec
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -312,9 +313,11 @@ func appendVersion1(dst []byte, b *stream.Batch) []byte {
 		case stream.TypeFloat64:
 			dst = appendFloat64s(dst, c.Floats[:n])
 		case stream.TypeBool:
-			dst = appendBools(dst, c.Bools[:n])
+			one := [1]*stream.Batch{b}
+			dst = appendBools(dst, one[:], i, n)
 		case stream.TypeString:
-			dst = appendStringBlock(dst, c.Strs[:n])
+			one := [1][]string{c.Strs[:n]}
+			dst = appendStringBlock(dst, one[:])
 		}
 	}
 	if hasTimes {
@@ -341,7 +344,11 @@ func TestDecodeVersion1(t *testing.T) {
 
 // bidLikeBatch is 1024 rows shaped like the datagen bid preset: integers
 // of small ranges, strings from pools.
-func bidLikeBatch() *stream.Batch {
+func bidLikeBatch() *stream.Batch { return bidLikeBatchOf(1024) }
+
+// bidLikeBatchOf is a bid-like batch of n rows: URLs from a pool of 1024,
+// four channels.
+func bidLikeBatchOf(n int) *stream.Batch {
 	schema := stream.MustSchema(
 		stream.Field{Name: "auction", Type: stream.TypeInt64},
 		stream.Field{Name: "channel", Type: stream.TypeString},
@@ -354,8 +361,8 @@ func bidLikeBatch() *stream.Batch {
 	for i := range urls {
 		urls[i] = "https://www.nexmark.com/" + strings.Repeat("x", 5+i%4) + "/item.htm?query=1&channel_id=" + string(rune('0'+i%10))
 	}
-	b := stream.NewBatch(schema, 1024)
-	for i := 0; i < 1024; i++ {
+	b := stream.NewBatch(schema, n)
+	for i := 0; i < n; i++ {
 		b.AppendRow(1000+r.Int64N(10000), channels[r.IntN(len(channels))], urls[r.IntN(len(urls))], 1767225600000+int64(2*i))
 	}
 	return b
@@ -460,6 +467,33 @@ func BenchmarkCodecBidLike(b *testing.B) {
 	b.ReportMetric(float64(b.N)*1024/b.Elapsed().Seconds(), "rows/s")
 }
 
+// BenchmarkEncodeBidLike4096 encodes a bid-like batch of 4096 rows (the
+// exchange's coalesced batch), and BenchmarkDecodeBidLike4096 decodes it.
+func BenchmarkEncodeBidLike4096(b *testing.B) {
+	batch := bidLikeBatchOf(4096)
+	buf := Append(nil, batch)
+	b.ReportMetric(float64(len(buf))/4096, "bytes/row")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		buf = Append(buf[:0], batch)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/4096, "ns/row")
+}
+
+func BenchmarkDecodeBidLike4096(b *testing.B) {
+	batch := bidLikeBatchOf(4096)
+	buf := Append(nil, batch)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		got, err := Decode(buf, batch.Schema)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got.Release()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/4096, "ns/row")
+}
+
 func BenchmarkCodecBidLikeV1(b *testing.B) {
 	batch := bidLikeBatch()
 	buf := appendVersion1(nil, batch)
@@ -472,5 +506,37 @@ func BenchmarkCodecBidLikeV1(b *testing.B) {
 			b.Fatal(err)
 		}
 		got.Release()
+	}
+}
+
+// TestAppendBatches: the encoding of a batch's rows given as several
+// batches is the encoding of the batch, byte for byte.
+func TestAppendBatches(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for iter := 0; iter < 200; iter++ {
+		b := randomBatch(r)
+		n := b.Len()
+		var parts []*stream.Batch
+		for lo := 0; lo < n || len(parts) == 0; {
+			hi := min(n, lo+1+r.IntN(max(n/3, 1)+70))
+			p := stream.NewBatch(b.Schema, hi-lo)
+			for i := lo; i < hi; i++ {
+				p.AppendRow(b.Row(i)...)
+			}
+			if len(b.Times) == n {
+				p.Times = append(p.Times, b.Times[lo:hi]...)
+			}
+			parts = append(parts, p)
+			lo = hi
+		}
+		want, got := Append(nil, b), AppendBatches(nil, parts)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("iteration %d: %d rows in %d batches of schema %s encode to %d bytes, the whole batch to %d (or they differ)",
+				iter, n, len(parts), b.Schema, len(got), len(want))
+		}
+		for _, p := range parts {
+			p.Release()
+		}
+		b.Release()
 	}
 }
