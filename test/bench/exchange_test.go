@@ -29,13 +29,18 @@ import (
 // encoded frames, without gRPC's and TCP's framing) over the remote job's
 // wall time. A third cluster like the second compresses the batches it
 // sends (--exchange-compression zstd): its bytes per event show what the
-// compression saves on a network, its CPU what it costs.
+// compression saves on a network, its CPU what it costs. A fourth sends
+// each batch as it comes (--exchange-coalesce-rows 0):
+// exchange_remote_uncoalesced_vs_local against exchange_remote_vs_local is
+// what gathering batches gains, in the same run.
 func BenchmarkExchangeRemoteVsLocal(b *testing.B) {
 	events := envInt("WEIR_BENCH_EXCHANGE_EVENTS", 20_000_000)
 	local := clustertest.Start(b, clustertest.Options{TaskManagers: 1, Slots: 2, LogLevel: "info"})
 	remote := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, LogLevel: "info"})
 	zstd := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, LogLevel: "info",
 		TaskManagerArgs: []string{"--exchange-compression", "zstd"}})
+	uncoalesced := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, LogLevel: "info",
+		TaskManagerArgs: []string{"--exchange-coalesce-rows", "0"}})
 	type result struct {
 		el    time.Duration
 		cpuNs int64
@@ -71,7 +76,7 @@ func BenchmarkExchangeRemoteVsLocal(b *testing.B) {
 			sent:  exchangeSentBytes(b, c) - sent0,
 		}
 	}
-	var bestLocal, bestRemote, bestZstd result
+	var bestLocal, bestRemote, bestZstd, bestUncoalesced result
 	for i := 0; i < b.N; i++ {
 		for round := 0; round < 3; round++ {
 			if r := run(local, 1); bestLocal.el == 0 || r.el < bestLocal.el {
@@ -82,6 +87,9 @@ func BenchmarkExchangeRemoteVsLocal(b *testing.B) {
 			}
 			if r := run(zstd, 2); bestZstd.el == 0 || r.el < bestZstd.el {
 				bestZstd = r
+			}
+			if r := run(uncoalesced, 2); bestUncoalesced.el == 0 || r.el < bestUncoalesced.el {
+				bestUncoalesced = r
 			}
 		}
 	}
@@ -99,9 +107,12 @@ func BenchmarkExchangeRemoteVsLocal(b *testing.B) {
 	fmt.Printf("exchange_remote_vs_local=%.2f\n", bestLocal.el.Seconds()/bestRemote.el.Seconds())
 	fmt.Printf("exchange_remote_bytes_per_sec=%.0f\n", bestRemote.sent/bestRemote.el.Seconds())
 	fmt.Printf("exchange_remote_bytes_per_event_crossing=%.1f\n", bestRemote.sent/float64(events/2))
+	fmt.Printf("exchange_remote_uncoalesced_vs_local=%.2f\n", bestLocal.el.Seconds()/bestUncoalesced.el.Seconds())
+	fmt.Printf("exchange_remote_uncoalesced_bytes_per_event_crossing=%.1f\n", bestUncoalesced.sent/float64(events/2))
 	fmt.Printf("exchange_remote_zstd_events_per_sec=%.0f\n", float64(events)/bestZstd.el.Seconds())
 	fmt.Printf("exchange_remote_zstd_bytes_per_event_crossing=%.1f\n", bestZstd.sent/float64(events/2))
-	if bestLocal.cpuNs > 0 && bestRemote.cpuNs > 0 && bestZstd.cpuNs > 0 {
+	if bestLocal.cpuNs > 0 && bestRemote.cpuNs > 0 && bestZstd.cpuNs > 0 && bestUncoalesced.cpuNs > 0 {
+		fmt.Printf("exchange_remote_uncoalesced_cpu_ns_per_event=%.0f\n", float64(bestUncoalesced.cpuNs)/float64(events))
 		fmt.Printf("exchange_remote_zstd_cpu_ns_per_event=%.0f\n", float64(bestZstd.cpuNs)/float64(events))
 		fmt.Printf("exchange_local_cpu_ns_per_event=%.0f\n", float64(bestLocal.cpuNs)/float64(events))
 		fmt.Printf("exchange_remote_cpu_ns_per_event=%.0f\n", float64(bestRemote.cpuNs)/float64(events))
