@@ -40,7 +40,8 @@ import (
 // (SetCurrentKey) and changes it.
 type Slots struct {
 	b      Backend
-	t      Table // nil when hosted
+	t      Table       // nil when hosted
+	sized  SizedWriter // t, if it is one
 	d      SlotDescriptor
 	hosted bool
 
@@ -243,6 +244,7 @@ func GetSlots(b Backend, d SlotDescriptor) (*Slots, error) {
 		return nil, err
 	}
 	s.t = t
+	s.sized, _ = t.(SizedWriter)
 	s.loaded = make(map[string]*loadedKey)
 	s.budget = DefaultSlotMemory
 	if m, ok := b.(SlotMemory); ok {
@@ -471,10 +473,10 @@ func (s *Slots) spill(lk *loadedKey, fn func(key []byte, group int, slots []int3
 func (s *Slots) writeBack(lk *loadedKey) {
 	lk.dirty = false
 	s.b.SetCurrentKey(lk.key, lk.group)
-	sw, sized := s.t.(SizedWriter)
+	sw := s.sized
 	if len(lk.ids) == 0 {
 		if lk.stored {
-			if sized {
+			if sw != nil {
 				sw.DeleteLen(nil, lk.disk)
 			} else {
 				s.t.Delete(nil)
@@ -491,7 +493,7 @@ func (s *Slots) writeBack(lk *loadedKey) {
 		recs[i] = SlotRecord{s.ent[id].ns, w}
 	}
 	slices.SortFunc(recs, func(a, b SlotRecord) int { return cmp.Compare(a.NS, b.NS) })
-	if sized {
+	if sw != nil {
 		lk.disk = sw.PutLen(nil, recs, lk.disk) // the table keeps what it is given
 	} else {
 		s.t.Put(nil, recs)

@@ -584,17 +584,12 @@ func (b *Backend) Keys(name string, keyGroup int, fn func(key []byte) bool) {
 			return
 		}
 		for ok := it.First(); ok && len(keys) < page; {
-			k, _, good := parseStateKey(it.Key()[len(prefix):])
+			k, good := b.keyAt(it, prefix, name)
 			if !good {
-				b.fail(fmt.Errorf("%w: pebble state backend: table %q: a key of %d bytes does not parse as a state key", statebackend.ErrCorrupt, name, len(it.Key())))
 				break
 			}
 			keys = append(keys, bytes.Clone(k))
-			if t.kind == statebackend.KindMap {
-				ok = it.SeekGE(prefixEnd(appendStateKey(b.kbuf[:0], keyGroup, t.id, k)))
-			} else {
-				ok = it.Next()
-			}
+			ok = b.pastKey(it, t, keyGroup, k)
 		}
 		if err := it.Close(); err != nil {
 			b.fail(err)
@@ -638,21 +633,34 @@ func (b *Backend) ScanKeys(name string, fn func(key []byte, keyGroup int) bool) 
 	for kg := b.kg.Start; kg <= b.kg.End; kg++ {
 		prefix = appendTablePrefix(prefix[:0], kg, t.id)
 		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); {
-			k, _, good := parseStateKey(it.Key()[len(prefix):])
-			if !good {
-				b.fail(fmt.Errorf("%w: pebble state backend: table %q: a key of %d bytes does not parse as a state key", statebackend.ErrCorrupt, name, len(it.Key())))
+			k, good := b.keyAt(it, prefix, name)
+			if !good || !fn(k, kg) {
 				return
 			}
-			if !fn(k, kg) {
-				return
-			}
-			if t.kind == statebackend.KindMap {
-				ok = it.SeekGE(prefixEnd(appendStateKey(b.kbuf[:0], kg, t.id, k)))
-			} else {
-				ok = it.Next()
-			}
+			ok = b.pastKey(it, t, kg, k)
 		}
 	}
+}
+
+// keyAt returns the key of the state entry it is at, whose state key starts
+// with prefix (key group and table id), in table name. A key that does not
+// parse fails the backend.
+func (b *Backend) keyAt(it *pebble.Iterator, prefix []byte, name string) ([]byte, bool) {
+	k, _, ok := parseStateKey(it.Key()[len(prefix):])
+	if !ok {
+		b.fail(fmt.Errorf("%w: pebble state backend: table %q: a key of %d bytes does not parse as a state key", statebackend.ErrCorrupt, name, len(it.Key())))
+	}
+	return k, ok
+}
+
+// pastKey moves it past the entries of key k, in key group kg of table t
+// (a map's entries are one per user key), and reports whether it is at an
+// entry.
+func (b *Backend) pastKey(it *pebble.Iterator, t *table, kg int, k []byte) bool {
+	if t.kind == statebackend.KindMap {
+		return it.SeekGE(prefixEnd(appendStateKey(b.kbuf[:0], kg, t.id, k)))
+	}
+	return it.Next()
 }
 
 // oldLen returns the length of k's value, or -1 if k has none.

@@ -43,21 +43,36 @@ func orderKeys(rng *rand.Rand, n int) [][]byte {
 	return keys
 }
 
+// openTestBackend opens a backend of key groups kgs in the test's temporary
+// directory (cacheBytes 0: the default value cache), closed when the test
+// ends.
+func openTestBackend(t *testing.T, kgs stream.KeyGroupRange, cacheBytes int64) *Backend {
+	t.Helper()
+	b, err := New(Options{Dir: filepath.Join(t.TempDir(), "db"), ValueCacheBytes: cacheBytes, DeleteOnClose: true}, kgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// int64State returns b's int64 value state name.
+func int64State(t *testing.T, b *Backend, name string) statebackend.ValueState[int64] {
+	t.Helper()
+	s, err := statebackend.GetValueState(b, name, statebackend.Int64Codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // flush writes dirty entries in key order, each once, and only the dirty
 // ones: sortedDirty returns the live dirty entries, sorted by their whole
 // keys, and clears every listed flag.
 func TestSortedDirtyIsInKeyOrder(t *testing.T) {
 	t.Parallel()
-	kgs := stream.KeyGroupRange{Start: 0, End: 3}
-	b, err := New(Options{Dir: filepath.Join(t.TempDir(), "db"), DeleteOnClose: true}, kgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	s, err := statebackend.GetValueState(b, "v", statebackend.Int64Codec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openTestBackend(t, stream.KeyGroupRange{Start: 0, End: 3}, 0)
+	s := int64State(t, b, "v")
 	rng := rand.New(rand.NewPCG(1, 2))
 	keys := orderKeys(rng, 3000)
 	want := map[string]bool{} // state keys of the dirty entries
@@ -98,16 +113,8 @@ func TestSortedDirtyIsInKeyOrder(t *testing.T) {
 // flush, not from the cache).
 func TestEvictionWritesBackInKeyOrder(t *testing.T) {
 	t.Parallel()
-	kgs := stream.KeyGroupRange{Start: 0, End: 7}
-	b, err := New(Options{Dir: filepath.Join(t.TempDir(), "db"), ValueCacheBytes: 32 << 10, DeleteOnClose: true}, kgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	s, err := statebackend.GetValueState(b, "v", statebackend.Int64Codec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openTestBackend(t, stream.KeyGroupRange{Start: 0, End: 7}, 32<<10)
+	s := int64State(t, b, "v")
 	rng := rand.New(rand.NewPCG(3, 4))
 	keys := orderKeys(rng, 4000)
 	model := map[string]int64{}
@@ -162,23 +169,13 @@ func TestEvictionWritesBackInKeyOrder(t *testing.T) {
 func TestScanKeysAgreesWithKeys(t *testing.T) {
 	t.Parallel()
 	kgs := stream.KeyGroupRange{Start: 10, End: 17}
-	b, err := New(Options{Dir: filepath.Join(t.TempDir(), "db"), ValueCacheBytes: 16 << 10, DeleteOnClose: true}, kgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	vs, err := statebackend.GetValueState(b, "value", statebackend.Int64Codec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openTestBackend(t, kgs, 16<<10)
+	vs := int64State(t, b, "value")
 	ms, err := statebackend.GetMapState(b, "map", statebackend.StringCodec, statebackend.Int64Codec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := statebackend.GetValueState(b, "other", statebackend.Int64Codec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := int64State(t, b, "other")
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i, k := range orderKeys(rng, 2000) {
 		b.SetCurrentKey(k, 10+rng.IntN(8))
