@@ -257,12 +257,6 @@ func (g *inputGate) takeCells(buf []cellWatermark) []cellWatermark {
 	return buf
 }
 
-// next returns the next event of an unblocked channel, waiting for one until
-// ctx is done. It grants the producer a credit back when it takes a batch.
-// While it waits it also watches wake (may be nil): when wake fires, or a
-// cell of its channels has a new watermark (takeCells), it returns a nil
-// channel and no error, so that the task can handle what woke it. Only the
-// task goroutine calls it.
 // hasData reports whether a channel that is not blocked has an event
 // waiting.
 func (g *inputGate) hasData() bool {
@@ -276,6 +270,12 @@ func (g *inputGate) hasData() bool {
 	return false
 }
 
+// next returns the next event of an unblocked channel, waiting for one until
+// ctx is done. It grants the producer a credit back when it takes a batch.
+// While it waits it also watches wake (may be nil): when wake fires, or a
+// cell of its channels has a new watermark (takeCells), it returns a nil
+// channel and no error, so that the task can handle what woke it. Only the
+// task goroutine calls it.
 func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inputChannel, error) {
 	// Checked even when data is waiting, so that a task whose inputs never
 	// run dry still notices cancellation.
