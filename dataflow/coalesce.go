@@ -54,7 +54,7 @@ func (o *outputChannel) lingerBatch(ctx context.Context, b *stream.Batch) error 
 	}
 	if len(o.linger) == 0 {
 		if b.Len() >= o.coalesce || !joinable(b) || !o.mayHold(size) {
-			return o.putNow(ctx, event{kind: eventBatch, batch: b})
+			return o.putNow(ctx, event{kind: eventBatch, batch: b, value: size})
 		}
 		if !o.inLingerSet {
 			s := o.lingerSet
@@ -76,9 +76,8 @@ func (o *outputChannel) lingerBatch(ctx context.Context, b *stream.Batch) error 
 
 // mayHold reports whether o may hold batches of size bytes (batchBytes) to
 // coalesce them: less than o.coalesceBytes; on a channel with a byte
-// budget, also less than
-// the size a batch would be cut to; on a gated task's channel, only what it
-// could send at once.
+// budget, also less than the size a batch would be cut to; on a gated
+// task's channel, only what it could send at once.
 func (o *outputChannel) mayHold(size int64) bool {
 	if size >= o.coalesceBytes {
 		return false
@@ -112,30 +111,31 @@ func joinable(b *stream.Batch) bool {
 func hasTimes(b *stream.Batch) bool { return len(b.Times) != 0 }
 
 // flushLinger sends what o holds, as one batch: encoded here, without
-// building it, when o holds more than one.
+// building it, when o holds more than one. The event carries the batches'
+// estimated size (sizeOf).
 func (o *outputChannel) flushLinger(ctx context.Context) error {
+	var e event
 	switch len(o.linger) {
 	case 0:
 		return nil
 	case 1:
-		b := o.linger[0]
+		e = event{kind: eventBatch, batch: o.linger[0], value: o.lingerBytes}
 		o.linger[0] = nil
-		o.linger = o.linger[:0]
-		o.lingerRows, o.lingerBytes = 0, 0
-		return o.putOne(ctx, event{kind: eventBatch, batch: b})
+	default:
+		buf := exchangePool.Get(max(o.payloadHint, 1024))
+		*buf = batchcodec.AppendBatches((*buf)[:0], o.linger)
+		o.payloadHint = len(*buf)
+		e = event{kind: eventBatch, buf: buf, payload: *buf, value: o.lingerBytes}
 	}
-	buf := exchangePool.Get(max(o.payloadHint, 1024))
-	*buf = batchcodec.AppendBatches((*buf)[:0], o.linger)
-	o.payloadHint = len(*buf)
-	e := event{kind: eventBatch, buf: buf, payload: *buf, value: o.lingerBytes}
 	o.dropLinger()
 	return o.putOne(ctx, e)
 }
 
-// dropLinger releases what o holds (the task is ending).
+// dropLinger releases what o holds (the task is ending, or flushLinger took
+// it).
 func (o *outputChannel) dropLinger() {
 	for _, b := range o.linger {
-		b.Release()
+		b.Release() // nil for one flushLinger took
 	}
 	clear(o.linger)
 	o.linger = o.linger[:0]

@@ -55,8 +55,10 @@ type event struct {
 	// which buf's bytes leave too.
 	held *atomic.Int64
 	// zstd: payload is compressed (ExchangeConfig.Compression).
-	zstd  bool
-	value int64 // watermark timestamp or checkpoint id
+	zstd bool
+	// value: the watermark timestamp or checkpoint id; on a batch being
+	// sent, its estimated size when known (outputChannel.sizeOf).
+	value int64
 	ts    int64 // barrier: checkpoint trigger time (Unix ms)
 	// full, on a barrier: the checkpoint is a savepoint, whose keyed state
 	// is snapshotted in the canonical format whatever the backend.

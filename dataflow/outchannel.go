@@ -323,12 +323,13 @@ func (o *outputChannel) localConsumer() *inputChannel {
 }
 
 // sizeOf is the bytes a batch event counts against the channel's budget;
-// 0 without one.
+// 0 without one. A batch event's value, when set (by coalescing, which
+// measured it already), is its size.
 func (o *outputChannel) sizeOf(e event) int64 {
 	if o.budget == nil || e.kind != eventBatch {
 		return 0
 	}
-	if e.batch == nil { // encoded by flushLinger, which gave its size
+	if e.value > 0 || e.batch == nil {
 		return e.value
 	}
 	return batchBytes(e.batch)

@@ -13,6 +13,20 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
+// openCellChannel adds a channel of key to g, registers it with x and
+// acquires its cell, undone in reverse order when the test ends.
+func openCellChannel(t *testing.T, x *Exchange, g *inputGate, key channelKey) (*inputChannel, *wmCell) {
+	t.Helper()
+	ch := g.add(key, 0, genSchema)
+	if err := x.registerInput(ch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.unregisterInput(ch) })
+	cell := x.acquireCell(cellKeyOf(key))
+	t.Cleanup(func() { x.releaseCell(cell) })
+	return ch, cell
+}
+
 // TestWatermarkCellSteps drives one input channel with a watermark cell
 // through the rules of wmcell.go, step by step: a cell's watermark applies
 // to a channel that buffers nothing, goes as an event ahead of what is
@@ -21,16 +35,10 @@ import (
 // blocked.
 func TestWatermarkCellSteps(t *testing.T) {
 	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
-	defer x.Close()
+	t.Cleanup(func() { x.Close() })
 	g := newInputGate()
 	key := channelKey{JobID: "j", UpstreamVertex: 0, UpstreamSubtask: 2, DownstreamVertex: 1}
-	ch := g.add(key, 0, genSchema)
-	if err := x.registerInput(ch); err != nil {
-		t.Fatal(err)
-	}
-	defer x.unregisterInput(ch)
-	cell := x.acquireCell(cellKeyOf(key))
-	defer x.releaseCell(cell)
+	ch, cell := openCellChannel(t, x, g, key)
 	if ch.cell != cell {
 		t.Fatal("the channel does not read the cell of its upstream subtask")
 	}
@@ -394,17 +402,10 @@ func runWatermarkOrderJob(t *testing.T, seed int64, par, rows, credits int, chec
 // channel's next event).
 func TestCellWatermarkMergeQueuesChannel(t *testing.T) {
 	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
-	defer x.Close()
+	t.Cleanup(func() { x.Close() })
 	g := newInputGate()
-	defer g.close()
-	key := channelKey{JobID: "j", DownstreamVertex: 1}
-	ch := g.add(key, 0, genSchema)
-	if err := x.registerInput(ch); err != nil {
-		t.Fatal(err)
-	}
-	defer x.unregisterInput(ch)
-	cell := x.acquireCell(cellKeyOf(key))
-	defer x.releaseCell(cell)
+	t.Cleanup(g.close)
+	ch, cell := openCellChannel(t, x, g, channelKey{JobID: "j", DownstreamVertex: 1})
 	cell.publish(10)
 	g.push(ch, event{kind: eventWatermark, value: 7})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
