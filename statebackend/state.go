@@ -91,8 +91,65 @@ func GetValueState[T any](b Backend, name string, c Codec[T], opts ...StateOptio
 	if err != nil {
 		return nil, err
 	}
+	if et, ok := t.(EncodedTable); ok && isScalar[T]() {
+		return &encodedValueState[T]{t: et, c: c}, nil
+	}
 	return valueState[T]{t}, nil
 }
+
+// EncodedTable is implemented by a Table that keeps values encoded and,
+// for fixed-width scalars (int64, float64, bool), decodes them on every
+// Get instead of keeping them decoded (the Pebble backend): value state of
+// such a type reads and writes the encodings itself with its typed codec,
+// which spares boxing each value in an interface on both Get and Put.
+type EncodedTable interface {
+	Table
+	// GetEncoded returns the current key's encoded value (value state),
+	// valid until the next call on the backend.
+	GetEncoded() ([]byte, bool)
+	// PutEncoded sets the current key's value (value state) to enc, which
+	// the table's codec wrote.
+	PutEncoded(enc []byte)
+}
+
+// isScalar reports whether T is a fixed-width scalar that an EncodedTable
+// does not keep decoded.
+func isScalar[T any]() bool {
+	switch any(*new(T)).(type) {
+	case int64, float64, bool:
+		return true
+	}
+	return false
+}
+
+// encodedValueState is value state of a scalar on an EncodedTable.
+type encodedValueState[T any] struct {
+	t   EncodedTable
+	c   Codec[T]
+	buf []byte
+}
+
+func (s *encodedValueState[T]) Value() (T, bool) {
+	enc, ok := s.t.GetEncoded()
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	v, err := s.c.Decode(enc)
+	if err != nil {
+		// The table checked its stored values against this codec when it
+		// was asked for, and writes only the codec's encodings.
+		panic(fmt.Sprintf("statebackend: value state %q: stored value does not decode: %v", s.t.Descriptor().Name, err))
+	}
+	return v, true
+}
+
+func (s *encodedValueState[T]) Update(v T) {
+	s.buf = s.c.Append(s.buf[:0], v)
+	s.t.PutEncoded(s.buf)
+}
+
+func (s *encodedValueState[T]) Clear() { s.t.Delete(nil) }
 
 type valueState[T any] struct{ t Table }
 

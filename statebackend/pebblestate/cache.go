@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
 	"unsafe"
 
@@ -36,27 +37,36 @@ import (
 // # Memory
 //
 // The cache counts the memory it holds, not an estimate per entry: entries
-// are structs in pages of cachePageEntries (no pointer, no allocation per
+// are 24-byte structs in pages of cachePageEntries (no allocation per
 // entry), found through an open-addressing table of 8-byte slots (hash tag
 // and entry index), and each entry's key and encoded value share one
-// allocation. used is the pages and table allocated, the list of dirty
-// entries, each live entry's key-and-value allocation and, for a decoded
-// value, as many bytes as its encoding (a boxed int64 takes 8, a byte
-// slice its bytes; decoded values larger than their encoding are counted
-// short). TestValueCacheAccountsItsMemory checks that used stays within
-// 15 % above the heap's growth for a running count's entries. Pages and
-// table are kept once allocated (until dropCache), as a Go map keeps its
-// buckets: a cache refills the slots eviction frees.
+// allocation of the size class the allocator rounds them to, its spare
+// bytes room for the value to grow. A decoded value is kept only if it is
+// not a fixed-width scalar (int64, float64, bool decode again faster than
+// an interface slot pays for itself in keys cached), in a page of
+// interfaces beside the entries' page, made when one of its entries first
+// keeps one. used is the pages and table allocated, the list of dirty
+// entries, each live entry's key-and-value allocation and, for a kept
+// decoded value, as many bytes as its encoding (a byte slice its bytes;
+// decoded values larger than their encoding are counted short). A running
+// count's entry (a 16-byte state key) takes about 60 bytes with a table
+// three quarters full, so the default 64 MiB hold 1 M keys;
+// TestValueCacheAccountsItsMemory checks the count against the heap's
+// growth. Pages and table are kept once allocated (until dropCache), as a
+// Go map keeps its buckets: a cache refills the slots eviction frees.
 type valueCache struct {
 	budget int64 // bytes; entries are evicted once used exceeds it
 	slack  int64 // until used is slack below budget
 	used   int64
 
 	pages [][]cacheEntry // cachePageEntries each; slot i is pages[i/cachePageEntries][i%cachePageEntries]
-	slots int32          // slots handed out, live or free
-	live  int            // live entries
-	free  int32          // first free slot (-1: none); free slots are chained through disk
-	table []uint64       // hash index: 0 empty, else tag<<32 | slot+1
+	// vals holds the decoded values of pages' entries, a page of them
+	// made when one of its entries first keeps one (nil until then).
+	vals  [][]any
+	slots int32    // slots handed out, live or free
+	live  int      // live entries
+	free  int32    // first free slot (-1: none); free slots are chained through disk
+	table []uint64 // hash index: 0 empty, else tag<<32 | slot+1
 	hand  int32
 	dirty []int32 // slots made dirty since the last flush (some may be clean or free again)
 	// victims is settle's scratch: the dirty entries a sweep evicts,
@@ -70,23 +80,37 @@ type valueCache struct {
 
 // cacheEntry is one slot of the cache.
 type cacheEntry struct {
-	kv   []byte // the key, then the encoded value (kv[klen : klen+cur])
-	v    any    // the decoded value, valid if flags&entDecoded (and cur ≥ 0)
-	klen int32
+	// p is the entry's key-and-value allocation (the key, then the
+	// encoded value): its first byte, the allocation size bytes long; or,
+	// if size is 0, a *bigKV (an allocation or a key of 64 KiB or more).
+	// Nil in a free slot.
+	p unsafe.Pointer
 	// cur is the encoded value's length, -1 if the key has no value.
 	cur int32
 	// disk is the length of the key's value in the batch and database
 	// (-1: none), as of the last write-back; for a free slot, the next
 	// free slot.
 	disk  int32
+	klen  uint16 // the key's length, if size > 0
+	size  uint16
 	flags uint8
 }
+
+// bigKV is the key-and-value allocation of an entry too large for
+// cacheEntry's 16-bit fields.
+type bigKV struct {
+	kv   []byte // the whole allocation (len = cap)
+	klen int
+}
+
+// bigKVBytes is what a bigKV adds to its allocation.
+const bigKVBytes = int64(unsafe.Sizeof(bigKV{}))
 
 const (
 	entLive    uint8 = 1 << iota // the slot holds an entry
 	entDirty                     // changed since the last write-back
 	entRef                       // touched since the hand last passed
-	entDecoded                   // v holds the decoded value
+	entDecoded                   // the slot's place in vals holds the decoded value
 	entListed                    // the slot's index is in valueCache.dirty (kept while the slot is free)
 	// entStub: the entry knows the length of the key's value in the
 	// database (cur = disk ≥ 0) but not the value, which Peek read without
@@ -98,10 +122,15 @@ const (
 )
 
 const (
-	// A page is as many entries as fit in 8 KiB, a size class of Go's
-	// allocator; it counts with its header in pages.
-	cachePageEntries = 8192 / int32(unsafe.Sizeof(cacheEntry{}))
-	cachePageBytes   = 8192 + int64(unsafe.Sizeof([]cacheEntry{}))
+	// A page of entries fills the 12 KiB size class of Go's allocator and
+	// its page of decoded values the 8 KiB one, each with the 8-byte
+	// header the allocator puts before objects of more than 512 bytes
+	// that hold pointers. The lists of pages count their capacity in
+	// slice headers.
+	cachePageEntries = (12288 - 8) / int32(unsafe.Sizeof(cacheEntry{}))
+	cachePageBytes   = 12288
+	cacheValsBytes   = 8192
+	sliceHeaderBytes = int64(unsafe.Sizeof([]byte{}))
 	cacheSlotBytes   = 8
 	cacheMinTable    = 64
 )
@@ -109,13 +138,54 @@ const (
 // cacheSeed seeds the cache's hash; nothing hashed is persisted.
 var cacheSeed = maphash.MakeSeed()
 
-func (e *cacheEntry) key() []byte { return e.kv[:e.klen:e.klen] }
-func (e *cacheEntry) enc() []byte { return e.kv[e.klen : e.klen+max(e.cur, 0)] }
+// key returns e's key (len = cap).
+func (e *cacheEntry) key() []byte {
+	if e.size > 0 {
+		return unsafe.Slice((*byte)(e.p), e.klen)
+	}
+	b := (*bigKV)(e.p)
+	return b.kv[:b.klen:b.klen]
+}
+
+// kv returns e's whole allocation (len = cap) and its key's length.
+func (e *cacheEntry) kv() ([]byte, int) {
+	if e.size > 0 {
+		return unsafe.Slice((*byte)(e.p), e.size), int(e.klen)
+	}
+	b := (*bigKV)(e.p)
+	return b.kv, b.klen
+}
+
+// enc returns e's encoded value (not of a stub, whose value is not held).
+func (e *cacheEntry) enc() []byte {
+	kv, klen := e.kv()
+	return kv[klen : klen+max(int(e.cur), 0)]
+}
+
+// setKV makes kv (its capacity all of it) e's allocation, its first
+// klen bytes the key.
+func (e *cacheEntry) setKV(kv []byte, klen int) {
+	kv = kv[:cap(kv)]
+	if len(kv) <= math.MaxUint16 && len(kv) > 0 {
+		e.p, e.size, e.klen = unsafe.Pointer(unsafe.SliceData(kv)), uint16(len(kv)), uint16(klen)
+		return
+	}
+	e.p, e.size, e.klen = unsafe.Pointer(&bigKV{kv: kv, klen: klen}), 0, 0
+}
+
+// newKV returns an allocation for a key and an encoded value of n bytes
+// together, its capacity the whole size class the allocator gives.
+func newKV(n int) []byte { return slices.Grow([]byte(nil), n)[:0] }
 
 // bytes is what the cache counts for e beyond its slot: its key-and-value
 // allocation and its decoded value.
 func (e *cacheEntry) bytes() int64 {
-	n := allocBytes(cap(e.kv))
+	var n int64
+	if e.size > 0 {
+		n = int64(e.size) // newKV's capacity: the size class
+	} else {
+		n = allocBytes(cap((*bigKV)(e.p).kv)) + bigKVBytes
+	}
 	if e.flags&entDecoded != 0 && e.cur >= 0 {
 		n += allocBytes(max(int(e.cur), 1))
 	}
@@ -143,6 +213,22 @@ func (c *valueCache) init(budget int64) {
 
 func (c *valueCache) at(i int32) *cacheEntry {
 	return &c.pages[i/cachePageEntries][i%cachePageEntries]
+}
+
+// decoded returns the decoded value of the entry in slot i (entDecoded).
+func (c *valueCache) decoded(i int32) any {
+	return c.vals[i/cachePageEntries][i%cachePageEntries]
+}
+
+// keepsDecoded reports whether the cache keeps v, a decoded value: not a
+// fixed-width scalar, which decodes again in less time than a Go
+// interface (16 bytes a slot) costs in cached keys.
+func keepsDecoded(v any) bool {
+	switch v.(type) {
+	case int64, float64, bool:
+		return false
+	}
+	return true
 }
 
 func cacheHash(k []byte) uint32 { return uint32(maphash.Bytes(cacheSeed, k)) }
@@ -192,20 +278,21 @@ func (c *valueCache) insert(k, enc []byte, found bool) *cacheEntry {
 		c.free = c.at(i).disk
 	} else {
 		if int(c.slots) == len(c.pages)*int(cachePageEntries) {
+			n := cap(c.pages) + cap(c.vals)
 			c.pages = append(c.pages, make([]cacheEntry, cachePageEntries))
-			c.used += cachePageBytes
+			c.vals = append(c.vals, nil)
+			c.used += cachePageBytes + int64(cap(c.pages)+cap(c.vals)-n)*sliceHeaderBytes
 		}
 		i = c.slots
 		c.slots++
 	}
 	e := c.at(i)
-	// Room for 8 bytes of value: a first-seen key's count, sum or flag
-	// fits without a second allocation.
-	kv := make([]byte, len(k), len(k)+max(len(enc), 8))
-	copy(kv, k)
-	*e = cacheEntry{kv: kv, klen: int32(len(k)), cur: -1, disk: -1, flags: e.flags&entListed | entLive | entRef}
+	// A first-seen key's value comes with the next Put: the size class
+	// rounding leaves room for a short one (a count, a flag) as a rule.
+	kv := append(append(newKV(len(k)+max(len(enc), 1)), k...), enc...)
+	*e = cacheEntry{cur: -1, disk: -1, flags: e.flags&entListed | entLive | entRef}
+	e.setKV(kv, len(k))
 	if found {
-		e.kv = append(e.kv, enc...)
 		e.cur, e.disk = int32(len(enc)), int32(len(enc))
 	}
 	c.used += e.bytes()
@@ -298,36 +385,65 @@ func (c *valueCache) stub(k []byte, n int) {
 	}
 }
 
-// setEnc makes enc e's encoded value, dropping its decoded value.
+// setEnc makes enc the encoded value of e, the last entry, dropping its
+// decoded value.
 func (c *valueCache) setEnc(e *cacheEntry, enc []byte) {
 	c.used -= e.bytes()
-	if need := int(e.klen) + len(enc); need > cap(e.kv) {
-		kv := make([]byte, need)
-		copy(kv, e.key())
-		e.kv = kv
+	c.dropDecoded(e)
+	kv, klen := e.kv()
+	if need := klen + len(enc); need > len(kv) {
+		e.setKV(append(newKV(need), kv[:klen]...), klen)
+		kv, _ = e.kv()
 	}
-	e.kv = append(e.kv[:e.klen], enc...)
+	copy(kv[klen:], enc)
 	e.cur = int32(len(enc))
-	e.v = nil
-	e.flags &^= entDecoded | entStub
+	e.flags &^= entStub
 	c.used += e.bytes()
 }
 
-// setDecoded records v as e's decoded value.
+// setDecoded records v as the decoded value of e, the last entry, if the
+// cache keeps such values.
 func (c *valueCache) setDecoded(e *cacheEntry, v any) {
+	if !keepsDecoded(v) {
+		return
+	}
 	c.used -= e.bytes()
-	e.v = v
+	p := c.lastSlot / cachePageEntries
+	if c.vals[p] == nil {
+		c.vals[p] = make([]any, cachePageEntries)
+		c.used += cacheValsBytes
+	}
+	c.vals[p][c.lastSlot%cachePageEntries] = v
 	e.flags |= entDecoded
 	c.used += e.bytes()
 }
 
-// setAbsent records that e's key has no value.
+// dropDecoded forgets the decoded value of e, the last entry (the caller
+// accounts for it).
+func (c *valueCache) dropDecoded(e *cacheEntry) {
+	if e.flags&entDecoded == 0 {
+		return
+	}
+	if e != c.last {
+		panic("pebble state backend: value cache: decoded value of an entry that is not the last")
+	}
+	c.clearDecoded(e, c.lastSlot)
+}
+
+// clearDecoded forgets the decoded value of e, in slot i.
+func (c *valueCache) clearDecoded(e *cacheEntry, i int32) {
+	if e.flags&entDecoded != 0 {
+		e.flags &^= entDecoded
+		c.vals[i/cachePageEntries][i%cachePageEntries] = nil
+	}
+}
+
+// setAbsent records that the key of e, the last entry, has no value.
 func (c *valueCache) setAbsent(e *cacheEntry) {
 	c.used -= e.bytes()
-	e.kv = e.kv[:e.klen]
+	c.dropDecoded(e)
 	e.cur = -1
-	e.v = nil
-	e.flags &^= entDecoded | entStub
+	e.flags &^= entStub
 	c.used += e.bytes()
 }
 
@@ -382,7 +498,7 @@ func (b *Backend) settle() {
 		case e.flags&entRef != 0:
 			e.flags &^= entRef
 		case e.flags&entDirty != 0:
-			written += int64(len(e.kv)) + memtableNodeBytes
+			written += int64(len(e.key())+max(int(e.cur), 0)) + memtableNodeBytes
 			deferred += e.bytes()
 			e.flags |= entVictim
 			victims = append(victims, c.ref(i))
@@ -409,6 +525,7 @@ func (c *valueCache) remove(e *cacheEntry, i int32) {
 	_, p, _ := c.find(e.key())
 	c.unindex(p)
 	c.used -= e.bytes()
+	c.clearDecoded(e, i)
 	*e = cacheEntry{disk: c.free, flags: e.flags & entListed}
 	c.free = i
 	c.live--
@@ -572,6 +689,6 @@ func (b *Backend) ReserveSlotMemory() int64 {
 }
 
 // cacheTypicalEntryBytes is about what an entry of a small key and value
-// takes (slot, table share, key-and-value allocation, boxed value): it
+// takes (slot, table share, key-and-value allocation): it
 // sizes the key filter's first part for the keys a full cache holds.
-const cacheTypicalEntryBytes = 100
+const cacheTypicalEntryBytes = 64

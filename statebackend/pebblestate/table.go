@@ -30,9 +30,10 @@ type table struct {
 }
 
 var (
-	_ statebackend.Table       = (*table)(nil)
-	_ statebackend.Peeker      = (*table)(nil)
-	_ statebackend.SizedWriter = (*table)(nil)
+	_ statebackend.Table        = (*table)(nil)
+	_ statebackend.Peeker       = (*table)(nil)
+	_ statebackend.SizedWriter  = (*table)(nil)
+	_ statebackend.EncodedTable = (*table)(nil)
 )
 
 func (t *table) Descriptor() statebackend.Descriptor { return t.d }
@@ -58,17 +59,19 @@ func (t *table) Get(userKey []byte) (any, bool) {
 		b.settle()
 		return nil, false
 	}
-	if e.flags&entDecoded == 0 {
-		v, err := t.d.Codec.DecodeValue(e.enc())
-		if err != nil {
-			// Values are written by this codec, and restored ones checked
-			// when the table was asked for: the codec is broken.
-			panic(fmt.Sprintf("pebble state backend: %s state %q, key %s: stored value does not decode with codec %s: %v",
-				t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
-		}
-		b.cache.setDecoded(e, v)
+	if e.flags&entDecoded != 0 {
+		v := b.cache.decoded(b.cache.lastSlot)
+		b.settle()
+		return v, true
 	}
-	v := e.v
+	v, err := t.d.Codec.DecodeValue(e.enc())
+	if err != nil {
+		// Values are written by this codec, and restored ones checked
+		// when the table was asked for: the codec is broken.
+		panic(fmt.Sprintf("pebble state backend: %s state %q, key %s: stored value does not decode with codec %s: %v",
+			t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
+	}
+	b.cache.setDecoded(e, v)
 	b.settle()
 	return v, true
 }
@@ -160,14 +163,49 @@ func (t *table) Put(userKey []byte, v any) {
 			t.kind, t.name, chunk.Printable(b.key), t.d.Codec.ID(), err))
 		return
 	}
-	k := t.key(userKey)
+	e := t.putEnc(t.key(userKey), b.vbuf)
+	b.cache.setDecoded(e, v)
+	b.settle()
+}
+
+// putEnc makes enc the cached value of state key k and returns its entry;
+// the caller settles.
+func (t *table) putEnc(k, enc []byte) *cacheEntry {
+	b := t.b
 	e := b.entry(k, false)
-	if !cachedValue(e, b.vbuf) {
-		b.account(k, int(e.cur), len(b.vbuf))
-		b.cache.setEnc(e, b.vbuf)
+	if !cachedValue(e, enc) {
+		b.account(k, int(e.cur), len(enc))
+		b.cache.setEnc(e, enc)
 		b.cache.markDirty(e)
 	}
-	b.cache.setDecoded(e, v)
+	return e
+}
+
+// GetEncoded implements statebackend.EncodedTable.
+func (t *table) GetEncoded() ([]byte, bool) {
+	b := t.b
+	if b.closed {
+		return nil, false
+	}
+	e := b.entry(t.key(nil), true)
+	if e.cur < 0 {
+		b.settle()
+		return nil, false
+	}
+	// An entry settle evicts keeps its allocation until the collector
+	// finds it unreferenced: enc stays valid.
+	enc := e.enc()
+	b.settle()
+	return enc, true
+}
+
+// PutEncoded implements statebackend.EncodedTable.
+func (t *table) PutEncoded(enc []byte) {
+	b := t.b
+	if b.closed {
+		return
+	}
+	t.putEnc(t.key(nil), enc)
 	b.settle()
 }
 
