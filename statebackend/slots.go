@@ -69,10 +69,13 @@ type Slots struct {
 	ring   []*loadedKey
 	hand   int
 	dirty  []*loadedKey
-	owner  []*loadedKey // by slot id
-	bytes  int64        // estimated memory of the resident keys
-	budget int64
-	onLoad func(slot int32)
+	// emptied lists the resident keys whose last slot was deleted since
+	// Evict or Flush last dropped them (dropEmpty).
+	emptied []*loadedKey
+	owner   []*loadedKey // by slot id
+	bytes   int64        // estimated memory of the resident keys
+	budget  int64
+	onLoad  func(slot int32)
 	// stored filters the keys the table may hold, so that a key seen for
 	// the first time is not looked up in the table (storedFilter).
 	stored storedFilter
@@ -419,14 +422,19 @@ func (s *Slots) WriteKey(key []byte, group int, recs []SlotRecord) {
 	s.addStored(key, group)
 }
 
-// Evict spills resident keys, the least recently used first (by a clock),
-// while the resident keys take more than their budget, down to seven
-// eighths of it: it writes each back to the table, calls fn (if not nil)
+// Evict spills the resident keys whose slots were all deleted (see
+// dropEmpty; fn is not called for them), then resident keys, the least
+// recently used first (by a clock), while the resident keys take more than
+// their budget, down to seven eighths of it: it writes each back to the table, calls fn (if not nil)
 // with its key and its slot ids, still valid, and takes its slots out of
 // the index. It returns how many keys it spilled. Slot ids held across
 // Evict must be looked up again.
 func (s *Slots) Evict(fn func(key []byte, group int, slots []int32)) int {
-	if s.hosted || s.bytes <= s.budget {
+	if s.hosted {
+		return 0
+	}
+	s.dropEmpty()
+	if s.bytes <= s.budget {
 		return 0
 	}
 	target := s.budget - s.budget/8
@@ -681,8 +689,27 @@ func (s *Slots) deleteID(id int32) {
 		s.owner[id] = nil
 		s.touch(lk)
 		s.bytes -= residentSlotBytes + 8*int64(s.d.Words)
+		if len(lk.ids) == 0 {
+			s.emptied = append(s.emptied, lk)
+		}
 	}
 	s.unindex(id)
+}
+
+// dropEmpty spills the resident keys whose slots were all deleted (their
+// windows fired and purged) and that got none since: they would hold their
+// share of the budget for nothing until the clock came round, and a keyed
+// stream leaves such keys behind all the time (q5: of 600,000 auctions some
+// 100,000 have panes at any moment). A key that gets a slot again is read
+// back, which the table answers from its cache of the deletion.
+func (s *Slots) dropEmpty() {
+	for _, lk := range s.emptied {
+		if !lk.gone && len(lk.ids) == 0 {
+			s.spill(lk, nil)
+		}
+	}
+	clear(s.emptied)
+	s.emptied = s.emptied[:0]
 }
 
 // unindex takes slot id out of the index and frees the id.
@@ -698,8 +725,10 @@ func (s *Slots) unindex(id int32) {
 }
 
 // Flush writes the resident keys changed since the last Flush back to the
-// table (when the slots spill; else it does nothing). They stay resident.
+// table (when the slots spill; else it does nothing). They stay resident,
+// but for those whose slots were all deleted (see dropEmpty).
 func (s *Slots) Flush() {
+	s.dropEmpty()
 	for _, lk := range s.dirty {
 		if lk.dirty && !lk.gone {
 			s.writeBack(lk)
