@@ -55,9 +55,10 @@ type Options struct {
 	// values, and decoded values counted as large as their encodings.
 	// Reads of cached keys are served from memory; changed values reach
 	// Pebble when evicted and before anything reads Pebble directly (Keys,
-	// map Range, Snapshot, Checkpoint, Close). Default 64 MiB, three quarters of which go to the
-	// resident keys of the windows that use the backend, if any (see
-	// statebackend.Slots). State may be many times larger.
+	// map Range, Snapshot, Checkpoint, Close). Default 64 MiB, seven
+	// eighths of which go to the resident keys of the windows that use the
+	// backend, if any (see statebackend.Slots). State may be many times
+	// larger.
 	ValueCacheBytes int64
 	// KeyFilterBytes bounds the in-memory filter of the state keys the
 	// database may hold, in bytes (about 1.25 bytes per key): a read of a
