@@ -407,6 +407,9 @@ func (c *valueCache) setDecoded(e *cacheEntry, v any) {
 	if !keepsDecoded(v) {
 		return
 	}
+	if e != c.last {
+		panic("pebble state backend: value cache: decoded value of an entry that is not the last")
+	}
 	c.used -= e.bytes()
 	p := c.lastSlot / cachePageEntries
 	if c.vals[p] == nil {
