@@ -133,11 +133,15 @@ func TestHAPausedLeaderIsFenced(t *testing.T) {
 	old := c.PauseJobManager(leader)
 	paused := time.Now()
 	// The standby can only lead once the paused leader's lease expired:
-	// the pause outlasts the TTL.
+	// the pause outlasts the TTL. The lease runs from the last keep-alive
+	// etcd acknowledged, not from the pause: the etcd client sends one a
+	// third of the TTL after the last answer, on a 500 ms tick, so the
+	// last one may be up to TTL/3 + 500 ms older than the pause.
 	next, nextEpoch := c.WaitLeader(epoch)
 	clustertest.WaitCheckpointsSince(t, c, jobID, paused, 2, "by the new leader while the old one is paused")
-	if d := time.Since(paused); d < clustertest.HALeaseTTL {
-		t.Fatalf("a standby led %v after the leader was paused, before the %v lease could expire", d, clustertest.HALeaseTTL)
+	earliest := clustertest.HALeaseTTL - clustertest.HALeaseTTL/3 - 500*time.Millisecond
+	if d := time.Since(paused); d < earliest {
+		t.Fatalf("a standby led %v after the leader was paused, before the %v lease could expire (%v at the earliest)", d, clustertest.HALeaseTTL, earliest)
 	}
 	resumed := time.Now()
 	c.ResumeJobManager(leader)
