@@ -1,6 +1,11 @@
 package blobstore
 
-import "github.com/weirstream/weir/blobstore/internal/blob"
+import (
+	"context"
+	"io"
+
+	"github.com/weirstream/weir/blobstore/internal/blob"
+)
 
 // ObjectInfo describes one stored object: Key (relative to the store's
 // root), Size in bytes and ModTime as the store reports it.
@@ -27,6 +32,29 @@ type ObjectInfo = blob.ObjectInfo
 // Every method checks ctx and returns ctx.Err() (wrapped) once it is done.
 // Errors name the object's key.
 type Store = blob.Store
+
+// Streamer is implemented by a Store that can copy an object into a
+// writer as it reads it (s3store, filestore): GetTo writes the object at
+// key to w and returns the bytes written; it fails as Get does, and also
+// with w's error. Use the function GetTo, which falls back to Get.
+type Streamer = blob.Streamer
+
+// GetTo writes the object at key to w, a buffer at a time if s is a
+// Streamer, else read whole with Get, and returns the bytes written. A
+// caller that writes the object to a file this way never holds it whole,
+// which matters for objects of hundreds of megabytes read many at once (a
+// restore's sstables).
+func GetTo(ctx context.Context, s Store, key string, w io.Writer) (int64, error) {
+	if st, ok := s.(Streamer); ok {
+		return st.GetTo(ctx, key, w)
+	}
+	data, err := s.Get(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	n, err := w.Write(data)
+	return int64(n), err
+}
 
 // ErrNotFound is wrapped by errors for keys that have no object; test with
 // errors.Is.

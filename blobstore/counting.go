@@ -2,6 +2,7 @@ package blobstore
 
 import (
 	"context"
+	"io"
 	"sync/atomic"
 )
 
@@ -120,6 +121,16 @@ func (w *counting) Get(ctx context.Context, key string) ([]byte, error) {
 	data, err := w.s.Get(ctx, key)
 	w.each(ctx, func(c *Counters) { c.read.Add(int64(len(data))) })
 	return data, err
+}
+
+// GetTo implements Streamer, counted as Get.
+func (w *counting) GetTo(ctx context.Context, key string, dst io.Writer) (int64, error) {
+	w.each(ctx, func(c *Counters) { c.get.Add(1) })
+	n, err := GetTo(ctx, w.s, key, dst)
+	if err == nil {
+		w.each(ctx, func(c *Counters) { c.read.Add(n) })
+	}
+	return n, err
 }
 
 func (w *counting) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {

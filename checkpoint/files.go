@@ -155,26 +155,12 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 					}
 				}
 			}
-			data, err := s.store.Get(gctx, f.GetKey())
+			n, err := s.fetchFile(gctx, f, dst)
 			if err != nil {
-				if errors.Is(err, blobstore.ErrNotFound) {
-					return fmt.Errorf("%s: missing; the checkpoint is incomplete or its shared files were deleted: %w", f.GetKey(), err)
-				}
-				return fmt.Errorf("%s: %w", f.GetKey(), err)
-			}
-			if int64(len(data)) != f.GetSize() || sha256Hex(data) != f.GetSha256() {
-				return fmt.Errorf("%s: size or checksum mismatch (want %d bytes, sha256 %s); the object was modified or truncated: %w",
-					f.GetKey(), f.GetSize(), f.GetSha256(), ErrCorrupt)
-			}
-			fetched.Add(int64(len(data)))
-			tmp := dst + ".tmp"
-			if err := os.WriteFile(tmp, data, 0o644); err != nil {
-				return fmt.Errorf("checkpoint: restore file %s: %w", dst, err)
-			}
-			if err := os.Rename(tmp, dst); err != nil {
 				return err
 			}
-			s.reportRestored(int64(len(data)))
+			fetched.Add(n)
+			s.reportRestored(n)
 			return nil
 		})
 	}
@@ -182,6 +168,60 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 		return nil, 0, err
 	}
 	return out, fetched.Load(), nil
+}
+
+// fetchFile downloads the object of f into the file dst, a buffer at a
+// time through a temporary file, checking its size and SHA-256 on the way:
+// an object of hundreds of megabytes is never held whole, however many
+// are fetched at once. It returns the bytes written.
+func (s *Storage) fetchFile(ctx context.Context, f *weirpb.StateFile, dst string) (int64, error) {
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: restore file %s: %w", dst, err)
+	}
+	h := sha256.New()
+	w := &boundedWriter{w: io.MultiWriter(out, h), left: f.GetSize()}
+	n, err := blobstore.GetTo(ctx, s.store, f.GetKey(), w)
+	if cerr := out.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("checkpoint: restore file %s: %w", dst, cerr)
+	}
+	switch {
+	case errors.Is(err, blobstore.ErrNotFound):
+		err = fmt.Errorf("%s: missing; the checkpoint is incomplete or its shared files were deleted: %w", f.GetKey(), err)
+	case errors.Is(err, errTooLong), err == nil && (n != f.GetSize() || hex.EncodeToString(h.Sum(nil)) != f.GetSha256()):
+		err = fmt.Errorf("%s: size or checksum mismatch (want %d bytes, sha256 %s); the object was modified or truncated: %w",
+			f.GetKey(), f.GetSize(), f.GetSha256(), ErrCorrupt)
+	case err != nil:
+		err = fmt.Errorf("%s: %w", f.GetKey(), err)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return 0, err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return 0, err
+	}
+	return n, nil
+}
+
+// boundedWriter passes at most left bytes to w and fails with errTooLong
+// on more: an object longer than its manifest says is corrupt, and is not
+// written out past that.
+type boundedWriter struct {
+	w    io.Writer
+	left int64
+}
+
+var errTooLong = errors.New("longer than expected")
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		return 0, errTooLong
+	}
+	b.left -= int64(len(p))
+	return b.w.Write(p)
 }
 
 // ReferencedSharedFiles returns the keys of the shared files the handles of

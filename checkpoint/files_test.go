@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -90,5 +91,22 @@ func TestUploadDownloadFiles(t *testing.T) {
 	}
 	if _, _, err := s.DownloadFiles(ctx, h2, filepath.Join(root, "r4"), nil); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("download of a damaged object = %v, want ErrCorrupt", err)
+	}
+	// So does one longer or shorter than the manifest says, and neither
+	// leaves a file behind.
+	for i, bad := range []string{"bbbbbbbbb", "bbbb"} {
+		if err := mem.Put(ctx, SharedKey("job", hex.EncodeToString(sum[:])), []byte(bad)); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(root, fmt.Sprintf("r%d", 5+i))
+		if _, _, err := s.DownloadFiles(ctx, h2, dir, nil); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("download of a %d-byte object for an 8-byte file = %v, want ErrCorrupt", len(bad), err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "000002.sst")); err == nil {
+			t.Fatalf("a failed download left 000002.sst in %s", dir)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(left) > 0 {
+			t.Fatalf("a failed download left %v", left)
+		}
 	}
 }

@@ -43,6 +43,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) blobstore.Store) {
 		{"AtomicOverwrite", testAtomicOverwrite},
 		{"BadKeys", testBadKeys},
 		{"Canceled", testCanceled},
+		{"GetToWriterError", testGetToWriterError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +68,11 @@ func mustGet(t *testing.T, s blobstore.Store, key string, want []byte) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("Get(%q) = %d bytes %.32q, want %d bytes %.32q", key, len(got), got, len(want), want)
 	}
+	var buf bytes.Buffer
+	n, err := blobstore.GetTo(t.Context(), s, key, &buf)
+	if err != nil || n != int64(len(want)) || !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("GetTo(%q) = %d (%d bytes written), %v; want %d bytes, the object's", key, n, buf.Len(), err, len(want))
+	}
 }
 
 func mustMissing(t *testing.T, s blobstore.Store, key string) {
@@ -77,6 +83,36 @@ func mustMissing(t *testing.T, s blobstore.Store, key string) {
 	}
 	if !strings.Contains(err.Error(), key) {
 		t.Fatalf("Get(%q) error %q does not name the key", key, err)
+	}
+	var buf bytes.Buffer
+	if _, err := blobstore.GetTo(t.Context(), s, key, &buf); !errors.Is(err, blobstore.ErrNotFound) || !strings.Contains(err.Error(), key) || buf.Len() > 0 {
+		t.Fatalf("GetTo(%q) wrote %d bytes, error %v; want none, and an error wrapping ErrNotFound that names the key", key, buf.Len(), err)
+	}
+}
+
+// failingWriter accepts limit bytes, then fails.
+type failingWriter struct{ limit int }
+
+var errWriter = errors.New("the writer is full")
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > w.limit {
+		n := w.limit
+		w.limit = 0
+		return n, errWriter
+	}
+	w.limit -= len(p)
+	return len(p), nil
+}
+
+// testGetToWriterError: GetTo returns its writer's error, wrapped, and
+// stops there.
+func testGetToWriterError(t *testing.T, s blobstore.Store) {
+	data := randomBytes(rand.New(rand.NewPCG(5, 6)), 3<<20)
+	mustPut(t, s, "w/object", data)
+	n, err := blobstore.GetTo(t.Context(), s, "w/object", &failingWriter{limit: 1000})
+	if !errors.Is(err, errWriter) || n > 1000 {
+		t.Fatalf("GetTo into a writer that fails after 1000 bytes = %d, %v; want at most 1000 and an error wrapping the writer's", n, err)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -205,6 +206,30 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		data = []byte{}
 	}
 	return data, nil
+}
+
+// GetTo implements blobstore.Streamer.
+func (s *Store) GetTo(ctx context.Context, key string, w io.Writer) (int64, error) {
+	path, err := s.path(ctx, "get", key)
+	if err != nil {
+		return 0, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		if notFound(err) {
+			return 0, fmt.Errorf("filestore: get %q: %w", key, blob.ErrNotFound)
+		}
+		return 0, fmt.Errorf("filestore: get %q: %w", key, err)
+	}
+	defer f.Close()
+	n, err := io.Copy(w, f)
+	switch {
+	case n == 0 && notFound(err): // a directory opens, but does not read
+		return 0, fmt.Errorf("filestore: get %q: %w", key, blob.ErrNotFound)
+	case err != nil:
+		return n, fmt.Errorf("filestore: get %q: %w", key, err)
+	}
+	return n, nil
 }
 
 // List implements blobstore.Store.

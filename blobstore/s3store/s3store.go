@@ -31,6 +31,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -402,6 +403,36 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// GetTo implements blobstore.Streamer: one GET, its body copied to w a
+// buffer at a time.
+func (s *Store) GetTo(ctx context.Context, key string, w io.Writer) (int64, error) {
+	name, err := s.object(ctx, "get", key)
+	if err != nil {
+		return 0, err
+	}
+	body, info, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.cfg.Bucket, name, minio.GetObjectOptions{})
+	if err != nil {
+		if isNotFound(err) {
+			return 0, s.errorf("get", key, blob.ErrNotFound)
+		}
+		return 0, s.errorf("get", key, err)
+	}
+	defer body.Close()
+	buf := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(buf)
+	n, err := io.CopyBuffer(w, io.LimitReader(body, info.Size), *buf)
+	if err == nil && n != info.Size {
+		err = fmt.Errorf("%d of the %d bytes the server announced: %w", n, info.Size, io.ErrUnexpectedEOF)
+	}
+	if err != nil {
+		return n, s.errorf("get", key, err)
+	}
+	return n, nil
+}
+
+// copyBuffers are GetTo's buffers.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // List implements blobstore.Store.
 func (s *Store) List(ctx context.Context, prefix string) ([]blob.ObjectInfo, error) {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -31,6 +32,13 @@ type Store interface {
 	Get(ctx context.Context, key string) ([]byte, error)
 	List(ctx context.Context, prefix string) ([]ObjectInfo, error)
 	Delete(ctx context.Context, key string) error
+}
+
+// Streamer is implemented by a Store that can copy an object into a writer
+// as it reads it, without holding the whole object in memory. See
+// blobstore.GetTo.
+type Streamer interface {
+	GetTo(ctx context.Context, key string, w io.Writer) (int64, error)
 }
 
 // ErrNotFound is returned (wrapped) by Get for a key that has no object.
