@@ -380,18 +380,9 @@ func isNotFound(err error) bool {
 
 // Get implements blobstore.Store.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
-	name, err := s.object(ctx, "get", key)
+	body, info, err := s.open(ctx, key)
 	if err != nil {
 		return nil, err
-	}
-	// One GET: the lazy minio.Object would issue further conditional
-	// requests that fail when the object is overwritten meanwhile.
-	body, info, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.cfg.Bucket, name, minio.GetObjectOptions{})
-	if err != nil {
-		if isNotFound(err) {
-			return nil, s.errorf("get", key, blob.ErrNotFound)
-		}
-		return nil, s.errorf("get", key, err)
 	}
 	defer body.Close()
 	if info.Size < 0 {
@@ -404,19 +395,30 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return data, nil
 }
 
-// GetTo implements blobstore.Streamer: one GET, its body copied to w a
-// buffer at a time.
-func (s *Store) GetTo(ctx context.Context, key string, w io.Writer) (int64, error) {
+// open sends the GET of Get and GetTo and returns the body to read. One
+// GET: the lazy minio.Object would issue further conditional requests that
+// fail when the object is overwritten meanwhile.
+func (s *Store) open(ctx context.Context, key string) (io.ReadCloser, minio.ObjectInfo, error) {
 	name, err := s.object(ctx, "get", key)
 	if err != nil {
-		return 0, err
+		return nil, minio.ObjectInfo{}, err
 	}
 	body, info, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.cfg.Bucket, name, minio.GetObjectOptions{})
 	if err != nil {
 		if isNotFound(err) {
-			return 0, s.errorf("get", key, blob.ErrNotFound)
+			return nil, info, s.errorf("get", key, blob.ErrNotFound)
 		}
-		return 0, s.errorf("get", key, err)
+		return nil, info, s.errorf("get", key, err)
+	}
+	return body, info, nil
+}
+
+// GetTo implements blobstore.Streamer: one GET, its body copied to w a
+// buffer at a time.
+func (s *Store) GetTo(ctx context.Context, key string, w io.Writer) (int64, error) {
+	body, info, err := s.open(ctx, key)
+	if err != nil {
+		return 0, err
 	}
 	defer body.Close()
 	buf := copyBuffers.Get().(*[]byte)
