@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -119,14 +120,27 @@ func (s *Storage) storedShared(ctx context.Context, jobID string, files []stream
 	return out, nil
 }
 
+// DownloadOptions are DownloadFiles's choices per file.
+type DownloadOptions struct {
+	// Reuse names a file on the local disk ("" for none) that, if it has
+	// the same size and SHA-256, is copied (hard-linked where it can be)
+	// instead of downloading the object: local recovery.
+	Reuse func(name string) string
+	// Stream reports whether a file that is not reused is left in storage
+	// and read by its consumer through SnapshotFile.Fetch instead, as a
+	// Pebble restore reads its changelog segments: they are replayed once,
+	// and so never need to be on the local disk.
+	Stream func(name string) bool
+}
+
 // DownloadFiles fetches the files of one handle into dir (created if
 // needed), in parallel, verifying each file's size and SHA-256, and returns
-// them as local snapshot files. A file that reuse names (a path on the local
-// disk, "" for none) with the same size and SHA-256 is copied from there
-// instead of downloaded: local recovery. It returns the bytes downloaded
-// (the restore progress callback, WithRestoreProgress, counts reused files
-// too).
-func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, dir string, reuse func(name string) string) ([]stream.SnapshotFile, int64, error) {
+// them as local snapshot files (opts: local recovery, and files streamed
+// later rather than downloaded). It returns the bytes downloaded, counting
+// the streamed files, which will be. The restore progress callback
+// (WithRestoreProgress) counts the files reused and downloaded now, and a
+// streamed file once its Fetch has read it.
+func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, dir string, opts DownloadOptions) ([]stream.SnapshotFile, int64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("checkpoint: restore directory %s: %w; check its permissions or the taskmanager's --state-dir", dir, err)
 	}
@@ -145,8 +159,8 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 		g.Go(func() error {
 			dst := filepath.Join(dir, f.GetName())
 			out[i] = stream.SnapshotFile{Path: dst, Name: f.GetName(), Size: f.GetSize(), SHA256: f.GetSha256(), Shared: f.GetShared()}
-			if reuse != nil {
-				if src := reuse(f.GetName()); src != "" {
+			if opts.Reuse != nil {
+				if src := opts.Reuse(f.GetName()); src != "" {
 					if sum, n, err := hashFile(src); err == nil && n == f.GetSize() && sum == f.GetSha256() {
 						if err := linkOrCopy(src, dst); err == nil {
 							s.reportRestored(n)
@@ -154,6 +168,13 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 						}
 					}
 				}
+			}
+			if opts.Stream != nil && opts.Stream(f.GetName()) {
+				// The consumer reads it within the task's lifetime, which
+				// ctx (not gctx, done when this call returns) spans.
+				out[i].Fetch = func(w io.Writer) (int64, error) { return s.streamFile(ctx, f, w) }
+				fetched.Add(f.GetSize())
+				return nil
 			}
 			n, err := s.fetchFile(gctx, f, dst)
 			if err != nil {
@@ -168,6 +189,18 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 		return nil, 0, err
 	}
 	return out, fetched.Load(), nil
+}
+
+// streamFile reads the object of f into w, a buffer at a time, checking its
+// size and SHA-256 (SnapshotFile.Fetch). It returns the bytes written.
+func (s *Storage) streamFile(ctx context.Context, f *weirpb.StateFile, w io.Writer) (int64, error) {
+	h := sha256.New()
+	n, err := blobstore.GetTo(ctx, s.store, f.GetKey(), &boundedWriter{w: io.MultiWriter(w, h), left: f.GetSize()})
+	if err = checkFetched(f, n, h, err); err != nil {
+		return n, err
+	}
+	s.reportRestored(n)
+	return n, nil
 }
 
 // fetchFile downloads the object of f into the file dst, a buffer at a
@@ -186,16 +219,7 @@ func (s *Storage) fetchFile(ctx context.Context, f *weirpb.StateFile, dst string
 	if cerr := out.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("checkpoint: restore file %s: %w", dst, cerr)
 	}
-	switch {
-	case errors.Is(err, blobstore.ErrNotFound):
-		err = fmt.Errorf("%s: missing; the checkpoint is incomplete or its shared files were deleted: %w", f.GetKey(), err)
-	case errors.Is(err, errTooLong), err == nil && (n != f.GetSize() || hex.EncodeToString(h.Sum(nil)) != f.GetSha256()):
-		err = fmt.Errorf("%s: size or checksum mismatch (want %d bytes, sha256 %s); the object was modified or truncated: %w",
-			f.GetKey(), f.GetSize(), f.GetSha256(), ErrCorrupt)
-	case err != nil:
-		err = fmt.Errorf("%s: %w", f.GetKey(), err)
-	}
-	if err != nil {
+	if err = checkFetched(f, n, h, err); err != nil {
 		os.Remove(tmp)
 		return 0, err
 	}
@@ -204,6 +228,21 @@ func (s *Storage) fetchFile(ctx context.Context, f *weirpb.StateFile, dst string
 		return 0, err
 	}
 	return n, nil
+}
+
+// checkFetched returns the error of reading n bytes of f's object, hashed
+// by h, with GetTo's error err: nil if they are f's size and SHA-256.
+func checkFetched(f *weirpb.StateFile, n int64, h hash.Hash, err error) error {
+	switch {
+	case errors.Is(err, blobstore.ErrNotFound):
+		return fmt.Errorf("%s: missing; the checkpoint is incomplete or its shared files were deleted: %w", f.GetKey(), err)
+	case errors.Is(err, errTooLong), err == nil && (n != f.GetSize() || hex.EncodeToString(h.Sum(nil)) != f.GetSha256()):
+		return fmt.Errorf("%s: size or checksum mismatch (want %d bytes, sha256 %s); the object was modified or truncated: %w",
+			f.GetKey(), f.GetSize(), f.GetSha256(), ErrCorrupt)
+	case err != nil:
+		return fmt.Errorf("%s: %w", f.GetKey(), err)
+	}
+	return nil
 }
 
 // boundedWriter passes at most left bytes to w and fails with errTooLong

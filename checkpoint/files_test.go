@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -59,7 +60,7 @@ func TestUploadDownloadFiles(t *testing.T) {
 		}
 	}
 	// Download without local files, then with them (local recovery: no bytes).
-	got, n, err := s.DownloadFiles(ctx, h2, filepath.Join(root, "r1"), nil)
+	got, n, err := s.DownloadFiles(ctx, h2, filepath.Join(root, "r1"), DownloadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestUploadDownloadFiles(t *testing.T) {
 		}
 	}
 	local := filepath.Join(root, "c2")
-	_, n, err = s.DownloadFiles(ctx, h2, filepath.Join(root, "r2"), func(name string) string { return filepath.Join(local, name) })
+	_, n, err = s.DownloadFiles(ctx, h2, filepath.Join(root, "r2"), DownloadOptions{Reuse: func(name string) string { return filepath.Join(local, name) }})
 	if err != nil || n != 0 {
 		t.Fatalf("local recovery downloaded %d bytes (err %v); want 0", n, err)
 	}
@@ -81,7 +82,7 @@ func TestUploadDownloadFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(local, "000002.sst"), []byte("BBBBBBBB"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, n, err = s.DownloadFiles(ctx, h2, filepath.Join(root, "r3"), func(name string) string { return filepath.Join(local, name) })
+	_, n, err = s.DownloadFiles(ctx, h2, filepath.Join(root, "r3"), DownloadOptions{Reuse: func(name string) string { return filepath.Join(local, name) }})
 	if err != nil || n != 8 {
 		t.Fatalf("download with a damaged local file fetched %d bytes (err %v); want 8", n, err)
 	}
@@ -89,7 +90,7 @@ func TestUploadDownloadFiles(t *testing.T) {
 	if err := mem.Put(ctx, SharedKey("job", hex.EncodeToString(sum[:])), []byte("xxxxxxxx")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.DownloadFiles(ctx, h2, filepath.Join(root, "r4"), nil); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := s.DownloadFiles(ctx, h2, filepath.Join(root, "r4"), DownloadOptions{}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("download of a damaged object = %v, want ErrCorrupt", err)
 	}
 	// So does one longer or shorter than the manifest says, and neither
@@ -99,7 +100,7 @@ func TestUploadDownloadFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := filepath.Join(root, fmt.Sprintf("r%d", 5+i))
-		if _, _, err := s.DownloadFiles(ctx, h2, dir, nil); !errors.Is(err, ErrCorrupt) {
+		if _, _, err := s.DownloadFiles(ctx, h2, dir, DownloadOptions{}); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("download of a %d-byte object for an 8-byte file = %v, want ErrCorrupt", len(bad), err)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "000002.sst")); err == nil {
@@ -107,6 +108,29 @@ func TestUploadDownloadFiles(t *testing.T) {
 		}
 		if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(left) > 0 {
 			t.Fatalf("a failed download left %v", left)
+		}
+		// Streamed, the same object fails when read, and the file is not
+		// written to dir at all.
+		stream := DownloadOptions{Stream: func(name string) bool { return name == "000002.sst" }}
+		got, n, err := s.DownloadFiles(ctx, h2, dir+"-streamed", stream)
+		if err != nil || n != 15 {
+			t.Fatalf("download streaming 000002.sst: %d bytes, %v; want 15 (the streamed file counts)", n, err)
+		}
+		for _, f := range got {
+			_, statErr := os.Stat(f.Path)
+			if (f.Fetch != nil) != (f.Name == "000002.sst") || (f.Fetch != nil) != os.IsNotExist(statErr) {
+				t.Fatalf("%s: streamed %v, on disk: %v", f.Name, f.Fetch != nil, statErr)
+			}
+			if f.Fetch == nil {
+				continue
+			}
+			var buf bytes.Buffer
+			if _, err := f.Fetch(&buf); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("streaming a %d-byte object for an 8-byte file = %v, want ErrCorrupt", len(bad), err)
+			}
+			if buf.Len() > 8 {
+				t.Fatalf("streaming a %d-byte object for an 8-byte file wrote %d bytes", len(bad), buf.Len())
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -60,10 +61,11 @@ func TestRestoreProgressReachesRestoreSize(t *testing.T) {
 		h.Files = up
 	}
 	for _, tc := range []struct {
-		name  string
-		p     int
-		reuse bool
-	}{{"same parallelism", 4, false}, {"rescaled to 3", 3, false}, {"rescaled to 1", 1, false}, {"local files reused", 4, true}} {
+		name          string
+		p             int
+		reuse, stream bool
+	}{{"same parallelism", 4, false, false}, {"rescaled to 3", 3, false, false}, {"rescaled to 1", 1, false, false},
+		{"local files reused", 4, true, false}, {"sstables streamed", 3, false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			for sub := range tc.p {
 				kg := stream.KeyGroupRangeFor(maxP, tc.p, sub)
@@ -81,15 +83,35 @@ func TestRestoreProgressReachesRestoreSize(t *testing.T) {
 					if !RestoresFiles(h, kg) {
 						continue
 					}
-					var reuse func(string) string
+					var opts DownloadOptions
 					if tc.reuse {
-						reuse = func(name string) string { return filepath.Join(local, h.GetKey(), name) }
+						opts.Reuse = func(name string) string { return filepath.Join(local, h.GetKey(), name) }
 					}
-					_, n, err := rs.DownloadFiles(t.Context(), h.GetFiles(), filepath.Join(t.TempDir(), "r"), reuse)
+					if tc.stream {
+						opts.Stream = func(name string) bool { return filepath.Ext(name) == ".sst" }
+					}
+					files, n, err := rs.DownloadFiles(t.Context(), h.GetFiles(), filepath.Join(t.TempDir(), "r"), opts)
 					if err != nil {
 						t.Fatal(err)
 					}
 					fromFiles += n
+					for _, f := range files {
+						if (f.Fetch != nil) != (tc.stream && filepath.Ext(f.Name) == ".sst") {
+							t.Fatalf("file %s: streamed %v", f.Name, f.Fetch != nil)
+						}
+						if f.Fetch == nil {
+							continue
+						}
+						// A streamed file counts once it was read.
+						var buf bytes.Buffer
+						before := log.done()
+						if n, err := f.Fetch(&buf); err != nil || n != f.Size || buf.String() != "sst-"+h.GetKey() {
+							t.Fatalf("streaming %s: %d bytes %q, %v", f.Name, n, buf.String(), err)
+						}
+						if got := log.done() - before; got != f.Size {
+							t.Fatalf("streaming %s added %d bytes to the progress, want %d", f.Name, got, f.Size)
+						}
+					}
 				}
 				want := RestoreSize(hs, kg)
 				if got := log.done(); got != want || want == 0 {

@@ -145,7 +145,7 @@ func loadAll(t *testing.T, st *Storage, m *weirpb.Manifest) map[string]string {
 			if len(h.GetFiles()) == 0 {
 				continue
 			}
-			files, _, err := st.DownloadFiles(t.Context(), h.GetFiles(), t.TempDir(), nil)
+			files, _, err := st.DownloadFiles(t.Context(), h.GetFiles(), t.TempDir(), DownloadOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,9 @@
 package stream
 
-import "fmt"
+import (
+	"fmt"
+	"io"
+)
 
 // State backend names, for JobGraph.State.Backend and
 // OperatorContext.StateBackend. Empty means the cluster default.
@@ -34,7 +37,8 @@ func ValidateStateBackend(name string) error {
 
 // SnapshotFile is a local file of an operator's incremental snapshot (a
 // state backend's checkpoint files, OperatorSnapshot.Files). The task
-// runtime uploads it; on restore Path is where it was downloaded to.
+// runtime uploads it; on restore Path is where it was downloaded to, or,
+// for a file with Fetch, where it would be.
 type SnapshotFile struct {
 	// Path is the file on the local disk; Name its name inside its
 	// snapshot directory (files of one directory share filepath.Dir(Path)).
@@ -45,4 +49,12 @@ type SnapshotFile struct {
 	// Shared marks an immutable file that later snapshots may name again:
 	// storage keeps one copy per content hash and reference-counts it.
 	Shared bool
+	// Fetch, set on restore for a file that was not downloaded (Path does
+	// not exist), reads it from storage into w when the state backend
+	// needs it, a buffer at a time: a Pebble restore streams its changelog
+	// segments into its replay this way rather than writing them to disk
+	// and reading them back. It fails, wrapping the storage's corrupt-object
+	// error, unless the content has Size bytes with SHA256; w then has
+	// received part or all of it. It returns the bytes written to w.
+	Fetch func(w io.Writer) (int64, error)
 }

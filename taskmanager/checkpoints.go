@@ -143,8 +143,10 @@ func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeploymen
 // restoreFiles downloads the files of the incremental snapshots among hs
 // whose key groups overlap kg, one directory per snapshotted subtask, and
 // lists them in snap.Files. Files the task still has from its own snapshot
-// of that checkpoint are reused (local recovery). It returns the bytes
-// downloaded and the bytes of the files reused.
+// of that checkpoint are reused (local recovery). Changelog segments are
+// not downloaded but streamed into the state backend's replay when the task
+// opens its state (backends.StreamedOnRestore). It returns the bytes
+// downloaded or to stream, and the bytes of the files reused.
 func (tm *TaskManager) restoreFiles(ctx context.Context, st *checkpoint.Storage, id int64, uid string,
 	hs []*weirpb.StateHandle, kg stream.KeyGroupRange, spec *dataflow.TaskSpec, snap *stream.OperatorSnapshot) (downloaded, reused int64, err error) {
 	for _, h := range hs {
@@ -156,11 +158,11 @@ func (tm *TaskManager) restoreFiles(ctx context.Context, st *checkpoint.Storage,
 			return 0, 0, fmt.Errorf("clearing restore directory %s: %w", dir, err)
 		}
 		local := backends.SnapshotDir(spec.LocalStateDir, uid, id)
-		reuse := func(name string) string { return filepath.Join(local, name) }
-		if int(h.GetSubtask()) != spec.Subtask {
-			reuse = nil
+		opts := checkpoint.DownloadOptions{Stream: backends.StreamedOnRestore}
+		if int(h.GetSubtask()) == spec.Subtask {
+			opts.Reuse = func(name string) string { return filepath.Join(local, name) }
 		}
-		files, n, err := st.DownloadFiles(ctx, h.GetFiles(), dir, reuse)
+		files, n, err := st.DownloadFiles(ctx, h.GetFiles(), dir, opts)
 		if err != nil {
 			return 0, 0, err
 		}

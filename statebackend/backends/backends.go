@@ -12,6 +12,7 @@ package backends
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -162,16 +163,22 @@ func RestoreRoot(localStateDir string) string { return filepath.Join(localStateD
 // and trimmed, the others are merged into it. With octx.FullSnapshots the
 // backend snapshots in full from then on, as in Open.
 func OpenFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebackend.Backend, error) {
-	b, err := openFromSnapshots(octx, dirs)
+	b, err := openFromSnapshots(octx, dirs, nil)
 	if err != nil {
 		return nil, fmt.Errorf("state backend of operator %q: %w", octx.OperatorUID, err)
 	}
 	return b, nil
 }
 
+// StreamedOnRestore reports whether a restore leaves the snapshot file
+// name in storage, for the backend to read when it opens
+// (stream.SnapshotFile.Fetch; checkpoint.DownloadOptions.Stream): the
+// Pebble backend's changelog segments, which it replays once.
+func StreamedOnRestore(name string) bool { return pebblestate.IsChangelogSegment(name) }
+
 // openFromSnapshots is OpenFromSnapshots with errors that do not name the
-// operator.
-func openFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebackend.Backend, error) {
+// operator; fetch reads the streamed files (Options.FetchSegment).
+func openFromSnapshots(octx *stream.OperatorContext, dirs []string, fetch func(string, io.Writer) (int64, error)) (statebackend.Backend, error) {
 	if len(dirs) == 0 {
 		return nil, errors.New("restore from no snapshot directories")
 	}
@@ -182,7 +189,9 @@ func openFromSnapshots(octx *stream.OperatorContext, dirs []string) (statebacken
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("cannot clear local state directory %s: %w", dir, err)
 	}
-	b, err := pebblestate.OpenFromCheckpoint(pebbleOptions(octx, dir), dirs[0], octx.KeyGroups)
+	opts := pebbleOptions(octx, dir)
+	opts.FetchSegment = fetch
+	b, err := pebblestate.OpenFromCheckpoint(opts, dirs[0], octx.KeyGroups)
 	if err != nil {
 		// The clone of the snapshot, possibly half made, is of no use.
 		_ = os.RemoveAll(dir)

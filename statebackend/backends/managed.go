@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirstream/weir/statebackend"
 	"github.com/weirstream/weir/statebackend/internal/chunk"
+	"github.com/weirstream/weir/statebackend/pebblestate"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -68,7 +69,7 @@ func OpenManaged(octx *stream.OperatorContext, checkpointID int64, snap *stream.
 				dirs = append(dirs, d)
 			}
 		}
-		m.backend, err = openFromSnapshots(&m.octx, dirs)
+		m.backend, err = openFromSnapshots(&m.octx, dirs, pebblestate.FetchFrom(snap.Files))
 		// The backend has hard-linked or copied what it needs; after a
 		// failure the next attempt fetches the files again.
 		m.removeRestoreDirs(dirs)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -118,6 +119,16 @@ type Options struct {
 	// group's records are sorted at once, whatever their size. Default
 	// 256 MiB (DefaultReplayMemoryBytes).
 	ReplayMemoryBytes int64
+	// FetchSegment, if set, reads a changelog segment of a snapshot
+	// directory that is not on the local disk into w: path is where its
+	// file would be. A restore (OpenFromCheckpoint, MergeInto) then streams
+	// such segments from storage into its replay instead of reading files
+	// downloaded before: the chain, up to MaterializeFactor × the state, is
+	// never written to the disk and read back. FetchSegment must fail
+	// unless the segment has the size and SHA-256 its snapshot's manifest
+	// lists (stream.SnapshotFile.Fetch does); the restore checks its size
+	// against the chain. It is called from more than one goroutine at once.
+	FetchSegment func(path string, w io.Writer) (int64, error)
 	// DeleteOnClose removes Dir when the backend is closed. Default false:
 	// Close flushes and leaves the database on disk.
 	DeleteOnClose bool

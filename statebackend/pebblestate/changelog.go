@@ -53,11 +53,14 @@ func IsChangelogSegment(name string) bool {
 
 func segmentName(seq int) string { return fmt.Sprintf("changelog-%08d.wcl", seq) }
 
-// segment is a closed changelog segment of the current chain.
+// segment is a closed changelog segment of the current chain, or of a
+// snapshot being restored: a file at path, or, with fetch, an object in
+// storage that fetch reads.
 type segment struct {
 	name, path string
 	size       int64
 	sha256     string
+	fetch      func(path string, w io.Writer) (int64, error)
 }
 
 // changelog records the writes the backend makes to Pebble since the last
@@ -352,8 +355,9 @@ func (b *Backend) closeChangelog() error {
 
 // readChain returns the changelog segments a snapshot directory lists, in
 // order (nil for a plain Pebble checkpoint), after checking that each
-// exists with its size.
-func readChain(dir string) ([]segment, error) {
+// exists with its size: as a file in dir or, if fetch is set, one that
+// fetch reads from storage (Options.FetchSegment).
+func readChain(dir string, fetch func(path string, w io.Writer) (int64, error)) ([]segment, error) {
 	data, err := os.ReadFile(filepath.Join(dir, ChainFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -375,6 +379,8 @@ func readChain(dir string) ([]segment, error) {
 		s := segment{name: f[0], path: filepath.Join(dir, f[0]), size: size, sha256: f[2]}
 		info, err := os.Stat(s.path)
 		switch {
+		case errors.Is(err, os.ErrNotExist) && fetch != nil:
+			s.fetch = fetch
 		case err != nil:
 			return nil, fmt.Errorf("pebble state backend: snapshot %s: changelog segment %s: %w; the snapshot is incomplete, download it again", dir, s.name, err)
 		case info.Size() != s.size:

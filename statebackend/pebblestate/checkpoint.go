@@ -203,7 +203,7 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 			return nil, fmt.Errorf("pebble state backend: local recovery from %s into %s: %w", dir, opts.Dir, err)
 		}
 	}
-	segs, err := readChain(dir)
+	segs, err := readChain(dir, opts.FetchSegment)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +240,28 @@ func OpenFromCheckpoint(opts Options, dir string, kg stream.KeyGroupRange) (*Bac
 		b.timers.proc.unknownAll() // else there are none
 	}
 	return b, nil
+}
+
+// FetchFrom returns an Options.FetchSegment that reads the files of files
+// that have a Fetch (restored files left in storage), found by path, or nil
+// if none has.
+func FetchFrom(files []stream.SnapshotFile) func(path string, w io.Writer) (int64, error) {
+	streamed := make(map[string]func(io.Writer) (int64, error))
+	for _, f := range files {
+		if f.Fetch != nil {
+			streamed[filepath.Clean(f.Path)] = f.Fetch
+		}
+	}
+	if len(streamed) == 0 {
+		return nil
+	}
+	return func(path string, w io.Writer) (int64, error) {
+		fetch := streamed[filepath.Clean(path)]
+		if fetch == nil {
+			return 0, fmt.Errorf("%s was neither downloaded nor is to be read from storage", path)
+		}
+		return fetch(w)
+	}
 }
 
 // replayInto clones the snapshot directory dir into the new directory
@@ -357,7 +379,7 @@ func MergeInto(dst *Backend, srcDirs []string) error {
 }
 
 func (b *Backend) mergeFrom(dir string) error {
-	segs, err := readChain(dir)
+	segs, err := readChain(dir, b.opts.FetchSegment)
 	if err != nil {
 		return err
 	}

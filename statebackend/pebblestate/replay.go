@@ -122,8 +122,12 @@ func ingestChain(db *pebble.DB, po *pebble.Options, segs []segment, kg stream.Ke
 }
 
 // readSegment reads segment s into buf (reallocated if too small) and
-// checks its size and SHA-256.
-func readSegment(s segment, buf []byte) ([]byte, error) {
+// checks its size and SHA-256 (a fetched segment's fetch checks its
+// SHA-256). A fetch stops early once done is closed.
+func readSegment(s segment, buf []byte, done <-chan struct{}) ([]byte, error) {
+	if s.fetch != nil {
+		return fetchSegment(s, buf, done)
+	}
 	f, err := os.Open(s.path)
 	if err != nil {
 		return nil, fmt.Errorf("pebble state backend: changelog segment %s: %w", s.path, err)
@@ -145,6 +149,55 @@ func readSegment(s segment, buf []byte) ([]byte, error) {
 			statebackend.ErrCorrupt, s.path, len(data), sum, s.size, s.sha256)
 	}
 	return data, nil
+}
+
+// fetchSegment reads segment s from storage into buf (reallocated if too
+// small) and checks its size.
+func fetchSegment(s segment, buf []byte, done <-chan struct{}) ([]byte, error) {
+	if int64(cap(buf)) < s.size {
+		buf = make([]byte, 0, s.size)
+	}
+	w := &segmentWriter{buf: buf[:0], left: s.size, done: done}
+	n, err := s.fetch(s.path, w)
+	const damaged = "the snapshot is damaged, restore another checkpoint"
+	switch {
+	case errors.Is(err, errSegmentTooLong):
+		return nil, fmt.Errorf("%w: pebble state backend: changelog segment %s, read from storage: more than the %d bytes its snapshot lists; %s",
+			statebackend.ErrCorrupt, s.name, s.size, damaged)
+	case err == nil && (n != s.size || int64(len(w.buf)) != s.size):
+		return nil, fmt.Errorf("%w: pebble state backend: changelog segment %s, read from storage: %d bytes, its snapshot lists %d; %s",
+			statebackend.ErrCorrupt, s.name, len(w.buf), s.size, damaged)
+	case err != nil:
+		return nil, fmt.Errorf("pebble state backend: changelog segment %s, read from storage: %w", s.name, err)
+	}
+	return w.buf, nil
+}
+
+var (
+	errSegmentTooLong = errors.New("longer than its snapshot lists")
+	errReplayStopped  = errors.New("the replay stopped")
+)
+
+// segmentWriter collects a fetched segment of at most left more bytes, and
+// fails once done is closed.
+type segmentWriter struct {
+	buf  []byte
+	left int64
+	done <-chan struct{}
+}
+
+func (w *segmentWriter) Write(p []byte) (int, error) {
+	select {
+	case <-w.done:
+		return 0, errReplayStopped
+	default:
+	}
+	if int64(len(p)) > w.left {
+		return 0, errSegmentTooLong
+	}
+	w.left -= int64(len(p))
+	w.buf = append(w.buf, p...)
+	return len(p), nil
 }
 
 // segmentRecords checks the header of a segment's data and returns its
@@ -214,6 +267,7 @@ type partition struct {
 
 // partitioner distributes a chain's records among partitions.
 type partitioner struct {
+	memBytes int64 // Options.ReplayMemoryBytes
 	kg       stream.KeyGroupRange
 	parts    []*partition
 	dir      string
@@ -222,7 +276,7 @@ type partitioner struct {
 }
 
 func newPartitioner(kg stream.KeyGroupRange, n int, dir string, spill bool, memBytes int64) *partitioner {
-	p := &partitioner{kg: kg, parts: make([]*partition, n), dir: dir, spill: spill,
+	p := &partitioner{memBytes: memBytes, kg: kg, parts: make([]*partition, n), dir: dir, spill: spill,
 		spillBuf: int(min(max(memBytes/int64(4*n), 4<<10), 256<<10))}
 	for i := range p.parts {
 		p.parts[i] = &partition{}
@@ -246,47 +300,68 @@ func (p *partitioner) of(k []byte) int {
 	return (kg - p.kg.Start) * len(p.parts) / p.kg.Len()
 }
 
+// segmentReadAhead is how many segments addChain reads (or fetches from
+// storage) and checks at once, ahead of the one whose records it
+// distributes.
+const segmentReadAhead = 2
+
 // addChain verifies the segments and appends their records to their
-// partitions, in chain order. A goroutine reads and checks the next
-// segment while the records of one are distributed.
+// partitions, in chain order. Goroutines read and check the next segments
+// while the records of one are distributed: segmentReadAhead of them, or
+// one alone if it is larger than a quarter of the replay's memory.
 func (p *partitioner) addChain(segs []segment) error {
 	type verified struct {
-		s    segment
-		data []byte
-		err  error
+		data   []byte
+		err    error
+		tokens int // of ahead, to give back
 	}
-	next := make(chan verified, 1)
-	free := make(chan []byte, 2) // buffers of distributed segments, for reuse
+	results := make([]chan verified, len(segs))
+	for i := range results {
+		results[i] = make(chan verified, 1)
+	}
+	ahead := make(chan struct{}, segmentReadAhead)
+	free := make(chan []byte, segmentReadAhead+1) // buffers of distributed segments, for reuse
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer close(next)
-		for _, s := range segs {
+		for i, s := range segs {
+			tokens := 1
+			if s.size > p.memBytes/4 {
+				tokens = segmentReadAhead
+			}
+			for range tokens {
+				select {
+				case ahead <- struct{}{}:
+				case <-done:
+					return
+				}
+			}
 			var buf []byte
 			select {
 			case buf = <-free:
 			default:
 			}
-			data, err := readSegment(s, buf)
-			select {
-			case next <- verified{s, data, err}:
-			case <-done:
-				return
-			}
-			if err != nil {
-				return
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				data, err := readSegment(s, buf, done)
+				results[i] <- verified{data, err, tokens}
+			}()
 		}
 	}()
 	defer wg.Wait()
 	defer close(done)
-	for v := range next {
+	for i, s := range segs {
+		v := <-results[i]
+		for range v.tokens {
+			<-ahead
+		}
 		if v.err != nil {
 			return v.err
 		}
-		if err := p.addRecords(v.s.path, v.data); err != nil {
+		if err := p.addRecords(s.path, v.data); err != nil {
 			return err
 		}
 		select {

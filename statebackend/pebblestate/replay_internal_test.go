@@ -3,12 +3,15 @@ package pebblestate
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -24,7 +27,7 @@ import (
 func replayBatches(t *testing.T, db *pebble.DB, segs []segment, kg stream.KeyGroupRange) {
 	t.Helper()
 	for _, s := range segs {
-		data, err := readSegment(s, nil)
+		data, err := readSegment(s, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +153,7 @@ func TestReplayMatchesBatchReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	segs, err := readChain(dir)
+	segs, err := readChain(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +169,7 @@ func TestReplayMatchesBatchReplay(t *testing.T) {
 	records, kinds := 0, map[string]byte{}
 	overwritten, deletedAfterSet := 0, 0
 	for _, s := range segs {
-		data, err := readSegment(s, nil)
+		data, err := readSegment(s, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,8 +202,14 @@ func TestReplayMatchesBatchReplay(t *testing.T) {
 		// The default memory: one partition in memory; the chain's size:
 		// a few partitions in memory; 300 bytes: spilled partitions of a
 		// few records each.
-		for _, mem := range []int64{0, chainBytes, 300} {
-			t.Run(fmt.Sprintf("%s/memory=%d", tc.name, mem), func(t *testing.T) {
+		// Streamed: the segments are not in the snapshot directory but
+		// fetched (Options.FetchSegment).
+		for _, c := range []struct {
+			mem    int64
+			stream bool
+		}{{0, false}, {chainBytes, false}, {300, false}, {0, true}, {300, true}} {
+			mem := c.mem
+			t.Run(fmt.Sprintf("%s/memory=%d/streamed=%v", tc.name, mem, c.stream), func(t *testing.T) {
 				n++
 				refDir := filepath.Join(root, fmt.Sprint("ref-", n))
 				if err := cloneDir(dir, refDir); err != nil {
@@ -217,7 +226,19 @@ func TestReplayMatchesBatchReplay(t *testing.T) {
 				}
 				want, wantN := dumpDB(t, ref)
 
-				b, err := OpenFromCheckpoint(Options{Dir: filepath.Join(root, fmt.Sprint("new-", n)), ReplayMemoryBytes: mem, DeleteOnClose: true}, dir, tc.kg)
+				opts, from := Options{Dir: filepath.Join(root, fmt.Sprint("new-", n)), ReplayMemoryBytes: mem, DeleteOnClose: true}, dir
+				var fetched atomic.Int64
+				if c.stream {
+					from = withoutSegments(t, dir, filepath.Join(root, fmt.Sprint("streamed-", n)))
+					opts.FetchSegment = func(path string, w io.Writer) (int64, error) {
+						fetched.Add(1)
+						return fetchFile(filepath.Join(dir, filepath.Base(path)), w)
+					}
+				}
+				b, err := OpenFromCheckpoint(opts, from, tc.kg)
+				if c.stream && fetched.Load() != int64(len(segs)) {
+					t.Fatalf("%d segments fetched, want %d", fetched.Load(), len(segs))
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -237,6 +258,38 @@ func TestReplayMatchesBatchReplay(t *testing.T) {
 			})
 		}
 	}
+}
+
+// withoutSegments copies the snapshot directory dir to the new directory
+// to, leaving out its changelog segments, and returns to.
+func withoutSegments(t *testing.T, dir, to string) string {
+	t.Helper()
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && !IsChangelogSegment(e.Name()) {
+			if err := copyFile(filepath.Join(dir, e.Name()), filepath.Join(to, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return to
+}
+
+// fetchFile is a FetchSegment reading the file path, in writes of at most
+// 1000 bytes (as a download arrives).
+func fetchFile(path string, w io.Writer) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return io.CopyBuffer(w, struct{ io.Reader }{f}, make([]byte, 1000))
 }
 
 // TestReplaySortOrder checks the replay's sort against a plain stable sort
@@ -284,5 +337,94 @@ func TestReplaySortOrder(t *testing.T) {
 		if e.off != want[i].off {
 			t.Fatalf("position %d: record at offset %d (key %x), want offset %d (key %x)", i, e.off, sortKeys(data).key(e), want[i].off, want[i].k)
 		}
+	}
+}
+
+// TestReplayStreamedSegmentFailures restores a snapshot whose changelog
+// segments are fetched (Options.FetchSegment) by fetches that fail, or
+// deliver more or fewer bytes than the chain lists: each restore fails
+// with an error naming the segment (ErrCorrupt for a wrong size, the
+// fetch's own error otherwise), and stops the other fetches.
+func TestReplayStreamedSegmentFailures(t *testing.T) {
+	root := t.TempDir()
+	src, err := New(Options{Dir: filepath.Join(root, "src"), MaterializeFactor: 1000}, stream.KeyGroupRange{Start: 0, End: stream.DefaultMaxParallelism - 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	v, err := statebackend.GetValueState(src, "v", statebackend.Int64Codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	for r := range 6 {
+		for i := range 50 {
+			src.SetCurrentKey([]byte(fmt.Sprint("k", i)), i%stream.DefaultMaxParallelism)
+			v.Update(int64(r*100 + i))
+		}
+		dir = filepath.Join(root, fmt.Sprint("chk-", r))
+		if _, err := src.SnapshotFiles(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs, err := readChain(dir, nil)
+	if err != nil || len(segs) < 4 {
+		t.Fatalf("chain of %d segments (%v), want at least 4", len(segs), err)
+	}
+	bad := segs[2].name
+	errFetch := errors.New("storage unreachable")
+	for i, tc := range []struct {
+		name    string
+		fetch   func(data []byte, w io.Writer) (int64, error)
+		corrupt bool
+	}{
+		{"fetch fails", func([]byte, io.Writer) (int64, error) { return 0, errFetch }, false},
+		{"one byte more", func(data []byte, w io.Writer) (int64, error) {
+			n, err := w.Write(append(slices.Clone(data), 0))
+			return int64(n), err
+		}, true},
+		{"one byte less", func(data []byte, w io.Writer) (int64, error) {
+			n, err := w.Write(data[:len(data)-1])
+			return int64(n), err
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			from := withoutSegments(t, dir, filepath.Join(root, fmt.Sprint("streamed-", i)))
+			var stopped atomic.Int64
+			fetch := func(path string, w io.Writer) (int64, error) {
+				data, err := os.ReadFile(filepath.Join(dir, filepath.Base(path)))
+				if err != nil {
+					return 0, err
+				}
+				if filepath.Base(path) == bad {
+					return tc.fetch(data, w)
+				}
+				// The others arrive a record's worth at a time, until the
+				// replay stops them.
+				var n int64
+				for len(data) > 0 {
+					m, err := w.Write(data[:min(len(data), 16)])
+					n += int64(m)
+					if err != nil {
+						if errors.Is(err, errReplayStopped) {
+							stopped.Add(1)
+						}
+						return n, err
+					}
+					data = data[m:]
+				}
+				return n, nil
+			}
+			_, err := OpenFromCheckpoint(Options{Dir: filepath.Join(root, fmt.Sprint("new-", i)), DeleteOnClose: true, FetchSegment: fetch}, from, stream.KeyGroupRange{Start: 0, End: stream.DefaultMaxParallelism - 1})
+			switch {
+			case err == nil:
+				t.Fatal("the restore succeeded")
+			case !strings.Contains(err.Error(), bad):
+				t.Fatalf("error %q does not name segment %s", err, bad)
+			case tc.corrupt != errors.Is(err, statebackend.ErrCorrupt), !tc.corrupt && !errors.Is(err, errFetch):
+				t.Fatalf("error %q: want corrupt=%v", err, tc.corrupt)
+			}
+			t.Logf("%v (%d other fetches stopped)", err, stopped.Load())
+		})
 	}
 }
