@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/weirstream/weir/statebackend"
@@ -126,6 +128,71 @@ func TestManagedPebbleLifecycle(t *testing.T) {
 	if left := listDirs(t, dir); len(left) != 0 {
 		t.Fatalf("after a finished task's Close these are left: %v", left)
 	}
+}
+
+// TestManagedRestoreStreamsSegments restores incremental files whose
+// changelog segments were left in storage (stream.SnapshotFile.Fetch, as a
+// taskmanager restores): the backend reads every segment through its
+// Fetch, none from the restore directory, and has the state of the
+// checkpoint.
+func TestManagedRestoreStreamsSegments(t *testing.T) {
+	dir := t.TempDir()
+	m, err := backends.OpenManaged(managedCtx(t, stream.StateBackendPebble, dir), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last stream.OperatorSnapshot
+	for id := int64(1); id <= 4; id++ {
+		putCounts(t, m.Backend(), 300, int(id))
+		c := &stream.SnapshotContext{CheckpointID: id, KeyGroups: m.KeyGroups()}
+		if err := m.Snapshot(c); err != nil {
+			t.Fatal(err)
+		}
+		last = c.State
+	}
+	// What a taskmanager's download leaves: every file but the segments
+	// in a restore directory, the segments to be fetched.
+	restoreDir := t.TempDir()
+	var fetched atomic.Int64 // the backend fetches from more than one goroutine
+	segments := 0
+	snap := &stream.OperatorSnapshot{}
+	for _, f := range last.Files {
+		local := f
+		local.Path = filepath.Join(restoreDir, f.Name)
+		data, err := os.ReadFile(f.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if backends.StreamedOnRestore(f.Name) {
+			segments++
+			local.Fetch = func(w io.Writer) (int64, error) {
+				fetched.Add(1)
+				n, err := w.Write(data)
+				return int64(n), err
+			}
+		} else {
+			if err := os.WriteFile(local.Path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		snap.Files = append(snap.Files, local)
+	}
+	if segments == 0 {
+		t.Fatalf("checkpoint 4 lists no changelog segment among %d files; the test streams none", len(last.Files))
+	}
+	if err := m.Close(false); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	m, err = backends.OpenManaged(managedCtx(t, stream.StateBackendPebble, other), 4, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(false)
+	if fetched.Load() != int64(segments) {
+		t.Fatalf("%d of %d segments fetched", fetched.Load(), segments)
+	}
+	checkCounts(t, m.Backend(), 300, 4)
 }
 
 // TestManagedAcrossBackends: chunk snapshots (heap, or Pebble with full

@@ -115,7 +115,8 @@ type Options struct {
 	// before ingesting it: a chain of up to this many bytes is sorted in
 	// memory; a longer one is split by key-group range into partitions
 	// spilled to files in Dir (about the chain's size on disk while the
-	// restore runs) and sorted a few at a time (see replay.go). One key
+	// restore runs; written with O_DIRECT where the file system allows)
+	// and sorted a few at a time (see replay.go). One key
 	// group's records are sorted at once, whatever their size. Default
 	// 256 MiB (DefaultReplayMemoryBytes).
 	ReplayMemoryBytes int64

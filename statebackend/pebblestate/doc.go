@@ -247,17 +247,21 @@
 // MergeInto) replays at most MaterializeFactor × the state after opening
 // the materialized checkpoint and trimming it to the owned key groups.
 // The replay does not write the records through the memtable: each
-// segment's SHA-256 is checked, the records of owned key groups are
+// segment's size and SHA-256 are checked (a restore through the task
+// runtime streams the segments from storage rather than downloading
+// them: Options.FetchSegment), the records of owned key groups are
 // partitioned by key-group range (spilled to files beyond
-// Options.ReplayMemoryBytes), each partition is sorted keeping the last
-// record of every key, and the result is written to sstables that
-// DB.Ingest adds in one step above the checkpoint's data (replay.go). At
-// 1.1 GB of state and 2.2 GB of changelog that opens in 7-13 s on 2 cores
-// where replaying through the memtable took 66 s; a test checks that both
-// leave the same keys and values. Such a restore is bound by the bytes it
-// writes to disk, about 6.7 GB with the download (files, spilled
-// partitions, sstables): 22-26 s in all on the test machine, 13 s with a
-// factor of 1.5 and 7 s with 1. The first snapshot of a backend (new or restored) always
+// Options.ReplayMemoryBytes, with O_DIRECT where it can: spill.go), each
+// partition is sorted keeping the last record of every key, and the result
+// is written to sstables that DB.Ingest adds in one step above the
+// checkpoint's data (replay.go); a test checks that this leaves the same
+// keys and values as replaying through the memtable, which took 66 s for
+// 1.1 GB of state and 2.2 GB of changelog on 2 cores. Such a restore is
+// bound by its writes to disk. Downloading the segments first, then
+// spilling through the page cache wrote 6.7 GB and took 22-45 s in all on
+// the test machine; streaming them cut that to 19-20 s; spilling past the
+// page cache to 12 s, and reading the next spilled partition back while
+// sorting one to 9.5 s (1.1 s of it the download). The first snapshot of a backend (new or restored) always
 // materializes; a negative factor materializes at every snapshot (a plain
 // Pebble checkpoint, no changelog). A backend that only takes full
 // snapshots (Snapshot) never writes a changelog.

@@ -34,21 +34,24 @@ import (
 // for 1.1 GB of state and 2.2 GB of changelog on a 2-core machine. Instead
 // the chain is sorted outside Pebble and ingested:
 //
-//  1. Partition. The segments are read in chain order, each checked against
-//     its SHA-256 before any of its records is used (a goroutine reads and
-//     checks the next segment meanwhile), and every record of an owned key
-//     group, and every metadata record, is appended as it is to the
-//     partition of its key group. Partitions are contiguous key-group
-//     ranges of about replayPartBytes of records (less with a small
-//     Options.ReplayMemoryBytes), small enough to sort in the CPU's caches.
-//     If the chain is larger than Options.ReplayMemoryBytes, partitions are
-//     spilled to files in a scratch directory next to the database;
-//     otherwise they stay in memory.
+//  1. Partition. The segments are read in chain order — from their files,
+//     or streamed from storage (Options.FetchSegment) — each checked
+//     against its size and SHA-256 before any of its records is used
+//     (goroutines read and check the next segments meanwhile), and every
+//     record of an owned key group, and every metadata record, is appended
+//     as it is to the partition of its key group. Partitions are contiguous
+//     key-group ranges of about replayPartBytes of records (less with a
+//     small Options.ReplayMemoryBytes), small enough to sort in the CPU's
+//     caches. If the chain is larger than Options.ReplayMemoryBytes,
+//     partitions are spilled to files in a scratch directory next to the
+//     database, past the page cache where the file system allows
+//     (spill.go); otherwise they stay in memory.
 //  2. Sort. Workers (one per CPU, at most replayWorkers) take contiguous
 //     runs of partitions and sort each by key, keeping only the last record
 //     of a key in chain order — what replaying the records one by one would
 //     leave — and write the surviving sets and deletes to sstables of about
-//     replaySSTBytes. Partitions hold disjoint key ranges, so no two
+//     replaySSTBytes; a worker reads its next spilled partition back while
+//     it sorts one. Partitions hold disjoint key ranges, so no two
 //     sstables overlap.
 //  3. Ingest. DB.Ingest adds all sstables in one step, equivalent to one
 //     batch of their records: they get a sequence number above every key of
@@ -96,9 +99,10 @@ func ingestChain(db *pebble.DB, po *pebble.Options, segs []segment, kg stream.Ke
 		total += s.size
 	}
 	workers := min(runtime.GOMAXPROCS(0), replayWorkers)
-	// A worker holds a partition and its sort index (two slices of 32-byte
-	// entries, about the records' size for ~60-byte records).
-	partBytes := max(min(replayPartBytes, memBytes/int64(4*workers)), 1)
+	// A worker holds a partition, the next one being read, and the sort
+	// index of one (two slices of 32-byte entries, about the records' size
+	// for ~60-byte records).
+	partBytes := max(min(replayPartBytes, memBytes/int64(5*workers)), 1)
 	n := int(min((total+partBytes-1)/partBytes, int64(kg.Len()), replayMaxParts))
 	p := newPartitioner(kg, n, scratch, total > memBytes, memBytes)
 	defer p.close()
@@ -258,11 +262,10 @@ func recordField(b []byte, off int) (field []byte, next int, ok bool) {
 }
 
 // partition is one key-group range's records in chain order: in data, or,
-// once spilled, in the file f.
+// once spilled, in a file (spill.go).
 type partition struct {
-	data []byte
-	f    *os.File
-	w    *bufio.Writer
+	data  []byte
+	spill *spillFile
 }
 
 // partitioner distributes a chain's records among partitions.
@@ -404,14 +407,14 @@ func (p *partitioner) write(i int, rec []byte) error {
 		pt.data = append(pt.data, rec...)
 		return nil
 	}
-	if pt.f == nil {
-		f, err := os.Create(filepath.Join(p.dir, fmt.Sprintf("part-%06d", i)))
+	if pt.spill == nil {
+		sp, err := createSpill(filepath.Join(p.dir, fmt.Sprintf("part-%06d", i)), p.spillBuf)
 		if err != nil {
 			return fmt.Errorf("pebble state backend: replaying the changelog: %w; check free space in %s", err, p.dir)
 		}
-		pt.f, pt.w = f, bufio.NewWriterSize(f, p.spillBuf)
+		pt.spill = sp
 	}
-	if _, err := pt.w.Write(rec); err != nil {
+	if err := pt.spill.write(rec); err != nil {
 		return fmt.Errorf("pebble state backend: replaying the changelog: %w; check free space in %s", err, p.dir)
 	}
 	return nil
@@ -420,8 +423,8 @@ func (p *partitioner) write(i int, rec []byte) error {
 // finish flushes the spilled partitions.
 func (p *partitioner) finish() error {
 	for _, pt := range p.parts {
-		if pt.w != nil {
-			if err := pt.w.Flush(); err != nil {
+		if pt.spill != nil {
+			if err := pt.spill.flush(); err != nil {
 				return fmt.Errorf("pebble state backend: replaying the changelog: %w; check free space in %s", err, p.dir)
 			}
 		}
@@ -431,8 +434,8 @@ func (p *partitioner) finish() error {
 
 func (p *partitioner) close() {
 	for _, pt := range p.parts {
-		if pt.f != nil {
-			pt.f.Close()
+		if pt.spill != nil {
+			pt.spill.remove()
 		}
 	}
 }
@@ -440,29 +443,17 @@ func (p *partitioner) close() {
 // load returns the partition's records, read into buf (reallocated if
 // too small) if spilled, and releases them from pt.
 func (pt *partition) load(buf []byte) ([]byte, error) {
-	if pt.f == nil {
+	if pt.spill == nil {
 		data := pt.data
 		pt.data = nil
 		return data, nil
 	}
+	// Removed as soon as read, by the worker that read it.
 	defer func() {
-		// Removed as soon as read, by the worker that read it.
-		pt.f.Close()
-		os.Remove(pt.f.Name())
-		pt.f = nil
+		pt.spill.remove()
+		pt.spill = nil
 	}()
-	info, err := pt.f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if int64(cap(buf)) < info.Size() {
-		buf = make([]byte, info.Size())
-	}
-	data := buf[:info.Size()]
-	if _, err := pt.f.ReadAt(data, 0); err != nil {
-		return nil, err
-	}
-	return data, nil
+	return pt.spill.read(buf)
 }
 
 // partSorter sorts partitions into sstables.
@@ -489,14 +480,10 @@ func (s *partSorter) run(workers int) ([]string, error) {
 			defer wg.Done()
 			sw := sstWriter{opts: s.writerOpts, dir: s.dir, worker: w}
 			defer sw.abort()
-			var work sortWork
-			for i := w * n / workers; i < (w+1)*n/workers; i++ {
-				if errs[w] = s.sort(i, &work, &sw); errs[w] != nil {
-					return
-				}
+			if errs[w] = s.sortRun(w*n/workers, (w+1)*n/workers, &sw); errs[w] == nil {
+				errs[w] = sw.close()
+				files[w] = sw.paths
 			}
-			errs[w] = sw.close()
-			files[w] = sw.paths
 		}()
 	}
 	wg.Wait()
@@ -506,9 +493,53 @@ func (s *partSorter) run(workers int) ([]string, error) {
 	return slices.Concat(files...), nil
 }
 
+// sortRun sorts partitions lo to hi-1 into sw, loading (reading back, if
+// spilled) the next partition while it sorts one.
+func (s *partSorter) sortRun(lo, hi int, sw *sstWriter) error {
+	type loaded struct {
+		data    []byte
+		spilled bool
+		err     error
+	}
+	var (
+		work    sortWork
+		bufs    [2][]byte // read buffers of spilled partitions, in turns
+		results = make(chan loaded, 1)
+	)
+	load := func(i, b int) {
+		spilled := s.parts[i].spill != nil
+		go func() {
+			data, err := s.parts[i].load(bufs[b])
+			results <- loaded{data, spilled, err}
+		}()
+	}
+	if lo < hi {
+		load(lo, 0)
+	}
+	for i := lo; i < hi; i++ {
+		r := <-results
+		b := (i - lo) % 2
+		if r.spilled && r.err == nil {
+			bufs[b] = r.data // for the partition after next
+		}
+		if r.err != nil {
+			return fmt.Errorf("pebble state backend: replaying the changelog: %w", r.err)
+		}
+		if i+1 < hi {
+			load(i+1, 1-b)
+		}
+		if err := s.sort(r.data, &work, sw); err != nil {
+			if i+1 < hi {
+				<-results
+			}
+			return err
+		}
+	}
+	return nil
+}
+
 // sortWork holds a worker's buffers, reused from partition to partition.
 type sortWork struct {
-	data         []byte
 	entries, tmp []sortEntry
 	touched      byte // keeps touch's loads
 }
@@ -618,17 +649,9 @@ func uvarintLen(x uint64) int {
 	return n
 }
 
-// sort writes partition i's last record of every key, in key order, to
-// sw.
-func (s *partSorter) sort(i int, w *sortWork, sw *sstWriter) error {
-	spilled := s.parts[i].f != nil
-	data, err := s.parts[i].load(w.data)
-	if err != nil {
-		return fmt.Errorf("pebble state backend: replaying the changelog: %w", err)
-	}
-	if spilled {
-		w.data = data // for the next spilled partition
-	}
+// sort writes the last record of every key of a partition's records data,
+// in key order, to sw.
+func (s *partSorter) sort(data []byte, w *sortWork, sw *sstWriter) error {
 	if len(data) == 0 {
 		return nil
 	}

@@ -1,0 +1,6 @@
+package pebblestate
+
+import "syscall"
+
+// oDirect is the open flag that bypasses the page cache.
+const oDirect = syscall.O_DIRECT
