@@ -93,6 +93,13 @@ type TaskSpec struct {
 	// jobmanager that has since been deposed (fencing). Called on the
 	// task goroutine.
 	CommitGuard func(checkpointID int64) error
+	// StateRestored, when set, is called on the task goroutine once the
+	// chain's state is in place — keyed state opened (a Pebble backend
+	// replays its changelog then, streaming it from storage), operators
+	// opened, operator and channel state restored — before the first
+	// record is processed. Not called if the task fails or is cancelled
+	// before.
+	StateRestored func()
 	// RestoreCheckpointID is the checkpoint the task starts from; 0 is a
 	// fresh start.
 	RestoreCheckpointID int64
@@ -770,6 +777,9 @@ func (t *Task) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("task %s: restore from checkpoint %d: %w", t.name, t.spec.RestoreCheckpointID, err)
 		}
 		t.channelState = nil
+	}
+	if t.spec.StateRestored != nil {
+		t.spec.StateRestored()
 	}
 	r.initProcessingTime(outs)
 	defer r.pt.end()

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,9 +34,18 @@ func TestChainInOneTask(t *testing.T) {
 			g := plan(t, b, reg)
 			x := localExchange(t, "local")
 			specs := buildSpecs(t, g, [][]int{{0, 1, 2}}, func(int, int) string { return "local" })
+			// StateRestored comes once, with every operator opened and
+			// before any record.
+			var restored []string
+			specs[0].StateRestored = func() {
+				restored = append(restored, fmt.Sprintf("opened=%d rows=%d", st.opened.Load(), st.consumed.Load()))
+			}
 			tasks, errs := runTasks(t.Context(), t, specs, reg, func(*TaskSpec) *Exchange { return x })
 			if errs[0] != nil {
 				t.Fatal(errs[0])
+			}
+			if want := []string{"opened=3 rows=0"}; !slices.Equal(restored, want) {
+				t.Fatalf("StateRestored calls %v, want %v", restored, want)
 			}
 			rows := st.rows["sink"]
 			if len(rows) != 1000 {

@@ -685,17 +685,23 @@ func (tm *TaskManager) runTask(ctx context.Context, rt *runningTask) {
 		// none are left when it starts or once it ended, however it ended.
 		tm.clearRestoreFiles(rt.spec.LocalStateDir)
 		restoreStart := time.Now()
-		err = tm.restoreState(ctx, rt.deploy, rt.spec, &rt.restore)
-		if rt.restore.restoring.Swap(false) && err == nil {
-			now := time.Now()
-			tm.metrics.observeRestore(rt.id.GetJobId(), rt.name, rt.spec.Subtask, rt.spec.Parallelism, now.Sub(restoreStart), now)
-			// The jobmanager learns at once that the task processes
-			// (weir submit --from waits for it).
-			tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "", "", false)
+		// The restore ends when the task has its state in place: the
+		// download of restoreState, then the opening of the state in Run
+		// (a Pebble backend streams and replays its changelog there).
+		rt.spec.StateRestored = func() {
+			if rt.restore.restoring.Swap(false) {
+				now := time.Now()
+				tm.metrics.observeRestore(rt.id.GetJobId(), rt.name, rt.spec.Subtask, rt.spec.Parallelism, now.Sub(restoreStart), now)
+				// The jobmanager learns at once that the task processes
+				// (weir submit --from waits for it).
+				tm.report(rt, weirpb.TaskState_TASK_STATE_RUNNING, "", "", false)
+			}
 		}
+		err = tm.restoreState(ctx, rt.deploy, rt.spec, &rt.restore)
 		if err == nil {
 			err = rt.task.Run(ctx)
 		}
+		rt.restore.restoring.Store(false)
 		tm.clearRestoreFiles(rt.spec.LocalStateDir)
 	}
 	state, msg, peer, corrupt := weirpb.TaskState_TASK_STATE_FINISHED, "", "", false
