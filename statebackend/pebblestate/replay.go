@@ -318,10 +318,9 @@ func (p *partitioner) addChain(segs []segment) error {
 		err    error
 		tokens int // of ahead, to give back
 	}
-	results := make([]chan verified, len(segs))
-	for i := range results {
-		results[i] = make(chan verified, 1)
-	}
+	// The reads under way, in chain order: at most segmentReadAhead
+	// (a chain may have many thousands of segments).
+	order := make(chan chan verified, segmentReadAhead)
 	ahead := make(chan struct{}, segmentReadAhead)
 	free := make(chan []byte, segmentReadAhead+1) // buffers of distributed segments, for reuse
 	done := make(chan struct{})
@@ -329,7 +328,7 @@ func (p *partitioner) addChain(segs []segment) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i, s := range segs {
+		for _, s := range segs {
 			tokens := 1
 			if s.size > p.memBytes/4 {
 				tokens = segmentReadAhead
@@ -346,18 +345,25 @@ func (p *partitioner) addChain(segs []segment) error {
 			case buf = <-free:
 			default:
 			}
+			res := make(chan verified, 1)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				data, err := readSegment(s, buf, done)
-				results[i] <- verified{data, err, tokens}
+				res <- verified{data, err, tokens}
 			}()
+			select {
+			case order <- res:
+			case <-done:
+				return
+			}
 		}
 	}()
 	defer wg.Wait()
 	defer close(done)
-	for i, s := range segs {
-		v := <-results[i]
+	for _, s := range segs {
+		res := <-order
+		v := <-res
 		for range v.tokens {
 			<-ahead
 		}
