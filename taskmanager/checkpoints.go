@@ -120,7 +120,7 @@ func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeploymen
 	spec.RestoreCheckpointID = d.GetRestoreCheckpointId()
 	spec.Restore = make(map[string]*stream.OperatorSnapshot, len(byUID))
 	start := time.Now()
-	var local int64
+	var local, streamed int64
 	for uid, hs := range byUID {
 		snap, err := st.LoadOperatorState(ctx, hs, kg, spec.Subtask, spec.Parallelism)
 		if err != nil {
@@ -132,11 +132,18 @@ func (tm *TaskManager) restoreState(ctx context.Context, d *weirpb.TaskDeploymen
 		}
 		size += n
 		local += reused
+		for _, f := range snap.Files {
+			if f.Fetch != nil {
+				streamed += f.Size
+			}
+		}
 		spec.Restore[uid] = snap
 	}
 	tm.metrics.stateBytesRead.Add(float64(size))
+	// streamed_bytes (counted in bytes) are read when the task opens its
+	// state.
 	tm.log.Info("state restored", "task", spec.TaskName, "checkpoint", d.GetRestoreCheckpointId(),
-		"bytes", size, "local_bytes", local, "duration", time.Since(start))
+		"bytes", size, "local_bytes", local, "streamed_bytes", streamed, "duration", time.Since(start))
 	return nil
 }
 

@@ -494,7 +494,7 @@ func scanLocalState(stateDir string) localStateScan {
 	return s
 }
 
-var restoredRE = regexp.MustCompile(`state restored .*task=(\S+).* local_bytes=(\d+)`)
+var restoredRE = regexp.MustCompile(`state restored .*task=(\S+).* local_bytes=(\d+) streamed_bytes=(\d+)`)
 
 // TestLocalStateBoundedAcrossAttempts runs a keyed Pebble job with
 // incremental checkpoints on one taskmanager through four failed
@@ -550,6 +550,10 @@ func TestLocalStateBoundedAcrossAttempts(t *testing.T) {
 		restores++
 		if n, _ := strconv.ParseInt(sub[2], 10, 64); n == 0 {
 			t.Errorf("a restore reused no local files: %s", m)
+		}
+		// Changelog segments kept locally are reused, not streamed.
+		if n, _ := strconv.ParseInt(sub[3], 10, 64); n != 0 {
+			t.Errorf("a restore streamed %d bytes though every file was local: %s", n, m)
 		}
 	}
 	if restores < 2*failures {
