@@ -1,8 +1,11 @@
 package pebblestate
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"syscall"
 	"unsafe"
 )
 
@@ -16,7 +19,8 @@ import (
 // 10.8 s, written straight to the disk 1.8 s. So where the file system
 // allows it (Linux, not tmpfs), spill files are written and read with
 // O_DIRECT, through buffers aligned to directAlign, and padded with zeros
-// to a multiple of it; elsewhere they fall back to plain writes.
+// to a multiple of it; elsewhere, or once the file system refuses a
+// direct write, they fall back to plain writes.
 
 // directAlign is the alignment of O_DIRECT buffers, lengths and offsets:
 // the page size, a multiple of every device's logical block size.
@@ -59,7 +63,7 @@ func (s *spillFile) write(p []byte) error {
 		s.buf, p = s.buf[:len(s.buf)+n], p[n:]
 		s.size += int64(n)
 		if len(s.buf) == cap(s.buf) {
-			if _, err := s.f.Write(s.buf); err != nil {
+			if err := s.writeOut(s.buf); err != nil {
 				return err
 			}
 			s.buf = s.buf[:0]
@@ -80,7 +84,32 @@ func (s *spillFile) flush() error {
 	if len(out) == 0 {
 		return nil
 	}
-	_, err := s.f.Write(out)
+	// Padding written through a fallback (writeOut) lies past size, where
+	// read does not look.
+	return s.writeOut(out)
+}
+
+// writeOut appends p to the file. A file system that opened the file with
+// O_DIRECT but refuses the write (EINVAL: some do not support direct I/O
+// after all) gets it, and every later write, through the page cache: the
+// file is reopened without O_DIRECT, its content so far (whole aligned
+// buffers of records, no padding) kept.
+func (s *spillFile) writeOut(p []byte) error {
+	_, err := s.f.Write(p)
+	if err == nil || !s.direct || !errors.Is(err, syscall.EINVAL) {
+		return err
+	}
+	f, oerr := os.OpenFile(s.f.Name(), os.O_RDWR, 0)
+	if oerr != nil {
+		return errors.Join(err, oerr)
+	}
+	if _, serr := f.Seek(0, io.SeekEnd); serr != nil {
+		f.Close()
+		return errors.Join(err, serr)
+	}
+	s.f.Close()
+	s.f, s.direct = f, false
+	_, err = s.f.Write(p)
 	return err
 }
 
