@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -172,7 +171,13 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 			if opts.Stream != nil && opts.Stream(f.GetName()) {
 				// The consumer reads it within the task's lifetime, which
 				// ctx (not gctx, done when this call returns) spans.
-				out[i].Fetch = func(w io.Writer) (int64, error) { return s.streamFile(ctx, f, w) }
+				out[i].Fetch = func(w io.Writer) (int64, error) {
+					n, err := s.readObject(ctx, f, w)
+					if err == nil {
+						s.reportRestored(n)
+					}
+					return n, err
+				}
 				fetched.Add(f.GetSize())
 				return nil
 			}
@@ -191,58 +196,44 @@ func (s *Storage) DownloadFiles(ctx context.Context, files []*weirpb.StateFile, 
 	return out, fetched.Load(), nil
 }
 
-// streamFile reads the object of f into w, a buffer at a time, checking its
-// size and SHA-256 (SnapshotFile.Fetch). It returns the bytes written.
-func (s *Storage) streamFile(ctx context.Context, f *weirpb.StateFile, w io.Writer) (int64, error) {
+// readObject reads the object of f into w, a buffer at a time, checking its
+// size and SHA-256 on the way: an object of hundreds of megabytes is never
+// held whole, however many are read at once. It returns the bytes written.
+func (s *Storage) readObject(ctx context.Context, f *weirpb.StateFile, w io.Writer) (int64, error) {
 	h := sha256.New()
 	n, err := blobstore.GetTo(ctx, s.store, f.GetKey(), &boundedWriter{w: io.MultiWriter(w, h), left: f.GetSize()})
-	if err = checkFetched(f, n, h, err); err != nil {
-		return n, err
+	switch {
+	case errors.Is(err, blobstore.ErrNotFound):
+		return n, fmt.Errorf("%s: missing; the checkpoint is incomplete or its shared files were deleted: %w", f.GetKey(), err)
+	case errors.Is(err, errTooLong), err == nil && (n != f.GetSize() || hex.EncodeToString(h.Sum(nil)) != f.GetSha256()):
+		return n, fmt.Errorf("%s: size or checksum mismatch (want %d bytes, sha256 %s); the object was modified or truncated: %w",
+			f.GetKey(), f.GetSize(), f.GetSha256(), ErrCorrupt)
+	case err != nil:
+		return n, fmt.Errorf("%s: %w", f.GetKey(), err)
 	}
-	s.reportRestored(n)
 	return n, nil
 }
 
-// fetchFile downloads the object of f into the file dst, a buffer at a
-// time through a temporary file, checking its size and SHA-256 on the way:
-// an object of hundreds of megabytes is never held whole, however many
-// are fetched at once. It returns the bytes written.
+// fetchFile downloads the object of f into the file dst through a
+// temporary file (readObject). It returns the bytes written.
 func (s *Storage) fetchFile(ctx context.Context, f *weirpb.StateFile, dst string) (int64, error) {
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint: restore file %s: %w", dst, err)
 	}
-	h := sha256.New()
-	w := &boundedWriter{w: io.MultiWriter(out, h), left: f.GetSize()}
-	n, err := blobstore.GetTo(ctx, s.store, f.GetKey(), w)
+	n, err := s.readObject(ctx, f, out)
 	if cerr := out.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("checkpoint: restore file %s: %w", dst, cerr)
 	}
-	if err = checkFetched(f, n, h, err); err != nil {
-		os.Remove(tmp)
-		return 0, err
+	if err == nil {
+		err = os.Rename(tmp, dst)
 	}
-	if err := os.Rename(tmp, dst); err != nil {
+	if err != nil {
 		os.Remove(tmp)
 		return 0, err
 	}
 	return n, nil
-}
-
-// checkFetched returns the error of reading n bytes of f's object, hashed
-// by h, with GetTo's error err: nil if they are f's size and SHA-256.
-func checkFetched(f *weirpb.StateFile, n int64, h hash.Hash, err error) error {
-	switch {
-	case errors.Is(err, blobstore.ErrNotFound):
-		return fmt.Errorf("%s: missing; the checkpoint is incomplete or its shared files were deleted: %w", f.GetKey(), err)
-	case errors.Is(err, errTooLong), err == nil && (n != f.GetSize() || hex.EncodeToString(h.Sum(nil)) != f.GetSha256()):
-		return fmt.Errorf("%s: size or checksum mismatch (want %d bytes, sha256 %s); the object was modified or truncated: %w",
-			f.GetKey(), f.GetSize(), f.GetSha256(), ErrCorrupt)
-	case err != nil:
-		return fmt.Errorf("%s: %w", f.GetKey(), err)
-	}
-	return nil
 }
 
 // boundedWriter passes at most left bytes to w and fails with errTooLong

@@ -45,13 +45,7 @@ func TestSpillFileRoundTrip(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if err := s.flush(); err != nil {
-					t.Fatal(err)
-				}
-				got, err := s.read(reuse)
-				if err != nil {
-					t.Fatal(err)
-				}
+				got := flushAndRead(t, s, reuse)
 				if !bytes.Equal(got, want) {
 					t.Fatalf("%d bytes written, %d read back, equal: %v", len(want), len(got), bytes.Equal(got[:min(len(got), len(want))], want[:min(len(got), len(want))]))
 				}
@@ -107,14 +101,21 @@ func TestSpillFileFallsBackFromDirect(t *testing.T) {
 	if s.direct {
 		t.Fatal("still writing with O_DIRECT after a write it refused")
 	}
+	if got := flushAndRead(t, s, nil); !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes, wrote %d", len(got), len(want))
+	}
+}
+
+// flushAndRead ends the writes to s and reads back what they wrote, into
+// buf if it fits.
+func flushAndRead(t *testing.T, s *spillFile, buf []byte) []byte {
+	t.Helper()
 	if err := s.flush(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.read(nil)
+	got, err := s.read(buf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("read back %d bytes, wrote %d", len(got), len(want))
-	}
+	return got
 }
