@@ -249,6 +249,7 @@ type Exchange struct {
 		endpoints map[channelKey]*endpoint
 		peers     map[string]*peerConn
 		cells     map[cellKey]*wmCell
+		cellEdges map[cellEdgeKey]*cellEdge
 	}
 }
 
@@ -319,6 +320,7 @@ func NewExchange(cfg ExchangeConfig) *Exchange {
 	x.mu.endpoints = make(map[channelKey]*endpoint)
 	x.mu.peers = make(map[string]*peerConn)
 	x.mu.cells = make(map[cellKey]*wmCell)
+	x.mu.cellEdges = make(map[cellEdgeKey]*cellEdge)
 	return x
 }
 

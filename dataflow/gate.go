@@ -42,10 +42,9 @@ type inputChannel struct {
 	sink    creditSink
 	// detached: a batch arrived after the channel's last watermark event,
 	// so its cell's watermark does not apply to it until the next one
-	// (wmcell.go). applied is the latest cell watermark the channel took
-	// (in a watermark event or directly).
+	// (wmcell.go). The latest cell watermark the channel took (in a
+	// watermark event or directly) is gate.applied[idx].
 	detached bool
-	applied  int64
 
 	// cell is the watermark cell of the channel's upstream subtask, set
 	// before the channel is registered (wmcell.go).
@@ -55,11 +54,20 @@ type inputChannel struct {
 	ended bool
 }
 
-// cellWatermark is a cell's watermark taken for a channel.
+// cellWatermark is a cell's watermark taken for a channel (its index in
+// the gate).
 type cellWatermark struct {
-	ch *inputChannel
+	ch int
 	wm int64
 }
+
+// The reasons a channel cannot take its cell's watermark now
+// (inputGate.hold).
+const (
+	holdBlocked  uint8 = 1 << iota // blocked for barrier alignment
+	holdDetached                   // a batch came after its last watermark event
+	holdBuffered                   // its buffer is not empty
+)
 
 // inputGate is a task's view of all the channels it reads, of every input.
 // Producers push events into channel buffers from any goroutine; the task
@@ -77,10 +85,22 @@ type inputGate struct {
 	// task's Metrics.IdleTime).
 	idle *Metrics
 	// cellsDirty: the cell of a channel marked in cellBits (bit i for
-	// channel i) may hold a watermark the channel has not taken
-	// (wmcell.go); the task looks with takeCells.
+	// channel i), or of any channel if scanAll is set, may hold a
+	// watermark the channel has not taken (wmcell.go); the task looks
+	// with takeCells.
 	cellsDirty atomic.Bool
+	scanAll    atomic.Bool
 	cellBits   []atomic.Uint64
+
+	// What takeCells needs of each channel, by index, kept apart from the
+	// channels so that a look at all of them reads a few contiguous
+	// arrays: the channel's cell (set when it is registered, before the
+	// task runs), the latest cell watermark it took, and why it cannot
+	// take one now (hold* bits, the channel's state mirrored by setHold).
+	// applied and hold are guarded by mu.
+	cellOf  []*wmCell
+	applied []int64
+	hold    []uint8
 
 	mu struct {
 		sync.Mutex
@@ -95,8 +115,11 @@ func newInputGate() *inputGate {
 
 // add creates a channel of the gate; only before the gate is used.
 func (g *inputGate) add(key channelKey, input int, schema *stream.Schema) *inputChannel {
-	ch := &inputChannel{gate: g, idx: len(g.channels), input: input, key: key, schema: schema, applied: stream.MinWatermark}
+	ch := &inputChannel{gate: g, idx: len(g.channels), input: input, key: key, schema: schema}
 	g.channels = append(g.channels, ch)
+	g.cellOf = append(g.cellOf, nil)
+	g.applied = append(g.applied, stream.MinWatermark)
+	g.hold = append(g.hold, 0)
 	if n := (len(g.channels) + 63) / 64; n > len(g.cellBits) {
 		g.cellBits = make([]atomic.Uint64, n)
 	}
@@ -125,8 +148,8 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 	if ch.cell != nil && e.kind != eventError {
 		// A cell watermark the channel has not taken goes ahead of e:
 		// it was published before e was sent.
-		if v := ch.cell.value.Load(); !ch.detached && v > ch.applied {
-			ch.applied = v
+		if v := ch.cell.value.Load(); !ch.detached && v > g.applied[ch.idx] {
+			g.applied[ch.idx] = v
 			g.pushWatermarkLocked(ch, v)
 		}
 		switch e.kind {
@@ -142,6 +165,7 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 		// channel: the channel is queued below like for any event.
 		last.value = max(last.value, e.value)
 	} else if e.kind != eventBatch && maxControl > 0 && ch.control >= maxControl {
+		g.setHold(ch) // the cell's watermark above may have gone in
 		g.mu.Unlock()
 		return false
 	} else if e.kind == eventBarrier && e.unaligned {
@@ -163,6 +187,7 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 		}
 		ch.q.push(e)
 	}
+	g.setHold(ch)
 	signal := false
 	if !ch.queued && !ch.blocked {
 		ch.queued = true
@@ -196,9 +221,25 @@ func (g *inputGate) pushWatermarkLocked(ch *inputChannel, wm int64) {
 // drainedLocked notes that the task took the last event buffered in ch: a
 // watermark its cell holds for it is due now. g.mu must be held.
 func (g *inputGate) drainedLocked(ch *inputChannel) {
-	if ch.cell != nil && !ch.detached && ch.cell.value.Load() > ch.applied {
+	if ch.cell != nil && !ch.detached && ch.cell.value.Load() > g.applied[ch.idx] {
 		g.markCell(ch)
 	}
+}
+
+// setHold mirrors ch's state into g.hold after it changed. g.mu must be
+// held.
+func (g *inputGate) setHold(ch *inputChannel) {
+	var h uint8
+	if ch.blocked {
+		h |= holdBlocked
+	}
+	if ch.detached {
+		h |= holdDetached
+	}
+	if ch.q.len() > 0 {
+		h |= holdBuffered
+	}
+	g.hold[ch.idx] = h
 }
 
 // markCell records that ch's cell may hold a watermark ch has not taken,
@@ -211,15 +252,17 @@ func (g *inputGate) markCell(ch *inputChannel) bool {
 
 // markAllCells makes the next takeCells look at every channel.
 func (g *inputGate) markAllCells() {
-	for _, ch := range g.channels {
-		g.markCell(ch)
-	}
+	g.scanAll.Store(true)
+	g.cellsDirty.Store(true)
 }
 
-// cellChanged tells the task that ch's cell has a new watermark, waking
-// the task if it waits.
-func (g *inputGate) cellChanged(ch *inputChannel) {
-	if !g.markCell(ch) {
+// cellsChanged tells the task that cells of its channels have new
+// watermarks, waking the task if it waits. The next takeCells looks at
+// every channel: a round of publishes on a wide edge changes most of them,
+// and a look at one is a few array reads.
+func (g *inputGate) cellsChanged() {
+	g.scanAll.Store(true)
+	if g.cellsDirty.Swap(true) {
 		return // already told
 	}
 	select {
@@ -238,22 +281,39 @@ func (g *inputGate) takeCells(buf []cellWatermark) []cellWatermark {
 	if !g.cellsDirty.Swap(false) {
 		return buf
 	}
+	all := g.scanAll.Swap(false)
 	g.mu.Lock()
-	for w := range g.cellBits {
-		// A channel passed over now is marked again when what holds it
-		// back ends (drainedLocked, setBlocked).
-		for set := g.cellBits[w].Swap(0); set != 0; set &= set - 1 {
-			ch := g.channels[w<<6+bits.TrailingZeros64(set)]
-			if ch.cell == nil || ch.blocked || ch.detached || ch.q.len() > 0 {
-				continue
-			}
-			if v := ch.cell.value.Load(); v > ch.applied {
-				ch.applied = v
-				buf = append(buf, cellWatermark{ch, v})
+	// A channel passed over now is marked again when what holds it back
+	// ends (drainedLocked, setBlocked; under g.mu like this).
+	if all {
+		for w := range g.cellBits {
+			g.cellBits[w].Store(0)
+		}
+		for i := range g.cellOf {
+			buf = g.takeCell(buf, i)
+		}
+	} else {
+		for w := range g.cellBits {
+			for set := g.cellBits[w].Swap(0); set != 0; set &= set - 1 {
+				buf = g.takeCell(buf, w<<6+bits.TrailingZeros64(set))
 			}
 		}
 	}
 	g.mu.Unlock()
+	return buf
+}
+
+// takeCell appends channel i's cell watermark to buf if the channel can
+// take it and has not. g.mu must be held.
+func (g *inputGate) takeCell(buf []cellWatermark, i int) []cellWatermark {
+	c := g.cellOf[i]
+	if c == nil || g.hold[i] != 0 {
+		return buf
+	}
+	if v := c.value.Load(); v > g.applied[i] {
+		g.applied[i] = v
+		buf = append(buf, cellWatermark{i, v})
+	}
 	return buf
 }
 
@@ -298,6 +358,7 @@ func (g *inputGate) next(ctx context.Context, wake <-chan struct{}) (event, *inp
 				g.mu.avail.push(ch.idx) // round-robin between channels
 			} else {
 				ch.queued = false
+				g.setHold(ch)
 				g.drainedLocked(ch)
 			}
 			var sink creditSink
@@ -353,6 +414,7 @@ func (g *inputGate) takeUnaligned() (event, *inputChannel) {
 		e := ch.q.pop()
 		ch.control--
 		if ch.q.len() == 0 {
+			g.setHold(ch)
 			g.drainedLocked(ch)
 		}
 		// ch stays in avail if it is there: next skips a channel it finds
@@ -410,6 +472,7 @@ func (g *inputGate) replay(ch *inputChannel, batches []*stream.Batch) {
 	for i := len(batches) - 1; i >= 0; i-- {
 		ch.q.pushFront(event{kind: eventBatch, batch: batches[i], replay: true})
 	}
+	g.setHold(ch)
 	signal := false
 	if ch.q.len() > 0 && !ch.queued && !ch.blocked {
 		ch.queued = true
@@ -431,6 +494,7 @@ func (g *inputGate) replay(ch *inputChannel, batches []*stream.Batch) {
 func (g *inputGate) setBlocked(ch *inputChannel, blocked bool) {
 	g.mu.Lock()
 	ch.blocked = blocked
+	g.setHold(ch)
 	if !blocked && ch.cell != nil {
 		g.markCell(ch) // its cell's watermark may apply now
 	}
@@ -467,5 +531,6 @@ func (g *inputGate) close() {
 			e.release()
 		}
 		ch.control = 0
+		g.setHold(ch)
 	}
 }

@@ -325,17 +325,28 @@ func TestCreditViolationFailsTask(t *testing.T) {
 }
 
 // TestExchangePanicFailsStream: a panic in the exchange's own code on the
-// goroutine receiving a peer's stream (here from an input channel left
-// without a gate, a stand-in for a bug of the runtime) ends that stream
-// with an internal error, not the process.
+// goroutine receiving a peer's stream (here from an input channel that
+// lost its gate after it was registered, a stand-in for a bug of the
+// runtime) ends that stream with an internal error, not the process.
 func TestExchangePanicFailsStream(t *testing.T) {
 	node := startNode(t, 2)
 	key := channelKey{JobID: "job-1", Attempt: 1, DownstreamVertex: 1}
-	broken := &inputChannel{key: key, schema: genSchema} // no gate: using it panics
+	broken := newInputGate().add(key, 0, genSchema)
 	if err := node.x.registerInput(broken); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { node.x.unregisterInput(broken) })
+	gate := broken.gate
+	// Under the exchange's lock, which the stream takes before it uses the
+	// channel.
+	node.x.mu.Lock()
+	broken.gate = nil // opening the channel panics
+	node.x.mu.Unlock()
+	t.Cleanup(func() {
+		node.x.mu.Lock()
+		broken.gate = gate
+		node.x.mu.Unlock()
+		node.x.unregisterInput(broken)
+	})
 	r := dialRogue(t, node.addr)
 	r.open(0, key)
 	err := r.streamError()

@@ -963,16 +963,11 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 	for i, ch := range gate.channels {
 		inputOf[i] = ch.input
 	}
-	wms := newWatermarkCombiner(inputOf, len(head.octx.InputSchemas))
-	// Inputs without a gate (none after validation) must not hold the
+	// Inputs without a gate (none after validation) do not hold the
 	// watermark back.
-	for in, chs := range wms.byInput {
-		if len(chs) == 0 {
-			wms.input[in] = stream.MaxWatermark
-		}
-	}
-	advance := func(ch *inputChannel, wm int64) error {
-		if v, ok := wms.update(ch.idx, wm); ok {
+	wms := newWatermarkCombiner(inputOf, len(head.octx.InputSchemas))
+	advance := func(ch int, wm int64) error {
+		if v, ok := wms.update(ch, wm); ok {
 			t.metrics.Watermark.Store(v)
 			if err := t.processWatermark(head, v, outs[0]); err != nil {
 				return t.opErr(head.uid, err)
@@ -1001,11 +996,11 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 				return t.opErr(head.uid, err)
 			}
 		case eventWatermark:
-			err = advance(ch, e.value)
+			err = advance(ch.idx, e.value)
 		case eventEndOfPartition:
 			ch.ended = true
 			open--
-			err = advance(ch, stream.MaxWatermark)
+			err = advance(ch.idx, stream.MaxWatermark)
 			if err == nil && r.ck.align != nil {
 				err = r.onEnd(ch)
 			}
@@ -1059,10 +1054,9 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 		}
 		if gate.cellsDirty.Load() {
 			cells = gate.takeCells(cells)
+			// An ended channel is at stream.MaxWatermark in wms, which
+			// ignores what its cell holds.
 			for _, c := range cells {
-				if c.ch.ended {
-					continue
-				}
 				if err := advance(c.ch, c.wm); err != nil {
 					return err
 				}

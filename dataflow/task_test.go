@@ -215,6 +215,7 @@ func TestWatermarkCombiner(t *testing.T) {
 			{1, 7, stream.MinWatermark, false}, {2, 8, stream.MinWatermark, false}, {0, 100, 7, true},
 			{1, 50, 8, true}, {2, 60, 50, true}, {0, 55, 50, false}, {0, 101, 50, false}, {1, 200, 60, true},
 		}},
+		{"input without channels", []int{0, 0}, 2, []step{{0, 4, stream.MinWatermark, false}, {1, 6, 4, true}, {0, 9, 6, true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWatermarkCombiner(tc.inputOf, tc.inputs)

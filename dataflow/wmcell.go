@@ -1,6 +1,7 @@
 package dataflow
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -48,7 +49,11 @@ import (
 // changed meanwhile, so that the watermarks the upstream subtasks emit in
 // one round (they share their emission slots, see the watermarks
 // operator) cost each consuming task one or a few wake-ups rather than one
-// per upstream subtask.
+// per upstream subtask. The wake-up goes to the gates that read the edges
+// of the changed cells, once per gate, and a woken task looks at all its
+// channels' cells (inputGate.takeCells): on a wide keyBy a round changes
+// the cells of most channels, and what the task reads of each is kept in
+// a few arrays of the gate.
 
 // cellWakeDelay is how long the exchange gathers cell publishes before it
 // wakes their consumers: the most a watermark travelling by cell is late
@@ -67,6 +72,26 @@ type cellKey struct {
 	DownstreamInput  int
 }
 
+// cellEdgeKey names the cells of one edge as one taskmanager's consumers
+// see them: a cellKey without the upstream subtask.
+type cellEdgeKey struct {
+	JobID            string
+	Attempt          int64
+	UpstreamVertex   int
+	DownstreamVertex int
+	DownstreamInput  int
+}
+
+// cellEdge is the gates of one taskmanager that read the cells of an edge.
+type cellEdge struct {
+	key   cellEdgeKey
+	gates atomic.Pointer[[]*inputGate] // copy on write, under Exchange.mu
+	// Under Exchange.mu: the channels of each gate subscribed to a cell
+	// of the edge, and the cells of the edge.
+	channels map[*inputGate]int
+	cells    int
+}
+
 func cellKeyOf(k channelKey) cellKey {
 	return cellKey{JobID: k.JobID, Attempt: k.Attempt, UpstreamVertex: k.UpstreamVertex, UpstreamSubtask: k.UpstreamSubtask,
 		DownstreamVertex: k.DownstreamVertex, DownstreamInput: k.DownstreamInput}
@@ -83,9 +108,9 @@ type wmCell struct {
 	value atomic.Int64
 	// queued: the cell waits in the exchange's wake list.
 	queued atomic.Bool
-	// subs are the input channels the cell covers (copy on write, under
-	// Exchange.mu); refs counts subs and publishers, under Exchange.mu.
-	subs atomic.Pointer[[]*inputChannel]
+	// edge holds the gates that read the cell; refs counts the cell's
+	// subscribed channels and publishers, under Exchange.mu.
+	edge *cellEdge
 	refs int
 }
 
@@ -112,7 +137,15 @@ func (x *Exchange) acquireCell(key cellKey) *wmCell {
 func (x *Exchange) acquireCellLocked(key cellKey) *wmCell {
 	c := x.mu.cells[key]
 	if c == nil {
-		c = &wmCell{x: x, key: key}
+		ek := cellEdgeKey{JobID: key.JobID, Attempt: key.Attempt, UpstreamVertex: key.UpstreamVertex,
+			DownstreamVertex: key.DownstreamVertex, DownstreamInput: key.DownstreamInput}
+		e := x.mu.cellEdges[ek]
+		if e == nil {
+			e = &cellEdge{key: ek, channels: make(map[*inputGate]int)}
+			x.mu.cellEdges[ek] = e
+		}
+		e.cells++
+		c = &wmCell{x: x, key: key, edge: e}
 		c.value.Store(stream.MinWatermark)
 		x.mu.cells[key] = c
 	}
@@ -130,38 +163,46 @@ func (x *Exchange) releaseCellLocked(c *wmCell) {
 	c.refs--
 	if c.refs == 0 && x.mu.cells[c.key] == c {
 		delete(x.mu.cells, c.key)
+		if c.edge.cells--; c.edge.cells == 0 {
+			delete(x.mu.cellEdges, c.edge.key)
+		}
 	}
 }
 
 // subscribeLocked makes in read cell c; x.mu must be held.
 func (x *Exchange) subscribeLocked(c *wmCell, in *inputChannel) {
-	var subs []*inputChannel
-	if p := c.subs.Load(); p != nil {
-		subs = append(subs, (*p)...)
+	e := c.edge
+	if e.channels[in.gate]++; e.channels[in.gate] == 1 {
+		e.setGates()
 	}
-	subs = append(subs, in)
-	c.subs.Store(&subs)
 	in.cell = c
+	in.gate.cellOf[in.idx] = c
 }
 
 // unsubscribeLocked undoes subscribeLocked; x.mu must be held.
 func (x *Exchange) unsubscribeLocked(c *wmCell, in *inputChannel) {
-	var subs []*inputChannel
-	if p := c.subs.Load(); p != nil {
-		for _, s := range *p {
-			if s != in {
-				subs = append(subs, s)
-			}
-		}
+	e := c.edge
+	if e.channels[in.gate]--; e.channels[in.gate] == 0 {
+		delete(e.channels, in.gate)
+		e.setGates()
 	}
-	c.subs.Store(&subs)
 }
 
-// numCells reports how many watermark cells exist, for leak tests.
+// setGates publishes the gates of e.channels; Exchange.mu must be held.
+func (e *cellEdge) setGates() {
+	gates := make([]*inputGate, 0, len(e.channels))
+	for g := range e.channels {
+		gates = append(gates, g)
+	}
+	e.gates.Store(&gates)
+}
+
+// numCells reports how many watermark cells and cell edges exist, for
+// leak tests.
 func (x *Exchange) numCells() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return len(x.mu.cells)
+	return len(x.mu.cells) + len(x.mu.cellEdges)
 }
 
 // queueCell adds c to the cells whose consumers the next wake-up wakes,
@@ -185,15 +226,19 @@ func (x *Exchange) wakeCells() {
 	x.cellWake.cells = nil
 	x.cellWake.armed = false
 	x.cellWake.Unlock()
+	var edges []*cellEdge
 	for _, c := range cells {
 		// Cleared first: a publish from now on queues the cell again.
 		c.queued.Store(false)
-		p := c.subs.Load()
-		if p == nil {
-			continue
+		if !slices.Contains(edges, c.edge) {
+			edges = append(edges, c.edge)
 		}
-		for _, in := range *p {
-			in.gate.cellChanged(in)
+	}
+	for _, e := range edges {
+		if p := e.gates.Load(); p != nil {
+			for _, g := range *p {
+				g.cellsChanged()
+			}
 		}
 	}
 }

@@ -48,7 +48,15 @@ func wideGraph(tb testing.TB, par int, dir string) *stream.JobGraph {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g.Checkpoint = stream.CheckpointConfig{Interval: time.Second, Mode: stream.ExactlyOnce, Storage: "file://" + filepath.Join(dir, "ckpt")}
+	interval := time.Second
+	if v := os.Getenv("WEIR_BENCH_WIDE_CHECKPOINT_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			tb.Fatalf("WEIR_BENCH_WIDE_CHECKPOINT_INTERVAL=%q: %v", v, err)
+		}
+		interval = d
+	}
+	g.Checkpoint = stream.CheckpointConfig{Interval: interval, Mode: stream.ExactlyOnce, Storage: "file://" + filepath.Join(dir, "ckpt")}
 	if err := stream.Plan(g, builtin.Registry()); err != nil {
 		tb.Fatal(err)
 	}
