@@ -705,7 +705,7 @@ func eventBytes(e *event) ([]byte, error) {
 		return batchcodec.Append(nil, e.batch), nil
 	}
 	if e.zstd {
-		buf, err := decompressPayload(e.payload)
+		buf, err := decompressPayload(e.data())
 		if err != nil {
 			return nil, err
 		}
@@ -713,7 +713,7 @@ func eventBytes(e *event) ([]byte, error) {
 		exchangePool.Put(buf)
 		return data, nil
 	}
-	return bytes.Clone(e.payload), nil
+	return bytes.Clone(e.data()), nil
 }
 
 // onBarrier handles barrier id arriving on ch (full: of a savepoint;
@@ -773,8 +773,8 @@ func (r *taskRun) applyStep(s alignStep, ch *inputChannel, report bool) error {
 			return r.err
 		}
 	}
-	for _, c := range s.unblock {
-		gate.setBlocked(gate.channels[c], false)
+	if len(s.unblock) > 0 {
+		gate.unblock(s.unblock)
 	}
 	return nil
 }

@@ -125,7 +125,7 @@ func (o *outputChannel) flushLinger(ctx context.Context) error {
 		buf := exchangePool.Get(max(o.payloadHint, 1024))
 		*buf = batchcodec.AppendBatches((*buf)[:0], o.linger)
 		o.payloadHint = len(*buf)
-		e = event{kind: eventBatch, buf: buf, payload: *buf, value: o.lingerBytes}
+		e = event{kind: eventBatch, buf: buf, value: o.lingerBytes}
 	}
 	o.dropLinger()
 	return o.putOne(ctx, e)

@@ -92,9 +92,9 @@ func decompressPayload(src []byte) (*[]byte, error) {
 // it first if it is compressed.
 func decodePayload(e *event, schema *stream.Schema) (*stream.Batch, error) {
 	if !e.zstd {
-		return batchcodec.Decode(e.payload, schema)
+		return batchcodec.Decode(e.data(), schema)
 	}
-	raw, err := decompressPayload(e.payload)
+	raw, err := decompressPayload(e.data())
 	if err != nil {
 		return nil, err
 	}

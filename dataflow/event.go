@@ -42,24 +42,13 @@ func (k eventKind) String() string {
 // event is one item of a channel. A batch event carries either a batch
 // (in-memory channels, passed by pointer) or its encoding (network channels,
 // decoded by the consuming task's goroutine).
+//
+// Events are copied into and out of every channel's buffer, so the fields
+// are ordered to keep the struct small (80 bytes).
 type event struct {
-	kind    eventKind
-	batch   *stream.Batch
-	payload []byte
-	// buf, if not nil, holds payload and goes back to exchangePool once
-	// the batch is decoded or dropped; then its bytes return to mem's
-	// network memory.
-	buf *[]byte
-	mem *Exchange
-	// held, if not nil, is the consuming task's count of network memory,
-	// which buf's bytes leave too.
-	held *atomic.Int64
-	// zstd: payload is compressed (ExchangeConfig.Compression).
+	kind eventKind
+	// zstd: the encoding in buf is compressed (ExchangeConfig.Compression).
 	zstd bool
-	// value: the watermark timestamp or checkpoint id; on a batch being
-	// sent, its estimated size when known (outputChannel.sizeOf).
-	value int64
-	ts    int64 // barrier: checkpoint trigger time (Unix ms)
 	// full, on a barrier: the checkpoint is a savepoint, whose keyed state
 	// is snapshotted in the canonical format whatever the backend.
 	full bool
@@ -72,13 +61,34 @@ type event struct {
 	// switch on TaskSpec.AlignedCheckpointTimeout): two-phase-commit sinks
 	// downstream must see all the data before it.
 	final bool
-	// before, on a batch, is the id of the latest unaligned checkpoint
-	// whose barrier overtook it in its channel's buffer (0: none).
-	before int64
 	// replay: a batch of restored channel state, pushed without a credit
 	// (none goes back to the producer when it is taken).
 	replay bool
+	batch  *stream.Batch
+	// buf, if not nil, holds the batch's encoding (data) and goes back to
+	// exchangePool once the batch is decoded or dropped; then its bytes
+	// return to mem's network memory.
+	buf *[]byte
+	mem *Exchange
+	// held, if not nil, is the consuming task's count of network memory,
+	// which buf's bytes leave too.
+	held *atomic.Int64
+	// value: the watermark timestamp or checkpoint id; on a batch being
+	// sent, its estimated size when known (outputChannel.sizeOf).
+	value int64
+	ts    int64 // barrier: checkpoint trigger time (Unix ms)
+	// before, on a batch, is the id of the latest unaligned checkpoint
+	// whose barrier overtook it in its channel's buffer (0: none).
+	before int64
 	err    error
+}
+
+// data is the encoding of a network batch (nil for one passed in memory).
+func (e *event) data() []byte {
+	if e.buf == nil {
+		return nil
+	}
+	return *e.buf
 }
 
 // release frees what an event holds when it is dropped.
@@ -87,7 +97,6 @@ func (e *event) release() {
 		e.batch.Release()
 		e.batch = nil
 	}
-	e.payload = nil
 	if e.buf != nil {
 		if e.mem != nil {
 			e.mem.free(len(*e.buf))
@@ -102,7 +111,8 @@ func (e *event) release() {
 	}
 }
 
-// ring is a FIFO queue that reuses its buffer.
+// ring is a FIFO queue that reuses its buffer, whose length is 0 or a power
+// of two (grow).
 type ring[T any] struct {
 	buf        []T
 	head, size int
@@ -112,14 +122,14 @@ func (q *ring[T]) len() int { return q.size }
 
 func (q *ring[T]) push(v T) {
 	q.grow()
-	q.buf[(q.head+q.size)%len(q.buf)] = v
+	q.buf[(q.head+q.size)&(len(q.buf)-1)] = v
 	q.size++
 }
 
 // pushFront adds v as the oldest element.
 func (q *ring[T]) pushFront(v T) {
 	q.grow()
-	q.head = (q.head + len(q.buf) - 1) % len(q.buf)
+	q.head = (q.head + len(q.buf) - 1) & (len(q.buf) - 1)
 	q.buf[q.head] = v
 	q.size++
 }
@@ -128,7 +138,7 @@ func (q *ring[T]) grow() {
 	if q.size == len(q.buf) {
 		buf := make([]T, max(8, 2*len(q.buf)))
 		for i := 0; i < q.size; i++ {
-			buf[i] = q.buf[(q.head+i)%len(q.buf)]
+			buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
 		}
 		q.buf, q.head = buf, 0
 	}
@@ -139,21 +149,21 @@ func (q *ring[T]) last() *T {
 	if q.size == 0 {
 		return nil
 	}
-	return &q.buf[(q.head+q.size-1)%len(q.buf)]
+	return &q.buf[(q.head+q.size-1)&(len(q.buf)-1)]
 }
 
 // peek returns the oldest element; the queue must not be empty.
 func (q *ring[T]) peek() *T { return &q.buf[q.head] }
 
 // at returns the i-th oldest element, i < len().
-func (q *ring[T]) at(i int) *T { return &q.buf[(q.head+i)%len(q.buf)] }
+func (q *ring[T]) at(i int) *T { return &q.buf[(q.head+i)&(len(q.buf)-1)] }
 
 // pop removes and returns the oldest element; the queue must not be empty.
 func (q *ring[T]) pop() T {
 	var zero T
 	v := q.buf[q.head]
 	q.buf[q.head] = zero
-	q.head = (q.head + 1) % len(q.buf)
+	q.head = (q.head + 1) & (len(q.buf) - 1)
 	q.size--
 	return v
 }

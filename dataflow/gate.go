@@ -102,12 +102,21 @@ type inputGate struct {
 	applied []int64
 	hold    []uint8
 
+	// mu is taken by every producer's push and by the task's reads: it
+	// has a cache line of its own, apart from the flags the task and the
+	// cell wake-up write without it.
+	_  [cacheLine]byte
 	mu struct {
 		sync.Mutex
 		avail  ring[int] // channels with data to read, in arrival order
 		closed bool
 	}
+	_ [cacheLine]byte
 }
+
+// cacheLine is the size of a CPU cache line, for padding apart fields that
+// different cores write.
+const cacheLine = 64
 
 func newInputGate() *inputGate {
 	return &inputGate{notify: make(chan struct{}, 1)}
@@ -492,17 +501,33 @@ func (g *inputGate) replay(ch *inputChannel, batches []*stream.Batch) {
 // keep arriving into a blocked channel's buffer, bounded by its credits, so
 // its producer is backpressured.
 func (g *inputGate) setBlocked(ch *inputChannel, blocked bool) {
-	g.mu.Lock()
-	ch.blocked = blocked
-	g.setHold(ch)
-	if !blocked && ch.cell != nil {
-		g.markCell(ch) // its cell's watermark may apply now
+	if !blocked {
+		g.unblock([]int{ch.idx})
+		return
 	}
+	g.mu.Lock()
+	ch.blocked = true
+	g.setHold(ch)
+	g.mu.Unlock()
+}
+
+// unblock unblocks reading the channels of the given indexes, under one
+// lock: an aligned checkpoint ends by unblocking every channel.
+func (g *inputGate) unblock(idxs []int) {
 	signal := false
-	if !blocked && !ch.queued && ch.q.len() > 0 {
-		ch.queued = true
-		g.mu.avail.push(ch.idx)
-		signal = true
+	g.mu.Lock()
+	for _, i := range idxs {
+		ch := g.channels[i]
+		ch.blocked = false
+		g.setHold(ch)
+		if ch.cell != nil {
+			g.markCell(ch) // its cell's watermark may apply now
+		}
+		if !ch.queued && ch.q.len() > 0 {
+			ch.queued = true
+			g.mu.avail.push(ch.idx)
+			signal = true
+		}
 	}
 	g.mu.Unlock()
 	if signal {

@@ -252,7 +252,7 @@ func (o *outputChannel) pendingData(f func(data []byte)) {
 		case e.batch != nil:
 			f(batchcodec.Append(nil, e.batch))
 		default: // encoded by flushLinger
-			f(bytes.Clone(e.payload))
+			f(bytes.Clone(e.data()))
 		}
 	}
 	for _, b := range o.linger {

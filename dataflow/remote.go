@@ -622,7 +622,6 @@ func (s *inboundStream) apply(f *inFrame) error {
 			s.x.receivedBatches.Add(1)
 			s.x.hold(n)
 			e.buf, e.mem, it.payload = it.payload, s.x, nil
-			e.payload = *e.buf
 		case eventEndOfPartition:
 			ic.ended = true
 		}
@@ -642,6 +641,10 @@ func (s *inboundStream) apply(f *inFrame) error {
 	}
 	return nil
 }
+
+// spareGrants is the most channels whose grants a write-out may have held
+// for writeGrants to clear its map and use it again.
+const spareGrants = 64
 
 func (s *inboundStream) writeGrants(ctx context.Context, stream grpc.ServerStream) {
 	spare := make(map[uint32]uint32)
@@ -663,6 +666,12 @@ func (s *inboundStream) writeGrants(ctx context.Context, stream grpc.ServerStrea
 		resp.grants = resp.grants[:0]
 		for id, n := range pending {
 			resp.grants = append(resp.grants, creditGrant{id: id, credits: n})
+		}
+		// A map that once held many channels' grants (the first grants
+		// of a wide job) is not kept: clearing keeps its size, and every
+		// later write would walk it.
+		if len(pending) > spareGrants {
+			pending = make(map[uint32]uint32)
 		}
 		clear(pending)
 		spare = pending
