@@ -40,11 +40,8 @@ type inputChannel struct {
 	// whose barrier has arrived until all channels have delivered it.
 	blocked bool
 	sink    creditSink
-	// detached: a batch arrived after the channel's last watermark event,
-	// so its cell's watermark does not apply to it until the next one
-	// (wmcell.go). The latest cell watermark the channel took (in a
-	// watermark event or directly) is gate.applied[idx].
-	detached bool
+	// The latest cell watermark the channel took (in a watermark event or
+	// directly) is gate.applied[idx] (wmcell.go).
 
 	// cell is the watermark cell of the channel's upstream subtask, set
 	// before the channel is registered (wmcell.go).
@@ -65,7 +62,6 @@ type cellWatermark struct {
 // (inputGate.hold).
 const (
 	holdBlocked  uint8 = 1 << iota // blocked for barrier alignment
-	holdDetached                   // a batch came after its last watermark event
 	holdBuffered                   // its buffer is not empty
 )
 
@@ -157,15 +153,9 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 	if ch.cell != nil && e.kind != eventError {
 		// A cell watermark the channel has not taken goes ahead of e:
 		// it was published before e was sent.
-		if v := ch.cell.value.Load(); !ch.detached && v > g.applied[ch.idx] {
+		if v := ch.cell.value.Load(); v > g.applied[ch.idx] {
 			g.applied[ch.idx] = v
 			g.pushWatermarkLocked(ch, v)
-		}
-		switch e.kind {
-		case eventBatch:
-			ch.detached = true
-		case eventWatermark:
-			ch.detached = false
 		}
 	}
 	if last := ch.q.last(); e.kind == eventWatermark && last != nil && last.kind == eventWatermark {
@@ -230,7 +220,7 @@ func (g *inputGate) pushWatermarkLocked(ch *inputChannel, wm int64) {
 // drainedLocked notes that the task took the last event buffered in ch: a
 // watermark its cell holds for it is due now. g.mu must be held.
 func (g *inputGate) drainedLocked(ch *inputChannel) {
-	if ch.cell != nil && !ch.detached && ch.cell.value.Load() > g.applied[ch.idx] {
+	if ch.cell != nil && ch.cell.value.Load() > g.applied[ch.idx] {
 		g.markCell(ch)
 	}
 }
@@ -241,9 +231,6 @@ func (g *inputGate) setHold(ch *inputChannel) {
 	var h uint8
 	if ch.blocked {
 		h |= holdBlocked
-	}
-	if ch.detached {
-		h |= holdDetached
 	}
 	if ch.q.len() > 0 {
 		h |= holdBuffered
@@ -282,9 +269,9 @@ func (g *inputGate) cellsChanged() {
 
 // takeCells appends to buf, and returns, the cell watermarks that apply to
 // their channels now and that the channels have not taken: those of
-// channels that are not blocked, not detached and buffer nothing, as a
-// watermark event at the end of their buffers would be taken. Only the task
-// goroutine calls it.
+// channels that are not blocked and buffer nothing, as a watermark event at
+// the end of their buffers would be taken. Only the task goroutine calls
+// it.
 func (g *inputGate) takeCells(buf []cellWatermark) []cellWatermark {
 	buf = buf[:0]
 	if !g.cellsDirty.Swap(false) {

@@ -26,8 +26,9 @@ type partitioner struct {
 	// (outputChannel.pendingChans).
 	pendingChans int
 	// Watermarks by cell (wmcell.go), on edges other than Forward: dirty[d]
-	// says a batch went on chans[d] since its last watermark; cells has
-	// one cell per taskmanager the edge goes to.
+	// says a batch went on chans[d] since the last watermark, so the
+	// channel may hold batches to coalesce them; cells has one cell per
+	// taskmanager the edge goes to.
 	dirty []bool
 	cells []cellTarget
 
@@ -133,8 +134,8 @@ func (p *partitioner) put(ctx context.Context, d int, b *stream.Batch) error {
 }
 
 // sendWatermark sends watermark event e: by cell (wmcell.go) where it can,
-// as an event on the channels that carried a batch since their last
-// watermark, and on every channel while one holds events back.
+// after what the channels that carried a batch since the last watermark
+// hold to coalesce it, and on every channel while one holds events back.
 func (p *partitioner) sendWatermark(ctx context.Context, e event) error {
 	if len(p.cells) == 0 || p.pendingChans > 0 {
 		clear(p.dirty)
@@ -145,14 +146,13 @@ func (p *partitioner) sendWatermark(ctx context.Context, e event) error {
 			continue
 		}
 		p.dirty[d] = false
-		if err := p.chans[d].put(ctx, e); err != nil {
+		if err := p.chans[d].flushLinger(ctx); err != nil {
 			return err
 		}
 	}
 	if p.pendingChans > 0 {
-		// The watermark waits in a channel whose consumer does not exist
-		// yet: a cell would pass it. Every channel gets the event (the
-		// channels that got it already merge or ignore the second).
+		// What a channel held waits for credit or for its consumer to
+		// exist: a cell would pass it. Every channel gets the event.
 		return p.sendEvent(ctx, e)
 	}
 	for _, c := range p.cells {

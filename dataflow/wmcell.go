@@ -14,29 +14,26 @@ import (
 // consumer for each upstream subtask's watermark. Instead, an upstream
 // subtask publishes its watermark once per taskmanager into a watermark
 // cell, which the consuming tasks of that taskmanager read when they next
-// look, and only the channels that carried a batch since their last
-// watermark get the watermark as an event of their own.
+// look.
 //
 // A cell's watermark applies to a channel where a watermark event sent on
 // the channel at the time of the publish would have been taken:
 //
 //   - the sender publishes only while none of the edge's channels holds
-//     events back (deferred output waiting for credit), so everything it
-//     put on any channel before the publish is in the consumer's buffer
-//     first (in-memory channels synchronously; network channels through
-//     the one stream to the peer, in order);
-//   - a channel that carried a batch since its last watermark gets the
-//     watermark as an event too (it is dirty at the sender); at the
-//     consumer a batch detaches the channel from its cell and a watermark
-//     event attaches it again, so a cell published before a batch never
-//     applies after it;
-//   - the task takes a cell's watermark for an attached channel only once
-//     the channel buffers nothing and is not blocked (barrier alignment),
+//     events back (deferred output waiting for credit), and after the
+//     channels that hold batches to coalesce them (coalesce.go) sent
+//     them, so everything it put on any channel before the publish is in
+//     the consumer's buffer first (in-memory channels synchronously;
+//     network channels through the one stream to the peer, in order);
+//   - the task takes a cell's watermark for a channel only once the
+//     channel buffers nothing and is not blocked (barrier alignment),
 //     where a watermark event at the end of its buffer would be taken;
-//   - an event pushed into an attached channel whose cell moved on since
-//     the channel last took its value gets that value as a watermark
-//     event ahead of it, so the cell's watermark keeps its place before
-//     everything sent after it (barriers included).
+//   - an event pushed into a channel whose cell moved on since the channel
+//     last took its value gets that value as a watermark event ahead of
+//     it, so the cell's watermark keeps its place before everything sent
+//     after it (batches and barriers). One goroutine publishes into a
+//     cell and pushes the events of its channels, so a push sees every
+//     publish before it.
 //
 // A task thus sees the same watermarks, in the same places among each
 // channel's batches and barriers, as with an event on every channel, save

@@ -30,9 +30,8 @@ func openCellChannel(t *testing.T, x *Exchange, g *inputGate, key channelKey) (*
 // TestWatermarkCellSteps drives one input channel with a watermark cell
 // through the rules of wmcell.go, step by step: a cell's watermark applies
 // to a channel that buffers nothing, goes as an event ahead of what is
-// pushed after it, does not apply to a channel detached by a batch until a
-// watermark event attaches it again, and waits while the channel is
-// blocked.
+// pushed after it, waits for what the channel buffers, and waits while the
+// channel is blocked.
 func TestWatermarkCellSteps(t *testing.T) {
 	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
 	t.Cleanup(func() { x.Close() })
@@ -91,17 +90,19 @@ func TestWatermarkCellSteps(t *testing.T) {
 	take() // taken once
 	cell.publish(20)
 	batch()
-	queue("w20", "b") // ahead of the batch, which detaches the channel
+	queue("w20", "b") // ahead of the batch
 	take()
 	cell.publish(30)
+	take() // buffered: the batch, sent before 30, goes first
 	pop()
 	pop()
-	take() // detached: 30 was published before the batch's watermark
+	take(30)
 	g.push(ch, event{kind: eventWatermark, value: 25})
 	queue("w25")
 	take() // buffered: the event goes first
 	pop()
-	take(30)
+	cell.publish(35)
+	take(35)
 	g.setBlocked(ch, true)
 	cell.publish(40)
 	take()
