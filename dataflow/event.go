@@ -167,3 +167,69 @@ func (q *ring[T]) pop() T {
 	q.size--
 	return v
 }
+
+// eventQueue is an input channel's buffer: a FIFO of events whose oldest
+// one lives in the queue itself. A channel of a wide job mostly holds no
+// event or one (a barrier, a watermark, a batch of a few rows), so most
+// channels never allocate a buffer: a push writes into memory the push
+// touches anyway, and the garbage collector has no buffers of thousands of
+// idle channels to scan.
+type eventQueue struct {
+	first event       // the oldest event, if size > 0
+	rest  ring[event] // the others, oldest first
+	size  int
+}
+
+func (q *eventQueue) len() int { return q.size }
+
+func (q *eventQueue) push(e event) {
+	if q.size == 0 {
+		q.first = e
+	} else {
+		q.rest.push(e)
+	}
+	q.size++
+}
+
+// pushFront adds e as the oldest event.
+func (q *eventQueue) pushFront(e event) {
+	if q.size > 0 {
+		q.rest.pushFront(q.first)
+	}
+	q.first = e
+	q.size++
+}
+
+// last returns the newest event, or nil.
+func (q *eventQueue) last() *event {
+	switch {
+	case q.size == 0:
+		return nil
+	case q.rest.len() > 0:
+		return q.rest.last()
+	}
+	return &q.first
+}
+
+// peek returns the oldest event; the queue must not be empty.
+func (q *eventQueue) peek() *event { return &q.first }
+
+// at returns the i-th oldest event, i < len().
+func (q *eventQueue) at(i int) *event {
+	if i == 0 {
+		return &q.first
+	}
+	return q.rest.at(i - 1)
+}
+
+// pop removes and returns the oldest event; the queue must not be empty.
+func (q *eventQueue) pop() event {
+	e := q.first
+	if q.rest.len() > 0 {
+		q.first = q.rest.pop()
+	} else {
+		q.first = event{}
+	}
+	q.size--
+	return e
+}

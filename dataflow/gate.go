@@ -31,7 +31,7 @@ type inputChannel struct {
 	schema *stream.Schema
 
 	// Guarded by gate.mu.
-	q ring[event]
+	q eventQueue
 	// control counts the events of q other than batches, which need no
 	// credit (pushBounded bounds them).
 	control int

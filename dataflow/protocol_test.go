@@ -111,7 +111,7 @@ func (ch *inputChannel) contents() (batches, others int, last event) {
 	defer g.mu.Unlock()
 	q := &ch.q
 	for i := range q.size {
-		e := q.buf[(q.head+i)%len(q.buf)]
+		e := *q.at(i)
 		if e.kind == eventBatch {
 			batches++
 		} else {
