@@ -128,6 +128,7 @@ func TestAlignedCheckpointTimeout(t *testing.T) {
 			// The barrier went downstream, unaligned after the switch.
 			var forwarded *event
 			waitFor(t, "barrier 1 downstream", func() bool {
+				p.gate.pullCell(p.ch)
 				p.gate.mu.Lock()
 				defer p.gate.mu.Unlock()
 				for i := 0; i < p.ch.q.len(); i++ {

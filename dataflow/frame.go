@@ -66,6 +66,7 @@ const (
 	tagBarrier
 	tagBatchZstd
 	tagWatermarkCell
+	tagBarrierCell
 )
 
 // Limits a receiver applies to a frame's header, beyond gRPC's bound on
@@ -266,7 +267,11 @@ func (f *outFrame) marshal() (mem.BufferSlice, error) {
 				b = append(b, tagEnd)
 				b = binary.AppendUvarint(b, uint64(it.id))
 			case eventBarrier:
-				b = append(b, tagBarrier)
+				tag := tagBarrier
+				if it.cell {
+					tag = tagBarrierCell
+				}
+				b = append(b, tag)
 				b = binary.AppendUvarint(b, uint64(it.id))
 				b = binary.AppendVarint(b, it.value)
 				b = binary.AppendVarint(b, it.ts)
@@ -404,7 +409,7 @@ func (f *inFrame) parseHeader(b []byte) error {
 			it.value = int64(pl)
 		case tagWatermark, tagWatermarkCell:
 			it.value = d.varint()
-		case tagBarrier:
+		case tagBarrier, tagBarrierCell:
 			it.value, it.ts = d.varint(), d.varint()
 			switch d.byte() {
 			case 0:

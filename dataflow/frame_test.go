@@ -54,6 +54,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		outItem{id: 9, kind: eventBarrier, value: 43, ts: 7},
 		outItem{id: 9, kind: eventBarrier, value: 44, ts: 8, unaligned: true},
 		outItem{id: 9, kind: eventBarrier, value: 45, ts: 9, final: true},
+		outItem{id: 9, kind: eventBarrier, value: 46, ts: 10, full: true, cell: true},
 		outItem{id: 9, kind: eventEndOfPartition},
 		outItem{id: 9, close: make(chan struct{})})
 	f := &outFrame{sender: "10.0.0.1:6124", items: items}
@@ -81,11 +82,13 @@ func TestFrameRoundTrip(t *testing.T) {
 		{tag: tagBarrier, id: 9, value: 43, ts: 7},
 		{tag: tagBarrier, id: 9, value: 44, ts: 8, unaligned: true},
 		{tag: tagBarrier, id: 9, value: 45, ts: 9, final: true},
+		{tag: tagBarrierCell, id: 9, value: 46, ts: 10, full: true},
 		{tag: tagEnd, id: 9},
 		{tag: tagClose, id: 9},
 	}
 	for i, w := range want {
-		if got := in.items[4+i]; got.tag != w.tag || got.id != w.id || got.value != w.value || got.ts != w.ts || got.full != w.full {
+		if got := in.items[4+i]; got.tag != w.tag || got.id != w.id || got.value != w.value || got.ts != w.ts || got.full != w.full ||
+			got.unaligned != w.unaligned || got.final != w.final {
 			t.Fatalf("item %d: got %+v, want %+v", 4+i, got, w)
 		}
 	}

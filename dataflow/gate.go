@@ -51,11 +51,13 @@ type inputChannel struct {
 	ended bool
 }
 
-// cellWatermark is a cell's watermark taken for a channel (its index in
-// the gate).
-type cellWatermark struct {
-	ch int
-	wm int64
+// cellMark is what a task takes from a channel's cell (the channel's
+// index in the gate): a watermark (stream.MinWatermark: none), then a
+// barrier if barrier is not nil.
+type cellMark struct {
+	ch      int
+	wm      int64
+	barrier *barrierMark
 }
 
 // The reasons a channel cannot take its cell's watermark now
@@ -91,11 +93,13 @@ type inputGate struct {
 	// What takeCells needs of each channel, by index, kept apart from the
 	// channels so that a look at all of them reads a few contiguous
 	// arrays: the channel's cell (set when it is registered, before the
-	// task runs), the latest cell watermark it took, and why it cannot
-	// take one now (hold* bits, the channel's state mirrored by setHold).
-	// applied and hold are guarded by mu.
+	// task runs), the latest cell watermark and barrier it took (as
+	// events or directly), and why it cannot take one now (hold* bits,
+	// the channel's state mirrored by setHold). applied, passed and hold
+	// are guarded by mu.
 	cellOf  []*wmCell
 	applied []int64
+	passed  []int64
 	hold    []uint8
 
 	// mu is taken by every producer's push and by the task's reads: it
@@ -124,6 +128,7 @@ func (g *inputGate) add(key channelKey, input int, schema *stream.Schema) *input
 	g.channels = append(g.channels, ch)
 	g.cellOf = append(g.cellOf, nil)
 	g.applied = append(g.applied, stream.MinWatermark)
+	g.passed = append(g.passed, 0)
 	g.hold = append(g.hold, 0)
 	if n := (len(g.channels) + 63) / 64; n > len(g.cellBits) {
 		g.cellBits = make([]atomic.Uint64, n)
@@ -151,12 +156,9 @@ func (g *inputGate) pushBounded(ch *inputChannel, e event, maxControl int) bool 
 		return true
 	}
 	if ch.cell != nil && e.kind != eventError {
-		// A cell watermark the channel has not taken goes ahead of e:
-		// it was published before e was sent.
-		if v := ch.cell.value.Load(); v > g.applied[ch.idx] {
-			g.applied[ch.idx] = v
-			g.pushWatermarkLocked(ch, v)
-		}
+		// What the cell holds that the channel has not taken goes ahead
+		// of e: it was published before e was sent.
+		g.cellEventsLocked(ch)
 	}
 	if last := ch.q.last(); e.kind == eventWatermark && last != nil && last.kind == eventWatermark {
 		// Merged into the watermark at the end of the buffer, which may
@@ -217,10 +219,51 @@ func (g *inputGate) pushWatermarkLocked(ch *inputChannel, wm int64) {
 	ch.q.push(event{kind: eventWatermark, value: wm})
 }
 
-// drainedLocked notes that the task took the last event buffered in ch: a
-// watermark its cell holds for it is due now. g.mu must be held.
+// cellEventsLocked queues in ch, as events, the barriers and the
+// watermark of its cell that it has not taken, in the order they were
+// published. g.mu must be held.
+func (g *inputGate) cellEventsLocked(ch *inputChannel) {
+	i := ch.idx
+	v := ch.cell.value.Load() // before the barriers (wmCell.barriers)
+	if p := ch.cell.barriers.Load(); p != nil {
+		for k := range *p {
+			b := &(*p)[k]
+			if b.id <= g.passed[i] {
+				continue
+			}
+			if b.wmBefore > g.applied[i] {
+				g.applied[i] = b.wmBefore
+				g.pushWatermarkLocked(ch, b.wmBefore)
+			}
+			g.passed[i] = b.id
+			ch.control++
+			ch.q.push(b.event())
+		}
+	}
+	if v > g.applied[i] {
+		g.applied[i] = v
+		g.pushWatermarkLocked(ch, v)
+	}
+}
+
+// cellPendingLocked reports whether channel i's cell holds a watermark or
+// a barrier the channel has not taken. g.mu must be held.
+func (g *inputGate) cellPendingLocked(i int) bool {
+	c := g.cellOf[i]
+	if c == nil {
+		return false
+	}
+	if c.value.Load() > g.applied[i] {
+		return true
+	}
+	p := c.barriers.Load()
+	return p != nil && len(*p) > 0 && (*p)[len(*p)-1].id > g.passed[i]
+}
+
+// drainedLocked notes that the task took the last event buffered in ch:
+// what its cell holds for it is due now. g.mu must be held.
 func (g *inputGate) drainedLocked(ch *inputChannel) {
-	if ch.cell != nil && ch.cell.value.Load() > g.applied[ch.idx] {
+	if g.cellPendingLocked(ch.idx) {
 		g.markCell(ch)
 	}
 }
@@ -267,12 +310,15 @@ func (g *inputGate) cellsChanged() {
 	}
 }
 
-// takeCells appends to buf, and returns, the cell watermarks that apply to
-// their channels now and that the channels have not taken: those of
-// channels that are not blocked and buffer nothing, as a watermark event at
-// the end of their buffers would be taken. Only the task goroutine calls
-// it.
-func (g *inputGate) takeCells(buf []cellWatermark) []cellWatermark {
+// takeCells appends to buf, and returns, what the cells of channels that
+// are not blocked and buffer nothing hold for them and they have not
+// taken, as events at the end of their buffers would be taken: for each
+// such channel its cell's next barrier (with the watermark before it), or
+// else its cell's watermark. A channel that has more to take after a
+// barrier is marked to be looked at again: the task takes the barrier (and
+// may block the channel for it) before it looks. Only the task goroutine
+// calls it.
+func (g *inputGate) takeCells(buf []cellMark) []cellMark {
 	buf = buf[:0]
 	if !g.cellsDirty.Swap(false) {
 		return buf
@@ -299,16 +345,35 @@ func (g *inputGate) takeCells(buf []cellWatermark) []cellWatermark {
 	return buf
 }
 
-// takeCell appends channel i's cell watermark to buf if the channel can
-// take it and has not. g.mu must be held.
-func (g *inputGate) takeCell(buf []cellWatermark, i int) []cellWatermark {
+// takeCell appends what channel i takes from its cell to buf, if it can
+// take anything now. g.mu must be held.
+func (g *inputGate) takeCell(buf []cellMark, i int) []cellMark {
 	c := g.cellOf[i]
 	if c == nil || g.hold[i] != 0 {
 		return buf
 	}
-	if v := c.value.Load(); v > g.applied[i] {
+	v := c.value.Load() // before the barriers (wmCell.barriers)
+	if p := c.barriers.Load(); p != nil {
+		for k := range *p {
+			b := &(*p)[k]
+			if b.id <= g.passed[i] {
+				continue
+			}
+			m := cellMark{ch: i, wm: stream.MinWatermark, barrier: b}
+			if b.wmBefore > g.applied[i] {
+				g.applied[i] = b.wmBefore
+				m.wm = b.wmBefore
+			}
+			g.passed[i] = b.id
+			if g.cellPendingLocked(i) {
+				g.markCell(g.channels[i])
+			}
+			return append(buf, m)
+		}
+	}
+	if v > g.applied[i] {
 		g.applied[i] = v
-		buf = append(buf, cellWatermark{i, v})
+		buf = append(buf, cellMark{ch: i, wm: v})
 	}
 	return buf
 }
@@ -435,10 +500,14 @@ func (g *inputGate) overtaken(ch *inputChannel, id int64, f func(e *event)) {
 // promote makes the aligned barrier of checkpoint id buffered in ch, if
 // any, unaligned: it moves to the front of ch, and the batches it passes
 // are marked overtaken (event.before), as when an unaligned barrier
-// arrives (pushBounded). A barrier not buffered yet is left to arrive.
+// arrives (pushBounded). A barrier its cell holds for ch is buffered first,
+// behind what ch buffers (wmcell.go); one not there yet is left to arrive.
 func (g *inputGate) promote(ch *inputChannel, id int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if ch.cell != nil && ch.q.len() > 0 {
+		g.cellEventsLocked(ch)
+	}
 	pos := -1
 	for i := 0; i < ch.q.len(); i++ {
 		if e := ch.q.at(i); e.kind == eventBarrier && e.value == id {

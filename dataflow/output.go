@@ -167,6 +167,37 @@ func (p *partitioner) sendWatermark(ctx context.Context, e event) error {
 	return nil
 }
 
+// sendBarrier sends aligned barrier e: by cell (wmcell.go) where it can,
+// after what the channels hold to coalesce it, and on every channel while
+// one holds events back.
+func (p *partitioner) sendBarrier(ctx context.Context, e event) error {
+	if len(p.cells) == 0 || p.pendingChans > 0 {
+		return p.sendEvent(ctx, e)
+	}
+	for _, ch := range p.chans {
+		if ch == nil {
+			continue
+		}
+		if err := ch.flushLinger(ctx); err != nil {
+			return err
+		}
+	}
+	if p.pendingChans > 0 {
+		return p.sendEvent(ctx, e)
+	}
+	b := barrierMark{id: e.value, ts: e.ts, full: e.full, final: e.final}
+	for _, c := range p.cells {
+		if c.local != nil {
+			c.local.publishBarrier(b)
+			continue
+		}
+		if err := c.conn.enqueueCellBarrier(c.id, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // sendEvent sends a non-batch event to every channel of the output.
 func (p *partitioner) sendEvent(ctx context.Context, e event) error {
 	for _, ch := range p.chans {
@@ -308,9 +339,12 @@ func (w *outputWriter) EmitWatermark(wm int64) {
 func (w *outputWriter) broadcast(e event) {
 	for _, p := range w.outs {
 		var err error
-		if e.kind == eventWatermark {
+		switch {
+		case e.kind == eventWatermark:
 			err = p.sendWatermark(w.ctx, e)
-		} else {
+		case e.kind == eventBarrier && !e.unaligned:
+			err = p.sendBarrier(w.ctx, e)
+		default:
 			err = p.sendEvent(w.ctx, e)
 		}
 		if err != nil {

@@ -209,6 +209,20 @@ func TestReceiverEnforcesProtocol(t *testing.T) {
 			},
 		},
 		{
+			name: "an unaligned barrier for a cell",
+			misbehave: func(r *rogue, _ *Exchange) {
+				r.send(outItem{id: id, kind: eventBarrier, value: 3, unaligned: true, cell: true})
+			},
+			code: codes.InvalidArgument,
+			kind: errPeerProtocol,
+			says: []string{fmt.Sprintf("taskmanager %s sent the barrier of unaligned checkpoint 3 for the cell of channel %v", rogueAddr, key)},
+			check: func(t *testing.T, batches, others int, last event, _ *Exchange) {
+				if batches != 0 || others != 1 || last.kind != eventError || !errors.Is(last.err, errPeerProtocol) {
+					t.Errorf("the consumer's buffer holds %d batches and %d other events, the last %v %v; want the stream's error alone", batches, others, last.kind, last.err)
+				}
+			},
+		},
+		{
 			name: "a channel opened twice",
 			misbehave: func(r *rogue, _ *Exchange) {
 				other := key

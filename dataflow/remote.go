@@ -101,8 +101,9 @@ type outItem struct {
 	// final: an aligned barrier that must stay aligned (event.final).
 	final bool
 	zstd  bool // batch: payload is compressed
-	// cell: a watermark for the cell of channel id's upstream subtask
-	// and edge at the peer (wmcell.go), not an event of the channel.
+	// cell: a watermark or an aligned barrier for the cell of channel
+	// id's upstream subtask and edge at the peer (wmcell.go), not an
+	// event of the channel.
 	cell bool
 }
 
@@ -199,6 +200,21 @@ func (c *peerConn) enqueueCell(id uint32, wm int64) error {
 	}
 	c.mu.Lock()
 	c.mu.queue = append(c.mu.queue, outItem{id: id, kind: eventWatermark, value: wm, cell: true})
+	c.mu.Unlock()
+	c.signal()
+	return nil
+}
+
+// enqueueCellBarrier queues aligned barrier b for the peer's cell of
+// channel id's upstream subtask and edge (wmcell.go).
+func (c *peerConn) enqueueCellBarrier(id uint32, b barrierMark) error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+	}
+	c.mu.Lock()
+	c.mu.queue = append(c.mu.queue, outItem{id: id, kind: eventBarrier, value: b.id, ts: b.ts, full: b.full, final: b.final, cell: true})
 	c.mu.Unlock()
 	c.signal()
 	return nil
@@ -588,8 +604,16 @@ func (s *inboundStream) apply(f *inFrame) error {
 		if ic == nil {
 			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event on channel %d, which it did not open", s.peer, it.id)
 		}
-		if it.tag == tagWatermarkCell {
+		switch it.tag {
+		case tagWatermarkCell:
 			ic.cell.publish(it.value)
+			continue
+		case tagBarrierCell:
+			if it.unaligned {
+				return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent the barrier of unaligned checkpoint %d for the cell of channel %v; unaligned barriers go on each channel; the taskmanagers run incompatible versions",
+					s.peer, it.value, ic.key)
+			}
+			ic.cell.publishBarrier(barrierMark{id: it.value, ts: it.ts, full: it.full, final: it.final})
 			continue
 		}
 		var e event

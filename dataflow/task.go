@@ -1025,9 +1025,9 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 		}
 		return err
 	}
-	// Cells may hold watermarks from before the task started.
+	// Cells may hold watermarks and barriers from before the task started.
 	gate.markAllCells()
-	var cells []cellWatermark
+	var cells []cellMark
 	for open > 0 {
 		// Notifications, and processing-time timers, between two events.
 		select {
@@ -1055,13 +1055,21 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 		if gate.cellsDirty.Load() {
 			cells = gate.takeCells(cells)
 			// An ended channel is at stream.MaxWatermark in wms, which
-			// ignores what its cell holds.
+			// ignores what its cell holds, and takes no barrier.
 			for _, c := range cells {
 				if err := advance(c.ch, c.wm); err != nil {
 					return err
 				}
 				if r.err != nil {
 					return r.err
+				}
+				if ch := gate.channels[c.ch]; c.barrier != nil && !ch.ended {
+					if err := handle(c.barrier.event(), ch); err != nil {
+						return err
+					}
+					if r.err != nil {
+						return r.err
+					}
 				}
 			}
 		}

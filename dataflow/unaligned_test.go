@@ -38,8 +38,25 @@ func openProbe(t *testing.T, x *Exchange, key channelKey) *probe {
 	return &probe{t: t, gate: g, ch: ch}
 }
 
+// pullCell buffers what ch's cell holds for it (watermarks and aligned
+// barriers, wmcell.go) as events at the end of its buffer, where a task
+// would take them, for a probe that reads the channel without a task.
+func (g *inputGate) pullCell(ch *inputChannel) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ch.cell != nil {
+		g.cellEventsLocked(ch)
+	}
+	g.setHold(ch)
+	if !ch.queued && !ch.blocked && ch.q.len() > 0 {
+		ch.queued = true
+		g.mu.avail.push(ch.idx)
+	}
+}
+
 // queued returns the kinds of the events waiting in the channel.
 func (p *probe) queued() []eventKind {
+	p.gate.pullCell(p.ch)
 	p.gate.mu.Lock()
 	defer p.gate.mu.Unlock()
 	kinds := make([]eventKind, p.ch.q.len())
@@ -85,10 +102,22 @@ func (p *probe) tryRead() (eventKind, int64, []int64, error) {
 
 // tryReadCtx is tryRead that gives up when ctx is done.
 func (p *probe) tryReadCtx(ctx context.Context) (eventKind, int64, []int64, error) {
-	e, _, err := p.gate.next(ctx, nil)
-	if err != nil {
-		return 0, 0, nil, err
+	var e event
+	for {
+		p.gate.cellsDirty.Store(false)
+		p.gate.pullCell(p.ch)
+		var ch *inputChannel
+		var err error
+		e, ch, err = p.gate.next(ctx, nil)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		if ch != nil {
+			break
+		}
+		// Woken by the channel's cell.
 	}
+	var err error
 	switch e.kind {
 	case eventBatch:
 	case eventError:

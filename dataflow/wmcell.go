@@ -41,6 +41,20 @@ import (
 // buffered watermark events always did) and that one travelling by cell
 // arrives up to cellWakeDelay later.
 
+// Aligned checkpoint barriers travel the same way: an upstream subtask
+// publishes barrier n in its cell (once per taskmanager, after what its
+// channels hold to coalesce went out, and only while none holds events
+// back), instead of a barrier event on each of its p channels. A cell keeps
+// its latest barriers (maxCellBarriers), each with the cell's watermark
+// when it was published, so that a channel takes them in publish order
+// among the watermarks: where the channel buffers nothing and is not
+// blocked the task takes the next barrier directly (and then blocks the
+// channel for alignment as for an event); an event pushed into a channel
+// that has not taken all of its cell's barriers gets them, with the
+// watermarks before them, as events ahead of it. Unaligned barriers, which
+// overtake what channels buffer, and barriers on channels that hold events
+// back still go as events.
+
 // The consumer learns of new cell values through a wake-up that the
 // exchange delays by cellWakeDelay and shares among all the cells that
 // changed meanwhile, so that the watermarks the upstream subtasks emit in
@@ -103,6 +117,12 @@ type wmCell struct {
 	x     *Exchange
 	key   cellKey
 	value atomic.Int64
+	// barriers are the latest aligned barriers published, ascending by
+	// id, at most maxCellBarriers (an immutable slice, replaced on each
+	// publish). A reader loads value before barriers: a barrier published
+	// after the watermark it read then carries a watermark at least as
+	// high (barrierMark.wmBefore).
+	barriers atomic.Pointer[[]barrierMark]
 	// queued: the cell waits in the exchange's wake list.
 	queued atomic.Bool
 	// edge holds the gates that read the cell; refs counts the cell's
@@ -118,6 +138,52 @@ func (c *wmCell) publish(wm int64) {
 		return
 	}
 	c.value.Store(wm)
+	if c.queued.CompareAndSwap(false, true) {
+		c.x.queueCell(c)
+	}
+}
+
+// barrierMark is an aligned checkpoint barrier published in a cell: the
+// fields of the barrier event, and the cell's watermark when it was
+// published, which a channel takes before it.
+type barrierMark struct {
+	id, ts      int64
+	full, final bool
+	wmBefore    int64
+}
+
+// event is the barrier as a channel event.
+func (b *barrierMark) event() event {
+	return event{kind: eventBarrier, value: b.id, ts: b.ts, full: b.full, final: b.final}
+}
+
+// maxCellBarriers is how many of its latest barriers a cell keeps. A
+// channel takes a barrier soon after it is published unless the task is
+// aligning an earlier checkpoint on it, so it lags by at most the
+// checkpoints pending at once (CheckpointConfig.MaxConcurrent, default 1)
+// or aborted meanwhile; one that lags further skips the oldest, and the
+// task abandons those checkpoints as when a later barrier overtakes.
+const maxCellBarriers = 16
+
+// publishBarrier adds aligned barrier b (its wmBefore is set here) and
+// schedules the wake-up of the cell's consumers. A barrier whose id is not
+// above the cell's latest is ignored.
+func (c *wmCell) publishBarrier(b barrierMark) {
+	var old []barrierMark
+	if p := c.barriers.Load(); p != nil {
+		old = *p
+	}
+	if n := len(old); n > 0 && b.id <= old[n-1].id {
+		return
+	}
+	if len(old) >= maxCellBarriers {
+		old = old[len(old)-maxCellBarriers+1:]
+	}
+	b.wmBefore = c.value.Load()
+	log := make([]barrierMark, len(old), len(old)+1)
+	copy(log, old)
+	log = append(log, b)
+	c.barriers.Store(&log)
 	if c.queued.CompareAndSwap(false, true) {
 		c.x.queueCell(c)
 	}

@@ -118,6 +118,115 @@ func TestWatermarkCellSteps(t *testing.T) {
 	take()
 }
 
+// TestBarrierCellSteps drives one input channel through the barrier rules
+// of wmcell.go, step by step: a barrier a cell holds is taken directly, with
+// the watermark published before it, where the channel buffers nothing and
+// is not blocked, one barrier per look; it goes as an event, in publish
+// order among the watermarks, ahead of what is pushed after it; it waits
+// behind what the channel buffers and while the channel is blocked; and
+// promoting its checkpoint buffers it behind what the channel holds.
+func TestBarrierCellSteps(t *testing.T) {
+	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
+	t.Cleanup(func() { x.Close() })
+	g := newInputGate()
+	key := channelKey{JobID: "j", UpstreamVertex: 0, UpstreamSubtask: 1, DownstreamVertex: 1}
+	ch, cell := openCellChannel(t, x, g, key)
+
+	// look describes what takeCells returns: "w<n>" a watermark, "x<n>" a
+	// barrier; take looks at every channel first, as after a wake-up.
+	look := func(want ...string) {
+		t.Helper()
+		var got []string
+		for _, m := range g.takeCells(nil) {
+			if m.wm != stream.MinWatermark {
+				got = append(got, fmt.Sprintf("w%d", m.wm))
+			}
+			if m.barrier != nil {
+				got = append(got, fmt.Sprintf("x%d", m.barrier.id))
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("takeCells = %v, want %v", got, want)
+		}
+	}
+	take := func(want ...string) {
+		t.Helper()
+		g.markAllCells()
+		look(want...)
+	}
+	queue := func(want ...string) {
+		t.Helper()
+		g.mu.Lock()
+		var got []string
+		for i := 0; i < ch.q.len(); i++ {
+			switch e := ch.q.at(i); e.kind {
+			case eventBatch:
+				got = append(got, "b")
+			case eventWatermark:
+				got = append(got, fmt.Sprintf("w%d", e.value))
+			case eventBarrier:
+				got = append(got, fmt.Sprintf("x%d unaligned=%v", e.value, e.unaligned))
+			}
+		}
+		g.mu.Unlock()
+		if !slices.Equal(got, want) {
+			t.Fatalf("channel buffers %v, want %v", got, want)
+		}
+	}
+	pop := func() {
+		t.Helper()
+		e, c, err := g.next(t.Context(), nil)
+		if err != nil || c != ch {
+			t.Fatalf("next: %v, %v", c, err)
+		}
+		e.release()
+	}
+	batch := func() { g.push(ch, event{kind: eventBatch, batch: stream.NewBatch(genSchema, 0)}) }
+	barrier := func(id int64) { cell.publishBarrier(barrierMark{id: id, ts: 1000 + id}) }
+
+	cell.publish(10)
+	barrier(1)
+	cell.publish(20)
+	take("w10", "x1") // one barrier per look, with the watermark before it
+	look("w20")       // marked to be looked at again: what followed the barrier
+	look()
+
+	barrier(1) // not above the cell's latest: ignored
+	take()
+	barrier(2)
+	cell.publish(30)
+	barrier(3)
+	batch()
+	queue("x2 unaligned=false", "w30", "x3 unaligned=false", "b") // in publish order, ahead of the batch
+	take()
+	pop()
+	pop()
+	pop()
+	pop()
+	take()
+
+	batch()
+	barrier(4)
+	take() // buffered: the batch, sent before barrier 4, goes first
+	pop()
+	take("x4")
+	g.setBlocked(ch, true) // the task blocks the channel for alignment
+	barrier(5)
+	take()
+	g.setBlocked(ch, false)
+	take("x5")
+
+	// Promoting checkpoint 6 (alignment timed out) buffers its barrier
+	// behind the batches the channel holds and moves it ahead of them.
+	batch()
+	batch()
+	barrier(6)
+	queue("b", "b")
+	g.promote(ch, 6)
+	queue("x6 unaligned=true", "b", "b")
+	take()
+}
+
 // wmOrder is what the tasks of TestWatermarkCellsAgreeWithChannels report.
 type wmOrder struct {
 	mu sync.Mutex
