@@ -274,3 +274,95 @@ func TestUnalignedCheckpointKeepsCoalescedRows(t *testing.T) {
 		return
 	}
 }
+
+// TestAlignedBarrierAfterCoalescedRows: the barrier of an aligned checkpoint
+// taken at a busy source, whose channel to a peer holds batches to coalesce
+// them, reaches the consumer after every row the snapshotted source
+// position says the source emitted, and before any later row: what the
+// channel holds goes out before the barrier, which travels by cell
+// (wmcell.go).
+func TestAlignedBarrierAfterCoalescedRows(t *testing.T) {
+	st := newCkState()
+	reg := newCkRegistry(st)
+	g := unalignedGraphOf(t, reg, 1, ckgenConfig{Rows: -1, Batch: 10, Keys: 7, NoWatermarks: true})
+	cfg := ExchangeConfig{CreditsPerChannel: 4, CoalesceRows: 1000, CoalesceTimeout: time.Hour}
+	src, dst := startNodeWith(t, cfg), startNodeWith(t, cfg)
+	spec := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string {
+		if v == 0 {
+			return src.addr
+		}
+		return dst.addr
+	})[0]
+	key := channelKey{JobID: "job-1", Attempt: spec.Attempt, UpstreamVertex: 0, UpstreamSubtask: 0, DownstreamVertex: 1, DownstreamInput: 0, DownstreamSub: 0}
+	p := openProbe(t, dst.x, key)
+	r := startCk(t, []*TaskSpec{spec}, reg, stream.ExactlyOnce, 0, nil, func(*TaskSpec) *Exchange { return src.x })
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		r.stop()
+	}()
+	var mu sync.Mutex
+	var rows []int64            // ids read, in order
+	barriers := map[int64]int{} // checkpoint id -> rows read before its barrier
+	wg.Go(func() {
+		for {
+			kind, v, ids, err := p.tryReadCtx(ctx)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if kind == eventBarrier {
+				barriers[v] = len(rows)
+			}
+			rows = append(rows, ids...)
+			mu.Unlock()
+		}
+	})
+	readRows := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(rows)
+	}
+	// A checkpoint finds the channel holding rows unless it comes just as
+	// a full batch of 1000 went: take several, and count those that did.
+	held := 0
+	for id := int64(1); id <= 30 && held < 3; id++ {
+		before := readRows()
+		waitFor(t, "the consumer to read more rows", func() bool { return readRows() > before+2000 })
+		if err := r.tasks[0].TriggerCheckpoint(id, 1000+id); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the checkpoint to be taken", func() bool { _, ok := r.hooks[0].snaps(id); return ok })
+		snaps, _ := r.hooks[0].snaps(id)
+		emitted := int64(binary.LittleEndian.Uint64(snaps["src"].List["pos"][0]))
+		if n := len(snaps["src"].List[channelStatePrefix+"p1/out0/sub0"]); n > 0 {
+			t.Fatalf("aligned checkpoint %d kept %d batches of channel state", id, n)
+		}
+		r.tasks[0].NotifyCheckpointComplete(id)
+		if emitted%1000 != 0 {
+			held++ // the channel held the rows past the last whole thousand
+		}
+		waitFor(t, "the barrier to reach the consumer", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			_, ok := barriers[id]
+			return ok
+		})
+		mu.Lock()
+		pre := int64(barriers[id])
+		mu.Unlock()
+		if pre != emitted {
+			t.Fatalf("checkpoint %d: %d rows came before the barrier; the snapshotted source had emitted %d", id, pre, emitted)
+		}
+	}
+	if held == 0 {
+		t.Fatal("30 checkpoints found the source's channel holding no rows")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := int64(len(rows)); !slices.Equal(rows, idRange(0, n)) {
+		t.Fatalf("the consumer's %d rows are not ids 0..%d once each, in order", n, n-1)
+	}
+}

@@ -25,11 +25,8 @@ type partitioner struct {
 	// pendingChans counts the channels that hold events back
 	// (outputChannel.pendingChans).
 	pendingChans int
-	// Watermarks by cell (wmcell.go), on edges other than Forward: dirty[d]
-	// says a batch went on chans[d] since the last watermark, so the
-	// channel may hold batches to coalesce them; cells has one cell per
-	// taskmanager the edge goes to.
-	dirty []bool
+	// Watermarks and aligned barriers by cell (wmcell.go), on edges other
+	// than Forward: one cell per taskmanager the edge goes to.
 	cells []cellTarget
 
 	// Scratch reused across batches (Hash); touched lists the subtasks a
@@ -127,32 +124,15 @@ func (p *partitioner) sendHashed(ctx context.Context, b *stream.Batch) error {
 
 // put sends batch b (which it owns) on channel d.
 func (p *partitioner) put(ctx context.Context, d int, b *stream.Batch) error {
-	if p.dirty != nil {
-		p.dirty[d] = true
-	}
 	return p.chans[d].put(ctx, event{kind: eventBatch, batch: b})
 }
 
 // sendWatermark sends watermark event e: by cell (wmcell.go) where it can,
-// after what the channels that carried a batch since the last watermark
-// hold to coalesce it, and on every channel while one holds events back.
+// and on every channel while one holds events back (waiting for credit or
+// for its consumer to exist: a cell would pass them). The caller sent what
+// the channels hold to coalesce it first (outputWriter.broadcast).
 func (p *partitioner) sendWatermark(ctx context.Context, e event) error {
 	if len(p.cells) == 0 || p.pendingChans > 0 {
-		clear(p.dirty)
-		return p.sendEvent(ctx, e)
-	}
-	for d, dirty := range p.dirty {
-		if !dirty {
-			continue
-		}
-		p.dirty[d] = false
-		if err := p.chans[d].flushLinger(ctx); err != nil {
-			return err
-		}
-	}
-	if p.pendingChans > 0 {
-		// What a channel held waits for credit or for its consumer to
-		// exist: a cell would pass it. Every channel gets the event.
 		return p.sendEvent(ctx, e)
 	}
 	for _, c := range p.cells {
@@ -167,22 +147,9 @@ func (p *partitioner) sendWatermark(ctx context.Context, e event) error {
 	return nil
 }
 
-// sendBarrier sends aligned barrier e: by cell (wmcell.go) where it can,
-// after what the channels hold to coalesce it, and on every channel while
-// one holds events back.
+// sendBarrier sends aligned barrier e as sendWatermark sends a watermark.
 func (p *partitioner) sendBarrier(ctx context.Context, e event) error {
 	if len(p.cells) == 0 || p.pendingChans > 0 {
-		return p.sendEvent(ctx, e)
-	}
-	for _, ch := range p.chans {
-		if ch == nil {
-			continue
-		}
-		if err := ch.flushLinger(ctx); err != nil {
-			return err
-		}
-	}
-	if p.pendingChans > 0 {
 		return p.sendEvent(ctx, e)
 	}
 	b := barrierMark{id: e.value, ts: e.ts, full: e.full, final: e.final}
@@ -337,6 +304,14 @@ func (w *outputWriter) EmitWatermark(wm int64) {
 }
 
 func (w *outputWriter) broadcast(e event) {
+	if e.kind == eventWatermark || e.kind == eventBarrier && !e.unaligned {
+		// What the channels hold to coalesce it goes first: a watermark or
+		// a barrier by cell must not pass it (wmcell.go).
+		if err := w.flushLinger(); err != nil {
+			w.r.fail(err)
+			return
+		}
+	}
 	for _, p := range w.outs {
 		var err error
 		switch {

@@ -1244,13 +1244,12 @@ func (t *Task) openOutputs(w *outputWriter) error {
 	return nil
 }
 
-// openCells sets p up to send watermarks by cell (wmcell.go): one cell per
-// taskmanager its channels go to.
+// openCells sets p up to send watermarks and aligned barriers by cell
+// (wmcell.go): one cell per taskmanager its channels go to.
 func (t *Task) openCells(p *partitioner, targets []string) {
 	if t.x.noCells {
 		return
 	}
-	p.dirty = make([]bool, len(p.chans))
 	seen := make(map[string]bool)
 	for d, ch := range p.chans {
 		if seen[targets[d]] {
