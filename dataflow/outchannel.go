@@ -354,7 +354,13 @@ func (o *outputChannel) mayTakeLocked(size int64) bool {
 func (o *outputChannel) takeLocked(size int64) {
 	o.mu.credits--
 	if o.budget != nil {
-		o.mu.flow.sizes.push(size)
+		f := &o.mu.flow
+		if f.sizes.buf == nil {
+			// Within the channel for the default credits: no buffer of
+			// its own to allocate and to miss in the cache.
+			f.sizes.buf = f.inline[:]
+		}
+		f.sizes.push(size)
 		o.mu.flow.inflight += size
 	}
 	o.countFullLocked()
@@ -472,6 +478,7 @@ type flowBudget struct {
 // flowState is what a bounded channel measures (under outputChannel.mu).
 type flowState struct {
 	sizes    ring[int64] // bytes of the batches in flight, oldest first
+	inline   [4]int64    // sizes' first buffer: the default credits; a power of two (ring)
 	inflight int64       // their sum
 	// limit is the budget now: fixed, lowered to rate × target once a rate
 	// is measured; 0: none yet.
