@@ -226,11 +226,9 @@ func (g *inputGate) cellEventsLocked(ch *inputChannel) {
 	i := ch.idx
 	v := ch.cell.value.Load() // before the barriers (wmCell.barriers)
 	if p := ch.cell.barriers.Load(); p != nil {
-		for k := range *p {
-			b := &(*p)[k]
-			if b.id <= g.passed[i] {
-				continue
-			}
+		log := barriersAfter(*p, g.passed[i])
+		for k := range log {
+			b := &log[k]
 			if b.wmBefore > g.applied[i] {
 				g.applied[i] = b.wmBefore
 				g.pushWatermarkLocked(ch, b.wmBefore)
@@ -354,11 +352,8 @@ func (g *inputGate) takeCell(buf []cellMark, i int) []cellMark {
 	}
 	v := c.value.Load() // before the barriers (wmCell.barriers)
 	if p := c.barriers.Load(); p != nil {
-		for k := range *p {
-			b := &(*p)[k]
-			if b.id <= g.passed[i] {
-				continue
-			}
+		if log := barriersAfter(*p, g.passed[i]); len(log) > 0 {
+			b := &log[0]
 			m := cellMark{ch: i, wm: stream.MinWatermark, barrier: b}
 			if b.wmBefore > g.applied[i] {
 				g.applied[i] = b.wmBefore

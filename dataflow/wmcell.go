@@ -157,6 +157,16 @@ func (b *barrierMark) event() event {
 	return event{kind: eventBarrier, value: b.id, ts: b.ts, full: b.full, final: b.final}
 }
 
+// barriersAfter returns the barriers of log (ascending by id) above id.
+// Most looks find none, at the cost of one comparison.
+func barriersAfter(log []barrierMark, id int64) []barrierMark {
+	i := len(log)
+	for i > 0 && log[i-1].id > id {
+		i--
+	}
+	return log[i:]
+}
+
 // maxCellBarriers is how many of its latest barriers a cell keeps. A
 // channel takes a barrier soon after it is published unless the task is
 // aligning an earlier checkpoint on it, so it lags by at most the

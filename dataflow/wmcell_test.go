@@ -525,3 +525,32 @@ func TestCellWatermarkMergeQueuesChannel(t *testing.T) {
 		t.Fatalf("next = %v %d on %v, %v; want watermark 10 on the channel", e.kind, e.value, c, err)
 	}
 }
+
+// TestCellKeepsLatestBarriers: a cell keeps its latest maxCellBarriers
+// barriers, so a channel that lags further takes the oldest it kept (the
+// task abandons the checkpoints it skipped, as when a later barrier
+// overtakes), and barriersAfter finds the barriers above an id.
+func TestCellKeepsLatestBarriers(t *testing.T) {
+	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
+	t.Cleanup(func() { x.Close() })
+	g := newInputGate()
+	ch, cell := openCellChannel(t, x, g, channelKey{JobID: "j", UpstreamSubtask: 3, DownstreamVertex: 1})
+	const n = maxCellBarriers + 4
+	for id := int64(1); id <= n; id++ {
+		cell.publishBarrier(barrierMark{id: id})
+	}
+	log := *cell.barriers.Load()
+	if len(log) != maxCellBarriers || log[0].id != n-maxCellBarriers+1 || log[len(log)-1].id != n {
+		t.Fatalf("the cell keeps barriers %d..%d (%d), want %d..%d", log[0].id, log[len(log)-1].id, len(log), n-maxCellBarriers+1, n)
+	}
+	for _, tc := range []struct{ after, first int64 }{{0, n - maxCellBarriers + 1}, {7, 8}, {n - 1, n}, {n, 0}} {
+		got := barriersAfter(log, tc.after)
+		if tc.first == 0 && len(got) != 0 || tc.first != 0 && (len(got) == 0 || got[0].id != tc.first || got[len(got)-1].id != n) {
+			t.Fatalf("barriersAfter(%d) = %d barriers, want from %d", tc.after, len(got), tc.first)
+		}
+	}
+	g.markAllCells()
+	if m := g.takeCells(nil); len(m) != 1 || m[0].ch != ch.idx || m[0].barrier == nil || m[0].barrier.id != n-maxCellBarriers+1 {
+		t.Fatalf("a channel that took no barrier takes %+v, want the oldest kept, %d", m, n-maxCellBarriers+1)
+	}
+}
