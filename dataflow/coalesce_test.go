@@ -164,57 +164,8 @@ func (h *holdSource) Poll(_ context.Context, out stream.Collector) (stream.PollS
 // snapshotted source position says it emitted, and the consumer gets every
 // row once, in order, with the barrier no later than the channel state.
 func TestUnalignedCheckpointKeepsCoalescedRows(t *testing.T) {
-	const credits = 4
-	st := newCkState()
-	reg := newCkRegistry(st)
-	g := unalignedGraphOf(t, reg, 1, ckgenConfig{Rows: -1, Batch: 10, Keys: 7, NoWatermarks: true})
-	cfg := ExchangeConfig{CreditsPerChannel: credits, CoalesceRows: 1000, CoalesceTimeout: time.Hour}
-	src, dst := startNodeWith(t, cfg), startNodeWith(t, cfg)
-	spec := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string {
-		if v == 0 {
-			return src.addr
-		}
-		return dst.addr
-	})[0]
-	key := channelKey{JobID: "job-1", Attempt: spec.Attempt, UpstreamVertex: 0, UpstreamSubtask: 0, DownstreamVertex: 1, DownstreamInput: 0, DownstreamSub: 0}
-	p := openProbe(t, dst.x, key)
-	r := startCk(t, []*TaskSpec{spec}, reg, stream.ExactlyOnce, 0, nil, func(*TaskSpec) *Exchange { return src.x })
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-		r.stop()
-	}()
-
-	// The consumer reads everything, so the source is not backpressured:
-	// what its channel holds is batches gathered, not batches waiting for
-	// credit. Rows up to each barrier are kept by checkpoint.
-	type seen struct {
-		rows     []int64 // ids read, in order
-		barriers map[int64]int
-	}
-	var mu sync.Mutex
-	got := seen{barriers: map[int64]int{}}
-	wg.Go(func() {
-		for {
-			kind, v, ids, err := p.tryReadCtx(ctx)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			if kind == eventBarrier {
-				got.barriers[v] = len(got.rows)
-			}
-			got.rows = append(got.rows, ids...)
-			mu.Unlock()
-		}
-	})
-	readRows := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got.rows)
-	}
+	h := startCoalescingSource(t)
+	r, mu, got, readRows := h.r, &h.mu, &h.seen, h.readRows
 	// A checkpoint finds the channel holding rows unless it comes just as
 	// a full batch of 1000 went: try a few.
 	for id := int64(1); ; id++ {
@@ -282,49 +233,8 @@ func TestUnalignedCheckpointKeepsCoalescedRows(t *testing.T) {
 // channel holds goes out before the barrier, which travels by cell
 // (wmcell.go).
 func TestAlignedBarrierAfterCoalescedRows(t *testing.T) {
-	st := newCkState()
-	reg := newCkRegistry(st)
-	g := unalignedGraphOf(t, reg, 1, ckgenConfig{Rows: -1, Batch: 10, Keys: 7, NoWatermarks: true})
-	cfg := ExchangeConfig{CreditsPerChannel: 4, CoalesceRows: 1000, CoalesceTimeout: time.Hour}
-	src, dst := startNodeWith(t, cfg), startNodeWith(t, cfg)
-	spec := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string {
-		if v == 0 {
-			return src.addr
-		}
-		return dst.addr
-	})[0]
-	key := channelKey{JobID: "job-1", Attempt: spec.Attempt, UpstreamVertex: 0, UpstreamSubtask: 0, DownstreamVertex: 1, DownstreamInput: 0, DownstreamSub: 0}
-	p := openProbe(t, dst.x, key)
-	r := startCk(t, []*TaskSpec{spec}, reg, stream.ExactlyOnce, 0, nil, func(*TaskSpec) *Exchange { return src.x })
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-		r.stop()
-	}()
-	var mu sync.Mutex
-	var rows []int64            // ids read, in order
-	barriers := map[int64]int{} // checkpoint id -> rows read before its barrier
-	wg.Go(func() {
-		for {
-			kind, v, ids, err := p.tryReadCtx(ctx)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			if kind == eventBarrier {
-				barriers[v] = len(rows)
-			}
-			rows = append(rows, ids...)
-			mu.Unlock()
-		}
-	})
-	readRows := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(rows)
-	}
+	h := startCoalescingSource(t)
+	r, mu, got, readRows := h.r, &h.mu, &h.seen, h.readRows
 	// A checkpoint finds the channel holding rows unless it comes just as
 	// a full batch of 1000 went: take several, and count those that did.
 	held := 0
@@ -347,11 +257,11 @@ func TestAlignedBarrierAfterCoalescedRows(t *testing.T) {
 		waitFor(t, "the barrier to reach the consumer", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
-			_, ok := barriers[id]
+			_, ok := got.barriers[id]
 			return ok
 		})
 		mu.Lock()
-		pre := int64(barriers[id])
+		pre := int64(got.barriers[id])
 		mu.Unlock()
 		if pre != emitted {
 			t.Fatalf("checkpoint %d: %d rows came before the barrier; the snapshotted source had emitted %d", id, pre, emitted)
@@ -362,7 +272,68 @@ func TestAlignedBarrierAfterCoalescedRows(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if n := int64(len(rows)); !slices.Equal(rows, idRange(0, n)) {
+	if n := int64(len(got.rows)); !slices.Equal(got.rows, idRange(0, n)) {
 		t.Fatalf("the consumer's %d rows are not ids 0..%d once each, in order", n, n-1)
 	}
+}
+
+// coalescingSource is a busy source task whose channel to a peer holds
+// batches to coalesce them (up to 1000 rows), read by a probe on the peer
+// that takes everything, so that the source is not backpressured: what its
+// channel holds is batches gathered, not batches waiting for credit.
+type coalescingSource struct {
+	r    *ckRun
+	mu   sync.Mutex
+	seen struct {
+		rows     []int64       // ids read, in order
+		barriers map[int64]int // checkpoint id -> rows read before its barrier
+	}
+}
+
+func startCoalescingSource(t *testing.T) *coalescingSource {
+	t.Helper()
+	st := newCkState()
+	reg := newCkRegistry(st)
+	g := unalignedGraphOf(t, reg, 1, ckgenConfig{Rows: -1, Batch: 10, Keys: 7, NoWatermarks: true})
+	cfg := ExchangeConfig{CreditsPerChannel: 4, CoalesceRows: 1000, CoalesceTimeout: time.Hour}
+	src, dst := startNodeWith(t, cfg), startNodeWith(t, cfg)
+	spec := buildSpecs(t, g, [][]int{{0}, {1}}, func(v, _ int) string {
+		if v == 0 {
+			return src.addr
+		}
+		return dst.addr
+	})[0]
+	key := channelKey{JobID: "job-1", Attempt: spec.Attempt, UpstreamVertex: 0, UpstreamSubtask: 0, DownstreamVertex: 1, DownstreamInput: 0, DownstreamSub: 0}
+	p := openProbe(t, dst.x, key)
+	h := &coalescingSource{r: startCk(t, []*TaskSpec{spec}, reg, stream.ExactlyOnce, 0, nil, func(*TaskSpec) *Exchange { return src.x })}
+	h.seen.barriers = map[int64]int{}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		h.r.stop()
+	})
+	wg.Go(func() {
+		for {
+			kind, v, ids, err := p.tryReadCtx(ctx)
+			if err != nil {
+				return
+			}
+			h.mu.Lock()
+			if kind == eventBarrier {
+				h.seen.barriers[v] = len(h.seen.rows)
+			}
+			h.seen.rows = append(h.seen.rows, ids...)
+			h.mu.Unlock()
+		}
+	})
+	return h
+}
+
+// readRows is how many rows the probe read so far.
+func (h *coalescingSource) readRows() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.seen.rows)
 }

@@ -27,17 +27,61 @@ func openCellChannel(t *testing.T, x *Exchange, g *inputGate, key channelKey) (*
 	return ch, cell
 }
 
+// cellChannelSteps returns the steps the cell step tests take on ch: queue
+// checks what ch buffers ("b" a batch, "w<n>" a watermark, "x<n>" an
+// aligned and "u<n>" an unaligned barrier), pop takes the next event and
+// batch pushes an empty batch.
+func cellChannelSteps(t *testing.T, g *inputGate, ch *inputChannel) (queue func(want ...string), pop, batch func()) {
+	queue = func(want ...string) {
+		t.Helper()
+		g.mu.Lock()
+		var got []string
+		for i := 0; i < ch.q.len(); i++ {
+			switch e := ch.q.at(i); {
+			case e.kind == eventBatch:
+				got = append(got, "b")
+			case e.kind == eventWatermark:
+				got = append(got, fmt.Sprintf("w%d", e.value))
+			case e.kind == eventBarrier && e.unaligned:
+				got = append(got, fmt.Sprintf("u%d", e.value))
+			case e.kind == eventBarrier:
+				got = append(got, fmt.Sprintf("x%d", e.value))
+			}
+		}
+		g.mu.Unlock()
+		if !slices.Equal(got, want) {
+			t.Fatalf("channel buffers %v, want %v", got, want)
+		}
+	}
+	pop = func() {
+		t.Helper()
+		e, c, err := g.next(t.Context(), nil)
+		if err != nil || c != ch {
+			t.Fatalf("next: %v, %v", c, err)
+		}
+		e.release()
+	}
+	batch = func() { g.push(ch, event{kind: eventBatch, batch: stream.NewBatch(genSchema, 0)}) }
+	return queue, pop, batch
+}
+
+// newCellChannel opens a gate of one channel on a new exchange, and the
+// cell of the channel's upstream subtask.
+func newCellChannel(t *testing.T) (*inputGate, *inputChannel, *wmCell) {
+	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
+	t.Cleanup(func() { x.Close() })
+	g := newInputGate()
+	ch, cell := openCellChannel(t, x, g, channelKey{JobID: "j", UpstreamVertex: 0, UpstreamSubtask: 2, DownstreamVertex: 1})
+	return g, ch, cell
+}
+
 // TestWatermarkCellSteps drives one input channel with a watermark cell
 // through the rules of wmcell.go, step by step: a cell's watermark applies
 // to a channel that buffers nothing, goes as an event ahead of what is
 // pushed after it, waits for what the channel buffers, and waits while the
 // channel is blocked.
 func TestWatermarkCellSteps(t *testing.T) {
-	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
-	t.Cleanup(func() { x.Close() })
-	g := newInputGate()
-	key := channelKey{JobID: "j", UpstreamVertex: 0, UpstreamSubtask: 2, DownstreamVertex: 1}
-	ch, cell := openCellChannel(t, x, g, key)
+	g, ch, cell := newCellChannel(t)
 	if ch.cell != cell {
 		t.Fatal("the channel does not read the cell of its upstream subtask")
 	}
@@ -53,36 +97,7 @@ func TestWatermarkCellSteps(t *testing.T) {
 			t.Fatalf("takeCells = %v, want %v", got, want)
 		}
 	}
-	// queue describes what the channel buffers: "b" a batch, "w<n>" a
-	// watermark, "x<n>" a barrier.
-	queue := func(want ...string) {
-		t.Helper()
-		g.mu.Lock()
-		var got []string
-		for i := 0; i < ch.q.len(); i++ {
-			switch e := ch.q.at(i); e.kind {
-			case eventBatch:
-				got = append(got, "b")
-			case eventWatermark:
-				got = append(got, fmt.Sprintf("w%d", e.value))
-			case eventBarrier:
-				got = append(got, fmt.Sprintf("x%d", e.value))
-			}
-		}
-		g.mu.Unlock()
-		if !slices.Equal(got, want) {
-			t.Fatalf("channel buffers %v, want %v", got, want)
-		}
-	}
-	pop := func() {
-		t.Helper()
-		e, c, err := g.next(t.Context(), nil)
-		if err != nil || c != ch {
-			t.Fatalf("next: %v, %v", c, err)
-		}
-		e.release()
-	}
-	batch := func() { g.push(ch, event{kind: eventBatch, batch: stream.NewBatch(genSchema, 0)}) }
+	queue, pop, batch := cellChannelSteps(t, g, ch)
 
 	take()
 	cell.publish(10)
@@ -126,11 +141,7 @@ func TestWatermarkCellSteps(t *testing.T) {
 // behind what the channel buffers and while the channel is blocked; and
 // promoting its checkpoint buffers it behind what the channel holds.
 func TestBarrierCellSteps(t *testing.T) {
-	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
-	t.Cleanup(func() { x.Close() })
-	g := newInputGate()
-	key := channelKey{JobID: "j", UpstreamVertex: 0, UpstreamSubtask: 1, DownstreamVertex: 1}
-	ch, cell := openCellChannel(t, x, g, key)
+	g, ch, cell := newCellChannel(t)
 
 	// look describes what takeCells returns: "w<n>" a watermark, "x<n>" a
 	// barrier; take looks at every channel first, as after a wake-up.
@@ -154,34 +165,7 @@ func TestBarrierCellSteps(t *testing.T) {
 		g.markAllCells()
 		look(want...)
 	}
-	queue := func(want ...string) {
-		t.Helper()
-		g.mu.Lock()
-		var got []string
-		for i := 0; i < ch.q.len(); i++ {
-			switch e := ch.q.at(i); e.kind {
-			case eventBatch:
-				got = append(got, "b")
-			case eventWatermark:
-				got = append(got, fmt.Sprintf("w%d", e.value))
-			case eventBarrier:
-				got = append(got, fmt.Sprintf("x%d unaligned=%v", e.value, e.unaligned))
-			}
-		}
-		g.mu.Unlock()
-		if !slices.Equal(got, want) {
-			t.Fatalf("channel buffers %v, want %v", got, want)
-		}
-	}
-	pop := func() {
-		t.Helper()
-		e, c, err := g.next(t.Context(), nil)
-		if err != nil || c != ch {
-			t.Fatalf("next: %v, %v", c, err)
-		}
-		e.release()
-	}
-	batch := func() { g.push(ch, event{kind: eventBatch, batch: stream.NewBatch(genSchema, 0)}) }
+	queue, pop, batch := cellChannelSteps(t, g, ch)
 	barrier := func(id int64) { cell.publishBarrier(barrierMark{id: id, ts: 1000 + id}) }
 
 	cell.publish(10)
@@ -197,7 +181,7 @@ func TestBarrierCellSteps(t *testing.T) {
 	cell.publish(30)
 	barrier(3)
 	batch()
-	queue("x2 unaligned=false", "w30", "x3 unaligned=false", "b") // in publish order, ahead of the batch
+	queue("x2", "w30", "x3", "b") // in publish order, ahead of the batch
 	take()
 	pop()
 	pop()
@@ -223,7 +207,7 @@ func TestBarrierCellSteps(t *testing.T) {
 	barrier(6)
 	queue("b", "b")
 	g.promote(ch, 6)
-	queue("x6 unaligned=true", "b", "b")
+	queue("u6", "b", "b")
 	take()
 }
 
@@ -531,10 +515,7 @@ func TestCellWatermarkMergeQueuesChannel(t *testing.T) {
 // task abandons the checkpoints it skipped, as when a later barrier
 // overtakes), and barriersAfter finds the barriers above an id.
 func TestCellKeepsLatestBarriers(t *testing.T) {
-	x := NewExchange(ExchangeConfig{SelfAddress: "self"})
-	t.Cleanup(func() { x.Close() })
-	g := newInputGate()
-	ch, cell := openCellChannel(t, x, g, channelKey{JobID: "j", UpstreamSubtask: 3, DownstreamVertex: 1})
+	g, ch, cell := newCellChannel(t)
 	const n = maxCellBarriers + 4
 	for id := int64(1); id <= n; id++ {
 		cell.publishBarrier(barrierMark{id: id})
