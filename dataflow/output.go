@@ -140,7 +140,7 @@ func (p *partitioner) sendWatermark(ctx context.Context, e event) error {
 			c.local.publish(e.value)
 			continue
 		}
-		if err := c.conn.enqueueCell(c.id, e.value); err != nil {
+		if err := c.conn.enqueueCell(outItem{id: c.id, kind: eventWatermark, value: e.value, cell: true}); err != nil {
 			return err
 		}
 	}
@@ -158,7 +158,7 @@ func (p *partitioner) sendBarrier(ctx context.Context, e event) error {
 			c.local.publishBarrier(b)
 			continue
 		}
-		if err := c.conn.enqueueCellBarrier(c.id, b); err != nil {
+		if err := c.conn.enqueueCell(outItem{id: c.id, kind: eventBarrier, value: e.value, ts: e.ts, full: e.full, final: e.final, cell: true}); err != nil {
 			return err
 		}
 	}

@@ -190,31 +190,17 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 	return nil
 }
 
-// enqueueCell queues watermark wm for the peer's cell of channel id's
-// upstream subtask and edge (wmcell.go).
-func (c *peerConn) enqueueCell(id uint32, wm int64) error {
+// enqueueCell queues it, a watermark or an aligned barrier with its cell
+// flag set, for the peer's cell of channel it.id's upstream subtask and
+// edge (wmcell.go).
+func (c *peerConn) enqueueCell(it outItem) error {
 	select {
 	case <-c.done:
 		return c.err
 	default:
 	}
 	c.mu.Lock()
-	c.mu.queue = append(c.mu.queue, outItem{id: id, kind: eventWatermark, value: wm, cell: true})
-	c.mu.Unlock()
-	c.signal()
-	return nil
-}
-
-// enqueueCellBarrier queues aligned barrier b for the peer's cell of
-// channel id's upstream subtask and edge (wmcell.go).
-func (c *peerConn) enqueueCellBarrier(id uint32, b barrierMark) error {
-	select {
-	case <-c.done:
-		return c.err
-	default:
-	}
-	c.mu.Lock()
-	c.mu.queue = append(c.mu.queue, outItem{id: id, kind: eventBarrier, value: b.id, ts: b.ts, full: b.full, final: b.final, cell: true})
+	c.mu.queue = append(c.mu.queue, it)
 	c.mu.Unlock()
 	c.signal()
 	return nil
