@@ -750,7 +750,7 @@ func (r *taskRun) applyStep(s alignStep, ch *inputChannel, report bool) error {
 		}
 	}
 	if s.block {
-		gate.setBlocked(ch, true)
+		gate.block(ch)
 	}
 	for _, d := range s.done {
 		full, final := r.ck.full[d.id], r.ck.final[d.id]

@@ -165,21 +165,14 @@ func (h *holdSource) Poll(_ context.Context, out stream.Collector) (stream.PollS
 // row once, in order, with the barrier no later than the channel state.
 func TestUnalignedCheckpointKeepsCoalescedRows(t *testing.T) {
 	h := startCoalescingSource(t)
-	r, mu, got, readRows := h.r, &h.mu, &h.seen, h.readRows
+	r, mu, got := h.r, &h.mu, &h.seen
 	// A checkpoint finds the channel holding rows unless it comes just as
 	// a full batch of 1000 went: try a few.
 	for id := int64(1); ; id++ {
 		if id > 30 {
 			t.Fatal("30 unaligned checkpoints found the source's channel holding no rows")
 		}
-		before := readRows()
-		waitFor(t, "the consumer to read more rows", func() bool { return readRows() > before+2000 })
-		if err := r.tasks[0].TriggerUnalignedCheckpoint(id, 1000+id); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the checkpoint to be taken", func() bool { _, ok := r.hooks[0].snaps(id); return ok })
-		snaps, _ := r.hooks[0].snaps(id)
-		emitted := int64(binary.LittleEndian.Uint64(snaps["src"].List["pos"][0]))
+		snaps, emitted := h.checkpoint(t, id, r.tasks[0].TriggerUnalignedCheckpoint)
 		var state []int64
 		for _, data := range snaps["src"].List[channelStatePrefix+"p1/out0/sub0"] {
 			b, err := batchcodec.Decode(data, genSchema)
@@ -234,19 +227,12 @@ func TestUnalignedCheckpointKeepsCoalescedRows(t *testing.T) {
 // (wmcell.go).
 func TestAlignedBarrierAfterCoalescedRows(t *testing.T) {
 	h := startCoalescingSource(t)
-	r, mu, got, readRows := h.r, &h.mu, &h.seen, h.readRows
+	r, mu, got := h.r, &h.mu, &h.seen
 	// A checkpoint finds the channel holding rows unless it comes just as
 	// a full batch of 1000 went: take several, and count those that did.
 	held := 0
 	for id := int64(1); id <= 30 && held < 3; id++ {
-		before := readRows()
-		waitFor(t, "the consumer to read more rows", func() bool { return readRows() > before+2000 })
-		if err := r.tasks[0].TriggerCheckpoint(id, 1000+id); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the checkpoint to be taken", func() bool { _, ok := r.hooks[0].snaps(id); return ok })
-		snaps, _ := r.hooks[0].snaps(id)
-		emitted := int64(binary.LittleEndian.Uint64(snaps["src"].List["pos"][0]))
+		snaps, emitted := h.checkpoint(t, id, r.tasks[0].TriggerCheckpoint)
 		if n := len(snaps["src"].List[channelStatePrefix+"p1/out0/sub0"]); n > 0 {
 			t.Fatalf("aligned checkpoint %d kept %d batches of channel state", id, n)
 		}
@@ -329,6 +315,21 @@ func startCoalescingSource(t *testing.T) *coalescingSource {
 		}
 	})
 	return h
+}
+
+// checkpoint waits for the probe to read 2000 more rows, triggers
+// checkpoint id, and returns the source's snapshot and how many rows its
+// snapshotted position says it emitted.
+func (h *coalescingSource) checkpoint(t *testing.T, id int64, trigger func(id, ts int64) error) (map[string]*stream.OperatorSnapshot, int64) {
+	t.Helper()
+	before := h.readRows()
+	waitFor(t, "the consumer to read more rows", func() bool { return h.readRows() > before+2000 })
+	if err := trigger(id, 1000+id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the checkpoint to be taken", func() bool { _, ok := h.r.hooks[0].snaps(id); return ok })
+	snaps, _ := h.r.hooks[0].snaps(id)
+	return snaps, int64(binary.LittleEndian.Uint64(snaps["src"].List["pos"][0]))
 }
 
 // readRows is how many rows the probe read so far.

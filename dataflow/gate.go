@@ -40,11 +40,10 @@ type inputChannel struct {
 	// whose barrier has arrived until all channels have delivered it.
 	blocked bool
 	sink    creditSink
-	// The latest cell watermark the channel took (in a watermark event or
-	// directly) is gate.applied[idx] (wmcell.go).
 
-	// cell is the watermark cell of the channel's upstream subtask, set
-	// before the channel is registered (wmcell.go).
+	// cell is the cell of the channel's upstream subtask, set before the
+	// channel is registered (wmcell.go); gate.cellOf[idx] holds it too,
+	// and gate.applied and gate.passed what the channel took of it.
 	cell *wmCell
 
 	// Task goroutine only.
@@ -324,7 +323,7 @@ func (g *inputGate) takeCells(buf []cellMark) []cellMark {
 	all := g.scanAll.Swap(false)
 	g.mu.Lock()
 	// A channel passed over now is marked again when what holds it back
-	// ends (drainedLocked, setBlocked; under g.mu like this).
+	// ends (drainedLocked, unblock; under g.mu like this).
 	if all {
 		for w := range g.cellBits {
 			g.cellBits[w].Store(0)
@@ -548,14 +547,10 @@ func (g *inputGate) replay(ch *inputChannel, batches []*stream.Batch) {
 	}
 }
 
-// setBlocked blocks or unblocks reading ch (for barrier alignment). Events
+// block blocks reading ch (for barrier alignment) until unblock. Events
 // keep arriving into a blocked channel's buffer, bounded by its credits, so
 // its producer is backpressured.
-func (g *inputGate) setBlocked(ch *inputChannel, blocked bool) {
-	if !blocked {
-		g.unblock([]int{ch.idx})
-		return
-	}
+func (g *inputGate) block(ch *inputChannel) {
 	g.mu.Lock()
 	ch.blocked = true
 	g.setHold(ch)

@@ -127,38 +127,22 @@ func (p *partitioner) put(ctx context.Context, d int, b *stream.Batch) error {
 	return p.chans[d].put(ctx, event{kind: eventBatch, batch: b})
 }
 
-// sendWatermark sends watermark event e: by cell (wmcell.go) where it can,
-// and on every channel while one holds events back (waiting for credit or
-// for its consumer to exist: a cell would pass them). The caller sent what
-// the channels hold to coalesce it first (outputWriter.broadcast).
-func (p *partitioner) sendWatermark(ctx context.Context, e event) error {
+// sendByCell sends watermark or aligned barrier e (byCell): by cell
+// (wmcell.go) where it can, and on every channel while one holds events
+// back (waiting for credit or for its consumer to exist: a cell would pass
+// them). The caller sent what the channels hold to coalesce it first
+// (outputWriter.broadcast).
+func (p *partitioner) sendByCell(ctx context.Context, e event) error {
 	if len(p.cells) == 0 || p.pendingChans > 0 {
 		return p.sendEvent(ctx, e)
 	}
 	for _, c := range p.cells {
 		if c.local != nil {
-			c.local.publish(e.value)
+			c.local.publishEvent(&e)
 			continue
 		}
-		if err := c.conn.enqueueCell(outItem{id: c.id, kind: eventWatermark, value: e.value, cell: true}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// sendBarrier sends aligned barrier e as sendWatermark sends a watermark.
-func (p *partitioner) sendBarrier(ctx context.Context, e event) error {
-	if len(p.cells) == 0 || p.pendingChans > 0 {
-		return p.sendEvent(ctx, e)
-	}
-	b := barrierMark{id: e.value, ts: e.ts, full: e.full, final: e.final}
-	for _, c := range p.cells {
-		if c.local != nil {
-			c.local.publishBarrier(b)
-			continue
-		}
-		if err := c.conn.enqueueCell(outItem{id: c.id, kind: eventBarrier, value: e.value, ts: e.ts, full: e.full, final: e.final, cell: true}); err != nil {
+		it := outItem{id: c.id, kind: e.kind, value: e.value, ts: e.ts, full: e.full, final: e.final, cell: true}
+		if err := c.conn.enqueueCell(it); err != nil {
 			return err
 		}
 	}
@@ -304,7 +288,8 @@ func (w *outputWriter) EmitWatermark(wm int64) {
 }
 
 func (w *outputWriter) broadcast(e event) {
-	if e.kind == eventWatermark || e.kind == eventBarrier && !e.unaligned {
+	cell := byCell(&e)
+	if cell {
 		// What the channels hold to coalesce it goes first: a watermark or
 		// a barrier by cell must not pass it (wmcell.go).
 		if err := w.flushLinger(); err != nil {
@@ -314,12 +299,9 @@ func (w *outputWriter) broadcast(e event) {
 	}
 	for _, p := range w.outs {
 		var err error
-		switch {
-		case e.kind == eventWatermark:
-			err = p.sendWatermark(w.ctx, e)
-		case e.kind == eventBarrier && !e.unaligned:
-			err = p.sendBarrier(w.ctx, e)
-		default:
+		if cell {
+			err = p.sendByCell(w.ctx, e)
+		} else {
 			err = p.sendEvent(w.ctx, e)
 		}
 		if err != nil {

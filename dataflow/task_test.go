@@ -404,7 +404,7 @@ func TestGateBlockedChannel(t *testing.T) {
 	g.push(a, event{kind: eventWatermark, value: 1})
 	g.push(a, event{kind: eventWatermark, value: 2}) // merged with the first
 	g.push(b, event{kind: eventWatermark, value: 10})
-	g.setBlocked(a, true)
+	g.block(a)
 	e, ch, err := g.next(t.Context(), nil)
 	if err != nil || ch != b || e.value != 10 {
 		t.Fatalf("next = %v %v %v; want b's watermark 10", e, ch, err)
@@ -414,7 +414,7 @@ func TestGateBlockedChannel(t *testing.T) {
 	if _, _, err := g.next(ctx, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("next on a gate whose only data is blocked: %v, want a timeout", err)
 	}
-	g.setBlocked(a, false)
+	g.unblock([]int{a.idx})
 	e, ch, err = g.next(t.Context(), nil)
 	if err != nil || ch != a || e.value != 2 {
 		t.Fatalf("next after unblock = %v %v %v; want a's merged watermark 2", e, ch, err)

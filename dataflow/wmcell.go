@@ -143,6 +143,21 @@ func (c *wmCell) publish(wm int64) {
 	}
 }
 
+// byCell reports whether e travels by cell where it can: a watermark, or
+// the barrier of an aligned checkpoint.
+func byCell(e *event) bool {
+	return e.kind == eventWatermark || e.kind == eventBarrier && !e.unaligned
+}
+
+// publishEvent publishes watermark or aligned barrier e (byCell).
+func (c *wmCell) publishEvent(e *event) {
+	if e.kind == eventWatermark {
+		c.publish(e.value)
+		return
+	}
+	c.publishBarrier(barrierMark{id: e.value, ts: e.ts, full: e.full, final: e.final})
+}
+
 // barrierMark is an aligned checkpoint barrier published in a cell: the
 // fields of the barrier event, and the cell's watermark when it was
 // published, which a channel takes before it.

@@ -118,10 +118,10 @@ func TestWatermarkCellSteps(t *testing.T) {
 	pop()
 	cell.publish(35)
 	take(35)
-	g.setBlocked(ch, true)
+	g.block(ch)
 	cell.publish(40)
 	take()
-	g.setBlocked(ch, false)
+	g.unblock([]int{ch.idx})
 	take(40)
 	cell.publish(50)
 	g.push(ch, event{kind: eventBarrier, value: 7})
@@ -194,10 +194,10 @@ func TestBarrierCellSteps(t *testing.T) {
 	take() // buffered: the batch, sent before barrier 4, goes first
 	pop()
 	take("x4")
-	g.setBlocked(ch, true) // the task blocks the channel for alignment
+	g.block(ch) // the task blocks the channel for alignment
 	barrier(5)
 	take()
-	g.setBlocked(ch, false)
+	g.unblock([]int{ch.idx})
 	take("x5")
 
 	// Promoting checkpoint 6 (alignment timed out) buffers its barrier
