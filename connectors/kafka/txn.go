@@ -47,11 +47,10 @@ import (
 //
 // PreCommit flushes the producer: every record is then acknowledged by the
 // brokers, in an open transaction. The handle holds the transactional id,
-// producer id and epoch. Commit ends the transaction with EndTxn(commit):
-// through the producer itself when the process that pre-committed it
-// commits, and otherwise (after a restore, in another process) with an
-// EndTxn request of its own carrying the handle's producer id and epoch,
-// which Kafka accepts from any client. The brokers answer (kfake, Kafka's
+// producer id and epoch. Commit ends the transaction with an EndTxn(commit)
+// request of its own carrying the handle's producer id and epoch, which
+// Kafka accepts from any client: in the process that pre-committed it as
+// after a restore in another one. The brokers answer (kfake, Kafka's
 // behaviour as franz-go's fake cluster implements it, answers the same;
 // the tests check it):
 //
@@ -319,25 +318,26 @@ func (t *txn) Abort(ctx context.Context) error {
 	return nil
 }
 
-// Commit commits a pre-committed transaction: through its producer when
-// this process pre-committed it, else with an EndTxn request of its own.
+// Commit commits a pre-committed transaction with an EndTxn request
+// carrying its handle, whether or not this process pre-committed it.
+//
+// It never ends the transaction through the producer's own
+// EndTransaction: that call aborts instead of committing, and returns
+// nil, when the client has not yet marked a partition as added to the
+// transaction, and under load a flushed transaction of franz-go 1.22 can
+// be in that state although the brokers acknowledged its records. The
+// brokers' answer to EndTxn with the handle is the truth either way.
 func (s *txnSystem) Commit(ctx context.Context, p twophase.Pending) error {
 	h, err := decodeHandle(p.Handle)
 	if err != nil {
 		return err
 	}
+	err = s.endTxn(ctx, h)
 	if cl := s.live[h.txnID]; cl != nil {
 		delete(s.live, h.txnID)
-		err := cl.EndTransaction(ctx, kgo.TryCommit)
 		cl.Close()
-		if err == nil {
-			return nil
-		}
-		// The outcome may be unknown (a lost connection); EndTxn with
-		// the handle tells.
-		s.log.Warn("kafka sink: committing through the producer failed; retrying with the transaction's handle", "transactionalId", h.txnID, "error", err)
 	}
-	return s.endTxn(ctx, h)
+	return err
 }
 
 // retryable reports whether a transaction request that failed with err
