@@ -35,6 +35,9 @@ type aligner struct {
 	last  int64 // highest checkpoint completed or abandoned
 	// pending checkpoints in ascending id order; at most one in ExactlyOnce.
 	pending []*alignment
+	// clock reads the time: only for a checkpoint's first barrier and its
+	// completion, not for each of a wide task's many barriers.
+	clock func() time.Time
 }
 
 // alignment is one checkpoint whose barriers are arriving.
@@ -66,7 +69,7 @@ type alignStep struct {
 }
 
 func newAligner(mode stream.CheckpointMode, channels int) *aligner {
-	return &aligner{mode: mode, ended: make([]bool, channels), open: channels}
+	return &aligner{mode: mode, ended: make([]bool, channels), open: channels, clock: time.Now}
 }
 
 // aligning reports the pending checkpoint ids, ascending.
@@ -89,7 +92,7 @@ func (a *aligner) pendingOf(id int64) *alignment {
 }
 
 // barrier records barrier id (triggered at ts) on channel ch.
-func (a *aligner) barrier(ch int, id, ts int64, now time.Time) alignStep {
+func (a *aligner) barrier(ch int, id, ts int64) alignStep {
 	var s alignStep
 	if id <= a.last || a.ended[ch] {
 		return s
@@ -118,7 +121,7 @@ func (a *aligner) barrier(ch int, id, ts int64, now time.Time) alignStep {
 			a.pending = a.pending[:0]
 			pos = 0
 		}
-		p = &alignment{id: id, ts: ts, began: now, arrived: make([]bool, len(a.ended)), missing: a.open}
+		p = &alignment{id: id, ts: ts, began: a.clock(), arrived: make([]bool, len(a.ended)), missing: a.open}
 		a.pending = append(a.pending, nil)
 		copy(a.pending[pos+1:], a.pending[pos:])
 		a.pending[pos] = p
@@ -135,12 +138,12 @@ func (a *aligner) barrier(ch int, id, ts int64, now time.Time) alignStep {
 		}
 		return s
 	}
-	a.settle(&s, now)
+	a.settle(&s)
 	return s
 }
 
 // end records that channel ch ended: it counts as aligned from now on.
-func (a *aligner) end(ch int, now time.Time) alignStep {
+func (a *aligner) end(ch int) alignStep {
 	var s alignStep
 	if a.ended[ch] {
 		return s
@@ -152,7 +155,7 @@ func (a *aligner) end(ch int, now time.Time) alignStep {
 			p.missing--
 		}
 	}
-	a.settle(&s, now)
+	a.settle(&s)
 	return s
 }
 
@@ -192,7 +195,7 @@ func (a *aligner) complete(p *alignment) bool { return p.missing == 0 }
 
 // settle completes the pending checkpoints whose barriers have all arrived,
 // and abandons those below the highest of them that have not.
-func (a *aligner) settle(s *alignStep, now time.Time) {
+func (a *aligner) settle(s *alignStep) {
 	h := -1
 	for i, p := range a.pending {
 		if a.complete(p) {
@@ -202,6 +205,7 @@ func (a *aligner) settle(s *alignStep, now time.Time) {
 	if h < 0 {
 		return
 	}
+	now := a.clock()
 	for _, p := range a.pending[:h+1] {
 		if a.complete(p) {
 			s.done = append(s.done, alignDone{id: p.id, ts: p.ts, aligning: now.Sub(p.began)})

@@ -64,6 +64,7 @@ func TestAligner(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newAligner(tc.mode, tc.channels)
 			now := time.Unix(0, 0)
+			a.clock = func() time.Time { return now }
 			for i, step := range tc.steps {
 				in, want, _ := strings.Cut(step, "->")
 				in, want = strings.TrimSpace(in), strings.TrimSpace(want)
@@ -73,10 +74,10 @@ func TestAligner(t *testing.T) {
 				switch in[0] {
 				case 'b':
 					fmt.Sscanf(in, "b%d:%d", &ch, &id)
-					s = a.barrier(int(ch), id, 1000+id, now)
+					s = a.barrier(int(ch), id, 1000+id)
 				case 'e':
 					fmt.Sscanf(in, "e%d", &ch)
-					s = a.end(int(ch), now)
+					s = a.end(int(ch))
 				case 'x':
 					fmt.Sscanf(in, "x%d", &id)
 					s = a.abortUpTo(id)
@@ -117,9 +118,11 @@ func describeStep(s alignStep) string {
 
 func TestAlignerAlignmentTime(t *testing.T) {
 	a := newAligner(stream.ExactlyOnce, 2)
-	t0 := time.Unix(100, 0)
-	a.barrier(0, 1, 7, t0)
-	s := a.barrier(1, 1, 7, t0.Add(250*time.Millisecond))
+	now := time.Unix(100, 0)
+	a.clock = func() time.Time { return now }
+	a.barrier(0, 1, 7)
+	now = now.Add(250 * time.Millisecond)
+	s := a.barrier(1, 1, 7)
 	want := []alignDone{{id: 1, ts: 7, aligning: 250 * time.Millisecond}}
 	if !reflect.DeepEqual(s.done, want) {
 		t.Fatalf("done = %+v, want %+v", s.done, want)
@@ -127,7 +130,7 @@ func TestAlignerAlignmentTime(t *testing.T) {
 	if ids := a.abortAll(); len(ids) != 0 {
 		t.Fatalf("abortAll after completion = %v, want none", ids)
 	}
-	a.barrier(0, 2, 8, t0)
+	a.barrier(0, 2, 8)
 	if ids := a.abortAll(); !reflect.DeepEqual(ids, []int64{2}) {
 		t.Fatalf("abortAll = %v, want [2]", ids)
 	}

@@ -731,12 +731,12 @@ func (r *taskRun) onBarrier(ch *inputChannel, id, ts int64, full, final bool) er
 		}
 		r.ck.final[id] = true
 	}
-	return r.applyStep(r.ck.align.barrier(ch.idx, id, ts, time.Now()), ch, true)
+	return r.applyStep(r.ck.align.barrier(ch.idx, id, ts), ch, true)
 }
 
 // onEnd handles the end of ch.
 func (r *taskRun) onEnd(ch *inputChannel) error {
-	return r.applyStep(r.ck.align.end(ch.idx, time.Now()), ch, true)
+	return r.applyStep(r.ck.align.end(ch.idx), ch, true)
 }
 
 // applyStep carries out what the aligner decided. report says whether

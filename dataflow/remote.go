@@ -81,7 +81,7 @@ type peerConn struct {
 		queue  []outItem
 		spare  []outItem
 		nextID uint32
-		chans  map[uint32]*outputChannel
+		chans  idTable[outputChannel]
 	}
 }
 
@@ -122,7 +122,6 @@ func (x *Exchange) peer(addr string) (*peerConn, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &peerConn{x: x, addr: addr, cc: cc, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	c.mu.chans = make(map[uint32]*outputChannel)
 	x.mu.peers[addr] = c
 	x.wg.Add(1)
 	go c.run(ctx)
@@ -140,7 +139,7 @@ func (c *peerConn) openChannel(o *outputChannel) {
 	c.mu.Lock()
 	o.id = c.mu.nextID
 	c.mu.nextID++
-	c.mu.chans[o.id] = o
+	c.mu.chans.set(o.id, o)
 	c.mu.queue = append(c.mu.queue, outItem{id: o.id, open: keyToProto(o.key)})
 	c.mu.Unlock()
 	c.signal()
@@ -149,7 +148,7 @@ func (c *peerConn) openChannel(o *outputChannel) {
 func (c *peerConn) closeChannel(o *outputChannel) <-chan struct{} {
 	flushed := make(chan struct{})
 	c.mu.Lock()
-	delete(c.mu.chans, o.id)
+	c.mu.chans.delete(o.id)
 	c.mu.queue = append(c.mu.queue, outItem{id: o.id, close: flushed})
 	c.mu.Unlock()
 	c.signal()
@@ -282,7 +281,7 @@ func (c *peerConn) readCredits(stream grpc.ClientStream) {
 		grants = grants[:0]
 		c.mu.Lock()
 		for _, g := range resp.grants {
-			if o := c.mu.chans[g.id]; o != nil {
+			if o := c.mu.chans.get(g.id); o != nil {
 				grants = append(grants, grant{o, int(g.credits)})
 			}
 		}
@@ -383,7 +382,7 @@ type inboundStream struct {
 	x    *Exchange
 	peer string // the sender's exchange address
 	wake chan struct{}
-	ids  map[uint32]*inboundChannel // receive goroutine only
+	ids  idTable[inboundChannel] // receive goroutine only
 
 	mu struct {
 		sync.Mutex
@@ -415,15 +414,24 @@ type remoteSink struct {
 	// Guarded by s.mu: returned counts the credits the consumer returned
 	// (batches it took), so granted - returned are the channel's, at the
 	// peer or in the buffer; withheld counts those kept back for want of
-	// network memory; queued says r waits in the exchange's list.
+	// network memory; queued says r waits in the exchange's list. window
+	// is the credits the channel was connected with, and deferred counts
+	// returned credits not sent yet (give).
 	returned int64
 	withheld int
 	queued   bool
+	window   int
+	deferred int
 }
 
 var _ creditSink = (*remoteSink)(nil)
 
-func (r *remoteSink) connect(_ *inputChannel, credits int) { r.give(credits, false) }
+func (r *remoteSink) connect(_ *inputChannel, credits int) {
+	r.s.mu.Lock()
+	r.window = credits
+	r.s.mu.Unlock()
+	r.give(credits, false)
+}
 
 // grant returns n credits: the consumer took n batches out of its buffer.
 func (r *remoteSink) grant(n int) { r.give(n, true) }
@@ -431,6 +439,14 @@ func (r *remoteSink) grant(n int) { r.give(n, true) }
 // give grants n credits to the peer. Short of network memory it keeps them
 // back (until memory frees) unless the channel holds none: no credit at the
 // peer and no batch in the consumer's buffer; then it grants one.
+//
+// Credits the consumer returned go back in twos or more: give holds them
+// until half the channel's window has come back, or the peer is down to
+// less than half of it, counting the batches on their way. The peer then
+// always has credits or batches in flight, whose consumption sends what
+// was held, so it never waits on a held credit; and on a wide job, where
+// a channel carries a batch now and then, half as many grants cross the
+// network.
 func (r *remoteSink) give(n int, returned bool) {
 	s := r.s
 	s.mu.Lock()
@@ -440,6 +456,14 @@ func (r *remoteSink) give(n int, returned bool) {
 	}
 	if returned {
 		r.returned += int64(n)
+		if half := r.window / 2; half > 0 {
+			r.deferred += n
+			if r.deferred < half && r.granted.Load()-r.received.Load() >= int64(half) {
+				s.mu.Unlock()
+				return
+			}
+			n, r.deferred = r.deferred, 0
+		}
 	}
 	queue := false
 	if s.x.memoryShort() {
@@ -489,7 +513,7 @@ func (s *inboundStream) signal() {
 }
 
 func (x *Exchange) serveInbound(stream grpc.ServerStream) error {
-	s := &inboundStream{x: x, wake: make(chan struct{}, 1), ids: make(map[uint32]*inboundChannel)}
+	s := &inboundStream{x: x, wake: make(chan struct{}, 1)}
 	s.mu.grants = make(map[uint32]uint32)
 	if p, ok := peer.FromContext(stream.Context()); ok {
 		s.peer = p.Addr.String()
@@ -563,7 +587,7 @@ func (s *inboundStream) apply(f *inFrame) error {
 		it := &f.items[i]
 		switch it.tag {
 		case tagOpen:
-			if ic := s.ids[it.id]; ic != nil {
+			if ic := s.ids.get(it.id); ic != nil {
 				return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s opened channel %d twice, for %v and for %v; the taskmanagers run incompatible versions",
 					s.peer, it.id, ic.key, keyFromProto(it.key))
 			}
@@ -573,11 +597,11 @@ func (s *inboundStream) apply(f *inFrame) error {
 			if err != nil {
 				return status.Errorf(codes.FailedPrecondition, "taskmanager %s opening channel %v: %v", s.peer, key, err)
 			}
-			s.ids[it.id] = &inboundChannel{key: key, e: e, sink: sink, cell: s.x.acquireCell(cellKeyOf(key))}
+			s.ids.set(it.id, &inboundChannel{key: key, e: e, sink: sink, cell: s.x.acquireCell(cellKeyOf(key))})
 			continue
 		case tagClose:
-			if ic := s.ids[it.id]; ic != nil {
-				delete(s.ids, it.id)
+			if ic := s.ids.get(it.id); ic != nil {
+				s.ids.delete(it.id)
 				s.x.detachSink(ic.key, ic.sink)
 				s.x.releaseCell(ic.cell)
 				if in := ic.e.in.Load(); in != nil && !ic.ended {
@@ -586,7 +610,7 @@ func (s *inboundStream) apply(f *inFrame) error {
 			}
 			continue
 		}
-		ic := s.ids[it.id]
+		ic := s.ids.get(it.id)
 		if ic == nil {
 			return violation(errPeerProtocol, codes.InvalidArgument, "taskmanager %s sent an event on channel %d, which it did not open", s.peer, it.id)
 		}
@@ -696,16 +720,16 @@ func (s *inboundStream) teardown(cause error) {
 	s.mu.Lock()
 	s.mu.closed = true
 	s.mu.Unlock()
-	for id, ic := range s.ids {
-		delete(s.ids, id)
+	s.ids.each(func(id uint32, ic *inboundChannel) {
+		s.ids.delete(id)
 		s.x.detachSink(ic.key, ic.sink)
 		s.x.releaseCell(ic.cell)
 		if ic.ended {
-			continue
+			return
 		}
 		in := ic.e.in.Load()
 		if in == nil {
-			continue
+			return
 		}
 		var err error
 		switch {
@@ -719,5 +743,5 @@ func (s *inboundStream) teardown(cause error) {
 				"dataflow: network stream from taskmanager %s broke before channel %v ended: %w; the upstream task or its taskmanager failed", s.peer, ic.key, cause)}
 		}
 		in.gate.push(in, event{kind: eventError, err: err})
-	}
+	})
 }
