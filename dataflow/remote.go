@@ -414,24 +414,15 @@ type remoteSink struct {
 	// Guarded by s.mu: returned counts the credits the consumer returned
 	// (batches it took), so granted - returned are the channel's, at the
 	// peer or in the buffer; withheld counts those kept back for want of
-	// network memory; queued says r waits in the exchange's list. window
-	// is the credits the channel was connected with, and deferred counts
-	// returned credits not sent yet (give).
+	// network memory; queued says r waits in the exchange's list.
 	returned int64
 	withheld int
 	queued   bool
-	window   int
-	deferred int
 }
 
 var _ creditSink = (*remoteSink)(nil)
 
-func (r *remoteSink) connect(_ *inputChannel, credits int) {
-	r.s.mu.Lock()
-	r.window = credits
-	r.s.mu.Unlock()
-	r.give(credits, false)
-}
+func (r *remoteSink) connect(_ *inputChannel, credits int) { r.give(credits, false) }
 
 // grant returns n credits: the consumer took n batches out of its buffer.
 func (r *remoteSink) grant(n int) { r.give(n, true) }
@@ -439,14 +430,6 @@ func (r *remoteSink) grant(n int) { r.give(n, true) }
 // give grants n credits to the peer. Short of network memory it keeps them
 // back (until memory frees) unless the channel holds none: no credit at the
 // peer and no batch in the consumer's buffer; then it grants one.
-//
-// Credits the consumer returned go back in twos or more: give holds them
-// until half the channel's window has come back, or the peer is down to
-// less than half of it, counting the batches on their way. The peer then
-// always has credits or batches in flight, whose consumption sends what
-// was held, so it never waits on a held credit; and on a wide job, where
-// a channel carries a batch now and then, half as many grants cross the
-// network.
 func (r *remoteSink) give(n int, returned bool) {
 	s := r.s
 	s.mu.Lock()
@@ -456,14 +439,6 @@ func (r *remoteSink) give(n int, returned bool) {
 	}
 	if returned {
 		r.returned += int64(n)
-		if half := r.window / 2; half > 0 {
-			r.deferred += n
-			if r.deferred < half && r.granted.Load()-r.received.Load() >= int64(half) {
-				s.mu.Unlock()
-				return
-			}
-			n, r.deferred = r.deferred, 0
-		}
 	}
 	queue := false
 	if s.x.memoryShort() {
