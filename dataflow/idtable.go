@@ -99,24 +99,14 @@ func (t *idTable[T]) delete(id uint32) {
 	}
 }
 
-// each calls f for every id and its channel, in no particular order. f
-// may delete the id it is given.
+// each calls f for every id and its channel, in no particular order.
 func (t *idTable[T]) each(f func(id uint32, v *T)) {
-	ids := make([]uint32, 0, t.live+len(t.far))
 	for i, v := range t.dense {
 		if v != nil {
-			ids = append(ids, t.base+uint32(i))
+			f(t.base+uint32(i), v)
 		}
 	}
-	for id := range t.far {
-		ids = append(ids, id)
-	}
-	for _, id := range ids {
-		if v := t.get(id); v != nil {
-			f(id, v)
-		}
+	for id, v := range t.far {
+		f(id, v)
 	}
 }
-
-// len returns the number of ids mapped.
-func (t *idTable[T]) len() int { return t.live + len(t.far) }

@@ -695,8 +695,7 @@ func (s *inboundStream) teardown(cause error) {
 	s.mu.Lock()
 	s.mu.closed = true
 	s.mu.Unlock()
-	s.ids.each(func(id uint32, ic *inboundChannel) {
-		s.ids.delete(id)
+	s.ids.each(func(_ uint32, ic *inboundChannel) {
 		s.x.detachSink(ic.key, ic.sink)
 		s.x.releaseCell(ic.cell)
 		if ic.ended {
@@ -719,4 +718,5 @@ func (s *inboundStream) teardown(cause error) {
 		}
 		in.gate.push(in, event{kind: eventError, err: err})
 	})
+	s.ids = idTable[inboundChannel]{}
 }
