@@ -1,7 +1,6 @@
 package dataflow
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -339,7 +338,10 @@ func (r *taskRun) triggered(m ctlMsg) error {
 	var channels map[string][][]byte
 	var channelBytes int64
 	if unaligned {
-		channels, channelBytes = r.w.channelState(r.t.spec.Parallelism)
+		var err error
+		if channels, channelBytes, err = r.w.channelState(r.t.spec.Parallelism, r.t.outputSchema); err != nil {
+			return fmt.Errorf("task %s: %w", r.t.name, err)
+		}
 	}
 	ok := r.snapshotWith(id, ts, 0, full, channels, channelBytes)
 	if r.err != nil { // an operator panicked in its snapshot
@@ -649,12 +651,18 @@ func (r *taskRun) onUnalignedBarrier(ch *inputChannel, id, ts int64) error {
 		u.missing--
 		name := inputStateName(r.t.spec.Parallelism, ch)
 		var err error
-		ck.gate.overtaken(ch, id, func(e *event) {
+		// The batches are decoded ahead of the task, with a copy of the
+		// channel dictionary (selfContained).
+		var dec *batchcodec.Decoder
+		ck.gate.overtaken(ch, id, func(e *event, mark bool) {
 			if err != nil {
 				return
 			}
+			if dec == nil && e.batch == nil {
+				dec = ch.dictionary().Clone()
+			}
 			var data []byte
-			if data, err = eventBytes(e); err == nil {
+			if data, err = selfContained(e, dec, ch.schema); err == nil && mark {
 				u.record(name, data)
 			}
 		})
@@ -696,24 +704,6 @@ func (r *taskRun) settleUnaligned() error {
 	ck.un, ck.unLast = nil, u.id
 	r.snapshotTaken(u.id, u.ts, u.snaps, SnapshotStats{Alignment: time.Since(u.began), Sync: u.sync, ChannelStateBytes: u.bytes}, u.state)
 	return nil
-}
-
-// eventBytes returns the batch of e in the exchange's batch encoding, a
-// copy that e does not share.
-func eventBytes(e *event) ([]byte, error) {
-	if e.batch != nil {
-		return batchcodec.Append(nil, e.batch), nil
-	}
-	if e.zstd {
-		buf, err := decompressPayload(e.data())
-		if err != nil {
-			return nil, err
-		}
-		data := bytes.Clone(*buf)
-		exchangePool.Put(buf)
-		return data, nil
-	}
-	return bytes.Clone(e.data()), nil
 }
 
 // onBarrier handles barrier id arriving on ch (full: of a savepoint;

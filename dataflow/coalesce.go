@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -122,10 +121,7 @@ func (o *outputChannel) flushLinger(ctx context.Context) error {
 		e = event{kind: eventBatch, batch: o.linger[0], value: o.lingerBytes}
 		o.linger[0] = nil
 	default:
-		buf := exchangePool.Get(max(o.payloadHint, 1024))
-		*buf = batchcodec.AppendBatches((*buf)[:0], o.linger)
-		o.payloadHint = len(*buf)
-		e = event{kind: eventBatch, buf: buf, value: o.lingerBytes}
+		e = event{kind: eventBatch, buf: o.encode(o.linger), value: o.lingerBytes}
 	}
 	o.dropLinger()
 	return o.putOne(ctx, e)

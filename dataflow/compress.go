@@ -1,6 +1,7 @@
 package dataflow
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -89,15 +90,48 @@ func decompressPayload(src []byte) (*[]byte, error) {
 }
 
 // decodePayload decodes the batch a network event carries, decompressing
-// it first if it is compressed.
-func decodePayload(e *event, schema *stream.Schema) (*stream.Batch, error) {
+// it first if it is compressed, with the channel dictionary dec.
+func decodePayload(e *event, schema *stream.Schema, dec *batchcodec.Decoder) (*stream.Batch, error) {
 	if !e.zstd {
-		return batchcodec.Decode(e.data(), schema)
+		return dec.Decode(e.data(), schema)
 	}
 	raw, err := decompressPayload(e.data())
 	if err != nil {
 		return nil, err
 	}
 	defer exchangePool.Put(raw)
-	return batchcodec.Decode(*raw, schema)
+	return dec.Decode(*raw, schema)
+}
+
+// selfContained returns the batch of e encoded on its own, without a
+// channel dictionary, in a copy e does not share: the form in which a
+// checkpoint keeps batches in flight. A network batch that refers to its
+// channel's dictionary is decoded with dec, which must hold the dictionary
+// as it is just before e (the batches ahead of e decoded with it), and
+// encoded anew.
+func selfContained(e *event, dec *batchcodec.Decoder, schema *stream.Schema) ([]byte, error) {
+	if e.batch != nil {
+		return batchcodec.Append(nil, e.batch), nil
+	}
+	data := e.data()
+	if e.zstd {
+		raw, err := decompressPayload(data)
+		if err != nil {
+			return nil, err
+		}
+		defer exchangePool.Put(raw)
+		data = *raw
+	}
+	if !batchcodec.UsesChannelDictionary(data) {
+		return bytes.Clone(data), nil
+	}
+	if dec == nil {
+		dec = &batchcodec.Decoder{}
+	}
+	b, err := dec.Decode(data, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Release()
+	return batchcodec.Append(nil, b), nil
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 
+	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/internal/errkind"
 )
 
@@ -68,6 +69,15 @@ type ExchangeConfig struct {
 	// after it began holding, so gathering delays nothing while the task
 	// is idle. 0: the default, 4096; 1 or a negative number: off.
 	CoalesceRows int
+	// DictionaryBytes is the size of the channel dictionary of each
+	// channel to a peer (batchcodec.Encoder): the string values it sends
+	// once and then names by number in later batches, with 64 bytes an
+	// entry on top of their bytes. It costs up to this much memory at the
+	// sender and at the receiver of each channel that carries recurring
+	// strings; one that carries none allocates nothing. 0: the default,
+	// 256 KiB; a negative number: off (every batch carries its own
+	// dictionary). At most batchcodec.MaxDictBytes.
+	DictionaryBytes int
 	// CoalesceTimeout bounds the time a channel holds batches while its
 	// task stays busy (Flink's buffer timeout, which Weir needs only under
 	// load). Default 10 ms.
@@ -95,6 +105,7 @@ const (
 	DefaultMemoryBytes       = 64 << 20
 	DefaultCoalesceRows      = 4096
 	DefaultCoalesceTimeout   = 10 * time.Millisecond
+	DefaultDictionaryBytes   = 256 << 10
 )
 
 // DefaultExchangeConfig returns the defaults for an exchange reachable at
@@ -106,6 +117,7 @@ func DefaultExchangeConfig(selfAddress string) ExchangeConfig {
 		MaxFrameBytes:     DefaultMaxFrameBytes,
 		MemoryBytes:       DefaultMemoryBytes,
 		CoalesceRows:      DefaultCoalesceRows,
+		DictionaryBytes:   DefaultDictionaryBytes,
 		CoalesceTimeout:   DefaultCoalesceTimeout,
 	}
 }
@@ -135,6 +147,9 @@ func (c ExchangeConfig) Validate() error {
 	if c.DebloatTarget < 0 {
 		return fmt.Errorf("dataflow: exchange config: DebloatTarget %v is negative; use 0 for off", c.DebloatTarget)
 	}
+	if c.DictionaryBytes > batchcodec.MaxDictBytes {
+		return fmt.Errorf("dataflow: exchange config: DictionaryBytes %d is above the most allowed, %d (default %d; a negative number: off)", c.DictionaryBytes, batchcodec.MaxDictBytes, DefaultDictionaryBytes)
+	}
 	if c.CoalesceRows > maxCoalesceRows {
 		return fmt.Errorf("dataflow: exchange config: CoalesceRows %d is above the most allowed, %d (default %d; 1: off)", c.CoalesceRows, maxCoalesceRows, DefaultCoalesceRows)
 	}
@@ -156,6 +171,9 @@ func (c ExchangeConfig) withDefaults() ExchangeConfig {
 	}
 	if c.CoalesceRows == 0 {
 		c.CoalesceRows = DefaultCoalesceRows
+	}
+	if c.DictionaryBytes == 0 {
+		c.DictionaryBytes = DefaultDictionaryBytes
 	}
 	if c.CoalesceTimeout <= 0 {
 		c.CoalesceTimeout = DefaultCoalesceTimeout

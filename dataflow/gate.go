@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -48,6 +49,17 @@ type inputChannel struct {
 
 	// Task goroutine only.
 	ended bool
+	// dict is the channel dictionary of a channel from a peer
+	// (batchcodec.Decoder), made for its first batch.
+	dict *batchcodec.Decoder
+}
+
+// dictionary returns the channel dictionary of ch (task goroutine only).
+func (ch *inputChannel) dictionary() *batchcodec.Decoder {
+	if ch.dict == nil {
+		ch.dict = &batchcodec.Decoder{}
+	}
+	return ch.dict
 }
 
 // cellMark is what a task takes from a channel's cell (the channel's
@@ -479,14 +491,24 @@ func (g *inputGate) takeUnaligned() (event, *inputChannel) {
 	return event{}, nil
 }
 
-// overtaken calls f, under the gate's lock, with every batch buffered in ch
-// that the barrier of unaligned checkpoint id overtook (event.before).
-func (g *inputGate) overtaken(ch *inputChannel, id int64, f func(e *event)) {
+// overtaken calls f, under the gate's lock, with the batches buffered in
+// ch, in order, up to the last one that the barrier of unaligned checkpoint
+// id overtook (event.before): mark says whether f's batch is one (they
+// are the batches at the front of ch). f sees every batch ahead of a marked
+// one, so that it can decode them in turn with a copy of the channel
+// dictionary.
+func (g *inputGate) overtaken(ch *inputChannel, id int64, f func(e *event, mark bool)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	last := -1
 	for i := 0; i < ch.q.len(); i++ {
 		if e := ch.q.at(i); e.kind == eventBatch && e.before == id {
-			f(e)
+			last = i
+		}
+	}
+	for i := 0; i <= last; i++ {
+		if e := ch.q.at(i); e.kind == eventBatch {
+			f(e, e.before == id)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package dataflow
 
 import (
-	"bytes"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,14 @@ type outputChannel struct {
 	// payloadHint is the size of the last batch encoded for the network
 	// (task goroutine only), to size the next one's buffer.
 	payloadHint int
+	// dictBytes, above 0, is the size of the channel dictionary of a
+	// channel to a peer (ExchangeConfig.DictionaryBytes); enc, its encoder,
+	// made for the first batch with a string column. With enc the channel
+	// encodes each batch as it takes it (put), so that batches are encoded
+	// in the order they are sent, as the receiver decodes them. Task
+	// goroutine only.
+	dictBytes int
+	enc       *batchcodec.Encoder
 	// backpressure, if not nil, accumulates the time send waits for
 	// credit (the producing task's Metrics; set before the first send).
 	backpressure *Metrics
@@ -128,6 +135,15 @@ func (o *outputChannel) putNow(ctx context.Context, e event) error {
 
 // putOne is put without cutting batches.
 func (o *outputChannel) putOne(ctx context.Context, e event) error {
+	if o.dictBytes > 0 && e.kind == eventBatch && e.batch != nil {
+		if o.budget != nil && e.value == 0 {
+			e.value = batchBytes(e.batch)
+		}
+		one := [1]*stream.Batch{e.batch}
+		e.buf = o.encode(one[:])
+		e.batch.Release()
+		e.batch = nil
+	}
 	if !o.deferred {
 		return o.send(ctx, e)
 	}
@@ -242,22 +258,59 @@ func (o *outputChannel) overtake(e event) error {
 	return nil
 }
 
+// encode returns a pooled buffer holding the encoding of bs, with the
+// channel dictionary if the channel has one. The dictionary may forget its
+// entries only while nothing waits in pending: pendingData decodes what
+// waits there with the dictionary as it is.
+func (o *outputChannel) encode(bs []*stream.Batch) *[]byte {
+	buf := exchangePool.Get(max(o.payloadHint, 1024))
+	if o.enc == nil && o.dictBytes > 0 && hasStrings(bs[0].Schema) {
+		o.enc = batchcodec.NewEncoder(o.dictBytes)
+	}
+	if o.enc != nil {
+		*buf = o.enc.AppendBatches((*buf)[:0], bs, o.pending.len() == 0)
+	} else {
+		*buf = batchcodec.AppendBatches((*buf)[:0], bs)
+	}
+	o.payloadHint = len(*buf)
+	return buf
+}
+
+func hasStrings(s *stream.Schema) bool {
+	for _, f := range s.Fields {
+		if f.Type == stream.TypeString {
+			return true
+		}
+	}
+	return false
+}
+
 // pendingData calls f with the encoding of every batch waiting in pending,
-// oldest first, then of those the channel holds to coalesce them.
-func (o *outputChannel) pendingData(f func(data []byte)) {
+// oldest first, then of those the channel holds to coalesce them: each an
+// encoding of its own, without the channel dictionary.
+func (o *outputChannel) pendingData(schema *stream.Schema, f func(data []byte)) error {
+	var dec *batchcodec.Decoder
 	for i := 0; i < o.pending.len(); i++ {
 		e := o.pending.at(i)
 		switch {
 		case e.kind != eventBatch:
 		case e.batch != nil:
 			f(batchcodec.Append(nil, e.batch))
-		default: // encoded by flushLinger
-			f(bytes.Clone(e.data()))
+		default: // encoded by put or flushLinger
+			if dec == nil && o.enc != nil {
+				dec = o.enc.Decoder()
+			}
+			data, err := selfContained(e, dec, schema)
+			if err != nil {
+				return err
+			}
+			f(data)
 		}
 	}
 	for _, b := range o.linger {
 		f(batchcodec.Append(nil, b))
 	}
+	return nil
 }
 
 // dropPending releases what waits in pending and what the channel holds

@@ -369,8 +369,8 @@ func (w *outputWriter) flush() (bool, error) {
 
 // channelState encodes the batches waiting in the deferred channels, by
 // list-state name (channelStatePrefix), with their size in bytes. The
-// batches stay where they are.
-func (w *outputWriter) channelState(parallelism int) (map[string][][]byte, int64) {
+// batches stay where they are. schemaOf gives the schema of output i.
+func (w *outputWriter) channelState(parallelism int, schemaOf func(out int) *stream.Schema) (map[string][][]byte, int64, error) {
 	var state map[string][][]byte
 	var size int64
 	for i, p := range w.outs {
@@ -378,7 +378,7 @@ func (w *outputWriter) channelState(parallelism int) (map[string][][]byte, int64
 			if ch == nil {
 				continue
 			}
-			ch.pendingData(func(data []byte) {
+			err := ch.pendingData(schemaOf(i), func(data []byte) {
 				if state == nil {
 					state = make(map[string][][]byte)
 				}
@@ -386,9 +386,12 @@ func (w *outputWriter) channelState(parallelism int) (map[string][][]byte, int64
 				state[name] = append(state[name], data)
 				size += int64(len(data))
 			})
+			if err != nil {
+				return nil, 0, fmt.Errorf("output %d to subtask %d: %w", i, d, err)
+			}
 		}
 	}
-	return state, size
+	return state, size, nil
 }
 
 // overtake sends barrier e on every channel ahead of what waits there.

@@ -982,7 +982,7 @@ func (t *Task) runInputs(ctx context.Context, r *taskRun, gate *inputGate, outs 
 		case eventBatch:
 			b := e.batch
 			if b == nil {
-				b, err = decodePayload(&e, ch.schema)
+				b, err = decodePayload(&e, ch.schema, ch.dictionary())
 				e.release()
 				if err != nil {
 					return fmt.Errorf("task %s: channel %v: %w", t.name, ch.key, err)
@@ -1225,6 +1225,9 @@ func (t *Task) openOutputs(w *outputWriter) error {
 			}
 			ch.backpressure = &t.metrics
 			ch.deferred = w.deferred
+			if ch.conn != nil && t.x.cfg.DictionaryBytes > 0 {
+				ch.dictBytes = t.x.cfg.DictionaryBytes
+			}
 			if ch.conn != nil && t.x.cfg.CoalesceRows > 1 {
 				ch.coalesce = t.x.cfg.CoalesceRows
 				ch.coalesceBytes = int64(t.x.cfg.MaxFrameBytes)

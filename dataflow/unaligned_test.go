@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -71,18 +72,37 @@ func (p *probe) queued() []eventKind {
 func (p *probe) overtaken(id int64) []int64 {
 	p.t.Helper()
 	var ids []int64
-	p.gate.overtaken(p.ch, id, func(e *event) {
-		data, err := eventBytes(e)
+	dec := p.ch.dictionary().Clone()
+	p.gate.overtaken(p.ch, id, func(e *event, mark bool) {
+		data, err := selfContained(e, dec, genSchema)
 		if err != nil {
 			p.t.Fatal(err)
 		}
+		if !mark {
+			return
+		}
 		b, err := batchcodec.Decode(data, genSchema)
+		if err == nil {
+			err = checkGenNames(b)
+		}
 		if err != nil {
 			p.t.Fatal(err)
 		}
 		ids = append(ids, b.Cols[0].Ints[:b.Len()]...)
 	})
 	return ids
+}
+
+// checkGenNames checks the string column of a batch of the ckgen source,
+// which the network exchange sends with its channel dictionary: each row's
+// name is "n" and its key.
+func checkGenNames(b *stream.Batch) error {
+	for i := range b.Len() {
+		if want := "n" + strconv.FormatInt(b.Cols[1].Ints[i], 10); b.Cols[2].Strs[i] != want {
+			return fmt.Errorf("row %d (id %d) has name %q, want %q", i, b.Cols[0].Ints[i], b.Cols[2].Strs[i], want)
+		}
+	}
+	return nil
 }
 
 // read takes the next event; a batch comes back as its ids.
@@ -127,11 +147,14 @@ func (p *probe) tryReadCtx(ctx context.Context) (eventKind, int64, []int64, erro
 	}
 	b := e.batch
 	if b == nil {
-		b, err = decodePayload(&e, genSchema)
+		b, err = decodePayload(&e, genSchema, p.ch.dictionary())
 		e.release()
 		if err != nil {
 			return 0, 0, nil, err
 		}
+	}
+	if err := checkGenNames(b); err != nil {
+		return 0, 0, nil, err
 	}
 	ids := slices.Clone(b.Cols[0].Ints[:b.Len()])
 	b.Release()
@@ -164,16 +187,26 @@ func unalignedGraphOf(t *testing.T, reg *stream.Registry, par int, src ckgenConf
 // holds when the barrier comes is channel state too.
 func TestSourceTriggerUnderBackpressure(t *testing.T) {
 	const rows, credits = 3000, 2
-	for _, tc := range []struct{ remote, unaligned, noWatermarks bool }{
-		{true, true, false}, {false, true, false}, {true, false, false}, {false, false, false},
-		{true, true, true}, {true, false, true},
+	for _, tc := range []struct {
+		remote, unaligned, noWatermarks bool
+		dictBytes                       int
+	}{
+		{true, true, false, 0}, {false, true, false, 0}, {true, false, false, 0}, {false, false, false, 0},
+		{true, true, true, 0}, {true, false, true, 0},
+		// A channel dictionary with room for 3 of the 7 names: it forgets
+		// its entries and keeps the column out while batches wait.
+		{true, true, false, 200}, {true, true, true, 200},
 	} {
 		remote := tc.remote
-		t.Run(fmt.Sprintf("remote=%v/unaligned=%v/watermarks=%v", remote, tc.unaligned, !tc.noWatermarks), func(t *testing.T) {
+		dict := "default"
+		if tc.dictBytes > 0 {
+			dict = strconv.Itoa(tc.dictBytes)
+		}
+		t.Run(fmt.Sprintf("remote=%v/unaligned=%v/watermarks=%v/dict=%s", remote, tc.unaligned, !tc.noWatermarks, dict), func(t *testing.T) {
 			st := newCkState()
 			reg := newCkRegistry(st)
 			g := unalignedGraphOf(t, reg, 1, ckgenConfig{Rows: rows, Batch: 10, Keys: 7, NoWatermarks: tc.noWatermarks})
-			cfg := ExchangeConfig{CreditsPerChannel: credits, CoalesceRows: 50, CoalesceTimeout: time.Hour}
+			cfg := ExchangeConfig{CreditsPerChannel: credits, CoalesceRows: 50, CoalesceTimeout: time.Hour, DictionaryBytes: tc.dictBytes}
 			src, dst := startNodeWith(t, cfg), startNodeWith(t, cfg)
 			if !remote {
 				dst = src
@@ -243,6 +276,9 @@ func TestSourceTriggerUnderBackpressure(t *testing.T) {
 				for _, data := range items {
 					stateBytes += int64(len(data))
 					b, err := batchcodec.Decode(data, genSchema)
+					if err == nil {
+						err = checkGenNames(b)
+					}
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -538,7 +574,11 @@ func TestGateUnalignedBarrierOrder(t *testing.T) {
 		t.Fatalf("overtaken marks %v, want %v", marks, want)
 	}
 	var got []int64
-	g.overtaken(ch, 2, func(e *event) { got = append(got, e.batch.Cols[0].Ints[0]) })
+	g.overtaken(ch, 2, func(e *event, mark bool) {
+		if mark {
+			got = append(got, e.batch.Cols[0].Ints[0])
+		}
+	})
 	if !slices.Equal(got, []int64{1, 2}) {
 		t.Fatalf("overtaken by barrier 2: %v, want [1 2]", got)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/dataflow"
+	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/ha"
 	"github.com/weirstream/weir/security"
 )
@@ -76,6 +77,11 @@ type Config struct {
 	// them as one (dataflow.ExchangeConfig.CoalesceRows); 0: off. Default
 	// dataflow.DefaultCoalesceRows.
 	ExchangeCoalesceRows int
+	// ExchangeDictionaryBytes is the size of the string dictionary each
+	// channel to another taskmanager keeps across batches, at each end
+	// (dataflow.ExchangeConfig.DictionaryBytes); 0: off. Default
+	// dataflow.DefaultDictionaryBytes.
+	ExchangeDictionaryBytes int
 	// ExchangeCoalesceTimeout bounds the time such a channel holds
 	// batches while its task stays busy (it sends them anyway before the
 	// task waits for input). Default dataflow.DefaultCoalesceTimeout.
@@ -188,6 +194,7 @@ func DefaultConfig() Config {
 		ExchangeCompression:     dataflow.CompressionNone,
 		ExchangeCoalesceRows:    dataflow.DefaultCoalesceRows,
 		ExchangeCoalesceTimeout: dataflow.DefaultCoalesceTimeout,
+		ExchangeDictionaryBytes: dataflow.DefaultDictionaryBytes,
 		StateInlineBytes:        checkpoint.DefaultInlineThreshold,
 		RegisterRetry:           time.Second,
 		AllowedPaths:            []string{os.TempDir()},
@@ -245,6 +252,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ExchangeCoalesceRows < 0 || c.ExchangeCoalesceRows > MaxExchangeCoalesceRows {
 		return fmt.Errorf("taskmanager config: exchange coalesce rows %d: must be between 0 (off) and %d (default %d)", c.ExchangeCoalesceRows, MaxExchangeCoalesceRows, dataflow.DefaultCoalesceRows)
+	}
+	if c.ExchangeDictionaryBytes < 0 || c.ExchangeDictionaryBytes > batchcodec.MaxDictBytes {
+		return fmt.Errorf("taskmanager config: exchange dictionary bytes %d: must be between 0 (off) and %d (default %d)", c.ExchangeDictionaryBytes, batchcodec.MaxDictBytes, dataflow.DefaultDictionaryBytes)
 	}
 	if c.ExchangeCoalesceTimeout <= 0 || c.ExchangeCoalesceTimeout > time.Minute {
 		return fmt.Errorf("taskmanager config: exchange coalesce timeout %v: must be above 0 and at most 1m (default %v)", c.ExchangeCoalesceTimeout, dataflow.DefaultCoalesceTimeout)

@@ -25,6 +25,8 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown compression", func(c *Config) { c.ExchangeCompression = "lzma" }, `exchange compression "lzma"`},
 		{"negative coalesce rows", func(c *Config) { c.ExchangeCoalesceRows = -1 }, "exchange coalesce rows -1"},
 		{"coalesce rows too many", func(c *Config) { c.ExchangeCoalesceRows = 1<<20 + 1 }, "exchange coalesce rows 1048577"},
+		{"negative dictionary bytes", func(c *Config) { c.ExchangeDictionaryBytes = -1 }, "exchange dictionary bytes -1"},
+		{"dictionary too large", func(c *Config) { c.ExchangeDictionaryBytes = 16<<20 + 1 }, "exchange dictionary bytes 16777217"},
 		{"zero coalesce timeout", func(c *Config) { c.ExchangeCoalesceTimeout = 0 }, "exchange coalesce timeout 0s"},
 		{"tiny exchange memory", func(c *Config) { c.ExchangeMemoryBytes = 1000 }, "exchange memory 1000 bytes"},
 		{"zero register retry", func(c *Config) { c.RegisterRetry = 0 }, "register retry"},

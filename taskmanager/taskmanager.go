@@ -330,8 +330,9 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 		ChannelBytes:      tm.cfg.ChannelBytes,
 		DebloatTarget:     tm.cfg.DebloatTarget,
 		Compression:       tm.cfg.ExchangeCompression,
-		CoalesceRows:      coalesceRows(tm.cfg.ExchangeCoalesceRows),
+		CoalesceRows:      offIfZero(tm.cfg.ExchangeCoalesceRows),
 		CoalesceTimeout:   tm.cfg.ExchangeCoalesceTimeout,
+		DictionaryBytes:   offIfZero(tm.cfg.ExchangeDictionaryBytes),
 		DialOptions:       []grpc.DialOption{security.DialOption(tm.tls, security.RoleTaskManager), dataflow.PeerConnectParams()},
 		Logger:            tm.log,
 	})
@@ -922,9 +923,10 @@ func (s *executorServer) CancelTask(ctx context.Context, req *weirpb.CancelTaskR
 	return &weirpb.CancelTaskResponse{}, nil
 }
 
-// coalesceRows is Config.ExchangeCoalesceRows as the exchange takes it (where
-// 0 means its default).
-func coalesceRows(n int) int {
+// offIfZero is a setting of Config where 0 means off as the exchange takes
+// it (where 0 means its default): Config.ExchangeCoalesceRows,
+// Config.ExchangeDictionaryBytes.
+func offIfZero(n int) int {
 	if n == 0 {
 		return -1
 	}

@@ -198,6 +198,7 @@ func taskManagerSettings(cfg *taskmanager.Config) []setting {
 		{"stateInlineBytes", "state-inline-bytes", "snapshots up to this size travel inside the checkpoint's metadata instead of as objects of their own (0: never)", &cfg.StateInlineBytes},
 		{"exchangeCompression", "exchange-compression", "compress batches sent to other taskmanagers: none or zstd (for networks slower than the CPU)", &cfg.ExchangeCompression},
 		{"exchangeCoalesceRows", "exchange-coalesce-rows", "gather the batches a task sends to another taskmanager into batches of up to this many rows while the task is busy; sent before it waits for input (0: off)", &cfg.ExchangeCoalesceRows},
+		{"exchangeDictionaryBytes", "exchange-dictionary-bytes", "size of the string dictionary each channel to another taskmanager keeps at each end, so that recurring values cross once (0: off)", &cfg.ExchangeDictionaryBytes},
 		{"exchangeCoalesceTimeout", "exchange-coalesce-timeout", "longest time a busy task's channel to another taskmanager holds batches to gather them", &cfg.ExchangeCoalesceTimeout},
 		{"exchangeMemoryBytes", "exchange-memory-bytes", "network memory: bytes of batches from other taskmanagers buffered here before credits are held back (each channel keeps one)", &cfg.ExchangeMemoryBytes},
 		{"channelBytes", "channel-bytes", "bytes of batches in flight per output channel, on top of the credits (0: no fixed bound)", &cfg.ChannelBytes},

@@ -25,6 +25,11 @@
 //	                 1 (dictionary): entries uvarint (1 ≤ entries ≤ rows),
 //	                   a string block of the entries, then rows packed
 //	                   integers, each row's entry number
+//	                 2 (channel dictionary, version 3 only): base uvarint,
+//	                   added uvarint, a string block of the added entries
+//	                   when added > 0, then rows packed integers, each
+//	                   row's entry number in the channel's dictionary
+//	                   (chandict.go)
 //	times    rows packed integers, when flag bit 0 is set
 //
 //	string block of k strings: uvarint total byte length, the bytes of all
@@ -33,8 +38,10 @@
 //	         and rows × w bytes, value i being base + the w-byte unsigned
 //	         integer i (mod 2^64); for w = 8 rows × 8 bytes, the values
 //
-// Version 1, which the decoder still reads, stored integers as rows × 8
-// bytes and strings as a plain string block without the form byte.
+// Version 3 is version 2 with string form 2, whose batches only a channel
+// Decoder reads. Version 1, which the decoder still reads, stored integers
+// as rows × 8 bytes and strings as a plain string block without the form
+// byte.
 // Encodings need not be canonical: the decoder accepts any width and any
 // dictionary that decode to valid values.
 //
@@ -53,18 +60,21 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// version is what Append writes; Decode reads it and versionPlain.
+// version is what Append writes and versionChannel what an Encoder does;
+// Decode reads them and versionPlain.
 const (
-	version      = 2
-	versionPlain = 1
+	version        = 2
+	versionPlain   = 1
+	versionChannel = 3
 )
 
 const flagTimes = 1
 
 // The forms of a string column (version 2).
 const (
-	formPlain = 0
-	formDict  = 1
+	formPlain   = 0
+	formDict    = 1
+	formChannel = 2
 )
 
 // maxRows bounds the row count a decoder accepts, so that a corrupt header
@@ -91,12 +101,23 @@ func Append(dst []byte, b *stream.Batch) []byte {
 // event times all or none. They are only read. AppendBatches is safe for
 // concurrent use.
 func AppendBatches(dst []byte, bs []*stream.Batch) []byte {
+	return appendBatches(dst, bs, nil, false)
+}
+
+// appendBatches is AppendBatches; with ch, string columns may use ch's
+// channel dictionary, which may forget its entries if mayReset.
+func appendBatches(dst []byte, bs []*stream.Batch, ch *Encoder, mayReset bool) []byte {
 	n := 0
 	for _, b := range bs {
 		n += b.Len()
 	}
 	first := bs[0]
-	dst = append(dst, version)
+	if ch != nil {
+		dst = append(dst, versionChannel)
+		ch.begin()
+	} else {
+		dst = append(dst, version)
+	}
 	dst = binary.AppendUvarint(dst, uint64(n))
 	dst = binary.AppendUvarint(dst, uint64(len(first.Cols)))
 	hasTimes := n > 0 && len(first.Times) == first.Len()
@@ -131,7 +152,13 @@ func AppendBatches(dst []byte, bs []*stream.Batch) []byte {
 			for _, b := range bs {
 				strs = append(strs, b.Cols[j].Strs[:b.Len()])
 			}
-			dst = enc.appendStringColumn(dst, strs, n)
+			done := false
+			if ch != nil {
+				dst, done = ch.appendColumn(dst, j, strs, n, mayReset)
+			}
+			if !done {
+				dst = enc.appendStringColumn(dst, strs, n)
+			}
 			clear(strs)
 			enc.strs = strs[:0]
 		}
@@ -456,15 +483,22 @@ func (e *encoder) dictionary(parts [][]string, n int) bool {
 // Decoding allocates per column (at most one string block and one null bitmap
 // each), never per row.
 func Decode(data []byte, schema *stream.Schema) (*stream.Batch, error) {
-	d := decoder{buf: data}
+	return decode(data, schema, nil)
+}
+
+// decode is Decode; with ch, a string column may refer to ch's channel
+// dictionary (form 2), which it updates.
+func decode(data []byte, schema *stream.Schema, ch *Decoder) (*stream.Batch, error) {
+	d := decoder{buf: data, ch: ch}
 	v := d.byte()
 	if d.err != nil {
 		return nil, d.err
 	}
-	if v != version && v != versionPlain {
-		return nil, fmt.Errorf("%w: version %d, this build reads versions %d and %d; upgrade the older taskmanager", ErrCorrupt, v, versionPlain, version)
+	if v != version && v != versionPlain && v != versionChannel {
+		return nil, fmt.Errorf("%w: version %d, this build reads versions %d to %d; upgrade the older taskmanager", ErrCorrupt, v, versionPlain, versionChannel)
 	}
-	d.packed = v == version
+	d.packed = v != versionPlain
+	d.channel = v == versionChannel
 	rows64 := d.uvarint()
 	cols64 := d.uvarint()
 	flags := d.byte()
@@ -541,8 +575,12 @@ func Decode(data []byte, schema *stream.Schema) (*stream.Batch, error) {
 type decoder struct {
 	buf []byte
 	err error
-	// packed: version 2 (packed integers, string forms).
+	// packed: version 2 or 3 (packed integers, string forms).
 	packed bool
+	// channel: version 3 (string form 2 allowed); ch, the channel
+	// dictionary it refers to (nil: none, and form 2 is an error).
+	channel bool
+	ch      *Decoder
 }
 
 func (d *decoder) fail() {
@@ -693,6 +731,14 @@ func (d *decoder) stringColumn(dst []string, n int) []string {
 	case formPlain:
 		return d.strings(dst, n)
 	case formDict:
+	case formChannel:
+		if d.channel && d.ch != nil {
+			return d.channelColumn(dst, n)
+		}
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: a string column refers to a channel dictionary, which only its channel's decoder holds", ErrCorrupt)
+		}
+		return dst[:0]
 	default:
 		if d.err == nil {
 			d.err = fmt.Errorf("%w: unknown string column form", ErrCorrupt)
@@ -715,7 +761,12 @@ func (d *decoder) stringColumn(dst []string, n int) []string {
 	if d.err != nil {
 		return dst[:0]
 	}
-	// The entry numbers: packed integers of base 0 and at most 4 bytes.
+	return d.lookup(dst, n, entries)
+}
+
+// lookup reads n dictionary entry numbers, packed integers of base 0 and
+// at most 4 bytes, and returns dst holding the entries they name.
+func (d *decoder) lookup(dst []string, n int, entries []string) []string {
 	w := int(d.byte())
 	base := d.take(8)
 	if d.err != nil {
@@ -735,8 +786,9 @@ func (d *decoder) stringColumn(dst []string, n int) []string {
 	*ip = idx
 	unpack(idx, rest, w, 0)
 	dst = resize(dst, n)
+	k := uint32(len(entries))
 	for i, x := range idx {
-		if x >= uint32(k) {
+		if x >= k {
 			clear(dst)
 			d.err = fmt.Errorf("%w: row %d names dictionary entry %d of %d", ErrCorrupt, i, x, k)
 			return dst[:0]

@@ -1,0 +1,373 @@
+package batchcodec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"strings"
+	"unsafe"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// This file is the channel dictionary: the string dictionary that one
+// channel's Encoder and Decoder keep across batches, so that a string
+// column whose values recur from batch to batch sends each value once per
+// channel instead of once per batch (the per-batch dictionary of form 1).
+// A batch that adds values carries them as a delta, which the decoder
+// applies before it reads the column's entry numbers. Like the delta
+// dictionaries of Arrow's IPC streams, it needs the batches of a channel
+// decoded in the order they were encoded, each once; the exchange keeps
+// that order on every channel.
+//
+// A string column in form 2 starts with base, the number of entries the
+// dictionary keeps (0 forgets them all), and the entries it adds after
+// them. An encoder only ever writes as base the number of entries it has
+// when the column starts, or 0; a decoder accepts any base up to the
+// number it has, so that a copy of a dictionary taken after some batches
+// were encoded (Encoder.Decoder) still decodes them.
+
+// MaxDictBytes bounds the size of a channel dictionary, its values'
+// bytes and entryCost for each: a Decoder refuses a batch that would take
+// it beyond, and an Encoder never keeps more than its own limit, at most
+// this.
+const MaxDictBytes = 16 << 20
+
+// entryCost is what an entry costs beyond its value's bytes in the size
+// of a dictionary, about what the encoder keeps for it (a string header,
+// a key and two hash slots), so that the size bounds the memory of a
+// dictionary of short values too.
+const entryCost = 64
+
+// maxDictEntries bounds the entries of a channel dictionary, so that an
+// entry number takes at most 2 bytes.
+const maxDictEntries = 1 << 16
+
+// maxColdBatches bounds the batches a string column whose values do not
+// recur stays out of the channel dictionary (appendColumn).
+const maxColdBatches = 256
+
+// An Encoder encodes the batches of one channel, in order, with a channel
+// dictionary. It is not safe for concurrent use.
+type Encoder struct {
+	limit int // bytes of entries kept at most
+
+	// entries are the dictionary's values by entry number, copies the
+	// encoder owns; keys the data address each was added for, the key of
+	// its slot; size the size of entries (their bytes and entryCost
+	// each).
+	entries []string
+	keys    []uintptr
+	size    int
+
+	// slots is an open-addressing hash table from a string's data address
+	// and length to its entry, at most half full. A slot's entry is only
+	// trusted after its value was compared with the string's: data
+	// addresses are reused for other values once a batch is released.
+	// seen marks a slot compared in the current epoch (seq), during which
+	// the strings compared stay as they are: one AppendBatches call that
+	// forgot no entries.
+	slots []chanSlot
+	seq   uint32
+
+	cols []chanColumn // by column number
+	idx  []uint32
+}
+
+// chanColumn is what an Encoder knows of one string column: the values it
+// added to the dictionary and those it found there since the dictionary
+// was last emptied, and, for a column kept out (appendColumn), the batches
+// still to skip and the length of the next skip.
+type chanColumn struct {
+	adds, hits    int
+	cold, backoff int
+}
+
+// stayOut keeps the column out of the dictionary for its next batches,
+// twice as many as the last time, up to maxColdBatches.
+func (c *chanColumn) stayOut() {
+	c.backoff = min(max(2*c.backoff, 1), maxColdBatches)
+	c.cold = c.backoff
+}
+
+type chanSlot struct {
+	ptr  uintptr // as in slot: compared, never dereferenced
+	n    int
+	ref  uint32 // entry number + 1; 0: the slot is free
+	seen uint32
+}
+
+// NewEncoder returns an Encoder whose channel dictionary keeps at most
+// limitBytes (at most MaxDictBytes): the bytes of its values and 64 bytes
+// an entry.
+func NewEncoder(limitBytes int) *Encoder {
+	return &Encoder{limit: min(max(limitBytes, 0), MaxDictBytes)}
+}
+
+// AppendBatches is the package's AppendBatches with e's channel
+// dictionary: the batches it returns must be decoded in order by one
+// Decoder. mayReset allows it to forget its entries when it has no room for
+// new ones; a caller that may still have to decode earlier batches with
+// e.Decoder passes false.
+func (e *Encoder) AppendBatches(dst []byte, bs []*stream.Batch, mayReset bool) []byte {
+	return appendBatches(dst, bs, e, mayReset)
+}
+
+// Len returns the entries e's dictionary holds and their size (their
+// bytes and 64 an entry).
+func (e *Encoder) Len() (entries, bytes int) { return len(e.entries), e.size }
+
+// Decoder returns a Decoder holding e's dictionary as it is now. It decodes
+// the batches e encoded since it last forgot its entries, in order.
+func (e *Encoder) Decoder() *Decoder {
+	return &Decoder{entries: append([]string(nil), e.entries...), size: e.size}
+}
+
+// begin starts an epoch for an AppendBatches call.
+func (e *Encoder) begin() {
+	e.seq++
+	if e.seq == 0 { // wrapped: no slot may look compared
+		for i := range e.slots {
+			e.slots[i].seen = 0
+		}
+		e.seq = 1
+	}
+}
+
+// appendColumn appends column j, n strings given in parts, in form 2 and
+// reports true, or appends nothing and reports false when the column does
+// not suit the dictionary now.
+//
+// A column adds its new values until the dictionary is full. Then, if the
+// column found at least as many of its values as it added since the
+// dictionary was last emptied (its values recur) and mayReset, the
+// dictionary forgets every entry and the column starts it anew; otherwise
+// the column stays out for its next 1, 2, 4, … maxColdBatches batches, and
+// its entries stay until the next reset. A batch of which more than three
+// quarters of the values are new also keeps the column out for a while:
+// its values mostly do not recur (ids, free text, or equal values that a
+// source stores apart, which the dictionary, keyed by data address like
+// the per-batch one, does not find).
+func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, n int, mayReset bool) ([]byte, bool) {
+	if j >= len(e.cols) {
+		e.cols = append(e.cols, make([]chanColumn, j+1-len(e.cols))...)
+	}
+	c := &e.cols[j]
+	if n == 0 {
+		return dst, false
+	}
+	if c.cold > 0 {
+		c.cold--
+		return dst, false
+	}
+	if cap(e.idx) < n {
+		e.idx = make([]uint32, n)
+	}
+	idx := e.idx[:n]
+	start := len(e.entries)
+	if !e.lookup(parts, idx) {
+		e.rollback(start)
+		if !mayReset || start == 0 || c.hits < c.adds {
+			c.stayOut()
+			return dst, false
+		}
+		e.reset()
+		start = 0
+		if !e.lookup(parts, idx) {
+			e.rollback(0)
+			c.stayOut()
+			return dst, false
+		}
+	}
+	adds := len(e.entries) - start
+	c.adds += adds
+	c.hits += n - adds
+	if 4*adds > 3*n {
+		c.stayOut()
+	} else {
+		c.backoff = 0
+	}
+	dst = append(dst, formChannel)
+	dst = binary.AppendUvarint(dst, uint64(start))
+	dst = binary.AppendUvarint(dst, uint64(adds))
+	if adds > 0 {
+		one := [1][]string{e.entries[start:]}
+		dst = appendStringBlock(dst, one[:])
+	}
+	return appendPackedIndexes(dst, idx, len(e.entries)), true
+}
+
+// lookup sets idx to the entry numbers of the strings of parts, adding the
+// strings it does not find, and reports whether the dictionary had room
+// for them.
+func (e *Encoder) lookup(parts [][]string, idx []uint32) bool {
+	if len(e.slots) == 0 {
+		e.slots = make([]chanSlot, 256)
+	}
+	slots, seq := e.slots, e.seq
+	mask := len(slots) - 1
+	shift := 64 - bits.Len(uint(mask))
+	for _, v := range parts {
+		for i, s := range v {
+			p, l := uintptr(unsafe.Pointer(unsafe.StringData(s))), len(s)
+			if l == 0 {
+				p = 0
+			}
+			h := int((uint64(p) ^ uint64(l)<<56) * 0x9e3779b97f4a7c15 >> shift)
+			sl := &slots[h]
+			for sl.ref != 0 && (sl.ptr != p || sl.n != l) {
+				h = (h + 1) & mask
+				sl = &slots[h]
+			}
+			if sl.ref != 0 {
+				if x := sl.ref - 1; sl.seen == seq {
+					idx[i] = x
+					continue
+				} else if int(x) < len(e.entries) && e.entries[x] == s {
+					sl.seen = seq
+					idx[i] = x
+					continue
+				}
+				// The slot's entry is another value now: a new entry
+				// takes the slot.
+			}
+			if len(e.entries) >= maxDictEntries || e.size+l+entryCost > e.limit {
+				return false
+			}
+			x := uint32(len(e.entries))
+			e.entries = append(e.entries, strings.Clone(s))
+			e.keys = append(e.keys, p)
+			e.size += l + entryCost
+			*sl = chanSlot{ptr: p, n: l, ref: x + 1, seen: seq}
+			idx[i] = x
+			if 2*len(e.entries) > len(slots) {
+				e.grow()
+				slots = e.slots
+				mask = len(slots) - 1
+				shift = 64 - bits.Len(uint(mask))
+			}
+		}
+		idx = idx[len(v):]
+	}
+	return true
+}
+
+// grow doubles the hash table and fills it from the entries; of the
+// entries added for one key, the last one wins.
+func (e *Encoder) grow() {
+	e.slots = make([]chanSlot, 2*len(e.slots))
+	e.fill()
+}
+
+// fill fills the (clear) hash table from the entries. Slots filled this way
+// are not compared yet.
+func (e *Encoder) fill() {
+	mask := len(e.slots) - 1
+	shift := 64 - bits.Len(uint(mask))
+	for x, p := range e.keys {
+		l := len(e.entries[x])
+		h := int((uint64(p) ^ uint64(l)<<56) * 0x9e3779b97f4a7c15 >> shift)
+		for {
+			sl := &e.slots[h]
+			if sl.ref == 0 || sl.ptr == p && sl.n == l {
+				*sl = chanSlot{ptr: p, n: l, ref: uint32(x) + 1}
+				break
+			}
+			h = (h + 1) & mask
+		}
+	}
+}
+
+// rollback forgets the entries from start on, which no batch carries, and
+// starts a new epoch: their numbers go to other values.
+func (e *Encoder) rollback(start int) {
+	if start == len(e.entries) {
+		return
+	}
+	for _, s := range e.entries[start:] {
+		e.size -= len(s) + entryCost
+	}
+	clear(e.entries[start:])
+	e.entries = e.entries[:start]
+	e.keys = e.keys[:start]
+	clear(e.slots)
+	e.fill()
+	e.begin()
+}
+
+// reset forgets every entry.
+func (e *Encoder) reset() {
+	clear(e.entries)
+	e.entries, e.keys, e.size = e.entries[:0], e.keys[:0], 0
+	clear(e.slots)
+	for i := range e.cols {
+		e.cols[i].adds, e.cols[i].hits = 0, 0
+	}
+	e.begin()
+}
+
+// UsesChannelDictionary reports whether data, an encoded batch, is of the
+// version whose string columns may refer to a channel dictionary: one an
+// Encoder wrote.
+func UsesChannelDictionary(data []byte) bool {
+	return len(data) > 0 && data[0] == versionChannel
+}
+
+// A Decoder decodes the batches one Encoder encoded, in order, keeping the
+// same channel dictionary. It is not safe for concurrent use. After an
+// error its dictionary is undefined: the channel is broken.
+type Decoder struct {
+	entries []string
+	size    int // as Encoder.size
+}
+
+// Decode is the package's Decode for a batch of the Decoder's channel.
+func (d *Decoder) Decode(data []byte, schema *stream.Schema) (*stream.Batch, error) {
+	return decode(data, schema, d)
+}
+
+// Clone returns a Decoder holding d's dictionary as it is now, which
+// decodes what d would decode next without changing d.
+func (d *Decoder) Clone() *Decoder {
+	return &Decoder{entries: append([]string(nil), d.entries...), size: d.size}
+}
+
+// channelColumn reads the n values of a string column in form 2.
+func (d *decoder) channelColumn(dst []string, n int) []string {
+	ch := d.ch
+	base64, added64 := d.uvarint(), d.uvarint()
+	if d.err != nil {
+		return dst[:0]
+	}
+	if base64 > uint64(len(ch.entries)) || added64 > maxDictEntries-base64 {
+		d.err = fmt.Errorf("%w: channel dictionary of %d entries keeps %d and adds %d (at most %d)",
+			ErrCorrupt, len(ch.entries), base64, added64, maxDictEntries)
+		return dst[:0]
+	}
+	base, added := int(base64), int(added64)
+	if base < len(ch.entries) {
+		clear(ch.entries[base:])
+		ch.entries = ch.entries[:base]
+		ch.size = 0
+		for _, s := range ch.entries {
+			ch.size += len(s) + entryCost
+		}
+	}
+	if added > 0 {
+		sp := scratchPool.Get().(*[]string)
+		defer func() { clear(*sp); scratchPool.Put(sp) }()
+		*sp = d.strings(*sp, added)
+		if d.err != nil {
+			return dst[:0]
+		}
+		for _, s := range *sp {
+			ch.size += len(s) + entryCost
+		}
+		ch.entries = append(ch.entries, *sp...)
+		if ch.size > MaxDictBytes {
+			d.err = fmt.Errorf("%w: channel dictionary of %d bytes exceeds the limit of %d", ErrCorrupt, ch.size, MaxDictBytes)
+			return dst[:0]
+		}
+	}
+	return d.lookup(dst, n, ch.entries)
+}

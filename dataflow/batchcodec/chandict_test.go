@@ -1,0 +1,283 @@
+package batchcodec
+
+import (
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/weirstream/weir/stream"
+)
+
+// chanSource makes batches whose string columns are of the kinds a channel
+// dictionary meets: a few values shared by every row (pooled), a larger
+// pool, values new on every row, values a source writes over one reused
+// buffer (the same data addresses hold other values from batch to batch),
+// and empty strings and nulls.
+type chanSource struct {
+	r      *rand.Rand
+	few    []string
+	urls   []string
+	buf    []byte // reused: the "reused" column's values point into it
+	serial int
+}
+
+var chanSchema = stream.MustSchema(
+	stream.Field{Name: "k", Type: stream.TypeInt64},
+	stream.Field{Name: "few", Type: stream.TypeString},
+	stream.Field{Name: "url", Type: stream.TypeString},
+	stream.Field{Name: "unique", Type: stream.TypeString},
+	stream.Field{Name: "reused", Type: stream.TypeString},
+	stream.Field{Name: "sparse", Type: stream.TypeString},
+)
+
+func newChanSource(seed uint64) *chanSource {
+	s := &chanSource{r: rand.New(rand.NewPCG(seed, 99)), buf: make([]byte, 64)}
+	for i := range 8 {
+		s.few = append(s.few, "few-"+strconv.Itoa(i))
+	}
+	for i := range 1024 {
+		s.urls = append(s.urls, "https://www.example.com/"+strings.Repeat(string(rune('a'+i%26)), 5+i%7)+"/item?id="+strconv.Itoa(i))
+	}
+	return s
+}
+
+// batch returns a batch of n rows and its rows as copies, which stay as
+// they are when the source overwrites its buffer.
+func (s *chanSource) batch(n int) (*stream.Batch, [][]any) {
+	// The reused buffer gets new contents; the "reused" column's values
+	// are 4-byte windows of it at a few offsets.
+	for i := range s.buf {
+		s.buf[i] = byte('A' + s.r.IntN(4))
+	}
+	b := stream.NewBatch(chanSchema, n)
+	for i := 0; i < n; i++ {
+		s.serial++
+		off := 4 * s.r.IntN(8)
+		reused := unsafe.String(&s.buf[off], 4)
+		var sparse any
+		switch s.r.IntN(4) {
+		case 0:
+			sparse = nil
+		case 1:
+			sparse = ""
+		default:
+			sparse = s.few[s.r.IntN(2)]
+		}
+		b.AppendRow(int64(i), s.few[s.r.IntN(len(s.few))], s.urls[s.r.IntN(len(s.urls))],
+			"u"+strconv.Itoa(s.serial), reused, sparse)
+	}
+	want := rows(b)
+	for _, row := range want {
+		for j, v := range row {
+			if str, ok := v.(string); ok {
+				row[j] = strings.Clone(str)
+			}
+		}
+	}
+	return b, want
+}
+
+// TestChannelDictionaryModel encodes a long run of batches with one
+// Encoder and decodes them in order with one Decoder, checking every row
+// against a copy taken when it was encoded. Along the way it decodes ahead
+// with clones of the Decoder (what an unaligned checkpoint does with the
+// batches its barrier overtook) and decodes stretches encoded without
+// resets with Encoder.Decoder (what it does with the batches a sender holds
+// back). Small dictionary limits make the encoder forget its entries and
+// keep columns out.
+func TestChannelDictionaryModel(t *testing.T) {
+	for _, limit := range []int{300, 4 << 10, 1 << 20} {
+		t.Run("limit "+strconv.Itoa(limit), func(t *testing.T) {
+			src := newChanSource(uint64(limit))
+			r := rand.New(rand.NewPCG(uint64(limit), 5))
+			enc := NewEncoder(limit)
+			dec := &Decoder{}
+			type sent struct {
+				data []byte
+				want [][]any
+			}
+			var queue []sent // encoded, not yet decoded by dec
+			check := func(what string, d *Decoder, s sent) {
+				t.Helper()
+				got, err := d.Decode(s.data, chanSchema)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				if !reflect.DeepEqual(rows(got), s.want) {
+					t.Fatalf("%s: rows differ after the round trip", what)
+				}
+				checkNoAlias(t, got, s.data)
+				got.Release()
+			}
+			var channelBytes, plainBytes int
+			resets := 0
+			for iter := 0; iter < 400; iter++ {
+				// A stretch held back: encoded without resets, decoded
+				// from a copy of the encoder's dictionary.
+				if r.IntN(20) == 0 {
+					var held []sent
+					for range 1 + r.IntN(5) {
+						b, want := src.batch(1 + r.IntN(300))
+						held = append(held, sent{enc.AppendBatches(nil, []*stream.Batch{b}, false), want})
+						b.Release()
+					}
+					snap := enc.Decoder()
+					for i, s := range held {
+						check("held batch "+strconv.Itoa(i)+" from the encoder's dictionary", snap, s)
+					}
+					queue = append(queue, held...)
+				}
+				b, want := src.batch(1 + r.IntN(600))
+				before, _ := enc.Len()
+				data := enc.AppendBatches(nil, []*stream.Batch{b}, true)
+				if after, _ := enc.Len(); after < before {
+					resets++
+				}
+				channelBytes += len(data)
+				plainBytes += len(Append(nil, b))
+				b.Release()
+				queue = append(queue, sent{data, want})
+				// Decode ahead with a clone now and then.
+				if r.IntN(10) == 0 {
+					peek := dec.Clone()
+					for i, s := range queue {
+						check("batch "+strconv.Itoa(i)+" decoded ahead", peek, s)
+					}
+				}
+				if r.IntN(3) == 0 {
+					for _, s := range queue {
+						check("batch "+strconv.Itoa(iter), dec, s)
+					}
+					queue = queue[:0]
+				}
+			}
+			for _, s := range queue {
+				check("last batches", dec, s)
+			}
+			entries, size := enc.Len()
+			t.Logf("channel %d bytes, per batch %d bytes (%.2f); %d resets; dictionary %d entries, %d bytes",
+				channelBytes, plainBytes, float64(channelBytes)/float64(plainBytes), resets, entries, size)
+			if size > limit {
+				t.Fatalf("the dictionary holds %d bytes, over its limit of %d", size, limit)
+			}
+			if limit == 1<<20 && channelBytes > plainBytes*3/4 {
+				t.Fatalf("with room for every recurring value the channel dictionary took %d bytes, the per-batch forms %d: want at most three quarters", channelBytes, plainBytes)
+			}
+			if limit == 4<<10 && resets == 0 {
+				t.Fatalf("a dictionary of 4 KiB never forgot its entries; the test does not test resets")
+			}
+		})
+	}
+}
+
+// TestChannelDictionaryBidLike checks what the channel dictionary is for:
+// after the first batch of a bid-like stream, a batch carries only entry
+// numbers for its URLs and channels.
+func TestChannelDictionaryBidLike(t *testing.T) {
+	b := bidLikeBatchOf(4096)
+	defer b.Release()
+	enc := NewEncoder(1 << 20)
+	dec := &Decoder{}
+	var sizes []int
+	for i := range 4 {
+		data := enc.AppendBatches(nil, []*stream.Batch{b}, true)
+		got, err := dec.Decode(data, b.Schema)
+		if err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(rows(got), rows(b)) {
+			t.Fatalf("batch %d: rows differ after the round trip", i)
+		}
+		got.Release()
+		sizes = append(sizes, len(data))
+	}
+	alone := len(Append(nil, b))
+	t.Logf("per-batch encoding %d bytes; channel encoding %v", alone, sizes)
+	if sizes[0] > alone+64 {
+		t.Fatalf("the first batch took %d bytes, the per-batch encoding %d", sizes[0], alone)
+	}
+	for i, n := range sizes[1:] {
+		if n > alone/2 {
+			t.Fatalf("batch %d took %d bytes, the per-batch encoding %d: the URLs were sent again", i+1, n, alone)
+		}
+	}
+}
+
+// TestChannelDictionaryRejects checks that a batch in form 2 fails to
+// decode, with ErrCorrupt and no panic, without its channel's decoder, from
+// a decoder that lacks the entries it names, and cut short anywhere.
+func TestChannelDictionaryRejects(t *testing.T) {
+	src := newChanSource(3)
+	enc := NewEncoder(1 << 20)
+	b1, _ := src.batch(200)
+	b2, _ := src.batch(200)
+	first := enc.AppendBatches(nil, []*stream.Batch{b1}, true)
+	second := enc.AppendBatches(nil, []*stream.Batch{b2}, true)
+	b1.Release()
+	b2.Release()
+	if _, err := Decode(first, chanSchema); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "channel dictionary") {
+		t.Fatalf("Decode without the channel's decoder: %v, want a corrupt batch naming the channel dictionary", err)
+	}
+	// The second batch names entries the first added.
+	if _, err := (&Decoder{}).Decode(second, chanSchema); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("decoding the second batch first: %v, want ErrCorrupt", err)
+	}
+	after := &Decoder{}
+	if _, err := after.Decode(first, chanSchema); err != nil {
+		t.Fatal(err)
+	}
+	for n := range len(second) {
+		if _, err := after.Clone().Decode(second[:n], chanSchema); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("the second batch cut to %d of %d bytes: %v, want ErrCorrupt", n, len(second), err)
+		}
+	}
+	if _, err := after.Decode(second, chanSchema); err != nil {
+		t.Fatalf("the second batch after the first: %v", err)
+	}
+}
+
+// TestChannelDictionaryLimit checks that a decoder refuses a dictionary
+// beyond MaxDictBytes, whatever the sender's limit.
+func TestChannelDictionaryLimit(t *testing.T) {
+	schema := stream.MustSchema(stream.Field{Name: "s", Type: stream.TypeString})
+	big := strings.Repeat("x", 1<<20)
+	dec := &Decoder{}
+	for i := 0; ; i++ {
+		b := stream.NewBatch(schema, 1)
+		b.AppendRow(strconv.Itoa(i) + big)
+		enc := NewEncoder(MaxDictBytes)
+		enc.entries = append(enc.entries, dec.entries...) // as if it had sent them
+		enc.keys = make([]uintptr, len(enc.entries))
+		enc.size = dec.size
+		enc.limit = 2 * MaxDictBytes // a sender that does not keep to the limit
+		data := enc.AppendBatches(nil, []*stream.Batch{b}, false)
+		b.Release()
+		_, err := dec.Decode(data, schema)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "exceeds the limit") {
+				t.Fatalf("batch %d: %v, want the limit named", i, err)
+			}
+			if i < MaxDictBytes>>20-1 {
+				t.Fatalf("refused at %d MiB, under the limit", i)
+			}
+			return
+		}
+		if i > MaxDictBytes>>20 {
+			t.Fatalf("the decoder took %d bytes of dictionary", dec.size)
+		}
+	}
+}
+
+func BenchmarkEncodeBidLike4096Channel(b *testing.B) {
+	batch := bidLikeBatchOf(4096)
+	enc := NewEncoder(1 << 20)
+	var buf []byte
+	for b.Loop() {
+		buf = enc.AppendBatches(buf[:0], []*stream.Batch{batch}, true)
+	}
+	b.ReportMetric(float64(len(buf))/4096, "bytes/row")
+}
