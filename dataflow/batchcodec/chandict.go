@@ -360,14 +360,15 @@ func (d *decoder) channelColumn(dst []string, n int) []string {
 		if d.err != nil {
 			return dst[:0]
 		}
+		size := ch.size
 		for _, s := range *sp {
-			ch.size += len(s) + entryCost
+			size += len(s) + entryCost
 		}
-		ch.entries = append(ch.entries, *sp...)
-		if ch.size > MaxDictBytes {
-			d.err = fmt.Errorf("%w: channel dictionary of %d bytes exceeds the limit of %d", ErrCorrupt, ch.size, MaxDictBytes)
+		if size > MaxDictBytes {
+			d.err = fmt.Errorf("%w: channel dictionary of %d bytes exceeds the limit of %d", ErrCorrupt, size, MaxDictBytes)
 			return dst[:0]
 		}
+		ch.entries, ch.size = append(ch.entries, *sp...), size
 	}
 	return d.lookup(dst, n, ch.entries)
 }

@@ -281,3 +281,55 @@ func BenchmarkEncodeBidLike4096Channel(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(buf))/4096, "bytes/row")
 }
+
+// FuzzChannelDecode decodes arbitrary input with a channel Decoder that
+// holds the dictionary of an earlier batch: it must fail cleanly or return
+// a valid batch that survives a round trip on its own, and the dictionary
+// stays within its limit.
+func FuzzChannelDecode(f *testing.F) {
+	schema := stream.MustSchema(
+		stream.Field{Name: "i", Type: stream.TypeInt64},
+		stream.Field{Name: "s", Type: stream.TypeString},
+		stream.Field{Name: "t", Type: stream.TypeString},
+	)
+	batch := func(off int) *stream.Batch {
+		b := stream.NewBatch(schema, 16)
+		for i := range 16 {
+			b.AppendRow(int64(off+i), []string{"red", "green", "blue"}[(off+i)%3], []string{"", "x"}[i%2])
+		}
+		return b
+	}
+	enc := NewEncoder(1 << 10)
+	b0, b1 := batch(0), batch(5)
+	first := enc.AppendBatches(nil, []*stream.Batch{b0}, true)
+	f.Add(enc.AppendBatches(nil, []*stream.Batch{b1}, true))
+	f.Add(Append(nil, b1))
+	f.Add([]byte{versionChannel, 1, 3, 0, 1, 0, formChannel, 9, 0})
+	b0.Release()
+	b1.Release()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dec := &Decoder{}
+		if _, err := dec.Decode(first, schema); err != nil {
+			t.Fatal(err)
+		}
+		got, err := dec.Decode(data, schema)
+		if dec.size > MaxDictBytes || len(dec.entries) > maxDictEntries {
+			t.Fatalf("the dictionary grew to %d entries, %d bytes", len(dec.entries), dec.size)
+		}
+		if err != nil {
+			return
+		}
+		if err := got.Validate(); err != nil {
+			t.Fatalf("Decode accepted input and returned an invalid batch: %v", err)
+		}
+		again, err := Decode(Append(nil, got), schema)
+		if err != nil {
+			t.Fatalf("re-encoding a decoded batch: %v", err)
+		}
+		if !reflect.DeepEqual(rows(again), rows(got)) {
+			t.Fatalf("second round trip changed the rows")
+		}
+		again.Release()
+		got.Release()
+	})
+}
