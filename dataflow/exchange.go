@@ -62,8 +62,8 @@ type ExchangeConfig struct {
 	// CoalesceRows is the rows up to which a channel to a peer gathers the
 	// consecutive batches its task sends before it sends them as one,
 	// which also stays under MaxFrameBytes by the values' estimated size:
-	// every batch crossing the network costs the same hand-offs and a
-	// string dictionary of its own, whatever its size. A channel sends
+	// every batch crossing the network costs the same hand-offs, whatever
+	// its size. A channel sends
 	// what it holds before its task waits for input, before any other
 	// event on it (watermark, barrier, end of partition) and CoalesceTimeout
 	// after it began holding, so gathering delays nothing while the task
