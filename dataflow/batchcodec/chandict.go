@@ -40,8 +40,8 @@ const MaxDictBytes = 16 << 20
 const entryCost = 64
 
 // maxDictEntries bounds the entries of a channel dictionary, so that an
-// entry number takes at most 2 bytes.
-const maxDictEntries = 1 << 16
+// entry number takes at most 2 bytes (and one plus it fits chanSlot.ref).
+const maxDictEntries = 1<<16 - 1
 
 // maxColdBatches bounds the batches a string column whose values do not
 // recur stays out of the channel dictionary (appendColumn).
@@ -68,7 +68,7 @@ type Encoder struct {
 	// the strings compared stay as they are: one AppendBatches call that
 	// forgot no entries.
 	slots []chanSlot
-	seq   uint32
+	seq   uint16
 
 	cols []chanColumn // by column number
 	idx  []uint32
@@ -90,11 +90,13 @@ func (c *chanColumn) stayOut() {
 	c.cold = c.backoff
 }
 
+// chanSlot is 16 bytes, so that a table of a few thousand entries stays
+// in the L2 cache.
 type chanSlot struct {
 	ptr  uintptr // as in slot: compared, never dereferenced
-	n    int
-	ref  uint32 // entry number + 1; 0: the slot is free
-	seen uint32
+	n    uint32  // values of 4 GiB or more are not kept
+	ref  uint16  // entry number + 1; 0: the slot is free
+	seen uint16
 }
 
 // NewEncoder returns an Encoder whose channel dictionary keeps at most
@@ -209,42 +211,50 @@ func (e *Encoder) lookup(parts [][]string, idx []uint32) bool {
 	shift := 64 - bits.Len(uint(mask))
 	for _, v := range parts {
 		for i, s := range v {
-			p, l := uintptr(unsafe.Pointer(unsafe.StringData(s))), len(s)
+			p, l := uintptr(unsafe.Pointer(unsafe.StringData(s))), uint32(len(s))
+			if int(l) != len(s) {
+				return false // 4 GiB or more
+			}
 			if l == 0 {
 				p = 0
 			}
 			h := int((uint64(p) ^ uint64(l)<<56) * 0x9e3779b97f4a7c15 >> shift)
-			sl := &slots[h]
-			for sl.ref != 0 && (sl.ptr != p || sl.n != l) {
-				h = (h + 1) & mask
-				sl = &slots[h]
-			}
-			if sl.ref != 0 {
-				if x := sl.ref - 1; sl.seen == seq {
-					idx[i] = x
-					continue
-				} else if int(x) < len(e.entries) && e.entries[x] == s {
-					sl.seen = seq
-					idx[i] = x
+			for {
+				sl := &slots[h]
+				if sl.ref != 0 && (sl.ptr != p || sl.n != l) {
+					h = (h + 1) & mask
 					continue
 				}
-				// The slot's entry is another value now: a new entry
-				// takes the slot.
-			}
-			if len(e.entries) >= maxDictEntries || e.size+l+entryCost > e.limit {
-				return false
-			}
-			x := uint32(len(e.entries))
-			e.entries = append(e.entries, strings.Clone(s))
-			e.keys = append(e.keys, p)
-			e.size += l + entryCost
-			*sl = chanSlot{ptr: p, n: l, ref: x + 1, seen: seq}
-			idx[i] = x
-			if 2*len(e.entries) > len(slots) {
-				e.grow()
-				slots = e.slots
-				mask = len(slots) - 1
-				shift = 64 - bits.Len(uint(mask))
+				if sl.ref != 0 {
+					x := uint32(sl.ref - 1)
+					if sl.seen == seq {
+						idx[i] = x
+						break
+					}
+					if int(x) < len(e.entries) && e.entries[x] == s {
+						sl.seen = seq
+						idx[i] = x
+						break
+					}
+					// The slot's entry is another value now: a new
+					// entry takes the slot.
+				}
+				if len(e.entries) >= maxDictEntries || len(s) > e.limit-e.size-entryCost {
+					return false
+				}
+				x := uint32(len(e.entries))
+				e.entries = append(e.entries, strings.Clone(s))
+				e.keys = append(e.keys, p)
+				e.size += len(s) + entryCost
+				*sl = chanSlot{ptr: p, n: l, ref: uint16(x + 1), seen: seq}
+				idx[i] = x
+				if 2*len(e.entries) > len(slots) {
+					e.grow()
+					slots = e.slots
+					mask = len(slots) - 1
+					shift = 64 - bits.Len(uint(mask))
+				}
+				break
 			}
 		}
 		idx = idx[len(v):]
@@ -265,12 +275,12 @@ func (e *Encoder) fill() {
 	mask := len(e.slots) - 1
 	shift := 64 - bits.Len(uint(mask))
 	for x, p := range e.keys {
-		l := len(e.entries[x])
+		l := uint32(len(e.entries[x]))
 		h := int((uint64(p) ^ uint64(l)<<56) * 0x9e3779b97f4a7c15 >> shift)
 		for {
 			sl := &e.slots[h]
 			if sl.ref == 0 || sl.ptr == p && sl.n == l {
-				*sl = chanSlot{ptr: p, n: l, ref: uint32(x) + 1}
+				*sl = chanSlot{ptr: p, n: l, ref: uint16(x + 1)}
 				break
 			}
 			h = (h + 1) & mask
