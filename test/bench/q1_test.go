@@ -187,7 +187,9 @@ func BenchmarkQ1Parallelism2TwoTaskManagers(b *testing.B) {
 		}
 	}
 	fmt.Printf("q1_p2_two_taskmanagers_events=%d\n", events)
-	fmt.Printf("q1_exchange_batch_bytes_per_event=%.1f\n", q1BatchBytesPerEvent(b))
+	alone, channel := q1BatchBytesPerEvent(b)
+	fmt.Printf("q1_exchange_batch_bytes_per_event=%.1f\n", alone)
+	fmt.Printf("q1_exchange_channel_bytes_per_event=%.1f\n", channel)
 	fmt.Printf("q1_p2_two_taskmanagers_events_per_sec=%.0f\n", best)
 	fmt.Printf("q1_p2_two_taskmanagers_tls_events_per_sec=%.0f\n", bestTLS)
 	if cpu[plain] > 0 && cpu[secured] > 0 {
@@ -228,8 +230,10 @@ func taskManagersCPU(c *clustertest.Cluster) int64 {
 // q1BatchBytesPerEvent is the size of the network encoding (batchcodec,
 // what crosses the exchange in a frame, before gRPC's and TLS's framing)
 // of the q1 source's batches, per event: the source subtask 0 of 2, as in
-// BenchmarkQ1Parallelism2TwoTaskManagers, over its first 64 batches.
-func q1BatchBytesPerEvent(tb testing.TB) float64 {
+// BenchmarkQ1Parallelism2TwoTaskManagers, over its first 64 batches, each
+// encoded on its own (alone) and in turn with one channel dictionary of
+// the default size (channel), as one channel sends them.
+func q1BatchBytesPerEvent(tb testing.TB) (alone, channel float64) {
 	g := q1Graph(tb, 1<<30, 2)
 	src := g.Vertices[0]
 	var cfg connectors.DatagenConfig
@@ -244,24 +248,28 @@ func q1BatchBytesPerEvent(tb testing.TB) float64 {
 		tb.Fatal(err)
 	}
 	defer d.Close()
-	c := &encodedSize{}
+	c := &encodedSize{enc: batchcodec.NewEncoder(dataflow.DefaultDictionaryBytes)}
 	for range 64 {
 		if _, err := d.Poll(context.Background(), c); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	return float64(c.bytes) / float64(c.rows)
+	return float64(c.bytes) / float64(c.rows), float64(c.channelBytes) / float64(c.rows)
 }
 
-// encodedSize is a collector that adds up the encoded size of the batches.
+// encodedSize is a collector that adds up the encoded size of the
+// batches: each on its own, and with the channel dictionary enc.
 type encodedSize struct {
-	buf         []byte
-	bytes, rows int64
+	buf                       []byte
+	enc                       *batchcodec.Encoder
+	bytes, channelBytes, rows int64
 }
 
 func (c *encodedSize) Collect(b *stream.Batch) {
 	c.buf = batchcodec.Append(c.buf[:0], b)
 	c.bytes += int64(len(c.buf))
+	c.buf = c.enc.AppendBatches(c.buf[:0], []*stream.Batch{b}, true)
+	c.channelBytes += int64(len(c.buf))
 	c.rows += int64(b.Len())
 	b.Release()
 }
