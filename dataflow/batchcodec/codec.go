@@ -235,10 +235,7 @@ func appendPacked(dst []byte, parts [][]int64, n int) []byte {
 		if !set {
 			lo, hi, set = v[0], v[0], true
 		}
-		for _, x := range v {
-			lo = min(lo, x)
-			hi = max(hi, x)
-		}
+		lo, hi = minMax(v, lo, hi)
 	}
 	base := uint64(lo)
 	w := (bits.Len64(uint64(hi)-base) + 7) >> 3
@@ -254,20 +251,36 @@ func appendPacked(dst []byte, parts [][]int64, n int) []byte {
 	if w == 0 {
 		return dst
 	}
-	// Each value is stored as 8 bytes at its w-byte slot; the bytes past
-	// the slot are zero and the next value overwrites them. The slice is
-	// cut back to the slots at the end.
+	// pack may store 8 bytes at the last slot; the slice is cut back to
+	// the slots at the end.
 	start := len(dst)
 	end := start + n*w
 	dst = grow(dst, end+8)
 	out := dst[start : end+8]
 	for _, v := range parts {
-		for i, x := range v {
-			binary.LittleEndian.PutUint64(out[i*w:], uint64(x)-base)
-		}
+		pack(out, v, w, base)
 		out = out[len(v)*w:]
 	}
 	return dst[:end]
+}
+
+// minMax returns the least and the greatest of lo, hi and the values of v,
+// with four pairs of accumulators so that the comparisons of neighbouring
+// values do not wait on each other.
+func minMax(v []int64, lo, hi int64) (int64, int64) {
+	lo1, hi1, lo2, hi2, lo3, hi3 := lo, hi, lo, hi, lo, hi
+	for len(v) >= 4 {
+		a, b, c, d := v[0], v[1], v[2], v[3]
+		lo, hi = min(lo, a), max(hi, a)
+		lo1, hi1 = min(lo1, b), max(hi1, b)
+		lo2, hi2 = min(lo2, c), max(hi2, c)
+		lo3, hi3 = min(lo3, d), max(hi3, d)
+		v = v[4:]
+	}
+	for _, x := range v {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return min(lo, lo1, lo2, lo3), max(hi, hi1, hi2, hi3)
 }
 
 // appendPackedIndexes is appendPacked for dictionary entry numbers, all
@@ -282,11 +295,38 @@ func appendPackedIndexes(dst []byte, idx []uint32, entries int) []byte {
 	start := len(dst)
 	end := start + len(idx)*w
 	dst = grow(dst, end+8)
-	out := dst[start : end+8]
-	for i, x := range idx {
-		binary.LittleEndian.PutUint64(out[i*w:], uint64(x))
-	}
+	pack(dst[start:end+8], idx, w, 0)
 	return dst[:end]
+}
+
+// pack stores each value of v less base in w bytes (1 ≤ w < 8), little
+// endian, back to back at the start of out, which has 8 bytes to spare:
+// for widths other than 1, 2 and 4 each value is stored as 8 bytes that
+// the next one overwrites.
+func pack[T int64 | uint32](out []byte, v []T, w int, base uint64) {
+	switch w {
+	case 1:
+		o := out[:len(v)]
+		for i, x := range v {
+			o[i] = byte(uint64(x) - base)
+		}
+	case 2:
+		o := out[:2*len(v)]
+		for _, x := range v {
+			binary.LittleEndian.PutUint16(o, uint16(uint64(x)-base))
+			o = o[2:]
+		}
+	case 4:
+		o := out[:4*len(v)]
+		for _, x := range v {
+			binary.LittleEndian.PutUint32(o, uint32(uint64(x)-base))
+			o = o[4:]
+		}
+	default:
+		for i, x := range v {
+			binary.LittleEndian.PutUint64(out[i*w:], uint64(x)-base)
+		}
+	}
 }
 
 // grow returns dst with length n (at least len(dst)), keeping its content.

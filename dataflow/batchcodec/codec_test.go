@@ -39,7 +39,7 @@ func randomBatch(r *rand.Rand) *stream.Batch {
 	bases := make([]int64, nf)
 	pools := make([][]string, nf)
 	for j := range fields {
-		spans[j] = []int64{0, 1, 255, 256, 1 << 20, 1 << 40, 1 << 56, math.MaxInt64}[r.IntN(8)]
+		spans[j] = []int64{0, 1, 255, 256, 1 << 20, 1 << 30, 1 << 35, 1 << 40, 1 << 56, math.MaxInt64}[r.IntN(10)]
 		bases[j] = r.Int64() - math.MaxInt64/2
 		if r.IntN(2) == 0 {
 			pools[j] = make([]string, 1+r.IntN(300))
