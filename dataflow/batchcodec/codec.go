@@ -701,6 +701,28 @@ func unpack[T int64 | uint32](dst []T, src []byte, w int, base uint64) {
 		}
 		return
 	}
+	switch {
+	case w == 1 && len(src) >= len(dst):
+		s := src[:len(dst)]
+		for i := range dst {
+			dst[i] = T(base + uint64(s[i]))
+		}
+		return
+	case w == 2 && len(src) >= 2*len(dst):
+		s := src[:2*len(dst)]
+		for i := range dst {
+			dst[i] = T(base + uint64(binary.LittleEndian.Uint16(s)))
+			s = s[2:]
+		}
+		return
+	case w == 4 && len(src) >= 4*len(dst):
+		s := src[:4*len(dst)]
+		for i := range dst {
+			dst[i] = T(base + uint64(binary.LittleEndian.Uint32(s)))
+			s = s[4:]
+		}
+		return
+	}
 	mask := uint64(1)<<(8*uint(w)) - 1
 	i := 0
 	for ; i < len(dst) && i*w+8 <= len(src); i++ {
