@@ -89,18 +89,31 @@ func decompressPayload(src []byte) (*[]byte, error) {
 	return buf, nil
 }
 
-// decodePayload decodes the batch a network event carries, decompressing
-// it first if it is compressed, with the channel dictionary dec.
-func decodePayload(e *event, schema *stream.Schema, dec *batchcodec.Decoder) (*stream.Batch, error) {
+// plainPayload returns the encoding a network event carries, decompressed
+// if it is compressed: then also the pooled buffer holding it, which the
+// caller returns to exchangePool.
+func plainPayload(e *event) ([]byte, *[]byte, error) {
 	if !e.zstd {
-		return dec.Decode(e.data(), schema)
+		return e.data(), nil, nil
 	}
 	raw, err := decompressPayload(e.data())
 	if err != nil {
+		return nil, nil, err
+	}
+	return *raw, raw, nil
+}
+
+// decodePayload decodes the batch a network event carries with the channel
+// dictionary dec.
+func decodePayload(e *event, schema *stream.Schema, dec *batchcodec.Decoder) (*stream.Batch, error) {
+	data, raw, err := plainPayload(e)
+	if err != nil {
 		return nil, err
 	}
-	defer exchangePool.Put(raw)
-	return dec.Decode(*raw, schema)
+	if raw != nil {
+		defer exchangePool.Put(raw)
+	}
+	return dec.Decode(data, schema)
 }
 
 // selfContained returns the batch of e encoded on its own, without a
@@ -113,14 +126,12 @@ func selfContained(e *event, dec *batchcodec.Decoder, schema *stream.Schema) ([]
 	if e.batch != nil {
 		return batchcodec.Append(nil, e.batch), nil
 	}
-	data := e.data()
-	if e.zstd {
-		raw, err := decompressPayload(data)
-		if err != nil {
-			return nil, err
-		}
+	data, raw, err := plainPayload(e)
+	if err != nil {
+		return nil, err
+	}
+	if raw != nil {
 		defer exchangePool.Put(raw)
-		data = *raw
 	}
 	if !batchcodec.UsesChannelDictionary(data) {
 		return bytes.Clone(data), nil

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/weirstream/weir/dataflow/batchcodec"
 	"github.com/weirstream/weir/internal/errkind"
 	"github.com/weirstream/weir/proto/weirpb"
+	"github.com/weirstream/weir/stream"
 )
 
 // This file is the network adapter of the exchange: the only code that sees
@@ -157,7 +157,7 @@ func (c *peerConn) closeChannel(o *outputChannel) <-chan struct{} {
 
 // enqueue queues e for sending; the caller holds the credit a batch needs.
 // A batch is encoded here, on the sending task's goroutine, and released,
-// unless it comes encoded (outputChannel.flushLinger).
+// unless it comes encoded (outputChannel.put or flushLinger).
 func (c *peerConn) enqueue(o *outputChannel, e event) error {
 	select {
 	case <-c.done:
@@ -167,12 +167,11 @@ func (c *peerConn) enqueue(o *outputChannel, e event) error {
 	}
 	it := outItem{id: o.id, kind: e.kind, value: e.value, ts: e.ts, full: e.full, unaligned: e.unaligned, final: e.final}
 	if e.kind == eventBatch {
-		buf := e.buf // encoded by flushLinger
+		buf := e.buf // encoded by put or flushLinger
 		if buf == nil {
-			buf = exchangePool.Get(max(o.payloadHint, 1024))
-			*buf = batchcodec.Append((*buf)[:0], e.batch)
+			one := [1]*stream.Batch{e.batch}
+			buf = o.encode(one[:])
 			e.batch.Release()
-			o.payloadHint = len(*buf)
 		}
 		if c.x.cfg.Compression == CompressionZstd {
 			if z := compressPayload(*buf); z != nil {

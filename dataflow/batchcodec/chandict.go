@@ -122,7 +122,7 @@ func (e *Encoder) Len() (entries, bytes int) { return len(e.entries), e.size }
 // Decoder returns a Decoder holding e's dictionary as it is now. It decodes
 // the batches e encoded since it last forgot its entries, in order.
 func (e *Encoder) Decoder() *Decoder {
-	return &Decoder{entries: append([]string(nil), e.entries...), size: e.size}
+	return (&Decoder{entries: e.entries, size: e.size}).Clone()
 }
 
 // begin starts an epoch for an AppendBatches call.
@@ -218,7 +218,7 @@ func (e *Encoder) lookup(parts [][]string, idx []uint32) bool {
 			if l == 0 {
 				p = 0
 			}
-			h := int((uint64(p) ^ uint64(l)<<56) * 0x9e3779b97f4a7c15 >> shift)
+			h := slotOf(p, int(l), shift)
 			for {
 				sl := &slots[h]
 				if sl.ref != 0 && (sl.ptr != p || sl.n != l) {
@@ -276,7 +276,7 @@ func (e *Encoder) fill() {
 	shift := 64 - bits.Len(uint(mask))
 	for x, p := range e.keys {
 		l := uint32(len(e.entries[x]))
-		h := int((uint64(p) ^ uint64(l)<<56) * 0x9e3779b97f4a7c15 >> shift)
+		h := slotOf(p, int(l), shift)
 		for {
 			sl := &e.slots[h]
 			if sl.ref == 0 || sl.ptr == p && sl.n == l {

@@ -70,7 +70,7 @@ const (
 
 const flagTimes = 1
 
-// The forms of a string column (version 2).
+// The forms of a string column (versions 2 and 3).
 const (
 	formPlain   = 0
 	formDict    = 1
@@ -487,7 +487,7 @@ func (e *encoder) dictionary(parts [][]string, n int) bool {
 				p = 0
 			}
 			plain += n
-			h := int((uint64(p) ^ uint64(n)<<56) * 0x9e3779b97f4a7c15 >> shift)
+			h := slotOf(p, n, shift)
 			for {
 				sl := &slots[h]
 				if sl.gen != gen {
@@ -515,6 +515,13 @@ func (e *encoder) dictionary(parts [][]string, n int) bool {
 	plainSize := plain + n
 	dictSize := dict + len(e.entries) + n*w + 10
 	return dictSize <= plainSize-plainSize/8
+}
+
+// slotOf is the home slot, in a table of 2^(64-shift) slots, of a string
+// with data address p and length n: the hash tables of both dictionaries
+// find strings by where they are stored.
+func slotOf(p uintptr, n int, shift int) int {
+	return int((uint64(p) ^ uint64(n)<<56) * 0x9e3779b97f4a7c15 >> shift)
 }
 
 // Decode decodes data, which must hold exactly one encoded batch, into a new
