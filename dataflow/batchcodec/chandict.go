@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"runtime/metrics"
 	"strings"
 	"unsafe"
 
@@ -62,13 +63,20 @@ type Encoder struct {
 
 	// slots is an open-addressing hash table from a string's data address
 	// and length to its entry, at most half full. A slot's entry is only
-	// trusted after its value was compared with the string's: data
-	// addresses are reused for other values once a batch is released.
-	// seen marks a slot compared in the current epoch (seq), during which
-	// the strings compared stay as they are: one AppendBatches call that
-	// forgot no entries.
+	// trusted after its value was compared with the string's: once the
+	// strings of a batch are garbage, their addresses can be reused for
+	// other values. seen marks a slot compared in the current epoch (seq),
+	// during which an address compared holds the same value: AppendBatches
+	// calls that forgot no entries, with no garbage collection finished
+	// between them (begin).
 	slots []chanSlot
 	seq   uint16
+
+	// gcCycles returns the garbage collections finished so far (the
+	// runtime's count; a test's stand-in); gc is its value at the epoch's
+	// start.
+	gcCycles func() uint64
+	gc       uint64
 
 	cols []chanColumn // by column number
 	idx  []uint32
@@ -103,7 +111,14 @@ type chanSlot struct {
 // limitBytes (at most MaxDictBytes): the bytes of its values and 64 bytes
 // an entry.
 func NewEncoder(limitBytes int) *Encoder {
-	return &Encoder{limit: min(max(limitBytes, 0), MaxDictBytes)}
+	return &Encoder{limit: min(max(limitBytes, 0), MaxDictBytes), gcCycles: gcCyclesDone}
+}
+
+// gcCyclesDone returns the garbage collections the runtime finished.
+func gcCyclesDone() uint64 {
+	s := [1]metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s[:])
+	return s[0].Value.Uint64()
 }
 
 // AppendBatches is the package's AppendBatches with e's channel
@@ -125,8 +140,29 @@ func (e *Encoder) Decoder() *Decoder {
 	return (&Decoder{entries: e.entries, size: e.size}).Clone()
 }
 
-// begin starts an epoch for an AppendBatches call.
+// begin starts an AppendBatches call, and a new epoch if a garbage
+// collection finished since the last one started.
+//
+// An epoch may span calls. The collector frees memory only in the sweep
+// that follows a collection's mark phase, and the count of finished
+// collections goes up while the world is stopped at the end of that phase,
+// before any sweep. A string compared in this epoch was live when it was
+// compared (its batch held it), so no collection finished before then
+// frees it, and while the count stays as read at the epoch's start no
+// later one has finished. So an address compared in this epoch still holds
+// the same object, and a later batch's string at that address and length
+// has the same bytes: strings are immutable, however a source made them.
+// The count is read before the batches are encoded; their strings exist
+// already.
 func (e *Encoder) begin() {
+	if c := e.gcCycles(); c != e.gc || e.seq == 0 {
+		e.gc = c
+		e.newEpoch()
+	}
+}
+
+// newEpoch starts an epoch: no slot counts as compared.
+func (e *Encoder) newEpoch() {
 	e.seq++
 	if e.seq == 0 { // wrapped: no slot may look compared
 		for i := range e.slots {
@@ -302,7 +338,7 @@ func (e *Encoder) rollback(start int) {
 	e.keys = e.keys[:start]
 	clear(e.slots)
 	e.fill()
-	e.begin()
+	e.newEpoch()
 }
 
 // reset forgets every entry.
@@ -313,7 +349,7 @@ func (e *Encoder) reset() {
 	for i := range e.cols {
 		e.cols[i].adds, e.cols[i].hits = 0, 0
 	}
-	e.begin()
+	e.newEpoch()
 }
 
 // UsesChannelDictionary reports whether data, an encoded batch, is of the

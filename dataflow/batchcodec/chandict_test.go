@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,15 +15,28 @@ import (
 
 // chanSource makes batches whose string columns are of the kinds a channel
 // dictionary meets: a few values shared by every row (pooled), a larger
-// pool, values new on every row, values a source writes over one reused
-// buffer (the same data addresses hold other values from batch to batch),
-// and empty strings and nulls.
+// pool, values new on every row, values over one buffer that the source
+// writes anew for every batch (the same data addresses hold other values
+// from batch to batch, as memory the garbage collector freed does), and
+// empty strings and nulls.
 type chanSource struct {
 	r      *rand.Rand
 	few    []string
 	urls   []string
 	buf    []byte // reused: the "reused" column's values point into it
 	serial int
+	// collections stands in for the runtime's count of garbage
+	// collections (Encoder.gcCycles): it goes up whenever buf gets new
+	// contents, as one must before freed memory is used again.
+	collections uint64
+}
+
+// newEncoder returns an Encoder like NewEncoder's that counts s's
+// collections.
+func (s *chanSource) newEncoder(limitBytes int) *Encoder {
+	e := NewEncoder(limitBytes)
+	e.gcCycles = func() uint64 { return s.collections }
+	return e
 }
 
 var chanSchema = stream.MustSchema(
@@ -53,6 +67,7 @@ func (s *chanSource) batch(n int) (*stream.Batch, [][]any) {
 	for i := range s.buf {
 		s.buf[i] = byte('A' + s.r.IntN(4))
 	}
+	s.collections++
 	b := stream.NewBatch(chanSchema, n)
 	for i := 0; i < n; i++ {
 		s.serial++
@@ -94,7 +109,7 @@ func TestChannelDictionaryModel(t *testing.T) {
 		t.Run("limit "+strconv.Itoa(limit), func(t *testing.T) {
 			src := newChanSource(uint64(limit))
 			r := rand.New(rand.NewPCG(uint64(limit), 5))
-			enc := NewEncoder(limit)
+			enc := src.newEncoder(limit)
 			dec := &Decoder{}
 			type sent struct {
 				data []byte
@@ -212,7 +227,7 @@ func TestChannelDictionaryBidLike(t *testing.T) {
 // a decoder that lacks the entries it names, and cut short anywhere.
 func TestChannelDictionaryRejects(t *testing.T) {
 	src := newChanSource(3)
-	enc := NewEncoder(1 << 20)
+	enc := src.newEncoder(1 << 20)
 	b1, _ := src.batch(200)
 	b2, _ := src.batch(200)
 	first := enc.AppendBatches(nil, []*stream.Batch{b1}, true)
@@ -321,4 +336,61 @@ func FuzzChannelDecode(f *testing.F) {
 		}
 		checkAccepted(t, got, schema)
 	})
+}
+
+// TestChannelDictionaryAfterCollections encodes batches of strings made
+// anew for each batch and dropped after it, with a garbage collection
+// between batches, so that later strings take the addresses of earlier
+// ones: the Encoder must not take them for the values it compared before
+// the collection.
+func TestChannelDictionaryAfterCollections(t *testing.T) {
+	schema := stream.MustSchema(stream.Field{Name: "s", Type: stream.TypeString})
+	r := rand.New(rand.NewPCG(7, 7))
+	enc := NewEncoder(1 << 20)
+	dec := &Decoder{}
+	seen := map[uintptr]string{} // data address → the last value there
+	reused := 0
+	for iter := range 40 {
+		b := stream.NewBatch(schema, 256)
+		for range 256 {
+			// 24 bytes of 4 letters: an allocation of one size class,
+			// whose freed slots the next batch's strings take.
+			buf := make([]byte, 24)
+			for i := range buf {
+				buf[i] = byte('a' + r.IntN(4))
+			}
+			b.AppendRow(string(buf))
+		}
+		want := rows(b)
+		for _, s := range b.Cols[0].Strs {
+			p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+			if old, ok := seen[p]; ok && old != s {
+				reused++
+			}
+			seen[p] = strings.Clone(s)
+		}
+		data := enc.AppendBatches(nil, []*stream.Batch{b}, true)
+		got, err := dec.Decode(data, schema)
+		if err != nil {
+			t.Fatalf("batch %d: %v", iter, err)
+		}
+		if !reflect.DeepEqual(rows(got), want) {
+			t.Fatalf("batch %d: rows differ after the round trip", iter)
+		}
+		got.Release()
+		b.Release()
+		runtime.GC()
+	}
+	if reused == 0 {
+		t.Fatalf("no string took the address of an earlier one: the test did not exercise reuse")
+	}
+	t.Logf("%d strings at the address of an earlier, other value", reused)
+}
+
+func TestGCCyclesDone(t *testing.T) {
+	before := gcCyclesDone()
+	runtime.GC()
+	if after := gcCyclesDone(); after <= before {
+		t.Fatalf("garbage collections finished: %d before runtime.GC, %d after", before, after)
+	}
 }
