@@ -25,9 +25,14 @@ type ExchangeConfig struct {
 	SelfAddress string
 	// CreditsPerChannel is the number of batches a channel may hold in flight
 	// (queued at the sender, on the wire and buffered at the receiver
-	// together). Default 4. The receiver enforces it: a peer that sends a
-	// batch beyond the credits granted to it has its stream closed, which
-	// fails the tasks on both ends.
+	// together). Default 8: a busy channel between taskmanagers waits for
+	// credits its consumer returned through two processes' schedulers,
+	// and on a loaded machine 4 batches in flight do not cover that wait
+	// (Flink gives a busy channel 2 buffers of its own and up to 8 more of
+	// its gate's). Under backpressure the sender's byte budget and the
+	// receiver's MemoryBytes bound what the credits allow. The receiver
+	// enforces them: a peer that sends a batch beyond the credits granted
+	// to it has its stream closed, which fails the tasks on both ends.
 	CreditsPerChannel int
 	// MemoryBytes is the exchange's network memory: the bytes of batches
 	// received from peers that may wait in the consumers' buffers, across
@@ -100,7 +105,7 @@ const maxCoalesceRows = 1 << 20
 
 // Default values of ExchangeConfig.
 const (
-	DefaultCreditsPerChannel = 4
+	DefaultCreditsPerChannel = 8
 	DefaultMaxFrameBytes     = 1 << 20
 	DefaultMemoryBytes       = 64 << 20
 	DefaultCoalesceRows      = 4096

@@ -45,7 +45,8 @@ type Config struct {
 	// Slots is the number of task slots offered. Default 2.
 	Slots int
 	// CreditsPerChannel is the number of batches a receiver buffers per
-	// input channel (credit-based flow control). Default 4.
+	// input channel (credit-based flow control). Default
+	// dataflow.DefaultCreditsPerChannel (8).
 	CreditsPerChannel int
 	// ExchangeMemoryBytes is the network memory of the data exchange: the
 	// bytes of batches from other taskmanagers that may wait in this
@@ -188,7 +189,7 @@ func DefaultConfig() Config {
 		JobManagerAddress:       "127.0.0.1:6123",
 		RPCAddress:              "127.0.0.1:0",
 		Slots:                   2,
-		CreditsPerChannel:       4,
+		CreditsPerChannel:       dataflow.DefaultCreditsPerChannel,
 		ExchangeMemoryBytes:     dataflow.DefaultMemoryBytes,
 		DebloatTarget:           DefaultDebloatTarget,
 		ExchangeCompression:     dataflow.CompressionNone,

@@ -55,7 +55,7 @@ func TestConfigValidate(t *testing.T) {
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig()
 	if c.ID == "" || c.JobManagerAddress != "127.0.0.1:6123" || c.RPCAddress != "127.0.0.1:0" ||
-		c.Slots != 2 || c.CreditsPerChannel != 4 || c.RegisterRetry != time.Second || c.CheckpointAckDelay != 50*time.Millisecond {
+		c.Slots != 2 || c.CreditsPerChannel != 8 || c.RegisterRetry != time.Second || c.CheckpointAckDelay != 50*time.Millisecond {
 		t.Fatalf("DefaultConfig() = %+v; does not match the documented defaults", c)
 	}
 }
