@@ -144,8 +144,24 @@ type Config struct {
 	// it off, and GOMEMLIMIT still bounds the heap. 0: the Go runtime's
 	// default. At most 1 TiB. Default 64 MiB (DefaultGCHeapFloorBytes).
 	GCHeapFloorBytes int64
-	Logger           *slog.Logger
+	// CPUCores is the number of CPUs the taskmanager's Go runtime runs
+	// goroutines on at once (GOMAXPROCS): the cores its slots share, like
+	// Flink's taskmanager.cpu.cores. 0: the runtime's default, the CPUs
+	// the process may use (its CPU affinity and its container's CPU
+	// limit). Set it to each one's share when several taskmanagers share a
+	// machine without containers: otherwise each schedules for every core,
+	// together they run more busy threads than there are cores, and the
+	// operating system's switching between them and the caches they evict
+	// cost CPU (about a fifth more an event on the network exchange
+	// benchmark, two taskmanagers on two cores). `weir local` does so. It
+	// is process-wide: the last taskmanager started in a process sets it.
+	// At most 4096.
+	CPUCores int
+	Logger   *slog.Logger
 }
+
+// maxCPUCores bounds Config.CPUCores.
+const maxCPUCores = 4096
 
 // DefaultGCHeapFloorBytes is the default Config.GCHeapFloorBytes: a small
 // part of what a taskmanager's state caches and network buffers take, and
@@ -291,6 +307,9 @@ func (c *Config) Validate() error {
 	if c.GCHeapFloorBytes < 0 || c.GCHeapFloorBytes > maxGCHeapFloorBytes {
 		return fmt.Errorf("taskmanager config: gc heap floor bytes %d: must be between 0 (the Go runtime's default) and %d (default %d)",
 			c.GCHeapFloorBytes, int64(maxGCHeapFloorBytes), int64(DefaultGCHeapFloorBytes))
+	}
+	if c.CPUCores < 0 || c.CPUCores > maxCPUCores {
+		return fmt.Errorf("taskmanager config: cpu cores %d: must be between 0 (the CPUs the process may use) and %d", c.CPUCores, maxCPUCores)
 	}
 	if c.CheckpointAckDelay < 0 || c.CheckpointAckDelay > maxCheckpointAckDelay {
 		return fmt.Errorf("taskmanager config: checkpoint ack delay %v: must be between 0 (no batching by time) and %v (default %v)",

@@ -36,6 +36,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative state cache", func(c *Config) { c.StateCacheBytes = -1 }, "state cache bytes -1"},
 		{"negative gc heap floor", func(c *Config) { c.GCHeapFloorBytes = -1 }, "gc heap floor bytes -1: must be between 0"},
 		{"gc heap floor too large", func(c *Config) { c.GCHeapFloorBytes = 1<<40 + 1 }, "gc heap floor bytes 1099511627777"},
+		{"negative cpu cores", func(c *Config) { c.CPUCores = -1 }, "cpu cores -1: must be between 0"},
+		{"cpu cores too many", func(c *Config) { c.CPUCores = 4097 }, "cpu cores 4097"},
 		{"state cache too small per slot", func(c *Config) { c.StateCacheBytes, c.Slots = 300<<10, 2 }, "153600 bytes per slot (2 slots)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -264,6 +265,10 @@ func (tm *TaskManager) MetricsAddr() string { return tm.metricsAddr }
 func (tm *TaskManager) Run(ctx context.Context) error {
 	if gctune.SetFloor(tm.cfg.GCHeapFloorBytes) {
 		tm.log.Debug("garbage collection heap floor", "bytes", gctune.Floor())
+	}
+	if n := tm.cfg.CPUCores; n > 0 {
+		runtime.GOMAXPROCS(n)
+		tm.log.Info("running on a share of the CPUs", "cpu_cores", n, "cpus", runtime.NumCPU())
 	}
 	if tm.tempState {
 		// Private and unpredictable: other local users can neither read

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -34,7 +35,8 @@ func newLocalCommand() *cobra.Command {
 		Use:   "local",
 		Short: "Run a jobmanager and N taskmanagers on this machine (no external services)",
 		Long: "local starts a jobmanager and N taskmanagers as child processes of this one and keeps them\n" +
-			"running: a taskmanager that exits is started again. Ctrl-C stops them all.",
+			"running: a taskmanager that exits is started again. Ctrl-C stops them all. Each taskmanager\n" +
+			"runs on an equal share of this machine's CPUs (--cpu-cores), at least one.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.taskManagers < 1 || cfg.slots < 1 {
@@ -65,10 +67,13 @@ func runLocal(ctx context.Context, out io.Writer, cfg localConfig) error {
 	}
 	children := []child{{name: "jobmanager", args: []string{"jobmanager",
 		"--rpc-address", cfg.rpcAddress, "--rest-address", cfg.restAddress, "--log-level", cfg.logLevel}}}
+	// The taskmanagers share the machine's CPUs rather than each
+	// scheduling for all of them (taskmanager.Config.CPUCores).
+	cores := strconv.Itoa(max(1, runtime.NumCPU()/cfg.taskManagers))
 	for i := 1; i <= cfg.taskManagers; i++ {
 		children = append(children, child{name: "taskmanager-" + strconv.Itoa(i), args: []string{"taskmanager",
 			"--id", "local-tm-" + strconv.Itoa(i), "--jobmanager", cfg.rpcAddress, "--slots", strconv.Itoa(cfg.slots),
-			"--log-level", cfg.logLevel}})
+			"--cpu-cores", cores, "--log-level", cfg.logLevel}})
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -210,6 +210,7 @@ func taskManagerSettings(cfg *taskmanager.Config) []setting {
 		{"tls.cert", "tls-cert", "this taskmanager's certificate (PEM, role taskmanager, issued for its --id)", &cfg.TLS.CertFile},
 		{"tls.key", "tls-key", "the private key of --tls-cert (PEM)", &cfg.TLS.KeyFile},
 		{"stateCacheBytes", "state-cache-bytes", "memory for keyed-state caches: half is one Pebble block cache all slots share, the other half is divided among the slots, a quarter of each share to the timer index and the rest to the write-back value cache (0: a 64 MiB block cache per slot, shared, and 64 MiB value cache + 8 MiB timer index per Pebble backend)", &cfg.StateCacheBytes},
+		{"cpuCores", "cpu-cores", "CPUs the taskmanager runs on at once (GOMAXPROCS); when several share a machine without containers, give each its share (0: all the process may use)", &cfg.CPUCores},
 		{"gcHeapFloorBytes", "gc-heap-floor-bytes", "let the Go heap grow to this many bytes before a garbage collection, however little is live; above it GOGC applies (0: the Go default; GOGC in the environment turns it off)", &cfg.GCHeapFloorBytes},
 		{"ha.mode", "ha", "how to find the jobmanager: none (--jobmanager), or etcd (the leader named in etcd, followed across takeovers)", &cfg.HA.Mode},
 		{"ha.endpoints", "ha-etcd-endpoints", "etcd client URLs for --ha etcd, comma-separated", &cfg.HA.Endpoints},

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,14 +34,24 @@ import (
 // each batch as it comes (--exchange-coalesce-rows 0):
 // exchange_remote_uncoalesced_vs_local against exchange_remote_vs_local is
 // what gathering batches gains, in the same run.
+//
+// Each cluster has the machine's CPUs: the one taskmanager of the first
+// all of them, each of the two of the others half of them (--cpu-cores,
+// as `weir local` gives them), so that both sides have a CPU per slot. A
+// fifth cluster's two taskmanagers each schedule for every CPU, as they
+// do when nobody gives them a share: exchange_remote_all_cpus_vs_local
+// against exchange_remote_vs_local is what sharing the CPUs gains.
 func BenchmarkExchangeRemoteVsLocal(b *testing.B) {
 	events := envInt("WEIR_BENCH_EXCHANGE_EVENTS", 20_000_000)
+	share := strconv.Itoa(max(1, runtime.NumCPU()/2))
 	local := clustertest.Start(b, clustertest.Options{TaskManagers: 1, Slots: 2, LogLevel: "info"})
-	remote := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, LogLevel: "info"})
+	remote := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, LogLevel: "info",
+		TaskManagerArgs: []string{"--cpu-cores", share}})
 	zstd := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, LogLevel: "info",
-		TaskManagerArgs: []string{"--exchange-compression", "zstd"}})
+		TaskManagerArgs: []string{"--cpu-cores", share, "--exchange-compression", "zstd"}})
 	uncoalesced := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, LogLevel: "info",
-		TaskManagerArgs: []string{"--exchange-coalesce-rows", "0"}})
+		TaskManagerArgs: []string{"--cpu-cores", share, "--exchange-coalesce-rows", "0"}})
+	allCPUs := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: 1, LogLevel: "info"})
 	type result struct {
 		el    time.Duration
 		cpuNs int64
@@ -76,7 +87,7 @@ func BenchmarkExchangeRemoteVsLocal(b *testing.B) {
 			sent:  exchangeSentBytes(b, c) - sent0,
 		}
 	}
-	var bestLocal, bestRemote, bestZstd, bestUncoalesced result
+	var bestLocal, bestRemote, bestZstd, bestUncoalesced, bestAllCPUs result
 	for i := 0; i < b.N; i++ {
 		for round := 0; round < 3; round++ {
 			if r := run(local, 1); bestLocal.el == 0 || r.el < bestLocal.el {
@@ -90,6 +101,9 @@ func BenchmarkExchangeRemoteVsLocal(b *testing.B) {
 			}
 			if r := run(uncoalesced, 2); bestUncoalesced.el == 0 || r.el < bestUncoalesced.el {
 				bestUncoalesced = r
+			}
+			if r := run(allCPUs, 2); bestAllCPUs.el == 0 || r.el < bestAllCPUs.el {
+				bestAllCPUs = r
 			}
 		}
 	}
@@ -109,9 +123,11 @@ func BenchmarkExchangeRemoteVsLocal(b *testing.B) {
 	fmt.Printf("exchange_remote_bytes_per_event_crossing=%.1f\n", bestRemote.sent/float64(events/2))
 	fmt.Printf("exchange_remote_uncoalesced_vs_local=%.2f\n", bestLocal.el.Seconds()/bestUncoalesced.el.Seconds())
 	fmt.Printf("exchange_remote_uncoalesced_bytes_per_event_crossing=%.1f\n", bestUncoalesced.sent/float64(events/2))
+	fmt.Printf("exchange_remote_all_cpus_vs_local=%.2f\n", bestLocal.el.Seconds()/bestAllCPUs.el.Seconds())
 	fmt.Printf("exchange_remote_zstd_events_per_sec=%.0f\n", float64(events)/bestZstd.el.Seconds())
 	fmt.Printf("exchange_remote_zstd_bytes_per_event_crossing=%.1f\n", bestZstd.sent/float64(events/2))
-	if bestLocal.cpuNs > 0 && bestRemote.cpuNs > 0 && bestZstd.cpuNs > 0 && bestUncoalesced.cpuNs > 0 {
+	if bestLocal.cpuNs > 0 && bestRemote.cpuNs > 0 && bestZstd.cpuNs > 0 && bestUncoalesced.cpuNs > 0 && bestAllCPUs.cpuNs > 0 {
+		fmt.Printf("exchange_remote_all_cpus_cpu_ns_per_event=%.0f\n", float64(bestAllCPUs.cpuNs)/float64(events))
 		fmt.Printf("exchange_remote_uncoalesced_cpu_ns_per_event=%.0f\n", float64(bestUncoalesced.cpuNs)/float64(events))
 		fmt.Printf("exchange_remote_zstd_cpu_ns_per_event=%.0f\n", float64(bestZstd.cpuNs)/float64(events))
 		fmt.Printf("exchange_local_cpu_ns_per_event=%.0f\n", float64(bestLocal.cpuNs)/float64(events))

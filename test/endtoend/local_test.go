@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,6 +73,14 @@ func TestWeirLocalRestartsTaskManagers(t *testing.T) {
 	pid := childPID(t, local.Process.Pid, "local-tm-1")
 	if pid == 0 {
 		t.Fatal("no child process of weir local runs taskmanager local-tm-1")
+	}
+	// Each of the two runs on half of the CPUs (at least one).
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "\x00--cpu-cores\x00" + strconv.Itoa(max(1, runtime.NumCPU()/2)) + "\x00"; !strings.Contains(string(cmdline), want) {
+		t.Errorf("taskmanager local-tm-1 runs as %q, want --cpu-cores %d", strings.ReplaceAll(string(cmdline), "\x00", " "), max(1, runtime.NumCPU()/2))
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
