@@ -60,11 +60,11 @@ func TestGatedTaskTakesUnalignedBarrier(t *testing.T) {
 			})
 			defer r.stop()
 			// The middle task's input holds every batch its credits allow,
-			// and its output is full.
+			// and its output is full: it waits for credit now.
 			in := channelKey{JobID: specs[1].JobID, Attempt: 1, UpstreamVertex: 0, DownstreamVertex: 1}
 			waitFor(t, "the middle task's input and output to be full", func() bool {
-				return len(p.queued()) >= credits && bufferedBatches(c.x, in) >= credits &&
-					r.tasks[1].Metrics().BackpressuredTime() > 0
+				return p.batches() >= credits && bufferedBatches(c.x, in) >= credits &&
+					r.tasks[1].Metrics().backpressured()
 			})
 			if err := r.tasks[0].TriggerUnalignedCheckpoint(1, 1001); err != nil {
 				t.Fatal(err)

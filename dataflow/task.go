@@ -189,6 +189,13 @@ func (m *meter) read() time.Duration {
 	return d
 }
 
+// active reports whether a wait is in progress.
+func (m *meter) active() bool {
+	m.Lock()
+	defer m.Unlock()
+	return !m.since.IsZero()
+}
+
 func (m *meter) start() {
 	m.Lock()
 	m.since = time.Now()
@@ -209,6 +216,11 @@ func (m *meter) end() {
 // because a downstream input buffer was full, the wait in progress
 // included. It never decreases. Safe for concurrent use.
 func (m *Metrics) BackpressuredTime() time.Duration { return m.backpressure.read() }
+
+// backpressured reports whether the task waits for credit now: a task
+// blocked sending a batch, or a source whose deferred channels hold
+// batches that wait for credit. Safe for concurrent use.
+func (m *Metrics) backpressured() bool { return m.backpressure.active() }
 
 // IdleTime returns how long the task has waited so far for something to
 // do: for input to arrive in its buffers (a task with inputs), for its

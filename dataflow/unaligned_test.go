@@ -67,6 +67,17 @@ func (p *probe) queued() []eventKind {
 	return kinds
 }
 
+// batches returns how many batches are buffered in the channel.
+func (p *probe) batches() int {
+	n := 0
+	for _, k := range p.queued() {
+		if k == eventBatch {
+			n++
+		}
+	}
+	return n
+}
+
 // overtaken returns the ids of the rows buffered in the channel that the
 // barrier of unaligned checkpoint id overtook, in order.
 func (p *probe) overtaken(id int64) []int64 {
@@ -227,8 +238,11 @@ func TestSourceTriggerUnderBackpressure(t *testing.T) {
 
 			p := openProbe(t, dst.x, keyFor(3))
 			r := startCk(t, []*TaskSpec{specFor(3)}, reg, stream.ExactlyOnce, 0, nil, func(*TaskSpec) *Exchange { return src.x })
+			// The consumer holds all the batches the credits allow, and
+			// the source holds more, waiting for credit (backpressure
+			// from before the channel connected does not count).
 			waitFor(t, "the source to be backpressured with the channel full", func() bool {
-				return len(p.queued()) >= credits && r.tasks[0].Metrics().BackpressuredTime() > 0
+				return p.batches() >= credits && r.tasks[0].Metrics().backpressured()
 			})
 			trigger := r.tasks[0].TriggerCheckpoint
 			if tc.unaligned {
