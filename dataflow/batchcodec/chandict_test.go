@@ -297,6 +297,29 @@ func BenchmarkEncodeBidLike4096Channel(b *testing.B) {
 	b.ReportMetric(float64(len(buf))/4096, "bytes/row")
 }
 
+// BenchmarkDecodeBidLike4096Channel decodes a batch whose strings the
+// channel's dictionary holds already (the second batch on the channel).
+func BenchmarkDecodeBidLike4096Channel(b *testing.B) {
+	batch := bidLikeBatchOf(4096)
+	enc := NewEncoder(1 << 20)
+	first := enc.AppendBatches(nil, []*stream.Batch{batch}, true)
+	second := enc.AppendBatches(nil, []*stream.Batch{batch}, true)
+	dec := &Decoder{}
+	got, err := dec.Decode(first, batch.Schema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	got.Release()
+	for b.Loop() {
+		got, err := dec.Decode(second, batch.Schema)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got.Release()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/4096, "ns/row")
+}
+
 // FuzzChannelDecode decodes arbitrary input with a channel Decoder that
 // holds the dictionary of an earlier batch: it must fail cleanly or return
 // a valid batch that survives a round trip on its own, and the dictionary
@@ -322,6 +345,7 @@ func FuzzChannelDecode(f *testing.F) {
 	f.Add([]byte{versionChannel, 1, 3, 0, 1, 0, formChannel, 9, 0})
 	b0.Release()
 	b1.Release()
+	lowDecodedFloor(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dec := &Decoder{}
 		if _, err := dec.Decode(first, schema); err != nil {

@@ -81,6 +81,19 @@ const (
 // cannot make it allocate without limit.
 const maxRows = 1 << 26
 
+// A batch's values of fixed size (8 bytes a number, 16 a string's header,
+// 1 a boolean, 8 an event time) take rows × their size decoded, but a
+// column whose rows are all equal takes about ten bytes encoded whatever
+// the rows: without a bound a frame of a few dozen bytes could make the
+// decoder allocate gigabytes. A decoder accepts a batch whose values of
+// fixed size take at most decodedFloor plus decodedRatio bytes for each
+// byte of its encoding: only a batch of millions of values nearly all
+// equal takes more.
+const decodedRatio = 256
+
+// decodedFloor is a variable so that the fuzz targets can lower it.
+var decodedFloor = 64 << 20
+
 // ErrCorrupt marks input that is not a valid encoding.
 var ErrCorrupt = errors.New("batchcodec: corrupt batch")
 
@@ -562,6 +575,9 @@ func decode(data []byte, schema *stream.Schema, ch *Decoder) (*stream.Batch, err
 		return nil, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, flags)
 	}
 	n := int(rows64)
+	if size, limit := fixedSize(schema, n, flags&flagTimes != 0), decodedFloor+decodedRatio*len(data); size > limit {
+		return nil, fmt.Errorf("%w: %d rows of %d columns take %d bytes decoded, more than the %d bytes allowed a batch of %d bytes encoded", ErrCorrupt, n, len(schema.Fields), size, limit, len(data))
+	}
 	b := stream.NewBatch(schema, 0)
 	words := (n + 63) >> 6
 	for i := range b.Cols {
@@ -617,6 +633,26 @@ func decode(data []byte, schema *stream.Schema, ch *Decoder) (*stream.Batch, err
 	}
 	b.SetLen(n)
 	return b, nil
+}
+
+// fixedSize returns the bytes that n rows of schema's values of fixed
+// size take decoded, with their event times if times.
+func fixedSize(schema *stream.Schema, n int, times bool) int {
+	perRow := 0
+	for _, f := range schema.Fields {
+		switch f.Type {
+		case stream.TypeBool:
+			perRow++
+		case stream.TypeString:
+			perRow += 16
+		default:
+			perRow += 8
+		}
+	}
+	if times {
+		perRow += 8
+	}
+	return n * perRow
 }
 
 type decoder struct {
@@ -849,15 +885,45 @@ func (d *decoder) lookup(dst []string, n int, entries []string) []string {
 	if d.take(n * w); d.err != nil {
 		return dst[:0]
 	}
+	k := len(entries)
+	switch w {
+	case 1:
+		// Entry numbers of one or two bytes are checked in one pass and
+		// looked up in a second, without unpacking them first.
+		s := rest[:n]
+		if n > 0 && int(maxOf(s)) >= k {
+			return d.badEntry(dst, s, n, 1, k)
+		}
+		dst = resize(dst, n)
+		for i, x := range s {
+			dst[i] = entries[x]
+		}
+		return dst
+	case 2:
+		// rest as n pairs of bytes (take checked their length), so that
+		// the loops need no bounds checks.
+		s := unsafe.Slice((*[2]byte)(unsafe.Pointer(unsafe.SliceData(rest))), n)
+		hi := 0
+		for _, b := range s {
+			hi = max(hi, int(b[0])|int(b[1])<<8)
+		}
+		if n > 0 && hi >= k {
+			return d.badEntry(dst, rest, n, 2, k)
+		}
+		dst = resize(dst, n)
+		for i, b := range s {
+			dst[i] = entries[int(b[0])|int(b[1])<<8]
+		}
+		return dst
+	}
 	ip := idxPool.Get().(*[]uint32)
 	defer idxPool.Put(ip)
 	idx := resize(*ip, n)
 	*ip = idx
 	unpack(idx, rest, w, 0)
 	dst = resize(dst, n)
-	k := uint32(len(entries))
 	for i, x := range idx {
-		if x >= k {
+		if x >= uint32(k) {
 			clear(dst)
 			d.err = fmt.Errorf("%w: row %d names dictionary entry %d of %d", ErrCorrupt, i, x, k)
 			return dst[:0]
@@ -865,6 +931,31 @@ func (d *decoder) lookup(dst []string, n int, entries []string) []string {
 		dst[i] = entries[x]
 	}
 	return dst
+}
+
+// maxOf returns the greatest byte of s (0 for none).
+func maxOf(s []byte) byte {
+	var m byte
+	for _, b := range s {
+		m = max(m, b)
+	}
+	return m
+}
+
+// badEntry fails d for the first entry number of the n packed in s, w
+// bytes each (1 or 2), that is not below k, and returns dst empty.
+func (d *decoder) badEntry(dst []string, s []byte, n, w, k int) []string {
+	for i := range n {
+		x := int(s[i*w])
+		if w == 2 {
+			x |= int(s[i*w+1]) << 8
+		}
+		if x >= k {
+			d.err = fmt.Errorf("%w: row %d names dictionary entry %d of %d", ErrCorrupt, i, x, k)
+			break
+		}
+	}
+	return dst[:0]
 }
 
 var idxPool = sync.Pool{New: func() any { return new([]uint32) }}

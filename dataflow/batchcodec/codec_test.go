@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -230,6 +231,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Append(nil, d))
 	f.Add([]byte{})
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f, 3, 0})
+	lowDecodedFloor(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := Decode(data, schema)
 		if err != nil {
@@ -433,6 +435,26 @@ func TestDecodeRejectsBadDictionary(t *testing.T) {
 		t.Fatalf("got %v, want %v", rows(got), want)
 	}
 	got.Release()
+	// The same with entry numbers of width 2.
+	width2 := []byte{2, 0, 0, 0, 0, 0, 0, 0, 0}
+	got, err = Decode(append(append(slices.Clone(head), width2...), 0, 0, 1, 0, 1, 0, 0, 0), schema)
+	if err != nil {
+		t.Fatalf("valid dictionary, width 2: %v", err)
+	}
+	if want := [][]any{{"a"}, {"b"}, {"b"}, {"a"}}; !reflect.DeepEqual(rows(got), want) {
+		t.Fatalf("width 2: got %v, want %v", rows(got), want)
+	}
+	got.Release()
+	for name, enc := range map[string][]byte{
+		"width 1": append(append(slices.Clone(head), base0...), 0, 1, 2, 0),
+		"width 2": append(append(slices.Clone(head), width2...), 0, 0, 1, 0, 2, 0, 0, 0),
+		"width 4": append(append(slices.Clone(head), 4, 0, 0, 0, 0, 0, 0, 0, 0), 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0),
+	} {
+		_, err := Decode(enc, schema)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "row 2 names dictionary entry 2 of 2") {
+			t.Errorf("entry out of range, %s: got %v, want ErrCorrupt naming row 2", name, err)
+		}
+	}
 	for name, enc := range map[string][]byte{
 		"entry out of range": append(append(slices.Clone(head), base0...), 0, 1, 2, 0),
 		"nonzero base":       append(append(slices.Clone(head), 1, 1, 0, 0, 0, 0, 0, 0, 0), 0, 1, 1, 0),
@@ -544,5 +566,61 @@ func TestAppendBatches(t *testing.T) {
 			p.Release()
 		}
 		b.Release()
+	}
+}
+
+// lowDecodedFloor lowers the decoder's floor on a batch's decoded size for
+// the rest of tb's run, so that a fuzz input that claims millions of equal
+// values costs a fuzz worker a megabyte, not 64.
+func lowDecodedFloor(tb testing.TB) {
+	old := decodedFloor
+	decodedFloor = 1 << 20
+	tb.Cleanup(func() { decodedFloor = old })
+}
+
+// A batch whose values of fixed size would take more decoded than its
+// encoding allows (decodedFloor + decodedRatio × its bytes) is refused
+// before anything is allocated for it; one of a million equal values, well
+// within the bound, decodes.
+func TestDecodeBoundsDecodedSize(t *testing.T) {
+	schema := stream.MustSchema(stream.Field{Name: "i", Type: stream.TypeInt64}, stream.Field{Name: "s", Type: stream.TypeString})
+	b := stream.NewBatch(schema, 1<<20)
+	for range 1 << 20 {
+		b.AppendRow(int64(7), "same")
+	}
+	defer b.Release()
+	enc := Append(nil, b)
+	if len(enc) > 100 {
+		t.Fatalf("a million equal rows took %d bytes encoded; the test wants a tiny encoding", len(enc))
+	}
+	got, err := Decode(enc, schema)
+	if err != nil {
+		t.Fatalf("a million equal rows (24 MiB decoded): %v", err)
+	}
+	if got.Len() != 1<<20 || got.Cols[0].Ints[1<<20-1] != 7 || got.Cols[1].Strs[1<<20-1] != "same" {
+		t.Fatalf("decoded %d rows, last %v", got.Len(), got.Row(got.Len()-1))
+	}
+	got.Release()
+
+	// 2^26 rows (the most a batch may have) of the same two columns, in a
+	// few dozen bytes: 1.5 GiB decoded.
+	huge := []byte{version, 0x80, 0x80, 0x80, 0x20, 2, 0,
+		byte(stream.TypeInt64), 0, 0, 7, 0, 0, 0, 0, 0, 0, 0,
+		byte(stream.TypeString), 0, formDict, 1, 4, 's', 'a', 'm', 'e', 4, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = Decode(huge, schema)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "67108864 rows of 2 columns take 1610612736 bytes decoded") {
+		t.Fatalf("2^26 equal rows in %d bytes: got %v, want ErrCorrupt naming the decoded size", len(huge), err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("refusing the batch allocated %d bytes; want only its error's", n)
+	}
+
+	// With the floor lowered, the million rows are refused too.
+	lowDecodedFloor(t)
+	if _, err := Decode(enc, schema); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a million equal rows with a floor of 1 MiB: got %v, want ErrCorrupt", err)
 	}
 }
