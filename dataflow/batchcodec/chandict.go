@@ -203,7 +203,8 @@ func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, n int, mayRe
 	}
 	idx := e.idx[:n]
 	start := len(e.entries)
-	if !e.lookup(parts, idx) {
+	hi, ok := e.lookup(parts, idx)
+	if !ok {
 		e.rollback(start)
 		if !mayReset || start == 0 || c.hits < c.adds {
 			c.stayOut()
@@ -211,7 +212,7 @@ func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, n int, mayRe
 		}
 		e.reset()
 		start = 0
-		if !e.lookup(parts, idx) {
+		if hi, ok = e.lookup(parts, idx); !ok {
 			e.rollback(0)
 			c.stayOut()
 			return dst, false
@@ -232,13 +233,16 @@ func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, n int, mayRe
 		one := [1][]string{e.entries[start:]}
 		dst = appendStringBlock(dst, one[:])
 	}
-	return appendPackedIndexes(dst, idx, len(e.entries)), true
+	// The entry numbers take the width the greatest of them needs, not
+	// the dictionary's size: a column of a few values added early (a
+	// country next to a thousand URLs) takes a byte a row.
+	return appendPackedIndexes(dst, idx, int(hi)+1), true
 }
 
 // lookup sets idx to the entry numbers of the strings of parts, adding the
-// strings it does not find, and reports whether the dictionary had room
-// for them.
-func (e *Encoder) lookup(parts [][]string, idx []uint32) bool {
+// strings it does not find, and returns the greatest entry number and
+// whether the dictionary had room for them.
+func (e *Encoder) lookup(parts [][]string, idx []uint32) (hi uint32, ok bool) {
 	if len(e.slots) == 0 {
 		e.slots = make([]chanSlot, 256)
 	}
@@ -249,7 +253,7 @@ func (e *Encoder) lookup(parts [][]string, idx []uint32) bool {
 		for i, s := range v {
 			p, l := uintptr(unsafe.Pointer(unsafe.StringData(s))), uint32(len(s))
 			if int(l) != len(s) {
-				return false // 4 GiB or more
+				return 0, false // 4 GiB or more
 			}
 			if l == 0 {
 				p = 0
@@ -264,26 +268,26 @@ func (e *Encoder) lookup(parts [][]string, idx []uint32) bool {
 				if sl.ref != 0 {
 					x := uint32(sl.ref - 1)
 					if sl.seen == seq {
-						idx[i] = x
+						idx[i], hi = x, max(hi, x)
 						break
 					}
 					if int(x) < len(e.entries) && e.entries[x] == s {
 						sl.seen = seq
-						idx[i] = x
+						idx[i], hi = x, max(hi, x)
 						break
 					}
 					// The slot's entry is another value now: a new
 					// entry takes the slot.
 				}
 				if len(e.entries) >= maxDictEntries || len(s) > e.limit-e.size-entryCost {
-					return false
+					return 0, false
 				}
 				x := uint32(len(e.entries))
 				e.entries = append(e.entries, strings.Clone(s))
 				e.keys = append(e.keys, p)
 				e.size += len(s) + entryCost
 				*sl = chanSlot{ptr: p, n: l, ref: uint16(x + 1), seen: seq}
-				idx[i] = x
+				idx[i], hi = x, x
 				if 2*len(e.entries) > len(slots) {
 					e.grow()
 					slots = e.slots
@@ -295,7 +299,7 @@ func (e *Encoder) lookup(parts [][]string, idx []uint32) bool {
 		}
 		idx = idx[len(v):]
 	}
-	return true
+	return hi, true
 }
 
 // grow doubles the hash table and fills it from the entries; of the
