@@ -268,7 +268,7 @@ func (tm *TaskManager) Run(ctx context.Context) error {
 	}
 	if n := tm.cfg.CPUCores; n > 0 {
 		runtime.GOMAXPROCS(n)
-		tm.log.Info("running on a share of the CPUs", "cpu_cores", n, "cpus", runtime.NumCPU())
+		tm.log.Info("goroutines run on a set number of CPUs at once (GOMAXPROCS)", "cpu_cores", n, "cpus_available", runtime.NumCPU())
 	}
 	if tm.tempState {
 		// Private and unpredictable: other local users can neither read
