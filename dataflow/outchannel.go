@@ -25,8 +25,9 @@ type outputChannel struct {
 	// (task goroutine only), to size the next one's buffer.
 	payloadHint int
 	// dictBytes, above 0, is the size of the channel dictionary of a
-	// channel to a peer (ExchangeConfig.DictionaryBytes); enc, its encoder,
-	// made for the first batch with a string column. With enc the channel
+	// channel to a peer whose batches have string columns
+	// (ExchangeConfig.DictionaryBytes); enc, its encoder, made for the
+	// first batch. With enc the channel
 	// encodes each batch as it takes it (put), so that batches are encoded
 	// in the order they are sent, as the receiver decodes them. Task
 	// goroutine only.
@@ -264,7 +265,7 @@ func (o *outputChannel) overtake(e event) error {
 // waits there with the dictionary as it is.
 func (o *outputChannel) encode(bs []*stream.Batch) *[]byte {
 	buf := exchangePool.Get(max(o.payloadHint, 1024))
-	if o.enc == nil && o.dictBytes > 0 && hasStrings(bs[0].Schema) {
+	if o.enc == nil && o.dictBytes > 0 {
 		o.enc = batchcodec.NewEncoder(o.dictBytes)
 	}
 	if o.enc != nil {
@@ -276,7 +277,11 @@ func (o *outputChannel) encode(bs []*stream.Batch) *[]byte {
 	return buf
 }
 
+// hasStrings reports whether schema s has a string column.
 func hasStrings(s *stream.Schema) bool {
+	if s == nil {
+		return false
+	}
 	for _, f := range s.Fields {
 		if f.Type == stream.TypeString {
 			return true

@@ -1237,7 +1237,7 @@ func (t *Task) openOutputs(w *outputWriter) error {
 			}
 			ch.backpressure = &t.metrics
 			ch.deferred = w.deferred
-			if ch.conn != nil && t.x.cfg.DictionaryBytes > 0 {
+			if ch.conn != nil && t.x.cfg.DictionaryBytes > 0 && hasStrings(t.outputSchema(i)) {
 				ch.dictBytes = t.x.cfg.DictionaryBytes
 			}
 			if ch.conn != nil && t.x.cfg.CoalesceRows > 1 {
