@@ -54,6 +54,10 @@ var (
 	bidChannels = []string{"Google", "Facebook", "Baidu", "Apple", "Bing", "DuckDuckGo", "Twitter", "Reddit"}
 	bidURLs     = makeBidURLs()
 	bidExtras   = makeBidExtras()
+
+	bidChannelDict = stream.NewStringDict(bidChannels)
+	bidURLDict     = stream.NewStringDict(bidURLs)
+	bidExtraDict   = stream.NewStringDict(bidExtras)
 )
 
 func makeBidURLs() []string {
@@ -200,25 +204,18 @@ func (g *bidColumn) fill(c *stream.Column, seq, stride int64, n int) {
 			seq += stride
 		}
 	default:
-		out := strsOf(c, n)
-		fs := g.fs
+		// The values come from fixed pools: the column says which
+		// (stream.Column.Dict), so an exchange encodes it by code.
+		var dict *stream.StringDict
 		switch g.field {
 		case bidFChannel:
-			for j := range out {
-				out[j] = bidChannel(seqHash(fs, seq))
-				seq += stride
-			}
+			dict = bidChannelDict
 		case bidFURL:
-			for j := range out {
-				out[j] = bidURL(seqHash(fs, seq))
-				seq += stride
-			}
+			dict = bidURLDict
 		default:
-			for j := range out {
-				out[j] = bidExtra(seqHash(fs, seq))
-				seq += stride
-			}
+			dict = bidExtraDict
 		}
+		fillFromDict(c, dict, g.fs, seq, stride, n)
 	}
 }
 

@@ -390,7 +390,7 @@ func (cfg *DatagenConfig) compile() (*datagenPlan, error) {
 				for n := range pool {
 					pool[n] = f.Prefix + strconv.FormatUint(uint64(n), 10)
 				}
-				g = &poolGen{fs: fs, pool: pool}
+				g = newPoolGen(fs, pool)
 			default:
 				g = &formatKeyGen{fs: fs, card: card, prefix: f.Prefix}
 			}
@@ -413,7 +413,7 @@ func (cfg *DatagenConfig) compile() (*datagenPlan, error) {
 				for k := range pool {
 					pool[k] = randomWord(mix64(fs^uint64(k)), n)
 				}
-				g = &poolGen{fs: fs, pool: pool}
+				g = newPoolGen(fs, pool)
 			}
 		case "timestamp":
 			start, _ := f.timeStart("")
@@ -423,7 +423,7 @@ func (cfg *DatagenConfig) compile() (*datagenPlan, error) {
 			}
 			g = &timestampGen{fs: fs, start: start, step: step, jitter: uint64(f.JitterMillis)}
 		case "oneof":
-			g = &poolGen{fs: fs, pool: append([]string(nil), f.Values...)}
+			g = newPoolGen(fs, append([]string(nil), f.Values...))
 		}
 		p.cols = append(p.cols, g)
 	}
@@ -496,6 +496,16 @@ func strsOf(c *stream.Column, n int) []string {
 	return c.Strs
 }
 
+// codesOf sizes the column's dictionary codes for n rows
+// (stream.Column.Codes).
+func codesOf(c *stream.Column, n int) []uint32 {
+	if cap(c.Codes) < n {
+		c.Codes = make([]uint32, n)
+	}
+	c.Codes = c.Codes[:n]
+	return c.Codes
+}
+
 func boolsOf(c *stream.Column, n int) []bool {
 	if cap(c.Bools) < n {
 		c.Bools = make([]bool, n)
@@ -536,19 +546,32 @@ func (g *intKeyGen) fill(c *stream.Column, seq, stride int64, n int) {
 	}
 }
 
-// poolGen picks uniformly from strings built once.
+// poolGen picks uniformly from strings built once. Its columns say which
+// (stream.Column.Dict), so an exchange encodes them by code.
 type poolGen struct {
 	fs   uint64
-	pool []string
+	dict *stream.StringDict
+}
+
+func newPoolGen(fs uint64, pool []string) *poolGen {
+	return &poolGen{fs: fs, dict: stream.NewStringDict(pool)}
 }
 
 func (g *poolGen) fill(c *stream.Column, seq, stride int64, n int) {
-	out := strsOf(c, n)
-	size := uint64(len(g.pool))
+	fillFromDict(c, g.dict, g.fs, seq, stride, n)
+}
+
+// fillFromDict fills c with n values of d, the one for seq chosen by the
+// field seed fs, and says which (stream.Column.Dict).
+func fillFromDict(c *stream.Column, d *stream.StringDict, fs uint64, seq, stride int64, n int) {
+	out, codes := strsOf(c, n), codesOf(c, n)
+	vals := d.Values
 	for j := range out {
-		out[j] = g.pool[below(seqHash(g.fs, seq), size)]
+		k := below(seqHash(fs, seq), uint64(len(vals)))
+		out[j], codes[j] = vals[k], uint32(k)
 		seq += stride
 	}
+	c.Dict = d
 }
 
 // formatKeyGen formats keys of a large key space into one buffer per batch:

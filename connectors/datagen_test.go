@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/weirstream/weir/stream"
 )
@@ -435,6 +436,64 @@ func TestDatagenBatchDelay(t *testing.T) {
 		_, err := NewDatagen(DatagenConfig{Preset: "bid", RatePerSecond: 80, BatchDelay: bad})
 		if err == nil || !strings.Contains(err.Error(), "batchDelay") {
 			t.Errorf("batchDelay %q: error %v, want one naming batchDelay", bad, err)
+		}
+	}
+}
+
+// TestDatagenDictionaryHints checks that every string column datagen fills
+// from a pool says so (stream.Column.Dict, Codes) and that the hint holds on
+// every row, for the bid preset and the configurable kinds: key with a
+// small cardinality, random strings and oneof. Columns formatted per row
+// (key with a large cardinality) have none.
+func TestDatagenDictionaryHints(t *testing.T) {
+	for _, tc := range []struct {
+		cfg    DatagenConfig
+		hinted []string
+	}{
+		{DatagenConfig{Preset: "bid", Rows: 3000, Seed: 5, BatchSize: 256}, []string{"channel", "url", "extra"}},
+		{testDatagenConfig(t), []string{"key", "s", "tag"}},
+	} {
+		d, err := NewDatagen(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Open(t.Context(), octxFor(0, 1)); err != nil {
+			t.Fatal(err)
+		}
+		var c collector
+		for range 1000 {
+			st, err := d.Poll(context.Background(), &c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st == stream.PollEnd {
+				break
+			}
+		}
+		if len(c.batches) < 2 {
+			t.Fatalf("%s: %d batches", tc.cfg.Preset, len(c.batches))
+		}
+		for _, b := range c.batches {
+			var hinted []string
+			for j := range b.Cols {
+				col := &b.Cols[j]
+				if col.Dict == nil {
+					continue
+				}
+				hinted = append(hinted, b.Schema.Fields[j].Name)
+				if len(col.Codes) != len(col.Strs) {
+					t.Fatalf("column %s: %d codes for %d rows", b.Schema.Fields[j].Name, len(col.Codes), len(col.Strs))
+				}
+				for i, s := range col.Strs {
+					v := col.Dict.Values[col.Codes[i]]
+					if unsafe.StringData(v) != unsafe.StringData(s) || len(v) != len(s) {
+						t.Fatalf("column %s row %d: code %d names another value", b.Schema.Fields[j].Name, i, col.Codes[i])
+					}
+				}
+			}
+			if !reflect.DeepEqual(hinted, tc.hinted) {
+				t.Fatalf("columns with a dictionary: %v, want %v", hinted, tc.hinted)
+			}
 		}
 	}
 }

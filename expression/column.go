@@ -77,6 +77,7 @@ func copyColumn(dst, src *stream.Column, n int) {
 	case stream.TypeBool:
 		dst.Bools = append(dst.Bools, src.Bools[:n]...)
 	}
+	dst.CopyDict(src, n)
 	if src.Nulls == nil || n == 0 {
 		dst.Nulls = nil
 		return

@@ -219,3 +219,42 @@ func TestDecodeConfigRejectsUnknownFields(t *testing.T) {
 		t.Fatalf("DecodeConfig(misspelt) = %v", err)
 	}
 }
+
+// TestBatchFilterKeepsDictionaryHint checks that Filter keeps a string
+// column's codes in step with its values, drops a hint whose codes do not
+// cover the rows, and that a released batch comes back without one.
+func TestBatchFilterKeepsDictionaryHint(t *testing.T) {
+	s := MustSchema(Field{"a", TypeString}, Field{"b", TypeString})
+	d := NewStringDict([]string{"x", "y", "z"})
+	b := NewBatch(s, 8)
+	for i := range 10 {
+		b.Cols[0].Strs = append(b.Cols[0].Strs, d.Values[i%3])
+		b.Cols[0].Codes = append(b.Cols[0].Codes, uint32(i%3))
+		b.Cols[1].Strs = append(b.Cols[1].Strs, d.Values[i%3])
+	}
+	b.Cols[0].Dict = d
+	b.Cols[1].Dict, b.Cols[1].Codes = d, []uint32{0, 1} // codes for 2 of 10 rows
+	b.SetLen(10)
+	b.Filter([]int{1, 2, 5, 9})
+	if len(b.Cols[0].Codes) != 4 {
+		t.Fatalf("%d codes for 4 rows", len(b.Cols[0].Codes))
+	}
+	for i, v := range b.Cols[0].Strs {
+		if d.Values[b.Cols[0].Codes[i]] != v {
+			t.Fatalf("row %d: %q, its code names %q", i, v, d.Values[b.Cols[0].Codes[i]])
+		}
+	}
+	if b.Cols[1].Dict != nil || len(b.Cols[1].Codes) != 0 {
+		t.Fatalf("a hint with codes for 2 of 10 rows survived Filter")
+	}
+	b.Release()
+	for range 4 { // the pool may hand out another batch
+		nb := NewBatch(s, 8)
+		for j := range nb.Cols {
+			if nb.Cols[j].Dict != nil || len(nb.Cols[j].Codes) != 0 {
+				t.Fatalf("a new batch's column %d has a dictionary hint", j)
+			}
+		}
+		defer nb.Release()
+	}
+}

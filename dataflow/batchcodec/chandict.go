@@ -80,6 +80,10 @@ type Encoder struct {
 
 	cols []chanColumn // by column number
 	idx  []uint32
+
+	// trans translates the codes of columns with a dictionary hint
+	// (lookupCodes), for the last maxHintDicts dictionaries seen.
+	trans []dictTranslation
 }
 
 // chanColumn is what an Encoder knows of one string column: the values it
@@ -186,7 +190,7 @@ func (e *Encoder) newEpoch() {
 // its values mostly do not recur (ids, free text, or equal values that a
 // source stores apart, which the dictionary, keyed by data address like
 // the per-batch one, does not find).
-func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, n int, mayReset bool) ([]byte, bool) {
+func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, hints []dictHint, n int, mayReset bool) ([]byte, bool) {
 	if j >= len(e.cols) {
 		e.cols = append(e.cols, make([]chanColumn, j+1-len(e.cols))...)
 	}
@@ -203,7 +207,7 @@ func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, n int, mayRe
 	}
 	idx := e.idx[:n]
 	start := len(e.entries)
-	hi, ok := e.lookup(parts, idx)
+	hi, ok := e.lookupAll(parts, hints, idx)
 	if !ok {
 		e.rollback(start)
 		if !mayReset || start == 0 || c.hits < c.adds {
@@ -212,7 +216,7 @@ func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, n int, mayRe
 		}
 		e.reset()
 		start = 0
-		if hi, ok = e.lookup(parts, idx); !ok {
+		if hi, ok = e.lookupAll(parts, hints, idx); !ok {
 			e.rollback(0)
 			c.stayOut()
 			return dst, false
@@ -237,6 +241,124 @@ func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, n int, mayRe
 	// the dictionary's size: a column of a few values added early (a
 	// country next to a thousand URLs) takes a byte a row.
 	return appendPackedIndexes(dst, idx, int(hi)+1), true
+}
+
+// lookupAll is lookup, or lookupCodes for the parts with a dictionary hint
+// (hints, by part, nil when none has one).
+func (e *Encoder) lookupAll(parts [][]string, hints []dictHint, idx []uint32) (hi uint32, ok bool) {
+	if len(hints) == 0 {
+		return e.lookup(parts, idx)
+	}
+	for k, v := range parts {
+		var h uint32
+		if hints[k].dict != nil {
+			h, ok = e.lookupCodes(v, hints[k], idx)
+		} else {
+			h, ok = e.lookup(parts[k:k+1], idx)
+		}
+		if !ok {
+			return 0, false
+		}
+		hi, idx = max(hi, h), idx[len(v):]
+	}
+	return hi, true
+}
+
+// lookupCodes is lookup for one part with a dictionary hint: a row whose
+// value is the one its code names (same data and length) takes the entry
+// number found for that code before, without hashing. Other rows, and a
+// code's first row, take lookup's way.
+func (e *Encoder) lookupCodes(v []string, h dictHint, idx []uint32) (hi uint32, ok bool) {
+	tr := e.translation(h.dict)
+	if tr == nil {
+		return e.lookup([][]string{v}, idx)
+	}
+	vals := h.dict.Values
+	for i, s := range v {
+		c := h.codes[i]
+		if int(c) < len(vals) && unsafe.StringData(vals[c]) == unsafe.StringData(s) && len(vals[c]) == len(s) {
+			if t := tr[c]; t != 0 {
+				idx[i], hi = uint32(t-1), max(hi, uint32(t-1))
+				continue
+			}
+		} else {
+			c = ^uint32(0) // the hint does not hold for this row
+		}
+		x, ok := e.lookupOne(s)
+		if !ok {
+			return 0, false
+		}
+		if c != ^uint32(0) {
+			tr[c] = uint16(x + 1)
+		}
+		idx[i], hi = x, max(hi, x)
+	}
+	return hi, true
+}
+
+// lookupOne is lookup for one string.
+func (e *Encoder) lookupOne(s string) (uint32, bool) {
+	var x [1]uint32
+	one := [1][]string{{s}}
+	hi, ok := e.lookup(one[:], x[:])
+	return hi, ok
+}
+
+// maxHintDicts bounds the dictionaries an Encoder keeps translations for;
+// maxHintValues the values of one: a column with a larger dictionary is
+// encoded as without one.
+const (
+	maxHintDicts  = 8
+	maxHintValues = 1 << 16
+)
+
+// dictHint is the dictionary hint of one part of a column
+// (stream.Column.Dict, Codes).
+type dictHint struct {
+	dict  *stream.StringDict
+	codes []uint32
+}
+
+// dictTranslation maps the codes of one dictionary to entry numbers, plus
+// one (0: not known yet). Every number in it is below len(Encoder.entries):
+// rollback and reset clear what they remove. Holding dict keeps its values,
+// and so their addresses, from being reused for other values.
+type dictTranslation struct {
+	dict    *stream.StringDict
+	entries []uint16
+}
+
+// translation returns the translation of d's codes, making one (in place
+// of the oldest when there are maxHintDicts), or nil when d is too large.
+func (e *Encoder) translation(d *stream.StringDict) []uint16 {
+	for i := range e.trans {
+		if e.trans[i].dict == d {
+			return e.trans[i].entries
+		}
+	}
+	if len(d.Values) > maxHintValues {
+		return nil
+	}
+	t := dictTranslation{dict: d, entries: make([]uint16, len(d.Values))}
+	if len(e.trans) < maxHintDicts {
+		e.trans = append(e.trans, t)
+	} else {
+		copy(e.trans, e.trans[1:])
+		e.trans[len(e.trans)-1] = t
+	}
+	return t.entries
+}
+
+// forgetTranslations drops every translation to an entry number of at
+// least start.
+func (e *Encoder) forgetTranslations(start int) {
+	for i := range e.trans {
+		for c, t := range e.trans[i].entries {
+			if int(t) > start {
+				e.trans[i].entries[c] = 0
+			}
+		}
+	}
 }
 
 // lookup sets idx to the entry numbers of the strings of parts, adding the
@@ -340,6 +462,7 @@ func (e *Encoder) rollback(start int) {
 	clear(e.entries[start:])
 	e.entries = e.entries[:start]
 	e.keys = e.keys[:start]
+	e.forgetTranslations(start)
 	clear(e.slots)
 	e.fill()
 	e.newEpoch()
@@ -349,6 +472,7 @@ func (e *Encoder) rollback(start int) {
 func (e *Encoder) reset() {
 	clear(e.entries)
 	e.entries, e.keys, e.size = e.entries[:0], e.keys[:0], 0
+	e.forgetTranslations(0)
 	clear(e.slots)
 	for i := range e.cols {
 		e.cols[i].adds, e.cols[i].hits = 0, 0

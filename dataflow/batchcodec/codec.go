@@ -161,19 +161,32 @@ func appendBatches(dst []byte, bs []*stream.Batch, ch *Encoder, mayReset bool) [
 		case stream.TypeBool:
 			dst = appendBools(dst, bs, j, n)
 		case stream.TypeString:
-			strs := enc.strs[:0]
+			strs, hints := enc.strs[:0], enc.hints[:0]
+			anyHint := false
 			for _, b := range bs {
-				strs = append(strs, b.Cols[j].Strs[:b.Len()])
+				c := &b.Cols[j]
+				strs = append(strs, c.Strs[:b.Len()])
+				h := dictHint{}
+				if c.Dict != nil && len(c.Codes) == len(c.Strs) {
+					h = dictHint{dict: c.Dict, codes: c.Codes[:b.Len()]}
+					anyHint = true
+				}
+				hints = append(hints, h)
+			}
+			if !anyHint {
+				clear(hints)
+				hints = hints[:0]
 			}
 			done := false
 			if ch != nil {
-				dst, done = ch.appendColumn(dst, j, strs, n, mayReset)
+				dst, done = ch.appendColumn(dst, j, strs, hints, n, mayReset)
 			}
 			if !done {
 				dst = enc.appendStringColumn(dst, strs, n)
 			}
 			clear(strs)
-			enc.strs = strs[:0]
+			clear(hints)
+			enc.strs, enc.hints = strs[:0], hints[:0]
 		}
 	}
 	if hasTimes {
@@ -431,9 +444,10 @@ type encoder struct {
 	gen     uint32
 	entries []string
 	idx     []uint32
-	// ints and strs hold the parts of a column (AppendBatches).
-	ints [][]int64
-	strs [][]string
+	// ints, strs and hints hold the parts of a column (AppendBatches).
+	hints []dictHint
+	ints  [][]int64
+	strs  [][]string
 }
 
 type slot struct {
