@@ -204,8 +204,8 @@ func (g *bidColumn) fill(c *stream.Column, seq, stride int64, n int) {
 			seq += stride
 		}
 	default:
-		// The values come from fixed pools: the column says which
-		// (stream.Column.Dict), so an exchange encodes it by code.
+		// The values come from fixed pools, kept in dictionaries the
+		// columns name, so an exchange encodes them by code.
 		var dict *stream.StringDict
 		switch g.field {
 		case bidFChannel:

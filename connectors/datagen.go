@@ -496,16 +496,6 @@ func strsOf(c *stream.Column, n int) []string {
 	return c.Strs
 }
 
-// codesOf sizes the column's dictionary codes for n rows
-// (stream.Column.Codes).
-func codesOf(c *stream.Column, n int) []uint32 {
-	if cap(c.Codes) < n {
-		c.Codes = make([]uint32, n)
-	}
-	c.Codes = c.Codes[:n]
-	return c.Codes
-}
-
 func boolsOf(c *stream.Column, n int) []bool {
 	if cap(c.Bools) < n {
 		c.Bools = make([]bool, n)
@@ -546,8 +536,9 @@ func (g *intKeyGen) fill(c *stream.Column, seq, stride int64, n int) {
 	}
 }
 
-// poolGen picks uniformly from strings built once. Its columns say which
-// (stream.Column.Dict), so an exchange encodes them by code.
+// poolGen picks uniformly from strings built once, kept in a
+// stream.StringDict that its columns name, so an exchange encodes them by
+// code.
 type poolGen struct {
 	fs   uint64
 	dict *stream.StringDict
@@ -562,13 +553,12 @@ func (g *poolGen) fill(c *stream.Column, seq, stride int64, n int) {
 }
 
 // fillFromDict fills c with n values of d, the one for seq chosen by the
-// field seed fs, and says which (stream.Column.Dict).
+// field seed fs, and names d as the column's dictionary.
 func fillFromDict(c *stream.Column, d *stream.StringDict, fs uint64, seq, stride int64, n int) {
-	out, codes := strsOf(c, n), codesOf(c, n)
+	out := strsOf(c, n)
 	vals := d.Values
 	for j := range out {
-		k := below(seqHash(fs, seq), uint64(len(vals)))
-		out[j], codes[j] = vals[k], uint32(k)
+		out[j] = vals[below(seqHash(fs, seq), uint64(len(vals)))]
 		seq += stride
 	}
 	c.Dict = d

@@ -23,7 +23,7 @@ func cloneBatch(b *stream.Batch) *stream.Batch {
 			dst.Floats = append(dst.Floats[:0], src.Floats[:n]...)
 		case stream.TypeString:
 			dst.Strs = append(dst.Strs[:0], src.Strs[:n]...)
-			dst.CopyDict(src, n)
+			dst.Dict = src.Dict
 		case stream.TypeBool:
 			dst.Bools = append(dst.Bools[:0], src.Bools[:n]...)
 		}
@@ -75,11 +75,9 @@ func scatter(src *stream.Batch, dest []int32, pos []int32, subs []*stream.Batch,
 				d := cols[dest[i]]
 				d.Strs = append(d.Strs, v)
 			}
-			if c.HasDict() { // the codes go along (stream.Column.Dict)
-				for i, x := range c.Codes[:n] {
-					d := cols[dest[i]]
-					d.Codes = append(d.Codes, x)
-					d.Dict = c.Dict
+			for _, s := range subs {
+				if s != nil {
+					s.Cols[j].Dict = c.Dict
 				}
 			}
 		case stream.TypeBool:

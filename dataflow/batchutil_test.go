@@ -6,40 +6,37 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// TestScatterAndCloneKeepDictionaryHint checks that a key partition's
-// sub-batches and a clone keep a string column's dictionary hint
-// (stream.Column.Dict, Codes) in step with its values, so that an exchange
-// behind them still encodes by code, and that a column without a hint
-// that covers its rows gives none.
-func TestScatterAndCloneKeepDictionaryHint(t *testing.T) {
+// TestScatterAndCloneKeepDictionary checks that a key partition's
+// sub-batches and a clone name the dictionary of a string column they
+// copy (stream.Column.Dict), so that an exchange behind them still encodes
+// its rows by code, and name none for a column without.
+func TestScatterAndCloneKeepDictionary(t *testing.T) {
 	schema := stream.MustSchema(stream.Field{Name: "s", Type: stream.TypeString}, stream.Field{Name: "t", Type: stream.TypeString})
 	d := stream.NewStringDict([]string{"p", "q", "r", "s", "t"})
 	const n = 100
 	b := stream.NewBatch(schema, n)
 	for i := range n {
-		x := (i * 7) % len(d.Values)
-		b.Cols[0].Strs = append(b.Cols[0].Strs, d.Values[x])
-		b.Cols[0].Codes = append(b.Cols[0].Codes, uint32(x))
-		b.Cols[1].Strs = append(b.Cols[1].Strs, d.Values[x])
+		v := d.Values[(i*7)%d.Len()]
+		b.Cols[0].Strs = append(b.Cols[0].Strs, v)
+		b.Cols[1].Strs = append(b.Cols[1].Strs, v)
 	}
 	b.Cols[0].Dict = d
-	b.Cols[1].Dict = d // no codes: no hint
 	b.SetLen(n)
 	check := func(what string, c *stream.Column, rows int) {
 		t.Helper()
-		if !c.HasDict() || len(c.Strs) != rows {
-			t.Fatalf("%s: %d rows, hint %v with %d codes", what, len(c.Strs), c.Dict != nil, len(c.Codes))
+		if c.Dict != d || len(c.Strs) != rows {
+			t.Fatalf("%s: %d rows, dictionary %p, want %p", what, len(c.Strs), c.Dict, d)
 		}
 		for i, v := range c.Strs {
-			if d.Values[c.Codes[i]] != v {
-				t.Fatalf("%s row %d: %q, its code names %q", what, i, v, d.Values[c.Codes[i]])
+			if x := d.Code(v); x < 0 || d.Values[x] != v {
+				t.Fatalf("%s row %d: %q has no code", what, i, v)
 			}
 		}
 	}
 	clone := cloneBatch(b)
 	check("clone", &clone.Cols[0], n)
 	if clone.Cols[1].Dict != nil {
-		t.Fatalf("clone: a column without codes got a hint")
+		t.Fatalf("clone: a column without a dictionary got one")
 	}
 	clone.Release()
 
@@ -59,8 +56,8 @@ func TestScatterAndCloneKeepDictionaryHint(t *testing.T) {
 	scatter(b, dest, pos, subs, make([]*stream.Column, k))
 	for i, s := range subs {
 		check("sub-batch", &s.Cols[0], int(counts[i]))
-		if s.Cols[1].HasDict() {
-			t.Fatalf("sub-batch %d: a column without codes got a hint", i)
+		if s.Cols[1].Dict != nil {
+			t.Fatalf("sub-batch %d: a column without a dictionary got one", i)
 		}
 		for r := range s.Len() {
 			if want := b.Cols[0].Strs[r*k+i]; s.Cols[0].Strs[r] != want {

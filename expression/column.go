@@ -77,7 +77,7 @@ func copyColumn(dst, src *stream.Column, n int) {
 	case stream.TypeBool:
 		dst.Bools = append(dst.Bools, src.Bools[:n]...)
 	}
-	dst.CopyDict(src, n)
+	dst.Dict = src.Dict
 	if src.Nulls == nil || n == 0 {
 		dst.Nulls = nil
 		return

@@ -16,15 +16,14 @@ const DefaultBatchSize = 1024
 // null. The value slot of a null row holds the
 // type's zero value.
 //
-// Dict and Codes, when a string column has them, tell which value of Dict
-// each row holds: Strs[i] is Dict.Values[Codes[i]], the same string (data
-// and length). They are a hint that a source whose values come from a
-// fixed set can give, so that an encoder finds a row's value by its code
-// instead of hashing it; Strs stays the column's values for everyone
-// else. A reader uses a hint only where it holds: Codes as long as Strs,
-// and row by row the same data and length as the value it names. So code
-// that changes Strs in place without them stays correct; it should drop
-// them (DropDict) so that readers do not check them in vain.
+// Dict, on a string column, names a dictionary whose values some of the
+// rows may hold, as the dictionary stores them (a source that picks values
+// from a fixed list gives it). It is a hint for encoders: a row whose
+// value is stored where one of Dict's values is, with its length, is that
+// value, and an encoder finds its code from the address instead of
+// hashing the string (StringDict.Code). Rows that hold other strings are
+// just not found that way, so code that moves, drops or rewrites rows may
+// keep Dict as it is, and copies of a column should keep it.
 type Column struct {
 	Type   Type
 	Ints   []int64
@@ -33,40 +32,6 @@ type Column struct {
 	Bools  []bool
 	Nulls  []uint64
 	Dict   *StringDict
-	Codes  []uint32
-}
-
-// A StringDict is a set of string values a column's rows may hold, by
-// code. It must not change once a column refers to it.
-type StringDict struct {
-	Values []string
-}
-
-// NewStringDict returns a dictionary of values, which the caller must not
-// change afterwards.
-func NewStringDict(values []string) *StringDict { return &StringDict{Values: values} }
-
-// HasDict reports whether the column has a dictionary hint that covers
-// its rows (Codes as long as Strs).
-func (c *Column) HasDict() bool {
-	return c.Dict != nil && len(c.Codes) == len(c.Strs)
-}
-
-// CopyDict gives c the dictionary hint of the first n rows of src, or none
-// when src has none that covers them.
-func (c *Column) CopyDict(src *Column, n int) {
-	if !src.HasDict() || len(src.Codes) < n {
-		c.DropDict()
-		return
-	}
-	c.Dict, c.Codes = src.Dict, append(c.Codes[:0], src.Codes[:n]...)
-}
-
-// DropDict removes the column's dictionary hint, keeping the capacity of
-// Codes.
-func (c *Column) DropDict() {
-	c.Dict = nil
-	c.Codes = c.Codes[:0]
 }
 
 // IsNull reports whether row i is null.
@@ -129,7 +94,7 @@ func (c *Column) reset(t Type) {
 	c.Strs = c.Strs[:0]
 	c.Bools = c.Bools[:0]
 	c.Nulls = nil
-	c.DropDict()
+	c.Dict = nil
 }
 
 // Batch is a group of rows with one schema, stored by column. Times, when not
@@ -306,14 +271,6 @@ func (b *Batch) Filter(sel []int) {
 				c.Strs[k] = c.Strs[i]
 			}
 			clear(c.Strs[len(sel):])
-			if c.HasDict() {
-				for k, i := range sel {
-					c.Codes[k] = c.Codes[i]
-				}
-				c.Codes = c.Codes[:len(sel)]
-			} else {
-				c.DropDict()
-			}
 			c.Strs = c.Strs[:len(sel)]
 		case TypeBool:
 			for k, i := range sel {

@@ -81,9 +81,11 @@ type Encoder struct {
 	cols []chanColumn // by column number
 	idx  []uint32
 
-	// trans translates the codes of columns with a dictionary hint
-	// (lookupCodes), for the last maxHintDicts dictionaries seen.
+	// trans translates the codes of the dictionaries string columns
+	// name (lookupCodes), for the last maxHintDicts seen; codes is
+	// scratch space.
 	trans []dictTranslation
+	codes []int32
 }
 
 // chanColumn is what an Encoder knows of one string column: the values it
@@ -190,7 +192,7 @@ func (e *Encoder) newEpoch() {
 // its values mostly do not recur (ids, free text, or equal values that a
 // source stores apart, which the dictionary, keyed by data address like
 // the per-batch one, does not find).
-func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, hints []dictHint, n int, mayReset bool) ([]byte, bool) {
+func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, hints []*stream.StringDict, n int, mayReset bool) ([]byte, bool) {
 	if j >= len(e.cols) {
 		e.cols = append(e.cols, make([]chanColumn, j+1-len(e.cols))...)
 	}
@@ -243,15 +245,15 @@ func (e *Encoder) appendColumn(dst []byte, j int, parts [][]string, hints []dict
 	return appendPackedIndexes(dst, idx, int(hi)+1), true
 }
 
-// lookupAll is lookup, or lookupCodes for the parts with a dictionary hint
-// (hints, by part, nil when none has one).
-func (e *Encoder) lookupAll(parts [][]string, hints []dictHint, idx []uint32) (hi uint32, ok bool) {
+// lookupAll is lookup, or lookupCodes for the parts with a dictionary
+// (hints, by part; nil when no part has one).
+func (e *Encoder) lookupAll(parts [][]string, hints []*stream.StringDict, idx []uint32) (hi uint32, ok bool) {
 	if len(hints) == 0 {
 		return e.lookup(parts, idx)
 	}
 	for k, v := range parts {
 		var h uint32
-		if hints[k].dict != nil {
+		if hints[k] != nil {
 			h, ok = e.lookupCodes(v, hints[k], idx)
 		} else {
 			h, ok = e.lookup(parts[k:k+1], idx)
@@ -264,31 +266,32 @@ func (e *Encoder) lookupAll(parts [][]string, hints []dictHint, idx []uint32) (h
 	return hi, true
 }
 
-// lookupCodes is lookup for one part with a dictionary hint: a row whose
-// value is the one its code names (same data and length) takes the entry
-// number found for that code before, without hashing. Other rows, and a
-// code's first row, take lookup's way.
-func (e *Encoder) lookupCodes(v []string, h dictHint, idx []uint32) (hi uint32, ok bool) {
-	tr := e.translation(h.dict)
+// lookupCodes is lookup for one part whose column names dictionary d
+// (stream.Column.Dict): a row that holds one of d's values, as d stores it,
+// takes the entry number found for that value before, without hashing.
+// Other rows, and a value's first row, take lookup's way.
+func (e *Encoder) lookupCodes(v []string, d *stream.StringDict, idx []uint32) (hi uint32, ok bool) {
+	tr := e.translation(d)
 	if tr == nil {
 		return e.lookup([][]string{v}, idx)
 	}
-	vals := h.dict.Values
-	for i, s := range v {
-		c := h.codes[i]
-		if int(c) < len(vals) && unsafe.StringData(vals[c]) == unsafe.StringData(s) && len(vals[c]) == len(s) {
+	if cap(e.codes) < len(v) {
+		e.codes = make([]int32, len(v))
+	}
+	codes := e.codes[:len(v)]
+	d.CodesOf(v, codes)
+	for i, c := range codes {
+		if c >= 0 {
 			if t := tr[c]; t != 0 {
 				idx[i], hi = uint32(t-1), max(hi, uint32(t-1))
 				continue
 			}
-		} else {
-			c = ^uint32(0) // the hint does not hold for this row
 		}
-		x, ok := e.lookupOne(s)
+		x, ok := e.lookupOne(v[i])
 		if !ok {
 			return 0, false
 		}
-		if c != ^uint32(0) {
+		if c >= 0 {
 			tr[c] = uint16(x + 1)
 		}
 		idx[i], hi = x, max(hi, x)
@@ -300,8 +303,7 @@ func (e *Encoder) lookupCodes(v []string, h dictHint, idx []uint32) (hi uint32, 
 func (e *Encoder) lookupOne(s string) (uint32, bool) {
 	var x [1]uint32
 	one := [1][]string{{s}}
-	hi, ok := e.lookup(one[:], x[:])
-	return hi, ok
+	return e.lookup(one[:], x[:])
 }
 
 // maxHintDicts bounds the dictionaries an Encoder keeps translations for;
@@ -312,17 +314,10 @@ const (
 	maxHintValues = 1 << 16
 )
 
-// dictHint is the dictionary hint of one part of a column
-// (stream.Column.Dict, Codes).
-type dictHint struct {
-	dict  *stream.StringDict
-	codes []uint32
-}
-
 // dictTranslation maps the codes of one dictionary to entry numbers, plus
 // one (0: not known yet). Every number in it is below len(Encoder.entries):
-// rollback and reset clear what they remove. Holding dict keeps its values,
-// and so their addresses, from being reused for other values.
+// rollback and reset clear what they remove. Holding dict keeps its
+// values' memory from being reused for other values.
 type dictTranslation struct {
 	dict    *stream.StringDict
 	entries []uint16
@@ -336,10 +331,10 @@ func (e *Encoder) translation(d *stream.StringDict) []uint16 {
 			return e.trans[i].entries
 		}
 	}
-	if len(d.Values) > maxHintValues {
+	if d.Len() > maxHintValues {
 		return nil
 	}
-	t := dictTranslation{dict: d, entries: make([]uint16, len(d.Values))}
+	t := dictTranslation{dict: d, entries: make([]uint16, d.Len())}
 	if len(e.trans) < maxHintDicts {
 		e.trans = append(e.trans, t)
 	} else {

@@ -166,12 +166,8 @@ func appendBatches(dst []byte, bs []*stream.Batch, ch *Encoder, mayReset bool) [
 			for _, b := range bs {
 				c := &b.Cols[j]
 				strs = append(strs, c.Strs[:b.Len()])
-				h := dictHint{}
-				if c.Dict != nil && len(c.Codes) == len(c.Strs) {
-					h = dictHint{dict: c.Dict, codes: c.Codes[:b.Len()]}
-					anyHint = true
-				}
-				hints = append(hints, h)
+				hints = append(hints, c.Dict)
+				anyHint = anyHint || c.Dict != nil
 			}
 			if !anyHint {
 				clear(hints)
@@ -445,7 +441,7 @@ type encoder struct {
 	entries []string
 	idx     []uint32
 	// ints, strs and hints hold the parts of a column (AppendBatches).
-	hints []dictHint
+	hints []*stream.StringDict
 	ints  [][]int64
 	strs  [][]string
 }
