@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -858,6 +860,7 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		}
 	}()
 	wait := minIdleWait
+	runnable := []metrics.Sample{{Name: runnableMetric}}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -904,6 +907,7 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		switch st {
 		case stream.PollEmitted:
 			wait = minIdleWait
+			yieldIfOthersWait(runnable)
 		case stream.PollIdle:
 			if r.w.lingering() {
 				// What the output holds to coalesce it goes before the
@@ -1364,4 +1368,25 @@ func (t *Task) closeOutputs(ctx context.Context, w *outputWriter, wait bool) err
 		}
 	}
 	return nil
+}
+
+// runnableMetric counts the goroutines ready to run and waiting for a
+// processor.
+const runnableMetric = "/sched/goroutines/runnable:goroutines"
+
+// yieldIfOthersWait lets the goroutines waiting for a processor run first
+// when there are any (s reads runnableMetric). A source that has more never
+// blocks on its own, and Go lets a goroutine run until it blocks or 10ms
+// pass: its consumers in this process and the exchange's goroutines that
+// pass batches and credits to and from other taskmanagers would wait that
+// long when the process has no processor to spare (a CPU per slot, with
+// --cpu-cores or a container's limit), and a source in another process
+// that waits for their credits would stall. Reading the count costs about
+// 60ns; yielding when nobody waits would cost more, a wake-up of another
+// thread when a processor is idle.
+func yieldIfOthersWait(s []metrics.Sample) {
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() > 0 {
+		runtime.Gosched()
+	}
 }
