@@ -861,6 +861,7 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 	}()
 	wait := minIdleWait
 	runnable := []metrics.Sample{{Name: runnableMetric}}
+	busy := false // the last poll emitted
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -907,8 +908,12 @@ func (t *Task) runSource(ctx context.Context, r *taskRun, outs []stream.Collecto
 		switch st {
 		case stream.PollEmitted:
 			wait = minIdleWait
-			yieldIfOthersWait(runnable)
+			if busy { // it read twice in a row: it has more
+				yieldIfOthersWait(runnable)
+			}
+			busy = true
 		case stream.PollIdle:
+			busy = false
 			if r.w.lingering() {
 				// What the output holds to coalesce it goes before the
 				// task waits (a deferred output's in the next pump).
@@ -1375,15 +1380,17 @@ func (t *Task) closeOutputs(ctx context.Context, w *outputWriter, wait bool) err
 const runnableMetric = "/sched/goroutines/runnable:goroutines"
 
 // yieldIfOthersWait lets the goroutines waiting for a processor run first
-// when there are any (s reads runnableMetric). A source that has more never
-// blocks on its own, and Go lets a goroutine run until it blocks or 10ms
-// pass: its consumers in this process and the exchange's goroutines that
-// pass batches and credits to and from other taskmanagers would wait that
-// long when the process has no processor to spare (a CPU per slot, with
-// --cpu-cores or a container's limit), and a source in another process
-// that waits for their credits would stall. Reading the count costs about
-// 60ns; yielding when nobody waits would cost more, a wake-up of another
-// thread when a processor is idle.
+// when there are any (s reads runnableMetric). A source task calls it when
+// it read twice in a row. Such a source never blocks on its own, and Go
+// lets a goroutine run until it blocks or 10ms pass: its consumers in this
+// process and the exchange's goroutines that pass batches and credits to
+// and from other taskmanagers would wait that long when the process has no
+// processor to spare (a CPU per slot, with --cpu-cores or a container's
+// limit), and a source in another process that waits for their credits
+// would stall. Reading the count costs about 60ns; yielding when nobody
+// waits would cost more, a wake-up of another thread when a processor is
+// idle. A source that reads what is due and then idles (a rate limit)
+// waits anyway and does not yield.
 func yieldIfOthersWait(s []metrics.Sample) {
 	metrics.Read(s)
 	if s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() > 0 {
