@@ -363,10 +363,10 @@ func TestTimerPanicFailsOnlyItsTask(t *testing.T) {
 		dones = append(dones, runTask(t, t.Context(), task))
 		feeds = append(feeds, openFeeds(t, x, spec)[0])
 	}
-	for i, f := range feeds {
+	for _, f := range feeds {
 		f.sendKeys(1, 2) // timers at 1100
-		waitFor(t, "2 rows counted", func() bool { return tasks[i].Metrics().RecordsIn.Load() == 2 })
 	}
+	waitFor(t, "2 rows counted by each task", func() bool { return pst.rows.Load() == 4 })
 	clock.set(1100, tasks...)
 	err := <-dones[0]
 	if !errors.Is(err, ErrOperatorPanic) || !strings.Contains(err.Error(), `operator "pt"`) ||
@@ -380,7 +380,7 @@ func TestTimerPanicFailsOnlyItsTask(t *testing.T) {
 	// The healthy task fires its timers, and more after that.
 	waitRows(t, "the healthy task's timers at 1100", st, ptRow{1100, 1, "n=1 at 1100"}, ptRow{1100, 2, "n=1 at 1100"})
 	feeds[1].sendKeys(3) // timer at 1200
-	waitFor(t, "3 rows counted", func() bool { return tasks[1].Metrics().RecordsIn.Load() == 3 })
+	waitFor(t, "3 rows counted", func() bool { return pst.rows.Load() == 5 })
 	clock.set(1200, tasks[1])
 	waitRows(t, "the healthy task's timer at 1200", st, ptRow{1100, 1, "n=1 at 1100"}, ptRow{1100, 2, "n=1 at 1100"}, ptRow{1200, 3, "n=1 at 1200"})
 	feeds[1].end()

@@ -28,6 +28,11 @@ type ptcountConfig struct {
 // ptState is what the ptcount operators of one test report to.
 type ptState struct {
 	calls atomic.Int64 // OnProcessingTime calls
+	// rows counts the rows ProcessBatch is done with. Tests that move a
+	// manual clock after rows arrived wait for it, not for the task's
+	// RecordsIn, which counts a batch before the operator reads the
+	// clock for it.
+	rows atomic.Int64
 }
 
 type ptcount struct {
@@ -74,6 +79,7 @@ func (o *ptcount) ProcessBatch(_ int, b *stream.Batch, _ stream.Collector) error
 		o.count.Update(c + 1)
 		o.backend.Timers().RegisterProcessingTimeTimer(now + o.cfg.Delay)
 	}
+	o.st.rows.Add(int64(n))
 	return nil
 }
 
@@ -267,7 +273,7 @@ func TestProcessingTimeTimers(t *testing.T) {
 	done := runTask(t, t.Context(), task)
 	in := openFeeds(t, x, spec)[0]
 	consumed := func(n int64) func() bool {
-		return func() bool { return task.Metrics().RecordsIn.Load() == n }
+		return func() bool { return pst.rows.Load() == n }
 	}
 
 	in.sendKeys(1, 2, 3) // timers at 1100
@@ -391,7 +397,8 @@ func TestProcessingTimeTimersAcrossRestore(t *testing.T) {
 			// The doomed run: key 5's timer fires, then checkpoint 1 is
 			// taken with timers at 1100 (keys 1, 2, 3) and 1150 (keys 1, 4).
 			st1 := newTestState()
-			reg1 := newPtRegistry(st1, &ptState{}, nil)
+			pst1 := &ptState{}
+			reg1 := newPtRegistry(st1, pst1, nil)
 			spec1 := ptSpec(t, reg1, 100)
 			clock1 := newManualClock(900)
 			configure(spec1, clock1)
@@ -399,11 +406,11 @@ func TestProcessingTimeTimersAcrossRestore(t *testing.T) {
 			task1 := r1.tasks[0]
 			in := openFeeds(t, x, spec1)[0]
 			in.sendKeys(5) // timer at 1000
-			waitFor(t, "key 5 counted", func() bool { return task1.Metrics().RecordsIn.Load() == 1 })
+			waitFor(t, "key 5 counted", func() bool { return pst1.rows.Load() == 1 })
 			clock1.set(1000, task1)
 			waitRows(t, "key 5's timer", st1, ptRow{1000, 5, "n=1 at 1000"})
 			in.sendKeys(1, 2, 3)
-			waitFor(t, "4 rows counted", func() bool { return task1.Metrics().RecordsIn.Load() == 4 })
+			waitFor(t, "4 rows counted", func() bool { return pst1.rows.Load() == 4 })
 			clock1.set(1050, task1)
 			in.sendKeys(1, 4)
 			in.barrier(1)
@@ -490,11 +497,13 @@ func (o *ptdeadline) Open(_ context.Context, octx *stream.OperatorContext) error
 }
 
 func (o *ptdeadline) ProcessBatch(_ int, b *stream.Batch, _ stream.Collector) error {
-	o.held += int64(b.Len())
+	n := int64(b.Len())
+	o.held += n
 	b.Release()
 	if !o.set {
 		o.due, o.set = o.octx.ProcessingTime()+o.delay, true
 	}
+	o.st.rows.Add(n)
 	return nil
 }
 
@@ -536,7 +545,7 @@ func TestProcessingTimeDeadline(t *testing.T) {
 	done := runTask(t, t.Context(), task)
 	in := openFeeds(t, x, spec)[0]
 	consumed := func(n int64) func() bool {
-		return func() bool { return task.Metrics().RecordsIn.Load() == n }
+		return func() bool { return pst.rows.Load() == n }
 	}
 
 	in.sendKeys(1, 2) // deadline 1100
