@@ -306,13 +306,15 @@ func (e *Encoder) lookupOne(s string) (uint32, bool) {
 	return e.lookup(one[:], x[:])
 }
 
-// maxHintDicts bounds the dictionaries an Encoder keeps translations for;
-// maxHintValues the values of one: a column with a larger dictionary is
-// encoded as without one.
-const (
-	maxHintDicts  = 8
-	maxHintValues = 1 << 16
-)
+// maxHintDicts bounds the dictionaries an Encoder keeps translations for.
+// Their memory, 2 bytes a value, is bounded too, to a quarter of the
+// encoder's limit (translationBytes): a column whose dictionary is larger
+// than that is encoded as without one.
+const maxHintDicts = 8
+
+// translationBytes is the memory translations of a dictionary of n values
+// take.
+func translationBytes(n int) int { return 2 * n }
 
 // dictTranslation maps the codes of one dictionary to entry numbers, plus
 // one (0: not known yet). Every number in it is below len(Encoder.entries):
@@ -323,24 +325,31 @@ type dictTranslation struct {
 	entries []uint16
 }
 
-// translation returns the translation of d's codes, making one (in place
-// of the oldest when there are maxHintDicts), or nil when d is too large.
+// translation returns the translation of d's codes, making one in place of
+// the oldest ones when there are maxHintDicts or their memory would exceed
+// a quarter of the limit, or nil when d alone would.
 func (e *Encoder) translation(d *stream.StringDict) []uint16 {
 	for i := range e.trans {
 		if e.trans[i].dict == d {
 			return e.trans[i].entries
 		}
 	}
-	if d.Len() > maxHintValues {
+	budget := e.limit / 4
+	if d.Len() > maxDictEntries || translationBytes(d.Len()) > budget {
 		return nil
 	}
-	t := dictTranslation{dict: d, entries: make([]uint16, d.Len())}
-	if len(e.trans) < maxHintDicts {
-		e.trans = append(e.trans, t)
-	} else {
-		copy(e.trans, e.trans[1:])
-		e.trans[len(e.trans)-1] = t
+	used := translationBytes(d.Len())
+	for _, t := range e.trans {
+		used += translationBytes(len(t.entries))
 	}
+	for len(e.trans) > 0 && (len(e.trans) >= maxHintDicts || used > budget) {
+		used -= translationBytes(len(e.trans[0].entries))
+		copy(e.trans, e.trans[1:])
+		e.trans[len(e.trans)-1] = dictTranslation{}
+		e.trans = e.trans[:len(e.trans)-1]
+	}
+	t := dictTranslation{dict: d, entries: make([]uint16, d.Len())}
+	e.trans = append(e.trans, t)
 	return t.entries
 }
 

@@ -474,18 +474,68 @@ func TestChannelDictionaryHints(t *testing.T) {
 				}
 				out.Release()
 			}
-			used := 0
+			used, mem := 0, 0
 			for _, tr := range hinted.trans {
+				mem += translationBytes(len(tr.entries))
 				for _, x := range tr.entries {
 					if x != 0 {
 						used++
 					}
 				}
 			}
+			if mem > limit/4 {
+				t.Fatalf("the translations take %d bytes, over a quarter of the limit of %d", mem, limit)
+			}
 			t.Logf("%d batches with pieces of values, %d naming copies; %d codes translated at the end", pieces, copied, used)
 			if pieces == 0 || copied == 0 || (limit == 1<<20 && used < len(src.urls)/2) {
 				t.Fatalf("the test did not try every kind of row")
 			}
 		})
+	}
+}
+
+// TestChannelDictionaryHintsBounded checks that an Encoder keeps
+// translations for at most maxHintDicts dictionaries and a quarter of its
+// limit, dropping the oldest, and still writes what an Encoder without
+// them writes.
+func TestChannelDictionaryHintsBounded(t *testing.T) {
+	schema := stream.MustSchema(stream.Field{Name: "s", Type: stream.TypeString})
+	const limit = 2 << 10
+	hinted, plain := NewEncoder(limit), NewEncoder(limit)
+	var dicts []*stream.StringDict
+	// Ten small ones (the count binds), then larger ones (the memory).
+	for i, n := range []int{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 128, 128, 200} {
+		vals := make([]string, n)
+		for j := range vals {
+			vals[j] = "d" + strconv.Itoa(i) + "-" + strconv.Itoa(j)
+		}
+		dicts = append(dicts, stream.NewStringDict(vals))
+	}
+	dicts = append(dicts, stream.NewStringDict(make([]string, limit/4))) // too large to translate
+	for round := range 3 {
+		for i, d := range dicts {
+			b := stream.NewBatch(schema, 64)
+			for r := range 64 {
+				b.Cols[0].Strs = append(b.Cols[0].Strs, d.Values[(r*7+round)%d.Len()])
+			}
+			b.SetLen(64)
+			b.Cols[0].Dict = d
+			got := hinted.AppendBatches(nil, []*stream.Batch{b}, true)
+			b.Cols[0].Dict = nil
+			if want := plain.AppendBatches(nil, []*stream.Batch{b}, true); !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d dictionary %d: the encoder wrote other bytes naming it", round, i)
+			}
+			b.Release()
+			mem := 0
+			for _, tr := range hinted.trans {
+				mem += translationBytes(len(tr.entries))
+			}
+			if len(hinted.trans) > maxHintDicts || mem > limit/4 {
+				t.Fatalf("round %d dictionary %d: %d translations of %d bytes, want at most %d and %d", round, i, len(hinted.trans), mem, maxHintDicts, limit/4)
+			}
+		}
+	}
+	if hinted.trans[len(hinted.trans)-1].dict == dicts[len(dicts)-1] {
+		t.Fatalf("the dictionary larger than a quarter of the limit got a translation")
 	}
 }
