@@ -51,13 +51,9 @@ const (
 )
 
 var (
-	bidChannels = []string{"Google", "Facebook", "Baidu", "Apple", "Bing", "DuckDuckGo", "Twitter", "Reddit"}
-	bidURLs     = makeBidURLs()
-	bidExtras   = makeBidExtras()
-
-	bidChannelDict = stream.NewStringDict(bidChannels)
-	bidURLDict     = stream.NewStringDict(bidURLs)
-	bidExtraDict   = stream.NewStringDict(bidExtras)
+	bidChannelDict = stream.NewStringDict([]string{"Google", "Facebook", "Baidu", "Apple", "Bing", "DuckDuckGo", "Twitter", "Reddit"})
+	bidURLDict     = stream.NewStringDict(makeBidURLs())
+	bidExtraDict   = stream.NewStringDict(makeBidExtras())
 )
 
 func makeBidURLs() []string {
@@ -89,8 +85,9 @@ func randomWord(h uint64, n int) string {
 	return b.String()
 }
 
-// The bid value functions. The columnar generator and BidAt both call them,
-// so the two produce identical bids.
+// The bid value functions. The columnar generator and BidAt both call them
+// (for the strings, both call pick on the same dictionary), so the two
+// produce identical bids.
 
 func bidAuction(h uint64) int64 {
 	if h&1 == 0 {
@@ -110,9 +107,9 @@ func bidPrice(h uint64) int64 {
 	return BidMinPrice + int64(below(h, BidMaxPrice-BidMinPrice+1))
 }
 
-func bidChannel(h uint64) string { return bidChannels[below(h, uint64(len(bidChannels)))] }
-func bidURL(h uint64) string     { return bidURLs[below(h, bidURLPool)] }
-func bidExtra(h uint64) string   { return bidExtras[below(h, bidExtraPool)] }
+func bidChannel(h uint64) string { return pick(bidChannelDict.Values, h) }
+func bidURL(h uint64) string     { return pick(bidURLDict.Values, h) }
+func bidExtra(h uint64) string   { return pick(bidExtraDict.Values, h) }
 func bidDateTime(seq int64) int64 {
 	return BidEpochMillis + seq
 }

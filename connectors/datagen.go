@@ -558,11 +558,14 @@ func fillFromDict(c *stream.Column, d *stream.StringDict, fs uint64, seq, stride
 	out := strsOf(c, n)
 	vals := d.Values
 	for j := range out {
-		out[j] = vals[below(seqHash(fs, seq), uint64(len(vals)))]
+		out[j] = pick(vals, seqHash(fs, seq))
 		seq += stride
 	}
 	c.Dict = d
 }
+
+// pick returns the value of vals that hash h picks, uniformly.
+func pick(vals []string, h uint64) string { return vals[below(h, uint64(len(vals)))] }
 
 // formatKeyGen formats keys of a large key space into one buffer per batch:
 // one allocation per batch, not per row. The buffer is never reused, so the

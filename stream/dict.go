@@ -58,18 +58,9 @@ func NewStringDict(values []string) *StringDict {
 // the dictionary keeps a value, with its length (and so is that value),
 // or -1. A string equal to a value but stored elsewhere is not found.
 func (d *StringDict) Code(s string) int {
-	if len(d.block) == 0 {
-		return -1
-	}
-	off := uintptr(unsafe.Pointer(unsafe.StringData(s))) - uintptr(unsafe.Pointer(&d.block[0]))
-	if off >= uintptr(len(d.block)) || off&(1<<d.shift-1) != 0 {
-		return -1
-	}
-	c := off >> d.shift
-	if d.lens[c] != uint32(len(s)) {
-		return -1
-	}
-	return int(c)
+	var c [1]int32
+	d.CodesOf([]string{s}, c[:])
+	return int(c[0])
 }
 
 // Len returns the number of values.

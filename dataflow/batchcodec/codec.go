@@ -169,13 +169,13 @@ func appendBatches(dst []byte, bs []*stream.Batch, ch *Encoder, mayReset bool) [
 				hints = append(hints, c.Dict)
 				anyHint = anyHint || c.Dict != nil
 			}
-			if !anyHint {
-				clear(hints)
-				hints = hints[:0]
+			var named []*stream.StringDict // nil when no part names one
+			if anyHint {
+				named = hints
 			}
 			done := false
 			if ch != nil {
-				dst, done = ch.appendColumn(dst, j, strs, hints, n, mayReset)
+				dst, done = ch.appendColumn(dst, j, strs, named, n, mayReset)
 			}
 			if !done {
 				dst = enc.appendStringColumn(dst, strs, n)
