@@ -24,6 +24,39 @@ import (
 	"github.com/weirstream/weir/test/polltest"
 )
 
+// browserStarts is how many times startBrowser starts the browser before
+// it gives up.
+const browserStarts = 3
+
+// startBrowser starts a headless browser and returns a context that drives
+// its first tab; the test's cleanup stops it. A browser that exits before
+// it listens (it crashed on the way up, as Chromium now and then does on a
+// loaded machine) is started afresh, with its output logged, up to
+// browserStarts times: the browser is the test's tool, not what it tests.
+func startBrowser(t *testing.T, ctx context.Context, browser string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser),
+		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1440, 900))
+	for attempt := 1; ; attempt++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+		bctx, cancelBrowser := chromedp.NewContext(actx)
+		err := chromedp.Do(bctx) // no steps: starts the browser and opens its tab
+		if err == nil {
+			t.Cleanup(func() {
+				cancelBrowser()
+				cancelAlloc()
+			})
+			return bctx
+		}
+		cancelBrowser()
+		cancelAlloc()
+		if !strings.Contains(err.Error(), "failed to start") || attempt == browserStarts {
+			t.Fatalf("browser: start %s (attempt %d of %d): %v", browser, attempt, browserStarts, err)
+		}
+		t.Logf("browser: start %s (attempt %d of %d) failed, starting it again: %v", browser, attempt, browserStarts, err)
+	}
+}
+
 // findBrowser looks for a browser as scripts/ensure-chromium.sh does.
 func findBrowser() string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
@@ -207,12 +240,7 @@ func TestWebUI(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser),
-		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1440, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	bctx := startBrowser(t, ctx, browser)
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(bctx, steps...); err != nil {
