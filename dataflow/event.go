@@ -112,7 +112,11 @@ func (e *event) release() {
 }
 
 // ring is a FIFO queue that reuses its buffer, whose length is 0 or a power
-// of two (grow).
+// of two (grow). The first buffer holds two elements: a wide job has a
+// ring per channel, and most hold a batch and a watermark at most, so that
+// a larger first buffer would be memory that the garbage collector scans on
+// every cycle (events hold pointers) for nothing; a busy ring doubles to
+// its size once.
 type ring[T any] struct {
 	buf        []T
 	head, size int
@@ -136,7 +140,7 @@ func (q *ring[T]) pushFront(v T) {
 
 func (q *ring[T]) grow() {
 	if q.size == len(q.buf) {
-		buf := make([]T, max(8, 2*len(q.buf)))
+		buf := make([]T, max(2, 2*len(q.buf)))
 		for i := 0; i < q.size; i++ {
 			buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
 		}
