@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,8 +89,17 @@ type wideSample struct {
 // autoWatermarkInterval (default: the operator's; "0s" emits after every
 // batch, as before periodic watermarks). With
 // WEIR_BENCH_WIDE_PERF set to a directory, each taskmanager is profiled
-// with perf(1) during the span into <dir>/p<par>-tm<i>.data (read them
-// with perf report -i).
+// with perf(1) during the span into <dir>/p<par>[-all-cpus]-tm<i>.data
+// (read them with perf report -i).
+//
+// The two taskmanagers share the machine's CPUs: each schedules for half
+// of them (--cpu-cores), as `weir local` starts them and as a container's
+// CPU limit sets a taskmanager's Go runtime. The largest size then runs
+// once more with taskmanagers that each schedule for every CPU, as they do
+// when nobody gives them a share: wide_p<n>_all_cpus_cpu_cores against
+// wide_p<n>_cpu_cores is what sharing the CPUs saves (idle processors
+// that the runtime wakes for every goroutine readied, and the threads'
+// context switches).
 func BenchmarkWideJob(b *testing.B) {
 	sizes := []int{8, 64, 256}
 	if v := os.Getenv("WEIR_BENCH_WIDE_PARALLELISM"); v != "" {
@@ -103,9 +113,10 @@ func BenchmarkWideJob(b *testing.B) {
 		}
 	}
 	window := time.Duration(envInt("WEIR_BENCH_WIDE_WINDOW_S", 20)) * time.Second
+	share := []string{"--cpu-cores", strconv.Itoa(max(1, runtime.NumCPU()/2))}
 	for i := 0; i < b.N; i++ {
 		for _, par := range sizes {
-			s := runWide(b, par, window)
+			s := runWide(b, par, window, share)
 			fmt.Printf("wide_p%d_subtasks=%d\n", par, s.subtasks)
 			fmt.Printf("wide_p%d_rows_per_sec=%.0f\n", par, float64(s.rows)/window.Seconds())
 			fmt.Printf("wide_p%d_checkpoints=%d\n", par, s.checkpoints)
@@ -113,15 +124,21 @@ func BenchmarkWideJob(b *testing.B) {
 			fmt.Printf("wide_p%d_cpu_cores=%.3f\n", par, s.cpuCores)
 			fmt.Printf("wide_p%d_rss_bytes_per_subtask=%d\n", par, s.rssBytes/int64(s.subtasks))
 		}
+		par := slices.Max(sizes)
+		s := runWide(b, par, window, nil)
+		fmt.Printf("wide_p%d_all_cpus_checkpoint_p50_ms=%d\n", par, s.checkpointP50.Milliseconds())
+		fmt.Printf("wide_p%d_all_cpus_cpu_cores=%.3f\n", par, s.cpuCores)
+		fmt.Printf("wide_p%d_all_cpus_rss_bytes_per_subtask=%d\n", par, s.rssBytes/int64(s.subtasks))
 	}
 }
 
 // runWide runs the wide job at parallelism par on a fresh cluster of two
-// taskmanagers and samples it for window after a warm-up.
-func runWide(b *testing.B, par int, window time.Duration) wideSample {
+// taskmanagers, started with the extra arguments tmArgs, and samples it
+// for window after a warm-up.
+func runWide(b *testing.B, par int, window time.Duration, tmArgs []string) wideSample {
 	dir := b.TempDir()
 	c := clustertest.Start(b, clustertest.Options{TaskManagers: 2, Slots: par / 2, LogLevel: "warn",
-		HeartbeatTimeout: time.Minute, SlotWaitTimeout: 5 * time.Minute})
+		HeartbeatTimeout: time.Minute, SlotWaitTimeout: 5 * time.Minute, TaskManagerArgs: tmArgs})
 	g := wideGraph(b, par, dir)
 	id := c.Submit(g)
 	running := func() *weirpb.GetJobResponse {
@@ -169,7 +186,11 @@ func runWide(b *testing.B, par int, window time.Duration) wideSample {
 	}
 	s.subtasks = len(g.Vertices) * par
 	rows0 := rowsIn(first)
-	stopPerf := startPerf(b, c, par, window)
+	name := fmt.Sprintf("p%d", par)
+	if tmArgs == nil {
+		name += "-all-cpus"
+	}
+	stopPerf := startPerf(b, c, name, window)
 	start, cpu0 := time.Now(), taskManagersCPU(c)
 	var rss int64
 	for time.Since(start) < window {
@@ -245,14 +266,14 @@ func taskManagersRSS(c *clustertest.Cluster) int64 {
 // startPerf starts perf record on each taskmanager for span when
 // WEIR_BENCH_WIDE_PERF names a directory, and returns a function that waits
 // for the recordings to end.
-func startPerf(b *testing.B, c *clustertest.Cluster, par int, span time.Duration) (wait func()) {
+func startPerf(b *testing.B, c *clustertest.Cluster, name string, span time.Duration) (wait func()) {
 	dir := os.Getenv("WEIR_BENCH_WIDE_PERF")
 	if dir == "" {
 		return func() {}
 	}
 	var cmds []*exec.Cmd
 	for i, p := range c.TMs {
-		out := filepath.Join(dir, fmt.Sprintf("p%d-tm%d.data", par, i))
+		out := filepath.Join(dir, fmt.Sprintf("%s-tm%d.data", name, i))
 		cmd := exec.Command("perf", "record", "-F", "199", "-g", "-p", strconv.Itoa(p.Pid()), "-o", out,
 			"--", "sleep", strconv.Itoa(int(span.Seconds())))
 		if err := cmd.Start(); err != nil {
